@@ -1,0 +1,8 @@
+//! Subcommands of the `omni-operator` binary. Each module owns one subcommand's arguments
+//! (`Args`, a `clap::Args`) and its `run` function.
+
+pub mod crds;
+pub mod omni;
+pub mod render;
+pub mod run;
+pub mod validate;

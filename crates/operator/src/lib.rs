@@ -1,0 +1,14 @@
+//! omni-operator: a Kubernetes operator that reconciles Sidero Omni clusters declaratively.
+//!
+//! Module map (see `docs/architecture.md`):
+//! - [`api`]: the eight custom resource types and their validation (shared by the webhook,
+//!   the controllers and `omni-operator validate`).
+//! - [`webhook`]: the validating admission server.
+//! - [`render`]: OmniCluster and its children → Omni cluster template (pure).
+//! - [`cli`]: the subcommands of the `omni-operator` binary.
+
+pub mod api;
+pub mod cli;
+pub mod render;
+pub mod telemetry;
+pub mod webhook;

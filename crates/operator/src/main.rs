@@ -1,0 +1,56 @@
+//! The `omni-operator` binary: a thin dispatcher over [`omni_operator::cli`].
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use omni_operator::{cli, telemetry};
+
+#[derive(Debug, Parser)]
+#[command(name = "omni-operator", version, about = "Kubernetes operator for Sidero Omni clusters")]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "LOG_FORMAT", value_enum, default_value_t)]
+    log_format: telemetry::LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the operator: controllers, admission webhook, metrics and probes.
+    Run(cli::run::Args),
+    /// Print every CustomResourceDefinition as multi-document YAML.
+    Crds(cli::crds::Args),
+    /// Validate manifests offline, as the admission webhook would.
+    Validate(cli::validate::Args),
+    /// Print the Omni cluster template that manifests would sync.
+    Render(cli::render::Args),
+    /// Talk to Omni directly (debugging).
+    Omni(cli::omni::Args),
+    /// Print the version.
+    Version,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    let result = match cli.command {
+        Command::Run(args) => cli::run::run(args).await,
+        Command::Crds(args) => cli::crds::run(args).await,
+        Command::Validate(args) => cli::validate::run(args).await,
+        Command::Render(args) => cli::render::run(args).await,
+        Command::Omni(args) => cli::omni::run(args).await,
+        Command::Version => {
+            println!("omni-operator {}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

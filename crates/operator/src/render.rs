@@ -1,0 +1,1 @@
+//! OmniCluster + children → Omni cluster template.
