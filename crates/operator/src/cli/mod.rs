@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod omni;
+pub mod omni_template;
 pub mod render;
 pub mod run;
 pub mod validate;
