@@ -11,4 +11,5 @@ pub mod api;
 pub mod cli;
 pub mod render;
 pub mod telemetry;
+pub mod tls;
 pub mod webhook;

@@ -1,0 +1,346 @@
+//! Serving-certificate handling shared by the operator's HTTPS servers (admission webhook, and
+//! any other listener that serves a PEM certificate from disk).
+//!
+//! Certificates are read from a directory of PEM files (the layout of a mounted
+//! `kubernetes.io/tls` Secret) and re-read whenever their contents change, so a certificate
+//! rotated by cert-manager is served from the next TLS handshake on without a restart.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, pki_types::CertificateDer};
+
+/// Why a certificate/key pair could not be loaded or a TLS configuration built.
+///
+/// Messages name files, never their contents: the key file holds a private key.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file that failed.
+        path: PathBuf,
+        /// The underlying IO error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file is not well-formed PEM.
+    #[error("{} is not valid PEM: {source}", path.display())]
+    Pem {
+        /// The file that failed.
+        path: PathBuf,
+        /// The PEM parser's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The certificate file contains no `CERTIFICATE` block.
+    #[error("{} contains no PEM certificate", path.display())]
+    NoCertificate {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The key file contains no private key block.
+    #[error("{} contains no PEM private key", path.display())]
+    NoPrivateKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The key is unsupported or does not belong to the certificate.
+    #[error("{} and {} are not a usable certificate/key pair: {source}", cert.display(), key.display())]
+    KeyPair {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why rustls refused the pair.
+        #[source]
+        source: rustls::Error,
+    },
+    /// rustls refused the server configuration (protocol versions).
+    #[error("cannot build the TLS server configuration: {0}")]
+    Config(#[source] rustls::Error),
+}
+
+/// Where a serving certificate chain and its private key live on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// The files `cert_name` and `key_name` inside `dir` (for a mounted TLS Secret:
+    /// `tls.crt` and `tls.key`).
+    pub fn in_dir(dir: &Path, cert_name: &str, key_name: &str) -> Self {
+        Self {
+            cert: dir.join(cert_name),
+            key: dir.join(key_name),
+        }
+    }
+}
+
+/// The crypto provider all operator TLS uses (ring), chosen explicitly so that no process-wide
+/// default has to be installed.
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Parses a PEM certificate chain and private key into a rustls [`CertifiedKey`], checking that
+/// the key matches the leaf certificate. `files` is only used to name the inputs in errors.
+pub fn parse_certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    files: &CertFiles,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
+    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
+        .collect::<Result<_, _>>()
+        .map_err(|source| TlsError::Pem {
+            path: files.cert.clone(),
+            source,
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: files.cert.clone(),
+        });
+    }
+    let key = rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|source| TlsError::Pem {
+            path: files.key.clone(),
+            source,
+        })?
+        .ok_or_else(|| TlsError::NoPrivateKey {
+            path: files.key.clone(),
+        })?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|source| TlsError::KeyPair {
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+        source,
+    })
+}
+
+/// Reads and parses `files` once.
+pub fn load_certified_key(
+    files: &CertFiles,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
+    let cert_pem = read(&files.cert)?;
+    let key_pem = read(&files.key)?;
+    parse_certified_key(&cert_pem, &key_pem, files, provider)
+}
+
+/// The last successfully loaded pair and the file contents it came from.
+struct Loaded {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    key: Arc<CertifiedKey>,
+}
+
+/// A rustls certificate resolver that serves the pair in [`CertFiles`] and picks up changes to
+/// the files on the next handshake.
+///
+/// The files are compared by content rather than modification time: they are small, handshakes
+/// are rare for an admission webhook, and content comparison cannot miss a rewrite that lands
+/// within the filesystem's timestamp granularity. When the new files do not parse (for example
+/// the certificate was replaced but the key not yet), the previous pair keeps being served and
+/// the next handshake tries again.
+pub struct ReloadingCertResolver {
+    files: CertFiles,
+    provider: Arc<CryptoProvider>,
+    loaded: Mutex<Loaded>,
+}
+
+impl fmt::Debug for ReloadingCertResolver {
+    // Deliberately omits the loaded PEM bytes: one of them is a private key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadingCertResolver")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReloadingCertResolver {
+    /// Loads `files`; fails when they cannot be served now, so a misconfigured server fails at
+    /// start-up instead of on its first request.
+    pub fn new(files: CertFiles, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
+        let cert_pem = read(&files.cert)?;
+        let key_pem = read(&files.key)?;
+        let key = Arc::new(parse_certified_key(&cert_pem, &key_pem, &files, &provider)?);
+        Ok(Self {
+            files,
+            provider,
+            loaded: Mutex::new(Loaded {
+                cert_pem,
+                key_pem,
+                key,
+            }),
+        })
+    }
+
+    /// The files this resolver serves.
+    pub fn files(&self) -> &CertFiles {
+        &self.files
+    }
+
+    /// Re-reads the files and, when they changed and parse, makes them current.
+    /// Returns whether a new pair was loaded. On error the previous pair stays current.
+    pub fn refresh(&self) -> Result<bool, TlsError> {
+        let cert_pem = read(&self.files.cert)?;
+        let key_pem = read(&self.files.key)?;
+        let mut loaded = self
+            .loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if loaded.cert_pem == cert_pem && loaded.key_pem == key_pem {
+            return Ok(false);
+        }
+        let key = parse_certified_key(&cert_pem, &key_pem, &self.files, &self.provider)?;
+        *loaded = Loaded {
+            cert_pem,
+            key_pem,
+            key: Arc::new(key),
+        };
+        Ok(true)
+    }
+
+    /// The pair to serve now, after picking up any change on disk.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        match self.refresh() {
+            Ok(true) => {
+                tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, "serving certificate changed but cannot be loaded; keeping the previous one");
+            }
+        }
+        self.loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .key
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertResolver {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A rustls server configuration serving `files` (reloaded on change), without client
+/// authentication, offering the given ALPN protocols (e.g. `[b"http/1.1".to_vec()]`).
+pub fn reloading_server_config(
+    files: CertFiles,
+    alpn_protocols: Vec<Vec<u8>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = crypto_provider();
+    let resolver = Arc::new(ReloadingCertResolver::new(files, provider.clone())?);
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = alpn_protocols;
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn write_pair(dir: &Path, cert: &str, key: &str) -> CertFiles {
+        std::fs::write(dir.join("tls.crt"), cert).expect("write cert");
+        std::fs::write(dir.join("tls.key"), key).expect("write key");
+        CertFiles::in_dir(dir, "tls.crt", "tls.key")
+    }
+
+    #[test]
+    fn loads_a_matching_pair() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = self_signed("a.example");
+        let files = write_pair(dir.path(), &cert, &key);
+        let loaded = load_certified_key(&files, &crypto_provider()).expect("load");
+        assert_eq!(loaded.cert.len(), 1);
+    }
+
+    #[test]
+    fn rejects_mismatched_key_and_names_files_not_contents() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, _) = self_signed("a.example");
+        let (_, other_key) = self_signed("b.example");
+        let files = write_pair(dir.path(), &cert, &other_key);
+        let error = load_certified_key(&files, &crypto_provider()).expect_err("mismatch");
+        assert!(matches!(error, TlsError::KeyPair { .. }), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("tls.key"), "{message}");
+        assert!(!message.contains("PRIVATE KEY"), "{message}");
+    }
+
+    #[test]
+    fn missing_or_empty_files_are_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = CertFiles::in_dir(dir.path(), "tls.crt", "tls.key");
+        assert!(matches!(
+            load_certified_key(&files, &crypto_provider()),
+            Err(TlsError::Read { .. })
+        ));
+        let (cert, _) = self_signed("a.example");
+        let files = write_pair(dir.path(), &cert, "");
+        assert!(matches!(
+            load_certified_key(&files, &crypto_provider()),
+            Err(TlsError::NoPrivateKey { .. })
+        ));
+        let (_, key) = self_signed("a.example");
+        let files = write_pair(dir.path(), "", &key);
+        assert!(matches!(
+            load_certified_key(&files, &crypto_provider()),
+            Err(TlsError::NoCertificate { .. })
+        ));
+    }
+
+    #[test]
+    fn resolver_picks_up_new_files_and_keeps_old_pair_on_bad_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert1, key1) = self_signed("one.example");
+        let files = write_pair(dir.path(), &cert1, &key1);
+        let resolver = ReloadingCertResolver::new(files, crypto_provider()).expect("resolver");
+        let first = resolver.current();
+        assert!(!resolver.refresh().expect("unchanged"));
+
+        let (cert2, key2) = self_signed("two.example");
+        write_pair(dir.path(), &cert2, &key2);
+        let second = resolver.current();
+        assert_ne!(first.cert, second.cert);
+
+        // Half-rotated: new certificate, old key. The previous good pair keeps being served.
+        let (cert3, _) = self_signed("three.example");
+        std::fs::write(dir.path().join("tls.crt"), cert3).expect("write");
+        assert!(resolver.refresh().is_err());
+        assert_eq!(resolver.current().cert, second.cert);
+        assert!(!format!("{resolver:?}").contains("PRIVATE"));
+    }
+}
