@@ -3,6 +3,7 @@
 //! The shared interface the webhook, the controllers, the chart drift test and the CLI use.
 //! (Kinds are being added; `validate_dynamic` and `crds` cover every kind once they land.)
 
+pub mod duration;
 pub mod validation;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
