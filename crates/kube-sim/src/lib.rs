@@ -1,2 +1,3 @@
 //! Placeholder crate root; filled in by its issue.
 pub mod tls;
+pub mod kubeconfig;
