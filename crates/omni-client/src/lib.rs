@@ -1,1 +1,2 @@
 //! Placeholder crate root; filled in by its issue.
+pub mod template;

@@ -1,0 +1,22 @@
+//! Omni cluster templates: the document model (parse and emit), client-side validation,
+//! translation into Omni resources, and the sync / delete / status operations built on the
+//! COSI State client.
+//!
+//! The pure parts (model, validation, translation, planning) do no I/O besides reading the
+//! files a template refers to, so they can be tested without a server.
+
+mod files;
+mod model;
+mod validate;
+mod yaml;
+
+pub use files::{DurationError, FileError, FileResolver, parse_go_duration};
+pub use model::{
+    BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
+    Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, ParseError, Patch,
+    RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
+};
+pub use validate::{
+    CONTROL_PLANES, RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch,
+    inline_content, is_uuid,
+};
