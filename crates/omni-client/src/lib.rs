@@ -1,2 +1,8 @@
-//! Placeholder crate root; filled in by its issue.
-pub mod template;
+//! Rust SDK for Sidero Omni's gRPC API: service-account authentication (`siderov1` request
+//! signing), the COSI `State` resource API, typed Omni resources and the management API.
+//!
+//! It has no Kubernetes dependency; the operator and the simulator both build on it.
+
+#![warn(missing_docs)]
+
+pub mod proto;
