@@ -143,6 +143,19 @@ impl FileResolver {
                 if candidate.is_absolute() {
                     return Err(FileError::OutsideRoot(path.to_string()));
                 }
+                // Lexical check first so `..` escapes are reported as such even when the
+                // target does not exist; canonicalisation below catches symlinks.
+                let mut depth: i64 = 0;
+                for part in candidate.components() {
+                    match part {
+                        std::path::Component::ParentDir => depth -= 1,
+                        std::path::Component::Normal(_) => depth += 1,
+                        _ => {}
+                    }
+                    if depth < 0 {
+                        return Err(FileError::OutsideRoot(path.to_string()));
+                    }
+                }
                 let root = root.canonicalize().map_err(io)?;
                 let resolved = root.join(candidate).canonicalize().map_err(io)?;
                 if !resolved.starts_with(&root) {

@@ -396,7 +396,8 @@ impl Template {
     /// Parses a multi-document template. Empty documents are skipped; unknown fields are errors.
     pub fn parse(text: &str) -> Result<Template, ParseError> {
         let values: Vec<serde_json::Value> =
-            serde_saphyr::from_multiple(text).map_err(|e| ParseError::Yaml(e.to_string()))?;
+            serde_saphyr::from_multiple_with_options(text, yaml_1_2_options())
+                .map_err(|e| ParseError::Yaml(e.to_string()))?;
         let mut documents = Vec::new();
         for value in values.into_iter().filter(|v| !v.is_null()) {
             let index = documents.len();
@@ -405,7 +406,7 @@ impl Template {
         Ok(Template { documents })
     }
 
-    /// The template as YAML with `indent`-space indentation (the operator renders with 2).
+    /// The template as YAML in the operator's rendering format (2-space indentation).
     pub fn to_yaml(&self) -> String {
         let nodes: Vec<Node> = self.documents.iter().map(document_node).collect();
         yaml::emit_documents(&nodes, 2)
@@ -420,6 +421,14 @@ impl Template {
         let first = clusters.next();
         if clusters.next().is_some() { None } else { first }
     }
+}
+
+/// Decoder options matching Go's YAML reader: only `true`/`false` are booleans, so label
+/// values such as `y` or `on` stay strings.
+pub(crate) fn yaml_1_2_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options
 }
 
 fn parse_document(index: usize, mut value: serde_json::Value) -> Result<Document, ParseError> {

@@ -110,7 +110,7 @@ const FORBIDDEN_PATCH_FIELDS: [&[&str]; 13] = [
 /// Approximates Omni's config-patch check: YAML documents that are mappings and do not set
 /// fields Omni manages. The server re-checks with Talos' real loader.
 pub fn check_config_patch(content: &str) -> Result<(), String> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(content)
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(content, super::model::yaml_1_2_options())
         .map_err(|e| format!("patch is not valid YAML: {e}"))?;
     for doc in docs.iter().filter(|d| !d.is_null()) {
         if !doc.is_object() {
