@@ -1,3 +1,4 @@
 //! Placeholder crate root; filled in by its issue.
 pub mod tls;
 pub mod kubeconfig;
+pub mod rbac;
