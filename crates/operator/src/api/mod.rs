@@ -1,12 +1,36 @@
 //! Custom resource types of `omni.texashpc.com/v1alpha1` and their validation.
 //!
-//! The shared interface the webhook, the controllers, the chart drift test and the CLI use.
-//! (Kinds are being added; `validate_dynamic` and `crds` cover every kind once they land.)
+//! One module per kind holds its types (spec, status, CRD metadata through `kube::CustomResource`)
+//! and a pure `validate(new, old)` implementing the admission rules; the webhook, the controllers
+//! and `omni-operator validate` all call those. This module ties them together: constants,
+//! dynamic validation by kind name, and CRD generation.
 
+pub mod cluster;
+pub mod common;
+pub mod connection;
+pub mod control_plane;
 pub mod duration;
+pub mod helm_release;
+pub mod kubeconfig_export;
+pub mod machine;
+pub mod secret_sync;
 pub mod validation;
+pub mod workers;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+use kube::CustomResourceExt;
+use serde::de::DeserializeOwned;
+
+pub use cluster::OmniCluster;
+pub use connection::OmniConnection;
+pub use control_plane::OmniControlPlane;
+pub use helm_release::OmniHelmRelease;
+pub use kubeconfig_export::OmniKubeconfigExport;
+pub use machine::OmniMachine;
+pub use secret_sync::OmniSecretSync;
+pub use workers::OmniWorkers;
 
 pub use validation::{FieldError, FieldErrorKind, Validation};
 
@@ -50,20 +74,131 @@ pub enum ValidateError {
 /// kind's validation.
 pub fn validate_dynamic(
     kind: &str,
-    _new: &serde_json::Value,
-    _old: Option<&serde_json::Value>,
+    new: &serde_json::Value,
+    old: Option<&serde_json::Value>,
 ) -> Result<Validation, ValidateError> {
-    Err(ValidateError::UnknownKind(kind.to_string()))
+    fn run<T: DeserializeOwned>(
+        kind: &str,
+        new: &serde_json::Value,
+        old: Option<&serde_json::Value>,
+        validate: fn(&T, Option<&T>) -> Validation,
+    ) -> Result<Validation, ValidateError> {
+        let decode = |value: &serde_json::Value| {
+            T::deserialize(value).map_err(|e| ValidateError::Decode {
+                kind: kind.to_string(),
+                message: e.to_string(),
+            })
+        };
+        let new = decode(new)?;
+        let old = old.map(decode).transpose()?;
+        Ok(validate(&new, old.as_ref()))
+    }
+    match kind {
+        "OmniConnection" => run(kind, new, old, connection::validate),
+        "OmniCluster" => run(kind, new, old, cluster::validate),
+        "OmniControlPlane" => run(kind, new, old, control_plane::validate),
+        "OmniWorkers" => run(kind, new, old, workers::validate),
+        "OmniMachine" => run(kind, new, old, machine::validate),
+        "OmniKubeconfigExport" => run(kind, new, old, kubeconfig_export::validate),
+        "OmniHelmRelease" => run(kind, new, old, helm_release::validate),
+        "OmniSecretSync" => run(kind, new, old, secret_sync::validate),
+        other => Err(ValidateError::UnknownKind(other.to_string())),
+    }
 }
 
 /// Every CustomResourceDefinition, in [`KINDS`] order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    Vec::new()
+    let mut crds = vec![
+        OmniConnection::crd(),
+        OmniCluster::crd(),
+        OmniControlPlane::crd(),
+        OmniWorkers::crd(),
+        OmniMachine::crd(),
+        OmniKubeconfigExport::crd(),
+        OmniHelmRelease::crd(),
+        OmniSecretSync::crd(),
+    ];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                // The root title is only the Rust type name; it adds nothing to `kubectl explain`.
+                schema.title = None;
+                tidy_schema(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Normalises a derived schema the way controller-gen output looks: no `nullable` (optional
+/// fields are simply omitted, and nullable would make the API server keep explicit nulls),
+/// and doc-comment line wrapping undone so descriptions read as paragraphs.
+fn tidy_schema(schema: &mut JSONSchemaProps) {
+    schema.nullable = None;
+    if let Some(description) = schema.description.as_mut() {
+        *description = unwrap_paragraphs(description);
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        tidy_schema(child);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => tidy_schema(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(tidy_schema),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(extra)) = schema.additional_properties.as_mut() {
+        tidy_schema(extra);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of]
+        .into_iter()
+        .flatten()
+    {
+        list.iter_mut().for_each(tidy_schema);
+    }
+}
+
+/// Joins lines within a paragraph with spaces, keeping blank-line paragraph breaks.
+fn unwrap_paragraphs(text: &str) -> String {
+    text.split("\n\n")
+        .map(|para| para.lines().map(str::trim).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Why CRD YAML could not be produced.
+#[derive(Debug, thiserror::Error)]
+#[error("serialize CustomResourceDefinition {name} as YAML: {message}")]
+pub struct CrdYamlError {
+    /// CRD name.
+    pub name: String,
+    /// Serializer message.
+    pub message: String,
+}
+
+/// One CRD as a YAML document (what each chart file contains).
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdYamlError> {
+    serde_saphyr::to_string(crd).map_err(|e| CrdYamlError {
+        name: crd.metadata.name.clone().unwrap_or_default(),
+        message: e.to_string(),
+    })
 }
 
 /// The exact text `omni-operator crds` prints: YAML documents separated by `---\n`.
+///
+/// Serialising plain data structures cannot fail in practice; should it ever, the error text
+/// is emitted as a YAML comment so the output is visibly broken rather than silently short.
 pub fn crds_yaml() -> String {
-    String::new()
+    try_crds_yaml().unwrap_or_else(|e| format!("# {e}\n"))
+}
+
+/// [`crds_yaml`] with the serialisation error surfaced.
+pub fn try_crds_yaml() -> Result<String, CrdYamlError> {
+    let docs = crds().iter().map(crd_yaml).collect::<Result<Vec<_>, _>>()?;
+    Ok(docs.join("---\n"))
 }
 
 /// File name of a CRD in `charts/.../crds/`: `omni.texashpc.com_<plural>.yaml`.

@@ -1,0 +1,368 @@
+//! OmniCluster: one Omni cluster, rendered together with its children into an Omni cluster
+//! template and synced through an OmniConnection.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Condition, LocalObjectReference, Patch, conditions_schema, date_time_schema,
+    object_list_schema, validate_patches,
+};
+use super::duration::GoDuration;
+use super::validation::{FieldError, Validation};
+
+/// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
+/// and OmniMachine objects are optional.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "omni.texashpc.com",
+    version = "v1alpha1",
+    kind = "OmniCluster",
+    plural = "omniclusters",
+    singular = "omnicluster",
+    namespaced,
+    status = "OmniClusterStatus",
+    shortname = "ocl",
+    category = "omni",
+    doc = "A Sidero Omni cluster managed through an Omni cluster template.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".status.clusterName"),
+    printcolumn(
+        name = "Kubernetes",
+        type_ = "string",
+        json_path = ".spec.kubernetes.version",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Talos",
+        type_ = "string",
+        json_path = ".spec.talos.version",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(name = "Last Sync", type_ = "date", json_path = ".status.lastSyncTime"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniClusterSpec {
+    /// Labels copied onto the Omni `Cluster` document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations copied onto the Omni `Cluster` document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// OmniConnection (same namespace) used to reach Omni.
+    pub connection_ref: LocalObjectReference,
+    /// Name of the cluster in Omni; defaults to `metadata.name`. Changing it targets a
+    /// different Omni cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub cluster_name: Option<String>,
+    /// Kubernetes version and cluster manifests.
+    pub kubernetes: KubernetesSpec,
+    /// Talos Linux version.
+    pub talos: TalosSpec,
+    /// Optional Omni cluster features.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<ClusterFeatures>,
+    /// Machine-configuration patches applied to every machine of the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<Vec<Patch>>,
+    /// Talos system extensions for every machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_extensions: Option<Vec<String>>,
+    /// Kernel arguments for every machine; only valid when all machine sets list static machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_args: Option<Vec<String>>,
+    /// Directory inside the operator container that file-backed patches and manifests are
+    /// resolved under (they cannot escape it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_root: Option<String>,
+    /// What deleting this object does to the cluster in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_policy: Option<DeletePolicy>,
+    /// How often the template is re-synced to Omni, in Go duration syntax (`5m`, `1h`).
+    #[serde(default = "default_sync_interval")]
+    pub sync_interval: String,
+    /// Stop syncing to Omni while keeping the object, its status and its finalizer.
+    /// Deletion still removes the Omni cluster.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// Default `spec.syncInterval`.
+pub fn default_sync_interval() -> String {
+    "5m".to_string()
+}
+
+/// Interval used when `syncInterval` is zero, negative or unparseable.
+pub const DEFAULT_SYNC_INTERVAL: GoDuration = GoDuration::from_secs(300);
+
+/// Kubernetes settings of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesSpec {
+    /// Kubernetes version, e.g. `v1.35.0`.
+    #[schemars(regex(pattern = r"^v[0-9]+\.[0-9]+\.[0-9]+$"))]
+    pub version: String,
+    /// Manifests Omni applies to the workload cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests: Option<Vec<KubernetesManifest>>,
+}
+
+/// A manifest Omni applies to the workload cluster, inline or from a file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesManifest {
+    /// Unique name of the manifest within the cluster.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// `full` keeps the objects in sync; `one-time` applies them once.
+    #[serde(default)]
+    pub mode: ManifestMode,
+    /// Kubernetes objects, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "object_list_schema")]
+    pub inline: Option<Vec<serde_json::Value>>,
+    /// Path of a manifest file, relative to `spec.templateRoot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// How Omni applies a manifest.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ManifestMode {
+    /// Apply once, then leave alone.
+    #[serde(rename = "one-time")]
+    OneTime,
+    /// Keep in sync.
+    #[default]
+    #[serde(rename = "full")]
+    Full,
+}
+
+impl ManifestMode {
+    /// The wire form (`one-time` / `full`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManifestMode::OneTime => "one-time",
+            ManifestMode::Full => "full",
+        }
+    }
+}
+
+/// Talos settings of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct TalosSpec {
+    /// Talos version, e.g. `v1.13.2`.
+    #[schemars(regex(pattern = r"^v[0-9]+\.[0-9]+\.[0-9]+$"))]
+    pub version: String,
+}
+
+/// Omni cluster features.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterFeatures {
+    /// Expose workload services through Omni's workload proxy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_workload_proxy: bool,
+    /// Use Omni's embedded discovery service.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_embedded_discovery_service: bool,
+    /// Encrypt machine disks with keys held by Omni.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_encryption: bool,
+    /// etcd backups taken by Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_configuration: Option<BackupConfiguration>,
+}
+
+/// etcd backup settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct BackupConfiguration {
+    /// Backup interval in Go duration syntax, passed to Omni as is; `0` disables backups.
+    #[schemars(length(min = 1))]
+    pub interval: String,
+}
+
+/// What happens in Omni when the OmniCluster is deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)",
+    "message": "orphan and destroyMachines cannot both be true",
+}]))]
+pub struct DeletePolicy {
+    /// Keep the cluster in Omni; only the Kubernetes object goes away.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
+    /// When deleting the Omni cluster, also forcibly remove machines that are disconnected.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub destroy_machines: bool,
+}
+
+/// Observed state of an OmniCluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniClusterStatus {
+    /// `metadata.generation` last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Validated` and `Synced`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// OmniConnection used for the last sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_ref: Option<String>,
+    /// Omni endpoint used for the last sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Name of the cluster in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// Lowercase hex SHA-256 of the rendered template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_hash: Option<String>,
+    /// When a sync was last attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_attempt_time: Option<jiff::Timestamp>,
+    /// When a sync last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_sync_time: Option<jiff::Timestamp>,
+    /// Trimmed output of the last sync (at most 4096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_output: Option<String>,
+    /// Trimmed Omni cluster status after the last sync (at most 4096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_output: Option<String>,
+    /// Name of the OmniControlPlane in the rendered template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_ref: Option<String>,
+    /// Names of the OmniWorkers in the rendered template, in template order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers_refs: Vec<String>,
+    /// Names of the OmniMachines in the rendered template, in template order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_refs: Vec<String>,
+}
+
+impl OmniCluster {
+    /// Name of the cluster in Omni: `spec.clusterName` when set, else `metadata.name`.
+    pub fn effective_cluster_name(&self) -> String {
+        match self.spec.cluster_name.as_deref() {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => self.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The resync interval: `spec.syncInterval` when it parses and is positive, otherwise 5m.
+    pub fn sync_interval(&self) -> GoDuration {
+        match GoDuration::parse(&self.spec.sync_interval) {
+            Ok(d) if d.is_positive() => d,
+            _ => DEFAULT_SYNC_INTERVAL,
+        }
+    }
+
+    /// Whether deletion should leave the Omni cluster in place.
+    pub fn orphan_on_delete(&self) -> bool {
+        self.spec.delete_policy.as_ref().is_some_and(|p| p.orphan)
+    }
+
+    /// Whether deletion should destroy disconnected machines.
+    pub fn destroy_machines_on_delete(&self) -> bool {
+        self.spec
+            .delete_policy
+            .as_ref()
+            .is_some_and(|p| p.destroy_machines)
+    }
+}
+
+/// Builds the "must be a duration" error used for every duration field.
+pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError {
+    FieldError::invalid(
+        path,
+        value,
+        format!("{field} must be a duration such as 24h, 1h30m or 90s"),
+    )
+}
+
+/// Admission rules for OmniCluster (create and update alike).
+pub fn validate(new: &OmniCluster, _old: Option<&OmniCluster>) -> Validation {
+    let mut v = Validation::new();
+    let spec = &new.spec;
+    if let Some(policy) = &spec.delete_policy
+        && policy.orphan
+        && policy.destroy_machines
+    {
+        v.push(FieldError::invalid(
+            "spec.deletePolicy",
+            "orphan: true, destroyMachines: true",
+            "orphan and destroyMachines cannot both be true",
+        ));
+    }
+    match GoDuration::parse(&spec.sync_interval) {
+        Ok(d) if d.is_negative() => v.push(FieldError::invalid(
+            "spec.syncInterval",
+            &spec.sync_interval,
+            "syncInterval must not be negative",
+        )),
+        Ok(_) => {}
+        Err(_) => v.push(duration_error(
+            "spec.syncInterval",
+            "syncInterval",
+            &spec.sync_interval,
+        )),
+    }
+    validate_patches(spec.patches.as_deref(), "spec.patches", &mut v);
+    for (i, manifest) in spec
+        .kubernetes
+        .manifests
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let path = format!("spec.kubernetes.manifests[{i}]");
+        let has_file = manifest.file.as_deref().is_some_and(|f| !f.is_empty());
+        let has_inline = manifest
+            .inline
+            .as_ref()
+            .is_some_and(|items| !items.is_empty());
+        match (has_file, has_inline) {
+            (false, false) => v.push(FieldError::required(
+                path,
+                "manifest requires exactly one of file or inline",
+            )),
+            (true, true) => v.push(FieldError::invalid(
+                path,
+                manifest.file.as_deref().unwrap_or_default(),
+                "manifest must not set both file and inline",
+            )),
+            _ => {}
+        }
+    }
+    if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
+        v.warn(
+            "cluster-level kernelArgs are valid only when every machine set uses static machines instead of machineClass",
+        );
+    }
+    v
+}

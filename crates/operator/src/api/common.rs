@@ -1,0 +1,470 @@
+//! Types shared by several kinds: references, patches, machine-set fields, conditions, and the
+//! schema helpers that keep every generated CRD schema structural.
+
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use super::validation::{FieldError, Validation};
+
+/// Reference to another object of this API in the same namespace, by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct LocalObjectReference {
+    /// Name of the referenced object (same namespace).
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// Reference to a key in a Secret in the same namespace, where the key defaults to
+/// `serviceAccountKey`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ServiceAccountSecretRef {
+    /// Name of the Secret holding the Omni service-account key.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Key within the Secret whose value is the base64 service-account key.
+    #[serde(default = "default_service_account_key")]
+    pub key: String,
+}
+
+/// Default key of the Omni service-account Secret.
+pub fn default_service_account_key() -> String {
+    "serviceAccountKey".to_string()
+}
+
+/// Reference to a kubeconfig stored in a Secret in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct KubeconfigSecretRef {
+    /// Name of the Secret holding a workload-cluster kubeconfig.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Key within the Secret whose value is the kubeconfig.
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// Default Secret key for kubeconfigs.
+pub fn default_kubeconfig_key() -> String {
+    "kubeconfig".to_string()
+}
+
+/// A Talos machine-configuration patch, taken either from a file under the cluster's
+/// `templateRoot` or inline.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Patch {
+    /// Path of a patch file, relative to the OmniCluster's `spec.templateRoot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Name of the patch in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Overrides the ID Omni derives for the patch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_override: Option<String>,
+    /// Labels for the patch resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the patch resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// The patch itself: a Talos strategic-merge machine-configuration document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json_schema")]
+    pub inline: Option<serde_json::Value>,
+}
+
+/// Machine-class based allocation of a machine set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct MachineClass {
+    /// Name of the Omni machine class.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Number of machines: a positive count, or `unlimited` (also `infinity` or `∞`).
+    pub size: MachineClassSize,
+}
+
+/// An integer count or a keyword; serialised as whichever the user wrote.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum MachineClassSize {
+    /// A machine count.
+    Count(i64),
+    /// A keyword such as `unlimited`.
+    Keyword(String),
+}
+
+impl JsonSchema for MachineClassSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MachineClassSize".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "x-kubernetes-int-or-string": true })
+    }
+}
+
+/// Keywords Omni accepts for an unbounded machine-class size.
+pub const UNLIMITED_SIZES: [&str; 3] = ["unlimited", "infinity", "∞"];
+
+/// Fields shared by OmniControlPlane and OmniWorkers (a machine set): exactly one of `machines`
+/// or `machineClass`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSetFields {
+    /// Labels for the machine set in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the machine set in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Omni machine IDs (UUIDs) assigned statically to this set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub machines: Option<Vec<String>>,
+    /// Allocate machines from an Omni machine class instead of listing them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_class: Option<MachineClass>,
+    /// Machine-configuration patches for every machine in the set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<Vec<Patch>>,
+    /// Talos system extensions to install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_extensions: Option<Vec<String>>,
+    /// Extra kernel arguments (static machine sets only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_args: Option<Vec<String>>,
+}
+
+/// The CEL rule both machine-set kinds carry on `spec`.
+pub const MACHINE_SET_CEL_RULE: &str = "has(self.machines) != has(self.machineClass)";
+/// Message of [`MACHINE_SET_CEL_RULE`].
+pub const MACHINE_SET_CEL_MESSAGE: &str = "exactly one of machines or machineClass is required";
+
+/// Status of a condition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Not known yet.
+    Unknown,
+}
+
+/// One aspect of an object's state, in the shape of Kubernetes' `metav1.Condition`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    /// `metadata.generation` the condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+    /// When `status` last changed.
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_transition_time: jiff::Timestamp,
+    /// Machine-readable CamelCase reason for the last transition.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reason: String,
+    /// Human-readable details.
+    #[schemars(length(max = 32768))]
+    pub message: String,
+}
+
+/// Condition type strings used across the API.
+pub mod condition_types {
+    /// Overall readiness.
+    pub const READY: &str = "Ready";
+    /// The object cannot make progress without intervention.
+    pub const STALLED: &str = "Stalled";
+    /// Omni answered.
+    pub const REACHABLE: &str = "Reachable";
+    /// A child found its parent cluster.
+    pub const ACCEPTED: &str = "Accepted";
+    /// Declared for completeness; not set by controllers.
+    pub const RENDERED: &str = "Rendered";
+    /// The rendered template passed validation.
+    pub const VALIDATED: &str = "Validated";
+    /// Desired state was written to its destination.
+    pub const SYNCED: &str = "Synced";
+    /// A kubeconfig was exported.
+    pub const EXPORTED: &str = "Exported";
+    /// A Helm release was installed or upgraded.
+    pub const RELEASED: &str = "Released";
+}
+
+/// Condition reason strings used across the API.
+pub mod reasons {
+    #![allow(missing_docs)]
+    pub const ACCEPTED: &str = "Accepted";
+    pub const CONNECTION_READY: &str = "ConnectionReady";
+    pub const CONNECTION_FAILED: &str = "ConnectionFailed";
+    pub const DELETE_FAILED: &str = "DeleteFailed";
+    pub const DELETING: &str = "Deleting";
+    pub const EXPORTED: &str = "Exported";
+    pub const EXPORT_FAILED: &str = "ExportFailed";
+    pub const MISSING_CLUSTER: &str = "MissingCluster";
+    pub const MISSING_CONNECTION: &str = "MissingConnection";
+    pub const MISSING_SECRET: &str = "MissingSecret";
+    pub const MISSING_TEMPLATE: &str = "MissingTemplate";
+    pub const HELM_INSTALLED: &str = "HelmInstalled";
+    pub const HELM_UNINSTALLED: &str = "HelmUninstalled";
+    pub const HELM_UPGRADED: &str = "HelmUpgraded";
+    pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+    pub const RENDERED: &str = "Rendered";
+    pub const RENDER_FAILED: &str = "RenderFailed";
+    pub const STATUS_FAILED: &str = "StatusFailed";
+    pub const SUSPENDED: &str = "Suspended";
+    pub const SYNC_FAILED: &str = "SyncFailed";
+    pub const SYNCED: &str = "Synced";
+    pub const VALIDATED: &str = "Validated";
+    pub const VALIDATION_FAILED: &str = "ValidationFailed";
+}
+
+/// Schema for a condition list: a list-map keyed by `type`, so server-side apply merges by type.
+pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    let item = generator.subschema_for::<Condition>();
+    json_schema!({
+        "type": "array",
+        "items": item,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    })
+}
+
+/// Schema for an RFC 3339 timestamp.
+pub fn date_time_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "format": "date-time" })
+}
+
+/// Schema for arbitrary JSON kept verbatim by the API server.
+pub fn any_json_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// Schema for a list of arbitrary JSON objects kept verbatim by the API server.
+pub fn object_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+    })
+}
+
+/// Schema for a string list with set semantics (the API server rejects duplicates).
+pub fn string_set_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": { "type": "string" },
+        "minItems": 1,
+        "x-kubernetes-list-type": "set",
+    })
+}
+
+/// Schema for a `Delete`/`Orphan` policy string.
+pub fn delete_orphan_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ["Delete", "Orphan"] })
+}
+
+/// What happens to an external object when the custom resource that manages it is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Delete the external object (only if this resource owns it).
+    Delete,
+    /// Leave the external object in place.
+    Orphan,
+}
+
+impl DeletionPolicy {
+    /// Accepted spellings.
+    pub const VALUES: [&'static str; 2] = ["Delete", "Orphan"];
+
+    /// Parses the exact spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Delete" => Some(Self::Delete),
+            "Orphan" => Some(Self::Orphan),
+            _ => None,
+        }
+    }
+}
+
+/// Checks a required `Delete`/`Orphan` field at `spec.deletionPolicy`.
+pub fn validate_delete_orphan(value: &str, out: &mut Validation) {
+    if value.is_empty() {
+        out.push(FieldError::required(
+            "spec.deletionPolicy",
+            "deletionPolicy is required",
+        ));
+    } else if DeletionPolicy::parse(value).is_none() {
+        out.push(FieldError::not_supported(
+            "spec.deletionPolicy",
+            value,
+            &DeletionPolicy::VALUES,
+        ));
+    }
+}
+
+/// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
+pub fn is_blank(s: &str) -> bool {
+    s.trim().is_empty()
+}
+
+/// Checks the patch rule shared by clusters, machine sets and machines: exactly one of `file`
+/// or `inline` per patch. `base` is the list path, e.g. `spec.patches`.
+pub fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validation) {
+    for (i, patch) in patches.unwrap_or_default().iter().enumerate() {
+        let path = format!("{base}[{i}]");
+        let has_file = patch.file.as_deref().is_some_and(|f| !f.is_empty());
+        // `inline: null` decodes to None, matching the original's "present with non-empty raw JSON".
+        let has_inline = patch.inline.is_some();
+        match (has_file, has_inline) {
+            (false, false) => out.push(FieldError::required(
+                path,
+                "patch requires exactly one of file or inline",
+            )),
+            (true, true) => out.push(FieldError::invalid(
+                path,
+                patch.file.as_deref().unwrap_or_default(),
+                "patch must not set both file and inline",
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Machine-set rules shared by OmniControlPlane and OmniWorkers (paths under `spec`).
+pub fn validate_machine_set(fields: &MachineSetFields, out: &mut Validation) {
+    if let Some(class) = &fields.machine_class {
+        match &class.size {
+            MachineClassSize::Count(n) if *n <= 0 => out.push(FieldError::invalid(
+                "spec.machineClass.size",
+                n.to_string(),
+                "machineClass size must be greater than zero",
+            )),
+            MachineClassSize::Keyword(k) if !UNLIMITED_SIZES.contains(&k.as_str()) => out.push(
+                FieldError::not_supported("spec.machineClass.size", k, &UNLIMITED_SIZES),
+            ),
+            _ => {}
+        }
+    }
+    let machines = fields.machines.as_deref().unwrap_or_default();
+    for (i, id) in machines.iter().enumerate() {
+        let path = format!("spec.machines[{i}]");
+        if !is_uuid(id) {
+            out.push(FieldError::invalid(&path, id, "machine ID must be a UUID"));
+        }
+        if machines.iter().filter(|other| *other == id).count() > 1 {
+            out.push(FieldError::duplicate(&path, id));
+        }
+    }
+    validate_patches(fields.patches.as_deref(), "spec.patches", out);
+    if fields.machine_class.is_some()
+        && let Some(args) = fields.kernel_args.as_ref().filter(|a| !a.is_empty())
+    {
+        out.push(FieldError::invalid(
+            "spec.kernelArgs",
+            args.join(" "),
+            "kernelArgs are supported only for static machine sets",
+        ));
+    }
+}
+
+/// Whether `s` parses as a UUID the way Go's `uuid.Parse` accepts it: canonical 36-character
+/// form, `urn:uuid:` prefix, braces, or 32 bare hex digits.
+pub fn is_uuid(s: &str) -> bool {
+    let canonical = |s: &str| -> bool {
+        let b = s.as_bytes();
+        b.len() == 36
+            && b.iter().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    match s.len() {
+        36 => canonical(s),
+        45 => {
+            s.get(..9)
+                .is_some_and(|p| p.eq_ignore_ascii_case("urn:uuid:"))
+                && s.get(9..).is_some_and(canonical)
+        }
+        38 => s.starts_with('{') && s.ends_with('}') && s.get(1..37).is_some_and(canonical),
+        32 => s.bytes().all(|c| c.is_ascii_hexdigit()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_forms_accepted_by_go() {
+        assert!(is_uuid("11111111-1111-4111-8111-111111111111"));
+        assert!(is_uuid("urn:uuid:11111111-1111-4111-8111-111111111111"));
+        assert!(is_uuid("URN:UUID:11111111-1111-4111-8111-111111111111"));
+        assert!(is_uuid("{11111111-1111-4111-8111-111111111111}"));
+        assert!(is_uuid("11111111111141118111111111111111"));
+        assert!(is_uuid("ABCDEFAB-1111-4111-8111-111111111111"));
+        assert!(!is_uuid("machine-1"));
+        assert!(!is_uuid(""));
+        assert!(!is_uuid("11111111-1111-4111-8111-11111111111g"));
+        assert!(!is_uuid("11111111_1111_4111_8111_111111111111"));
+        assert!(!is_uuid("(11111111-1111-4111-8111-111111111111)"));
+    }
+
+    #[test]
+    fn machine_class_size_keeps_int_or_string() {
+        let n: MachineClassSize = serde_json::from_str("3").unwrap();
+        assert_eq!(n, MachineClassSize::Count(3));
+        let s: MachineClassSize = serde_json::from_str("\"unlimited\"").unwrap();
+        assert_eq!(s, MachineClassSize::Keyword("unlimited".into()));
+        assert_eq!(serde_json::to_string(&n).unwrap(), "3");
+    }
+
+    #[test]
+    fn patch_rule() {
+        let mut v = Validation::new();
+        let patches = vec![
+            Patch {
+                file: Some("a.yaml".into()),
+                ..Default::default()
+            },
+            Patch::default(),
+            Patch {
+                file: Some("a.yaml".into()),
+                inline: Some(serde_json::json!({})),
+                ..Default::default()
+            },
+            Patch {
+                inline: Some(serde_json::json!({"machine": {}})),
+                ..Default::default()
+            },
+            Patch {
+                file: Some(String::new()),
+                ..Default::default()
+            },
+        ];
+        validate_patches(Some(&patches), "spec.patches", &mut v);
+        let got: Vec<String> = v.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            vec![
+                "spec.patches[1]: Required value: patch requires exactly one of file or inline".to_string(),
+                "spec.patches[2]: Invalid value: \"a.yaml\": patch must not set both file and inline".to_string(),
+                "spec.patches[4]: Required value: patch requires exactly one of file or inline".to_string(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,434 @@
+//! OmniHelmRelease: a Helm release installed directly into a workload cluster through an
+//! explicitly named kubeconfig Secret.
+
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use super::cluster::duration_error;
+use super::common::{
+    Condition, KubeconfigSecretRef, LocalObjectReference, any_json_schema, conditions_schema,
+    date_time_schema, is_blank,
+};
+use super::duration::GoDuration;
+use super::validation::{FieldError, Validation};
+
+/// Desired state of an OmniHelmRelease.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "omni.texashpc.com",
+    version = "v1alpha1",
+    kind = "OmniHelmRelease",
+    plural = "omnihelmreleases",
+    singular = "omnihelmrelease",
+    namespaced,
+    status = "OmniHelmReleaseStatus",
+    shortname = "ohr",
+    category = "omni",
+    doc = "A Helm release reconciled directly in a workload cluster, using a kubeconfig Secret named explicitly.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(name = "Chart", type_ = "string", json_path = ".spec.chart.chart"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.chartVersion"),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.releaseRevision"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.releaseStatus",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniHelmReleaseSpec {
+    /// The OmniCluster (same namespace) the release belongs to; the release waits until it exists.
+    pub cluster_ref: LocalObjectReference,
+    /// Secret (same namespace) with the workload-cluster kubeconfig Helm uses, typically
+    /// written by an OmniKubeconfigExport.
+    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// Helm release name; defaults to `metadata.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub release_name: Option<String>,
+    /// Workload-cluster namespace of the release.
+    #[serde(default = "default_release_namespace")]
+    #[schemars(length(min = 1))]
+    pub namespace: String,
+    /// Which chart to install.
+    pub chart: HelmChart,
+    /// Create the release namespace on install when it is missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_namespace: bool,
+    /// Wait until the release's resources are ready (otherwise only hooks are waited for).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait: bool,
+    /// Also wait for Jobs to complete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait_for_jobs: bool,
+    /// Time limit of each Helm operation, in Go duration syntax.
+    #[serde(default = "default_timeout")]
+    pub timeout: String,
+    /// Roll back a failed install or upgrade (and clean up resources created by a failed upgrade).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic: bool,
+    /// Skip chart hooks on install, upgrade and uninstall.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_hooks: bool,
+    /// Do not install the chart's CRDs.
+    #[serde(
+        default,
+        rename = "skipCRDs",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub skip_crds: bool,
+    /// Revisions kept per release on upgrade; 0 keeps Helm's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_history: Option<i64>,
+    /// `Uninstall` removes the release when this object is deleted; `Orphan` leaves it running.
+    #[serde(default = "default_helm_deletion_policy")]
+    #[schemars(schema_with = "uninstall_orphan_schema")]
+    pub deletion_policy: String,
+}
+
+/// The chart to install.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct HelmChart {
+    /// HTTP(S) chart repository URL; required but ignored when `chart` is an `oci://` reference.
+    #[schemars(length(min = 1))]
+    pub repository: String,
+    /// Chart name in the repository, or a full `oci://` reference.
+    #[schemars(length(min = 1))]
+    pub chart: String,
+    /// Chart version.
+    #[schemars(length(min = 1))]
+    pub version: String,
+    /// Values passed to the chart; must be an object.
+    #[serde(default = "empty_object")]
+    #[schemars(schema_with = "any_json_schema")]
+    pub values: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+/// Default workload namespace of a release.
+pub fn default_release_namespace() -> String {
+    "default".to_string()
+}
+
+/// Default `spec.timeout`.
+pub fn default_timeout() -> String {
+    "5m".to_string()
+}
+
+/// Default `spec.deletionPolicy`.
+pub fn default_helm_deletion_policy() -> String {
+    HelmDeletionPolicy::Uninstall.as_str().to_string()
+}
+
+fn uninstall_orphan_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ["Uninstall", "Orphan"] })
+}
+
+/// What deleting an OmniHelmRelease does to the release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmDeletionPolicy {
+    /// Run `helm uninstall`.
+    Uninstall,
+    /// Leave the release in the workload cluster.
+    Orphan,
+}
+
+impl HelmDeletionPolicy {
+    /// Accepted spellings.
+    pub const VALUES: [&'static str; 2] = ["Uninstall", "Orphan"];
+
+    /// Parses a policy; empty means `Uninstall`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "" | "Uninstall" => Some(Self::Uninstall),
+            "Orphan" => Some(Self::Orphan),
+            _ => None,
+        }
+    }
+
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Uninstall => "Uninstall",
+            Self::Orphan => "Orphan",
+        }
+    }
+}
+
+/// Observed state of an OmniHelmRelease.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniHelmReleaseStatus {
+    /// `metadata.generation` last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`, `Released` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Name of the referenced OmniCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ref: Option<String>,
+    /// Name of the kubeconfig Secret used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<String>,
+    /// Key of the kubeconfig in that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_key: Option<String>,
+    /// Helm release name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_name: Option<String>,
+    /// Workload namespace of the release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Chart name or reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<String>,
+    /// Chart version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_version: Option<String>,
+    /// Helm revision after the last action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_revision: Option<i64>,
+    /// Helm's release status, e.g. `deployed`, `failed`, `uninstalled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_status: Option<String>,
+    /// `Install`, `Upgrade` or `Uninstall`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<String>,
+    /// When Helm was last run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_attempt_time: Option<jiff::Timestamp>,
+    /// When Helm last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_success_time: Option<jiff::Timestamp>,
+    /// Error of the last attempt; empty after a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl OmniHelmRelease {
+    /// Helm release name: `spec.releaseName` when set, else `metadata.name`.
+    pub fn effective_release_name(&self) -> String {
+        match self.spec.release_name.as_deref() {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => self.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Parsed `spec.timeout`.
+    pub fn timeout(&self) -> Result<GoDuration, super::duration::DurationError> {
+        GoDuration::parse(&self.spec.timeout)
+    }
+
+    /// Parsed `spec.deletionPolicy`.
+    pub fn deletion_policy(&self) -> Option<HelmDeletionPolicy> {
+        HelmDeletionPolicy::parse(&self.spec.deletion_policy)
+    }
+
+    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
+    /// condition, or `None` when the spec is usable.
+    pub fn spec_problem(&self) -> Option<String> {
+        let spec = &self.spec;
+        let problem = if is_blank(&spec.cluster_ref.name) {
+            "clusterRef.name is required".to_string()
+        } else if is_blank(&spec.kubeconfig_secret_ref.name) {
+            "kubeconfigSecretRef.name is required".to_string()
+        } else if is_blank(&spec.kubeconfig_secret_ref.key) {
+            "kubeconfigSecretRef.key must not be blank".to_string()
+        } else if is_blank(&self.effective_release_name()) {
+            "releaseName is required".to_string()
+        } else if is_blank(&spec.namespace) {
+            "namespace is required".to_string()
+        } else if is_blank(&spec.chart.repository) {
+            "chart.repository is required".to_string()
+        } else if is_blank(&spec.chart.chart) {
+            "chart.chart is required".to_string()
+        } else if is_blank(&spec.chart.version) {
+            "chart.version is required".to_string()
+        } else {
+            match self.timeout() {
+                Err(_) => duration_error("spec.timeout", "timeout", &spec.timeout).detail,
+                Ok(t) if !t.is_positive() => "timeout must be greater than zero".to_string(),
+                _ if spec.max_history.is_some_and(|h| h < 0) => {
+                    "maxHistory must not be negative".to_string()
+                }
+                _ if self.deletion_policy().is_none() => {
+                    "deletionPolicy must be Uninstall or Orphan".to_string()
+                }
+                _ if !spec.chart.values.is_object() => VALUES_NOT_OBJECT.to_string(),
+                _ => return None,
+            }
+        };
+        Some(problem)
+    }
+}
+
+const VALUES_NOT_OBJECT: &str = "helm release values must be a JSON object";
+
+/// Whether `s` is an absolute URL with a scheme and a host, e.g. `https://charts.example.com/x`.
+pub fn is_absolute_url(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return false;
+    };
+    let scheme_ok = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    scheme_ok && !host.is_empty() && !host.chars().any(char::is_whitespace)
+}
+
+/// Admission rules for OmniHelmRelease (create and update alike).
+pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Validation {
+    let mut v = Validation::new();
+    let spec = &new.spec;
+    if is_blank(&spec.cluster_ref.name) {
+        v.push(FieldError::required(
+            "spec.clusterRef.name",
+            "clusterRef.name is required",
+        ));
+    }
+    if is_blank(&spec.kubeconfig_secret_ref.name) {
+        v.push(FieldError::required(
+            "spec.kubeconfigSecretRef.name",
+            "kubeconfig Secret name is required",
+        ));
+    }
+    if is_blank(&spec.kubeconfig_secret_ref.key) {
+        v.push(FieldError::required(
+            "spec.kubeconfigSecretRef.key",
+            "kubeconfig Secret key must not be blank",
+        ));
+    }
+    if let Some(name) = spec.release_name.as_deref()
+        && name.trim() != name
+    {
+        v.push(FieldError::invalid(
+            "spec.releaseName",
+            name,
+            "releaseName must not include leading or trailing whitespace",
+        ));
+    }
+    if spec.namespace.trim() != spec.namespace {
+        v.push(FieldError::invalid(
+            "spec.namespace",
+            &spec.namespace,
+            "namespace must not include leading or trailing whitespace",
+        ));
+    }
+    if is_blank(&spec.chart.repository) {
+        v.push(FieldError::required(
+            "spec.chart.repository",
+            "chart.repository is required",
+        ));
+    } else if !is_absolute_url(spec.chart.repository.trim()) {
+        v.push(FieldError::invalid(
+            "spec.chart.repository",
+            &spec.chart.repository,
+            "chart.repository must be an absolute URL",
+        ));
+    }
+    if is_blank(&spec.chart.chart) {
+        v.push(FieldError::required(
+            "spec.chart.chart",
+            "chart.chart is required",
+        ));
+    }
+    if is_blank(&spec.chart.version) {
+        v.push(FieldError::required(
+            "spec.chart.version",
+            "chart.version is required",
+        ));
+    }
+    match GoDuration::parse(&spec.timeout) {
+        Ok(t) if !t.is_positive() => v.push(FieldError::invalid(
+            "spec.timeout",
+            &spec.timeout,
+            "timeout must be greater than zero",
+        )),
+        Ok(_) => {}
+        Err(_) => v.push(duration_error("spec.timeout", "timeout", &spec.timeout)),
+    }
+    if let Some(h) = spec.max_history
+        && h < 0
+    {
+        v.push(FieldError::invalid(
+            "spec.maxHistory",
+            h.to_string(),
+            "maxHistory must not be negative",
+        ));
+    }
+    if HelmDeletionPolicy::parse(&spec.deletion_policy).is_none() {
+        v.push(FieldError::not_supported(
+            "spec.deletionPolicy",
+            &spec.deletion_policy,
+            &HelmDeletionPolicy::VALUES,
+        ));
+    }
+    if !spec.chart.values.is_object() {
+        v.push(FieldError::invalid(
+            "spec.chart.values",
+            spec.chart.values.to_string(),
+            VALUES_NOT_OBJECT,
+        ));
+    }
+    if !spec.kubeconfig_secret_ref.name.is_empty() {
+        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_absolute_url;
+
+    #[test]
+    fn absolute_urls() {
+        assert!(is_absolute_url(
+            "https://kubernetes-sigs.github.io/metrics-server/"
+        ));
+        assert!(is_absolute_url("http://127.0.0.1:8080"));
+        assert!(is_absolute_url("oci://ghcr.io/charts"));
+        assert!(!is_absolute_url("charts.example.com"));
+        assert!(!is_absolute_url("/charts"));
+        assert!(!is_absolute_url("https://"));
+        assert!(!is_absolute_url("://host"));
+        assert!(!is_absolute_url("1http://host"));
+    }
+}

@@ -1,0 +1,386 @@
+//! OmniKubeconfigExport: a scoped, rotating workload-cluster kubeconfig exported from Omni into
+//! a Secret of the management cluster.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::cluster::duration_error;
+use super::common::{
+    Condition, DeletionPolicy, LocalObjectReference, conditions_schema, date_time_schema,
+    default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
+    validate_delete_orphan,
+};
+use super::duration::GoDuration;
+use super::validation::{FieldError, Validation};
+
+/// Group that grants cluster-admin in the workload cluster.
+pub const CLUSTER_ADMIN_GROUP: &str = "system:masters";
+
+/// Desired state of an OmniKubeconfigExport: which cluster, which identity, how long the
+/// credential lives and where it is written.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "omni.texashpc.com",
+    version = "v1alpha1",
+    kind = "OmniKubeconfigExport",
+    plural = "omnikubeconfigexports",
+    singular = "omnikubeconfigexport",
+    namespaced,
+    status = "OmniKubeconfigExportStatus",
+    shortname = "okx",
+    category = "omni",
+    doc = "Exports a service-account kubeconfig for an Omni cluster into a Secret and rotates it before it expires.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(
+        name = "Secret",
+        type_ = "string",
+        json_path = ".status.targetSecretRef"
+    ),
+    printcolumn(name = "Expires", type_ = "date", json_path = ".status.expirationTime"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniKubeconfigExportSpec {
+    /// The OmniCluster (same namespace) to export a kubeconfig for.
+    pub cluster_ref: LocalObjectReference,
+    /// Secret the kubeconfig is written to.
+    pub target_secret_ref: TargetSecretRef,
+    /// Identity embedded in the kubeconfig.
+    pub service_account: ExportServiceAccount,
+    /// Namespace set on the kubeconfig's current context; Omni's choice is kept when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub context_namespace: Option<String>,
+    /// Lifetime of each exported kubeconfig, in Go duration syntax (`24h`).
+    pub ttl: String,
+    /// Rotate this long before expiry (`4h`); must be shorter than `ttl`. Without it the
+    /// kubeconfig is rotated when it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<String>,
+    /// `Delete` removes the Secret (if this export owns it) when the export is deleted;
+    /// `Orphan` keeps it.
+    #[schemars(schema_with = "delete_orphan_schema")]
+    pub deletion_policy: String,
+}
+
+/// Where the exported kubeconfig is stored.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct TargetSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Namespace of the Secret; defaults to the export's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: Option<String>,
+    /// Data key holding the kubeconfig.
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// The Omni service account the kubeconfig authenticates as.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportServiceAccount {
+    /// User name presented to the workload API server.
+    #[schemars(length(min = 1))]
+    pub user: String,
+    /// Groups presented to the workload API server (at least one, no duplicates). Bind RBAC
+    /// to them in the workload cluster; the operator creates none.
+    #[schemars(schema_with = "string_set_schema")]
+    pub groups: Vec<String>,
+    /// Must be true to export a kubeconfig with the `system:masters` group.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_cluster_admin: bool,
+}
+
+/// Observed state of an OmniKubeconfigExport.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniKubeconfigExportStatus {
+    /// `metadata.generation` last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`, `Exported` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// OmniConnection used to reach Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_ref: Option<String>,
+    /// Omni endpoint used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Name of the referenced OmniCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ref: Option<String>,
+    /// Name of the cluster in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// Name of the Secret holding the kubeconfig.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_secret_ref: Option<String>,
+    /// Namespace of that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_secret_namespace: Option<String>,
+    /// Data key of the kubeconfig in that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_secret_key: Option<String>,
+    /// User embedded in the kubeconfig.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_user: Option<String>,
+    /// Groups embedded in the kubeconfig.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_account_groups: Vec<String>,
+    /// Lowercase hex SHA-256 of the kubeconfig stored in the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_hash: Option<String>,
+    /// When the exported kubeconfig expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub expiration_time: Option<jiff::Timestamp>,
+    /// When the next rotation is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub next_rotation_time: Option<jiff::Timestamp>,
+    /// When the kubeconfig was last exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_rotation_time: Option<jiff::Timestamp>,
+}
+
+impl OmniKubeconfigExport {
+    /// Namespace of the target Secret: `spec.targetSecretRef.namespace`, else the export's own.
+    pub fn effective_target_namespace(&self) -> String {
+        match self.spec.target_secret_ref.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() => ns.to_string(),
+            _ => self.metadata.namespace.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Data key of the target Secret (`kubeconfig` when blank).
+    pub fn effective_target_key(&self) -> String {
+        let key = self.spec.target_secret_ref.key.trim();
+        if key.is_empty() {
+            default_kubeconfig_key()
+        } else {
+            key.to_string()
+        }
+    }
+
+    /// Parsed `spec.ttl`.
+    pub fn ttl(&self) -> Result<GoDuration, super::duration::DurationError> {
+        GoDuration::parse(&self.spec.ttl)
+    }
+
+    /// Parsed `spec.renewBefore`; `Ok(None)` when unset or empty.
+    pub fn renew_before(&self) -> Result<Option<GoDuration>, super::duration::DurationError> {
+        match self.spec.renew_before.as_deref() {
+            None | Some("") => Ok(None),
+            Some(s) => GoDuration::parse(s).map(Some),
+        }
+    }
+
+    /// Parsed `spec.deletionPolicy`.
+    pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
+        DeletionPolicy::parse(&self.spec.deletion_policy)
+    }
+
+    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
+    /// condition, or `None` when the spec is usable.
+    pub fn spec_problem(&self) -> Option<String> {
+        let spec = &self.spec;
+        let sa = &spec.service_account;
+        let problem = if is_blank(&spec.cluster_ref.name) {
+            "clusterRef.name is required".to_string()
+        } else if is_blank(&spec.target_secret_ref.name) {
+            "targetSecretRef.name is required".to_string()
+        } else if spec
+            .target_secret_ref
+            .namespace
+            .as_deref()
+            .is_some_and(is_blank)
+        {
+            "targetSecretRef.namespace is required when set".to_string()
+        } else if is_blank(&spec.target_secret_ref.key) {
+            "targetSecretRef.key is required".to_string()
+        } else if is_blank(&sa.user) {
+            "serviceAccount.user is required".to_string()
+        } else if sa.groups.is_empty() {
+            "serviceAccount.groups requires at least one group".to_string()
+        } else if sa.groups.iter().any(|g| is_blank(g)) {
+            "serviceAccount.groups must not contain blank values".to_string()
+        } else if !sa.allow_cluster_admin
+            && sa.groups.iter().any(|g| g.trim() == CLUSTER_ADMIN_GROUP)
+        {
+            "system:masters requires serviceAccount.allowClusterAdmin: true".to_string()
+        } else {
+            match (self.ttl(), self.renew_before()) {
+                (Err(_), _) => duration_error("spec.ttl", "ttl", &spec.ttl).detail,
+                (_, Err(_)) => {
+                    duration_error(
+                        "spec.renewBefore",
+                        "renewBefore",
+                        spec.renew_before.as_deref().unwrap_or_default(),
+                    )
+                    .detail
+                }
+                (Ok(ttl), _) if !ttl.is_positive() => "ttl must be greater than zero".to_string(),
+                (_, Ok(Some(rb))) if !rb.is_positive() => {
+                    "renewBefore must be greater than zero".to_string()
+                }
+                (Ok(ttl), Ok(Some(rb))) if rb >= ttl => {
+                    "renewBefore must be less than ttl".to_string()
+                }
+                _ if self.deletion_policy().is_none() => {
+                    "deletionPolicy must be Delete or Orphan".to_string()
+                }
+                _ => return None,
+            }
+        };
+        Some(problem)
+    }
+}
+
+/// Admission rules for OmniKubeconfigExport (create and update alike).
+pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>) -> Validation {
+    let mut v = Validation::new();
+    let spec = &new.spec;
+    if is_blank(&spec.cluster_ref.name) {
+        v.push(FieldError::required(
+            "spec.clusterRef.name",
+            "clusterRef.name is required",
+        ));
+    }
+    if is_blank(&spec.target_secret_ref.name) {
+        v.push(FieldError::required(
+            "spec.targetSecretRef.name",
+            "target Secret name is required",
+        ));
+    }
+    if spec
+        .target_secret_ref
+        .namespace
+        .as_deref()
+        .is_some_and(is_blank)
+    {
+        v.push(FieldError::required(
+            "spec.targetSecretRef.namespace",
+            "target Secret namespace must not be blank",
+        ));
+    }
+    if spec.context_namespace.as_deref().is_some_and(is_blank) {
+        v.push(FieldError::required(
+            "spec.contextNamespace",
+            "context namespace must not be blank",
+        ));
+    }
+    if is_blank(&spec.target_secret_ref.key) {
+        v.push(FieldError::required(
+            "spec.targetSecretRef.key",
+            "target Secret key must not be blank",
+        ));
+    }
+    let sa = &spec.service_account;
+    if is_blank(&sa.user) {
+        v.push(FieldError::required(
+            "spec.serviceAccount.user",
+            "service account user is required",
+        ));
+    }
+    if sa.groups.is_empty() {
+        v.push(FieldError::required(
+            "spec.serviceAccount.groups",
+            "at least one service account group is required",
+        ));
+    }
+    let mut cluster_admin_requested = false;
+    for (i, group) in sa.groups.iter().enumerate() {
+        let path = format!("spec.serviceAccount.groups[{i}]");
+        let trimmed = group.trim();
+        if trimmed.is_empty() {
+            v.push(FieldError::required(
+                path,
+                "service account group must not be blank",
+            ));
+            continue;
+        }
+        if sa
+            .groups
+            .iter()
+            .filter(|other| other.trim() == trimmed)
+            .count()
+            > 1
+        {
+            v.push(FieldError::duplicate(&path, trimmed));
+        }
+        if trimmed == CLUSTER_ADMIN_GROUP {
+            cluster_admin_requested = true;
+            if !sa.allow_cluster_admin {
+                v.push(FieldError::forbidden(
+                    path,
+                    "system:masters requires serviceAccount.allowClusterAdmin: true",
+                ));
+            }
+        }
+    }
+    let ttl = match GoDuration::parse(&spec.ttl) {
+        Ok(ttl) if !ttl.is_positive() => {
+            v.push(FieldError::invalid(
+                "spec.ttl",
+                &spec.ttl,
+                "ttl must be greater than zero",
+            ));
+            None
+        }
+        Ok(ttl) => Some(ttl),
+        Err(_) => {
+            v.push(duration_error("spec.ttl", "ttl", &spec.ttl));
+            None
+        }
+    };
+    if let Some(raw) = spec.renew_before.as_deref() {
+        match GoDuration::parse(raw) {
+            Ok(rb) if !rb.is_positive() => v.push(FieldError::invalid(
+                "spec.renewBefore",
+                raw,
+                "renewBefore must be greater than zero",
+            )),
+            Ok(rb) if ttl.is_some_and(|ttl| rb >= ttl) => v.push(FieldError::invalid(
+                "spec.renewBefore",
+                raw,
+                "renewBefore must be less than ttl",
+            )),
+            Ok(_) => {}
+            Err(_) => v.push(duration_error("spec.renewBefore", "renewBefore", raw)),
+        }
+    }
+    validate_delete_orphan(&spec.deletion_policy, &mut v);
+    if sa.allow_cluster_admin && cluster_admin_requested {
+        v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
+    }
+    v
+}

@@ -1,0 +1,248 @@
+//! OmniSecretSync: copies a management-cluster Secret into a workload cluster.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Condition, DeletionPolicy, KubeconfigSecretRef, LocalObjectReference, conditions_schema,
+    date_time_schema, delete_orphan_schema, is_blank, validate_delete_orphan,
+};
+use super::validation::{FieldError, Validation};
+
+/// Desired state of an OmniSecretSync: which Secret to copy, into which workload cluster
+/// (through which kubeconfig Secret) and under which name.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "omni.texashpc.com",
+    version = "v1alpha1",
+    kind = "OmniSecretSync",
+    plural = "omnisecretsyncs",
+    singular = "omnisecretsync",
+    namespaced,
+    status = "OmniSecretSyncStatus",
+    shortname = "oss",
+    category = "omni",
+    doc = "Copies the data of a Secret in this namespace into a Secret of a workload cluster.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(
+        name = "Target Namespace",
+        type_ = "string",
+        json_path = ".spec.targetSecretRef.namespace"
+    ),
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.targetSecretRef.name"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniSecretSyncSpec {
+    /// The OmniCluster (same namespace) the target belongs to; the sync waits until it exists.
+    pub cluster_ref: LocalObjectReference,
+    /// Secret (same namespace) with the workload-cluster kubeconfig. Cannot be changed after
+    /// creation, so Secret data cannot be redirected to another cluster.
+    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// Secret in this namespace whose `data` is copied.
+    pub source_secret_ref: LocalObjectReference,
+    /// Where the copy is written in the workload cluster.
+    pub target_secret_ref: WorkloadSecretRef,
+    /// Secret type of the copy; defaults to the source Secret's type.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Labels added to the copy (operator labels take precedence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations added to the copy (operator annotations take precedence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Create the target namespace when it is missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_namespace: bool,
+    /// `Delete` removes the copy (if this sync owns it) when the sync is deleted; `Orphan` keeps it.
+    #[schemars(schema_with = "delete_orphan_schema")]
+    pub deletion_policy: String,
+}
+
+/// A Secret in the workload cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct WorkloadSecretRef {
+    /// Secret name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Namespace in the workload cluster.
+    #[schemars(length(min = 1))]
+    pub namespace: String,
+}
+
+/// Observed state of an OmniSecretSync.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OmniSecretSyncStatus {
+    /// `metadata.generation` last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`, `Synced` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Name of the referenced OmniCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ref: Option<String>,
+    /// Name of the kubeconfig Secret used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<String>,
+    /// Key of the kubeconfig in that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_key: Option<String>,
+    /// Name of the source Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_secret_ref: Option<String>,
+    /// Name of the workload Secret last written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_secret_ref: Option<String>,
+    /// Workload namespace of that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_namespace: Option<String>,
+    /// Secret type written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_type: Option<String>,
+    /// Lowercase hex SHA-256 of the synced type and data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_hash: Option<String>,
+    /// When a sync was last attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_attempt_time: Option<jiff::Timestamp>,
+    /// When a sync last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_sync_time: Option<jiff::Timestamp>,
+    /// Error of the last attempt; empty after a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl OmniSecretSync {
+    /// Parsed `spec.deletionPolicy`.
+    pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
+        DeletionPolicy::parse(&self.spec.deletion_policy)
+    }
+
+    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
+    /// condition, or `None` when the spec is usable.
+    pub fn spec_problem(&self) -> Option<String> {
+        let spec = &self.spec;
+        let problem = if is_blank(&spec.cluster_ref.name) {
+            "clusterRef.name is required"
+        } else if is_blank(&spec.kubeconfig_secret_ref.name) {
+            "kubeconfigSecretRef.name is required"
+        } else if is_blank(&spec.kubeconfig_secret_ref.key) {
+            "kubeconfigSecretRef.key must not be blank"
+        } else if is_blank(&spec.source_secret_ref.name) {
+            "sourceSecretRef.name is required"
+        } else if is_blank(&spec.target_secret_ref.name) {
+            "targetSecretRef.name is required"
+        } else if is_blank(&spec.target_secret_ref.namespace) {
+            "targetSecretRef.namespace is required"
+        } else if spec.type_.as_deref().is_some_and(is_blank) {
+            "type must not be blank"
+        } else if self.deletion_policy().is_none() {
+            "deletionPolicy must be Delete or Orphan"
+        } else {
+            return None;
+        };
+        Some(problem.to_string())
+    }
+}
+
+/// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.
+pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validation {
+    let mut v = Validation::new();
+    let spec = &new.spec;
+    if is_blank(&spec.cluster_ref.name) {
+        v.push(FieldError::required(
+            "spec.clusterRef.name",
+            "clusterRef.name is required",
+        ));
+    }
+    if is_blank(&spec.kubeconfig_secret_ref.name) {
+        v.push(FieldError::required(
+            "spec.kubeconfigSecretRef.name",
+            "kubeconfig Secret name is required",
+        ));
+    }
+    if is_blank(&spec.kubeconfig_secret_ref.key) {
+        v.push(FieldError::required(
+            "spec.kubeconfigSecretRef.key",
+            "kubeconfig Secret key must not be blank",
+        ));
+    }
+    if is_blank(&spec.source_secret_ref.name) {
+        v.push(FieldError::required(
+            "spec.sourceSecretRef.name",
+            "source Secret name is required",
+        ));
+    }
+    if is_blank(&spec.target_secret_ref.name) {
+        v.push(FieldError::required(
+            "spec.targetSecretRef.name",
+            "target Secret name is required",
+        ));
+    }
+    if is_blank(&spec.target_secret_ref.namespace) {
+        v.push(FieldError::required(
+            "spec.targetSecretRef.namespace",
+            "target Secret namespace is required",
+        ));
+    }
+    if let Some(t) = spec.type_.as_deref()
+        && is_blank(t)
+    {
+        v.push(FieldError::invalid(
+            "spec.type",
+            t,
+            "type must not be blank",
+        ));
+    }
+    validate_delete_orphan(&spec.deletion_policy, &mut v);
+    if let Some(old) = old {
+        if old.spec.kubeconfig_secret_ref.name != spec.kubeconfig_secret_ref.name {
+            v.push(FieldError::forbidden(
+                "spec.kubeconfigSecretRef.name",
+                "kubeconfigSecretRef.name is immutable",
+            ));
+        }
+        if old.spec.kubeconfig_secret_ref.key != spec.kubeconfig_secret_ref.key {
+            v.push(FieldError::forbidden(
+                "spec.kubeconfigSecretRef.key",
+                "kubeconfigSecretRef.key is immutable",
+            ));
+        }
+    }
+    if !spec.kubeconfig_secret_ref.name.is_empty() {
+        v.warn("OmniSecretSync uses a workload-cluster kubeconfig Secret and writes Secret data directly to that cluster");
+    }
+    v
+}
