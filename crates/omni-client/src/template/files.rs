@@ -24,7 +24,9 @@ pub fn parse_go_duration(text: &str) -> Result<i128, DurationError> {
     }
     let mut total: i128 = 0;
     while !rest.is_empty() {
-        let int_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let int_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let int_part = &rest[..int_end];
         rest = &rest[int_end..];
         let mut frac_part = "";
@@ -200,7 +202,10 @@ mod tests {
             r.read("../secret.yaml"),
             Err(FileError::OutsideRoot("../secret.yaml".into()))
         );
-        assert!(matches!(r.read("missing.yaml"), Err(FileError::NotFound(_))));
+        assert!(matches!(
+            r.read("missing.yaml"),
+            Err(FileError::NotFound(_))
+        ));
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(dir.path().join("secret.yaml"), root.join("link.yaml"))

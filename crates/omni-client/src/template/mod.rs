@@ -7,6 +7,7 @@
 
 mod files;
 mod model;
+mod translate;
 mod validate;
 mod yaml;
 
@@ -15,6 +16,10 @@ pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
     Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, ParseError, Patch,
     RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
+};
+pub use translate::{
+    DesiredResource, NAMESPACE, ResourceRef, Spec, SpecDecodeError, TranslateError, keys,
+    sort_for_apply, translate, type_rank, types,
 };
 pub use validate::{
     CONTROL_PLANES, RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch,

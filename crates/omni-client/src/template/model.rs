@@ -419,7 +419,11 @@ impl Template {
             _ => None,
         });
         let first = clusters.next();
-        if clusters.next().is_some() { None } else { first }
+        if clusters.next().is_some() {
+            None
+        } else {
+            first
+        }
     }
 }
 
@@ -494,7 +498,10 @@ impl MapBuilder {
     }
     fn patches(&mut self, patches: &[Patch]) {
         if !patches.is_empty() {
-            self.put("patches", Node::Seq(patches.iter().map(patch_node).collect()));
+            self.put(
+                "patches",
+                Node::Seq(patches.iter().map(patch_node).collect()),
+            );
         }
     }
     fn build(self) -> Node {
@@ -527,7 +534,13 @@ fn cluster_node(c: &Cluster) -> Node {
     if !c.kubernetes.healthchecks.is_empty() {
         k.put(
             "healthchecks",
-            Node::Seq(c.kubernetes.healthchecks.iter().map(healthcheck_node).collect()),
+            Node::Seq(
+                c.kubernetes
+                    .healthchecks
+                    .iter()
+                    .map(healthcheck_node)
+                    .collect(),
+            ),
         );
     }
     b.put("kubernetes", k.build());
@@ -537,7 +550,10 @@ fn cluster_node(c: &Cluster) -> Node {
     if let Some(f) = &c.features {
         let mut fb = MapBuilder::empty();
         fb.bool("enableWorkloadProxy", f.enable_workload_proxy);
-        fb.bool("useEmbeddedDiscoveryService", f.use_embedded_discovery_service);
+        fb.bool(
+            "useEmbeddedDiscoveryService",
+            f.use_embedded_discovery_service,
+        );
         fb.bool("diskEncryption", f.disk_encryption);
         if let Some(backup) = &f.backup_configuration {
             let mut bb = MapBuilder::empty();

@@ -110,11 +110,15 @@ const FORBIDDEN_PATCH_FIELDS: [&[&str]; 13] = [
 /// Approximates Omni's config-patch check: YAML documents that are mappings and do not set
 /// fields Omni manages. The server re-checks with Talos' real loader.
 pub fn check_config_patch(content: &str) -> Result<(), String> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(content, super::model::yaml_1_2_options())
-        .map_err(|e| format!("patch is not valid YAML: {e}"))?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(content, super::model::yaml_1_2_options())
+            .map_err(|e| format!("patch is not valid YAML: {e}"))?;
     for doc in docs.iter().filter(|d| !d.is_null()) {
         if !doc.is_object() {
-            return Err(format!("patch document must be a mapping, found {}", json_type(doc)));
+            return Err(format!(
+                "patch document must be a mapping, found {}",
+                json_type(doc)
+            ));
         }
         for path in FORBIDDEN_PATCH_FIELDS {
             let mut cur = Some(doc);
@@ -188,7 +192,13 @@ impl Ctx<'_> {
         });
     }
 
-    fn descriptors(&mut self, doc: &DocCtx, field: &str, labels: &Descriptors, annotations: &Descriptors) {
+    fn descriptors(
+        &mut self,
+        doc: &DocCtx,
+        field: &str,
+        labels: &Descriptors,
+        annotations: &Descriptors,
+    ) {
         for (what, map) in [("labels", labels), ("annotations", annotations)] {
             for key in map.keys() {
                 if key.starts_with(RESERVED_PREFIX) {
@@ -234,7 +244,11 @@ impl Ctx<'_> {
                 },
                 (true, Some(inline)) => {
                     if p.name.is_empty() && p.id_override.is_empty() {
-                        self.push(doc, format!("{field}.name"), "inline patch requires name or idOverride");
+                        self.push(
+                            doc,
+                            format!("{field}.name"),
+                            "inline patch requires name or idOverride",
+                        );
                     }
                     match inline_content(inline) {
                         Ok(c) => c,
@@ -254,14 +268,26 @@ impl Ctx<'_> {
     fn cluster(&mut self, doc: &DocCtx, c: &Cluster) {
         if c.name.is_empty() {
             self.push(doc, "name", "cluster name is required");
-        } else if !c.name.chars().all(|ch| ch.is_alphanumeric() || ch == '-' || ch == '_') {
-            self.push(doc, "name", "cluster name may contain only letters, digits, '-' and '_'");
+        } else if !c
+            .name
+            .chars()
+            .all(|ch| ch.is_alphanumeric() || ch == '-' || ch == '_')
+        {
+            self.push(
+                doc,
+                "name",
+                "cluster name may contain only letters, digits, '-' and '_'",
+            );
         }
         self.descriptors(doc, "", &c.labels, &c.annotations);
         if c.kubernetes.version.is_empty() {
             self.push(doc, "kubernetes.version", "Kubernetes version is required");
         } else if parse_semver(c.kubernetes.version.trim_start_matches('v')).is_none() {
-            self.push(doc, "kubernetes.version", format!("invalid Kubernetes version {:?}", c.kubernetes.version));
+            self.push(
+                doc,
+                "kubernetes.version",
+                format!("invalid Kubernetes version {:?}", c.kubernetes.version),
+            );
         }
         let talos = if c.talos.version.is_empty() {
             self.push(doc, "talos.version", "Talos version is required");
@@ -269,13 +295,24 @@ impl Ctx<'_> {
         } else {
             let parsed = c.talos.version.strip_prefix('v').and_then(parse_semver);
             if parsed.is_none() {
-                self.push(doc, "talos.version", format!("invalid Talos version {:?} (expected vMAJOR.MINOR.PATCH)", c.talos.version));
+                self.push(
+                    doc,
+                    "talos.version",
+                    format!(
+                        "invalid Talos version {:?} (expected vMAJOR.MINOR.PATCH)",
+                        c.talos.version
+                    ),
+                );
             }
             parsed
         };
         if let Some(f) = &c.features {
             if f.disk_encryption && talos.is_some_and(|v| v < (1, 5, 0)) {
-                self.push(doc, "features.diskEncryption", "disk encryption requires Talos v1.5.0 or later");
+                self.push(
+                    doc,
+                    "features.diskEncryption",
+                    "disk encryption requires Talos v1.5.0 or later",
+                );
             }
             if let Some(b) = &f.backup_configuration {
                 self.duration(doc, "features.backupConfiguration.interval", &b.interval);
@@ -288,18 +325,39 @@ impl Ctx<'_> {
             self.descriptors(doc, &format!("{field}."), &m.labels, &m.annotations);
             let name = if m.name.is_empty() { &m.file } else { &m.name };
             if name.is_empty() {
-                self.push(doc, format!("{field}.name"), "manifest requires name or file");
+                self.push(
+                    doc,
+                    format!("{field}.name"),
+                    "manifest requires name or file",
+                );
             } else if !names.insert(name.clone()) {
-                self.push(doc, format!("{field}.name"), format!("duplicate manifest name {name:?}"));
+                self.push(
+                    doc,
+                    format!("{field}.name"),
+                    format!("duplicate manifest name {name:?}"),
+                );
             }
             if m.mode.is_empty() {
                 self.push(doc, format!("{field}.mode"), "manifest mode is required");
             } else if !matches!(m.mode.as_str(), "full" | "one-time") {
-                self.push(doc, format!("{field}.mode"), format!("unknown manifest mode {:?} (expected full or one-time)", m.mode));
+                self.push(
+                    doc,
+                    format!("{field}.mode"),
+                    format!(
+                        "unknown manifest mode {:?} (expected full or one-time)",
+                        m.mode
+                    ),
+                );
             }
             match (m.file.is_empty(), &m.inline) {
-                (true, None) => self.push(doc, &field, "manifest requires exactly one of file or inline"),
-                (false, Some(_)) => self.push(doc, &field, "manifest must not set both file and inline"),
+                (true, None) => self.push(
+                    doc,
+                    &field,
+                    "manifest requires exactly one of file or inline",
+                ),
+                (false, Some(_)) => {
+                    self.push(doc, &field, "manifest must not set both file and inline")
+                }
                 (false, None) => {
                     if let Err(e) = self.files.read(&m.file) {
                         self.push(doc, format!("{field}.file"), e.to_string());
@@ -317,7 +375,11 @@ impl Ctx<'_> {
             let field = format!("kubernetes.healthchecks[{i}]");
             self.descriptors(doc, &format!("{field}."), &h.labels, &h.annotations);
             if h.name.is_empty() && h.id_override.is_empty() {
-                self.push(doc, format!("{field}.name"), "health check requires name or idOverride");
+                self.push(
+                    doc,
+                    format!("{field}.name"),
+                    "health check requires name or idOverride",
+                );
             } else {
                 let id = healthcheck_id(&c.name, &h.name, &h.id_override);
                 if !ids.insert(id.clone()) {
@@ -325,8 +387,14 @@ impl Ctx<'_> {
                 }
             }
             match (h.file.is_empty(), &h.job) {
-                (true, None) => self.push(doc, &field, "health check requires exactly one of job or file"),
-                (false, Some(_)) => self.push(doc, &field, "health check must not set both job and file"),
+                (true, None) => self.push(
+                    doc,
+                    &field,
+                    "health check requires exactly one of job or file",
+                ),
+                (false, Some(_)) => {
+                    self.push(doc, &field, "health check must not set both job and file")
+                }
                 (false, None) => {
                     if let Err(e) = self.files.read(&h.file) {
                         self.push(doc, format!("{field}.file"), e.to_string());
@@ -342,7 +410,11 @@ impl Ctx<'_> {
                 && let Some(d) = self.duration(doc, &format!("{field}.interval"), &h.interval)
                 && d < 0
             {
-                self.push(doc, format!("{field}.interval"), "interval must not be negative");
+                self.push(
+                    doc,
+                    format!("{field}.interval"),
+                    "interval must not be negative",
+                );
             }
         }
     }
@@ -354,10 +426,18 @@ impl Ctx<'_> {
                 self.push(doc, "name", "control plane must not have a name");
             }
             if m.update_strategy.is_some() {
-                self.push(doc, "updateStrategy", "control plane does not support updateStrategy");
+                self.push(
+                    doc,
+                    "updateStrategy",
+                    "control plane does not support updateStrategy",
+                );
             }
             if m.delete_strategy.is_some() {
-                self.push(doc, "deleteStrategy", "control plane does not support deleteStrategy");
+                self.push(
+                    doc,
+                    "deleteStrategy",
+                    "control plane does not support deleteStrategy",
+                );
             }
             if let Some(b) = &m.bootstrap_spec {
                 if b.cluster_uuid.is_empty() {
@@ -372,11 +452,19 @@ impl Ctx<'_> {
                 self.push(doc, "name", "workers name \"control-planes\" is reserved");
             }
             if m.bootstrap_spec.is_some() {
-                self.push(doc, "bootstrapSpec", "bootstrapSpec is allowed only on the control plane");
+                self.push(
+                    doc,
+                    "bootstrapSpec",
+                    "bootstrapSpec is allowed only on the control plane",
+                );
             }
         }
         if !m.machines.is_empty() && m.machine_class.is_some() {
-            self.push(doc, "machineClass", "machines and machineClass are mutually exclusive");
+            self.push(
+                doc,
+                "machineClass",
+                "machines and machineClass are mutually exclusive",
+            );
         }
         if let Some(mc) = &m.machine_class {
             if mc.name.is_empty() {
@@ -386,12 +474,20 @@ impl Ctx<'_> {
                 self.push(doc, "machineClass.size", e);
             }
             if m.kernel_args.is_some() {
-                self.push(doc, "kernelArgs", "kernelArgs are not supported with machineClass");
+                self.push(
+                    doc,
+                    "kernelArgs",
+                    "kernelArgs are not supported with machineClass",
+                );
             }
         }
         for (i, id) in m.machines.iter().enumerate() {
             if !is_uuid(id) {
-                self.push(doc, format!("machines[{i}]"), format!("machine ID {id:?} is not a UUID"));
+                self.push(
+                    doc,
+                    format!("machines[{i}]"),
+                    format!("machine ID {id:?} is not a UUID"),
+                );
             }
         }
         for (field, s) in [
@@ -402,7 +498,14 @@ impl Ctx<'_> {
             if let Some(s) = s
                 && !matches!(s.kind.as_str(), "" | "Rolling" | "Unset")
             {
-                self.push(doc, format!("{field}.type"), format!("unknown strategy type {:?} (expected Rolling or Unset)", s.kind));
+                self.push(
+                    doc,
+                    format!("{field}.type"),
+                    format!(
+                        "unknown strategy type {:?} (expected Rolling or Unset)",
+                        s.kind
+                    ),
+                );
             }
         }
         self.patches(doc, &m.patches);
@@ -412,7 +515,11 @@ impl Ctx<'_> {
         if m.name.is_empty() {
             self.push(doc, "name", "machine name is required");
         } else if !is_uuid(&m.name) {
-            self.push(doc, "name", format!("machine name {:?} is not a UUID", m.name));
+            self.push(
+                doc,
+                "name",
+                format!("machine name {:?} is not a UUID", m.name),
+            );
         }
         self.descriptors(doc, "", &m.labels, &m.annotations);
         if let Some(i) = &m.install
@@ -454,7 +561,11 @@ pub(crate) fn healthcheck_id(cluster: &str, name: &str, id_override: &str) -> St
 
 /// The effective Workers name (`workers` when unnamed).
 pub(crate) fn workers_name(m: &MachineSet) -> &str {
-    if m.name.is_empty() { "workers" } else { &m.name }
+    if m.name.is_empty() {
+        "workers"
+    } else {
+        &m.name
+    }
 }
 
 impl Template {
@@ -490,7 +601,10 @@ impl Template {
                     let name = workers_name(m).to_string();
                     *worker_names.entry(name.clone()).or_default() += 1;
                     for id in &m.machines {
-                        worker_machines.entry(id.clone()).or_default().push(name.clone());
+                        worker_machines
+                            .entry(id.clone())
+                            .or_default()
+                            .push(name.clone());
                     }
                     ctx.machine_set(&doc, m, false);
                 }
@@ -498,22 +612,33 @@ impl Template {
             }
         }
         if clusters != 1 {
-            ctx.global(format!("exactly one Cluster document is required, found {clusters}"));
+            ctx.global(format!(
+                "exactly one Cluster document is required, found {clusters}"
+            ));
         }
         if control_planes != 1 {
-            ctx.global(format!("exactly one ControlPlane document is required, found {control_planes}"));
+            ctx.global(format!(
+                "exactly one ControlPlane document is required, found {control_planes}"
+            ));
         }
         for (name, count) in &worker_names {
             if *count > 1 {
-                ctx.global(format!("Workers name {name:?} is used by {count} documents"));
+                ctx.global(format!(
+                    "Workers name {name:?} is used by {count} documents"
+                ));
             }
         }
         for (id, sets) in &worker_machines {
             if sets.len() > 1 {
-                ctx.global(format!("machine {id:?} is listed in more than one Workers: {}", sets.join(", ")));
+                ctx.global(format!(
+                    "machine {id:?} is listed in more than one Workers: {}",
+                    sets.join(", ")
+                ));
             }
             if cp_machines.contains(id) {
-                ctx.global(format!("machine {id:?} is listed in both ControlPlane and Workers"));
+                ctx.global(format!(
+                    "machine {id:?} is listed in both ControlPlane and Workers"
+                ));
             }
         }
         for (index, document) in self.documents.iter().enumerate() {

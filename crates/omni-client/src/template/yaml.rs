@@ -37,10 +37,14 @@ impl Node {
                 }
             }
             serde_json::Value::String(s) => Node::Str(s.clone()),
-            serde_json::Value::Array(items) => Node::Seq(items.iter().map(Node::from_json).collect()),
+            serde_json::Value::Array(items) => {
+                Node::Seq(items.iter().map(Node::from_json).collect())
+            }
             serde_json::Value::Object(map) => {
-                let mut entries: Vec<(String, Node)> =
-                    map.iter().map(|(k, v)| (k.clone(), Node::from_json(v))).collect();
+                let mut entries: Vec<(String, Node)> = map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Node::from_json(v)))
+                    .collect();
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 Node::Map(entries)
             }
@@ -209,7 +213,8 @@ fn literal_block(out: &mut String, s: &str, col: usize) {
 fn literal_allowed(s: &str) -> bool {
     !s.starts_with(' ')
         && !s.starts_with('\n')
-        && s.split('\n').all(|line| !line.ends_with(' ') && !line.ends_with('\t'))
+        && s.split('\n')
+            .all(|line| !line.ends_with(' ') && !line.ends_with('\t'))
         && s.chars().all(|c| c == '\n' || c == '\t' || is_printable(c))
 }
 
@@ -249,7 +254,11 @@ fn scalar_style(s: &str, _is_key: bool) -> Style {
     let structural_plain = plain_allowed(s);
     let single_ok = single_allowed(s);
     if is_old_bool(s) || is_base60_float(s) || s == "<<" {
-        return if single_ok { Style::Single } else { Style::Double };
+        return if single_ok {
+            Style::Single
+        } else {
+            Style::Double
+        };
     }
     if resolves_to_non_string(s) {
         return Style::Double;
@@ -288,7 +297,21 @@ fn plain_allowed(s: &str) -> bool {
     let second = chars.next();
     if matches!(
         first,
-        '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"' | '%' | '@' | '`'
+        '#' | ','
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '&'
+            | '*'
+            | '!'
+            | '|'
+            | '>'
+            | '\''
+            | '"'
+            | '%'
+            | '@'
+            | '`'
     ) {
         return false;
     }
@@ -510,7 +533,12 @@ mod tests {
     use super::*;
 
     fn map(entries: Vec<(&str, Node)>) -> Node {
-        Node::Map(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+        Node::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        )
     }
 
     #[test]
@@ -550,7 +578,10 @@ mod tests {
                 "patches",
                 Node::Seq(vec![map(vec![
                     ("name", Node::Str("p".into())),
-                    ("inline", map(vec![("machine", map(vec![("x", Node::Int(1))]))])),
+                    (
+                        "inline",
+                        map(vec![("machine", map(vec![("x", Node::Int(1))]))]),
+                    ),
                 ])]),
             ),
             ("features", Node::Map(vec![])),
