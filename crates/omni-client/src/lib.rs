@@ -5,5 +5,6 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod proto;
 pub mod template;
