@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod helm;
 pub mod render;
 pub mod telemetry;
 pub mod tls;

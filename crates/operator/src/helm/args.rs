@@ -1,0 +1,404 @@
+//! Pure construction of helm command lines.
+//!
+//! Kept free of IO so the flag differences between helm 3 and helm 4 are unit-tested without a
+//! helm binary. Paths to the private kubeconfig and values files are passed in by the caller.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{ChartSource, HelmFlavor, ReleaseRequest};
+
+/// Where the per-call private files live.
+#[derive(Clone, Debug)]
+pub struct CallFiles<'a> {
+    /// Private kubeconfig (mode 0600).
+    pub kubeconfig: &'a Path,
+    /// Values file (JSON is valid YAML).
+    pub values: &'a Path,
+    /// Private `repositories.yaml` for this call.
+    pub repository_config: &'a Path,
+    /// Private repository index cache for this call.
+    pub repository_cache: &'a Path,
+    /// Private OCI registry credentials file for this call.
+    pub registry_config: &'a Path,
+}
+
+/// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
+pub fn go_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis % 1000 == 0 {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
+    }
+}
+
+/// Flags every call that talks to the workload cluster shares.
+pub fn common_flags(files: &CallFiles<'_>, namespace: &str) -> Vec<String> {
+    vec![
+        "--kubeconfig".into(),
+        files.kubeconfig.display().to_string(),
+        "--namespace".into(),
+        namespace.into(),
+        "--repository-config".into(),
+        files.repository_config.display().to_string(),
+        "--repository-cache".into(),
+        files.repository_cache.display().to_string(),
+        "--registry-config".into(),
+        files.registry_config.display().to_string(),
+    ]
+}
+
+/// Which verb an install-or-upgrade call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstallVerb {
+    /// `helm install` (no release history).
+    Install,
+    /// `helm upgrade` (history exists).
+    Upgrade,
+}
+
+/// The chart argument and the flags that locate it. `repo_alias` is the name under which the
+/// repository was added to this call's private `repositories.yaml` (used when the repository
+/// needs credentials or a CA bundle); without it the chart is fetched with `--repo URL`.
+pub fn chart_arguments(
+    chart: &ChartSource,
+    version: &str,
+    repo_alias: Option<&str>,
+) -> Vec<String> {
+    let mut args = Vec::new();
+    match chart {
+        ChartSource::Oci { reference } => args.push(reference.clone()),
+        ChartSource::Repository { url, chart } => match repo_alias {
+            Some(alias) => args.push(format!("{alias}/{chart}")),
+            None => {
+                args.push(chart.clone());
+                args.push("--repo".into());
+                args.push(url.clone());
+            }
+        },
+    }
+    args.push("--version".into());
+    args.push(version.into());
+    args
+}
+
+/// `helm install|upgrade NAME CHART ...` for the given flavor.
+pub fn install_or_upgrade(
+    verb: InstallVerb,
+    flavor: HelmFlavor,
+    request: &ReleaseRequest,
+    files: &CallFiles<'_>,
+    repo_alias: Option<&str>,
+) -> Vec<String> {
+    let mut args = vec![
+        match verb {
+            InstallVerb::Install => "install",
+            InstallVerb::Upgrade => "upgrade",
+        }
+        .to_string(),
+        request.release_name.clone(),
+    ];
+    args.extend(chart_arguments(
+        &request.chart,
+        &request.chart_version,
+        repo_alias,
+    ));
+    args.extend(common_flags(files, &request.namespace));
+    args.extend([
+        "--values".into(),
+        files.values.display().to_string(),
+        "--timeout".into(),
+        go_duration(request.timeout),
+        "--output".into(),
+        "json".into(),
+    ]);
+    if verb == InstallVerb::Install && request.create_namespace {
+        args.push("--create-namespace".into());
+    }
+    if verb == InstallVerb::Upgrade {
+        // The values of the spec are the whole truth: never merge in a previous release's values.
+        args.push("--reset-values".into());
+        if request.max_history > 0 {
+            args.push("--history-max".into());
+            args.push(request.max_history.to_string());
+        }
+        if request.atomic {
+            args.push("--cleanup-on-fail".into());
+        }
+    }
+    if request.disable_hooks {
+        args.push("--no-hooks".into());
+    }
+    if request.skip_crds {
+        args.push("--skip-crds".into());
+    }
+    args.extend(wait_flags(flavor, request.wait, request.wait_for_jobs));
+    if request.atomic {
+        args.push(
+            match flavor {
+                HelmFlavor::V4 => "--rollback-on-failure",
+                HelmFlavor::V3 => "--atomic",
+            }
+            .into(),
+        );
+    }
+    args
+}
+
+/// Wait flags: helm 4 names a strategy (`watcher` waits for readiness, `hookOnly` only for hooks);
+/// helm 3 has a boolean `--wait` and waits for hooks by default.
+pub fn wait_flags(flavor: HelmFlavor, wait: bool, wait_for_jobs: bool) -> Vec<String> {
+    let mut args = Vec::new();
+    match (flavor, wait) {
+        (HelmFlavor::V4, true) => args.push("--wait=watcher".into()),
+        (HelmFlavor::V4, false) => args.push("--wait=hookOnly".into()),
+        (HelmFlavor::V3, true) => args.push("--wait".into()),
+        (HelmFlavor::V3, false) => {}
+    }
+    if wait && wait_for_jobs {
+        args.push("--wait-for-jobs".into());
+    }
+    args
+}
+
+/// `helm uninstall NAME ...`.
+pub fn uninstall(
+    flavor: HelmFlavor,
+    release: &str,
+    namespace: &str,
+    timeout: Duration,
+    disable_hooks: bool,
+    wait: bool,
+    files: &CallFiles<'_>,
+) -> Vec<String> {
+    let mut args = vec!["uninstall".to_string(), release.to_string()];
+    args.extend(common_flags(files, namespace));
+    args.extend(["--timeout".into(), go_duration(timeout)]);
+    if disable_hooks {
+        args.push("--no-hooks".into());
+    }
+    if flavor == HelmFlavor::V4 {
+        // helm 3 only learned this flag in later minor versions; for it "not found" is
+        // recognised from the error text instead.
+        args.push("--ignore-not-found".into());
+        if wait {
+            args.push("--wait=watcher".into());
+        }
+    } else if wait {
+        args.push("--wait".into());
+    }
+    args
+}
+
+/// `helm rollback NAME REVISION ...`.
+pub fn rollback(
+    flavor: HelmFlavor,
+    release: &str,
+    namespace: &str,
+    revision: i64,
+    timeout: Duration,
+    wait: bool,
+    files: &CallFiles<'_>,
+) -> Vec<String> {
+    let mut args = vec![
+        "rollback".to_string(),
+        release.to_string(),
+        revision.to_string(),
+    ];
+    args.extend(common_flags(files, namespace));
+    args.extend(["--timeout".into(), go_duration(timeout)]);
+    args.extend(wait_flags(flavor, wait, false));
+    args
+}
+
+/// `helm status NAME -o json`.
+pub fn status(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+    let mut args = vec!["status".to_string(), release.to_string()];
+    args.extend(common_flags(files, namespace));
+    args.extend(["--output".into(), "json".into()]);
+    args
+}
+
+/// `helm history NAME -o json`.
+pub fn history(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+    let mut args = vec!["history".to_string(), release.to_string()];
+    args.extend(common_flags(files, namespace));
+    args.extend([
+        "--output".into(),
+        "json".into(),
+        "--max".into(),
+        "32".into(),
+    ]);
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn request() -> ReleaseRequest {
+        ReleaseRequest {
+            release_name: "metrics-server".into(),
+            namespace: "kube-system".into(),
+            chart: ChartSource::Repository {
+                url: "https://charts.example.com/".into(),
+                chart: "metrics-server".into(),
+            },
+            chart_version: "3.13.0".into(),
+            values: serde_json::json!({"replicas": 2}),
+            create_namespace: true,
+            wait: true,
+            wait_for_jobs: true,
+            timeout: Duration::from_secs(300),
+            atomic: true,
+            disable_hooks: false,
+            skip_crds: true,
+            max_history: 5,
+        }
+    }
+
+    fn with_files<T>(f: impl FnOnce(&CallFiles<'_>) -> T) -> T {
+        let (k, v, rc, rca, reg) = (
+            PathBuf::from("/w/kubeconfig"),
+            PathBuf::from("/w/values.json"),
+            PathBuf::from("/w/repositories.yaml"),
+            PathBuf::from("/w/repository-cache"),
+            PathBuf::from("/w/registry.json"),
+        );
+        f(&CallFiles {
+            kubeconfig: &k,
+            values: &v,
+            repository_config: &rc,
+            repository_cache: &rca,
+            registry_config: &reg,
+        })
+    }
+
+    fn has_pair(args: &[String], flag: &str, value: &str) -> bool {
+        args.windows(2).any(|w| w[0] == flag && w[1] == value)
+    }
+
+    #[test]
+    fn durations_use_go_syntax() {
+        assert_eq!(go_duration(Duration::from_secs(300)), "300s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn helm4_install_uses_strategy_flags_and_rollback_on_failure() {
+        let args = with_files(|f| {
+            install_or_upgrade(InstallVerb::Install, HelmFlavor::V4, &request(), f, None)
+        });
+        assert_eq!(args[0], "install");
+        assert_eq!(args[1], "metrics-server");
+        assert_eq!(args[2], "metrics-server");
+        assert!(has_pair(&args, "--repo", "https://charts.example.com/"));
+        assert!(has_pair(&args, "--version", "3.13.0"));
+        assert!(has_pair(&args, "--namespace", "kube-system"));
+        assert!(has_pair(&args, "--kubeconfig", "/w/kubeconfig"));
+        assert!(has_pair(&args, "--timeout", "300s"));
+        assert!(args.contains(&"--wait=watcher".to_string()));
+        assert!(args.contains(&"--wait-for-jobs".to_string()));
+        assert!(args.contains(&"--rollback-on-failure".to_string()));
+        assert!(args.contains(&"--create-namespace".to_string()));
+        assert!(args.contains(&"--skip-crds".to_string()));
+        assert!(!args.contains(&"--atomic".to_string()));
+        // Install has no history limit or cleanup flag.
+        assert!(!args.contains(&"--history-max".to_string()));
+        assert!(!args.contains(&"--cleanup-on-fail".to_string()));
+    }
+
+    #[test]
+    fn helm3_upgrade_uses_boolean_wait_and_atomic() {
+        let args = with_files(|f| {
+            install_or_upgrade(
+                InstallVerb::Upgrade,
+                HelmFlavor::V3,
+                &request(),
+                f,
+                Some("r0"),
+            )
+        });
+        assert_eq!(args[0], "upgrade");
+        assert_eq!(args[2], "r0/metrics-server");
+        assert!(!args.contains(&"--repo".to_string()));
+        assert!(args.contains(&"--wait".to_string()));
+        assert!(args.contains(&"--atomic".to_string()));
+        assert!(args.contains(&"--cleanup-on-fail".to_string()));
+        assert!(args.contains(&"--reset-values".to_string()));
+        assert!(has_pair(&args, "--history-max", "5"));
+        assert!(!args.contains(&"--create-namespace".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("--wait=")));
+    }
+
+    #[test]
+    fn no_wait_means_hooks_only() {
+        assert_eq!(
+            wait_flags(HelmFlavor::V4, false, true),
+            vec!["--wait=hookOnly"]
+        );
+        assert!(wait_flags(HelmFlavor::V3, false, true).is_empty());
+    }
+
+    #[test]
+    fn oci_chart_is_passed_whole_and_repository_ignored() {
+        let chart = ChartSource::Oci {
+            reference: "oci://ghcr.io/org/charts/app".into(),
+        };
+        assert_eq!(
+            chart_arguments(&chart, "1.2.3", None),
+            vec!["oci://ghcr.io/org/charts/app", "--version", "1.2.3"]
+        );
+    }
+
+    #[test]
+    fn uninstall_ignores_missing_release_on_helm4() {
+        let args = with_files(|f| {
+            uninstall(
+                HelmFlavor::V4,
+                "app",
+                "apps",
+                Duration::from_secs(60),
+                true,
+                false,
+                f,
+            )
+        });
+        assert_eq!(&args[..2], ["uninstall", "app"]);
+        assert!(args.contains(&"--ignore-not-found".to_string()));
+        assert!(args.contains(&"--no-hooks".to_string()));
+        let v3 = with_files(|f| {
+            uninstall(
+                HelmFlavor::V3,
+                "app",
+                "apps",
+                Duration::from_secs(60),
+                false,
+                false,
+                f,
+            )
+        });
+        assert!(!v3.contains(&"--ignore-not-found".to_string()));
+    }
+
+    #[test]
+    fn status_history_rollback_request_json() {
+        with_files(|f| {
+            assert!(has_pair(&status("app", "apps", f), "--output", "json"));
+            assert!(has_pair(&history("app", "apps", f), "--output", "json"));
+            let rb = rollback(
+                HelmFlavor::V4,
+                "app",
+                "apps",
+                3,
+                Duration::from_secs(30),
+                true,
+                f,
+            );
+            assert_eq!(&rb[..3], ["rollback", "app", "3"]);
+            assert!(rb.contains(&"--wait=watcher".to_string()));
+        });
+    }
+}

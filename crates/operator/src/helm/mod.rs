@@ -1,0 +1,805 @@
+//! Driver for the `helm` binary, used by the OmniHelmRelease controller.
+//!
+//! Rust has no Helm SDK, so the operator runs the official helm CLI (v4, or v3.8+) as a
+//! subprocess. Every session gets a private working directory (mode 0700) holding the workload
+//! kubeconfig, the values file, a repositories file and a registry credentials file, all mode
+//! 0600 and removed when the session ends; nothing of it is ever logged. Helm's own cache,
+//! config and data directories live under the operator's writable directory so the container's
+//! root filesystem can stay read-only.
+//!
+//! Concurrency: at most one session per release at a time (a per-release lock), and a bounded
+//! number of helm processes overall (a semaphore).
+
+pub mod args;
+pub mod output;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{OwnedMutexGuard, Semaphore};
+
+pub use output::{HistoryEntry, ReleaseInfo};
+
+use args::{CallFiles, InstallVerb};
+
+/// Which command-line dialect the helm binary speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelmFlavor {
+    /// helm 3.8 or newer: `--atomic`, boolean `--wait`.
+    V3,
+    /// helm 4: `--rollback-on-failure`, `--wait=watcher|hookOnly`.
+    V4,
+}
+
+/// Where a chart comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChartSource {
+    /// A chart name in an HTTP(S) chart repository.
+    Repository {
+        /// Repository URL (the one with `index.yaml`).
+        url: String,
+        /// Chart name in that repository.
+        chart: String,
+    },
+    /// A full `oci://` chart reference.
+    Oci {
+        /// The reference, e.g. `oci://ghcr.io/org/charts/app`.
+        reference: String,
+    },
+}
+
+impl ChartSource {
+    /// Builds the source from the OmniHelmRelease fields: a chart starting with `oci://` is a
+    /// full reference and the repository is ignored.
+    pub fn from_spec(repository: &str, chart: &str) -> Self {
+        let chart = chart.trim();
+        if chart.starts_with("oci://") {
+            ChartSource::Oci {
+                reference: chart.to_string(),
+            }
+        } else {
+            ChartSource::Repository {
+                url: repository.trim().to_string(),
+                chart: chart.to_string(),
+            }
+        }
+    }
+}
+
+/// Everything helm needs to install or upgrade one release.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReleaseRequest {
+    /// Release name.
+    pub release_name: String,
+    /// Release namespace in the workload cluster.
+    pub namespace: String,
+    /// Chart location.
+    pub chart: ChartSource,
+    /// Chart version (or constraint).
+    pub chart_version: String,
+    /// Values (a JSON object).
+    pub values: serde_json::Value,
+    /// Create the namespace on install.
+    pub create_namespace: bool,
+    /// Wait for resources to become ready (otherwise only for hooks).
+    pub wait: bool,
+    /// With `wait`, also wait for Jobs to complete.
+    pub wait_for_jobs: bool,
+    /// Helm's per-operation timeout.
+    pub timeout: Duration,
+    /// Roll back (or uninstall, on install) when the operation fails.
+    pub atomic: bool,
+    /// Skip hooks.
+    pub disable_hooks: bool,
+    /// Skip installing CRDs from the chart.
+    pub skip_crds: bool,
+    /// Revisions to keep on upgrade (0 = helm's default).
+    pub max_history: u32,
+}
+
+/// Credentials for a chart repository or OCI registry, and a CA bundle to trust.
+#[derive(Clone, Default)]
+pub struct RepositoryAuth {
+    /// Basic-auth user name (HTTP repositories) or registry user name (OCI).
+    pub username: Option<String>,
+    /// Password or token. Never logged or shown in errors.
+    pub password: Option<String>,
+    /// PEM CA bundle for the repository's TLS certificate.
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for RepositoryAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RepositoryAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .field("ca_bundle", &self.ca_bundle.as_ref().map(|b| b.len()))
+            .finish()
+    }
+}
+
+impl RepositoryAuth {
+    fn needs_login(&self) -> bool {
+        self.username.is_some() || self.password.is_some()
+    }
+}
+
+/// Failures of a helm invocation. Messages never contain the kubeconfig, passwords or values.
+#[derive(Debug, thiserror::Error)]
+pub enum HelmError {
+    /// The binary could not be started.
+    #[error("cannot run helm binary {path:?}: {message}")]
+    Spawn {
+        /// Configured binary path.
+        path: PathBuf,
+        /// Why it failed.
+        message: String,
+    },
+    /// The binary is too old or reports an unknown version.
+    #[error("helm version {version:?} is not supported; helm 3.8 or newer is required")]
+    Unsupported {
+        /// What `helm version` printed.
+        version: String,
+    },
+    /// Helm ran and reported an error.
+    #[error("helm {action} failed: {message}")]
+    Failed {
+        /// The helm verb.
+        action: &'static str,
+        /// Helm's error text, redacted and shortened.
+        message: String,
+    },
+    /// Helm did not finish in time and was killed.
+    #[error("helm {action} did not finish within {seconds}s")]
+    Timeout {
+        /// The helm verb.
+        action: &'static str,
+        /// The limit.
+        seconds: u64,
+    },
+    /// Helm's output could not be understood.
+    #[error("unexpected output from helm {action}: {message}")]
+    Output {
+        /// The helm verb.
+        action: &'static str,
+        /// The parse error.
+        message: String,
+    },
+    /// The private working files could not be written.
+    #[error("cannot prepare helm working files: {0}")]
+    Io(String),
+}
+
+impl From<std::io::Error> for HelmError {
+    fn from(err: std::io::Error) -> Self {
+        HelmError::Io(err.to_string())
+    }
+}
+
+/// Driver configuration.
+#[derive(Clone, Debug)]
+pub struct HelmConfig {
+    /// Path or name of the helm binary.
+    pub binary: PathBuf,
+    /// Writable directory for helm's cache/config/data and the private session directories.
+    pub work_dir: PathBuf,
+    /// Maximum number of helm processes running at once.
+    pub max_concurrent: usize,
+}
+
+/// Shared helm driver; cheap to clone.
+#[derive(Clone)]
+pub struct Helm {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: HelmConfig,
+    flavor: HelmFlavor,
+    version: String,
+    processes: Semaphore,
+    release_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Extra time granted to a helm process beyond its own `--timeout`, for chart download and
+/// start-up, before it is killed.
+const PROCESS_GRACE: Duration = Duration::from_secs(90);
+/// Limit for quick read-only calls (status, history, version, login).
+const QUICK_CALL_LIMIT: Duration = Duration::from_secs(120);
+
+impl Helm {
+    /// Detects the helm version and prepares helm's directories.
+    pub async fn new(config: HelmConfig) -> Result<Self, HelmError> {
+        for dir in ["cache", "config", "data", "sessions"] {
+            create_private_dir(&config.work_dir.join(dir))?;
+        }
+        let processes = Semaphore::new(config.max_concurrent.max(1));
+        let version_args = [
+            "version".to_string(),
+            "--template".into(),
+            "{{.Version}}".into(),
+        ];
+        let out = exec(
+            &config,
+            &processes,
+            "version",
+            &version_args,
+            None,
+            QUICK_CALL_LIMIT,
+            &[],
+            None,
+        )
+        .await?;
+        let version = out.trim().to_string();
+        let flavor = parse_flavor(&version)?;
+        Ok(Helm {
+            inner: Arc::new(Inner {
+                flavor,
+                version,
+                processes,
+                release_locks: Mutex::new(HashMap::new()),
+                config,
+            }),
+        })
+    }
+
+    /// The detected dialect.
+    pub fn flavor(&self) -> HelmFlavor {
+        self.inner.flavor
+    }
+
+    /// The version string helm reported, e.g. `v4.1.4`.
+    pub fn version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// Opens a session for one release in one workload cluster: takes the release's lock (so
+    /// no two helm operations on it overlap) and writes the private kubeconfig.
+    /// `release_key` must identify the release across clusters (e.g. kubeconfig Secret plus
+    /// release namespace and name).
+    pub async fn session(
+        &self,
+        release_key: &str,
+        kubeconfig: &[u8],
+    ) -> Result<ReleaseSession, HelmError> {
+        let lock = {
+            let mut locks = self
+                .inner
+                .release_locks
+                .lock()
+                .map_err(|_| HelmError::Io("release lock table poisoned".to_string()))?;
+            locks
+                .entry(release_key.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+                .clone()
+        };
+        let guard = lock.lock_owned().await;
+        let dir = tempfile::Builder::new()
+            .prefix("release-")
+            .tempdir_in(self.inner.config.work_dir.join("sessions"))?;
+        set_mode(dir.path(), 0o700)?;
+        let session = ReleaseSession {
+            helm: self.clone(),
+            _guard: guard,
+            kubeconfig: dir.path().join("kubeconfig"),
+            values: dir.path().join("values.json"),
+            repository_config: dir.path().join("repositories.yaml"),
+            repository_cache: dir.path().join("repository-cache"),
+            registry_config: dir.path().join("registry.json"),
+            ca_file: dir.path().join("ca.pem"),
+            dir,
+        };
+        write_private(&session.kubeconfig, kubeconfig)?;
+        write_private(
+            &session.repository_config,
+            b"apiVersion: \"\"\nrepositories: []\n",
+        )?;
+        write_private(&session.registry_config, b"{}")?;
+        create_private_dir(&session.repository_cache)?;
+        Ok(session)
+    }
+}
+
+/// Runs helm with a private environment. `stdin` feeds `--password-stdin`; `secrets` are
+/// scrubbed from any error text.
+#[allow(clippy::too_many_arguments)]
+async fn exec(
+    config: &HelmConfig,
+    processes: &Semaphore,
+    action: &'static str,
+    args: &[String],
+    stdin: Option<&str>,
+    limit: Duration,
+    secrets: &[&str],
+    home: Option<&Path>,
+) -> Result<String, HelmError> {
+    let _permit = processes
+        .acquire()
+        .await
+        .map_err(|_| HelmError::Io("helm process pool closed".to_string()))?;
+    let mut command = tokio::process::Command::new(&config.binary);
+    command
+        .args(args)
+        .env_clear()
+        .env("HELM_CACHE_HOME", config.work_dir.join("cache"))
+        .env("HELM_CONFIG_HOME", config.work_dir.join("config"))
+        .env("HELM_DATA_HOME", config.work_dir.join("data"))
+        .env("HOME", home.unwrap_or(&config.work_dir))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Keep only what helm legitimately needs from the operator's environment: never the
+    // operator's own kubeconfig or service-account settings.
+    for key in [
+        "PATH",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "TMPDIR",
+    ] {
+        if let Ok(value) = std::env::var(key) {
+            command.env(key, value);
+        }
+    }
+    let mut child = command.spawn().map_err(|err| HelmError::Spawn {
+        path: config.binary.clone(),
+        message: err.to_string(),
+    })?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes()).await?;
+        drop(pipe);
+    }
+    let output = match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(HelmError::Timeout {
+                action,
+                seconds: limit.as_secs(),
+            });
+        }
+    };
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(HelmError::Failed {
+            action,
+            message: error_summary(&stderr, secrets),
+        })
+    }
+}
+
+/// One release's exclusive helm session (see [`Helm::session`]). Dropping it removes the
+/// private files and releases the lock.
+pub struct ReleaseSession {
+    helm: Helm,
+    _guard: OwnedMutexGuard<()>,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    values: PathBuf,
+    repository_config: PathBuf,
+    repository_cache: PathBuf,
+    registry_config: PathBuf,
+    ca_file: PathBuf,
+}
+
+/// What an uninstall did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UninstallOutcome {
+    /// The release was removed.
+    Uninstalled,
+    /// There was no such release.
+    NotFound,
+}
+
+impl ReleaseSession {
+    fn files(&self) -> CallFiles<'_> {
+        CallFiles {
+            kubeconfig: &self.kubeconfig,
+            values: &self.values,
+            repository_config: &self.repository_config,
+            repository_cache: &self.repository_cache,
+            registry_config: &self.registry_config,
+        }
+    }
+
+    async fn run(
+        &self,
+        action: &'static str,
+        args: Vec<String>,
+        limit: Duration,
+        stdin: Option<&str>,
+        secrets: &[&str],
+    ) -> Result<String, HelmError> {
+        let inner = &self.helm.inner;
+        exec(
+            &inner.config,
+            &inner.processes,
+            action,
+            &args,
+            stdin,
+            limit,
+            secrets,
+            Some(self.dir.path()),
+        )
+        .await
+    }
+
+    /// Current release state, or `None` when the release does not exist.
+    pub async fn status(
+        &self,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Option<ReleaseInfo>, HelmError> {
+        match self
+            .run(
+                "status",
+                args::status(release, namespace, &self.files()),
+                QUICK_CALL_LIMIT,
+                None,
+                &[],
+            )
+            .await
+        {
+            Ok(out) => output::parse_release(&out)
+                .map(Some)
+                .map_err(|err| HelmError::Output {
+                    action: "status",
+                    message: err.to_string(),
+                }),
+            Err(HelmError::Failed { message, .. }) if output::is_release_not_found(&message) => {
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Release history, oldest first; empty when the release does not exist.
+    pub async fn history(
+        &self,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Vec<HistoryEntry>, HelmError> {
+        match self
+            .run(
+                "history",
+                args::history(release, namespace, &self.files()),
+                QUICK_CALL_LIMIT,
+                None,
+                &[],
+            )
+            .await
+        {
+            Ok(out) => output::parse_history(&out).map_err(|err| HelmError::Output {
+                action: "history",
+                message: err.to_string(),
+            }),
+            Err(HelmError::Failed { message, .. }) if output::is_release_not_found(&message) => {
+                Ok(Vec::new())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Installs (when `verb` is Install) or upgrades the release and returns helm's view of it.
+    pub async fn install_or_upgrade(
+        &self,
+        verb: InstallVerb,
+        request: &ReleaseRequest,
+        auth: &RepositoryAuth,
+    ) -> Result<ReleaseInfo, HelmError> {
+        let values = serde_json::to_vec(&request.values)
+            .map_err(|err| HelmError::Io(format!("cannot encode values: {err}")))?;
+        write_private(&self.values, &values)?;
+        let secrets: Vec<&str> = auth.password.iter().map(String::as_str).collect();
+        let alias = self.prepare_chart_access(request, auth, &secrets).await?;
+        let mut args =
+            args::install_or_upgrade(verb, self.helm.flavor(), request, &self.files(), alias);
+        if auth.ca_bundle.is_some() {
+            args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
+        }
+        let action = match verb {
+            InstallVerb::Install => "install",
+            InstallVerb::Upgrade => "upgrade",
+        };
+        let out = self
+            .run(
+                action,
+                args,
+                request.timeout + PROCESS_GRACE,
+                None,
+                &secrets,
+            )
+            .await?;
+        output::parse_release(&out).map_err(|err| HelmError::Output {
+            action,
+            message: err.to_string(),
+        })
+    }
+
+    /// Logs in to the repository or registry when credentials or a CA are configured, so that
+    /// no password ever appears on a command line. Returns the repository alias to use.
+    async fn prepare_chart_access(
+        &self,
+        request: &ReleaseRequest,
+        auth: &RepositoryAuth,
+        secrets: &[&str],
+    ) -> Result<Option<&'static str>, HelmError> {
+        if let Some(ca) = &auth.ca_bundle {
+            write_private(&self.ca_file, ca)?;
+        }
+        match &request.chart {
+            ChartSource::Repository { url, .. } => {
+                if !auth.needs_login() && auth.ca_bundle.is_none() {
+                    return Ok(None);
+                }
+                const ALIAS: &str = "release-repo";
+                let mut args = vec![
+                    "repo".to_string(),
+                    "add".into(),
+                    ALIAS.into(),
+                    url.clone(),
+                    "--force-update".into(),
+                    "--repository-config".into(),
+                    self.repository_config.display().to_string(),
+                    "--repository-cache".into(),
+                    self.repository_cache.display().to_string(),
+                ];
+                if let Some(user) = &auth.username {
+                    args.extend(["--username".into(), user.clone()]);
+                }
+                if auth.password.is_some() {
+                    args.push("--password-stdin".into());
+                }
+                if auth.ca_bundle.is_some() {
+                    args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
+                }
+                self.run(
+                    "repo add",
+                    args,
+                    QUICK_CALL_LIMIT,
+                    auth.password.as_deref(),
+                    secrets,
+                )
+                .await?;
+                Ok(Some(ALIAS))
+            }
+            ChartSource::Oci { reference } => {
+                if !auth.needs_login() {
+                    return Ok(None);
+                }
+                let host = reference
+                    .trim_start_matches("oci://")
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let mut args = vec![
+                    "registry".to_string(),
+                    "login".into(),
+                    host,
+                    "--registry-config".into(),
+                    self.registry_config.display().to_string(),
+                ];
+                if let Some(user) = &auth.username {
+                    args.extend(["--username".into(), user.clone()]);
+                }
+                if auth.password.is_some() {
+                    args.push("--password-stdin".into());
+                }
+                if auth.ca_bundle.is_some() {
+                    args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
+                }
+                self.run(
+                    "registry login",
+                    args,
+                    QUICK_CALL_LIMIT,
+                    auth.password.as_deref(),
+                    secrets,
+                )
+                .await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Rolls the release back to `revision`.
+    pub async fn rollback(
+        &self,
+        release: &str,
+        namespace: &str,
+        revision: i64,
+        timeout: Duration,
+        wait: bool,
+    ) -> Result<(), HelmError> {
+        let args = args::rollback(
+            self.helm.flavor(),
+            release,
+            namespace,
+            revision,
+            timeout,
+            wait,
+            &self.files(),
+        );
+        self.run("rollback", args, timeout + PROCESS_GRACE, None, &[])
+            .await?;
+        Ok(())
+    }
+
+    /// Uninstalls the release; a missing release is not an error.
+    pub async fn uninstall(
+        &self,
+        release: &str,
+        namespace: &str,
+        timeout: Duration,
+        disable_hooks: bool,
+        wait: bool,
+    ) -> Result<UninstallOutcome, HelmError> {
+        let args = args::uninstall(
+            self.helm.flavor(),
+            release,
+            namespace,
+            timeout,
+            disable_hooks,
+            wait,
+            &self.files(),
+        );
+        match self
+            .run("uninstall", args, timeout + PROCESS_GRACE, None, &[])
+            .await
+        {
+            Ok(out) if output::is_release_not_found(&out) => Ok(UninstallOutcome::NotFound),
+            Ok(_) => Ok(UninstallOutcome::Uninstalled),
+            Err(HelmError::Failed { message, .. }) if output::is_release_not_found(&message) => {
+                Ok(UninstallOutcome::NotFound)
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// Maps `helm version` output to a dialect.
+pub fn parse_flavor(version: &str) -> Result<HelmFlavor, HelmError> {
+    let unsupported = || HelmError::Unsupported {
+        version: version.to_string(),
+    };
+    let numbers: Vec<u64> = version
+        .trim()
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .take(2)
+        .map(|part| part.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| unsupported())?;
+    match numbers.as_slice() {
+        [4, ..] => Ok(HelmFlavor::V4),
+        [3, minor] if *minor >= 8 => Ok(HelmFlavor::V3),
+        _ => Err(unsupported()),
+    }
+}
+
+/// The useful part of helm's stderr: the last few non-empty lines without the `Error: ` prefix,
+/// with every secret replaced, shortened to a size that fits a condition message.
+pub fn error_summary(stderr: &str, secrets: &[&str]) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(3);
+    let mut text = lines[start..].join("; ");
+    if let Some(rest) = text.strip_prefix("Error: ") {
+        text = rest.to_string();
+    }
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret, "[redacted]");
+    }
+    const LIMIT: usize = 1024;
+    if text.len() > LIMIT {
+        let mut cut = LIMIT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    if text.is_empty() {
+        "helm exited with an error and printed nothing".to_string()
+    } else {
+        text
+    }
+}
+
+fn create_private_dir(path: &Path) -> Result<(), HelmError> {
+    std::fs::create_dir_all(path)?;
+    set_mode(path, 0o700)
+}
+
+fn write_private(path: &Path, contents: &[u8]) -> Result<(), HelmError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)?;
+    Ok(())
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), HelmError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flavors() {
+        assert_eq!(parse_flavor("v4.1.4").unwrap(), HelmFlavor::V4);
+        assert_eq!(parse_flavor("v3.14.2").unwrap(), HelmFlavor::V3);
+        assert_eq!(parse_flavor("v3.8.0").unwrap(), HelmFlavor::V3);
+        assert!(parse_flavor("v3.7.2").is_err());
+        assert!(parse_flavor("v2.17.0").is_err());
+        assert!(parse_flavor("garbage").is_err());
+    }
+
+    #[test]
+    fn chart_source_from_spec() {
+        assert_eq!(
+            ChartSource::from_spec("https://x/", " oci://r/c "),
+            ChartSource::Oci {
+                reference: "oci://r/c".into()
+            }
+        );
+        assert_eq!(
+            ChartSource::from_spec(" https://x/ ", "c"),
+            ChartSource::Repository {
+                url: "https://x/".into(),
+                chart: "c".into()
+            }
+        );
+    }
+
+    #[test]
+    fn error_summary_redacts_and_strips() {
+        let stderr = "\nError: looks like \"https://u:hunter2@x\" is not a valid chart repository: 401 hunter2\n";
+        let msg = error_summary(stderr, &["hunter2"]);
+        assert!(!msg.contains("hunter2"));
+        assert!(msg.starts_with("looks like"));
+        assert!(msg.contains("[redacted]"));
+        assert_eq!(
+            error_summary("", &[]),
+            "helm exited with an error and printed nothing"
+        );
+        let long = "é".repeat(2000);
+        assert!(error_summary(&long, &[]).len() <= 1024 + '…'.len_utf8());
+    }
+
+    #[test]
+    fn auth_debug_hides_password() {
+        let auth = RepositoryAuth {
+            username: Some("u".into()),
+            password: Some("hunter2".into()),
+            ca_bundle: None,
+        };
+        assert!(!format!("{auth:?}").contains("hunter2"));
+    }
+}

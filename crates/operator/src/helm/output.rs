@@ -1,0 +1,167 @@
+//! Parsing of helm's JSON output (`status -o json`, `install|upgrade -o json`, `history -o json`).
+
+use serde::Deserialize;
+
+/// The state of a release as helm reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseInfo {
+    /// Release name.
+    pub name: String,
+    /// Release namespace.
+    pub namespace: String,
+    /// Revision number (1 for a fresh install).
+    pub revision: i64,
+    /// Helm status: `deployed`, `failed`, `pending-install`, `pending-upgrade`,
+    /// `pending-rollback`, `uninstalling`, `superseded`, `uninstalled` or `unknown`.
+    pub status: String,
+    /// Chart name.
+    pub chart: String,
+    /// Chart version.
+    pub chart_version: String,
+    /// Helm's description of the last operation (e.g. the failure reason).
+    pub description: String,
+    /// When this revision was deployed (RFC 3339, as helm prints it).
+    pub last_deployed: Option<String>,
+}
+
+impl ReleaseInfo {
+    /// Whether the release is in one of helm's `pending-*` states, in which helm refuses new
+    /// operations until it is rolled back or the lock is otherwise cleared.
+    pub fn is_pending(&self) -> bool {
+        self.status.starts_with("pending-")
+    }
+}
+
+#[derive(Deserialize)]
+struct RawRelease {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    version: i64,
+    #[serde(default)]
+    info: RawInfo,
+    #[serde(default)]
+    chart: RawChart,
+}
+
+#[derive(Default, Deserialize)]
+struct RawInfo {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    last_deployed: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+struct RawChart {
+    #[serde(default)]
+    metadata: RawChartMetadata,
+}
+
+#[derive(Default, Deserialize)]
+struct RawChartMetadata {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    version: String,
+}
+
+/// Parses a release object (`helm status -o json`, or the output of install/upgrade with
+/// `-o json`). Helm may print warnings before the JSON on stdout; parsing starts at the first `{`.
+pub fn parse_release(stdout: &str) -> Result<ReleaseInfo, serde_json::Error> {
+    let json = stdout.find('{').map_or(stdout, |start| &stdout[start..]);
+    let raw: RawRelease = serde_json::from_str(json.trim())?;
+    Ok(ReleaseInfo {
+        name: raw.name,
+        namespace: raw.namespace,
+        revision: raw.version,
+        status: raw.info.status,
+        chart: raw.chart.metadata.name,
+        chart_version: raw.chart.metadata.version,
+        description: raw.info.description,
+        last_deployed: raw.info.last_deployed,
+    })
+}
+
+/// One line of `helm history -o json`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct HistoryEntry {
+    /// Revision number.
+    pub revision: i64,
+    /// Status of that revision.
+    #[serde(default)]
+    pub status: String,
+    /// `<chart>-<version>`.
+    #[serde(default)]
+    pub chart: String,
+    /// What helm did in that revision.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// Parses `helm history -o json`.
+pub fn parse_history(stdout: &str) -> Result<Vec<HistoryEntry>, serde_json::Error> {
+    let json = stdout.find('[').map_or(stdout, |start| &stdout[start..]);
+    serde_json::from_str(json.trim())
+}
+
+/// Whether helm's error text says the release does not exist.
+pub fn is_release_not_found(stderr: &str) -> bool {
+    let lower = stderr.to_ascii_lowercase();
+    lower.contains("release: not found") || lower.contains("release not found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status_json() {
+        let out = r#"{"name":"app","info":{"first_deployed":"2026-01-01T00:00:00Z","last_deployed":"2026-01-02T00:00:00Z","deleted":"","description":"Upgrade complete","status":"deployed"},"chart":{"metadata":{"name":"demo","version":"0.2.0","appVersion":"1"}},"version":2,"namespace":"apps"}"#;
+        let info = parse_release(out).unwrap();
+        assert_eq!(info.name, "app");
+        assert_eq!(info.namespace, "apps");
+        assert_eq!(info.revision, 2);
+        assert_eq!(info.status, "deployed");
+        assert_eq!(info.chart, "demo");
+        assert_eq!(info.chart_version, "0.2.0");
+        assert_eq!(info.description, "Upgrade complete");
+        assert_eq!(info.last_deployed.as_deref(), Some("2026-01-02T00:00:00Z"));
+        assert!(!info.is_pending());
+    }
+
+    #[test]
+    fn skips_warnings_before_json() {
+        let out = "WARNING: something\n{\"name\":\"a\",\"version\":1,\"info\":{\"status\":\"pending-install\"}}";
+        let info = parse_release(out).unwrap();
+        assert_eq!(info.revision, 1);
+        assert!(info.is_pending());
+    }
+
+    #[test]
+    fn rejects_non_json() {
+        assert!(parse_release("Error: nothing").is_err());
+    }
+
+    #[test]
+    fn parses_history() {
+        let out = r#"[{"revision":1,"updated":"x","status":"superseded","chart":"demo-0.1.0","app_version":"1","description":"Install complete"},{"revision":2,"updated":"y","status":"deployed","chart":"demo-0.2.0","app_version":"1","description":"Upgrade complete"}]"#;
+        let history = parse_history(out).unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!(history[1].revision, 2);
+        assert_eq!(history[1].status, "deployed");
+    }
+
+    #[test]
+    fn recognises_not_found() {
+        assert!(is_release_not_found("Error: release: not found"));
+        assert!(is_release_not_found(
+            "Error: uninstall: Release not loaded: app: release: not found"
+        ));
+        assert!(!is_release_not_found("Error: timed out"));
+    }
+}
