@@ -1,1 +1,325 @@
-//! OmniCluster + children → Omni cluster template.
+//! OmniCluster + children → Omni cluster template (pure).
+//!
+//! The rendered YAML is hashed into `status.templateHash`, so its bytes must depend only on the
+//! objects' content, never on list order from the API server: children are selected by
+//! `spec.clusterRef.name` and sorted by their effective Omni names.
+
+use omni_client::template::{
+    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, Install, KubernetesCluster,
+    Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size, TalosCluster,
+    Template, UpdateStrategy,
+};
+use sha2::{Digest, Sha256};
+
+use crate::api::common::{self, MachineClassSize, MachineSetFields};
+use crate::api::workers::{self, RESERVED_WORKER_SET_NAME, StrategyType};
+use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
+
+/// Condition reason for a missing or ambiguous OmniControlPlane.
+pub const REASON_MISSING_TEMPLATE: &str = "MissingTemplate";
+/// Condition reason for every other render failure.
+pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+
+/// A rendered template and the children it was built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The template model.
+    pub template: Template,
+    /// The exact YAML that is validated, synced and hashed.
+    pub yaml: String,
+    /// Lowercase hex SHA-256 of `yaml`.
+    pub hash: String,
+    /// `metadata.name` of the selected OmniControlPlane.
+    pub control_plane_ref: String,
+    /// `metadata.name`s of the selected OmniWorkers, in rendered order.
+    pub workers_refs: Vec<String>,
+    /// `metadata.name`s of the selected OmniMachines, in rendered order.
+    pub machine_refs: Vec<String>,
+}
+
+/// Why a cluster could not be rendered. Messages are the ones users see in conditions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// Zero or several OmniControlPlanes reference the cluster.
+    #[error("expected exactly one OmniControlPlane referencing {namespace}/{name}, found {found}")]
+    ControlPlaneCount {
+        /// Cluster namespace.
+        namespace: String,
+        /// Cluster `metadata.name`.
+        name: String,
+        /// How many were found.
+        found: usize,
+    },
+    /// Two manifests share a name.
+    #[error(
+        "duplicate Kubernetes manifest name {0:?} for OmniCluster.spec.kubernetes.manifests[] conflicts with OmniCluster.spec.kubernetes.manifests[]"
+    )]
+    DuplicateManifest(String),
+    /// A worker set uses the control plane's reserved name.
+    #[error("workers {0:?} uses reserved workerSetName \"control-planes\"")]
+    ReservedWorkerSetName(String),
+    /// A numeric field is outside what Omni accepts.
+    #[error("{object}: {field} must not be negative")]
+    Negative {
+        /// `Kind ns/name` of the object.
+        object: String,
+        /// The field path.
+        field: String,
+    },
+}
+
+impl RenderError {
+    /// The condition reason the cluster controller reports (`Validated=False`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RenderError::ControlPlaneCount { .. } => REASON_MISSING_TEMPLATE,
+            _ => REASON_VALIDATION_FAILED,
+        }
+    }
+}
+
+fn same_scope(
+    cluster: &OmniCluster,
+    namespace: Option<&String>,
+    cluster_ref: &common::LocalObjectReference,
+) -> bool {
+    namespace == cluster.metadata.namespace.as_ref()
+        && Some(&cluster_ref.name) == cluster.metadata.name.as_ref()
+}
+
+fn non_empty<T: Clone>(list: Option<&Vec<T>>) -> Option<Vec<T>> {
+    list.filter(|l| !l.is_empty()).cloned()
+}
+
+fn patches(list: Option<&Vec<common::Patch>>) -> Vec<Patch> {
+    list.map(|l| {
+        l.iter()
+            .map(|p| Patch {
+                file: p.file.clone().unwrap_or_default(),
+                name: p.name.clone().unwrap_or_default(),
+                id_override: p.id_override.clone().unwrap_or_default(),
+                labels: p.labels.clone().unwrap_or_default(),
+                annotations: p.annotations.clone().unwrap_or_default(),
+                inline: p.inline.clone(),
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn machine_set(fields: &MachineSetFields) -> MachineSet {
+    MachineSet {
+        labels: fields.labels.clone().unwrap_or_default(),
+        annotations: fields.annotations.clone().unwrap_or_default(),
+        machines: fields.machines.clone().unwrap_or_default(),
+        machine_class: fields.machine_class.as_ref().map(|mc| MachineClass {
+            name: mc.name.clone(),
+            size: match &mc.size {
+                MachineClassSize::Count(n) => Size::Count(*n),
+                MachineClassSize::Keyword(k) => Size::Keyword(k.clone()),
+            },
+        }),
+        patches: patches(fields.patches.as_ref()),
+        system_extensions: non_empty(fields.system_extensions.as_ref()),
+        kernel_args: non_empty(fields.kernel_args.as_ref()),
+        ..MachineSet::default()
+    }
+}
+
+fn strategy(
+    object: &str,
+    field: &str,
+    s: Option<&workers::UpdateStrategy>,
+) -> Result<Option<UpdateStrategy>, RenderError> {
+    let Some(s) = s else { return Ok(None) };
+    let rolling =
+        match &s.rolling {
+            None => None,
+            Some(r) => Some(RollingStrategy {
+                max_parallelism: r.max_parallelism.map(u32::try_from).transpose().map_err(
+                    |_| RenderError::Negative {
+                        object: object.to_string(),
+                        field: format!("spec.{field}.rolling.maxParallelism"),
+                    },
+                )?,
+            }),
+        };
+    Ok(Some(UpdateStrategy {
+        kind: match s.type_ {
+            None => String::new(),
+            Some(StrategyType::Rolling) => "Rolling".into(),
+            Some(StrategyType::Unset) => "Unset".into(),
+        },
+        rolling,
+    }))
+}
+
+/// Renders `cluster` with the children (from the same namespace) that reference it.
+///
+/// Children of other clusters or namespaces in the slices are ignored, so callers may pass
+/// everything they listed.
+pub fn render(
+    cluster: &OmniCluster,
+    control_planes: &[OmniControlPlane],
+    workers: &[OmniWorkers],
+    machines: &[OmniMachine],
+) -> Result<Rendered, RenderError> {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+
+    let selected_cps: Vec<&OmniControlPlane> = control_planes
+        .iter()
+        .filter(|cp| {
+            same_scope(
+                cluster,
+                cp.metadata.namespace.as_ref(),
+                &cp.spec.cluster_ref,
+            )
+        })
+        .collect();
+    let [control_plane] = selected_cps.as_slice() else {
+        return Err(RenderError::ControlPlaneCount {
+            namespace,
+            name,
+            found: selected_cps.len(),
+        });
+    };
+    let mut selected_workers: Vec<(String, &OmniWorkers)> = workers
+        .iter()
+        .filter(|w| same_scope(cluster, w.metadata.namespace.as_ref(), &w.spec.cluster_ref))
+        .map(|w| (w.effective_worker_set_name(), w))
+        .collect();
+    selected_workers.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| a.1.metadata.name.cmp(&b.1.metadata.name))
+    });
+    let mut selected_machines: Vec<(String, &OmniMachine)> = machines
+        .iter()
+        .filter(|m| same_scope(cluster, m.metadata.namespace.as_ref(), &m.spec.cluster_ref))
+        .map(|m| (m.effective_machine_id(), m))
+        .collect();
+    selected_machines.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| a.1.metadata.name.cmp(&b.1.metadata.name))
+    });
+
+    let spec = &cluster.spec;
+    let manifests = spec.kubernetes.manifests.as_deref().unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in manifests {
+        if !seen.insert(m.name.as_str()) {
+            return Err(RenderError::DuplicateManifest(m.name.clone()));
+        }
+    }
+    for (effective, w) in &selected_workers {
+        if effective == RESERVED_WORKER_SET_NAME {
+            return Err(RenderError::ReservedWorkerSetName(
+                w.metadata.name.clone().unwrap_or_default(),
+            ));
+        }
+    }
+
+    let mut documents = Vec::with_capacity(2 + selected_workers.len() + selected_machines.len());
+    documents.push(Document::Cluster(Cluster {
+        name: cluster.effective_cluster_name(),
+        labels: spec.labels.clone().unwrap_or_default(),
+        annotations: spec.annotations.clone().unwrap_or_default(),
+        kubernetes: KubernetesCluster {
+            version: spec.kubernetes.version.clone(),
+            manifests: manifests
+                .iter()
+                .map(|m| {
+                    let file = m.file.clone().unwrap_or_default();
+                    Manifest {
+                        name: m.name.clone(),
+                        mode: m.mode.as_str().to_string(),
+                        // Without a file the inline list is always written, `[]` included.
+                        inline: file.is_empty().then(|| {
+                            serde_json::Value::Array(m.inline.clone().unwrap_or_default())
+                        }),
+                        file,
+                        ..Manifest::default()
+                    }
+                })
+                .collect(),
+            healthchecks: Vec::new(),
+        },
+        talos: TalosCluster {
+            version: spec.talos.version.clone(),
+        },
+        features: spec.features.as_ref().map(|f| Features {
+            enable_workload_proxy: f.enable_workload_proxy,
+            use_embedded_discovery_service: f.use_embedded_discovery_service,
+            disk_encryption: f.disk_encryption,
+            backup_configuration: f
+                .backup_configuration
+                .as_ref()
+                .map(|b| BackupConfiguration {
+                    interval: b.interval.clone(),
+                }),
+        }),
+        patches: patches(spec.patches.as_ref()),
+        system_extensions: non_empty(spec.system_extensions.as_ref()),
+        kernel_args: non_empty(spec.kernel_args.as_ref()),
+    }));
+
+    let mut cp = machine_set(&control_plane.spec.machine_set);
+    cp.bootstrap_spec = control_plane
+        .spec
+        .bootstrap_spec
+        .as_ref()
+        .map(|b| BootstrapSpec {
+            cluster_uuid: b.cluster_uuid.clone(),
+            snapshot: b.snapshot.clone(),
+        });
+    documents.push(Document::ControlPlane(cp));
+
+    for (effective, w) in &selected_workers {
+        let object = format!(
+            "OmniWorkers {}/{}",
+            namespace,
+            w.metadata.name.as_deref().unwrap_or_default()
+        );
+        let mut set = machine_set(&w.spec.machine_set);
+        set.name = effective.clone();
+        set.update_strategy = strategy(&object, "updateStrategy", w.spec.update_strategy.as_ref())?;
+        set.upgrade_strategy =
+            strategy(&object, "upgradeStrategy", w.spec.upgrade_strategy.as_ref())?;
+        set.delete_strategy = strategy(&object, "deleteStrategy", w.spec.delete_strategy.as_ref())?;
+        documents.push(Document::Workers(set));
+    }
+
+    for (effective, m) in &selected_machines {
+        let s = &m.spec;
+        documents.push(Document::Machine(Machine {
+            name: effective.clone(),
+            labels: s.labels.clone().unwrap_or_default(),
+            annotations: s.annotations.clone().unwrap_or_default(),
+            locked: s.locked,
+            install: s.install.as_ref().map(|i| Install {
+                disk: i.disk.clone(),
+            }),
+            patches: patches(s.patches.as_ref()),
+            system_extensions: non_empty(s.system_extensions.as_ref()),
+            kernel_args: non_empty(s.kernel_args.as_ref()),
+        }));
+    }
+
+    let template = Template { documents };
+    let yaml = template.to_yaml();
+    let hash = hex::encode(Sha256::digest(yaml.as_bytes()));
+    Ok(Rendered {
+        template,
+        yaml,
+        hash,
+        control_plane_ref: control_plane.metadata.name.clone().unwrap_or_default(),
+        workers_refs: selected_workers
+            .iter()
+            .map(|(_, w)| w.metadata.name.clone().unwrap_or_default())
+            .collect(),
+        machine_refs: selected_machines
+            .iter()
+            .map(|(_, m)| m.metadata.name.clone().unwrap_or_default())
+            .collect(),
+    })
+}

@@ -1,0 +1,466 @@
+//! The rendered Omni template: exact format, determinism and render-time errors.
+
+use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
+use omni_operator::render::{RenderError, render};
+use sha2::{Digest, Sha256};
+
+const A: &str = "11111111-1111-1111-1111-111111111111";
+const B: &str = "22222222-2222-2222-2222-222222222222";
+const C: &str = "33333333-3333-3333-3333-333333333333";
+
+fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+    serde_saphyr::from_str(yaml).expect("fixture parses")
+}
+
+fn cluster() -> OmniCluster {
+    parse(
+        r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniCluster
+metadata:
+  name: demo
+  namespace: omni
+spec:
+  connectionRef:
+    name: omni
+  clusterName: prod-demo
+  labels:
+    env: prod
+    "n": "1"
+  annotations:
+    team: infra
+  kubernetes:
+    version: v1.32.3
+    manifests:
+      - name: ns
+        mode: one-time
+        inline:
+          - apiVersion: v1
+            kind: Namespace
+            metadata:
+              name: gpu
+      - name: empty
+      - name: crds
+        file: manifests/crds.yaml
+  talos:
+    version: v1.9.5
+  features:
+    enableWorkloadProxy: true
+    backupConfiguration:
+      interval: 1h
+  patches:
+    - name: sysctl
+      labels:
+        k: v
+      inline:
+        machine:
+          sysctls:
+            vm.max_map_count: "262144"
+    - file: patches/cni.yaml
+      idOverride: 100-cni
+  systemExtensions:
+    - siderolabs/iscsi-tools
+  kernelArgs: []
+  templateRoot: /templates
+"#,
+    )
+}
+
+fn control_plane(name: &str, cluster: &str) -> OmniControlPlane {
+    parse(&format!(
+        r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniControlPlane
+metadata:
+  name: {name}
+  namespace: omni
+spec:
+  clusterRef:
+    name: {cluster}
+  labels:
+    tier: cp
+  machines:
+    - {A}
+  bootstrapSpec:
+    clusterUUID: 0b7c9f2e-5a61-4c43-9a77-3c1f5b1d2e90
+    snapshot: snap.db
+  patches:
+    - name: cp
+      inline:
+        cluster:
+          allowSchedulingOnControlPlanes: true
+"#
+    ))
+}
+
+fn workers() -> Vec<OmniWorkers> {
+    vec![
+        parse(&format!(
+            r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniWorkers
+metadata:
+  name: zz-gpu
+  namespace: omni
+spec:
+  clusterRef:
+    name: demo
+  workerSetName: gpu
+  machineClass:
+    name: gpu-class
+    size: unlimited
+  updateStrategy:
+    type: Rolling
+    rolling:
+      maxParallelism: 2
+  upgradeStrategy:
+    rolling: {{}}
+  deleteStrategy:
+    type: Unset
+  systemExtensions:
+    - nvidia/driver
+"#
+        )),
+        parse(&format!(
+            r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniWorkers
+metadata:
+  name: batch
+  namespace: omni
+spec:
+  clusterRef:
+    name: demo
+  annotations:
+    purpose: batch
+  machines:
+    - {C}
+    - {B}
+  kernelArgs:
+    - console=ttyS0
+"#
+        )),
+        parse(
+            r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniWorkers
+metadata:
+  name: elastic
+  namespace: omni
+spec:
+  clusterRef:
+    name: demo
+  machineClass:
+    name: cloud
+    size: 3
+"#,
+        ),
+    ]
+}
+
+fn machines() -> Vec<OmniMachine> {
+    vec![
+        parse(&format!(
+            r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniMachine
+metadata:
+  name: node-c
+  namespace: omni
+spec:
+  clusterRef:
+    name: demo
+  machineID: {C}
+  locked: true
+  install:
+    disk: /dev/nvme0n1
+  labels:
+    rack: r1
+  kernelArgs:
+    - quiet
+"#
+        )),
+        parse(&format!(
+            r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniMachine
+metadata:
+  name: {B}
+  namespace: omni
+spec:
+  clusterRef:
+    name: demo
+  patches:
+    - name: hostname
+      inline:
+        machine:
+          network:
+            hostname: worker-b
+"#
+        )),
+    ]
+}
+
+const EXPECTED: &str = r#"kind: Cluster
+name: prod-demo
+labels:
+  env: prod
+  'n': "1"
+annotations:
+  team: infra
+kubernetes:
+  version: v1.32.3
+  manifests:
+    - name: ns
+      mode: one-time
+      inline:
+        - apiVersion: v1
+          kind: Namespace
+          metadata:
+            name: gpu
+    - name: empty
+      mode: full
+      inline: []
+    - name: crds
+      mode: full
+      file: manifests/crds.yaml
+talos:
+  version: v1.9.5
+features:
+  enableWorkloadProxy: true
+  backupConfiguration:
+    interval: 1h
+patches:
+  - name: sysctl
+    labels:
+      k: v
+    inline:
+      machine:
+        sysctls:
+          vm.max_map_count: "262144"
+  - file: patches/cni.yaml
+    idOverride: 100-cni
+systemExtensions:
+  - siderolabs/iscsi-tools
+---
+kind: ControlPlane
+labels:
+  tier: cp
+machines:
+  - 11111111-1111-1111-1111-111111111111
+bootstrapSpec:
+  clusterUUID: 0b7c9f2e-5a61-4c43-9a77-3c1f5b1d2e90
+  snapshot: snap.db
+patches:
+  - name: cp
+    inline:
+      cluster:
+        allowSchedulingOnControlPlanes: true
+---
+kind: Workers
+name: batch
+annotations:
+  purpose: batch
+machines:
+  - 33333333-3333-3333-3333-333333333333
+  - 22222222-2222-2222-2222-222222222222
+kernelArgs:
+  - console=ttyS0
+---
+kind: Workers
+name: elastic
+machineClass:
+  name: cloud
+  size: 3
+---
+kind: Workers
+name: gpu
+machineClass:
+  name: gpu-class
+  size: unlimited
+updateStrategy:
+  type: Rolling
+  rolling:
+    maxParallelism: 2
+upgradeStrategy:
+  rolling: {}
+deleteStrategy:
+  type: Unset
+systemExtensions:
+  - nvidia/driver
+---
+kind: Machine
+name: 22222222-2222-2222-2222-222222222222
+patches:
+  - name: hostname
+    inline:
+      machine:
+        network:
+          hostname: worker-b
+---
+kind: Machine
+name: 33333333-3333-3333-3333-333333333333
+labels:
+  rack: r1
+locked: true
+install:
+  disk: /dev/nvme0n1
+kernelArgs:
+  - quiet
+"#;
+
+#[test]
+fn renders_every_document_kind_in_the_documented_format() {
+    let rendered = render(
+        &cluster(),
+        &[control_plane("cp", "demo")],
+        &workers(),
+        &machines(),
+    )
+    .expect("render");
+    assert_eq!(rendered.yaml, EXPECTED);
+    assert_eq!(
+        rendered.hash,
+        hex::encode(Sha256::digest(EXPECTED.as_bytes()))
+    );
+    assert_eq!(rendered.hash.len(), 64);
+    assert_eq!(rendered.control_plane_ref, "cp");
+    assert_eq!(rendered.workers_refs, ["batch", "elastic", "zz-gpu"]);
+    assert_eq!(rendered.machine_refs, [B, "node-c"]);
+}
+
+#[test]
+fn rendered_template_parses_back_and_passes_omni_validation_shape() {
+    let rendered = render(
+        &cluster(),
+        &[control_plane("cp", "demo")],
+        &workers(),
+        &machines(),
+    )
+    .expect("render");
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+}
+
+#[test]
+fn output_does_not_depend_on_input_order() {
+    let expected = render(
+        &cluster(),
+        &[control_plane("cp", "demo")],
+        &workers(),
+        &machines(),
+    )
+    .expect("render");
+    let mut ws = workers();
+    let mut ms = machines();
+    for rotation in 0..ws.len() {
+        ws.rotate_left(1);
+        ms.reverse();
+        let got = render(&cluster(), &[control_plane("cp", "demo")], &ws, &ms).expect("render");
+        assert_eq!(got, expected, "rotation {rotation}");
+    }
+}
+
+#[test]
+fn children_of_other_clusters_and_namespaces_are_ignored() {
+    let mut foreign_ns = control_plane("cp2", "demo");
+    foreign_ns.metadata.namespace = Some("elsewhere".into());
+    let other_cluster = control_plane("cp3", "other");
+    let mut ws = workers();
+    ws[0].metadata.namespace = Some("elsewhere".into());
+    let rendered = render(
+        &cluster(),
+        &[foreign_ns, control_plane("cp", "demo"), other_cluster],
+        &ws,
+        &[],
+    )
+    .expect("render");
+    assert_eq!(rendered.control_plane_ref, "cp");
+    assert_eq!(rendered.workers_refs, ["batch", "elastic"]);
+    assert!(rendered.machine_refs.is_empty());
+}
+
+#[test]
+fn control_plane_count_errors() {
+    let err = render(&cluster(), &[], &[], &[]).expect_err("no control plane");
+    assert_eq!(
+        err.to_string(),
+        "expected exactly one OmniControlPlane referencing omni/demo, found 0"
+    );
+    assert_eq!(err.reason(), "MissingTemplate");
+    let err = render(
+        &cluster(),
+        &[control_plane("a", "demo"), control_plane("b", "demo")],
+        &[],
+        &[],
+    )
+    .expect_err("two control planes");
+    assert_eq!(
+        err.to_string(),
+        "expected exactly one OmniControlPlane referencing omni/demo, found 2"
+    );
+}
+
+#[test]
+fn duplicate_manifest_names_fail_to_render() {
+    let mut c = cluster();
+    if let Some(m) = c.spec.kubernetes.manifests.as_mut() {
+        m[1].name = "ns".into();
+    }
+    let err = render(&c, &[control_plane("cp", "demo")], &[], &[]).expect_err("duplicate");
+    assert_eq!(
+        err.to_string(),
+        "duplicate Kubernetes manifest name \"ns\" for OmniCluster.spec.kubernetes.manifests[] conflicts with OmniCluster.spec.kubernetes.manifests[]"
+    );
+    assert_eq!(err.reason(), "ValidationFailed");
+}
+
+#[test]
+fn reserved_worker_set_name_fails_to_render() {
+    let mut ws = workers();
+    ws[2].metadata.name = Some("control-planes".into());
+    let err = render(&cluster(), &[control_plane("cp", "demo")], &ws, &[]).expect_err("reserved");
+    assert_eq!(
+        err,
+        RenderError::ReservedWorkerSetName("control-planes".into())
+    );
+    assert_eq!(
+        err.to_string(),
+        "workers \"control-planes\" uses reserved workerSetName \"control-planes\""
+    );
+}
+
+#[test]
+fn minimal_cluster_and_empty_features() {
+    let mut c: OmniCluster = parse(
+        r#"
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniCluster
+metadata:
+  name: tiny
+  namespace: omni
+spec:
+  connectionRef:
+    name: omni
+  kubernetes:
+    version: v1.32.0
+  talos:
+    version: v1.9.0
+"#,
+    );
+    let cp = control_plane("cp", "tiny");
+    let plain = render(&c, std::slice::from_ref(&cp), &[], &[]).expect("render");
+    assert!(plain.yaml.starts_with(
+        "kind: Cluster\nname: tiny\nkubernetes:\n  version: v1.32.0\ntalos:\n  version: v1.9.0\n---\n"
+    ), "{}", plain.yaml);
+    c.spec.features = Some(Default::default());
+    let with_features = render(&c, &[cp], &[], &[]).expect("render");
+    assert!(
+        with_features
+            .yaml
+            .contains("talos:\n  version: v1.9.0\nfeatures: {}\n---\n"),
+        "{}",
+        with_features.yaml
+    );
+    assert_ne!(plain.hash, with_features.hash);
+}
