@@ -1,10 +1,168 @@
-//! (subcommand under construction)
+//! `omni-operator render -f FILE...`: prints the Omni cluster template each OmniCluster in the
+//! given manifests renders to, exactly as the controller would sync it.
+//!
+//! Output: for every OmniCluster (sorted by namespace/name) a comment line
+//! `# OmniCluster NS/NAME (hash HEX)` followed by the template; templates are separated by `---`.
+//! Objects without a namespace are placed in `default`, as `kubectl apply` would. Render errors
+//! go to stderr and make the exit status 1; the other clusters are still printed.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use omni_client::template::FileResolver;
+
+use crate::api::{GROUP, OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers, VERSION};
+use crate::render::render;
 
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Manifest file (multi-document YAML); repeat for several files, `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Also run Omni's client-side template validation; file-backed patches and manifests are
+    /// resolved under the cluster's `spec.templateRoot`, or under DIR when given.
+    #[arg(long)]
+    pub validate: bool,
+    /// Directory that replaces `spec.templateRoot` when validating (for local checkouts).
+    #[arg(long, value_name = "DIR", requires = "validate")]
+    pub template_root: Option<PathBuf>,
+}
+
+/// The objects of our API group found in a set of manifests.
+#[derive(Debug, Default)]
+pub struct Objects {
+    /// OmniClusters.
+    pub clusters: Vec<OmniCluster>,
+    /// OmniControlPlanes.
+    pub control_planes: Vec<OmniControlPlane>,
+    /// OmniWorkers.
+    pub workers: Vec<OmniWorkers>,
+    /// OmniMachines.
+    pub machines: Vec<OmniMachine>,
+}
+
+fn decode<T: serde::de::DeserializeOwned + kube::ResourceExt>(
+    label: &str,
+    index: usize,
+    value: serde_json::Value,
+) -> anyhow::Result<T> {
+    let mut object: T = serde_json::from_value(value)
+        .with_context(|| format!("{label}: document {index} does not decode"))?;
+    if object.namespace().is_none() {
+        object.meta_mut().namespace = Some("default".into());
+    }
+    Ok(object)
+}
+
+impl Objects {
+    /// Adds the cluster-template kinds of one multi-document YAML text; other documents are
+    /// ignored.
+    pub fn add_text(&mut self, label: &str, text: &str) -> anyhow::Result<()> {
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(text).with_context(|| format!("{label}: invalid YAML"))?;
+        let api_version = format!("{GROUP}/{VERSION}");
+        for (i, doc) in docs.into_iter().filter(|d| !d.is_null()).enumerate() {
+            let index = i + 1;
+            if doc.get("apiVersion").and_then(|v| v.as_str()) != Some(api_version.as_str()) {
+                continue;
+            }
+            match doc.get("kind").and_then(|v| v.as_str()) {
+                Some("OmniCluster") => self.clusters.push(decode(label, index, doc)?),
+                Some("OmniControlPlane") => self.control_planes.push(decode(label, index, doc)?),
+                Some("OmniWorkers") => self.workers.push(decode(label, index, doc)?),
+                Some("OmniMachine") => self.machines.push(decode(label, index, doc)?),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renders every cluster; returns the text for stdout and one error line per failed cluster.
+pub fn render_all(
+    objects: &Objects,
+    validate_root: Option<&Path>,
+    validate: bool,
+) -> (String, Vec<String>) {
+    let mut clusters: Vec<&OmniCluster> = objects.clusters.iter().collect();
+    clusters.sort_by(|a, b| {
+        (a.metadata.namespace.as_ref(), a.metadata.name.as_ref())
+            .cmp(&(b.metadata.namespace.as_ref(), b.metadata.name.as_ref()))
+    });
+    let mut out = String::new();
+    let mut errors = Vec::new();
+    for cluster in clusters {
+        let id = format!(
+            "{}/{}",
+            cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            cluster.metadata.name.as_deref().unwrap_or_default()
+        );
+        let rendered = match render(
+            cluster,
+            &objects.control_planes,
+            &objects.workers,
+            &objects.machines,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(format!("OmniCluster {id}: {e}"));
+                continue;
+            }
+        };
+        if validate {
+            let files = match (validate_root, cluster.spec.template_root.as_deref()) {
+                (Some(dir), _) => FileResolver::with_root(dir),
+                (None, Some(root)) if !root.is_empty() => FileResolver::with_root(root),
+                _ => FileResolver::default(),
+            };
+            if let Err(e) = rendered.template.validate(&files) {
+                errors.push(format!("OmniCluster {id}: {e}"));
+                continue;
+            }
+        }
+        if !out.is_empty() {
+            out.push_str("---\n");
+        }
+        out.push_str(&format!("# OmniCluster {id} (hash {})\n", rendered.hash));
+        out.push_str(&rendered.yaml);
+    }
+    (out, errors)
+}
 
 /// Runs the subcommand.
-pub async fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not built yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut objects = Objects::default();
+    let mut stdin_used = false;
+    for path in &args.files {
+        if path.as_os_str() == "-" {
+            anyhow::ensure!(!stdin_used, "stdin (-) can be given only once");
+            stdin_used = true;
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("read stdin")?;
+            objects.add_text("-", &text)?;
+        } else {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            objects.add_text(&path.display().to_string(), &text)?;
+        }
+    }
+    anyhow::ensure!(
+        !objects.clusters.is_empty(),
+        "no OmniCluster ({GROUP}/{VERSION}) found in the given manifests"
+    );
+    let (out, errors) = render_all(&objects, args.template_root.as_deref(), args.validate);
+    print!("{out}");
+    for e in &errors {
+        eprintln!("error: {e}");
+    }
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
