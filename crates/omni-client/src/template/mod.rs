@@ -5,18 +5,28 @@
 //! The pure parts (model, validation, translation, planning) do no I/O besides reading the
 //! files a template refers to, so they can be tested without a server.
 
+mod delete;
 mod files;
 mod model;
+mod state;
+mod status;
+mod sync;
 mod translate;
 mod validate;
 mod yaml;
 
+pub use delete::{DeleteProgress, delete_cluster};
 pub use files::{DurationError, FileError, FileResolver, parse_go_duration};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
     Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, ParseError, Patch,
     RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
 };
+pub use state::{EventStream, LabelCondition, StateError, TemplateState};
+pub use status::{
+    ClusterHealth, MachineCounts, MachineSetHealth, StatusError, Upgrades, status_cluster,
+};
+pub use sync::{Plan, SyncError, apply, plan_sync, sync, to_wire};
 pub use translate::{
     DesiredResource, NAMESPACE, ResourceRef, Spec, SpecDecodeError, TranslateError, keys,
     sort_for_apply, translate, type_rank, types,

@@ -1,0 +1,258 @@
+//! Reading a cluster's health from Omni's status resources.
+//!
+//! Omni's client watches seven streams until a consistent snapshot arrives and never returns
+//! for a cluster that does not exist. Here one Get and three label-filtered Lists give the same
+//! snapshot, a missing cluster is [`StatusError::NotFound`], and the caller's deadline bounds
+//! the whole read.
+
+use tokio::time::Instant;
+
+use super::state::{LabelCondition, StateError, TemplateState};
+use super::translate::{keys, types};
+use crate::proto::cosi::resource::Resource;
+use crate::proto::specs;
+
+/// Why the status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Omni has no status for this cluster (it does not exist, or not yet).
+    #[error("cluster {0:?} has no status in Omni")]
+    NotFound(String),
+    /// The deadline passed before the status was read.
+    #[error("timed out reading the status of cluster {0:?}")]
+    Timeout(String),
+    /// A State call failed.
+    #[error("reading the status of cluster {cluster:?}: {source}")]
+    State {
+        /// Cluster name.
+        cluster: String,
+        /// The server's answer.
+        source: StateError,
+    },
+    /// A status spec did not decode.
+    #[error("cannot decode {resource_type} of cluster {cluster:?}: {source}")]
+    Decode {
+        /// Cluster name.
+        cluster: String,
+        /// Type that failed.
+        resource_type: String,
+        /// Decoder error.
+        source: prost::DecodeError,
+    },
+}
+
+/// Machine counters as Omni reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MachineCounts {
+    /// Machines in the cluster or set.
+    pub total: u32,
+    /// Healthy machines.
+    pub healthy: u32,
+    /// Connected machines.
+    pub connected: u32,
+    /// Requested machines.
+    pub requested: u32,
+}
+
+impl From<Option<specs::Machines>> for MachineCounts {
+    fn from(m: Option<specs::Machines>) -> Self {
+        let m = m.unwrap_or_default();
+        MachineCounts {
+            total: m.total,
+            healthy: m.healthy,
+            connected: m.connected,
+            requested: m.requested,
+        }
+    }
+}
+
+/// One machine set's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineSetHealth {
+    /// Machine-set ID.
+    pub id: String,
+    /// Omni phase name (`Running`, `ScalingUp`, ...).
+    pub phase: String,
+    /// Whether Omni reports it ready.
+    pub ready: bool,
+    /// Omni's error text, if any.
+    pub error: String,
+    /// Machine counters.
+    pub machines: MachineCounts,
+}
+
+/// Kubernetes and Talos upgrade state; `None` when Omni has no such status resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Upgrades {
+    /// Kubernetes upgrade phase (`Done`, `Upgrading`, ...).
+    pub kubernetes_phase: Option<String>,
+    /// Kubernetes upgrade error text.
+    pub kubernetes_error: String,
+    /// Talos upgrade phase.
+    pub talos_phase: Option<String>,
+    /// Talos upgrade error text.
+    pub talos_error: String,
+}
+
+/// A cluster's health as Omni reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterHealth {
+    /// Cluster name.
+    pub cluster: String,
+    /// Cluster phase (`RUNNING`, `SCALING_UP`, ...).
+    pub phase: String,
+    /// Omni's cluster ready flag.
+    pub ready: bool,
+    /// Whether the Kubernetes API is reachable.
+    pub kubernetes_api_ready: bool,
+    /// Omni's rule: cluster RUNNING and ready, every machine set Running and ready, every
+    /// upgrade status Done.
+    pub healthy: bool,
+    /// Machine sets, sorted by ID.
+    pub machine_sets: Vec<MachineSetHealth>,
+    /// Cluster-wide machine counters.
+    pub machines: MachineCounts,
+    /// Upgrade state.
+    pub upgrades: Upgrades,
+    /// One line for humans and status fields.
+    pub summary: String,
+}
+
+fn decode<M: prost::Message + Default>(
+    cluster: &str,
+    resource_type: &str,
+    r: &Resource,
+) -> Result<M, StatusError> {
+    let bytes = r
+        .spec
+        .as_ref()
+        .map(|s| s.proto_spec.as_slice())
+        .unwrap_or_default();
+    M::decode(bytes).map_err(|source| StatusError::Decode {
+        cluster: cluster.into(),
+        resource_type: resource_type.into(),
+        source,
+    })
+}
+
+fn id(r: &Resource) -> String {
+    r.metadata
+        .as_ref()
+        .map(|m| m.id.clone())
+        .unwrap_or_default()
+}
+
+async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealth, StatusError> {
+    let err = |source| StatusError::State {
+        cluster: cluster.into(),
+        source,
+    };
+    let status = state
+        .get(types::CLUSTER_STATUS, cluster)
+        .await
+        .map_err(err)?
+        .ok_or_else(|| StatusError::NotFound(cluster.into()))?;
+    let by_cluster = [LabelCondition::equal(keys::CLUSTER, cluster)];
+    let sets = state
+        .list(types::MACHINE_SET_STATUS, &by_cluster)
+        .await
+        .map_err(err)?;
+    let k8s = state
+        .list(types::KUBERNETES_UPGRADE_STATUS, &by_cluster)
+        .await
+        .map_err(err)?;
+    let talos = state
+        .list(types::TALOS_UPGRADE_STATUS, &by_cluster)
+        .await
+        .map_err(err)?;
+
+    let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, &status)?;
+    let phase = cs.phase();
+    let mut machine_sets = Vec::new();
+    for r in &sets {
+        let s: specs::MachineSetStatusSpec = decode(cluster, types::MACHINE_SET_STATUS, r)?;
+        machine_sets.push(MachineSetHealth {
+            id: id(r),
+            phase: s.phase().as_str_name().to_string(),
+            ready: s.ready,
+            error: s.error.clone(),
+            machines: s.machines.into(),
+        });
+    }
+    machine_sets.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut upgrades = Upgrades::default();
+    let mut upgrades_done = true;
+    for r in &k8s {
+        let s: specs::KubernetesUpgradeStatusSpec =
+            decode(cluster, types::KUBERNETES_UPGRADE_STATUS, r)?;
+        upgrades_done &= s.phase() == specs::kubernetes_upgrade_status_spec::Phase::Done;
+        upgrades.kubernetes_phase = Some(s.phase().as_str_name().to_string());
+        upgrades.kubernetes_error = s.error.clone();
+    }
+    for r in &talos {
+        let s: specs::TalosUpgradeStatusSpec = decode(cluster, types::TALOS_UPGRADE_STATUS, r)?;
+        upgrades_done &= s.phase() == specs::talos_upgrade_status_spec::Phase::Done;
+        upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
+        upgrades.talos_error = s.error.clone();
+    }
+    let healthy = phase == specs::cluster_status_spec::Phase::Running
+        && cs.ready
+        && machine_sets
+            .iter()
+            .all(|s| s.ready && s.phase == specs::MachineSetPhase::Running.as_str_name())
+        && upgrades_done;
+    let machines = MachineCounts::from(cs.machines);
+    let mut health = ClusterHealth {
+        cluster: cluster.into(),
+        phase: phase.as_str_name().to_string(),
+        ready: cs.ready,
+        kubernetes_api_ready: cs.kubernetes_api_ready,
+        healthy,
+        machine_sets,
+        machines,
+        upgrades,
+        summary: String::new(),
+    };
+    health.summary = summary(&health);
+    Ok(health)
+}
+
+fn summary(h: &ClusterHealth) -> String {
+    let ready = |b: bool| if b { "ready" } else { "not ready" };
+    let mut s = format!(
+        "cluster {} is {}: phase {}, {}, Kubernetes API {}; machines {}/{} healthy, {} connected, {} requested",
+        h.cluster,
+        if h.healthy { "healthy" } else { "not healthy" },
+        h.phase,
+        ready(h.ready),
+        ready(h.kubernetes_api_ready),
+        h.machines.healthy,
+        h.machines.total,
+        h.machines.connected,
+        h.machines.requested
+    );
+    for set in &h.machine_sets {
+        s.push_str(&format!("; {} {} {}", set.id, set.phase, ready(set.ready)));
+        if !set.error.is_empty() {
+            s.push_str(&format!(" ({})", set.error.replace('\n', " ")));
+        }
+    }
+    if let Some(p) = &h.upgrades.kubernetes_phase {
+        s.push_str(&format!("; Kubernetes upgrade {p}"));
+    }
+    if let Some(p) = &h.upgrades.talos_phase {
+        s.push_str(&format!("; Talos upgrade {p}"));
+    }
+    s
+}
+
+/// Reads the health of `cluster`, giving up at `deadline`.
+pub async fn status_cluster<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    deadline: Instant,
+) -> Result<ClusterHealth, StatusError> {
+    tokio::time::timeout_at(deadline, read(state, cluster))
+        .await
+        .map_err(|_| StatusError::Timeout(cluster.into()))?
+}

@@ -1,0 +1,592 @@
+//! Sync: compare a template's resources with what Omni holds, plan the difference, apply it.
+//!
+//! [`plan_sync`] only reads, so it doubles as a dry run / diff; [`apply`] writes the plan in
+//! Omni's order (creates, updates, then deletes in two phases with teardown → watch → destroy).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use futures::stream::SelectAll;
+use tokio::time::Instant;
+
+use super::files::FileResolver;
+use super::model::Template;
+use super::state::{LabelCondition, StateError, TemplateState, event_type};
+use super::translate::{
+    DesiredResource, NAMESPACE, ResourceRef, Spec, TranslateError, keys, translate, type_rank,
+    types,
+};
+use super::validate::ValidationErrors;
+use crate::proto::cosi::resource::{EventType, Metadata, Resource, Spec as WireSpec};
+
+/// Phase value of live resources.
+const PHASE_RUNNING: &str = "running";
+/// Phase value of resources being torn down.
+const PHASE_TEARING_DOWN: &str = "tearingDown";
+
+/// Why a sync, delete or status operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The template breaks client-side rules.
+    #[error(transparent)]
+    Invalid(#[from] ValidationErrors),
+    /// The template cannot be translated.
+    #[error(transparent)]
+    Translate(#[from] TranslateError),
+    /// A State call failed.
+    #[error("{operation} {resource}: {source}")]
+    State {
+        /// What was being done (`create`, `update`, `get`, ...).
+        operation: &'static str,
+        /// The resource concerned.
+        resource: ResourceRef,
+        /// The server's answer.
+        source: StateError,
+    },
+    /// A resource to delete belongs to another cluster.
+    #[error(
+        "resource {resource_type}({NAMESPACE}/{id}) belongs to cluster {actual:?}, but template is for cluster {expected:?}"
+    )]
+    ForeignResource {
+        /// Type.
+        resource_type: String,
+        /// ID.
+        id: String,
+        /// Its cluster label.
+        actual: String,
+        /// The template's cluster.
+        expected: String,
+    },
+    /// A resource to create already exists outside this template's ownership.
+    #[error(
+        "resource {resource_type}({NAMESPACE}/{id}) already exists for cluster {other:?}, cannot create a conflicting resource for a different cluster"
+    )]
+    Conflicting {
+        /// Type.
+        resource_type: String,
+        /// ID.
+        id: String,
+        /// The cluster label of the existing resource.
+        other: String,
+    },
+    /// The caller's deadline passed before the operation finished.
+    #[error("deadline exceeded while waiting for {waiting_for}")]
+    Deadline {
+        /// What was still pending.
+        waiting_for: String,
+    },
+}
+
+fn state_err(operation: &'static str, r: &ResourceRef) -> impl FnOnce(StateError) -> SyncError {
+    let resource = r.clone();
+    move |source| SyncError::State {
+        operation,
+        resource,
+        source,
+    }
+}
+
+fn now() -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now())
+}
+
+fn meta(r: &Resource) -> Metadata {
+    r.metadata.clone().unwrap_or_default()
+}
+
+fn reference_of(r: &Resource) -> ResourceRef {
+    let m = meta(r);
+    ResourceRef::new(m.r#type, m.id)
+}
+
+fn cluster_label(r: &Resource) -> String {
+    r.metadata
+        .as_ref()
+        .and_then(|m| m.labels.get(keys::CLUSTER).cloned())
+        .unwrap_or_default()
+}
+
+/// The wire form of a desired resource, as sent on create.
+pub fn to_wire(d: &DesiredResource) -> Resource {
+    let stamp = now();
+    Resource {
+        metadata: Some(Metadata {
+            namespace: NAMESPACE.into(),
+            r#type: d.resource_type().into(),
+            id: d.id.clone(),
+            version: "undefined".into(),
+            owner: String::new(),
+            phase: PHASE_RUNNING.into(),
+            created: Some(stamp),
+            updated: Some(stamp),
+            finalizers: Vec::new(),
+            labels: d.labels.clone().into_iter().collect(),
+            annotations: d.annotations.clone().into_iter().collect(),
+        }),
+        spec: Some(WireSpec {
+            proto_spec: d.spec.encode(),
+            yaml_spec: String::new(),
+        }),
+    }
+}
+
+/// Whether a stored resource already equals what the template wants (metadata that matters
+/// plus protobuf spec equality; compressed stored data always counts as different).
+fn equal(actual: &Resource, expected: &Resource) -> bool {
+    let (a, e) = (meta(actual), meta(expected));
+    let finalizers = |m: &Metadata| m.finalizers.iter().cloned().collect::<BTreeSet<_>>();
+    let same_meta = a.namespace == e.namespace
+        && a.r#type == e.r#type
+        && a.id == e.id
+        && a.phase == e.phase
+        && a.owner == e.owner
+        && a.version == e.version
+        && a.labels == e.labels
+        && a.annotations == e.annotations
+        && finalizers(&a) == finalizers(&e);
+    if !same_meta {
+        return false;
+    }
+    let bytes = |r: &Resource| {
+        r.spec
+            .as_ref()
+            .map(|s| s.proto_spec.clone())
+            .unwrap_or_default()
+    };
+    match (
+        Spec::decode(&a.r#type, &bytes(actual)),
+        Spec::decode(&e.r#type, &bytes(expected)),
+    ) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// A change set, computed without writing anything.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The template's cluster.
+    pub cluster: String,
+    /// Resources to create, in apply order.
+    pub creates: Vec<ResourceRef>,
+    /// Resources to update, in apply order.
+    pub updates: Vec<ResourceRef>,
+    /// Resources to delete, all phases in order.
+    pub deletes: Vec<ResourceRef>,
+    /// The delete phases: torn down together, each finished before the next starts.
+    pub delete_phases: Vec<Vec<ResourceRef>>,
+    create_resources: Vec<Resource>,
+    update_resources: Vec<Resource>,
+}
+
+impl Plan {
+    /// Whether applying would write nothing.
+    pub fn is_empty(&self) -> bool {
+        self.creates.is_empty() && self.updates.is_empty() && self.deletes.is_empty()
+    }
+
+    /// Omni-style lines describing the plan (` (dry run)` after the verb when `dry_run`).
+    pub fn lines(&self, dry_run: bool) -> Vec<String> {
+        let dry = if dry_run { " (dry run)" } else { "" };
+        let mut out = Vec::new();
+        out.extend(self.creates.iter().map(|r| format!("* creating{dry} {r}")));
+        out.extend(self.updates.iter().map(|r| format!("* updating{dry} {r}")));
+        out.extend(
+            self.deletes
+                .iter()
+                .map(|r| format!("* tearing down{dry} {r}")),
+        );
+        out
+    }
+}
+
+/// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
+/// carrying the cluster label, not node-controller-made nodes, plus its nodes' KernelArgs).
+pub(crate) async fn collect_owned<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
+    let mut actual = BTreeMap::new();
+    let cluster_ref = ResourceRef::new(types::CLUSTER, cluster);
+    if let Some(r) = state
+        .get(types::CLUSTER, cluster)
+        .await
+        .map_err(state_err("get", &cluster_ref))?
+    {
+        actual.insert(cluster_ref, r);
+    }
+    let by_cluster = [LabelCondition::equal(keys::CLUSTER, cluster)];
+    for t in [
+        types::MACHINE_SET,
+        types::MACHINE_SET_NODE,
+        types::CONFIG_PATCH,
+        types::EXTENSIONS_CONFIGURATION,
+        types::KUBERNETES_MANIFEST_GROUP,
+        types::KUBERNETES_HEALTH_CHECK,
+    ] {
+        let listed = state
+            .list(t, &by_cluster)
+            .await
+            .map_err(state_err("list", &ResourceRef::new(t, "")))?;
+        let mut nodes = Vec::new();
+        for r in listed {
+            let m = meta(&r);
+            if !m.owner.is_empty()
+                || m.labels
+                    .contains_key(keys::MANAGED_BY_MACHINE_SET_NODE_CONTROLLER)
+            {
+                continue;
+            }
+            if t == types::MACHINE_SET_NODE {
+                nodes.push(m.id.clone());
+            }
+            actual.insert(ResourceRef::new(t, m.id), r);
+        }
+        for node in nodes {
+            let r = ResourceRef::new(types::KERNEL_ARGS, node.clone());
+            if let Some(found) = state
+                .get(types::KERNEL_ARGS, &node)
+                .await
+                .map_err(state_err("get", &r))?
+            {
+                actual.insert(r, found);
+            }
+        }
+    }
+    Ok(actual)
+}
+
+/// Checks that every resource to delete belongs to `cluster`, then splits the deletions into
+/// Omni's two phases after dropping what the server cascades itself.
+pub(crate) fn delete_phases_for(
+    cluster: &str,
+    deletes: Vec<Resource>,
+) -> Result<Vec<Vec<ResourceRef>>, SyncError> {
+    for res in &deletes {
+        let r = reference_of(res);
+        let label = cluster_label(res);
+        if r.resource_type != types::CLUSTER && label != cluster {
+            return Err(SyncError::ForeignResource {
+                resource_type: r.resource_type,
+                id: r.id,
+                actual: label,
+                expected: cluster.to_string(),
+            });
+        }
+    }
+    Ok(delete_phases(deletes))
+}
+
+/// Splits deletions into Omni's two phases after dropping what the server cascades itself.
+fn delete_phases(deletes: Vec<Resource>) -> Vec<Vec<ResourceRef>> {
+    let refs: Vec<ResourceRef> = deletes.iter().map(reference_of).collect();
+    let deleted_sets: BTreeSet<String> = refs
+        .iter()
+        .filter(|r| r.resource_type == types::MACHINE_SET)
+        .map(|r| r.id.clone())
+        .collect();
+    let deleted_clusters: BTreeSet<String> = refs
+        .iter()
+        .filter(|r| r.resource_type == types::CLUSTER)
+        .map(|r| r.id.clone())
+        .collect();
+    let mut phase_a = Vec::new();
+    let mut phase_b = Vec::new();
+    for (r, res) in refs.into_iter().zip(deletes.iter()) {
+        let m = meta(res);
+        if r.resource_type == types::MACHINE_SET_NODE
+            && m.labels
+                .get(keys::MACHINE_SET)
+                .is_some_and(|s| deleted_sets.contains(s))
+        {
+            continue;
+        }
+        if r.resource_type != types::CLUSTER
+            && m.labels
+                .get(keys::CLUSTER)
+                .is_some_and(|c| deleted_clusters.contains(c))
+        {
+            continue;
+        }
+        if r.resource_type == types::MACHINE_SET || r.resource_type == types::MACHINE_SET_NODE {
+            phase_a.push(r);
+        } else {
+            phase_b.push(r);
+        }
+    }
+    let mut phases = Vec::new();
+    for mut phase in [phase_a, phase_b] {
+        sort_refs(&mut phase);
+        if !phase.is_empty() {
+            phases.push(phase);
+        }
+    }
+    phases
+}
+
+fn sort_refs(refs: &mut [ResourceRef]) {
+    refs.sort_by(|a, b| {
+        type_rank(&a.resource_type)
+            .cmp(&type_rank(&b.resource_type))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+}
+
+pub(crate) fn release_kernel_args(r: &Resource) -> Option<Resource> {
+    let mut released = r.clone();
+    let m = released.metadata.as_mut()?;
+    m.annotations.remove(keys::MANAGED_BY_TEMPLATES)?;
+    Some(released)
+}
+
+/// Validates and translates `template`, reads Omni's state and computes the change set.
+/// Nothing is written.
+pub async fn plan_sync<S: TemplateState>(
+    state: &S,
+    template: &Template,
+    files: &FileResolver,
+) -> Result<Plan, SyncError> {
+    template.validate(files)?;
+    let desired = translate(template, files)?;
+    let cluster = template
+        .cluster()
+        .map(|c| c.name.clone())
+        .ok_or(TranslateError::NoCluster)?;
+
+    let mut actual = collect_owned(state, &cluster).await?;
+    for d in &desired {
+        let r = d.reference();
+        if actual.contains_key(&r) {
+            continue;
+        }
+        if let Some(found) = state
+            .get(&r.resource_type, &r.id)
+            .await
+            .map_err(state_err("get", &r))?
+            && meta(&found).owner.is_empty()
+        {
+            actual.insert(r, found);
+        }
+    }
+
+    let mut creates: Vec<Resource> = Vec::new();
+    let mut updates: Vec<Resource> = Vec::new();
+    let mut deletes: Vec<Resource> = Vec::new();
+    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
+
+    for d in &desired {
+        let r = d.reference();
+        let mut expected = to_wire(d);
+        match actual.get(&r) {
+            Some(current) => {
+                let cur = meta(current);
+                if let Some(m) = expected.metadata.as_mut() {
+                    m.version = cur.version.clone();
+                    m.created = cur.created;
+                    m.updated = cur.updated;
+                    m.finalizers = cur.finalizers.clone();
+                }
+                if !equal(current, &expected) {
+                    updates.push(expected);
+                }
+            }
+            None => {
+                if r.resource_type != types::KERNEL_ARGS
+                    && let Some(existing) = state
+                        .get(&r.resource_type, &r.id)
+                        .await
+                        .map_err(state_err("get", &r))?
+                {
+                    return Err(SyncError::Conflicting {
+                        resource_type: r.resource_type,
+                        id: r.id,
+                        other: cluster_label(&existing),
+                    });
+                }
+                creates.push(expected);
+            }
+        }
+    }
+    for (r, current) in &actual {
+        if desired_refs.contains(r) {
+            continue;
+        }
+        if r.resource_type == types::KERNEL_ARGS {
+            if let Some(released) = release_kernel_args(current) {
+                updates.push(released);
+            }
+            continue;
+        }
+        deletes.push(current.clone());
+    }
+    let delete_phases = delete_phases_for(&cluster, deletes)?;
+
+    let order = |a: &Resource, b: &Resource| {
+        let (x, y) = (reference_of(a), reference_of(b));
+        type_rank(&x.resource_type)
+            .cmp(&type_rank(&y.resource_type))
+            .then_with(|| x.id.cmp(&y.id))
+    };
+    creates.sort_by(order);
+    updates.sort_by(order);
+    Ok(Plan {
+        cluster,
+        creates: creates.iter().map(reference_of).collect(),
+        updates: updates.iter().map(reference_of).collect(),
+        deletes: delete_phases.iter().flatten().cloned().collect(),
+        delete_phases,
+        create_resources: creates,
+        update_resources: updates,
+    })
+}
+
+/// Applies a plan: creates, updates, then each delete phase. Progress lines are appended to
+/// `output` as they happen, so a failure still leaves the partial log. `deadline` bounds the
+/// wait for torn-down resources to disappear.
+pub async fn apply<S: TemplateState>(
+    state: &S,
+    plan: &Plan,
+    deadline: Instant,
+    output: &mut Vec<String>,
+) -> Result<(), SyncError> {
+    for r in &plan.create_resources {
+        let rr = reference_of(r);
+        output.push(format!("* creating {rr}"));
+        state
+            .create(r.clone())
+            .await
+            .map_err(state_err("create", &rr))?;
+    }
+    for r in &plan.update_resources {
+        let rr = reference_of(r);
+        output.push(format!("* updating {rr}"));
+        state
+            .update(r.clone())
+            .await
+            .map_err(state_err("update", &rr))?;
+    }
+    for phase in &plan.delete_phases {
+        delete_phase(state, phase, deadline, output).await?;
+    }
+    Ok(())
+}
+
+/// Tears down every resource of a phase and destroys each once its finalizers are gone.
+pub(crate) async fn delete_phase<S: TemplateState>(
+    state: &S,
+    phase: &[ResourceRef],
+    deadline: Instant,
+    output: &mut Vec<String>,
+) -> Result<(), SyncError> {
+    let kinds: BTreeSet<&str> = phase.iter().map(|r| r.resource_type.as_str()).collect();
+    let mut events = SelectAll::new();
+    for kind in kinds {
+        let stream = state
+            .watch_kind(kind)
+            .await
+            .map_err(state_err("watch", &ResourceRef::new(kind, "")))?;
+        events.push(stream);
+    }
+    let mut pending: BTreeSet<ResourceRef> = BTreeSet::new();
+    for r in phase {
+        output.push(format!("* tearing down {r}"));
+        match state.teardown(&r.resource_type, &r.id).await {
+            Ok(_) => {
+                pending.insert(r.clone());
+            }
+            // Already gone: nothing to wait for (Go would wait forever here).
+            Err(StateError::NotFound(_)) => output.push(format!("* destroyed {r}")),
+            Err(e) => return Err(state_err("teardown", r)(e)),
+        }
+    }
+    while !pending.is_empty() {
+        let next = tokio::time::timeout_at(deadline, events.next()).await;
+        let waiting = || {
+            pending
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let event = match next {
+            Err(_) => {
+                return Err(SyncError::Deadline {
+                    waiting_for: waiting(),
+                });
+            }
+            Ok(None) => {
+                return Err(SyncError::State {
+                    operation: "watch",
+                    resource: pending
+                        .iter()
+                        .next()
+                        .cloned()
+                        .unwrap_or_else(|| ResourceRef::new("", "")),
+                    source: StateError::Watch("stream ended".into()),
+                });
+            }
+            Ok(Some(Err(e))) => {
+                return Err(SyncError::State {
+                    operation: "watch",
+                    resource: pending
+                        .iter()
+                        .next()
+                        .cloned()
+                        .unwrap_or_else(|| ResourceRef::new("", "")),
+                    source: e,
+                });
+            }
+            Ok(Some(Ok(event))) => event,
+        };
+        let kind = event_type(&event);
+        if kind == EventType::Errored {
+            return Err(SyncError::State {
+                operation: "watch",
+                resource: pending
+                    .iter()
+                    .next()
+                    .cloned()
+                    .unwrap_or_else(|| ResourceRef::new("", "")),
+                source: StateError::Watch(event.error.unwrap_or_default()),
+            });
+        }
+        let Some(resource) = event.resource.as_ref() else {
+            continue;
+        };
+        let r = reference_of(resource);
+        if !pending.contains(&r) {
+            continue;
+        }
+        match kind {
+            EventType::Created | EventType::Updated => {
+                let m = meta(resource);
+                if m.phase == PHASE_TEARING_DOWN && m.finalizers.is_empty() {
+                    match state.destroy(&r.resource_type, &r.id).await {
+                        Ok(()) | Err(StateError::NotFound(_)) => {}
+                        Err(e) => return Err(state_err("destroy", &r)(e)),
+                    }
+                }
+            }
+            EventType::Destroyed => {
+                pending.remove(&r);
+                output.push(format!("* destroyed {r}"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Plans and applies in one go; returns the plan that was applied.
+pub async fn sync<S: TemplateState>(
+    state: &S,
+    template: &Template,
+    files: &FileResolver,
+    deadline: Instant,
+    output: &mut Vec<String>,
+) -> Result<Plan, SyncError> {
+    let plan = plan_sync(state, template, files).await?;
+    apply(state, &plan, deadline, output).await?;
+    Ok(plan)
+}
