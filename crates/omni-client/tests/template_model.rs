@@ -89,7 +89,11 @@ fn parses_every_kind_and_keeps_optional_list_presence() {
         gpu.machine_class.as_ref().map(|m| m.size.clone()),
         Some(Size::Keyword("unlimited".into()))
     );
-    assert!(gpu.update_strategy.as_ref().is_some_and(|s| s.rolling.is_some()));
+    assert!(
+        gpu.update_strategy
+            .as_ref()
+            .is_some_and(|s| s.rolling.is_some())
+    );
 }
 
 #[test]
@@ -99,8 +103,14 @@ fn emitting_and_reparsing_round_trips() {
     let again = Template::parse(&yaml).expect("reparse emitted yaml");
     assert_eq!(t, again);
     assert_eq!(again.to_yaml(), yaml, "emission is stable");
-    assert!(yaml.contains("systemExtensions: []\n"), "explicit empty list kept:\n{yaml}");
-    assert!(yaml.contains("  rolling: {}\n"), "empty rolling kept:\n{yaml}");
+    assert!(
+        yaml.contains("systemExtensions: []\n"),
+        "explicit empty list kept:\n{yaml}"
+    );
+    assert!(
+        yaml.contains("  rolling: {}\n"),
+        "empty rolling kept:\n{yaml}"
+    );
 }
 
 #[test]
@@ -125,8 +135,8 @@ fn unknown_fields_and_kinds_are_errors() {
 fn machine_class_size_keeps_int_versus_string() {
     let t = Template::parse("kind: Workers\nmachineClass:\n  name: c\n  size: 3\n").expect("parse");
     assert!(t.to_yaml().contains("  size: 3\n"));
-    let t = Template::parse("kind: Workers\nmachineClass:\n  name: c\n  size: \"∞\"\n")
-        .expect("parse");
+    let t =
+        Template::parse("kind: Workers\nmachineClass:\n  name: c\n  size: \"∞\"\n").expect("parse");
     assert!(t.to_yaml().contains("  size: ∞\n"), "{}", t.to_yaml());
 }
 
@@ -199,7 +209,9 @@ name: {B}
         "template: Workers name \"workers\" is used by 2 documents",
         &format!("template: machine \"{A}\" is listed in both ControlPlane and Workers"),
         &format!("Machine \"{A}\" (document 4): locked: control-plane machines cannot be locked"),
-        &format!("Machine \"{B}\" (document 5): machine is not listed in ControlPlane or any Workers"),
+        &format!(
+            "Machine \"{B}\" (document 5): machine is not listed in ControlPlane or any Workers"
+        ),
     ];
     for e in expect {
         assert!(
@@ -214,16 +226,30 @@ name: {B}
 #[test]
 fn cardinality_rules() {
     let msgs = messages("kind: Workers\n", &FileResolver::default());
-    assert!(msgs.contains(&"template: exactly one Cluster document is required, found 0".to_string()));
-    assert!(msgs.contains(&"template: exactly one ControlPlane document is required, found 0".to_string()));
+    assert!(
+        msgs.contains(&"template: exactly one Cluster document is required, found 0".to_string())
+    );
+    assert!(
+        msgs.contains(
+            &"template: exactly one ControlPlane document is required, found 0".to_string()
+        )
+    );
 }
 
 #[test]
 fn files_are_resolved_under_the_root() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(dir.path().join("patches")).expect("mkdir");
-    std::fs::write(dir.path().join("patches/ok.yaml"), "machine:\n  network: {}\n").expect("write");
-    std::fs::write(dir.path().join("patches/bad.yaml"), "machine:\n  token: x\n").expect("write");
+    std::fs::write(
+        dir.path().join("patches/ok.yaml"),
+        "machine:\n  network: {}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("patches/bad.yaml"),
+        "machine:\n  token: x\n",
+    )
+    .expect("write");
     let base = format!(
         "kind: Cluster\nname: demo\nkubernetes:\n  version: v1.32.3\ntalos:\n  version: v1.9.5\n---\nkind: ControlPlane\nmachines: [{A}]\npatches:\n"
     );
