@@ -1,0 +1,269 @@
+//! `omni-operator validate` as users and CI scripts run it: exit status, line format, stdin,
+//! skipped foreign documents and graceful decode failures.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_omni-operator"))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn validate(files: &[&Path]) -> Output {
+    let mut cmd = bin();
+    cmd.arg("validate");
+    for f in files {
+        cmd.arg("-f").arg(f);
+    }
+    cmd.output().unwrap()
+}
+
+fn lines(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+const GOOD: &str = "\
+apiVersion: v1
+kind: Secret
+metadata:
+  name: omni-service-account
+stringData:
+  serviceAccountKey: not-checked
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniConnection
+metadata:
+  name: omni
+spec:
+  endpoint: https://omni.example.com
+  auth:
+    serviceAccountSecretRef:
+      name: omni-service-account
+";
+
+const BAD: &str = "\
+# a comment-only document does not count
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniKubeconfigExport
+metadata:
+  name: edge-kc
+spec:
+  clusterRef: {name: edge}
+  targetSecretRef: {name: edge-kc}
+  serviceAccount:
+    user: automation
+    groups: [system:masters]
+  ttl: 1d
+  deletionPolicy: Keep
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniWorkers
+metadata:
+  name: edge-workers
+spec:
+  clusterRef: {name: edge}
+  machines: not-a-list
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniGadget
+metadata:
+  name: g
+spec: {}
+";
+
+#[test]
+fn good_files_exit_zero_with_only_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.yaml", GOOD);
+    let out = validate(&[&good]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout on success");
+    let err = lines(&out.stderr);
+    assert_eq!(err.len(), 1, "{err:?}");
+    assert!(
+        err[0].starts_with(
+            "validated 1 object(s) in 1 file(s), skipped 1 other document(s): 0 problem(s)"
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn problems_are_reported_one_per_line_and_exit_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(dir.path(), "bad.yaml", BAD);
+    let out = validate(&[&bad]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = bad.display().to_string();
+    let problems = lines(&out.stdout);
+    assert_eq!(
+        problems,
+        vec![
+            format!(
+                "{f}:1 OmniKubeconfigExport/edge-kc: spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true"
+            ),
+            format!(
+                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#
+            ),
+            format!(
+                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ),
+            problems[3].clone(),
+            problems[4].clone(),
+        ]
+    );
+    assert!(
+        problems[3].starts_with(&format!("{f}:2 OmniWorkers/edge-workers: cannot decode: ")),
+        "{}",
+        problems[3]
+    );
+    assert!(
+        problems[4].starts_with(&format!(
+            "{f}:3 OmniGadget/g: kind: unknown kind \"OmniGadget\""
+        )),
+        "{}",
+        problems[4]
+    );
+    let stderr = lines(&out.stderr);
+    assert!(
+        stderr.last().unwrap().contains("5 problem(s)"),
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn warnings_go_to_stderr_and_do_not_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = GOOD.replace("  endpoint:", "  insecureSkipTLSVerify: true\n  endpoint:");
+    let file = write(dir.path(), "warn.yaml", &text);
+    let out = validate(&[&file]);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = lines(&out.stderr);
+    assert_eq!(
+        err[0],
+        format!(
+            "{}:2 OmniConnection/omni: warning: insecureSkipTLSVerify disables Omni endpoint TLS certificate verification",
+            file.display()
+        )
+    );
+    assert!(err[1].contains("1 warning(s)"));
+}
+
+#[test]
+fn several_files_and_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.yaml", GOOD);
+    let mut child = bin()
+        .args(["validate", "-f"])
+        .arg(&good)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(BAD.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let problems = lines(&out.stdout);
+    assert_eq!(problems.len(), 5);
+    assert!(problems.iter().all(|p| p.starts_with("-:")), "{problems:?}");
+    assert!(lines(&out.stderr).last().unwrap().contains("in 2 file(s)"));
+}
+
+#[test]
+fn yaml_syntax_errors_name_file_and_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{GOOD}---\napiVersion: omni.texashpc.com/v1alpha1\nkind: OmniCluster\nspec: [unclosed\n"
+    );
+    let file = write(dir.path(), "broken.yaml", &text);
+    let out = validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems = lines(&out.stdout);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with(&format!("{}:3: invalid YAML: ", file.display())),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let out = validate(&[Path::new("/nonexistent/omni.yaml")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/omni.yaml"));
+}
+
+#[test]
+fn shipped_samples_validate() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let out = validate(&refs);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn crds_command_prints_and_writes_files() {
+    let out = bin().arg("crds").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        omni_operator::api::crds_yaml()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("crds");
+    let out = bin()
+        .arg("crds")
+        .arg("--output-dir")
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut names: Vec<String> = std::fs::read_dir(&target)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = omni_operator::api::crds()
+        .iter()
+        .map(omni_operator::api::crd_file_name)
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+    for crd in omni_operator::api::crds() {
+        let text =
+            std::fs::read_to_string(target.join(omni_operator::api::crd_file_name(&crd))).unwrap();
+        assert_eq!(text, omni_operator::api::crd_yaml(&crd).unwrap());
+    }
+}
