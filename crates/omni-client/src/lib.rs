@@ -7,4 +7,5 @@
 
 pub mod auth;
 pub mod proto;
+pub mod transport;
 pub mod template;
