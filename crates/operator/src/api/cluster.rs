@@ -16,6 +16,8 @@ use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
 /// and OmniMachine objects are optional.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

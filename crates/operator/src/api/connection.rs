@@ -11,6 +11,8 @@ use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniConnection: an Omni endpoint plus the Secret holding its
 /// service-account key. Many OmniClusters in the namespace may share one connection.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

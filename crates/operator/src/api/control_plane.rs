@@ -11,6 +11,8 @@ use super::validation::Validation;
 
 /// Desired state of an OmniControlPlane: which machines form the control plane of the
 /// referenced OmniCluster. Exactly one of `machines` or `machineClass` is required.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

@@ -19,6 +19,8 @@ pub const CLUSTER_ADMIN_GROUP: &str = "system:masters";
 
 /// Desired state of an OmniKubeconfigExport: which cluster, which identity, how long the
 /// credential lives and where it is written.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

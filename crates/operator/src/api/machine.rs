@@ -13,6 +13,8 @@ use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniMachine: settings for one machine, identified by its Omni machine
 /// ID (`spec.machineID`, or `metadata.name` when that is the ID).
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

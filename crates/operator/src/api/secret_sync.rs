@@ -14,6 +14,8 @@ use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniSecretSync: which Secret to copy, into which workload cluster
 /// (through which kubeconfig Secret) and under which name.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",

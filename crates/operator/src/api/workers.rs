@@ -14,6 +14,8 @@ pub const RESERVED_WORKER_SET_NAME: &str = "control-planes";
 
 /// Desired state of an OmniWorkers: a worker machine set of the referenced OmniCluster.
 /// Exactly one of `machines` or `machineClass` is required.
+// Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "omni.texashpc.com",
