@@ -271,18 +271,22 @@ where
             }),
             api_version: 1,
         };
-        let stream = StateClient::watch(&mut self.clone(), request)
+        let mut stream = StateClient::watch(&mut self.clone(), request)
             .await?
             .into_inner();
-        // One response may carry several events (aggregated watches); flatten, and skip the
-        // empty "ready" marker the server sends first.
-        let events = stream.flat_map(|item| {
+        // The server answers with an empty message once it has subscribed; waiting for it means
+        // no change made after this call returns can be missed. Events in that first message
+        // (a server without the marker) are kept.
+        let first = stream.message().await?.map(|r| r.event).unwrap_or_default();
+        // One response may carry several events (aggregated watches); flatten.
+        let rest = stream.flat_map(|item| {
             let batch: Vec<Result<Event, StateError>> = match item {
                 Ok(response) => response.event.into_iter().map(Ok).collect(),
                 Err(status) => vec![Err(StateError::from(status))],
             };
             futures::stream::iter(batch)
         });
+        let events = futures::stream::iter(first.into_iter().map(Ok)).chain(rest);
         Ok(Box::pin(events))
     }
 }
