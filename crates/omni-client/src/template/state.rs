@@ -241,10 +241,14 @@ where
                 owner: String::new(),
             }),
         };
-        Ok(StateClient::teardown(&mut self.clone(), request)
-            .await?
-            .into_inner()
-            .destroy_ready)
+        match StateClient::teardown(&mut self.clone(), request).await {
+            Ok(response) => Ok(response.into_inner().destroy_ready),
+            // Omni before 1.8 has no Teardown RPC: set the phase with an Update instead.
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                teardown_by_update(self, resource_type, id).await
+            }
+            Err(status) => Err(status.into()),
+        }
     }
 
     async fn destroy(&self, resource_type: &str, id: &str) -> Result<(), StateError> {
@@ -289,6 +293,36 @@ where
         let events = futures::stream::iter(first.into_iter().map(Ok)).chain(rest);
         Ok(Box::pin(events))
     }
+}
+
+/// Teardown for servers without the RPC: read, flip the phase to `tearingDown` with an
+/// Update, retrying when the version moved underneath; ready when no finalizers remain.
+async fn teardown_by_update<S: TemplateState>(
+    state: &S,
+    resource_type: &str,
+    id: &str,
+) -> Result<bool, StateError> {
+    const ATTEMPTS: usize = 5;
+    let mut last = StateError::Conflict(format!("{resource_type}({id}) kept changing"));
+    for _ in 0..ATTEMPTS {
+        let Some(mut current) = state.get(resource_type, id).await? else {
+            return Err(StateError::NotFound(format!("{resource_type}({id})")));
+        };
+        let Some(metadata) = current.metadata.as_mut() else {
+            return Err(StateError::NotFound(format!("{resource_type}({id})")));
+        };
+        let ready = metadata.finalizers.is_empty();
+        if metadata.phase == "tearingDown" {
+            return Ok(ready);
+        }
+        metadata.phase = "tearingDown".into();
+        match state.update(current).await {
+            Ok(()) => return Ok(ready),
+            Err(e @ StateError::Conflict(_)) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
 }
 
 /// Event type of a watch event.
