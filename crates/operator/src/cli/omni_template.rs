@@ -1,10 +1,220 @@
-//! `omni-operator omni template ...`: the omnictl template equivalents.
+//! `omni-operator omni template sync|diff|status|delete`: the omnictl cluster-template commands,
+//! for debugging a template outside the operator.
+//!
+//! The service-account key comes from `--key-file` or the `OMNI_SERVICE_ACCOUNT_KEY`
+//! environment variable; it is never printed.
 
-/// Arguments of this subcommand.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use omni_client::template::{
+    DeleteProgress, FileResolver, StatusError, Template, apply, delete_cluster, plan_sync,
+    status_cluster,
+};
+use omni_client::transport::{Client, ClientConfig};
+use tokio::time::Instant;
+
+/// Environment variable holding the service-account key (as omnictl uses it).
+pub const KEY_ENV: &str = "OMNI_SERVICE_ACCOUNT_KEY";
+
+/// Arguments of `omni template`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
 
-/// Runs the subcommand.
-pub async fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not built yet")
+/// The template commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create, update and delete Omni resources so they match the template.
+    Sync(TemplateArgs),
+    /// Print what `sync` would change, without changing anything.
+    Diff(TemplateArgs),
+    /// Print the cluster's health; exit status 1 when it is not healthy.
+    Status(ClusterArgs),
+    /// Delete the cluster the template describes, waiting until it is gone.
+    Delete(DeleteArgs),
+}
+
+/// Connection settings shared by every command.
+#[derive(Debug, clap::Args)]
+pub struct Connection {
+    /// Omni API endpoint, e.g. `https://omni.example.com`.
+    #[arg(long, env = "OMNI_ENDPOINT")]
+    pub endpoint: String,
+    /// File holding the service-account key (default: the OMNI_SERVICE_ACCOUNT_KEY variable).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Skip TLS certificate verification (the connection stays encrypted).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Give up after this long (Go duration, e.g. `5m`).
+    #[arg(long, default_value = "5m")]
+    pub timeout: String,
+}
+
+/// Arguments of `sync` and `diff`.
+#[derive(Debug, clap::Args)]
+pub struct TemplateArgs {
+    /// The cluster template (multi-document YAML); relative `file:` paths resolve next to it.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Connection settings.
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// The cluster template naming the cluster.
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        required_unless_present = "cluster"
+    )]
+    pub file: Option<PathBuf>,
+    /// The cluster name, instead of a template.
+    #[arg(long, conflicts_with = "file")]
+    pub cluster: Option<String>,
+    /// Connection settings.
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Arguments of `delete`.
+#[derive(Debug, clap::Args)]
+pub struct DeleteArgs {
+    /// Which cluster.
+    #[command(flatten)]
+    pub target: ClusterArgs,
+    /// Also remove the cluster's disconnected machines from Omni.
+    #[arg(long)]
+    pub destroy_machines: bool,
+}
+
+fn client(connection: &Connection) -> anyhow::Result<Client> {
+    let key = match &connection.key_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("read key file {}", path.display()))?,
+        None => std::env::var(KEY_ENV)
+            .with_context(|| format!("no --key-file given and {KEY_ENV} is not set"))?,
+    };
+    let mut config = ClientConfig::from_encoded_key(connection.endpoint.clone(), key.trim())
+        .context("service-account key")?;
+    config.insecure_skip_tls_verify = connection.insecure_skip_tls_verify;
+    Client::new(config).context("Omni client")
+}
+
+fn deadline(connection: &Connection) -> anyhow::Result<Instant> {
+    let nanos =
+        omni_client::template::parse_go_duration(&connection.timeout).context("--timeout")?;
+    let nanos = u64::try_from(nanos).context("--timeout must not be negative")?;
+    Ok(Instant::now() + Duration::from_nanos(nanos))
+}
+
+fn load(path: &Path) -> anyhow::Result<(Template, FileResolver)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let template = Template::parse(&text).with_context(|| format!("parse {}", path.display()))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let base = if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    };
+    Ok((template, FileResolver::new(base)))
+}
+
+fn cluster_name(args: &ClusterArgs) -> anyhow::Result<String> {
+    if let Some(name) = &args.cluster {
+        return Ok(name.clone());
+    }
+    let path = args
+        .file
+        .as_deref()
+        .context("give -f FILE or --cluster NAME")?;
+    let (template, _) = load(path)?;
+    template
+        .cluster()
+        .map(|c| c.name.clone())
+        .context("the template has no single Cluster document")
+}
+
+/// Runs `omni template ...`.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Command::Sync(a) => {
+            let (template, files) = load(&a.file)?;
+            let client = client(&a.connection)?;
+            let state = client.raw_state();
+            let plan = plan_sync(&state, &template, &files).await?;
+            let mut output = Vec::new();
+            let result = apply(&state, &plan, deadline(&a.connection)?, &mut output).await;
+            for line in &output {
+                println!("{line}");
+            }
+            result?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Diff(a) => {
+            let (template, files) = load(&a.file)?;
+            let client = client(&a.connection)?;
+            let plan = plan_sync(&client.raw_state(), &template, &files).await?;
+            if plan.is_empty() {
+                println!("no changes");
+            }
+            for line in plan.lines(true) {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status(a) => {
+            let name = cluster_name(&a)?;
+            let client = client(&a.connection)?;
+            match status_cluster(&client.raw_state(), &name, deadline(&a.connection)?).await {
+                Ok(health) => {
+                    println!("{}", health.summary);
+                    Ok(if health.healthy {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    })
+                }
+                Err(StatusError::NotFound(_)) => {
+                    println!("cluster {name} does not exist in Omni");
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Command::Delete(a) => {
+            let name = cluster_name(&a.target)?;
+            let client = client(&a.target.connection)?;
+            let state = client.raw_state();
+            let until = deadline(&a.target.connection)?;
+            loop {
+                let mut output = Vec::new();
+                let progress = delete_cluster(&state, &name, a.destroy_machines, &mut output).await;
+                for line in &output {
+                    println!("{line}");
+                }
+                match progress? {
+                    DeleteProgress::Done => return Ok(ExitCode::SUCCESS),
+                    DeleteProgress::InProgress { waiting_for } => {
+                        if Instant::now() >= until {
+                            let names: Vec<String> =
+                                waiting_for.iter().map(ToString::to_string).collect();
+                            anyhow::bail!("timed out waiting for {}", names.join(", "));
+                        }
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
+            }
+        }
+    }
 }
