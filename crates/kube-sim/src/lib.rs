@@ -2,3 +2,4 @@
 pub mod tls;
 pub mod kubeconfig;
 pub mod rbac;
+pub mod admission;
