@@ -159,10 +159,13 @@ impl Rejection {
 /// The outcome of admitting one request.
 pub type AdmissionResult = Result<Vec<String>, Rejection>;
 
+/// `(namespace, name, port)` of a webhook Service.
+type ServiceKey = (String, String, u16);
+
 /// Calls validating webhooks; holds the service-name registry used in place of cluster DNS.
 #[derive(Debug, Default, Clone)]
 pub struct WebhookDispatcher {
-    services: Arc<RwLock<HashMap<(String, String, u16), SocketAddr>>>,
+    services: Arc<RwLock<HashMap<ServiceKey, SocketAddr>>>,
 }
 
 impl WebhookDispatcher {

@@ -207,7 +207,7 @@ impl Binding {
 fn subject_matches(s: &BindingSubject, subject: &Subject, binding_namespace: &str) -> bool {
     match s.kind.as_str() {
         "User" => s.name == subject.name,
-        "Group" => subject.groups.iter().any(|g| *g == s.name),
+        "Group" => subject.groups.contains(&s.name),
         "ServiceAccount" => {
             let ns = if s.namespace.is_empty() {
                 binding_namespace
