@@ -216,20 +216,34 @@ fn missing_file_is_an_error() {
 }
 
 #[test]
-fn shipped_samples_validate() {
+fn directories_are_expanded_and_shipped_samples_validate() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
-    let out = validate(&refs);
+    let out = validate(&[&dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
+        "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = lines(&out.stderr).last().cloned().unwrap();
+    assert!(
+        summary.starts_with("validated 10 object(s) in 8 file(s)"),
+        "{summary}"
+    );
+
+    // A bad file in a directory is reported under its own path; other files are ignored.
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "a.yaml", GOOD);
+    let bad = write(tmp.path(), "b.yml", BAD);
+    write(tmp.path(), "README.md", "not yaml: [");
+    let out = validate(&[tmp.path()]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems = lines(&out.stdout);
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    let prefix = bad.display().to_string();
+    assert!(
+        problems.iter().all(|p| p.starts_with(&prefix)),
+        "{problems:?}"
     );
 }
 

@@ -18,7 +18,8 @@ use crate::api::{self, ValidateError};
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Manifest file to check (multi-document YAML); repeat for several files, `-` reads stdin.
+    /// Manifest file to check (multi-document YAML), or a directory whose `.yaml`/`.yml`/`.json`
+    /// files are all checked; repeat for several, `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
 }
@@ -54,21 +55,30 @@ impl Report {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut report = Report::default();
     let mut stdin_used = false;
+    let mut files = 0;
     for path in &args.files {
-        let (label, text) = if path.as_os_str() == "-" {
+        if path.as_os_str() == "-" {
             anyhow::ensure!(!stdin_used, "stdin (-) can be given only once");
             stdin_used = true;
             let mut text = String::new();
             std::io::stdin()
                 .read_to_string(&mut text)
                 .context("read stdin")?;
-            ("-".to_string(), text)
+            check_text("-", &text, &mut report);
+            files += 1;
+            continue;
+        }
+        let paths = if path.is_dir() {
+            manifest_files(path)?
         } else {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("read {}", path.display()))?;
-            (path.display().to_string(), text)
+            vec![path.clone()]
         };
-        check_text(&label, &text, &mut report);
+        for file in paths {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("read {}", file.display()))?;
+            check_text(&file.display().to_string(), &text, &mut report);
+            files += 1;
+        }
     }
     for line in &report.problems {
         println!("{line}");
@@ -76,12 +86,34 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     for line in &report.warnings {
         eprintln!("{line}");
     }
-    eprintln!("{}", report.summary(args.files.len()));
+    eprintln!("{}", report.summary(files));
     Ok(if report.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The `.yaml`, `.yml` and `.json` files directly inside `dir`, sorted by name (the order
+/// `kubectl apply -f DIR` uses).
+fn manifest_files(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("read directory {}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("read directory {}", dir.display()))?
+            .path();
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        if matches!(ext, "yaml" | "yml" | "json") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// Checks every document of one file's text, adding to `report`. `label` names the file in
