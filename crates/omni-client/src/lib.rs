@@ -7,5 +7,7 @@
 
 pub mod auth;
 pub mod proto;
+pub mod resources;
+pub mod state;
 pub mod transport;
 pub mod template;

@@ -8,6 +8,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -201,6 +202,7 @@ pub struct Client {
     channel: SignedChannel,
     request_timeout: Duration,
     fingerprint: Arc<str>,
+    teardown_unsupported: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -244,6 +246,7 @@ impl Client {
             channel,
             request_timeout: config.request_timeout,
             fingerprint,
+            teardown_unsupported: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -255,6 +258,12 @@ impl Client {
     /// Deadline applied to unary calls and `List` streams.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// Set once the server answered `Teardown` with `UNIMPLEMENTED` (Omni < 1.8); shared by
+    /// clones so the fallback is remembered for the life of the connection.
+    pub(crate) fn teardown_unsupported(&self) -> &AtomicBool {
+        &self.teardown_unsupported
     }
 
     /// Fingerprint of the key calls are signed with.
