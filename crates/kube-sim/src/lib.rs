@@ -3,3 +3,4 @@ pub mod tls;
 pub mod kubeconfig;
 pub mod rbac;
 pub mod admission;
+pub mod auth;
