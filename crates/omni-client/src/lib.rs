@@ -6,8 +6,15 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod duration;
+pub mod management;
 pub mod proto;
 pub mod resources;
 pub mod state;
 pub mod transport;
+
+pub use auth::{KeyError, ServiceAccountKey};
+pub use management::ManagementError;
+pub use state::{State, StateError, WatchEvent, WatchTarget};
+pub use transport::{Client, ClientConfig, ClientError, OmniEndpoint};
 pub mod template;
