@@ -158,6 +158,136 @@ pub fn evaluate(objects: &RbacObjects, subject: &Subject, attrs: &Attributes) ->
     Decision::NoOpinion
 }
 
+/// The real server's 403 `Status` for a request RBAC did not allow.
+///
+/// Message shapes: `pods "p" is forbidden: User "u" cannot get resource "pods" in API group ""
+/// in the namespace "ns"`, `… at the cluster scope` without a namespace, and
+/// `forbidden: User "u" cannot get path "/metrics"` for non-resource URLs.
+pub fn forbidden_status(subject: &Subject, attrs: &Attributes) -> Value {
+    let user = &subject.name;
+    let verb = &attrs.verb;
+    if !attrs.resource_request {
+        return status_403(
+            format!(
+                "forbidden: User {user:?} cannot {verb} path {:?}",
+                attrs.path
+            ),
+            serde_json::json!({}),
+        );
+    }
+    let resource = if attrs.subresource.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}/{}", attrs.resource, attrs.subresource)
+    };
+    let why = if attrs.namespace.is_empty() {
+        format!(
+            "User {user:?} cannot {verb} resource {resource:?} in API group {:?} at the cluster scope",
+            attrs.api_group
+        )
+    } else {
+        format!(
+            "User {user:?} cannot {verb} resource {resource:?} in API group {:?} in the namespace {:?}",
+            attrs.api_group, attrs.namespace
+        )
+    };
+    let qualified = if attrs.api_group.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}.{}", attrs.resource, attrs.api_group)
+    };
+    let message = if attrs.name.is_empty() {
+        format!("{qualified} is forbidden: {why}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {why}", attrs.name)
+    };
+    let mut details = serde_json::json!({"kind": attrs.resource});
+    if !attrs.api_group.is_empty() {
+        details["group"] = Value::from(attrs.api_group.clone());
+    }
+    if !attrs.name.is_empty() {
+        details["name"] = Value::from(attrs.name.clone());
+    }
+    status_403(message, details)
+}
+
+fn status_403(message: String, details: Value) -> Value {
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "Forbidden",
+        "details": details,
+        "code": 403
+    })
+}
+
+/// Errors answering a SelfSubjectAccessReview.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The body is not a usable SelfSubjectAccessReview (answer 400 / 422).
+    #[error("invalid SelfSubjectAccessReview: {0}")]
+    Invalid(String),
+}
+
+/// Answers an `authorization.k8s.io/v1` SelfSubjectAccessReview for `subject`: the spec is
+/// echoed back with `status.allowed` (and the allowing reason) filled in, as the real server
+/// does for `kubectl auth can-i`.
+pub fn self_subject_access_review(
+    objects: &RbacObjects,
+    subject: &Subject,
+    review: &Value,
+) -> Result<Value, ReviewError> {
+    let spec = review.get("spec").cloned().unwrap_or(Value::Null);
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let attrs = match (
+        spec.get("resourceAttributes"),
+        spec.get("nonResourceAttributes"),
+    ) {
+        (Some(r), None) => Attributes {
+            verb: text(r, "verb"),
+            resource_request: true,
+            api_group: text(r, "group"),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            name: text(r, "name"),
+            namespace: text(r, "namespace"),
+            path: String::new(),
+        },
+        (None, Some(n)) => Attributes {
+            verb: text(n, "verb"),
+            path: text(n, "path"),
+            ..Attributes::default()
+        },
+        _ => {
+            return Err(ReviewError::Invalid(
+                "exactly one of spec.resourceAttributes, spec.nonResourceAttributes must be set"
+                    .to_owned(),
+            ));
+        }
+    };
+    let status = match evaluate(objects, subject, &attrs) {
+        Decision::Allow(reason) => serde_json::json!({"allowed": true, "reason": reason}),
+        Decision::NoOpinion => serde_json::json!({"allowed": false}),
+    };
+    let mut metadata = review
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    if let Some(m) = metadata.as_object_mut() {
+        m.insert("creationTimestamp".to_owned(), Value::Null);
+    }
+    Ok(serde_json::json!({
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": metadata,
+        "spec": spec,
+        "status": status
+    }))
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Meta {
@@ -827,5 +957,65 @@ mod tests {
         let authed = user("alice", &["system:authenticated"]);
         assert!(!evaluate(&o, &authed, &url("get", "/apis")).allowed());
         assert!(evaluate(&o, &authed, &url("get", "/version")).allowed());
+    }
+
+    #[test]
+    fn forbidden_messages_match_the_api_server() {
+        let u = user("alice", &[]);
+        let v = forbidden_status(&u, &res("get", "", "configmaps", "a", "c"));
+        assert_eq!(v["code"], 403);
+        assert_eq!(v["reason"], "Forbidden");
+        assert_eq!(
+            v["message"],
+            "configmaps \"c\" is forbidden: User \"alice\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"a\""
+        );
+        assert_eq!(v["details"], json!({"kind": "configmaps", "name": "c"}));
+        let v = forbidden_status(&u, &res("list", "apps", "deployments", "", ""));
+        assert_eq!(
+            v["message"],
+            "deployments.apps is forbidden: User \"alice\" cannot list resource \"deployments\" in API group \"apps\" at the cluster scope"
+        );
+        let mut sub = res("update", "x.io", "widgets", "n", "w");
+        sub.subresource = "status".into();
+        assert!(
+            forbidden_status(&u, &sub)["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot update resource \"widgets/status\" in API group \"x.io\"")
+        );
+        assert_eq!(
+            forbidden_status(&u, &url("get", "/metrics"))["message"],
+            "forbidden: User \"alice\" cannot get path \"/metrics\""
+        );
+    }
+
+    #[test]
+    fn self_subject_access_review_answers_with_the_decision() {
+        let o = alice_reads_configmaps_in_a();
+        let review = |verb: &str, ns: &str| {
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                   "spec": {"resourceAttributes": {"verb": verb, "resource": "configmaps", "namespace": ns}}})
+        };
+        let alice = user("alice", &[]);
+        let yes = self_subject_access_review(&o, &alice, &review("list", "a")).unwrap();
+        assert_eq!(yes["status"]["allowed"], true);
+        assert_eq!(yes["spec"]["resourceAttributes"]["verb"], "list");
+        assert!(
+            yes["status"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("alice-cm/a")
+        );
+        let no = self_subject_access_review(&o, &alice, &review("delete", "a")).unwrap();
+        assert_eq!(no["status"]["allowed"], false);
+        let url_review =
+            json!({"spec": {"nonResourceAttributes": {"verb": "get", "path": "/version"}}});
+        let boot = RbacObjects::default().with_bootstrap_policy();
+        let authed = user("alice", &["system:authenticated"]);
+        assert_eq!(
+            self_subject_access_review(&boot, &authed, &url_review).unwrap()["status"]["allowed"],
+            true
+        );
+        assert!(self_subject_access_review(&o, &alice, &json!({"spec": {}})).is_err());
     }
 }
