@@ -1,10 +1,214 @@
-//! `omni-operator omni ...`: debugging commands that talk to Omni directly.
+//! `omni-operator omni ...`: debugging commands that talk to Omni directly with a
+//! service-account key, exactly as the operator's controllers do.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use omni_client::{Client, ClientConfig, ServiceAccountKey};
 
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `omni` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check the endpoint and key by listing clusters; prints `connected to <endpoint>`.
+    Ping(Connection),
+    /// Mint a service-account kubeconfig for one cluster.
+    Kubeconfig(KubeconfigArgs),
+    /// Cluster templates (omnictl equivalents).
+    Template(crate::cli::omni_template::Args),
+}
+
+/// How to reach and authenticate to Omni.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// Omni API URL (`https://`, `http://` or `grpc://`).
+    #[arg(long, env = "OMNI_ENDPOINT")]
+    pub endpoint: String,
+    /// File holding the service-account key (base64, as `omnictl serviceaccount create`
+    /// prints it). Defaults to `$OMNI_SERVICE_ACCOUNT_KEY`, then `$SIDERO_SERVICE_ACCOUNT_KEY`.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// Do not verify the server's TLS certificate.
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// Arguments of `omni kubeconfig`.
+#[derive(Debug, clap::Args)]
+pub struct KubeconfigArgs {
+    /// Connection settings.
+    #[command(flatten)]
+    pub connection: Connection,
+    /// Omni cluster name.
+    #[arg(long)]
+    pub cluster: String,
+    /// Kubernetes user name the token is issued for.
+    #[arg(long)]
+    pub user: String,
+    /// Kubernetes group (repeatable); defaults to `system:masters` like omnictl.
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    /// Token lifetime as a Go duration (`1h`, `24h`, `8760h`).
+    #[arg(long, default_value = "1h")]
+    pub ttl: String,
+    /// Write the kubeconfig to this file (mode 0600) instead of standard output.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+impl Connection {
+    /// Reads the key and builds a client (inside the Tokio runtime).
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let encoded = match &self.key_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("read key file {}", path.display()))?,
+            None => std::env::var("OMNI_SERVICE_ACCOUNT_KEY")
+                .or_else(|_| std::env::var("SIDERO_SERVICE_ACCOUNT_KEY"))
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "no service-account key: pass --key-file or set OMNI_SERVICE_ACCOUNT_KEY"
+                    )
+                })?,
+        };
+        let key = ServiceAccountKey::parse(&encoded).context("load service-account key")?;
+        let mut config = ClientConfig::new(self.endpoint.clone(), key);
+        config.insecure_skip_tls_verify = self.insecure_skip_tls_verify;
+        Client::new(config).context("create Omni client")
+    }
+}
 
 /// Runs the subcommand.
-pub async fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not built yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Command::Ping(connection) => {
+            let client = connection.client()?;
+            let endpoint = client.ping().await.context("list Omni clusters")?;
+            println!("connected to {endpoint}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kubeconfig(args) => kubeconfig(args).await,
+        Command::Template(args) => crate::cli::omni_template::run(args).await,
+    }
+}
+
+async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<ExitCode> {
+    let ttl = omni_client::duration::parse_go_duration(&args.ttl).context("--ttl")?;
+    let groups = if args.groups.is_empty() {
+        vec!["system:masters".to_owned()]
+    } else {
+        args.groups
+    };
+    let client = args.connection.client()?;
+    let kubeconfig = client
+        .kubeconfig(&args.cluster, ttl, &args.user, &groups)
+        .await
+        .with_context(|| format!("get kubeconfig for Omni cluster {:?}", args.cluster))?;
+    match args.output {
+        Some(path) => write_private(&path, &kubeconfig)
+            .with_context(|| format!("write {}", path.display()))?,
+        None => std::io::stdout()
+            .write_all(&kubeconfig)
+            .context("write kubeconfig")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a file readable only by its owner: the kubeconfig holds a bearer token.
+fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(data)?;
+    file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn kubeconfig_flags_parse_with_repeatable_groups() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "kubeconfig",
+            "--endpoint",
+            "https://omni.example.com",
+            "--key-file",
+            "/k",
+            "--cluster",
+            "prod",
+            "--user",
+            "ci",
+            "--group",
+            "a",
+            "--group",
+            "b",
+            "--ttl",
+            "24h",
+        ])
+        .expect("parses");
+        match cli.args.command {
+            Command::Kubeconfig(k) => {
+                assert_eq!(k.groups, ["a", "b"]);
+                assert_eq!(k.ttl, "24h");
+                assert_eq!(k.cluster, "prod");
+                assert!(!k.connection.insecure_skip_tls_verify);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ping_accepts_insecure_flag() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "ping",
+            "--endpoint",
+            "https://h",
+            "--insecure-skip-tls-verify",
+        ])
+        .expect("parses");
+        assert!(matches!(
+            cli.args.command,
+            Command::Ping(Connection {
+                insecure_skip_tls_verify: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn private_files_are_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubeconfig");
+        write_private(&path, b"token").expect("write");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(std::fs::read(&path).expect("read"), b"token");
+    }
 }
