@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use omni_operator::{cli, telemetry};
 
 #[derive(Debug, Parser)]
-#[command(name = "omni-operator", version, about = "Kubernetes operator for Sidero Omni clusters")]
+#[command(
+    name = "omni-operator",
+    version,
+    about = "Kubernetes operator for Sidero Omni clusters"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, env = "LOG_FORMAT", value_enum, default_value_t)]
