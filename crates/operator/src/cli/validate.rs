@@ -1,6 +1,10 @@
 //! `omni-operator validate -f FILE...`: checks manifests offline with the same rules the
 //! admission webhook applies, so problems surface in CI before anything reaches a cluster.
 //!
+//! Each object is checked against its CRD schema (what the API server enforces: types,
+//! required fields, enums, patterns, bounds, unknown fields, CEL rules) and then with the
+//! admission rules.
+//!
 //! Output contract (relied on by scripts): one line per problem on stdout,
 //! `FILE:DOC KIND/NAME: FIELD: message` (DOC is the 1-based index among the file's non-empty
 //! documents); warnings on stderr as `FILE:DOC KIND/NAME: warning: message`; a one-line summary
@@ -174,11 +178,21 @@ fn check_document(at: &str, value: &serde_json::Value, report: &mut Report) {
         ));
         return;
     }
+    // What the API server checks from the CRD schema comes first, then the webhook rules.
+    let mut problems: Vec<String> = api::schema_check::check(kind, value)
+        .iter()
+        .map(|e| format!("{subject}: {e}"))
+        .collect();
+    let schema_failed = !problems.is_empty();
     match api::validate_dynamic(kind, value, None) {
         Ok(validation) => {
-            report
-                .problems
-                .extend(validation.errors.iter().map(|e| format!("{subject}: {e}")));
+            for e in &validation.errors {
+                let line = format!("{subject}: {e}");
+                // Some rules exist in both layers (enums); say it once.
+                if !problems.contains(&line) {
+                    problems.push(line);
+                }
+            }
             report.warnings.extend(
                 validation
                     .warnings
@@ -186,16 +200,19 @@ fn check_document(at: &str, value: &serde_json::Value, report: &mut Report) {
                     .map(|w| format!("{subject}: warning: {w}")),
             );
         }
-        Err(ValidateError::UnknownKind(_)) => report.problems.push(format!(
+        Err(ValidateError::UnknownKind(_)) => problems.push(format!(
             "{subject}: kind: unknown kind {kind:?} in {}; expected one of {}",
             api::GROUP,
             api::KINDS.join(", ")
         )),
-        Err(ValidateError::Decode { message, .. }) => report.problems.push(format!(
+        // The schema errors already say why the object does not decode.
+        Err(ValidateError::Decode { .. }) if schema_failed => {}
+        Err(ValidateError::Decode { message, .. }) => problems.push(format!(
             "{subject}: cannot decode: {}",
             first_line(&message)
         )),
     }
+    report.problems.extend(problems);
 }
 
 /// Splits a YAML stream into its documents, dropping ones that hold only comments or
