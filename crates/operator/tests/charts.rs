@@ -1,0 +1,346 @@
+//! The Helm charts against the code they package: the CRD chart must hold exactly what
+//! `omni-operator crds` generates, and the operator chart's webhook configuration, RBAC and
+//! container arguments must match the kinds, webhook paths and flags of the binary.
+//!
+//! Rendering uses the real helm binary: `$HELM_BIN`, else `<repo>/.cache/test-tools/bin/helm`
+//! (installed by `scripts/install-test-tools`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use omni_operator::{api, webhook};
+use serde_json::Value;
+
+const NAMESPACE: &str = "omni-cluster-operator-system";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+fn crd_dir() -> PathBuf {
+    repo().join("charts/omni-cluster-operator-crds/crds")
+}
+
+fn operator_chart() -> PathBuf {
+    repo().join("charts/omni-cluster-operator")
+}
+
+fn helm() -> PathBuf {
+    let path = std::env::var_os("HELM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cache/test-tools/bin/helm"));
+    assert!(
+        path.is_file(),
+        "helm not found at {}: run scripts/install-test-tools (or set HELM_BIN)",
+        path.display()
+    );
+    path
+}
+
+/// `helm template` of the operator chart with `--set` arguments, as parsed documents.
+fn render(sets: &[&str]) -> Vec<Value> {
+    let mut command = Command::new(helm());
+    command
+        .arg("template")
+        .arg("omni-cluster-operator")
+        .arg(operator_chart())
+        .args(["--namespace", NAMESPACE]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let output = command.output().expect("run helm");
+    assert!(
+        output.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("UTF-8 output");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rendered YAML parses");
+    docs.into_iter().filter(|doc| !doc.is_null()).collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|doc| doc["kind"] == kind).collect()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn manager_args(docs: &[Value]) -> Vec<String> {
+    let deployments = of_kind(docs, "Deployment");
+    assert_eq!(deployments.len(), 1, "one Deployment");
+    let containers = deployments[0]["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    let manager = containers
+        .iter()
+        .find(|c| c["name"] == "manager")
+        .expect("manager container");
+    strings(&manager["args"])
+}
+
+#[test]
+fn crd_chart_matches_generated_crds() {
+    let regenerate = "regenerate with: cargo run -p omni-operator -- crds --output-dir charts/omni-cluster-operator-crds/crds";
+    let crds = api::crds();
+    assert_eq!(crds.len(), 8, "eight kinds");
+    let mut expected_files = BTreeSet::new();
+    for crd in &crds {
+        let name = api::crd_file_name(crd);
+        let path = crd_dir().join(&name);
+        let on_disk = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{} unreadable ({e}); {regenerate}", path.display()));
+        let generated = api::crd_yaml(crd).expect("CRD serialises");
+        assert!(
+            on_disk == generated,
+            "{} is out of date with the API types; {regenerate}",
+            path.display()
+        );
+        expected_files.insert(name);
+    }
+    let present: BTreeSet<String> = std::fs::read_dir(crd_dir())
+        .expect("crds directory")
+        .map(|entry| {
+            entry
+                .expect("directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let extra: Vec<_> = present.difference(&expected_files).collect();
+    assert!(
+        extra.is_empty(),
+        "files in the CRD chart that no kind generates: {extra:?}; delete them and {regenerate}"
+    );
+}
+
+#[test]
+fn webhook_configuration_validates_every_kind_at_the_served_path() {
+    let docs = render(&[]);
+    let configs = of_kind(&docs, "ValidatingWebhookConfiguration");
+    assert_eq!(configs.len(), 1);
+    let hooks = configs[0]["webhooks"].as_array().expect("webhooks");
+    assert_eq!(hooks.len(), api::KINDS.len());
+    for crd in api::crds() {
+        let kind = &crd.spec.names.kind;
+        let path = webhook::path_for(kind);
+        let hook = hooks
+            .iter()
+            .find(|h| h["clientConfig"]["service"]["path"] == path.as_str())
+            .unwrap_or_else(|| panic!("no webhook entry for {kind} at {path}"));
+        assert!(
+            webhook::kind_for_segment(&path) == Some(kind.as_str()),
+            "the server routes {path} to {kind}"
+        );
+        let rules = hook["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), 1, "{kind}");
+        assert_eq!(
+            strings(&rules[0]["resources"]),
+            [crd.spec.names.plural.as_str()]
+        );
+        assert_eq!(strings(&rules[0]["apiGroups"]), [api::GROUP]);
+        assert_eq!(strings(&rules[0]["apiVersions"]), [api::VERSION]);
+        assert_eq!(strings(&rules[0]["operations"]), ["CREATE", "UPDATE"]);
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(strings(&hook["admissionReviewVersions"]), ["v1"]);
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(
+            hook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], NAMESPACE,
+            "namespaced mode validates only the release namespace"
+        );
+    }
+}
+
+#[test]
+fn manager_rbac_covers_every_kind_in_both_modes() {
+    for (sets, role_kind) in [
+        (&[][..], "Role"),
+        (&["watch.clusterWide=true"][..], "ClusterRole"),
+    ] {
+        let docs = render(sets);
+        let role = of_kind(&docs, role_kind)
+            .into_iter()
+            .find(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-manager-role"))
+            })
+            .unwrap_or_else(|| panic!("no manager {role_kind} with {sets:?}"));
+        let granted = |group: &str, resource: &str, verb: &str| {
+            role["rules"].as_array().expect("rules").iter().any(|rule| {
+                strings(&rule["apiGroups"]).iter().any(|g| g == group)
+                    && strings(&rule["resources"]).iter().any(|r| r == resource)
+                    && strings(&rule["verbs"]).iter().any(|v| v == verb)
+            })
+        };
+        for crd in api::crds() {
+            let plural = &crd.spec.names.plural;
+            for verb in ["get", "list", "watch", "update", "patch"] {
+                assert!(
+                    granted(api::GROUP, plural, verb),
+                    "{plural} {verb} ({sets:?})"
+                );
+            }
+            assert!(granted(api::GROUP, &format!("{plural}/status"), "patch"));
+            assert!(granted(
+                api::GROUP,
+                &format!("{plural}/finalizers"),
+                "update"
+            ));
+        }
+        for verb in ["get", "create", "update", "delete", "watch"] {
+            assert!(granted("", "secrets", verb), "secrets {verb}");
+        }
+        assert!(granted("", "events", "create"));
+        assert!(granted("events.k8s.io", "events", "create"));
+        let binding_kind = format!("{role_kind}Binding");
+        assert!(
+            of_kind(&docs, &binding_kind)
+                .iter()
+                .any(|b| b["roleRef"]["name"] == role["metadata"]["name"]),
+            "manager {binding_kind} ({sets:?})"
+        );
+    }
+}
+
+#[test]
+fn webhook_switch_and_port_reach_the_server() {
+    let off = render(&["webhook.enabled=false"]);
+    assert!(of_kind(&off, "ValidatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&off, "Certificate").is_empty());
+    assert!(of_kind(&off, "Issuer").is_empty());
+    assert!(!of_kind(&off, "Service").iter().any(|s| {
+        s["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-webhook-service"))
+    }));
+    let args = manager_args(&off);
+    assert!(
+        args.contains(&"--webhook-enabled=false".to_string()),
+        "{args:?}"
+    );
+
+    let moved = render(&["webhook.port=10250"]);
+    let args = manager_args(&moved);
+    assert!(
+        args.contains(&"--webhook-bind-address=:10250".to_string()),
+        "{args:?}"
+    );
+}
+
+/// The Deployment's arguments must be accepted by `omni-operator run` exactly as the binary
+/// parses them, in each supported configuration.
+#[test]
+fn deployment_arguments_parse_as_run_flags() {
+    use clap::Args as _;
+    for sets in [
+        &[][..],
+        &["webhook.enabled=false"][..],
+        &["watch.clusterWide=true"][..],
+        &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
+    ] {
+        let docs = render(sets);
+        let mut argv = vec!["omni-operator".to_string()];
+        argv.extend(manager_args(&docs));
+        assert_eq!(argv.get(1).map(String::as_str), Some("run"));
+        // The global --log-format flag of the binary (declared on its top-level parser).
+        let command = clap::Command::new("omni-operator")
+            .arg(
+                clap::Arg::new("log-format")
+                    .long("log-format")
+                    .global(true)
+                    .value_parser(["json", "text"]),
+            )
+            .subcommand(omni_operator::cli::run::Args::augment_args(
+                clap::Command::new("run"),
+            ));
+        let cluster_wide = sets.contains(&"watch.clusterWide=true");
+        if !cluster_wide {
+            // The Deployment provides the namespace through POD_NAMESPACE (the flag's env var).
+            argv.push(format!("--namespace={NAMESPACE}"));
+        }
+        if let Err(error) = command.try_get_matches_from(&argv) {
+            panic!(
+                "`omni-operator run` rejects the chart's arguments {argv:?} ({sets:?}): {error}"
+            );
+        }
+    }
+}
+
+/// Leaf keys of `values.schema.json` (objects with declared properties are descended into).
+fn schema_leaves(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    if let Some(properties) = schema["properties"].as_object() {
+        for (key, child) in properties {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            if child["properties"].is_object() {
+                schema_leaves(child, &path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_value_is_in_values_yaml_the_schema_and_the_readme() {
+    let chart = operator_chart();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart.join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema is JSON");
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert_eq!(schema["additionalProperties"], false);
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart.join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml parses");
+    let readme = std::fs::read_to_string(chart.join("README.md")).expect("README.md");
+
+    let mut leaves = Vec::new();
+    schema_leaves(&schema, "", &mut leaves);
+    // `global` is Helm's, not ours; it is allowed but never set here.
+    leaves.retain(|leaf| leaf != "global");
+    assert!(leaves.len() > 40, "{leaves:?}");
+    for leaf in &leaves {
+        let pointer = format!("/{}", leaf.replace('.', "/"));
+        assert!(
+            values.pointer(&pointer).is_some(),
+            "{leaf} is in the schema but has no default in values.yaml"
+        );
+        assert!(
+            readme.contains(&format!("| `{leaf}` |")),
+            "{leaf} is not documented in the chart README's values table"
+        );
+    }
+    // And nothing in values.yaml escapes the schema (helm would reject the defaults).
+    let top: BTreeSet<&str> = values
+        .as_object()
+        .expect("values map")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for key in top {
+        assert!(
+            schema["properties"][key].is_object(),
+            "values.yaml key {key} is missing from values.schema.json"
+        );
+    }
+}
