@@ -11,10 +11,10 @@ pub mod management;
 pub mod proto;
 pub mod resources;
 pub mod state;
+pub mod template;
 pub mod transport;
 
 pub use auth::{KeyError, ServiceAccountKey};
 pub use management::ManagementError;
 pub use state::{State, StateError, WatchEvent, WatchTarget};
 pub use transport::{Client, ClientConfig, ClientError, OmniEndpoint};
-pub mod template;

@@ -256,7 +256,7 @@ pub enum WatchEvent {
         /// New state.
         resource: Resource,
         /// Previous state.
-        old: Option<Resource>,
+        old: Option<Box<Resource>>,
     },
     /// The resource is gone (or stopped matching). For single watches of a missing resource
     /// this is a tombstone: see [`is_tombstone`].
@@ -595,7 +595,7 @@ fn decode_event(event: Event) -> Result<Option<WatchEvent>, StateError> {
         EventType::Created => Ok(Some(WatchEvent::Created(resource()))),
         EventType::Updated => Ok(Some(WatchEvent::Updated {
             resource: resource(),
-            old: event.old.clone(),
+            old: event.old.clone().map(Box::new),
         })),
         EventType::Destroyed => Ok(Some(WatchEvent::Destroyed(resource()))),
         EventType::Bootstrapped => Ok(Some(WatchEvent::Bootstrapped)),

@@ -32,7 +32,7 @@ impl GnuPg {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        let output = Command::new("gpg")
+        Command::new("gpg")
             .arg("--homedir")
             .arg(self.home.path())
             .args([
@@ -45,8 +45,7 @@ impl GnuPg {
             ])
             .args(args)
             .output()
-            .expect("gpg must be installed (Debian package gnupg) for these tests");
-        output
+            .expect("gpg must be installed (Debian package gnupg) for these tests")
     }
 
     fn ok(&self, args: &[&str]) -> String {
