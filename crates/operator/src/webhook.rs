@@ -446,3 +446,199 @@ pub async fn serve(
     server.run(shutdown).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::FieldError;
+    use serde_json::json;
+
+    fn always_invalid(_: &str, _: &Value, _: Option<&Value>) -> Result<Validation, ValidateError> {
+        let mut v = Validation::new();
+        v.push(FieldError::required(
+            "spec.endpoint",
+            "endpoint is required",
+        ));
+        v.push(FieldError::forbidden("spec.mode", "not here"));
+        v.warn("be careful");
+        Ok(v)
+    }
+
+    fn undecodable(kind: &str, _: &Value, _: Option<&Value>) -> Result<Validation, ValidateError> {
+        Err(ValidateError::Decode {
+            kind: kind.to_string(),
+            message: "spec.endpoint: invalid type".to_string(),
+        })
+    }
+
+    fn object(spec: Value) -> Value {
+        json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": "omni", "namespace": "ns", "resourceVersion": "7"},
+            "spec": spec,
+        })
+    }
+
+    fn request(
+        kind: &str,
+        operation: &str,
+        new: Option<Value>,
+        old: Option<Value>,
+    ) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "omni.texashpc.com", "version": "v1alpha1", "kind": kind},
+                "resource": {"group": "omni.texashpc.com", "version": "v1alpha1", "resource": "omniconnections"},
+                "name": "from-request",
+                "operation": operation,
+                "userInfo": {},
+                "object": new,
+                "oldObject": old,
+            }
+        }))
+        .expect("review decodes")
+    }
+
+    fn answer(review: AdmissionReview<DynamicObject>) -> AdmissionResponse {
+        review.response.expect("response")
+    }
+
+    #[test]
+    fn metadata_and_status_only_updates_skip_validation() {
+        let old = object(json!({"endpoint": ""}));
+        let mut new = old.clone();
+        new["metadata"]["finalizers"] = json!(["omni.texashpc.com/finalizer"]);
+        new["metadata"]["annotations"] = json!({"a": "b"});
+        new["metadata"]["resourceVersion"] = json!("8");
+        new["status"] = json!({"conditions": []});
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "UPDATE", Some(new), Some(old)),
+            always_invalid,
+        ));
+        assert!(response.allowed);
+        assert_eq!(response.uid, "u-1");
+    }
+
+    #[test]
+    fn spec_changes_are_validated_and_rejected_in_kubernetes_format() {
+        let old = object(json!({"endpoint": "a"}));
+        let new = object(json!({"endpoint": ""}));
+        let response = answer(review_with(
+            PATH_PREFIX.to_string().as_str(),
+            request("OmniConnection", "UPDATE", Some(new.clone()), Some(old)),
+            always_invalid,
+        ));
+        // The bare prefix names no kind.
+        assert!(!response.allowed);
+        assert_eq!(response.result.code, 400);
+
+        let response = answer(review_with(
+            &path_for("OmniConnection"),
+            request("OmniConnection", "CREATE", Some(new), None),
+            always_invalid,
+        ));
+        assert!(!response.allowed);
+        assert_eq!(response.result.code, 422);
+        assert_eq!(response.result.reason, "Invalid");
+        assert_eq!(
+            response.result.message,
+            "OmniConnection.omni.texashpc.com \"omni\" is invalid: [spec.endpoint: Required value: \
+             endpoint is required, spec.mode: Forbidden: not here]"
+        );
+        let details = response.result.details.expect("details");
+        assert_eq!(details.kind, "OmniConnection");
+        assert_eq!(details.causes.len(), 2);
+        assert_eq!(details.causes[1].reason, "FieldValueForbidden");
+        // Warnings accompany a denial too, so the user sees them with the error.
+        assert_eq!(response.warnings, Some(vec!["be careful".to_string()]));
+    }
+
+    #[test]
+    fn delete_and_deleting_objects_are_never_blocked() {
+        let old = object(json!({"endpoint": "a"}));
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "DELETE", None, Some(old.clone())),
+            always_invalid,
+        ));
+        assert!(response.allowed);
+
+        let mut new = object(json!({"endpoint": "changed"}));
+        new["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "UPDATE", Some(new), Some(old)),
+            always_invalid,
+        ));
+        assert!(response.allowed);
+    }
+
+    #[test]
+    fn mismatches_and_undecodable_objects_are_denied_with_reasons() {
+        let new = object(json!({"endpoint": "a"}));
+        let response = answer(review_with(
+            "omnicluster",
+            request("OmniConnection", "CREATE", Some(new.clone()), None),
+            always_invalid,
+        ));
+        assert!(!response.allowed);
+        assert!(
+            response.result.message.contains("validates OmniCluster"),
+            "{}",
+            response.result.message
+        );
+
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "CREATE", None, None),
+            always_invalid,
+        ));
+        assert!(!response.allowed);
+        assert!(response.result.message.contains("without an object"));
+
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "CREATE", Some(new), None),
+            undecodable,
+        ));
+        assert!(!response.allowed);
+        assert_eq!(response.result.code, 400);
+        assert!(
+            response
+                .result
+                .message
+                .contains("spec.endpoint: invalid type")
+        );
+    }
+
+    #[test]
+    fn name_falls_back_to_the_request_name() {
+        let mut new = object(json!({"endpoint": ""}));
+        new["metadata"]["name"] = json!("");
+        let response = answer(review_with(
+            "omniconnection",
+            request("OmniConnection", "CREATE", Some(new), None),
+            always_invalid,
+        ));
+        assert!(
+            response
+                .result
+                .message
+                .starts_with("OmniConnection.omni.texashpc.com \"from-request\" is invalid")
+        );
+    }
+
+    #[test]
+    fn every_kind_maps_to_its_path_and_back() {
+        for kind in api::KINDS {
+            assert_eq!(kind_for_segment(&path_for(kind)), Some(kind));
+            assert_eq!(kind_for_segment(&kind.to_ascii_lowercase()), Some(kind));
+        }
+        assert_eq!(kind_for_segment("omnisomething"), None);
+    }
+}
