@@ -219,6 +219,12 @@ impl Client {
     /// transparently after failures. Must be called inside a Tokio runtime.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let endpoint = OmniEndpoint::parse(&config.endpoint)?;
+        // The lazy channel spawns its worker task immediately; fail cleanly instead of panicking.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(ClientError::Transport(
+                "an Omni client must be created inside a Tokio runtime".to_owned(),
+            ));
+        }
         let transport = |e: tonic::transport::Error| ClientError::Transport(e.to_string());
         let mut builder = Endpoint::from_shared(endpoint.dial_uri())
             .map_err(transport)?
@@ -440,6 +446,13 @@ mod tests {
         let e = parse("foo://h:5");
         assert_eq!(e.kind(), TransportKind::H2c);
         assert_eq!(e.display(), "foo://h:5");
+    }
+
+    #[test]
+    fn building_a_client_outside_a_runtime_is_an_error_not_a_panic() {
+        let (key, _, _) = crate::auth::generate_key("t", Duration::from_secs(60)).unwrap();
+        let err = Client::new(ClientConfig::new("grpc://127.0.0.1:1", key)).unwrap_err();
+        assert!(matches!(err, ClientError::Transport(_)), "{err:?}");
     }
 
     #[test]
