@@ -183,6 +183,78 @@ pub struct Condition {
     pub message: String,
 }
 
+impl Condition {
+    /// A condition stamped with `now` as its transition time (kept by [`set_condition`] when
+    /// the status does not change).
+    pub fn new(
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+        observed_generation: Option<i64>,
+        now: jiff::Timestamp,
+    ) -> Self {
+        Self {
+            type_: type_.to_string(),
+            status,
+            observed_generation,
+            last_transition_time: now,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(value: bool) -> Self {
+        if value {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
+/// Inserts or updates the condition of `new.type_` the way apimachinery's
+/// `SetStatusCondition` does: `lastTransitionTime` moves only when `status` changes; reason,
+/// message and observedGeneration are overwritten; other types are untouched. Returns whether
+/// anything changed, so callers can skip no-op status writes.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+    let Some(existing) = conditions.iter_mut().find(|c| c.type_ == new.type_) else {
+        conditions.push(new);
+        return true;
+    };
+    let mut changed = false;
+    if existing.status != new.status {
+        existing.status = new.status;
+        existing.last_transition_time = new.last_transition_time;
+        changed = true;
+    }
+    if existing.reason != new.reason {
+        existing.reason = new.reason;
+        changed = true;
+    }
+    if existing.message != new.message {
+        existing.message = new.message;
+        changed = true;
+    }
+    if existing.observed_generation != new.observed_generation {
+        existing.observed_generation = new.observed_generation;
+        changed = true;
+    }
+    changed
+}
+
+/// The condition of the given type, if present.
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of the given type is present with status `True`.
+pub fn is_condition_true(conditions: &[Condition], type_: &str) -> bool {
+    find_condition(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
+}
+
 /// Condition type strings used across the API.
 pub mod condition_types {
     /// Overall readiness.
@@ -408,6 +480,53 @@ pub fn is_uuid(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_condition_follows_apimachinery() {
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let mut conds = Vec::new();
+        let ready = |status: bool, reason: &str, generation: i64, at| {
+            Condition::new(
+                "Ready",
+                status.into(),
+                reason,
+                format!("m-{reason}"),
+                Some(generation),
+                at,
+            )
+        };
+        assert!(set_condition(&mut conds, ready(false, "A", 1, t0)));
+        assert!(set_condition(
+            &mut conds,
+            Condition::new("Synced", ConditionStatus::True, "S", "", Some(1), t0)
+        ));
+        // Same status: reason/message/generation change, transition time stays.
+        assert!(set_condition(&mut conds, ready(false, "B", 2, t1)));
+        let r = find_condition(&conds, "Ready").unwrap();
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str(), r.observed_generation),
+            ("B", "m-B", Some(2))
+        );
+        assert_eq!(r.last_transition_time, t0);
+        // Identical update is a no-op.
+        assert!(!set_condition(&mut conds, ready(false, "B", 2, t1)));
+        // Status flip moves the transition time.
+        assert!(set_condition(&mut conds, ready(true, "B", 2, t1)));
+        assert_eq!(
+            find_condition(&conds, "Ready")
+                .unwrap()
+                .last_transition_time,
+            t1
+        );
+        assert!(is_condition_true(&conds, "Ready"));
+        assert!(!is_condition_true(&conds, "Validated"));
+        assert_eq!(conds.len(), 2);
+        assert_eq!(
+            conds[1].type_, "Synced",
+            "other types untouched and order kept"
+        );
+    }
 
     #[test]
     fn uuid_forms_accepted_by_go() {

@@ -4,6 +4,7 @@
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 
 use super::cluster::duration_error;
 use super::common::{
@@ -267,6 +268,62 @@ impl OmniKubeconfigExport {
     }
 }
 
+/// What the spec hash covers (parity §6.4); field order is part of the hash.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecHashPayload<'a> {
+    version: &'static str,
+    cluster_name: &'a str,
+    target_secret_key: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    context_namespace: &'a str,
+    service_account_user: &'a str,
+    service_account_groups: &'a [String],
+    ttl: String,
+}
+
+impl OmniKubeconfigExport {
+    /// Lowercase hex SHA-256 of everything that shapes the exported kubeconfig: the remote
+    /// cluster name (`cluster_name`, the OmniCluster's effective name), effective target key,
+    /// context namespace, user, groups (in spec order) and ttl (in Go's `24h0m0s` form). A change
+    /// of this hash forces a new export; Secret name/namespace, `renewBefore`,
+    /// `deletionPolicy` and `allowClusterAdmin` are deliberately not covered.
+    pub fn spec_hash(&self, cluster_name: &str) -> Result<String, super::duration::DurationError> {
+        let payload = SpecHashPayload {
+            version: "v1",
+            cluster_name,
+            target_secret_key: &self.effective_target_key(),
+            context_namespace: self.spec.context_namespace.as_deref().unwrap_or_default(),
+            service_account_user: &self.spec.service_account.user,
+            service_account_groups: &self.spec.service_account.groups,
+            ttl: self.ttl()?.to_string(),
+        };
+        // Serialising borrowed strings into JSON cannot fail.
+        let json = serde_json::to_string(&payload).unwrap_or_default();
+        Ok(hex::encode(sha2::Sha256::digest(
+            go_json_escape(&json).as_bytes(),
+        )))
+    }
+}
+
+/// Applies the escapes Go's `encoding/json` adds and serde_json does not (HTML-sensitive
+/// characters and the JavaScript line separators), so hashes match the original operator's.
+/// These characters can only occur inside JSON strings, where the escapes are equivalent.
+fn go_json_escape(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Admission rules for OmniKubeconfigExport (create and update alike).
 pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>) -> Validation {
     let mut v = Validation::new();
@@ -385,4 +442,72 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
         v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export(spec: serde_json::Value) -> OmniKubeconfigExport {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniKubeconfigExport",
+            "metadata": {"name": "e", "namespace": "ns"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({
+            "clusterRef": {"name": "edge"}, "targetSecretRef": {"name": "edge-kc"},
+            "serviceAccount": {"user": "edge-automation", "groups": ["cluster-automation"]},
+            "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete",
+        })
+    }
+
+    #[test]
+    fn spec_hash_matches_the_documented_payload() {
+        let payload = r#"{"version":"v1","clusterName":"edge","targetSecretKey":"kubeconfig","serviceAccountUser":"edge-automation","serviceAccountGroups":["cluster-automation"],"ttl":"24h0m0s"}"#;
+        let want = hex::encode(sha2::Sha256::digest(payload.as_bytes()));
+        assert_eq!(export(base()).spec_hash("edge").unwrap(), want);
+    }
+
+    #[test]
+    fn spec_hash_covers_only_kubeconfig_shaping_fields() {
+        let h = |spec: serde_json::Value, cluster: &str| export(spec).spec_hash(cluster).unwrap();
+        let original = h(base(), "edge");
+        let mut changed = base();
+        changed["renewBefore"] = "2h".into();
+        changed["deletionPolicy"] = "Orphan".into();
+        changed["targetSecretRef"]["name"] = "other".into();
+        changed["serviceAccount"]["allowClusterAdmin"] = true.into();
+        assert_eq!(h(changed, "edge"), original);
+        assert_eq!(h(base(), "edge").len(), 64);
+        assert_ne!(h(base(), "remote"), original);
+        for (path, value) in [
+            ("ttl", serde_json::json!("1440m0s1ns")),
+            ("contextNamespace", serde_json::json!("apps")),
+        ] {
+            let mut spec = base();
+            spec[path] = value;
+            assert_ne!(h(spec, "edge"), original, "{path}");
+        }
+        let mut spec = base();
+        spec["ttl"] = "1440m".into();
+        assert_eq!(h(spec, "edge"), original, "ttl is hashed in canonical form");
+        let mut spec = base();
+        spec["serviceAccount"]["groups"] = serde_json::json!(["cluster-automation", "b"]);
+        assert_ne!(h(spec, "edge"), original);
+        let mut spec = base();
+        spec["targetSecretRef"]["key"] = "workload.kubeconfig".into();
+        assert_ne!(h(spec, "edge"), original);
+    }
+
+    #[test]
+    fn go_escapes() {
+        assert_eq!(
+            go_json_escape(r#"{"a":"<b>&\u2028"}"#),
+            r#"{"a":"\u003cb\u003e\u0026\u2028"}"#
+        );
+        assert_eq!(go_json_escape("x\u{2028}y"), "x\\u2028y");
+    }
 }
