@@ -290,6 +290,20 @@ mod tests {
     }
 
     #[test]
+    fn other_versions_of_our_group_are_problems() {
+        let mut report = Report::default();
+        let text = "apiVersion: omni.texashpc.com/v1\nkind: OmniCluster\nmetadata: {name: c}\n";
+        check_text("v.yaml", text, &mut report);
+        assert_eq!(report.checked, 1);
+        assert_eq!(
+            report.problems,
+            vec![
+                "v.yaml:1 OmniCluster/c: apiVersion: unsupported version \"v1\"; this operator serves omni.texashpc.com/v1alpha1"
+            ]
+        );
+    }
+
+    #[test]
     fn yaml_syntax_errors_name_file_and_document() {
         let mut report = Report::default();
         check_text("bad.yaml", "a: 1\n---\nkey: [unclosed\n", &mut report);
