@@ -487,3 +487,43 @@ async fn server_refuses_to_start_without_a_certificate() {
         .expect("missing certificate is an error");
     assert!(error.to_string().contains("tls.crt"), "{error}");
 }
+
+/// The shipped samples are what users apply first; each must pass admission as a CREATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sample_is_admitted() {
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples");
+    let mut files: Vec<_> = std::fs::read_dir(&samples)
+        .expect("config/samples")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    let server = Running::start().await;
+    let mut kinds_seen = std::collections::BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("sample");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("sample YAML");
+        for doc in docs
+            .into_iter()
+            .filter(|d| d["apiVersion"] == "omni.texashpc.com/v1alpha1")
+        {
+            let kind = doc["kind"].as_str().expect("kind").to_string();
+            let response = server
+                .review(&kind, admission(&kind, "CREATE", Some(doc), None))
+                .await;
+            assert_eq!(
+                response["allowed"],
+                true,
+                "{} is rejected: {response}",
+                file.display()
+            );
+            kinds_seen.insert(kind);
+        }
+    }
+    assert_eq!(
+        kinds_seen.len(),
+        8,
+        "a sample of every kind: {kinds_seen:?}"
+    );
+    server.stop().await;
+}
