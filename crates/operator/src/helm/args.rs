@@ -26,7 +26,7 @@ pub struct CallFiles<'a> {
 /// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
 pub fn go_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         format!("{}s", millis / 1000)
     } else {
         format!("{millis}ms")
