@@ -290,3 +290,46 @@ async fn selectors_decide_which_requests_reach_the_webhook() {
     assert_eq!(seen[1]["request"]["oldObject"]["data"]["forbidden"], "true");
     assert_eq!(seen[1]["request"]["options"]["kind"], "DeleteOptions");
 }
+
+/// Webhooks written with kube-rs (as the operator's is) parse what we send, and what they
+/// answer is understood: a `deny` without a code becomes a 400 with kube-rs's message.
+#[tokio::test]
+async fn reviews_interoperate_with_kube_rs_admission_types() {
+    use kube::core::DynamicObject;
+    use kube::core::admission::{
+        AdmissionRequest as KubeRequest, AdmissionResponse, AdmissionReview,
+    };
+
+    let decide: webhook_server::Decide = Arc::new(|review: &Value| {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone())
+            .expect("kube-rs parses the AdmissionReview we send");
+        let req: KubeRequest<DynamicObject> = review.try_into().expect("review has a request");
+        assert_eq!(req.name, "cm");
+        assert_eq!(req.namespace.as_deref(), Some("a"));
+        assert_eq!(req.user_info.username.as_deref(), Some("alice"));
+        let resp = AdmissionResponse::from(&req).deny(format!("{} is not welcome", req.name));
+        let mut v = serde_json::to_value(resp.into_review()).unwrap();
+        // The fixture server re-adds the uid it received; keep the rest of kube-rs's answer.
+        v["response"].as_object_mut().unwrap().remove("uid");
+        v["response"].clone()
+    });
+    let wh = TestWebhook::start(&["127.0.0.1"], decide).await;
+    let config = configuration(
+        "kube-rs",
+        vec![hook(
+            "kube-rs.example.com",
+            json!({"url": wh.url(), "caBundle": wh.ca_bundle}),
+            json!({}),
+        )],
+    );
+    let err = WebhookDispatcher::new()
+        .admit(&[config], &create_configmap("a", json!({}), json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, 400, "{err:?}");
+    assert_eq!(
+        err.message,
+        "admission webhook \"kube-rs.example.com\" denied the request: cm is not welcome"
+    );
+    assert_eq!(wh.seen().len(), 1);
+}
