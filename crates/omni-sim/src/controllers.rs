@@ -1,0 +1,898 @@
+//! Emulation of the Omni controllers a template client observes (omni-wire §5.8, §5.9, §7):
+//! status resources, finalizers, machine allocation, teardown cascades and status progression.
+//!
+//! Structural work (creating statuses, finalizers, cascades) happens as soon as the store
+//! changes; status *progression* (ScalingUp → Running, Upgrading → Done, Booting → Running)
+//! advances one step per tick, so clients see realistic intermediate states. Every write goes
+//! through [`Store::put`], which skips no-op writes: an idle simulator writes nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use omni_client::proto::cosi::resource::Resource;
+use omni_client::proto::specs::{
+    ClusterMachineStatusSpec, ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec,
+    KubernetesUpgradeStatusSpec, LoadBalancerStatusSpec, MachineClassSpec, MachineSetNodeSpec,
+    MachineSetPhase, MachineSetSpec, MachineSetStatusSpec, MachineStatusSpec, Machines,
+    TalosUpgradeStatusSpec, cluster_machine_status_spec, cluster_status_spec,
+    control_plane_status_spec, kubernetes_upgrade_status_spec, machine_set_spec,
+    talos_upgrade_status_spec,
+};
+use tokio::sync::watch;
+
+use crate::store::{Store, decode_spec, id, label, meta, resource, tearing_down};
+use crate::types::{DEFAULT_NS, label as l, ty};
+
+/// Finalizer the simulated cluster controller puts on Clusters.
+pub const CLUSTER_FINALIZER: &str = "ClusterController";
+/// Finalizer the simulated machine-set controller puts on MachineSets.
+pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
+
+const STATUS_OWNER: &str = "ClusterStatusController";
+const UUID_OWNER: &str = "ClusterUUIDController";
+const MS_STATUS_OWNER: &str = "MachineSetStatusController";
+const CP_STATUS_OWNER: &str = "ControlPlaneStatusController";
+const LB_OWNER: &str = "LoadBalancerController";
+const K8S_UPGRADE_OWNER: &str = "KubernetesUpgradeStatusController";
+const TALOS_UPGRADE_OWNER: &str = "TalosUpgradeStatusController";
+const CMS_OWNER: &str = "ClusterMachineStatusController";
+const MSN_OWNER: &str = "MachineSetNodeController";
+const MACHINE_OWNER: &str = "MachineStatusController";
+
+/// A machine in the simulated pool.
+#[derive(Debug, Clone, Default)]
+pub struct PoolMachine {
+    /// Machine UUID (MachineStatus, Link and node ID).
+    pub id: String,
+    /// Labels used for machine-class matching (e.g. `arch=amd64`).
+    pub labels: BTreeMap<String, String>,
+    /// Whether the machine is disconnected (label `omni.sidero.dev/disconnected`).
+    pub disconnected: bool,
+}
+
+/// Controller knobs.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Interval of status progression steps.
+    pub step: Duration,
+    /// Add unknown machines named by manual MachineSetNodes to the pool, as if they had
+    /// connected, so manual sets become ready without seeding the pool.
+    pub auto_register_machines: bool,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            step: Duration::from_millis(200),
+            auto_register_machines: true,
+        }
+    }
+}
+
+/// The emulated controllers.
+pub struct Controllers {
+    store: Arc<Store>,
+    cfg: ControllerConfig,
+    pinned: Mutex<HashSet<(String, String)>>,
+}
+
+impl std::fmt::Debug for Controllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controllers")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn labels<const N: usize>(pairs: [(&str, &str); N]) -> Vec<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn spec_of<M: prost::Message + Default>(r: &Resource) -> M {
+    decode_spec(r).unwrap_or_default()
+}
+
+impl Controllers {
+    /// Controllers over `store`.
+    pub fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
+        Self {
+            store,
+            cfg,
+            pinned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Stops status progression for one resource, so a test's manual phase flip sticks.
+    pub fn pin(&self, ty: &str, id: &str) {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((ty.to_string(), id.to_string()));
+    }
+
+    /// Resumes status progression for a pinned resource.
+    pub fn unpin(&self, ty: &str, id: &str) {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(ty.to_string(), id.to_string()));
+    }
+
+    fn is_pinned(&self, ty: &str, id: &str) -> bool {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(ty.to_string(), id.to_string()))
+    }
+
+    /// Adds (or refreshes) a machine in the pool: a MachineStatus and a SideroLink Link.
+    pub fn add_machine(&self, m: &PoolMachine) {
+        let existing = self.store.try_get(DEFAULT_NS, ty::MACHINE_STATUS, &m.id);
+        let mut lbls: Vec<(String, String)> = m
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if m.disconnected {
+            lbls.push((l::DISCONNECTED.into(), String::new()));
+        }
+        if let Some(c) = existing.as_ref().and_then(|r| label(r, l::CLUSTER)) {
+            lbls.push((l::CLUSTER.into(), c.to_string()));
+        }
+        self.store.put(resource(
+            ty::MACHINE_STATUS,
+            &m.id,
+            MACHINE_OWNER,
+            lbls,
+            &MachineStatusSpec::default(),
+        ));
+        if self.store.try_get(DEFAULT_NS, ty::LINK, &m.id).is_none() {
+            self.store.put(resource(
+                ty::LINK,
+                &m.id,
+                "",
+                Vec::new(),
+                &MachineSetNodeSpec::default(),
+            ));
+        }
+    }
+
+    /// Runs until `shutdown` flips: reacts to store changes at once and progresses statuses on
+    /// every tick.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut rx = self.store.subscribe();
+        let mut tick = tokio::time::interval(self.cfg.step);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let progress = tokio::select! {
+                _ = shutdown.changed() => return,
+                ev = rx.recv() => {
+                    if let Err(tokio::sync::broadcast::error::RecvError::Closed) = ev {
+                        return;
+                    }
+                    // Coalesce bursts of events into one pass.
+                    while rx.try_recv().is_ok() {}
+                    false
+                }
+                _ = tick.tick() => true,
+            };
+            if *shutdown.borrow() {
+                return;
+            }
+            self.reconcile(progress);
+        }
+    }
+
+    /// One reconciliation pass; with `progress`, statuses advance one step.
+    pub fn reconcile(&self, progress: bool) {
+        self.links();
+        for cluster in self.store.list(DEFAULT_NS, ty::CLUSTER, &[]) {
+            if tearing_down(&cluster) {
+                self.cluster_teardown(&cluster);
+            } else {
+                self.cluster_running(&cluster, progress);
+            }
+        }
+        self.orphans();
+    }
+
+    fn ensure<M: prost::Message>(
+        &self,
+        ty: &str,
+        id: &str,
+        owner: &str,
+        lbls: Vec<(String, String)>,
+        spec: &M,
+    ) {
+        if self.store.try_get(DEFAULT_NS, ty, id).is_none() {
+            self.store.put(resource(ty, id, owner, lbls, spec));
+        }
+    }
+
+    fn set_spec<M: prost::Message + Default>(&self, ty: &str, id: &str, f: impl FnOnce(&mut M)) {
+        if self.is_pinned(ty, id) {
+            return;
+        }
+        self.store.modify(DEFAULT_NS, ty, id, |r| {
+            let mut spec: M = spec_of(r);
+            f(&mut spec);
+            if let Some(s) = r.spec.as_mut() {
+                s.proto_spec = spec.encode_to_vec();
+            }
+        });
+    }
+
+    fn add_finalizer(&self, ty: &str, id: &str, fin: &str) {
+        if let Some(r) = self.store.try_get(DEFAULT_NS, ty, id)
+            && !meta(&r).finalizers.iter().any(|f| f == fin)
+        {
+            self.store.modify(DEFAULT_NS, ty, id, |r| {
+                if let Some(m) = r.metadata.as_mut() {
+                    m.finalizers.push(fin.to_string());
+                }
+            });
+        }
+    }
+
+    fn drop_finalizer(&self, ty: &str, id: &str, fin: &str) {
+        if let Some(r) = self.store.try_get(DEFAULT_NS, ty, id)
+            && meta(&r).finalizers.iter().any(|f| f == fin)
+        {
+            self.store.modify(DEFAULT_NS, ty, id, |r| {
+                if let Some(m) = r.metadata.as_mut() {
+                    m.finalizers.retain(|f| f != fin);
+                }
+            });
+        }
+    }
+
+    fn set_machine_cluster(&self, machine: &str, cluster: Option<&str>) {
+        if let Some(r) = self.store.try_get(DEFAULT_NS, ty::MACHINE_STATUS, machine)
+            && label(&r, l::CLUSTER) != cluster
+        {
+            self.store
+                .modify(DEFAULT_NS, ty::MACHINE_STATUS, machine, |r| {
+                    if let Some(m) = r.metadata.as_mut() {
+                        match cluster {
+                            Some(c) => {
+                                m.labels.insert(l::CLUSTER.into(), c.to_string());
+                            }
+                            None => {
+                                m.labels.remove(l::CLUSTER);
+                            }
+                        }
+                    }
+                });
+        }
+    }
+
+    fn cluster_running(&self, cluster: &Resource, progress: bool) {
+        let name = id(cluster).to_string();
+        let spec: ClusterSpec = spec_of(cluster);
+        self.add_finalizer(ty::CLUSTER, &name, CLUSTER_FINALIZER);
+        let cl = || labels([(l::CLUSTER, name.as_str())]);
+        self.ensure(
+            ty::CLUSTER_UUID,
+            &name,
+            UUID_OWNER,
+            cl(),
+            &ClusterUuid {
+                uuid: uuid::Uuid::new_v4().to_string(),
+            },
+        );
+        self.ensure(
+            ty::CLUSTER_STATUS,
+            &name,
+            STATUS_OWNER,
+            cl(),
+            &ClusterStatusSpec {
+                phase: cluster_status_spec::Phase::ScalingUp as i32,
+                talos_version: spec.talos_version.clone(),
+                kubernetes_version: spec.kubernetes_version.clone(),
+                ..Default::default()
+            },
+        );
+        self.ensure(
+            ty::LOAD_BALANCER_STATUS,
+            &name,
+            LB_OWNER,
+            cl(),
+            &LoadBalancerStatusSpec::default(),
+        );
+        self.ensure(
+            ty::KUBERNETES_UPGRADE_STATUS,
+            &name,
+            K8S_UPGRADE_OWNER,
+            cl(),
+            &KubernetesUpgradeStatusSpec {
+                phase: kubernetes_upgrade_status_spec::Phase::Upgrading as i32,
+                current_upgrade_version: spec.kubernetes_version.clone(),
+                ..Default::default()
+            },
+        );
+        self.ensure(
+            ty::TALOS_UPGRADE_STATUS,
+            &name,
+            TALOS_UPGRADE_OWNER,
+            cl(),
+            &TalosUpgradeStatusSpec {
+                phase: talos_upgrade_status_spec::Phase::Upgrading as i32,
+                current_upgrade_version: spec.talos_version.clone(),
+                ..Default::default()
+            },
+        );
+        // A version change in the Cluster spec starts an upgrade at once; it completes on a tick.
+        self.set_spec::<KubernetesUpgradeStatusSpec>(ty::KUBERNETES_UPGRADE_STATUS, &name, |s| {
+            if s.phase == kubernetes_upgrade_status_spec::Phase::Done as i32
+                && s.last_upgrade_version != spec.kubernetes_version
+            {
+                s.phase = kubernetes_upgrade_status_spec::Phase::Upgrading as i32;
+                s.current_upgrade_version = spec.kubernetes_version.clone();
+            }
+        });
+        self.set_spec::<TalosUpgradeStatusSpec>(ty::TALOS_UPGRADE_STATUS, &name, |s| {
+            if s.phase == talos_upgrade_status_spec::Phase::Done as i32
+                && s.last_upgrade_version != spec.talos_version
+            {
+                s.phase = talos_upgrade_status_spec::Phase::Upgrading as i32;
+                s.current_upgrade_version = spec.talos_version.clone();
+            }
+        });
+
+        let sets = self.store.list_labeled(ty::MACHINE_SET, l::CLUSTER, &name);
+        for set in &sets {
+            if tearing_down(set) {
+                self.machine_set_teardown(set, false);
+            } else {
+                self.machine_set_running(&name, set, progress);
+            }
+        }
+        if progress {
+            self.progress_cluster(&name, &spec, &sets);
+        }
+    }
+
+    fn machine_set_running(&self, cluster: &str, set: &Resource, progress: bool) {
+        let set_id = id(set).to_string();
+        let set_spec: MachineSetSpec = spec_of(set);
+        let is_cp = meta(set).labels.contains_key(l::ROLE_CONTROLPLANE);
+        self.add_finalizer(ty::MACHINE_SET, &set_id, MACHINE_SET_FINALIZER);
+        self.ensure(
+            ty::MACHINE_SET_STATUS,
+            &set_id,
+            MS_STATUS_OWNER,
+            meta(set).labels.clone().into_iter().collect(),
+            &MachineSetStatusSpec {
+                phase: MachineSetPhase::ScalingUp as i32,
+                machine_allocation: set_spec.machine_allocation.clone(),
+                ..Default::default()
+            },
+        );
+        // Labels follow the set (user labels may change).
+        if let Some(st) = self
+            .store
+            .try_get(DEFAULT_NS, ty::MACHINE_SET_STATUS, &set_id)
+            && meta(&st).labels != meta(set).labels
+        {
+            let lbls = meta(set).labels.clone();
+            self.store
+                .modify(DEFAULT_NS, ty::MACHINE_SET_STATUS, &set_id, |r| {
+                    if let Some(m) = r.metadata.as_mut() {
+                        m.labels = lbls;
+                    }
+                });
+        }
+        if is_cp {
+            self.ensure(
+                ty::CONTROL_PLANE_STATUS,
+                &set_id,
+                CP_STATUS_OWNER,
+                labels([(l::CLUSTER, cluster)]),
+                &ControlPlaneStatusSpec::default(),
+            );
+        }
+        if progress && let Some(alloc) = &set_spec.machine_allocation {
+            self.allocate(cluster, set, alloc);
+        }
+        let role = if is_cp {
+            l::ROLE_CONTROLPLANE
+        } else {
+            l::ROLE_WORKER
+        };
+        for node in self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, &set_id)
+        {
+            let machine = id(&node).to_string();
+            if self.cfg.auto_register_machines
+                && self
+                    .store
+                    .try_get(DEFAULT_NS, ty::MACHINE_STATUS, &machine)
+                    .is_none()
+            {
+                self.add_machine(&PoolMachine {
+                    id: machine.clone(),
+                    ..Default::default()
+                });
+            }
+            self.set_machine_cluster(&machine, Some(cluster));
+            self.ensure(
+                ty::CLUSTER_MACHINE_STATUS,
+                &machine,
+                CMS_OWNER,
+                labels([(l::CLUSTER, cluster), (l::MACHINE_SET, &set_id), (role, "")]),
+                &ClusterMachineStatusSpec {
+                    stage: cluster_machine_status_spec::Stage::Booting as i32,
+                    ..Default::default()
+                },
+            );
+            if progress {
+                let healthy = self.machine_healthy(&machine);
+                self.set_spec::<ClusterMachineStatusSpec>(
+                    ty::CLUSTER_MACHINE_STATUS,
+                    &machine,
+                    |s| {
+                        s.ready = healthy;
+                        s.stage = if healthy {
+                            cluster_machine_status_spec::Stage::Running as i32
+                        } else {
+                            cluster_machine_status_spec::Stage::Booting as i32
+                        };
+                        s.config_up_to_date = healthy;
+                        if healthy {
+                            s.config_apply_status =
+                                omni_client::proto::specs::ConfigApplyStatus::Applied as i32;
+                        }
+                    },
+                );
+            }
+        }
+        if progress {
+            self.progress_machine_set(set, &set_spec);
+        }
+    }
+
+    fn machine_healthy(&self, machine: &str) -> bool {
+        self.store
+            .try_get(DEFAULT_NS, ty::MACHINE_STATUS, machine)
+            .is_some_and(|m| !meta(&m).labels.contains_key(l::DISCONNECTED))
+    }
+
+    fn allocate(&self, cluster: &str, set: &Resource, alloc: &machine_set_spec::MachineAllocation) {
+        let set_id = id(set);
+        let Some(class) = self
+            .store
+            .try_get(DEFAULT_NS, ty::MACHINE_CLASS, &alloc.name)
+        else {
+            return;
+        };
+        let class: MachineClassSpec = spec_of(&class);
+        let unlimited =
+            alloc.allocation_type == machine_set_spec::machine_allocation::Type::Unlimited as i32;
+        let mut nodes = self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, set_id);
+        let want = if unlimited {
+            usize::MAX
+        } else {
+            alloc.machine_count as usize
+        };
+        let role = if meta(set).labels.contains_key(l::ROLE_CONTROLPLANE) {
+            l::ROLE_CONTROLPLANE
+        } else {
+            l::ROLE_WORKER
+        };
+        if nodes.len() < want {
+            let free = self
+                .store
+                .list(DEFAULT_NS, ty::MACHINE_STATUS, &[])
+                .into_iter()
+                .filter(|m| {
+                    let md = meta(m);
+                    !md.labels.contains_key(l::CLUSTER)
+                        && !md.labels.contains_key(l::DISCONNECTED)
+                        && self
+                            .store
+                            .try_get(DEFAULT_NS, ty::MACHINE_SET_NODE, id(m))
+                            .is_none()
+                        && class_matches(&class.match_labels, &md.labels)
+                });
+            for machine in free.take(want.saturating_sub(nodes.len())) {
+                let mid = id(&machine).to_string();
+                self.store.put(resource(
+                    ty::MACHINE_SET_NODE,
+                    &mid,
+                    MSN_OWNER,
+                    labels([
+                        (l::CLUSTER, cluster),
+                        (l::MACHINE_SET, set_id),
+                        (role, ""),
+                        (l::MANAGED_BY_MSN_CONTROLLER, ""),
+                    ]),
+                    &MachineSetNodeSpec::default(),
+                ));
+                self.set_machine_cluster(&mid, Some(cluster));
+            }
+        } else if !unlimited && nodes.len() > want {
+            nodes.sort_by(|a, b| id(b).cmp(id(a)));
+            for node in nodes.iter().take(nodes.len() - want) {
+                if meta(node).owner == MSN_OWNER {
+                    self.release_node(id(node));
+                }
+            }
+        }
+    }
+
+    /// Removes a node and its status and returns the machine to the pool.
+    fn release_node(&self, machine: &str) {
+        self.store.remove(DEFAULT_NS, ty::MACHINE_SET_NODE, machine);
+        self.store
+            .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, machine);
+        self.set_machine_cluster(machine, None);
+    }
+
+    fn progress_machine_set(&self, set: &Resource, set_spec: &MachineSetSpec) {
+        let set_id = id(set);
+        let nodes = self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, set_id);
+        let healthy = nodes.iter().filter(|n| self.machine_healthy(id(n))).count() as u32;
+        let total = nodes.len() as u32;
+        let requested = match &set_spec.machine_allocation {
+            Some(a)
+                if a.allocation_type
+                    == machine_set_spec::machine_allocation::Type::Static as i32 =>
+            {
+                a.machine_count
+            }
+            _ => total,
+        };
+        let phase = if total < requested {
+            MachineSetPhase::ScalingUp
+        } else if total > requested {
+            MachineSetPhase::ScalingDown
+        } else if healthy < total {
+            MachineSetPhase::ScalingUp
+        } else {
+            MachineSetPhase::Running
+        };
+        let alloc = set_spec.machine_allocation.clone();
+        self.set_spec::<MachineSetStatusSpec>(ty::MACHINE_SET_STATUS, set_id, |s| {
+            s.phase = phase as i32;
+            s.ready = phase == MachineSetPhase::Running;
+            s.machines = Some(Machines {
+                total,
+                healthy,
+                connected: healthy,
+                requested,
+            });
+            s.machine_allocation = alloc;
+        });
+        if meta(set).labels.contains_key(l::ROLE_CONTROLPLANE) {
+            let ready = healthy > 0 && phase == MachineSetPhase::Running;
+            self.set_spec::<ControlPlaneStatusSpec>(ty::CONTROL_PLANE_STATUS, set_id, |s| {
+                use control_plane_status_spec::condition::{Severity, Status, Type};
+                s.conditions = vec![control_plane_status_spec::Condition {
+                    r#type: Type::Etcd as i32,
+                    reason: if ready {
+                        String::new()
+                    } else {
+                        "etcd is not healthy".into()
+                    },
+                    status: if ready {
+                        Status::Ready
+                    } else {
+                        Status::NotReady
+                    } as i32,
+                    severity: if ready {
+                        Severity::Info
+                    } else {
+                        Severity::Error
+                    } as i32,
+                }];
+            });
+        }
+    }
+
+    fn progress_cluster(&self, name: &str, spec: &ClusterSpec, sets: &[Resource]) {
+        self.set_spec::<KubernetesUpgradeStatusSpec>(ty::KUBERNETES_UPGRADE_STATUS, name, |s| {
+            if s.phase == kubernetes_upgrade_status_spec::Phase::Upgrading as i32 {
+                s.phase = kubernetes_upgrade_status_spec::Phase::Done as i32;
+                s.last_upgrade_version = spec.kubernetes_version.clone();
+                s.current_upgrade_version = String::new();
+            }
+        });
+        self.set_spec::<TalosUpgradeStatusSpec>(ty::TALOS_UPGRADE_STATUS, name, |s| {
+            if s.phase == talos_upgrade_status_spec::Phase::Upgrading as i32 {
+                s.phase = talos_upgrade_status_spec::Phase::Done as i32;
+                s.last_upgrade_version = spec.talos_version.clone();
+                s.current_upgrade_version = String::new();
+            }
+        });
+        let status = |t: &str, i: &str| self.store.try_get(DEFAULT_NS, t, i);
+        let sets_ready = sets.iter().all(|s| {
+            status(ty::MACHINE_SET_STATUS, id(s)).is_some_and(|st| {
+                let st: MachineSetStatusSpec = spec_of(&st);
+                st.ready && st.phase == MachineSetPhase::Running as i32
+            })
+        });
+        let mut machines = Machines::default();
+        let mut cp_healthy = 0;
+        for node in self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::CLUSTER, name)
+        {
+            machines.total += 1;
+            machines.requested += 1;
+            if self.machine_healthy(id(&node)) {
+                machines.healthy += 1;
+                machines.connected += 1;
+                if meta(&node).labels.contains_key(l::ROLE_CONTROLPLANE) {
+                    cp_healthy += 1;
+                }
+            }
+        }
+        let upgrades_done = status(ty::KUBERNETES_UPGRADE_STATUS, name).is_some_and(|r| {
+            spec_of::<KubernetesUpgradeStatusSpec>(&r).phase
+                == kubernetes_upgrade_status_spec::Phase::Done as i32
+        }) && status(ty::TALOS_UPGRADE_STATUS, name).is_some_and(|r| {
+            spec_of::<TalosUpgradeStatusSpec>(&r).phase
+                == talos_upgrade_status_spec::Phase::Done as i32
+        });
+        let cp_ready = cp_healthy > 0;
+        let ready = sets_ready && cp_ready && upgrades_done;
+        self.set_spec::<LoadBalancerStatusSpec>(ty::LOAD_BALANCER_STATUS, name, |s| {
+            s.healthy = cp_ready;
+        });
+        let embedded = spec
+            .features
+            .as_ref()
+            .is_some_and(|f| f.use_embedded_discovery_service);
+        self.set_spec::<ClusterStatusSpec>(ty::CLUSTER_STATUS, name, |s| {
+            s.available = cp_ready;
+            s.machines = Some(machines);
+            s.phase = if ready {
+                cluster_status_spec::Phase::Running
+            } else {
+                cluster_status_spec::Phase::ScalingUp
+            } as i32;
+            s.ready = ready;
+            s.kubernetes_api_ready = cp_ready;
+            s.controlplane_ready = cp_ready;
+            s.has_connected_control_planes = cp_ready;
+            s.use_embedded_discovery_service = embedded;
+            s.talos_version = spec.talos_version.clone();
+            s.kubernetes_version = spec.kubernetes_version.clone();
+        });
+    }
+
+    /// A set being torn down: remove its nodes and statuses, then release the finalizer. When
+    /// `destroy` (cluster cascade), the controller also destroys the set itself.
+    fn machine_set_teardown(&self, set: &Resource, destroy: bool) {
+        let set_id = id(set).to_string();
+        self.set_spec::<MachineSetStatusSpec>(ty::MACHINE_SET_STATUS, &set_id, |s| {
+            s.phase = MachineSetPhase::Destroying as i32;
+            s.ready = false;
+        });
+        for node in self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, &set_id)
+        {
+            self.release_node(id(&node));
+        }
+        for cms in self
+            .store
+            .list_labeled(ty::CLUSTER_MACHINE_STATUS, l::MACHINE_SET, &set_id)
+        {
+            self.store
+                .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, id(&cms));
+        }
+        self.store
+            .remove(DEFAULT_NS, ty::MACHINE_SET_STATUS, &set_id);
+        self.store
+            .remove(DEFAULT_NS, ty::CONTROL_PLANE_STATUS, &set_id);
+        self.drop_finalizer(ty::MACHINE_SET, &set_id, MACHINE_SET_FINALIZER);
+        if destroy
+            && let Some(s) = self.store.try_get(DEFAULT_NS, ty::MACHINE_SET, &set_id)
+            && meta(&s).finalizers.is_empty()
+        {
+            self.store.remove(DEFAULT_NS, ty::MACHINE_SET, &set_id);
+        }
+    }
+
+    fn teardown_as_controller(&self, r: &Resource) {
+        if !tearing_down(r) {
+            let (t, i) = (meta(r).r#type.clone(), id(r).to_string());
+            self.store.modify(DEFAULT_NS, &t, &i, |r| {
+                if let Some(m) = r.metadata.as_mut() {
+                    m.phase = crate::store::PHASE_TEARING_DOWN.into();
+                }
+            });
+        }
+    }
+
+    fn cluster_teardown(&self, cluster: &Resource) {
+        let name = id(cluster).to_string();
+        self.set_spec::<ClusterStatusSpec>(ty::CLUSTER_STATUS, &name, |s| {
+            s.phase = cluster_status_spec::Phase::Destroying as i32;
+            s.ready = false;
+        });
+        let sets = self.store.list_labeled(ty::MACHINE_SET, l::CLUSTER, &name);
+        let (cps, workers): (Vec<_>, Vec<_>) = sets
+            .into_iter()
+            .partition(|s| meta(s).labels.contains_key(l::ROLE_CONTROLPLANE));
+        // Workers first; the control plane only once every worker set is gone.
+        let stage = if workers.is_empty() { cps } else { workers };
+        for set in &stage {
+            self.teardown_as_controller(set);
+            if let Some(set) = self.store.try_get(DEFAULT_NS, ty::MACHINE_SET, id(set)) {
+                self.machine_set_teardown(&set, true);
+            }
+        }
+        for t in [
+            ty::CONFIG_PATCH,
+            ty::MANIFEST_GROUP,
+            ty::EXTENSIONS_CONFIGURATION,
+            ty::HEALTH_CHECK,
+        ] {
+            for r in self.store.list_labeled(t, l::CLUSTER, &name) {
+                self.store.remove(DEFAULT_NS, t, id(&r));
+            }
+        }
+        if !self
+            .store
+            .list_labeled(ty::MACHINE_SET, l::CLUSTER, &name)
+            .is_empty()
+        {
+            return;
+        }
+        for node in self
+            .store
+            .list_labeled(ty::MACHINE_SET_NODE, l::CLUSTER, &name)
+        {
+            self.release_node(id(&node));
+        }
+        for cms in self
+            .store
+            .list_labeled(ty::CLUSTER_MACHINE_STATUS, l::CLUSTER, &name)
+        {
+            self.store
+                .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, id(&cms));
+        }
+        for m in self
+            .store
+            .list_labeled(ty::MACHINE_STATUS, l::CLUSTER, &name)
+        {
+            self.set_machine_cluster(id(&m), None);
+        }
+        for t in [
+            ty::CLUSTER_STATUS,
+            ty::CLUSTER_UUID,
+            ty::LOAD_BALANCER_STATUS,
+            ty::KUBERNETES_UPGRADE_STATUS,
+            ty::TALOS_UPGRADE_STATUS,
+        ] {
+            self.store.remove(DEFAULT_NS, t, &name);
+        }
+        self.drop_finalizer(ty::CLUSTER, &name, CLUSTER_FINALIZER);
+    }
+
+    /// Tearing down a SideroLink Link removes the machine from Omni.
+    fn links(&self) {
+        for link in self.store.list(DEFAULT_NS, ty::LINK, &[]) {
+            if !tearing_down(&link) {
+                continue;
+            }
+            let machine = id(&link).to_string();
+            self.store.remove(DEFAULT_NS, ty::MACHINE_STATUS, &machine);
+            self.store
+                .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, &machine);
+            if let Some(node) = self
+                .store
+                .try_get(DEFAULT_NS, ty::MACHINE_SET_NODE, &machine)
+                && meta(&node).owner == MSN_OWNER
+            {
+                self.store
+                    .remove(DEFAULT_NS, ty::MACHINE_SET_NODE, &machine);
+            }
+        }
+    }
+
+    /// Statuses whose source is gone (e.g. a set destroyed by the client) are removed.
+    fn orphans(&self) {
+        for st in self.store.list(DEFAULT_NS, ty::MACHINE_SET_STATUS, &[]) {
+            if self
+                .store
+                .try_get(DEFAULT_NS, ty::MACHINE_SET, id(&st))
+                .is_none()
+            {
+                self.store
+                    .remove(DEFAULT_NS, ty::MACHINE_SET_STATUS, id(&st));
+                self.store
+                    .remove(DEFAULT_NS, ty::CONTROL_PLANE_STATUS, id(&st));
+            }
+        }
+        for cms in self.store.list(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, &[]) {
+            if self
+                .store
+                .try_get(DEFAULT_NS, ty::MACHINE_SET_NODE, id(&cms))
+                .is_none()
+            {
+                self.store
+                    .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, id(&cms));
+                if self
+                    .store
+                    .try_get(DEFAULT_NS, ty::MACHINE_STATUS, id(&cms))
+                    .is_some()
+                {
+                    self.set_machine_cluster(id(&cms), None);
+                }
+            }
+        }
+    }
+}
+
+/// Whether machine labels satisfy a MachineClass: any entry of `match_labels` may match; an
+/// entry is a comma-separated list of terms (`key`, `!key`, `key=value`, `key==value`,
+/// `key!=value`, `key in (a, b)`, `key notin (a, b)`) that must all hold.
+pub fn class_matches(
+    match_labels: &[String],
+    labels: &std::collections::HashMap<String, String>,
+) -> bool {
+    match_labels.iter().any(|sel| {
+        split_terms(sel)
+            .iter()
+            .all(|term| term_matches(term.trim(), labels))
+    })
+}
+
+fn split_terms(sel: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    for c in sel.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    out.push(cur);
+    out.into_iter().filter(|t| !t.trim().is_empty()).collect()
+}
+
+fn term_matches(term: &str, labels: &std::collections::HashMap<String, String>) -> bool {
+    let set = |rest: &str| -> Vec<String> {
+        rest.trim()
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    if let Some(key) = term.strip_prefix('!') {
+        return !labels.contains_key(key.trim());
+    }
+    if let Some((k, v)) = term.split_once("!=") {
+        return labels.get(k.trim()).is_none_or(|x| x != v.trim());
+    }
+    if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+        return labels.get(k.trim()).is_some_and(|x| x == v.trim());
+    }
+    if let Some((k, rest)) = term.split_once(" notin ") {
+        return labels.get(k.trim()).is_none_or(|x| !set(rest).contains(x));
+    }
+    if let Some((k, rest)) = term.split_once(" in ") {
+        return labels.get(k.trim()).is_some_and(|x| set(rest).contains(x));
+    }
+    labels.contains_key(term)
+}

@@ -1,0 +1,597 @@
+//! Omni's write validations that template workflows can trip (omni-wire §3.3, §3.8). Every
+//! failure becomes `INVALID_ARGUMENT failed to validate: <reason>`.
+
+use omni_client::proto::cosi::resource::Resource;
+use omni_client::proto::specs::{
+    ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
+    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec, MachineSetSpec,
+    TalosVersionSpec, kubernetes_manifest_group_spec, machine_set_spec,
+};
+use serde_json::Value;
+
+use crate::store::{Store, decode_spec, id, label, meta, tearing_down};
+use crate::types::{DEFAULT_NS, label as l, ty};
+
+/// Config-patch paths users may not set (omni-wire §3.8).
+pub const FORBIDDEN_PATCH_FIELDS: [&str; 13] = [
+    "cluster.clusterName",
+    "cluster.id",
+    "cluster.controlPlane.endpoint",
+    "cluster.token",
+    "cluster.secret",
+    "cluster.aescbcEncryptionSecret",
+    "cluster.secretboxEncryptionSecret",
+    "cluster.acceptedCAs",
+    "machine.token",
+    "machine.ca",
+    "machine.type",
+    "machine.install.extensions",
+    "machine.acceptedCAs",
+];
+
+/// A write being validated.
+#[derive(Debug, Clone, Copy)]
+pub enum Op<'a> {
+    /// Create of `new`.
+    Create(&'a Resource),
+    /// Update from `old` (stored) to `new`.
+    Update {
+        /// Stored resource.
+        old: &'a Resource,
+        /// Requested resource.
+        new: &'a Resource,
+    },
+    /// Destroy or teardown of a stored resource.
+    Destroy(&'a Resource),
+}
+
+type V = Result<(), String>;
+
+/// Runs the metadata limits and the type's validations.
+pub fn validate(store: &Store, op: Op<'_>) -> V {
+    match op {
+        Op::Create(r) | Op::Update { new: r, .. } => check_metadata(r)?,
+        Op::Destroy(_) => {}
+    }
+    let target = match op {
+        Op::Create(r) | Op::Destroy(r) | Op::Update { new: r, .. } => r,
+    };
+    match meta(target).r#type.as_str() {
+        ty::CLUSTER => cluster(store, op),
+        ty::CONFIG_PATCH => config_patch(store, op),
+        ty::MACHINE_SET => machine_set(store, op),
+        ty::MACHINE_SET_NODE => machine_set_node(store, op),
+        ty::KERNEL_ARGS => kernel_args(op),
+        ty::EXTENSIONS_CONFIGURATION => extensions(store, op),
+        ty::MANIFEST_GROUP => manifest_group(op),
+        ty::HEALTH_CHECK => health_check(op),
+        _ => Ok(()),
+    }
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+/// ID and label/annotation limits of Omni's metadata validation.
+fn check_metadata(r: &Resource) -> V {
+    let md = meta(r);
+    if md.id.is_empty() {
+        return Err("id must not be empty".into());
+    }
+    if md.id.len() > 1024 {
+        return Err("id is too long".into());
+    }
+    if has_control(&md.id) {
+        return Err("id contains control characters".into());
+    }
+    for (what, map) in [("labels", &md.labels), ("annotations", &md.annotations)] {
+        if map.len() > 256 {
+            return Err(format!("too many {what}"));
+        }
+        for (k, v) in map {
+            if k.is_empty() || k.len() > 1024 {
+                return Err(format!("{what} key {k:?} has invalid length"));
+            }
+            if v.len() > 16 * 1024 {
+                return Err(format!("{what} value for key {k:?} is too long"));
+            }
+            if has_control(k) || has_control(v) {
+                return Err(format!("{what} contain control characters"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode<M: prost::Message + Default>(r: &Resource) -> Result<M, String> {
+    decode_spec(r).map_err(|e| format!("failed to decode spec: {e}"))
+}
+
+/// A parsed semantic version (pre-release and build tags are accepted and ignored for ordering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Semver {
+    /// Major.
+    pub major: u64,
+    /// Minor.
+    pub minor: u64,
+    /// Patch.
+    pub patch: u64,
+}
+
+/// Parses `MAJOR.MINOR.PATCH[-pre][+build]` strictly (no leading `v`: Omni stores bare versions).
+pub fn parse_semver(s: &str) -> Option<Semver> {
+    let core = s.split(['+', '-']).next()?;
+    let mut it = core.split('.');
+    let mut num = || -> Option<u64> {
+        let p = it.next()?;
+        if p.is_empty()
+            || !p.bytes().all(|b| b.is_ascii_digit())
+            || (p.len() > 1 && p.starts_with('0'))
+        {
+            return None;
+        }
+        p.parse().ok()
+    };
+    let v = Semver {
+        major: num()?,
+        minor: num()?,
+        patch: num()?,
+    };
+    if it.next().is_some() {
+        return None;
+    }
+    Some(v)
+}
+
+fn locked(r: &Resource) -> bool {
+    meta(r).annotations.contains_key(l::CLUSTER_LOCKED)
+}
+
+fn cluster(store: &Store, op: Op<'_>) -> V {
+    let (new, old) = match op {
+        Op::Destroy(old) => {
+            if locked(old) {
+                return Err(format!("cluster {:?} is locked", id(old)));
+            }
+            return Ok(());
+        }
+        Op::Create(new) => (new, None),
+        Op::Update { old, new } => {
+            if locked(old) {
+                return Err(format!("cluster {:?} is locked", id(old)));
+            }
+            (new, Some(old))
+        }
+    };
+    let name = id(new);
+    if !name
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "cluster name {name:?} is invalid: only letters, digits, '-' and '_' are allowed"
+        ));
+    }
+    let spec: ClusterSpec = decode(new)?;
+    let talos = parse_semver(&spec.talos_version)
+        .ok_or_else(|| format!("invalid talos version {:?}", spec.talos_version))?;
+    let kube = parse_semver(&spec.kubernetes_version)
+        .ok_or_else(|| format!("invalid kubernetes version {:?}", spec.kubernetes_version))?;
+    let old_spec: Option<ClusterSpec> = old.map(decode).transpose()?;
+    let talos_changed = old_spec
+        .as_ref()
+        .is_none_or(|o| o.talos_version != spec.talos_version);
+    let tv = store
+        .try_get(DEFAULT_NS, ty::TALOS_VERSION, &spec.talos_version)
+        .ok_or_else(|| {
+            format!(
+                "invalid talos version {:?}: version is not supported",
+                spec.talos_version
+            )
+        })?;
+    let tv: TalosVersionSpec = decode(&tv)?;
+    if talos_changed && tv.deprecated {
+        return Err(format!(
+            "talos version {:?} is deprecated",
+            spec.talos_version
+        ));
+    }
+    if tv.unsupported {
+        return Err(format!(
+            "talos version {:?} is no longer supported",
+            spec.talos_version
+        ));
+    }
+    if !tv
+        .compatible_kubernetes_versions
+        .iter()
+        .any(|k| k == &spec.kubernetes_version)
+    {
+        return Err(format!(
+            "invalid kubernetes version {:?}: is not compatible with Talos version {:?}",
+            spec.kubernetes_version, spec.talos_version
+        ));
+    }
+    let encryption = spec.features.as_ref().is_some_and(|f| f.disk_encryption);
+    if encryption
+        && talos
+            < (Semver {
+                major: 1,
+                minor: 5,
+                patch: 0,
+            })
+    {
+        return Err("disk encryption is supported only for Talos version >= 1.5.0".into());
+    }
+    if let Some(old_spec) = &old_spec {
+        let old_encryption = old_spec
+            .features
+            .as_ref()
+            .is_some_and(|f| f.disk_encryption);
+        if old_encryption != encryption {
+            return Err("disk encryption cannot be changed after the cluster is created".into());
+        }
+        if let Some(old_kube) = parse_semver(&old_spec.kubernetes_version)
+            && kube.major == old_kube.major
+            && kube.minor > old_kube.minor + 1
+        {
+            return Err(format!(
+                "unsupported Kubernetes version upgrade path {} -> {}",
+                old_spec.kubernetes_version, spec.kubernetes_version
+            ));
+        }
+        if let Some(old_talos) = parse_semver(&old_spec.talos_version)
+            && (talos.major, talos.minor) < (old_talos.major, old_talos.minor)
+        {
+            return Err(format!(
+                "downgrading Talos from {} to {} is not supported",
+                old_spec.talos_version, spec.talos_version
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn get_cluster(store: &Store, name: &str) -> Option<Resource> {
+    store.try_get(DEFAULT_NS, ty::CLUSTER, name)
+}
+
+/// Checks a Talos config patch: YAML documents that are mappings, none setting a forbidden field.
+pub fn check_config_patch(data: &str) -> V {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(data)
+        .map_err(|e| format!("config patch is not valid YAML: {e}"))?;
+    for doc in &docs {
+        match doc {
+            Value::Null => continue,
+            Value::Object(_) => {}
+            _ => return Err("config patch document must be a mapping".into()),
+        }
+        for path in FORBIDDEN_PATCH_FIELDS {
+            let mut cur = doc;
+            let mut found = true;
+            for part in path.split('.') {
+                match cur.get(part) {
+                    Some(v) => cur = v,
+                    None => {
+                        found = false;
+                        break;
+                    }
+                }
+            }
+            if found && !cur.is_null() {
+                return Err(format!(
+                    "overriding {path:?} is not allowed in the config patch"
+                ));
+            }
+        }
+        let roles = doc
+            .pointer("/machine/features/kubernetesTalosAPIAccess/allowedRoles")
+            .and_then(Value::as_array);
+        if roles.is_some_and(|r| r.iter().any(|v| v.as_str() == Some("os:admin"))) {
+            return Err(
+                "role \"os:admin\" is not allowed in kubernetesTalosAPIAccess.allowedRoles".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn config_patch(store: &Store, op: Op<'_>) -> V {
+    let (new, old) = match op {
+        Op::Destroy(_) => return Ok(()),
+        Op::Create(new) => {
+            if let Some(c) = label(new, l::CLUSTER).and_then(|c| get_cluster(store, c))
+                && tearing_down(&c)
+            {
+                return Err(format!("cluster {:?} is being torn down", id(&c)));
+            }
+            if let Some(ms) = label(new, l::MACHINE_SET)
+                .and_then(|s| store.try_get(DEFAULT_NS, ty::MACHINE_SET, s))
+                && tearing_down(&ms)
+            {
+                return Err(format!("machine set {:?} is being torn down", id(&ms)));
+            }
+            (new, None)
+        }
+        Op::Update { old, new } => (new, Some(old)),
+    };
+    let spec: ConfigPatchSpec = decode(new)?;
+    if let Some(old) = old {
+        let old_spec: ConfigPatchSpec = decode(old)?;
+        if old_spec == spec {
+            return Ok(());
+        }
+    }
+    // Compressed payloads need Omni's zstd dictionary; the simulator stores them unchecked.
+    if !spec.compressed_data.is_empty() {
+        return Ok(());
+    }
+    check_config_patch(&spec.data)
+}
+
+fn role_labels(r: &Resource) -> (bool, bool) {
+    let md = meta(r);
+    (
+        md.labels.contains_key(l::ROLE_CONTROLPLANE),
+        md.labels.contains_key(l::ROLE_WORKER),
+    )
+}
+
+fn immutable_label(key: &str, old: Option<&Resource>, new: &Resource) -> V {
+    let value = label(new, key).unwrap_or_default();
+    if value.is_empty() {
+        return Err(format!("label {key:?} is required"));
+    }
+    if let Some(old) = old
+        && label(old, key) != Some(value)
+    {
+        return Err(format!("label {key:?} is immutable"));
+    }
+    Ok(())
+}
+
+fn machine_set(store: &Store, op: Op<'_>) -> V {
+    let (new, old) = match op {
+        Op::Destroy(_) => return Ok(()),
+        Op::Create(new) => (new, None),
+        Op::Update { old, new } => (new, Some(old)),
+    };
+    immutable_label(l::CLUSTER, old, new)?;
+    let cluster_name = label(new, l::CLUSTER).unwrap_or_default();
+    let cluster = get_cluster(store, cluster_name)
+        .ok_or_else(|| format!("cluster {cluster_name:?} does not exist"))?;
+    if old.is_none() && tearing_down(&cluster) {
+        return Err(format!("cluster {cluster_name:?} is being torn down"));
+    }
+    if locked(&cluster) {
+        return Err(format!("cluster {cluster_name:?} is locked"));
+    }
+    let (cp, worker) = role_labels(new);
+    if cp == worker {
+        return Err(format!(
+            "machine set must have exactly one of the labels {:?} or {:?}",
+            l::ROLE_CONTROLPLANE,
+            l::ROLE_WORKER
+        ));
+    }
+    let set_id = id(new);
+    let cp_id = format!("{cluster_name}-control-planes");
+    if old.is_none() {
+        if !set_id.starts_with(&format!("{cluster_name}-")) {
+            return Err(format!(
+                "machine set ID {set_id:?} must start with the cluster name prefix {:?}",
+                format!("{cluster_name}-")
+            ));
+        }
+        if cp && set_id != cp_id {
+            return Err(format!("control plane machine set must have ID {cp_id:?}"));
+        }
+        if worker && set_id == cp_id {
+            return Err(format!("worker machine set must not use ID {cp_id:?}"));
+        }
+    }
+    let spec: MachineSetSpec = decode(new)?;
+    let old_spec: Option<MachineSetSpec> = old.map(decode).transpose()?;
+    if let Some(alloc) = &spec.machine_allocation {
+        if alloc.name.is_empty() {
+            return Err("machine class name is required".into());
+        }
+        let unlimited =
+            alloc.allocation_type == machine_set_spec::machine_allocation::Type::Unlimited as i32;
+        if unlimited && alloc.machine_count != 0 {
+            return Err("machine count can only be set for the Static allocation type".into());
+        }
+        let name_changed = old_spec
+            .as_ref()
+            .and_then(|o| o.machine_allocation.as_ref())
+            .is_none_or(|o| o.name != alloc.name);
+        if name_changed {
+            let class = store
+                .try_get(DEFAULT_NS, ty::MACHINE_CLASS, &alloc.name)
+                .ok_or_else(|| format!("machine class {:?} does not exist", alloc.name))?;
+            let class: MachineClassSpec = decode(&class)?;
+            if unlimited && class.auto_provision.is_some() {
+                return Err(
+                    "unlimited allocation is not allowed for auto-provisioning machine classes"
+                        .into(),
+                );
+            }
+        }
+    }
+    if let Some(old_spec) = &old_spec
+        && old_spec.machine_allocation.is_some() != spec.machine_allocation.is_some()
+    {
+        let nodes = store.list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, set_id);
+        if !nodes.is_empty() {
+            return Err(
+                "switching between manual and machine class allocation is not allowed while the machine set has nodes"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn machine_set_node(store: &Store, op: Op<'_>) -> V {
+    let (new, old) = match op {
+        Op::Destroy(old) => {
+            if meta(old).annotations.contains_key(l::LOCKED) {
+                return Err(format!("machine {:?} is locked", id(old)));
+            }
+            if let Some(c) = label(old, l::CLUSTER).and_then(|c| get_cluster(store, c))
+                && locked(&c)
+            {
+                return Err(format!("cluster {:?} is locked", id(&c)));
+            }
+            return Ok(());
+        }
+        Op::Create(new) => (new, None),
+        Op::Update { old, new } => (new, Some(old)),
+    };
+    immutable_label(l::CLUSTER, old, new)?;
+    immutable_label(l::MACHINE_SET, old, new)?;
+    let set_id = label(new, l::MACHINE_SET).unwrap_or_default();
+    let set = store
+        .try_get(DEFAULT_NS, ty::MACHINE_SET, set_id)
+        .ok_or_else(|| format!("machine set {set_id:?} does not exist"))?;
+    if tearing_down(&set) {
+        return Err(format!("machine set {set_id:?} is being torn down"));
+    }
+    let set_spec: MachineSetSpec = decode(&set)?;
+    if set_spec.machine_allocation.is_some() {
+        return Err(format!(
+            "machine set {set_id:?} is managed by a machine class, nodes cannot be added manually"
+        ));
+    }
+    let cluster_name = label(new, l::CLUSTER).unwrap_or_default();
+    let cluster = get_cluster(store, cluster_name)
+        .ok_or_else(|| format!("cluster {cluster_name:?} does not exist"))?;
+    if locked(&cluster) {
+        return Err(format!("cluster {cluster_name:?} is locked"));
+    }
+    if tearing_down(&cluster) {
+        return Err(format!("cluster {cluster_name:?} is being torn down"));
+    }
+    if meta(new).annotations.contains_key(l::LOCKED) && role_labels(&set).0 {
+        return Err("locking machines in the control plane is not allowed".into());
+    }
+    Ok(())
+}
+
+fn kernel_args(op: Op<'_>) -> V {
+    let (Op::Create(new) | Op::Update { new, .. }) = op else {
+        return Ok(());
+    };
+    let spec: KernelArgsSpec = decode(new)?;
+    if spec.args.len() > 64 {
+        return Err(format!(
+            "too many kernel args: {} (max 64)",
+            spec.args.len()
+        ));
+    }
+    for arg in &spec.args {
+        if arg.len() > 256 {
+            return Err(format!(
+                "kernel arg is too long: {} bytes (max 256)",
+                arg.len()
+            ));
+        }
+        if has_control(arg) {
+            return Err("kernel arg contains control characters".into());
+        }
+    }
+    Ok(())
+}
+
+fn extensions(store: &Store, op: Op<'_>) -> V {
+    let (Op::Create(new) | Op::Update { new, .. }) = op else {
+        return Ok(());
+    };
+    let spec: ExtensionsConfigurationSpec = decode(new)?;
+    if spec.extensions.is_empty() {
+        return Ok(());
+    }
+    let cluster = label(new, l::CLUSTER)
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| format!("label {:?} is required", l::CLUSTER))?;
+    if get_cluster(store, cluster).is_none() {
+        return Err(format!("cluster {cluster:?} does not exist"));
+    }
+    Ok(())
+}
+
+fn manifest_group(op: Op<'_>) -> V {
+    let (Op::Create(new) | Op::Update { new, .. }) = op else {
+        return Ok(());
+    };
+    let spec: KubernetesManifestGroupSpec = decode(new)?;
+    if spec.mode == kubernetes_manifest_group_spec::Mode::Unknown as i32 {
+        return Err("manifest group mode must be set".into());
+    }
+    if label(new, l::CLUSTER).is_none_or(str::is_empty) {
+        return Err(format!("label {:?} is required", l::CLUSTER));
+    }
+    if meta(new).labels.contains_key(l::SYSTEM_MANIFEST) {
+        return Err(format!("label {:?} is not allowed", l::SYSTEM_MANIFEST));
+    }
+    if spec.compressed_data.is_empty() {
+        check_manifests(&spec.data)?;
+    }
+    Ok(())
+}
+
+/// Each non-empty document must be a Kubernetes object with `apiVersion` and `kind`.
+fn check_manifests(data: &str) -> V {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(data).map_err(|e| format!("failed to parse manifests: {e}"))?;
+    for doc in docs {
+        match doc {
+            Value::Null => {}
+            Value::Object(m) if m.contains_key("apiVersion") && m.contains_key("kind") => {}
+            _ => {
+                return Err("manifest must be a Kubernetes object with apiVersion and kind".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+fn health_check(op: Op<'_>) -> V {
+    let (Op::Create(new) | Op::Update { new, .. }) = op else {
+        return Ok(());
+    };
+    let spec: KubernetesHealthCheckSpec = decode(new)?;
+    if spec.job.trim().is_empty() {
+        return Err("health check job must not be empty".into());
+    }
+    let doc: Value =
+        serde_saphyr::from_str(&spec.job).map_err(|e| format!("invalid job manifest: {e}"))?;
+    if doc.get("kind").and_then(Value::as_str) != Some("Job") {
+        return Err("health check job must be a Job manifest".into());
+    }
+    let name = format!("omni-healthcheck-{}", id(new));
+    if !is_dns1123_subdomain(&name) {
+        return Err(format!("{name:?} is not a valid DNS-1123 subdomain"));
+    }
+    if let Some(interval) = &spec.interval
+        && (interval.seconds > 0 || interval.nanos > 0)
+        && interval.seconds < 5
+    {
+        return Err("health check interval must be 0 or at least 5s".into());
+    }
+    Ok(())
+}
