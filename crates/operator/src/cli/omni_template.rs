@@ -145,8 +145,17 @@ fn cluster_name(args: &ClusterArgs) -> anyhow::Result<String> {
         .context("the template has no single Cluster document")
 }
 
-/// Runs `omni template ...`.
+/// Runs `omni template ...`, printing to stdout.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout();
+    run_with_output(args, &mut stdout).await
+}
+
+/// Runs `omni template ...`, writing what would go to stdout into `out`.
+pub async fn run_with_output(
+    args: Args,
+    out: &mut (impl std::io::Write + Send),
+) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Sync(a) => {
             let (template, files) = load(&a.file)?;
@@ -156,7 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut output = Vec::new();
             let result = apply(&state, &plan, deadline(&a.connection)?, &mut output).await;
             for line in &output {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
             result?;
             Ok(ExitCode::SUCCESS)
@@ -166,10 +175,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let client = client(&a.connection)?;
             let plan = plan_sync(&client.raw_state(), &template, &files).await?;
             if plan.is_empty() {
-                println!("no changes");
+                writeln!(out, "no changes")?;
             }
             for line in plan.lines(true) {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -178,7 +187,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let client = client(&a.connection)?;
             match status_cluster(&client.raw_state(), &name, deadline(&a.connection)?).await {
                 Ok(health) => {
-                    println!("{}", health.summary);
+                    writeln!(out, "{}", health.summary)?;
                     Ok(if health.healthy {
                         ExitCode::SUCCESS
                     } else {
@@ -186,7 +195,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                 }
                 Err(StatusError::NotFound(_)) => {
-                    println!("cluster {name} does not exist in Omni");
+                    writeln!(out, "cluster {name} does not exist in Omni")?;
                     Ok(ExitCode::FAILURE)
                 }
                 Err(e) => Err(e.into()),
@@ -201,7 +210,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let mut output = Vec::new();
                 let progress = delete_cluster(&state, &name, a.destroy_machines, &mut output).await;
                 for line in &output {
-                    println!("{line}");
+                    writeln!(out, "{line}")?;
                 }
                 match progress? {
                     DeleteProgress::Done => return Ok(ExitCode::SUCCESS),
