@@ -95,7 +95,7 @@ spec:
 
 fn workers() -> Vec<OmniWorkers> {
     vec![
-        parse(&format!(
+        parse(
             r#"
 apiVersion: omni.texashpc.com/v1alpha1
 kind: OmniWorkers
@@ -114,13 +114,13 @@ spec:
     rolling:
       maxParallelism: 2
   upgradeStrategy:
-    rolling: {{}}
+    rolling: {}
   deleteStrategy:
     type: Unset
   systemExtensions:
     - nvidia/driver
-"#
-        )),
+"#,
+        ),
         parse(&format!(
             r#"
 apiVersion: omni.texashpc.com/v1alpha1
