@@ -453,6 +453,19 @@ spec:
     assert!(plain.yaml.starts_with(
         "kind: Cluster\nname: tiny\nkubernetes:\n  version: v1.32.0\ntalos:\n  version: v1.9.0\n---\n"
     ), "{}", plain.yaml);
+    c.spec.patches = Some(vec![
+        parse("name: empty\ninline: {}\n"),
+        parse("name: text\ninline: \"machine:\\n  network: {}\\n\"\n"),
+    ]);
+    let patched = render(&c, std::slice::from_ref(&cp), &[], &[]).expect("render");
+    assert!(
+        patched.yaml.contains(
+            "patches:\n  - name: empty\n    inline: {}\n  - name: text\n    inline: |\n      machine:\n        network: {}\n---\n"
+        ),
+        "{}",
+        patched.yaml
+    );
+    c.spec.patches = None;
     c.spec.features = Some(Default::default());
     let with_features = render(&c, &[cp], &[], &[]).expect("render");
     assert!(
