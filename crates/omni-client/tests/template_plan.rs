@@ -840,3 +840,51 @@ async fn status_gives_up_at_the_deadline() {
         .expect_err("timeout");
     assert!(matches!(err, StatusError::Timeout(_)));
 }
+
+#[tokio::test]
+async fn an_errored_watch_event_fails_the_delete_phase() {
+    let state = Fake::new();
+    sync(&state, &template(true, "/dev/sda"))
+        .await
+        .expect("sync");
+    state.modify(types::MACHINE_SET, "demo-workers", |r| {
+        r.metadata.as_mut().expect("md").finalizers = vec!["stuck".into()];
+    });
+    let plan = plan_sync(
+        &state,
+        &template(false, "/dev/sda"),
+        &FileResolver::default(),
+    )
+    .await
+    .expect("plan");
+    let applier = state.clone();
+    let task = tokio::spawn(async move {
+        let mut out = Vec::new();
+        apply(&applier, &plan, far(), &mut out).await
+    });
+    loop {
+        let r = state
+            .get_now(types::MACHINE_SET, "demo-workers")
+            .expect("set exists");
+        if md(&r).phase == "tearingDown" {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // Errored events carry no resource; the fake's per-kind filter needs one to route it.
+    let mut carrier = state
+        .get_now(types::MACHINE_SET, "demo-workers")
+        .expect("set");
+    carrier.spec = None;
+    let _ = state.events.send(Event {
+        resource: Some(carrier),
+        event_type: EventType::Errored as i32,
+        error: Some("buffer overrun".into()),
+        ..Default::default()
+    });
+    let err = task.await.expect("join").expect_err("watch error");
+    assert!(
+        err.to_string().contains("watch failed: buffer overrun"),
+        "{err}"
+    );
+}

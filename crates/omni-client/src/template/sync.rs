@@ -502,54 +502,36 @@ pub(crate) async fn delete_phase<S: TemplateState>(
     }
     while !pending.is_empty() {
         let next = tokio::time::timeout_at(deadline, events.next()).await;
-        let waiting = || {
-            pending
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+        // Watch failures are reported against the first resource still awaited.
+        let watch_failed = |source: StateError| match pending.first() {
+            Some(resource) => SyncError::State {
+                operation: "watch",
+                resource: resource.clone(),
+                source,
+            },
+            None => SyncError::Deadline {
+                waiting_for: String::new(),
+            },
         };
         let event = match next {
             Err(_) => {
                 return Err(SyncError::Deadline {
-                    waiting_for: waiting(),
-                });
-            }
-            Ok(None) => {
-                return Err(SyncError::State {
-                    operation: "watch",
-                    resource: pending
+                    waiting_for: pending
                         .iter()
-                        .next()
-                        .cloned()
-                        .unwrap_or_else(|| ResourceRef::new("", "")),
-                    source: StateError::Watch("stream ended".into()),
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             }
-            Ok(Some(Err(e))) => {
-                return Err(SyncError::State {
-                    operation: "watch",
-                    resource: pending
-                        .iter()
-                        .next()
-                        .cloned()
-                        .unwrap_or_else(|| ResourceRef::new("", "")),
-                    source: e,
-                });
-            }
+            Ok(None) => return Err(watch_failed(StateError::Watch("stream ended".into()))),
+            Ok(Some(Err(e))) => return Err(watch_failed(e)),
             Ok(Some(Ok(event))) => event,
         };
         let kind = event_type(&event);
         if kind == EventType::Errored {
-            return Err(SyncError::State {
-                operation: "watch",
-                resource: pending
-                    .iter()
-                    .next()
-                    .cloned()
-                    .unwrap_or_else(|| ResourceRef::new("", "")),
-                source: StateError::Watch(event.error.unwrap_or_default()),
-            });
+            return Err(watch_failed(StateError::Watch(
+                event.error.unwrap_or_default(),
+            )));
         }
         let Some(resource) = event.resource.as_ref() else {
             continue;
