@@ -5,9 +5,9 @@
 //! `spec.clusterRef.name` and sorted by their effective Omni names.
 
 use omni_client::template::{
-    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, Install, KubernetesCluster,
-    Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size, TalosCluster,
-    Template, UpdateStrategy,
+    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install,
+    KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size,
+    TalosCluster, Template, UpdateStrategy,
 };
 use sha2::{Digest, Sha256};
 
@@ -75,6 +75,15 @@ impl RenderError {
             RenderError::ControlPlaneCount { .. } => REASON_MISSING_TEMPLATE,
             _ => REASON_VALIDATION_FAILED,
         }
+    }
+}
+
+/// Where `file:` references of this cluster's template are read from: confined to
+/// `spec.templateRoot` when set, else relative to the process working directory.
+pub fn file_resolver(cluster: &OmniCluster) -> FileResolver {
+    match cluster.spec.template_root.as_deref() {
+        Some(root) if !root.is_empty() => FileResolver::with_root(root),
+        _ => FileResolver::default(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The rendered Omni template: exact format, determinism and render-time errors.
 
 use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-use omni_operator::render::{RenderError, render};
+use omni_operator::render::{RenderError, file_resolver, render};
 use sha2::{Digest, Sha256};
 
 const A: &str = "11111111-1111-1111-1111-111111111111";
@@ -476,4 +476,42 @@ spec:
         with_features.yaml
     );
     assert_ne!(plain.hash, with_features.hash);
+}
+
+#[test]
+fn template_root_confines_file_references() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("patches")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("patches/cni.yaml"),
+        "cluster:\n  network: {}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("manifests.yaml"),
+        "apiVersion: v1\nkind: List\n",
+    )
+    .expect("write");
+    let mut c = cluster();
+    c.spec.template_root = Some(dir.path().join("patches").display().to_string());
+    let rendered = render(&c, &[control_plane("cp", "demo")], &[], &[]).expect("render");
+    // The cluster patch `patches/cni.yaml` resolves under the root, which is `patches/` itself,
+    // so it is missing; the manifest `manifests/crds.yaml` too.
+    let errs = rendered
+        .template
+        .validate(&file_resolver(&c))
+        .expect_err("files are outside the root");
+    let text = errs.to_string();
+    assert!(
+        text.contains("patches[1].file: file \"patches/cni.yaml\" not found"),
+        "{text}"
+    );
+    c.spec.template_root = Some(dir.path().display().to_string());
+    let errs = rendered
+        .template
+        .validate(&file_resolver(&c))
+        .expect_err("manifest file missing");
+    let text = errs.to_string();
+    assert!(!text.contains("patches/cni.yaml"), "{text}");
+    assert!(text.contains("manifests/crds.yaml"), "{text}");
 }

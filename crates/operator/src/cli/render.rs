@@ -14,7 +14,7 @@ use anyhow::Context;
 use omni_client::template::FileResolver;
 
 use crate::api::{GROUP, OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers, VERSION};
-use crate::render::render;
+use crate::render::{file_resolver, render};
 
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]
@@ -113,10 +113,9 @@ pub fn render_all(
             }
         };
         if validate {
-            let files = match (validate_root, cluster.spec.template_root.as_deref()) {
-                (Some(dir), _) => FileResolver::with_root(dir),
-                (None, Some(root)) if !root.is_empty() => FileResolver::with_root(root),
-                _ => FileResolver::default(),
+            let files = match validate_root {
+                Some(dir) => FileResolver::with_root(dir),
+                None => file_resolver(cluster),
             };
             if let Err(e) = rendered.template.validate(&files) {
                 errors.push(format!("OmniCluster {id}: {e}"));
