@@ -487,11 +487,6 @@ fn template_root_confines_file_references() {
         "cluster:\n  network: {}\n",
     )
     .expect("write");
-    std::fs::write(
-        dir.path().join("manifests.yaml"),
-        "apiVersion: v1\nkind: List\n",
-    )
-    .expect("write");
     let mut c = cluster();
     c.spec.template_root = Some(dir.path().join("patches").display().to_string());
     let rendered = render(&c, &[control_plane("cp", "demo")], &[], &[]).expect("render");
