@@ -75,6 +75,8 @@ pub struct Controllers {
     store: Arc<Store>,
     cfg: ControllerConfig,
     pinned: Mutex<HashSet<(String, String)>>,
+    /// Machines removed through their Link; never auto-registered again.
+    removed: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Controllers {
@@ -103,6 +105,7 @@ impl Controllers {
             store,
             cfg,
             pinned: Mutex::new(HashSet::new()),
+            removed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -131,6 +134,10 @@ impl Controllers {
 
     /// Adds (or refreshes) a machine in the pool: a MachineStatus and a SideroLink Link.
     pub fn add_machine(&self, m: &PoolMachine) {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&m.id);
         let existing = self.store.try_get(DEFAULT_NS, ty::MACHINE_STATUS, &m.id);
         let mut lbls: Vec<(String, String)> = m
             .labels
@@ -408,7 +415,13 @@ impl Controllers {
             .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, &set_id)
         {
             let machine = id(&node).to_string();
+            let removed = self
+                .removed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&machine);
             if self.cfg.auto_register_machines
+                && !removed
                 && self
                     .store
                     .try_get(DEFAULT_NS, ty::MACHINE_STATUS, &machine)
@@ -788,6 +801,10 @@ impl Controllers {
                 continue;
             }
             let machine = id(&link).to_string();
+            self.removed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(machine.clone());
             self.store.remove(DEFAULT_NS, ty::MACHINE_STATUS, &machine);
             self.store
                 .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, &machine);

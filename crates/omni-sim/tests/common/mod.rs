@@ -97,11 +97,13 @@ pub fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+type Hook = Arc<dyn Fn(&mut http::Request<tonic::body::Body>) + Send + Sync>;
+
 /// A channel that lets the test set request headers just before sending.
 #[derive(Clone)]
 pub struct Svc {
     inner: Channel,
-    hook: Arc<dyn Fn(&mut http::Request<tonic::body::Body>) + Send + Sync>,
+    hook: Hook,
 }
 
 impl tower::Service<http::Request<tonic::body::Body>> for Svc {
