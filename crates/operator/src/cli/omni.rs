@@ -198,6 +198,122 @@ mod tests {
         ));
     }
 
+    fn connection(sim: &omni_sim::RunningOmniSim, key_file: &std::path::Path) -> Connection {
+        Connection {
+            endpoint: sim.endpoint().to_owned(),
+            key_file: Some(key_file.to_owned()),
+            insecure_skip_tls_verify: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn ping_and_kubeconfig_work_against_the_simulator() {
+        let sim = omni_sim::OmniSim::builder().start().await.expect("sim");
+        let key = sim
+            .register_service_account("cli", omni_sim::Role::Operator)
+            .expect("account");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key_file = dir.path().join("key");
+        // Files usually end with a newline; the key is trimmed.
+        std::fs::write(&key_file, format!("{key}\n")).expect("write key");
+
+        let code = run(Args {
+            command: Command::Ping(connection(&sim, &key_file)),
+        })
+        .await
+        .expect("ping");
+        assert_eq!(code, ExitCode::SUCCESS);
+
+        let client = connection(&sim, &key_file).client().expect("client");
+        let cluster = omni_client::resources::TypedResource::new(
+            "cli-demo",
+            omni_client::proto::specs::ClusterSpec {
+                kubernetes_version: "1.32.3".into(),
+                talos_version: "1.9.5".into(),
+                features: Some(Default::default()),
+                backup_configuration: None,
+            },
+        );
+        client
+            .state()
+            .create(cluster.into_resource(), "")
+            .await
+            .expect("create cluster");
+        let uuid_ready = async {
+            while client
+                .state()
+                .get_optional(
+                    omni_client::resources::NAMESPACE,
+                    omni_client::resources::CLUSTER_UUID_TYPE,
+                    "cli-demo",
+                )
+                .await
+                .expect("get")
+                .is_none()
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), uuid_ready)
+            .await
+            .expect("ClusterUUID appears");
+
+        let output = dir.path().join("kubeconfig");
+        let code = run(Args {
+            command: Command::Kubeconfig(KubeconfigArgs {
+                connection: connection(&sim, &key_file),
+                cluster: "cli-demo".into(),
+                user: "ci".into(),
+                groups: vec![],
+                ttl: "2h".into(),
+                output: Some(output.clone()),
+            }),
+        })
+        .await
+        .expect("kubeconfig");
+        assert_eq!(code, ExitCode::SUCCESS);
+        let yaml = std::fs::read_to_string(&output).expect("read kubeconfig");
+        assert!(yaml.contains("kind: Config"), "{yaml}");
+
+        let err = run(Args {
+            command: Command::Kubeconfig(KubeconfigArgs {
+                connection: connection(&sim, &key_file),
+                cluster: "cli-demo".into(),
+                user: "ci".into(),
+                groups: vec![],
+                ttl: "2 hours".into(),
+                output: None,
+            }),
+        })
+        .await
+        .expect_err("bad ttl");
+        assert!(format!("{err:#}").contains("--ttl"), "{err:#}");
+        sim.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_bad_key_file_is_reported_without_its_content() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key_file = dir.path().join("key");
+        std::fs::write(
+            &key_file,
+            "OMNI_ENDPOINT=https://x\nOMNI_SERVICE_ACCOUNT_KEY=c2VjcmV0",
+        )
+        .expect("write");
+        let err = run(Args {
+            command: Command::Ping(Connection {
+                endpoint: "https://omni.example.com".into(),
+                key_file: Some(key_file),
+                insecure_skip_tls_verify: false,
+            }),
+        })
+        .await
+        .expect_err("env block rejected");
+        let message = format!("{err:#}");
+        assert!(message.contains("environment assignments"), "{message}");
+        assert!(!message.contains("c2VjcmV0"), "{message}");
+    }
+
     #[test]
     fn private_files_are_owner_only() {
         let dir = tempfile::tempdir().expect("tempdir");
