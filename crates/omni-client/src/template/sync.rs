@@ -164,7 +164,7 @@ fn equal(actual: &Resource, expected: &Resource) -> bool {
 }
 
 /// A change set, computed without writing anything.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Plan {
     /// The template's cluster.
     pub cluster: String,
@@ -178,6 +178,19 @@ pub struct Plan {
     pub delete_phases: Vec<Vec<ResourceRef>>,
     create_resources: Vec<Resource>,
     update_resources: Vec<Resource>,
+}
+
+// Written by hand so that patch contents (which may hold registry credentials) never reach
+// logs through `{:?}`; the references say what will change.
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("cluster", &self.cluster)
+            .field("creates", &self.creates)
+            .field("updates", &self.updates)
+            .field("delete_phases", &self.delete_phases)
+            .finish()
+    }
 }
 
 impl Plan {
