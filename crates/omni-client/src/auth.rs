@@ -114,6 +114,9 @@ pub enum SignatureError {
     /// The signature is not a binary-document signature (type 0x00).
     #[error("signature is not a binary-document signature")]
     WrongSignatureType,
+    /// The signature uses a hash Omni's verifier refuses (MD5, SHA-1, RIPEMD-160).
+    #[error("signature uses a weak hash algorithm")]
+    WeakHash,
     /// No key of the certificate verifies the signature over the payload.
     #[error("signature does not verify")]
     Mismatch,
@@ -416,6 +419,19 @@ pub fn verify_signature(
         DetachedSignature::from_bytes(signature).map_err(|_| SignatureError::BadSignature)?;
     if detached.signature.typ() != Some(SignatureType::Binary) {
         return Err(SignatureError::WrongSignatureType);
+    }
+    if !matches!(
+        detached.signature.hash_alg(),
+        Some(
+            HashAlgorithm::Sha256
+                | HashAlgorithm::Sha384
+                | HashAlgorithm::Sha512
+                | HashAlgorithm::Sha224
+                | HashAlgorithm::Sha3_256
+                | HashAlgorithm::Sha3_512
+        )
+    ) {
+        return Err(SignatureError::WeakHash);
     }
     if detached.verify(&public.primary_key, payload).is_ok() {
         return Ok(());

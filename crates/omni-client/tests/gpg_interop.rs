@@ -255,6 +255,51 @@ fn gpg_detached_signatures_verify_with_our_helper() {
 }
 
 #[test]
+fn rsa_keys_verify_but_sha1_signatures_are_refused() {
+    let gpg = GnuPg::new();
+    let spec_path = gpg.path("rsaspec");
+    std::fs::write(
+        &spec_path,
+        "Key-Type: RSA\nKey-Length: 2048\nKey-Usage: sign\nName-Real: r\n\
+         Name-Email: r@serviceaccount.omni.sidero.dev\nExpire-Date: 1d\n%no-protection\n%commit\n",
+    )
+    .expect("write spec");
+    gpg.ok(&["--gen-key", path_str(&spec_path)]);
+    let colons = gpg.ok(&[
+        "--with-colons",
+        "--list-keys",
+        "r@serviceaccount.omni.sidero.dev",
+    ]);
+    let fingerprint = colons
+        .lines()
+        .find(|l| l.starts_with("fpr:"))
+        .and_then(|l| l.split(':').nth(9))
+        .expect("fpr line")
+        .to_owned();
+    let public = gpg.export_public(&fingerprint);
+    let payload = cosi_payload();
+    let data = gpg.path("data.json");
+    std::fs::write(&data, &payload).expect("write payload");
+    for (digest, expected) in [("SHA256", Ok(())), ("SHA1", Err(SignatureError::WeakHash))] {
+        let sig = gpg.path(&format!("data.{digest}.sig"));
+        gpg.ok(&[
+            "--digest-algo",
+            digest,
+            "--detach-sign",
+            "--output",
+            path_str(&sig),
+            path_str(&data),
+        ]);
+        let signature = std::fs::read(&sig).expect("read sig");
+        assert_eq!(
+            verify_signature(&public, payload.as_bytes(), &signature),
+            expected,
+            "{digest}"
+        );
+    }
+}
+
+#[test]
 fn passphrase_protected_gpg_keys_are_rejected() {
     let gpg = GnuPg::new();
     let fingerprint = gpg.generate("locked", true);
