@@ -20,6 +20,7 @@ pub mod controllers;
 pub mod server;
 pub mod store;
 pub mod token;
+pub mod transport;
 pub mod types;
 pub mod validate;
 
@@ -49,7 +50,7 @@ pub use types::Role;
 
 use crate::auth::Authenticator;
 use crate::controllers::Controllers;
-use crate::server::{GrpcGateLayer, Hooks, ManagementSvc, Shared, StateService};
+use crate::server::{Hooks, ManagementSvc, Shared, StateService};
 use crate::store::{decode_spec, resource};
 use crate::types::{DEFAULT_NS, ty};
 
@@ -311,35 +312,23 @@ impl OmniSimBuilder {
             addr: self.listen,
             source,
         })?;
-        let mut builder = tonic::transport::Server::builder();
-        if let Some(tls) = &self.tls {
-            let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
-            builder = builder
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-                .map_err(|e| SimError::Tls(e.to_string()))?;
-        }
+        let tls = match &self.tls {
+            Some(t) => {
+                Some(transport::tls_acceptor(&t.cert_pem, &t.key_pem).map_err(SimError::Tls)?)
+            }
+            None => None,
+        };
         let state = StateServer::new(StateService(shared.clone()))
             .accept_compressed(CompressionEncoding::Gzip)
             .max_decoding_message_size(MAX_MESSAGE);
         let management = ManagementServiceServer::new(ManagementSvc(shared.clone()))
             .accept_compressed(CompressionEncoding::Gzip)
             .max_decoding_message_size(MAX_MESSAGE);
-        let mut stop = shutdown_rx.clone();
-        let server = builder
-            .layer(GrpcGateLayer)
-            .add_service(state)
+        let routes = tonic::service::Routes::new(state)
             .add_service(management)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                },
-            );
-        let server_task = tokio::spawn(async move {
-            if let Err(e) = server.await {
-                tracing::warn!(error = %e, "omni-sim server stopped with an error");
-            }
-        });
+            .prepare();
+        let server_task =
+            tokio::spawn(transport::serve(listener, routes, tls, shutdown_rx.clone()));
         let controller_task = tokio::spawn(controllers.clone().run(shutdown_rx));
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         Ok(RunningOmniSim {

@@ -1,0 +1,105 @@
+//! Connection handling: HTTP/2 only (h2c prior knowledge, or TLS with ALPN `h2`), served with
+//! hyper directly rather than tonic's server.
+//!
+//! Why not `tonic::transport::Server`: it enforces the client's `grpc-timeout` itself and answers
+//! `CANCELLED "Timeout expired"`, whereas Omni's grpc-go server lets the client's own deadline
+//! fire (`DEADLINE_EXCEEDED`). Clients must see the latter to classify timeouts correctly.
+
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tonic::service::Routes;
+
+use crate::server::{GrpcGate, GrpcGateLayer};
+
+/// Builds a rustls acceptor advertising `h2` from PEM material.
+pub fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let certs = rustls_pemfile::certs(&mut &cert_pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("invalid certificate PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("no certificate in PEM".into());
+    }
+    let key = rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|e| format!("invalid key PEM: {e}"))?
+        .ok_or_else(|| "no private key in PEM".to_string())?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| e.to_string())?;
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+}
+
+async fn serve_conn<IO>(io: IO, svc: GrpcGate<Routes>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let mut svc = svc.clone();
+        async move {
+            let req = req.map(tonic::body::Body::new);
+            std::future::poll_fn(|cx| {
+                <GrpcGate<Routes> as tower::Service<http::Request<tonic::body::Body>>>::poll_ready(
+                    &mut svc, cx,
+                )
+            })
+            .await?;
+            tower::Service::call(&mut svc, req).await
+        }
+    });
+    let result = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Accepts connections until `shutdown` flips, then closes every open connection.
+pub async fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let svc = tower::Layer::layer(&GrpcGateLayer, routes);
+    let mut conns: JoinSet<()> = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = listener.accept() => a,
+        };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let svc = svc.clone();
+        match &tls {
+            None => {
+                conns.spawn(serve_conn(stream, svc));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                conns.spawn(async move {
+                    match acceptor.accept(stream).await {
+                        Ok(tls) => serve_conn(tls, svc).await,
+                        Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                    }
+                });
+            }
+        }
+    }
+    conns.shutdown().await;
+}
