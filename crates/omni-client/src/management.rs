@@ -68,7 +68,6 @@ impl Client {
             ManagementError::InvalidRequest("cluster name is not a valid header value".into())
         })?;
         request.metadata_mut().insert(CONTEXT_HEADER, context);
-        request.set_timeout(self.request_timeout());
         let mut raw = self.raw_management();
         let response = with_deadline(self.request_timeout(), "kubeconfig", async move {
             Ok(raw.kubeconfig(request).await?.into_inner())
@@ -88,13 +87,12 @@ impl Client {
         armored_public_key: &str,
         role: Option<&str>,
     ) -> Result<String, ManagementError> {
-        let mut request = tonic::Request::new(CreateServiceAccountRequest {
+        let request = tonic::Request::new(CreateServiceAccountRequest {
             armored_pgp_public_key: armored_public_key.to_owned(),
             use_user_role: role.is_none(),
             role: role.unwrap_or_default().to_owned(),
             name: name.to_owned(),
         });
-        request.set_timeout(self.request_timeout());
         let mut raw = self.raw_management();
         let response = with_deadline(
             self.request_timeout(),

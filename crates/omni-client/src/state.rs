@@ -313,10 +313,11 @@ impl State {
         with_deadline(self.client.request_timeout(), what, call).await
     }
 
+    /// Deadlines are enforced on the client only: a tonic server answers an expired
+    /// `grpc-timeout` with `CANCELLED`, racing the client's own `DEADLINE_EXCEEDED`.
+    /// Dropping the call on timeout resets the HTTP/2 stream, which cancels the server side.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(self.client.request_timeout());
-        request
+        tonic::Request::new(message)
     }
 
     /// Reads one resource.
