@@ -47,7 +47,9 @@ fn write_secret(path: &PathBuf, data: &str) -> std::io::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Logs go to stderr so stdout carries only the "listening on" line scripts read.
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
