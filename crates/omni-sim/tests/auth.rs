@@ -347,3 +347,39 @@ async fn roles_are_enforced() {
     assert_eq!(sim.writes_total(), 3);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn injected_clock_drives_key_expiry_and_skew() {
+    let start = jiff::Timestamp::now();
+    let clock = omni_sim::ManualClock::new(start);
+    let sim = OmniSim::builder()
+        .clock(Arc::new(clock.clone()))
+        .start()
+        .await
+        .unwrap();
+    let key = omni_sim::auth::generate_key("short").unwrap();
+    let expiry = start + jiff::SignedDuration::from_hours(1);
+    sim.register_public_key("short", &key.public_armored, Role::Reader, Some(expiry))
+        .unwrap();
+    let signer = Signer::from_encoded(&key.encoded);
+    let at = |t: jiff::Timestamp| -> Tamper {
+        let s = signer.clone();
+        Arc::new(move |m, h| s.sign_headers(m, h, t.as_second()))
+    };
+    list_status(sim.endpoint(), at(start)).await.unwrap();
+    // The server clock, not the wall clock, decides skew: 10 minutes later the same
+    // timestamp is stale, a fresh one is fine.
+    clock.advance(jiff::SignedDuration::from_mins(10));
+    assert_invalid_signature(list_status(sim.endpoint(), at(start)).await);
+    list_status(sim.endpoint(), at(clock_now(&clock)))
+        .await
+        .unwrap();
+    // Past the registered expiration every request fails.
+    clock.advance(jiff::SignedDuration::from_hours(1));
+    assert_invalid_signature(list_status(sim.endpoint(), at(clock_now(&clock))).await);
+    sim.shutdown().await;
+}
+
+fn clock_now(c: &omni_sim::ManualClock) -> jiff::Timestamp {
+    omni_sim::Clock::now(c)
+}

@@ -435,9 +435,28 @@ async fn cluster_becomes_ready_and_teardown_cascades() {
             .is_some()
     );
 
+    // Once settled, an idle simulator changes nothing (no controller churn).
+    let mut feed = sim.store().subscribe();
+    let quiet = tokio::time::timeout(std::time::Duration::from_secs(1), feed.recv()).await;
+    assert!(
+        quiet.is_err(),
+        "unexpected store change while idle: {quiet:?}"
+    );
+    let writes = sim.writes_total();
+
     // Tests can flip a status; the controllers leave it alone.
     sim.set_cluster_status("demo", cluster_status_spec::Phase::ScalingUp, false)
         .unwrap();
+
+    let flipped =
+        eventually(|| status::<ClusterStatusSpec>(&sim, "ClusterStatuses.omni.sidero.dev", "demo"))
+            .await;
+    assert!(!flipped.1.ready);
+    assert_eq!(
+        flipped.1.phase,
+        cluster_status_spec::Phase::ScalingUp as i32
+    );
+    assert_eq!(sim.writes_total(), writes);
 
     // Tear the cluster down: sets, nodes, patches and statuses go, then the finalizer.
     c.teardown(TeardownRequest {
