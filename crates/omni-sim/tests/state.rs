@@ -510,3 +510,63 @@ async fn watch_protocol() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn teardown_and_destroy_waits_for_finalizers() {
+    let (sim, mut c) = setup().await;
+    let mut r = ka("m1", &[], &[]);
+    r.metadata.as_mut().unwrap().finalizers = vec!["ctrl".into()];
+    c.create(create_req(r)).await.unwrap();
+    let mut c2 = c.clone();
+    let call = tokio::spawn(async move {
+        c2.teardown_and_destroy(
+            omni_client::proto::cosi::resource::TeardownAndDestroyRequest {
+                namespace: "default".into(),
+                r#type: KA.into(),
+                id: "m1".into(),
+                options: None,
+            },
+        )
+        .await
+    });
+    // The call tears the resource down and then waits for the finalizer.
+    common::eventually(|| {
+        sim.get(KA, "m1")
+            .filter(|r| md(r).phase == "tearingDown")
+            .map(|_| ())
+    })
+    .await;
+    assert!(!call.is_finished());
+    sim.store().modify("default", KA, "m1", |r| {
+        r.metadata.as_mut().unwrap().finalizers.clear();
+    });
+    call.await.unwrap().unwrap();
+    assert!(sim.get(KA, "m1").is_none());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn aggregated_watch_batches_bootstrap() {
+    let (sim, mut c) = setup().await;
+    c.create(create_req(ka("a", &[], &[]))).await.unwrap();
+    c.create(create_req(ka("b", &[], &[]))).await.unwrap();
+    let mut req = watch_req(None, true, vec![], 1);
+    req.options.as_mut().unwrap().aggregated = true;
+    let mut s = c.watch(req).await.unwrap().into_inner();
+    assert!(next(&mut s).await.event.is_empty());
+    let batch = next(&mut s).await;
+    let kinds: Vec<EventType> = batch
+        .event
+        .iter()
+        .map(|e| EventType::try_from(e.event_type).unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventType::Created,
+            EventType::Created,
+            EventType::Bootstrapped
+        ]
+    );
+    sim.shutdown().await;
+}
