@@ -913,3 +913,32 @@ fn term_matches(term: &str, labels: &std::collections::HashMap<String, String>) 
     }
     labels.contains_key(term)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::class_matches;
+
+    fn labels(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn machine_class_selectors() {
+        let l = labels(&[("arch", "amd64"), ("gpu", "")]);
+        let m = |sel: &[&str]| {
+            class_matches(&sel.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &l)
+        };
+        assert!(m(&["arch = amd64"]));
+        assert!(m(&["arch==amd64, gpu"]));
+        assert!(!m(&["arch = arm64"]));
+        assert!(m(&["arch = arm64", "gpu"]), "entries are OR-ed");
+        assert!(!m(&["arch = amd64, !gpu"]), "terms are AND-ed");
+        assert!(m(&["arch in (arm64, amd64)"]));
+        assert!(!m(&["arch notin (amd64)"]));
+        assert!(m(&["zone != eu"]));
+        assert!(!m(&[]));
+    }
+}

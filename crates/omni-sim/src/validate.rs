@@ -595,3 +595,39 @@ fn health_check(op: Op<'_>) -> V {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semver_is_strict() {
+        assert_eq!(
+            parse_semver("1.35.1"),
+            Some(Semver {
+                major: 1,
+                minor: 35,
+                patch: 1
+            })
+        );
+        assert!(parse_semver("1.10.0-beta.1").is_some());
+        for bad in ["v1.9.5", "1.9", "1.9.5.1", "01.9.5", "", "1.x.5"] {
+            assert_eq!(parse_semver(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_patch_rules() {
+        assert!(check_config_patch("machine:\n  install:\n    disk: /dev/sda\n").is_ok());
+        assert!(check_config_patch("").is_ok());
+        assert!(check_config_patch("- a\n").is_err());
+        assert!(
+            check_config_patch("cluster:\n  controlPlane:\n    endpoint: https://x\n").is_err()
+        );
+        // Neighbouring, allowed fields do not trip the check.
+        assert!(
+            check_config_patch("cluster:\n  controlPlane:\n    localAPIServerPort: 1\n").is_ok()
+        );
+        assert!(check_config_patch("a: 1\n---\nmachine:\n  ca: {}\n").is_err());
+    }
+}
