@@ -9,8 +9,12 @@
 
 pub mod api;
 pub mod cli;
+pub mod controllers;
 pub mod helm;
+pub mod leader;
+pub mod metrics;
 pub mod render;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook;
+pub mod workload;

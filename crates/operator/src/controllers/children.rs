@@ -1,0 +1,235 @@
+//! OmniControlPlane, OmniWorkers and OmniMachine: report whether the referenced OmniCluster
+//! exists (`Accepted`, plus `Ready` mirroring it for kstatus). Event-driven, no Omni calls;
+//! their content reaches Omni through the parent cluster's reconcile.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Context, Error, error_policy, instrumented, log_outcome, status};
+use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use crate::api::control_plane::OmniControlPlaneStatus;
+use crate::api::machine::OmniMachineStatus;
+use crate::api::workers::OmniWorkersStatus;
+use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
+use crate::metrics::ResourceInfo;
+
+/// What the child controller needs from each child kind.
+pub trait Child:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The stored status type.
+    type Status: Serialize + Clone + Default + Send + Sync;
+    /// `spec.clusterRef.name`.
+    fn cluster_ref(&self) -> &str;
+    /// Current conditions.
+    fn conditions(&self) -> Vec<Condition>;
+    /// The status to store, given the computed conditions.
+    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status;
+}
+
+impl Child for OmniControlPlane {
+    type Status = OmniControlPlaneStatus;
+    fn cluster_ref(&self) -> &str {
+        &self.spec.cluster_ref.name
+    }
+    fn conditions(&self) -> Vec<Condition> {
+        self.status.clone().unwrap_or_default().conditions
+    }
+    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
+        OmniControlPlaneStatus {
+            observed_generation: self.metadata.generation,
+            conditions,
+            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
+        }
+    }
+}
+
+impl Child for OmniWorkers {
+    type Status = OmniWorkersStatus;
+    fn cluster_ref(&self) -> &str {
+        &self.spec.cluster_ref.name
+    }
+    fn conditions(&self) -> Vec<Condition> {
+        self.status.clone().unwrap_or_default().conditions
+    }
+    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
+        OmniWorkersStatus {
+            observed_generation: self.metadata.generation,
+            conditions,
+            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
+            worker_set_name: Some(self.effective_worker_set_name()),
+        }
+    }
+}
+
+impl Child for OmniMachine {
+    type Status = OmniMachineStatus;
+    fn cluster_ref(&self) -> &str {
+        &self.spec.cluster_ref.name
+    }
+    fn conditions(&self) -> Vec<Condition> {
+        self.status.clone().unwrap_or_default().conditions
+    }
+    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
+        OmniMachineStatus {
+            observed_generation: self.metadata.generation,
+            conditions,
+            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
+            machine_id: Some(self.effective_machine_id()),
+        }
+    }
+}
+
+/// Pure: the `Accepted` and `Ready` conditions after merging into `current`.
+pub fn child_conditions(
+    current: Vec<Condition>,
+    cluster: &str,
+    cluster_exists: bool,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Vec<Condition> {
+    let (status, reason, message) = if cluster_exists {
+        (
+            ConditionStatus::True,
+            reasons::ACCEPTED,
+            format!("attached to OmniCluster {cluster:?}"),
+        )
+    } else {
+        (
+            ConditionStatus::False,
+            reasons::MISSING_CLUSTER,
+            format!("OmniCluster {cluster:?} does not exist"),
+        )
+    };
+    let mut conditions = current;
+    for type_ in [condition_types::ACCEPTED, condition_types::READY] {
+        set_condition(
+            &mut conditions,
+            Condition::new(type_, status, reason, message.clone(), generation, now),
+        );
+    }
+    conditions
+}
+
+async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(obj.as_ref(), &ctx, async {
+        let namespace = obj.namespace().unwrap_or_default();
+        let cluster = obj.cluster_ref().to_string();
+        // dereference
+        let exists = ctx
+            .api::<OmniCluster>(&namespace)
+            .get_opt(&cluster)
+            .await?
+            .is_some();
+        // build
+        let old = obj.conditions();
+        let conditions = child_conditions(
+            old.clone(),
+            &cluster,
+            exists,
+            obj.meta().generation,
+            ctx.clock.now(),
+        );
+        let desired = obj.desired_status(conditions.clone());
+        // status
+        if status::write(&ctx.api::<K>(&namespace), obj.as_ref(), &desired).await? {
+            ctx.condition_events(obj.as_ref(), &old, &conditions).await;
+        }
+        let kind = K::kind(&());
+        ctx.metrics.set_resource_info(&ResourceInfo {
+            kind: &kind,
+            namespace: &namespace,
+            name: &obj.name_any(),
+            ready: if exists { "True" } else { "False" },
+            reason: if exists {
+                reasons::ACCEPTED
+            } else {
+                reasons::MISSING_CLUSTER
+            },
+            suspended: false,
+        });
+        Ok(Action::await_change())
+    })
+    .await
+}
+
+/// Runs the controller of child kind `K` until `shutdown` completes.
+pub async fn run<K: Child>(
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let controller = Controller::new(ctx.watch_api::<K>(), watcher::Config::default());
+    let store = controller.store();
+    let kind: &'static str = match K::kind(&()).as_ref() {
+        "OmniControlPlane" => "OmniControlPlane",
+        "OmniWorkers" => "OmniWorkers",
+        _ => "OmniMachine",
+    };
+    controller
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            move |cluster: OmniCluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.cluster_ref() == name && c.namespace() == namespace)
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|r| async move { log_outcome(kind, r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_and_ready_follow_parent_existence() {
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let c = child_conditions(Vec::new(), "prod", false, Some(1), t0);
+        assert_eq!(c.len(), 2);
+        assert!(c.iter().all(|c| c.status == ConditionStatus::False
+            && c.reason == "MissingCluster"
+            && c.message == r#"OmniCluster "prod" does not exist"#));
+        let t1 = t0 + jiff::SignedDuration::from_secs(60);
+        let c2 = child_conditions(c.clone(), "prod", true, Some(2), t1);
+        assert!(c2.iter().all(|c| c.status == ConditionStatus::True
+            && c.reason == "Accepted"
+            && c.message == r#"attached to OmniCluster "prod""#
+            && c.last_transition_time == t1
+            && c.observed_generation == Some(2)));
+        // Unchanged inputs keep the transition time: no status write on idle reconciles.
+        let c3 = child_conditions(
+            c2.clone(),
+            "prod",
+            true,
+            Some(2),
+            t1 + jiff::SignedDuration::from_secs(60),
+        );
+        assert_eq!(c3, c2);
+    }
+}

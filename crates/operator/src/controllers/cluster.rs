@@ -1,0 +1,454 @@
+//! OmniCluster: render the cluster and its children into an Omni cluster template, keep Omni
+//! in line with it, report Omni's view, and delete the Omni cluster on deletion.
+//!
+//! Unlike the original, a reconcile that finds Omni already matching the template writes
+//! nothing: the change set is computed (reads only) and applied only when non-empty, and
+//! status timestamps move only when something was applied.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use omni_client::template::{DeleteProgress, apply, delete_cluster, plan_sync, status_cluster};
+
+use super::connection::status_str;
+use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use crate::api::cluster::OmniClusterStatus;
+use crate::api::common::{
+    Condition, ConditionStatus, condition_types as ct, find_condition, reasons, set_condition,
+};
+use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+use crate::metrics::{ResourceInfo, RpcOutcome};
+use crate::render::{self, Rendered};
+
+/// Longest Omni output kept in status.
+pub const MAX_OUTPUT: usize = 4096;
+/// How long one Omni status read or apply may take.
+pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
+/// Re-check interval while Omni tears a cluster down.
+pub const DELETE_POLL: Duration = Duration::from_secs(5);
+
+/// Trims whitespace and cuts to at most [`MAX_OUTPUT`] bytes on a character boundary (the
+/// original could split a UTF-8 character).
+pub fn trim_output(text: &str) -> String {
+    let t = text.trim();
+    let mut end = t.len().min(MAX_OUTPUT);
+    while !t.is_char_boundary(end) {
+        end -= 1;
+    }
+    t[..end].to_string()
+}
+
+/// Status builder: a copy of the stored status with the generation stamped.
+struct StatusDraft {
+    status: OmniClusterStatus,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+}
+
+impl StatusDraft {
+    fn new(cluster: &OmniCluster, now: jiff::Timestamp) -> Self {
+        let mut status = cluster.status.clone().unwrap_or_default();
+        status.observed_generation = cluster.metadata.generation;
+        Self {
+            status,
+            generation: cluster.metadata.generation,
+            now,
+        }
+    }
+
+    fn set(&mut self, type_: &str, status: ConditionStatus, reason: &str, message: &str) {
+        set_condition(
+            &mut self.status.conditions,
+            Condition::new(type_, status, reason, message, self.generation, self.now),
+        );
+    }
+
+    /// "Mark failed": the given condition and `Ready` False with one reason and message.
+    fn failed(&mut self, type_: &str, reason: &str, message: &str) {
+        self.set(type_, ConditionStatus::False, reason, message);
+        self.set(ct::READY, ConditionStatus::False, reason, message);
+    }
+
+    fn rendered(&mut self, conn: &OmniConnection, name: &str, r: &Rendered) {
+        let s = &mut self.status;
+        s.connection_ref = conn.metadata.name.clone();
+        s.endpoint = Some(conn.spec.endpoint.clone());
+        s.cluster_name = Some(name.to_string());
+        s.template_hash = Some(r.hash.clone());
+        s.control_plane_ref = Some(r.control_plane_ref.clone());
+        s.workers_refs = r.workers_refs.clone();
+        s.machine_refs = r.machine_refs.clone();
+    }
+}
+
+async fn write(ctx: &Context, cluster: &OmniCluster, draft: StatusDraft) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let old = cluster.status.clone().unwrap_or_default().conditions;
+    let new = draft.status;
+    if status::write(&ctx.api::<OmniCluster>(&namespace), cluster, &new).await? {
+        ctx.condition_events(cluster, &old, &new.conditions).await;
+    }
+    let ready = find_condition(&new.conditions, ct::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniCluster",
+        namespace: &namespace,
+        name: &cluster.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: cluster.spec.suspend,
+    });
+    Ok(())
+}
+
+fn not_found(kind: &str, name: &str) -> String {
+    format!("{kind} {name:?} not found")
+}
+
+async fn delete(ctx: &Context, cluster: &OmniCluster) -> Result<Action, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api = ctx.api::<OmniCluster>(&namespace);
+    if !finalizer::has_finalizer(cluster, true) {
+        return Ok(Action::await_change());
+    }
+    if !cluster.orphan_on_delete() {
+        let name = cluster.effective_cluster_name();
+        let conn_name = &cluster.spec.connection_ref.name;
+        let mut draft = StatusDraft::new(cluster, ctx.clock.now());
+        let conn = match ctx
+            .api::<OmniConnection>(&namespace)
+            .get_opt(conn_name)
+            .await
+        {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => Err(not_found("omniconnections.omni.texashpc.com", conn_name)),
+            Err(e) => Err(e.to_string()),
+        };
+        let client = match conn {
+            Ok(c) => ctx.omni.get(&c).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                let m = format!(
+                    "cannot delete remote Omni cluster without OmniConnection {conn_name:?}: {e}"
+                );
+                draft.failed(ct::READY, reasons::DELETE_FAILED, &m);
+                write(ctx, cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let mut output = Vec::new();
+        let progress = delete_cluster(
+            &client.raw_state(),
+            &name,
+            cluster.destroy_machines_on_delete(),
+            &mut output,
+        )
+        .await;
+        if !output.is_empty() {
+            draft.status.last_sync_output = Some(trim_output(&output.join("\n")));
+        }
+        match progress {
+            Ok(DeleteProgress::Done) => {
+                ctx.metrics.omni_rpc(
+                    "delete",
+                    if output.is_empty() {
+                        RpcOutcome::Unchanged
+                    } else {
+                        RpcOutcome::Changed
+                    },
+                );
+            }
+            Ok(DeleteProgress::InProgress { waiting_for }) => {
+                ctx.metrics.omni_rpc("delete", RpcOutcome::Changed);
+                let names: Vec<String> = waiting_for.iter().map(ToString::to_string).collect();
+                let m = format!("waiting for Omni to delete {}", names.join(", "));
+                draft.set(ct::READY, ConditionStatus::False, reasons::DELETING, &m);
+                write(ctx, cluster, draft).await?;
+                return Ok(Action::requeue(DELETE_POLL));
+            }
+            Err(e) => {
+                ctx.metrics.omni_rpc("delete", RpcOutcome::Error);
+                let m = e.to_string();
+                draft.set(
+                    ct::READY,
+                    ConditionStatus::False,
+                    reasons::DELETE_FAILED,
+                    &m,
+                );
+                write(ctx, cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+        }
+    }
+    finalizer::remove(&api, cluster, true).await?;
+    ctx.metrics
+        .forget_resource("OmniCluster", &namespace, &cluster.name_any());
+    Ok(Action::await_change())
+}
+
+async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(cluster.as_ref(), &ctx, async {
+        if cluster.metadata.deletion_timestamp.is_some() {
+            return delete(&ctx, &cluster).await;
+        }
+        let namespace = cluster.namespace().unwrap_or_default();
+        if !finalizer::has_finalizer(cluster.as_ref(), true) {
+            finalizer::add(&ctx.api::<OmniCluster>(&namespace), cluster.as_ref()).await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        let interval = cluster
+            .sync_interval()
+            .to_std()
+            .unwrap_or(Duration::from_secs(300));
+        let requeue = Action::requeue(interval);
+        let mut draft = StatusDraft::new(&cluster, ctx.clock.now());
+        let name = cluster.effective_cluster_name();
+
+        // validate (admission rules, in case the webhook was bypassed)
+        let validation = crate::api::cluster::validate(&cluster, None);
+        if !validation.is_valid() {
+            draft.failed(
+                ct::VALIDATED,
+                reasons::VALIDATION_FAILED,
+                &validation.error_summary(),
+            );
+            write(&ctx, &cluster, draft).await?;
+            return Ok(Action::await_change());
+        }
+        if cluster.spec.suspend {
+            draft.set(
+                ct::READY,
+                ConditionStatus::False,
+                reasons::SUSPENDED,
+                "remote Omni sync is suspended",
+            );
+            write(&ctx, &cluster, draft).await?;
+            return Ok(requeue);
+        }
+
+        // dereference
+        draft.status.cluster_name = Some(name.clone());
+        let conn_name = &cluster.spec.connection_ref.name;
+        let conn = match ctx
+            .api::<OmniConnection>(&namespace)
+            .get_opt(conn_name)
+            .await
+        {
+            Ok(Some(c)) => c,
+            other => {
+                let detail = match other {
+                    Err(e) => e.to_string(),
+                    _ => not_found("omniconnections.omni.texashpc.com", conn_name),
+                };
+                let m = format!("failed to get OmniConnection {conn_name:?}: {detail}");
+                draft.failed(ct::SYNCED, reasons::MISSING_CONNECTION, &m);
+                write(&ctx, &cluster, draft).await?;
+                return Ok(requeue);
+            }
+        };
+        let lp = ListParams::default();
+        let cps = ctx
+            .api::<OmniControlPlane>(&namespace)
+            .list(&lp)
+            .await?
+            .items;
+        let workers = ctx.api::<OmniWorkers>(&namespace).list(&lp).await?.items;
+        let machines = ctx.api::<OmniMachine>(&namespace).list(&lp).await?.items;
+
+        // build (pure)
+        let rendered = match render::render(&cluster, &cps, &workers, &machines) {
+            Ok(r) => r,
+            Err(e) => {
+                draft.failed(ct::VALIDATED, e.reason(), &e.to_string());
+                write(&ctx, &cluster, draft).await?;
+                return Ok(requeue);
+            }
+        };
+        draft.rendered(&conn, &name, &rendered);
+        let files = render::file_resolver(&cluster);
+        if let Err(e) = rendered.template.validate(&files) {
+            draft.failed(ct::VALIDATED, reasons::VALIDATION_FAILED, &e.to_string());
+            write(&ctx, &cluster, draft).await?;
+            return Ok(requeue);
+        }
+
+        // apply: plan (reads only), write only when Omni differs.
+        let sync_failed = |draft: &mut StatusDraft, e: String, output: &[String]| {
+            let out = trim_output(&output.join("\n"));
+            draft.status.last_attempt_time = Some(draft.now);
+            draft.status.last_sync_output = Some(out.clone());
+            draft.set(
+                ct::VALIDATED,
+                ConditionStatus::True,
+                reasons::VALIDATED,
+                "rendered Omni cluster template is valid",
+            );
+            let mut m = format!("sync failed: {e}");
+            if !out.is_empty() {
+                m.push('\n');
+                m.push_str(&out);
+            }
+            draft.failed(ct::SYNCED, reasons::SYNC_FAILED, &m);
+            m
+        };
+        let client = match ctx.omni.get(&conn).await {
+            Ok(c) => c,
+            Err(e) => {
+                let m = sync_failed(&mut draft, e.to_string(), &[]);
+                write(&ctx, &cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let state = client.raw_state();
+        let mut output = Vec::new();
+        let applied = match plan_sync(&state, &rendered.template, &files).await {
+            Ok(plan) if plan.is_empty() => Ok(false),
+            Ok(plan) => {
+                let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+                apply(&state, &plan, deadline, &mut output)
+                    .await
+                    .map(|()| true)
+            }
+            Err(e) => Err(e),
+        };
+        match applied {
+            Err(e) => {
+                ctx.metrics.omni_rpc("sync", RpcOutcome::Error);
+                let m = sync_failed(&mut draft, e.to_string(), &output);
+                write(&ctx, &cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+            Ok(changed) => {
+                ctx.metrics.omni_rpc(
+                    "sync",
+                    if changed {
+                        RpcOutcome::Changed
+                    } else {
+                        RpcOutcome::Unchanged
+                    },
+                );
+                let first = draft.status.last_sync_time.is_none();
+                let synced_before = find_condition(&draft.status.conditions, ct::SYNCED)
+                    .is_some_and(|c| c.status == ConditionStatus::True);
+                if changed || first || !synced_before {
+                    draft.status.last_attempt_time = Some(draft.now);
+                    draft.status.last_sync_time = Some(draft.now);
+                    draft.status.last_sync_output = Some(trim_output(&output.join("\n")));
+                }
+            }
+        }
+        draft.set(
+            ct::VALIDATED,
+            ConditionStatus::True,
+            reasons::VALIDATED,
+            "rendered Omni cluster template is valid",
+        );
+        draft.set(
+            ct::SYNCED,
+            ConditionStatus::True,
+            reasons::SYNCED,
+            "template synced to Omni",
+        );
+
+        // status from Omni
+        let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+        match status_cluster(&state, &name, deadline).await {
+            Ok(health) => {
+                ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged);
+                draft.status.last_status_output = Some(trim_output(&health.summary));
+                draft.set(
+                    ct::READY,
+                    ConditionStatus::True,
+                    reasons::SYNCED,
+                    "cluster template is synced and status was read from Omni",
+                );
+            }
+            Err(e) => {
+                ctx.metrics.omni_rpc("status", RpcOutcome::Error);
+                tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
+                draft.set(
+                    ct::READY,
+                    ConditionStatus::False,
+                    reasons::STATUS_FAILED,
+                    &e.to_string(),
+                );
+            }
+        }
+        write(&ctx, &cluster, draft).await?;
+        Ok(requeue)
+    })
+    .await
+}
+
+fn same_ns_cluster(namespace: Option<String>, name: &str) -> Option<ObjectRef<OmniCluster>> {
+    (!name.is_empty()).then(|| {
+        let r = ObjectRef::<OmniCluster>::new(name);
+        match namespace {
+            Some(ns) => r.within(&ns),
+            None => r,
+        }
+    })
+}
+
+/// Runs the OmniCluster controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new(ctx.watch_api::<OmniCluster>(), watcher::Config::default());
+    let clusters = controller.store();
+    let wc = watcher::Config::default;
+    controller
+        .watches(
+            ctx.watch_api::<OmniConnection>(),
+            wc(),
+            move |conn: OmniConnection| {
+                let name = conn.name_any();
+                let namespace = conn.namespace();
+                clusters
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.spec.connection_ref.name == name && c.namespace() == namespace)
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            ctx.watch_api::<OmniControlPlane>(),
+            wc(),
+            |c: OmniControlPlane| same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name),
+        )
+        .watches(ctx.watch_api::<OmniWorkers>(), wc(), |c: OmniWorkers| {
+            same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name)
+        })
+        .watches(ctx.watch_api::<OmniMachine>(), wc(), |c: OmniMachine| {
+            same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy::<OmniCluster>, ctx)
+        .for_each(|r| async move { log_outcome("OmniCluster", r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_trimmed_and_cut_on_a_character_boundary() {
+        assert_eq!(trim_output("  ok \n"), "ok");
+        let long = "é".repeat(3000); // 6000 bytes
+        let cut = trim_output(&long);
+        assert!(cut.len() <= MAX_OUTPUT);
+        assert_eq!(cut.len(), 4096);
+        let odd = format!("a{}", "é".repeat(3000));
+        let cut = trim_output(&odd);
+        assert_eq!(cut.len(), 4095);
+    }
+}

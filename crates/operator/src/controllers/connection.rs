@@ -1,0 +1,351 @@
+//! OmniConnection: check that Omni is reachable with the configured key, and hold deletion
+//! while OmniClusters still use the connection.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+
+use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use crate::api::connection::OmniConnectionStatus;
+use crate::api::{OmniCluster, OmniConnection};
+use crate::metrics::{ResourceInfo, RpcOutcome};
+
+/// Re-check interval of a reachable connection.
+pub const RECHECK: Duration = Duration::from_secs(300);
+/// Re-check interval while deletion waits for clusters.
+pub const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// The outcome of one check, before it becomes conditions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Omni answered.
+    Reachable {
+        /// Endpoint as the Omni client reports it.
+        endpoint: String,
+    },
+    /// Building the client or pinging failed.
+    Failed {
+        /// Reason (`MissingSecret`, `ConnectionFailed`, `ValidationFailed`).
+        reason: &'static str,
+        /// User-facing message.
+        message: String,
+    },
+    /// Deletion waits for these clusters (sorted).
+    Deleting {
+        /// Names of the referencing OmniClusters.
+        clusters: Vec<String>,
+    },
+}
+
+/// Pure: the status a connection should have after `outcome`. `lastCheckTime` moves only when
+/// something else in the status changed, so idle re-checks write nothing.
+pub fn desired_status(
+    conn: &OmniConnection,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> OmniConnectionStatus {
+    let old = conn.status.clone().unwrap_or_default();
+    let generation = conn.metadata.generation;
+    let mut s = old.clone();
+    s.observed_generation = generation;
+    s.connection_ref = conn.metadata.name.clone();
+    s.endpoint = Some(conn.spec.endpoint.clone());
+    let mut set = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
+        set_condition(
+            &mut s.conditions,
+            Condition::new(type_, status, reason, message, generation, now),
+        );
+    };
+    match outcome {
+        Outcome::Reachable { endpoint } => {
+            let m = format!("connected to {endpoint}");
+            set(
+                condition_types::REACHABLE,
+                ConditionStatus::True,
+                reasons::CONNECTION_READY,
+                &m,
+            );
+            set(
+                condition_types::READY,
+                ConditionStatus::True,
+                reasons::CONNECTION_READY,
+                &m,
+            );
+            set(
+                condition_types::STALLED,
+                ConditionStatus::False,
+                reasons::CONNECTION_READY,
+                &m,
+            );
+        }
+        Outcome::Failed { reason, message } => {
+            set(
+                condition_types::REACHABLE,
+                ConditionStatus::False,
+                reason,
+                message,
+            );
+            set(
+                condition_types::READY,
+                ConditionStatus::False,
+                reason,
+                message,
+            );
+            set(
+                condition_types::STALLED,
+                ConditionStatus::True,
+                reason,
+                message,
+            );
+        }
+        Outcome::Deleting { clusters } => {
+            let m = format!(
+                "waiting for OmniCluster references to be deleted: {}",
+                clusters.join(", ")
+            );
+            set(
+                condition_types::READY,
+                ConditionStatus::False,
+                reasons::DELETING,
+                &m,
+            );
+            set(
+                condition_types::STALLED,
+                ConditionStatus::True,
+                reasons::DELETING,
+                &m,
+            );
+        }
+    }
+    if s != old || s.last_check_time.is_none() {
+        s.last_check_time = Some(now);
+    }
+    s
+}
+
+/// Names (sorted) of OmniClusters in the namespace that reference `conn`, including those
+/// being deleted.
+async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Vec<String>, Error> {
+    let namespace = conn.namespace().unwrap_or_default();
+    let name = conn.name_any();
+    let clusters = ctx
+        .api::<OmniCluster>(&namespace)
+        .list(&ListParams::default())
+        .await?;
+    let mut names: Vec<String> = clusters
+        .items
+        .iter()
+        .filter(|c| c.spec.connection_ref.name == name)
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+async fn finish(ctx: &Context, conn: &OmniConnection, outcome: &Outcome) -> Result<(), Error> {
+    let namespace = conn.namespace().unwrap_or_default();
+    let desired = desired_status(conn, outcome, ctx.clock.now());
+    let old = conn.status.clone().unwrap_or_default().conditions;
+    if status::write(&ctx.api::<OmniConnection>(&namespace), conn, &desired).await? {
+        ctx.condition_events(conn, &old, &desired.conditions).await;
+    }
+    let ready = crate::api::common::find_condition(&desired.conditions, condition_types::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniConnection",
+        namespace: &namespace,
+        name: &conn.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: false,
+    });
+    Ok(())
+}
+
+/// `True`, `False` or `Unknown`.
+pub fn status_str(s: ConditionStatus) -> &'static str {
+    match s {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    }
+}
+
+async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(conn.as_ref(), &ctx, async {
+        let namespace = conn.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniConnection>(&namespace);
+        if conn.metadata.deletion_timestamp.is_some() {
+            if !finalizer::has_finalizer(conn.as_ref(), true) {
+                return Ok(Action::await_change());
+            }
+            let clusters = referencing_clusters(&ctx, &conn).await?;
+            if !clusters.is_empty() {
+                finish(&ctx, &conn, &Outcome::Deleting { clusters }).await?;
+                return Ok(Action::requeue(DELETE_WAIT));
+            }
+            finalizer::remove(&api, conn.as_ref(), true).await?;
+            ctx.omni.forget(&namespace, &conn.name_any());
+            ctx.metrics
+                .forget_resource("OmniConnection", &namespace, &conn.name_any());
+            return Ok(Action::await_change());
+        }
+        if !finalizer::has_finalizer(conn.as_ref(), true) {
+            finalizer::add(&api, conn.as_ref()).await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        // validate: the webhook's rules, in case admission was bypassed.
+        let validation = crate::api::connection::validate(&conn, None);
+        if !validation.is_valid() {
+            let outcome = Outcome::Failed {
+                reason: reasons::VALIDATION_FAILED,
+                message: validation.error_summary(),
+            };
+            finish(&ctx, &conn, &outcome).await?;
+            return Ok(Action::await_change());
+        }
+        let outcome = match ctx.omni.get(&conn).await {
+            Err(e) => Outcome::Failed {
+                reason: e.reason(),
+                message: format!("failed to connect to Omni: {e}"),
+            },
+            Ok(client) => match client.ping().await {
+                Ok(endpoint) => {
+                    ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
+                    Outcome::Reachable { endpoint }
+                }
+                Err(e) => {
+                    ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
+                    Outcome::Failed {
+                        reason: reasons::CONNECTION_FAILED,
+                        message: format!("failed to connect to Omni: list Omni clusters: {e}"),
+                    }
+                }
+            },
+        };
+        finish(&ctx, &conn, &outcome).await?;
+        match outcome {
+            Outcome::Failed { message, .. } => Err(Error::Remote(message)),
+            _ => Ok(Action::requeue(RECHECK)),
+        }
+    })
+    .await
+}
+
+/// Runs the OmniConnection controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new(
+        ctx.watch_api::<OmniConnection>(),
+        watcher::Config::default(),
+    );
+    let by_secret = controller.store();
+    controller
+        // Cluster create/delete re-triggers the connection: this releases a waiting deletion.
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            |cluster: OmniCluster| {
+                let name = cluster.spec.connection_ref.name.clone();
+                let namespace = cluster.namespace().unwrap_or_default();
+                (!name.is_empty())
+                    .then(|| ObjectRef::<OmniConnection>::new(&name).within(&namespace))
+            },
+        )
+        // A fixed or rotated key is picked up at once rather than at the next re-check.
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            move |secret: Secret| {
+                let name = secret.name_any();
+                let namespace = secret.namespace();
+                by_secret
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.spec.auth.service_account_secret_ref.name == name
+                            && c.namespace() == namespace
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy::<OmniConnection>, ctx)
+        .for_each(|r| async move { log_outcome("OmniConnection", r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::find_condition;
+
+    fn conn() -> OmniConnection {
+        let mut c: OmniConnection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": "omni", "namespace": "ns", "generation": 3},
+            "spec": {"endpoint": "https://omni.example", "auth": {"serviceAccountSecretRef": {"name": "k", "key": "serviceAccountKey"}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        c.status = None;
+        c
+    }
+
+    #[test]
+    fn reachable_sets_three_conditions_and_idle_recheck_changes_nothing() {
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let mut c = conn();
+        let out = Outcome::Reachable {
+            endpoint: "https://omni.example:443".into(),
+        };
+        let s = desired_status(&c, &out, t0);
+        for t in ["Reachable", "Ready"] {
+            let cond = find_condition(&s.conditions, t).unwrap_or_else(|| panic!("{t}"));
+            assert_eq!(cond.status, ConditionStatus::True);
+            assert_eq!(cond.reason, "ConnectionReady");
+            assert_eq!(cond.message, "connected to https://omni.example:443");
+            assert_eq!(cond.observed_generation, Some(3));
+        }
+        assert_eq!(
+            find_condition(&s.conditions, "Stalled").map(|c| c.status),
+            Some(ConditionStatus::False)
+        );
+        assert_eq!(s.last_check_time, Some(t0));
+        c.status = Some(s.clone());
+        let later = desired_status(&c, &out, t0 + jiff::SignedDuration::from_secs(300));
+        assert_eq!(
+            later, s,
+            "an unchanged result must not produce a status write"
+        );
+    }
+
+    #[test]
+    fn deleting_lists_clusters() {
+        let s = desired_status(
+            &conn(),
+            &Outcome::Deleting {
+                clusters: vec!["a".into(), "b".into()],
+            },
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        let ready = find_condition(&s.conditions, "Ready").unwrap_or_else(|| panic!("Ready"));
+        assert_eq!(ready.reason, "Deleting");
+        assert_eq!(
+            ready.message,
+            "waiting for OmniCluster references to be deleted: a, b"
+        );
+        assert_eq!(
+            find_condition(&s.conditions, "Stalled").map(|c| c.status),
+            Some(ConditionStatus::True)
+        );
+    }
+}

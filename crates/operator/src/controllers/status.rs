@@ -1,0 +1,115 @@
+//! Writing `status` through the status subresource, only when it changed.
+
+use std::fmt::Debug;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::Error;
+use crate::api::common::Condition;
+
+/// Conditions of `new` whose status or reason differs from `old` (or that are new).
+pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
+    new.iter()
+        .filter(|c| {
+            old.iter()
+                .find(|o| o.type_ == c.type_)
+                .is_none_or(|o| o.status != c.status || o.reason != c.reason)
+        })
+        .collect()
+}
+
+/// The JSON merge patch turning status `old` into `new`: changed and new fields are set,
+/// fields absent from `new` are nulled (merge-patch deletion). `None` when they are equal.
+pub fn status_patch(old: &Value, new: &Value) -> Option<Value> {
+    if old == new {
+        return None;
+    }
+    let mut patch = match new {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    if let Value::Object(old) = old {
+        for key in old.keys() {
+            if !patch.contains_key(key) {
+                patch.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    Some(serde_json::json!({ "status": Value::Object(patch) }))
+}
+
+/// Writes `new_status` if it differs from the status stored in `obj`. Returns whether a
+/// write happened.
+pub async fn write<K, S>(api: &Api<K>, obj: &K, new_status: &S) -> Result<bool, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    S: Serialize,
+{
+    let current = serde_json::to_value(obj)?
+        .get("status")
+        .cloned()
+        .unwrap_or(Value::Object(Map::new()));
+    let desired = serde_json::to_value(new_status)?;
+    let Some(patch) = status_patch(&current, &desired) else {
+        return Ok(false);
+    };
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::ConditionStatus;
+    use serde_json::json;
+
+    fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
+        Condition::new(
+            type_,
+            status,
+            reason,
+            "m",
+            Some(1),
+            jiff::Timestamp::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn equal_status_needs_no_write() {
+        let s = json!({"observedGeneration": 1, "conditions": []});
+        assert_eq!(status_patch(&s, &s.clone()), None);
+    }
+
+    #[test]
+    fn removed_fields_are_nulled() {
+        let old = json!({"observedGeneration": 1, "endpoint": "x"});
+        let new = json!({"observedGeneration": 2});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(json!({"status": {"observedGeneration": 2, "endpoint": null}}))
+        );
+    }
+
+    #[test]
+    fn transitions_report_status_and_reason_changes_only() {
+        let old = vec![
+            cond("Ready", ConditionStatus::False, "SyncFailed"),
+            cond("Synced", ConditionStatus::True, "Synced"),
+        ];
+        let mut new = old.clone();
+        new[0] = cond("Ready", ConditionStatus::True, "Synced");
+        new[1].message = "other".into();
+        new.push(cond("Validated", ConditionStatus::True, "Validated"));
+        let t: Vec<&str> = transitions(&old, &new)
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(t, vec!["Ready", "Validated"]);
+    }
+}

@@ -1,0 +1,256 @@
+//! Prometheus metrics of the operator, served at `/metrics` on `--metrics-bind-address`.
+//!
+//! Label sets are plain `(name, value)` vectors so that every family is one line to declare.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Outcome of one Omni RPC, from the operator's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcOutcome {
+    /// The call changed something in Omni.
+    Changed,
+    /// The call succeeded without changing anything (reads, empty plans).
+    Unchanged,
+    /// The call failed.
+    Error,
+}
+
+impl RpcOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            RpcOutcome::Changed => "changed",
+            RpcOutcome::Unchanged => "unchanged",
+            RpcOutcome::Error => "error",
+        }
+    }
+}
+
+/// Readiness summary of one object for the `omni_operator_resource_info` gauge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceInfo<'a> {
+    /// Kind, e.g. `OmniCluster`.
+    pub kind: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Name.
+    pub name: &'a str,
+    /// Status of the `Ready` (children: `Accepted`) condition: `True`, `False` or `Unknown`.
+    pub ready: &'a str,
+    /// Reason of that condition.
+    pub reason: &'a str,
+    /// Whether the object is suspended.
+    pub suspended: bool,
+}
+
+/// All operator metrics and the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<Labels, Counter>,
+    reconcile_errors: Family<Labels, Counter>,
+    reconcile_duration: Family<Labels, Histogram>,
+    resource_info: Family<Labels, Gauge>,
+    omni_rpcs: Family<Labels, Counter>,
+    kubeconfig_expiry: Family<Labels, Gauge<f64, AtomicU64>>,
+    // The label set currently exported per object, so a readiness change replaces its series.
+    info_series: Mutex<HashMap<(String, String, String), Labels>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric family under the `omni_operator` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("omni_operator");
+        let reconciles = Family::<Labels, Counter>::default();
+        registry.register("reconciles", "Reconciles run, per kind", reconciles.clone());
+        let reconcile_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that returned an error, per kind",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Wall time of one reconcile, per kind",
+            reconcile_duration.clone(),
+        );
+        let resource_info = Family::<Labels, Gauge>::default();
+        registry.register(
+            "resource_info",
+            "1 for each object with its current readiness, reason and suspension",
+            resource_info.clone(),
+        );
+        let omni_rpcs = Family::<Labels, Counter>::default();
+        registry.register(
+            "omni_rpcs",
+            "Omni operations by method and outcome (changed, unchanged, error)",
+            omni_rpcs.clone(),
+        );
+        let kubeconfig_expiry = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "kubeconfig_expiry_seconds",
+            "Seconds until each exported kubeconfig expires",
+            kubeconfig_expiry.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            resource_info,
+            omni_rpcs,
+            kubeconfig_expiry,
+            info_series: Mutex::default(),
+        }
+    }
+
+    /// Records one finished reconcile of `kind`.
+    pub fn reconciled(&self, kind: &str, seconds: f64, failed: bool) {
+        let l = labels(&[("kind", kind)]);
+        self.reconciles.get_or_create(&l).inc();
+        self.reconcile_duration.get_or_create(&l).observe(seconds);
+        if failed {
+            self.reconcile_errors.get_or_create(&l).inc();
+        }
+    }
+
+    /// Replaces the info series of one object (older readiness/reason series are dropped so
+    /// exactly one series per object is 1).
+    pub fn set_resource_info(&self, info: &ResourceInfo<'_>) {
+        self.forget_resource(info.kind, info.namespace, info.name);
+        let suspended = if info.suspended { "true" } else { "false" };
+        let l = labels(&[
+            ("kind", info.kind),
+            ("namespace", info.namespace),
+            ("name", info.name),
+            ("ready", info.ready),
+            ("reason", info.reason),
+            ("suspended", suspended),
+        ]);
+        self.resource_info.get_or_create(&l).set(1);
+        let key = (
+            info.kind.to_string(),
+            info.namespace.to_string(),
+            info.name.to_string(),
+        );
+        match self.info_series.lock() {
+            Ok(mut map) => map.insert(key, l),
+            Err(poisoned) => poisoned.into_inner().insert(key, l),
+        };
+    }
+
+    /// Drops every series of a deleted object.
+    pub fn forget_resource(&self, kind: &str, namespace: &str, name: &str) {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        let previous = match self.info_series.lock() {
+            Ok(mut map) => map.remove(&key),
+            Err(poisoned) => poisoned.into_inner().remove(&key),
+        };
+        if let Some(l) = previous {
+            self.resource_info.remove(&l);
+        }
+        if kind == "OmniKubeconfigExport" {
+            self.kubeconfig_expiry
+                .remove(&labels(&[("namespace", namespace), ("name", name)]));
+        }
+    }
+
+    /// Counts one Omni operation.
+    pub fn omni_rpc(&self, method: &str, outcome: RpcOutcome) {
+        self.omni_rpcs
+            .get_or_create(&labels(&[
+                ("method", method),
+                ("outcome", outcome.as_str()),
+            ]))
+            .inc();
+    }
+
+    /// Sets the seconds until the kubeconfig exported by `namespace/name` expires.
+    pub fn set_kubeconfig_expiry(&self, namespace: &str, name: &str, seconds: f64) {
+        self.kubeconfig_expiry
+            .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
+            .set(seconds);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Shared handle type used by the controllers.
+pub type SharedMetrics = Arc<Metrics>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_info_keeps_one_series_per_object() {
+        let m = Metrics::new();
+        let mut info = ResourceInfo {
+            kind: "OmniCluster",
+            namespace: "ns",
+            name: "a",
+            ready: "False",
+            reason: "SyncFailed",
+            suspended: false,
+        };
+        m.set_resource_info(&info);
+        info.ready = "True";
+        info.reason = "Synced";
+        m.set_resource_info(&info);
+        let text = m.encode().unwrap_or_default();
+        assert!(text.contains(r#"reason="Synced""#), "{text}");
+        assert!(!text.contains(r#"reason="SyncFailed""#), "{text}");
+        m.forget_resource("OmniCluster", "ns", "a");
+        let text = m.encode().unwrap_or_default();
+        assert!(!text.contains(r#"name="a""#), "{text}");
+    }
+
+    #[test]
+    fn rpc_outcomes_are_counted_by_method() {
+        let m = Metrics::new();
+        m.omni_rpc("sync", RpcOutcome::Changed);
+        m.omni_rpc("sync", RpcOutcome::Unchanged);
+        m.omni_rpc("sync", RpcOutcome::Unchanged);
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(r#"omni_operator_omni_rpcs_total{method="sync",outcome="unchanged"} 2"#),
+            "{text}"
+        );
+    }
+}
