@@ -1,10 +1,439 @@
-//! (subcommand under construction)
+//! `omni-operator run`: controllers (behind leader election), admission webhook, metrics and
+//! health probes in one process.
+//!
+//! [`run_operator`] is the library entry: tests and the sandbox embed the whole operator with
+//! a client of their choice.
 
-/// Arguments of this subcommand.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use futures::future::{BoxFuture, FutureExt, Shared};
+
+use crate::api::{OmniControlPlane, OmniMachine, OmniWorkers};
+use crate::controllers::{self, Clock, Context, Scope, SystemClock};
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::metrics::Metrics;
+use crate::webhook::{self, WebhookConfig};
+
+const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Arguments of `omni-operator run` (the Helm chart passes exactly these).
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Namespace to watch (defaults to the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// Watch every namespace (needs cluster-wide RBAC).
+    #[arg(long)]
+    pub all_namespaces: bool,
+    /// Only reconcile while holding the leader Lease.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (defaults to the watched namespace).
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+    /// Address of `/metrics`; `0` disables.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: String,
+    /// Address of `/healthz` and `/readyz`; `0` disables.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: String,
+    /// Serve the validating admission webhook.
+    #[arg(long, env = "ENABLE_WEBHOOKS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_enabled: bool,
+    /// Address of the webhook server.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_bind_address: SocketAddr,
+    /// Directory with the webhook serving certificate.
+    #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub webhook_cert_dir: PathBuf,
+    /// Certificate file name in the cert directory.
+    #[arg(long, default_value = "tls.crt")]
+    pub webhook_cert_name: String,
+    /// Key file name in the cert directory.
+    #[arg(long, default_value = "tls.key")]
+    pub webhook_key_name: String,
+    /// Helm executable used by OmniHelmRelease.
+    #[arg(long, env = "HELM_BINARY", default_value = "helm")]
+    pub helm_binary: PathBuf,
+}
 
-/// Runs the subcommand.
-pub async fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not built yet")
+/// Everything [`run_operator`] needs besides the client.
+#[derive(Clone)]
+pub struct OperatorConfig {
+    /// Namespace scope.
+    pub scope: Scope,
+    /// Lease settings when leader election is on.
+    pub leader: Option<LeaderConfig>,
+    /// `/metrics` address.
+    pub metrics_bind: Option<SocketAddr>,
+    /// Probe address.
+    pub health_bind: Option<SocketAddr>,
+    /// Webhook server settings when enabled.
+    pub webhook: Option<WebhookConfig>,
+    /// Helm executable (for the OmniHelmRelease controller).
+    pub helm_binary: PathBuf,
+    /// Time source of the controllers.
+    pub clock: Arc<dyn Clock>,
+    /// Metrics registry (shared so embedders can read it).
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for OperatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorConfig")
+            .field("scope", &self.scope)
+            .field("leader", &self.leader)
+            .field("metrics_bind", &self.metrics_bind)
+            .field("health_bind", &self.health_bind)
+            .field("webhook", &self.webhook.as_ref().map(|w| w.bind))
+            .field("helm_binary", &self.helm_binary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OperatorConfig {
+    /// A configuration for embedding: the given scope, no leader election, no servers.
+    pub fn embedded(scope: Scope) -> Self {
+        Self {
+            scope,
+            leader: None,
+            metrics_bind: None,
+            health_bind: None,
+            webhook: None,
+            helm_binary: PathBuf::from("helm"),
+            clock: Arc::new(SystemClock),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if value == "0" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .with_context(|| format!("--{flag}: {value:?} is not an address such as 0.0.0.0:8080"))
+}
+
+fn resolve_namespace(flag: Option<&str>) -> anyhow::Result<String> {
+    if let Some(ns) = flag.map(str::trim).filter(|s| !s.is_empty()) {
+        return Ok(ns.to_string());
+    }
+    match std::fs::read_to_string(SA_NAMESPACE_FILE) {
+        Ok(ns) if !ns.trim().is_empty() => Ok(ns.trim().to_string()),
+        _ => anyhow::bail!(
+            "POD_NAMESPACE is required when {SA_NAMESPACE_FILE} is unavailable (or pass --all-namespaces)"
+        ),
+    }
+}
+
+/// Turns flags into an [`OperatorConfig`].
+pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
+    let scope = if args.all_namespaces {
+        Scope::All
+    } else {
+        Scope::Namespace(resolve_namespace(args.namespace.as_deref())?)
+    };
+    let leader = if args.leader_elect {
+        let ns = match (&args.leader_election_namespace, &scope) {
+            (Some(ns), _) => ns.clone(),
+            (None, Scope::Namespace(ns)) => ns.clone(),
+            (None, Scope::All) => resolve_namespace(None)
+                .context("--leader-election-namespace is needed with --all-namespaces")?,
+        };
+        Some(LeaderConfig::new(ns))
+    } else {
+        None
+    };
+    Ok(OperatorConfig {
+        scope,
+        leader,
+        metrics_bind: optional_addr("metrics-bind-address", &args.metrics_bind_address)?,
+        health_bind: optional_addr("health-probe-bind-address", &args.health_probe_bind_address)?,
+        webhook: args.webhook_enabled.then(|| WebhookConfig {
+            bind: args.webhook_bind_address,
+            cert_dir: args.webhook_cert_dir.clone(),
+            cert_name: args.webhook_cert_name.clone(),
+            key_name: args.webhook_key_name.clone(),
+        }),
+        helm_binary: args.helm_binary.clone(),
+        clock: Arc::new(SystemClock),
+        metrics: Arc::new(Metrics::new()),
+    })
+}
+
+/// Runs the subcommand until SIGINT/SIGTERM.
+pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    let config = config_from_args(&args)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to the Kubernetes API")?;
+    run_operator(config, client, shutdown_signal()).await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+type Stop = Shared<BoxFuture<'static, ()>>;
+
+async fn serve_http(
+    addr: SocketAddr,
+    router: Router,
+    stop: Stop,
+    what: &'static str,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("bind {what} server to {addr}"))?;
+    tracing::info!(%addr, "{what} server listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await
+        .with_context(|| format!("{what} server"))
+}
+
+/// Runs the whole operator with `client` until `shutdown` completes (or leadership is lost,
+/// which is an error so the process restarts and re-joins the election).
+pub async fn run_operator(
+    config: OperatorConfig,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let stop: Stop = async move {
+        let _ = stop_rx.wait_for(|v| *v).await;
+    }
+    .boxed()
+    .shared();
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut servers = tokio::task::JoinSet::new();
+
+    if let Some(addr) = config.health_bind {
+        let r = ready.clone();
+        let router = Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/readyz",
+                get(move || {
+                    let ready = r.load(Ordering::SeqCst);
+                    async move {
+                        if ready {
+                            (StatusCode::OK, "ok")
+                        } else {
+                            (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                        }
+                    }
+                }),
+            );
+        servers.spawn(serve_http(addr, router, stop.clone(), "health probe"));
+    }
+    if let Some(addr) = config.metrics_bind {
+        let metrics = config.metrics.clone();
+        let router = Router::new().route(
+            "/metrics",
+            get(move || {
+                let body = metrics.encode();
+                async move {
+                    match body {
+                        Ok(text) => (
+                            StatusCode::OK,
+                            [(
+                                http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        ),
+                        Err(_) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(http::header::CONTENT_TYPE, "text/plain")],
+                            "metrics encoding failed".to_string(),
+                        ),
+                    }
+                }
+            }),
+        );
+        servers.spawn(serve_http(addr, router, stop.clone(), "metrics"));
+    }
+    if let Some(wh) = config.webhook.clone() {
+        let s = stop.clone();
+        servers.spawn(async move { webhook::serve(wh, s).await.context("webhook server") });
+    }
+
+    let shutdown = shutdown.boxed().shared();
+    let result = lead_and_reconcile(&config, client, stop.clone(), shutdown, ready).await;
+    let _ = stop_tx.send(true);
+    while let Some(joined) = servers.join_next().await {
+        match joined {
+            Ok(Err(e)) => {
+                tracing::error!(error = %format!("{e:#}"), "server stopped with an error")
+            }
+            Err(e) => tracing::error!(error = %e, "server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+async fn lead_and_reconcile(
+    config: &OperatorConfig,
+    client: kube::Client,
+    stop: Stop,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let elector = config
+        .leader
+        .clone()
+        .map(|c| LeaderElector::new(client.clone(), c));
+    if let Some(elector) = &elector {
+        tracing::info!(identity = %elector.config().identity, "waiting for leadership");
+        loop {
+            match elector.try_acquire_or_renew().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "leader election"),
+            }
+            tokio::select! {
+                _ = shutdown.clone() => return Ok(()),
+                _ = tokio::time::sleep(elector.config().retry_period) => {}
+            }
+        }
+        tracing::info!("acquired leadership");
+    }
+    let pod = std::env::var("POD_NAME").ok();
+    let ctx = Arc::new(Context::new(
+        client,
+        config.scope.clone(),
+        config.clock.clone(),
+        config.metrics.clone(),
+        pod,
+    ));
+    let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
+    let ctl_stop: Stop = async move {
+        let _ = ctl_rx.wait_for(|v| *v).await;
+    }
+    .boxed()
+    .shared();
+    let mut controllers = tokio::task::JoinSet::new();
+    controllers.spawn(controllers::connection::run(ctx.clone(), ctl_stop.clone()));
+    controllers.spawn(controllers::cluster::run(ctx.clone(), ctl_stop.clone()));
+    controllers.spawn(controllers::children::run::<OmniControlPlane>(
+        ctx.clone(),
+        ctl_stop.clone(),
+    ));
+    controllers.spawn(controllers::children::run::<OmniWorkers>(
+        ctx.clone(),
+        ctl_stop.clone(),
+    ));
+    controllers.spawn(controllers::children::run::<OmniMachine>(
+        ctx.clone(),
+        ctl_stop.clone(),
+    ));
+    ready.store(true, Ordering::SeqCst);
+
+    let lost = async {
+        let Some(elector) = &elector else {
+            return std::future::pending::<()>().await;
+        };
+        let mut last_renewal = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(elector.config().retry_period).await;
+            match elector.try_acquire_or_renew().await {
+                Ok(true) => last_renewal = tokio::time::Instant::now(),
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not renew leadership");
+                    // Stop before the Lease can expire under us, so two leaders never overlap.
+                    if last_renewal.elapsed() + elector.config().retry_period
+                        >= elector
+                            .config()
+                            .lease_duration
+                            .saturating_sub(Duration::from_secs(2))
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        _ = shutdown => Ok(()),
+        _ = stop => Ok(()),
+        _ = lost => Err(anyhow::anyhow!("lost leadership; exiting so the replica can re-join the election")),
+        _ = controllers.join_next() => Err(anyhow::anyhow!("a controller stopped unexpectedly")),
+    };
+    ready.store(false, Ordering::SeqCst);
+    let _ = ctl_tx.send(true);
+    while controllers.join_next().await.is_some() {}
+    if let Some(elector) = &elector
+        && let Err(e) = elector.release().await
+    {
+        tracing::warn!(error = %e, "could not release the leader Lease");
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn chart_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "run",
+            "--namespace",
+            "omni",
+            "--leader-elect",
+            "--metrics-bind-address",
+            "0",
+            "--health-probe-bind-address",
+            "127.0.0.1:8081",
+            "--webhook-enabled",
+            "false",
+            "--helm-binary",
+            "/usr/bin/helm",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.scope, Scope::Namespace("omni".into()));
+        assert_eq!(config.metrics_bind, None);
+        assert!(config.webhook.is_none());
+        assert_eq!(config.leader.map(|l| l.namespace), Some("omni".to_string()));
+        assert_eq!(config.helm_binary, PathBuf::from("/usr/bin/helm"));
+    }
+
+    #[test]
+    fn namespace_and_all_namespaces_conflict() {
+        assert!(Cli::try_parse_from(["run", "--namespace", "a", "--all-namespaces"]).is_err());
+    }
 }

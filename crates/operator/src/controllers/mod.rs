@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod connection;
 pub mod finalizer;
 pub mod omni;
+pub mod secret_sync;
 pub mod status;
 
 use std::collections::HashMap;

@@ -1,0 +1,757 @@
+//! OmniSecretSync: copy a management-cluster Secret into a workload cluster.
+//!
+//! Fixes over the original: a target Secret this sync does not own is never written (unless it
+//! carries the adoption annotation), labels and annotations added by others survive updates,
+//! and the copy is re-checked every [`RESYNC`] so drift in the workload cluster is corrected.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use super::connection::status_str;
+use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use crate::api::common::{
+    Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
+};
+use crate::api::secret_sync::OmniSecretSyncStatus;
+use crate::api::{OmniCluster, OmniSecretSync};
+use crate::metrics::ResourceInfo;
+use crate::workload::WorkloadError;
+
+/// Periodic re-check of a synced Secret (drift correction).
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// Re-check while a dependency is missing.
+pub const RETRY: Duration = Duration::from_secs(60);
+/// Annotation a user puts on an existing workload Secret to let a sync take it over.
+pub const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
+/// Condition reason for a target Secret that belongs to someone else.
+pub const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
+
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
+const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
+const NAME_ANNOTATION: &str = "omni.texashpc.com/secret-sync-name";
+const SOURCE_ANNOTATION: &str = "omni.texashpc.com/secret-sync-source";
+const HASH_ANNOTATION: &str = "omni.texashpc.com/secret-sync-hash";
+const CONTENT_ANNOTATION: &str = "omni.texashpc.com/secret-sync-content";
+
+/// Lowercase hex SHA-256 of `{"version":"v1","type":..,"data":{key: base64}}` (keys sorted;
+/// empty data is `null`).
+pub fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> String {
+    let encoded: Option<BTreeMap<&str, String>> = (!data.is_empty()).then(|| {
+        data.iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    base64::engine::general_purpose::STANDARD.encode(&v.0),
+                )
+            })
+            .collect()
+    });
+    // Field order matters for the hash; build the text by hand rather than rely on map order.
+    let payload = format!(
+        "{{\"version\":\"v1\",\"type\":{},\"data\":{}}}",
+        serde_json::Value::String(type_.to_string()),
+        serde_json::to_string(&encoded).unwrap_or_else(|_| "null".into())
+    );
+    hex::encode(Sha256::digest(payload.as_bytes()))
+}
+
+/// Whether `secret` belongs to `sync`: by UID label when the sync has a UID, else by name
+/// annotation.
+pub fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
+    match sync.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => {
+            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+        }
+        _ => secret.annotations().get(NAME_ANNOTATION) == sync.metadata.name.as_ref(),
+    }
+}
+
+/// Whether the user allowed taking `secret` over.
+pub fn adoptable(secret: &Secret) -> bool {
+    secret
+        .annotations()
+        .get(ADOPT_ANNOTATION)
+        .map(String::as_str)
+        == Some("true")
+}
+
+/// The target Secret as this sync wants it (parity §8.3).
+pub fn desired_target(
+    sync: &OmniSecretSync,
+    source: &Secret,
+    cluster_name: &str,
+) -> (Secret, String) {
+    let type_ = sync
+        .spec
+        .type_
+        .clone()
+        .or_else(|| source.type_.clone())
+        .unwrap_or_else(|| "Opaque".to_string());
+    let data = source.data.clone().unwrap_or_default();
+    let hash = content_hash(&type_, &data);
+    let mut labels = sync.spec.labels.clone().unwrap_or_default();
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels.insert(
+        UID_LABEL.into(),
+        sync.metadata.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    let mut annotations = sync.spec.annotations.clone().unwrap_or_default();
+    annotations.insert(NAME_ANNOTATION.into(), sync.name_any());
+    annotations.insert(
+        SOURCE_ANNOTATION.into(),
+        format!(
+            "{}/{}",
+            source.namespace().unwrap_or_default(),
+            source.name_any()
+        ),
+    );
+    annotations.insert(HASH_ANNOTATION.into(), hash.clone());
+    annotations.insert(CONTENT_ANNOTATION.into(), "v1".into());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(sync.spec.target_secret_ref.name.clone()),
+            namespace: Some(sync.spec.target_secret_ref.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        type_: Some(type_),
+        data: (!data.is_empty()).then_some(data),
+        ..Secret::default()
+    };
+    (secret, hash)
+}
+
+/// What to do with the workload cluster's target Secret.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// It does not exist: create it.
+    Create(Secret),
+    /// It already matches.
+    NoChange,
+    /// Update it to this object (third-party labels/annotations kept).
+    Update(Secret),
+    /// The type differs (immutable): delete and create.
+    Recreate(Secret),
+    /// It exists and belongs to someone else: leave it alone.
+    NotOwned,
+}
+
+/// Pure: compare the existing target with the desired one.
+pub fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Secret) -> Plan {
+    let Some(existing) = existing else {
+        return Plan::Create(desired);
+    };
+    if !is_owned(existing, sync) && !adoptable(existing) {
+        return Plan::NotOwned;
+    }
+    if existing.type_ != desired.type_ {
+        return Plan::Recreate(desired);
+    }
+    let mut merged = existing.clone();
+    let labels = merged.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(desired.metadata.labels.clone().unwrap_or_default());
+    let annotations = merged
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.extend(desired.metadata.annotations.clone().unwrap_or_default());
+    // Adoption is a one-time permission; once owned, the marker has done its job.
+    annotations.remove(ADOPT_ANNOTATION);
+    merged.data = desired.data.clone();
+    if merged.data.is_none() && existing.data.as_ref().is_some_and(BTreeMap::is_empty) {
+        merged.data = existing.data.clone();
+    }
+    merged.string_data = None;
+    if merged.metadata.labels == existing.metadata.labels
+        && merged.metadata.annotations == existing.metadata.annotations
+        && merged.data.clone().unwrap_or_default() == existing.data.clone().unwrap_or_default()
+    {
+        Plan::NoChange
+    } else {
+        Plan::Update(merged)
+    }
+}
+
+/// A failure with its condition reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+    retry: bool,
+}
+
+fn fail(reason: &'static str, message: String) -> Failure {
+    Failure {
+        reason,
+        message,
+        retry: true,
+    }
+}
+
+struct Synced {
+    hash: String,
+    type_: String,
+    changed: bool,
+}
+
+async fn sync_target(
+    workload: &kube::Client,
+    sync: &OmniSecretSync,
+    source: &Secret,
+    cluster_name: &str,
+) -> Result<Synced, Failure> {
+    let target = &sync.spec.target_secret_ref;
+    let (ns, name) = (&target.namespace, &target.name);
+    if sync.spec.create_namespace {
+        let namespaces: Api<Namespace> = Api::all(workload.clone());
+        let found = namespaces.get_opt(ns).await.map_err(|e| {
+            fail(
+                reasons::SYNC_FAILED,
+                format!("get workload namespace {ns:?}: {e}"),
+            )
+        })?;
+        if found.is_none() {
+            let n = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
+            match namespaces.create(&PostParams::default(), &n).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(fail(
+                        reasons::SYNC_FAILED,
+                        format!("create workload namespace {ns:?}: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+    let api: Api<Secret> = Api::namespaced(workload.clone(), ns);
+    let existing = api.get_opt(name).await.map_err(|e| {
+        fail(
+            reasons::SYNC_FAILED,
+            format!("get workload Secret \"{ns}/{name}\": {e}"),
+        )
+    })?;
+    let (desired, hash) = desired_target(sync, source, cluster_name);
+    let type_ = desired.type_.clone().unwrap_or_default();
+    let pp = PostParams::default();
+    let changed = match plan(sync, existing.as_ref(), desired) {
+        Plan::NoChange => false,
+        Plan::NotOwned => {
+            return Err(Failure {
+                reason: REASON_TARGET_NOT_OWNED,
+                message: format!(
+                    "workload Secret \"{ns}/{name}\" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the sync take it over)"
+                ),
+                retry: false,
+            });
+        }
+        Plan::Create(s) => {
+            api.create(&pp, &s).await.map_err(|e| {
+                fail(
+                    reasons::SYNC_FAILED,
+                    format!("create workload Secret \"{ns}/{name}\": {e}"),
+                )
+            })?;
+            true
+        }
+        Plan::Update(s) => {
+            api.replace(name, &pp, &s).await.map_err(|e| {
+                fail(
+                    reasons::SYNC_FAILED,
+                    format!("update workload Secret \"{ns}/{name}\": {e}"),
+                )
+            })?;
+            true
+        }
+        Plan::Recreate(s) => {
+            api.delete(name, &DeleteParams::default())
+                .await
+                .map_err(|e| {
+                    fail(
+                        reasons::SYNC_FAILED,
+                        format!("delete workload Secret \"{ns}/{name}\" to change its type: {e}"),
+                    )
+                })?;
+            api.create(&pp, &s).await.map_err(|e| {
+                fail(
+                    reasons::SYNC_FAILED,
+                    format!("create workload Secret \"{ns}/{name}\": {e}"),
+                )
+            })?;
+            true
+        }
+    };
+    Ok(Synced {
+        hash,
+        type_,
+        changed,
+    })
+}
+
+/// Deletes the workload Secret `ns/name` if it exists and this sync owns it.
+async fn delete_owned(
+    workload: &kube::Client,
+    sync: &OmniSecretSync,
+    ns: &str,
+    name: &str,
+) -> Result<(), String> {
+    let api: Api<Secret> = Api::namespaced(workload.clone(), ns);
+    match api.get_opt(name).await {
+        Ok(Some(s)) if is_owned(&s, sync) => match api.delete(name, &DeleteParams::default()).await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(format!("delete workload Secret \"{ns}/{name}\": {e}")),
+        },
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("get workload Secret \"{ns}/{name}\": {e}")),
+    }
+}
+
+fn kubeconfig_failure(sync: &OmniSecretSync, e: &WorkloadError) -> Failure {
+    let ns = sync.namespace().unwrap_or_default();
+    let name = &sync.spec.kubeconfig_secret_ref.name;
+    let key = &sync.spec.kubeconfig_secret_ref.key;
+    match e {
+        WorkloadError::MissingSecret { .. } => fail(
+            reasons::MISSING_SECRET,
+            format!("kubeconfig Secret \"{ns}/{name}\" does not exist"),
+        ),
+        WorkloadError::MissingKey { .. } => fail(
+            reasons::MISSING_SECRET,
+            format!("kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"),
+        ),
+        WorkloadError::Invalid { detail, .. } => fail(
+            reasons::VALIDATION_FAILED,
+            format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {detail}"),
+        ),
+        WorkloadError::Read { .. } => fail(
+            reasons::SYNC_FAILED,
+            format!("load workload kubeconfig: {e}"),
+        ),
+    }
+}
+
+/// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
+fn desired_status(
+    sync: &OmniSecretSync,
+    outcome: &Result<Synced, Failure>,
+    accepted: Option<bool>,
+    now: jiff::Timestamp,
+) -> OmniSecretSyncStatus {
+    let old = sync.status.clone().unwrap_or_default();
+    let generation = sync.metadata.generation;
+    let mut s = old.clone();
+    s.observed_generation = generation;
+    s.cluster_ref = Some(sync.spec.cluster_ref.name.clone());
+    s.kubeconfig_secret_ref = Some(sync.spec.kubeconfig_secret_ref.name.clone());
+    s.kubeconfig_secret_key = Some(sync.spec.kubeconfig_secret_ref.key.clone());
+    s.source_secret_ref = Some(sync.spec.source_secret_ref.name.clone());
+    let set = |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: &str, message: &str| {
+        set_condition(
+            &mut s.conditions,
+            Condition::new(type_, ok.into(), reason, message, generation, now),
+        );
+    };
+    if let Some(accepted) = accepted {
+        let name = &sync.spec.cluster_ref.name;
+        if accepted {
+            set(
+                &mut s,
+                ct::ACCEPTED,
+                true,
+                reasons::ACCEPTED,
+                &format!("attached to OmniCluster {name:?}"),
+            );
+        } else {
+            set(
+                &mut s,
+                ct::ACCEPTED,
+                false,
+                reasons::MISSING_CLUSTER,
+                &format!("OmniCluster {name:?} does not exist"),
+            );
+        }
+    }
+    let changed_copy;
+    match outcome {
+        Ok(done) => {
+            let t = &sync.spec.target_secret_ref;
+            let m = format!(
+                "synced Secret {:?} to workload Secret \"{}/{}\"",
+                sync.spec.source_secret_ref.name, t.namespace, t.name
+            );
+            set(&mut s, ct::SYNCED, true, reasons::SYNCED, &m);
+            set(&mut s, ct::READY, true, reasons::SYNCED, &m);
+            s.target_secret_ref = Some(t.name.clone());
+            s.target_namespace = Some(t.namespace.clone());
+            s.secret_type = Some(done.type_.clone());
+            s.secret_hash = Some(done.hash.clone());
+            s.last_error = Some(String::new());
+            changed_copy = done.changed;
+        }
+        Err(f) => {
+            set(&mut s, ct::SYNCED, false, f.reason, &f.message);
+            set(&mut s, ct::READY, false, f.reason, &f.message);
+            s.last_error = Some(f.message.clone());
+            changed_copy = false;
+        }
+    }
+    if s != old || changed_copy {
+        s.last_attempt_time = Some(now);
+        if outcome.is_ok() {
+            s.last_sync_time = Some(now);
+        }
+    }
+    s
+}
+
+async fn write(
+    ctx: &Context,
+    sync: &OmniSecretSync,
+    new: OmniSecretSyncStatus,
+) -> Result<(), Error> {
+    let namespace = sync.namespace().unwrap_or_default();
+    let old = sync.status.clone().unwrap_or_default().conditions;
+    if status::write(&ctx.api::<OmniSecretSync>(&namespace), sync, &new).await? {
+        ctx.condition_events(sync, &old, &new.conditions).await;
+    }
+    let ready = find_condition(&new.conditions, ct::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniSecretSync",
+        namespace: &namespace,
+        name: &sync.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: false,
+    });
+    Ok(())
+}
+
+async fn finish(
+    ctx: &Context,
+    sync: &OmniSecretSync,
+    outcome: Result<Synced, Failure>,
+    accepted: Option<bool>,
+) -> Result<Action, Error> {
+    let next = match &outcome {
+        Ok(_) => Ok(Action::requeue(RESYNC)),
+        Err(f) if !f.retry => Ok(Action::await_change()),
+        Err(f) if f.reason == reasons::SYNC_FAILED => Err(Error::Remote(f.message.clone())),
+        Err(_) => Ok(Action::requeue(RETRY)),
+    };
+    write(
+        ctx,
+        sync,
+        desired_status(sync, &outcome, accepted, ctx.clock.now()),
+    )
+    .await?;
+    next
+}
+
+async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
+    let namespace = sync.namespace().unwrap_or_default();
+    if !finalizer::has_finalizer(sync, false) {
+        return Ok(Action::await_change());
+    }
+    if sync.deletion_policy() == Some(DeletionPolicy::Delete) {
+        let k = &sync.spec.kubeconfig_secret_ref;
+        let workload = match ctx.workload.get(&namespace, &k.name, &k.key).await {
+            Ok(c) => c,
+            Err(e) => return finish(ctx, sync, Err(kubeconfig_failure(sync, &e)), None).await,
+        };
+        let st = sync.status.clone().unwrap_or_default();
+        let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
+            (Some(ns), Some(name)) => (ns, name),
+            _ => (
+                sync.spec.target_secret_ref.namespace.clone(),
+                sync.spec.target_secret_ref.name.clone(),
+            ),
+        };
+        if let Err(m) = delete_owned(&workload, sync, &ns, &name).await {
+            let f = fail(reasons::DELETE_FAILED, m.clone());
+            write(
+                ctx,
+                sync,
+                desired_status(sync, &Err(f), None, ctx.clock.now()),
+            )
+            .await?;
+            return Err(Error::Remote(m));
+        }
+    }
+    finalizer::remove(&ctx.api::<OmniSecretSync>(&namespace), sync, false).await?;
+    ctx.metrics
+        .forget_resource("OmniSecretSync", &namespace, &sync.name_any());
+    Ok(Action::await_change())
+}
+
+async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(sync.as_ref(), &ctx, async {
+        if sync.metadata.deletion_timestamp.is_some() {
+            return delete(&ctx, &sync).await;
+        }
+        let namespace = sync.namespace().unwrap_or_default();
+        if !finalizer::has_finalizer(sync.as_ref(), false) {
+            finalizer::add(&ctx.api::<OmniSecretSync>(&namespace), sync.as_ref()).await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        if let Some(problem) = sync.spec_problem() {
+            let f = Failure {
+                reason: reasons::VALIDATION_FAILED,
+                message: problem,
+                retry: false,
+            };
+            return finish(&ctx, &sync, Err(f), None).await;
+        }
+        let cluster_name = &sync.spec.cluster_ref.name;
+        let Some(cluster) = ctx
+            .api::<OmniCluster>(&namespace)
+            .get_opt(cluster_name)
+            .await?
+        else {
+            let f = fail(
+                reasons::MISSING_CLUSTER,
+                format!("OmniCluster {cluster_name:?} does not exist"),
+            );
+            return finish(&ctx, &sync, Err(f), Some(false)).await;
+        };
+        let source_name = &sync.spec.source_secret_ref.name;
+        let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+            let f = fail(
+                reasons::MISSING_SECRET,
+                format!("source Secret \"{namespace}/{source_name}\" does not exist"),
+            );
+            return finish(&ctx, &sync, Err(f), Some(true)).await;
+        };
+        let k = &sync.spec.kubeconfig_secret_ref;
+        let workload = match ctx.workload.get(&namespace, &k.name, &k.key).await {
+            Ok(c) => c,
+            Err(e) => {
+                return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, &e)), Some(true)).await;
+            }
+        };
+        // A renamed target under Delete: remove the previous copy if it is ours.
+        let st = sync.status.clone().unwrap_or_default();
+        let t = &sync.spec.target_secret_ref;
+        if sync.deletion_policy() == Some(DeletionPolicy::Delete)
+            && let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
+            && (old_ns != &t.namespace || old_name != &t.name)
+            && let Err(m) = delete_owned(&workload, &sync, old_ns, old_name).await
+        {
+            let f = fail(reasons::DELETE_FAILED, m.clone());
+            write(
+                &ctx,
+                &sync,
+                desired_status(&sync, &Err(f), Some(true), ctx.clock.now()),
+            )
+            .await?;
+            return Err(Error::Remote(m));
+        }
+        let outcome =
+            sync_target(&workload, &sync, &source, &cluster.effective_cluster_name()).await;
+        finish(&ctx, &sync, outcome, Some(true)).await
+    })
+    .await
+}
+
+/// Runs the OmniSecretSync controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new(
+        ctx.watch_api::<OmniSecretSync>(),
+        watcher::Config::default(),
+    );
+    let by_cluster = controller.store();
+    let by_secret = controller.store();
+    controller
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            move |c: OmniCluster| {
+                let (name, ns) = (c.name_any(), c.namespace());
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|s| s.spec.cluster_ref.name == name && s.namespace() == ns)
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            move |secret: Secret| {
+                let (name, ns) = (secret.name_any(), secret.namespace());
+                by_secret
+                    .state()
+                    .into_iter()
+                    .filter(|s| {
+                        s.namespace() == ns
+                            && (s.spec.source_secret_ref.name == name
+                                || s.spec.kubeconfig_secret_ref.name == name)
+                    })
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy::<OmniSecretSync>, ctx)
+        .for_each(|r| async move { log_outcome("OmniSecretSync", r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync() -> OmniSecretSync {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniSecretSync",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u-1", "generation": 1},
+            "spec": {
+                "clusterRef": {"name": "prod"},
+                "kubeconfigSecretRef": {"name": "kc", "key": "kubeconfig"},
+                "sourceSecretRef": {"name": "src"},
+                "targetSecretRef": {"name": "dst", "namespace": "apps"},
+                "labels": {"team": "a"},
+                "deletionPolicy": "Delete"
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn source() -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("src".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".into()),
+            data: Some(BTreeMap::from([
+                ("a".to_string(), ByteString(b"one".to_vec())),
+                ("b".to_string(), ByteString(b"two".to_vec())),
+            ])),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn hash_matches_the_documented_payload() {
+        let data = source().data.unwrap_or_default();
+        let expected = hex::encode(Sha256::digest(
+            br#"{"version":"v1","type":"Opaque","data":{"a":"b25l","b":"dHdv"}}"#,
+        ));
+        assert_eq!(content_hash("Opaque", &data), expected);
+        let empty = hex::encode(Sha256::digest(
+            br#"{"version":"v1","type":"Opaque","data":null}"#,
+        ));
+        assert_eq!(content_hash("Opaque", &BTreeMap::new()), empty);
+    }
+
+    #[test]
+    fn unowned_target_is_left_alone_unless_adoptable() {
+        let s = sync();
+        let (desired, _) = desired_target(&s, &source(), "prod");
+        let mut foreign = Secret {
+            metadata: ObjectMeta {
+                name: Some("dst".into()),
+                namespace: Some("apps".into()),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".into()),
+            ..Secret::default()
+        };
+        assert_eq!(plan(&s, Some(&foreign), desired.clone()), Plan::NotOwned);
+        foreign.metadata.annotations = Some(BTreeMap::from([(
+            ADOPT_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]));
+        let Plan::Update(updated) = plan(&s, Some(&foreign), desired) else {
+            panic!("adoptable target must be updated");
+        };
+        assert!(is_owned(&updated, &s));
+        assert!(!updated.annotations().contains_key(ADOPT_ANNOTATION));
+    }
+
+    #[test]
+    fn update_keeps_third_party_metadata_and_idle_is_no_change() {
+        let s = sync();
+        let (desired, _) = desired_target(&s, &source(), "prod");
+        let Plan::Create(created) = plan(&s, None, desired.clone()) else {
+            panic!("missing target must be created");
+        };
+        assert_eq!(created.labels().get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            created.labels().get(UID_LABEL).map(String::as_str),
+            Some("u-1")
+        );
+        let mut live = created.clone();
+        live.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert("other".into(), "x".into());
+        assert_eq!(plan(&s, Some(&live), desired.clone()), Plan::NoChange);
+        live.data = Some(BTreeMap::from([(
+            "a".to_string(),
+            ByteString(b"drift".to_vec()),
+        )]));
+        let Plan::Update(fixed) = plan(&s, Some(&live), desired.clone()) else {
+            panic!("drift must be corrected");
+        };
+        assert_eq!(fixed.labels().get("other").map(String::as_str), Some("x"));
+        assert_eq!(fixed.data, source().data);
+        live.type_ = Some("kubernetes.io/tls".into());
+        assert!(matches!(plan(&s, Some(&live), desired), Plan::Recreate(_)));
+    }
+
+    #[test]
+    fn idle_status_is_stable() {
+        let mut s = sync();
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let ok = || {
+            Ok(Synced {
+                hash: "h".into(),
+                type_: "Opaque".into(),
+                changed: false,
+            })
+        };
+        let first = desired_status(&s, &ok(), Some(true), t0);
+        assert_eq!(first.last_sync_time, Some(t0));
+        let ready = find_condition(&first.conditions, "Ready").map(|c| c.message.clone());
+        assert_eq!(
+            ready.as_deref(),
+            Some(r#"synced Secret "src" to workload Secret "apps/dst""#)
+        );
+        s.status = Some(first.clone());
+        let again = desired_status(
+            &s,
+            &ok(),
+            Some(true),
+            t0 + jiff::SignedDuration::from_secs(300),
+        );
+        assert_eq!(again, first);
+    }
+}
