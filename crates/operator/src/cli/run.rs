@@ -18,6 +18,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 
 use crate::api::{OmniControlPlane, OmniMachine, OmniWorkers};
 use crate::controllers::{self, Clock, Context, Scope, SystemClock};
+use crate::helm::{Helm, HelmConfig};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
 use crate::webhook::{self, WebhookConfig};
@@ -80,6 +81,8 @@ pub struct OperatorConfig {
     pub webhook: Option<WebhookConfig>,
     /// Helm executable (for the OmniHelmRelease controller).
     pub helm_binary: PathBuf,
+    /// Writable directory for helm's cache, config and per-release session files.
+    pub helm_work_dir: PathBuf,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -109,8 +112,34 @@ impl OperatorConfig {
             health_bind: None,
             webhook: None,
             helm_binary: PathBuf::from("helm"),
+            helm_work_dir: default_helm_work_dir(),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+/// Helm's state lives under the temp dir: the container's root filesystem is read-only and
+/// the chart mounts an emptyDir at /tmp.
+fn default_helm_work_dir() -> PathBuf {
+    std::env::temp_dir().join("omni-operator-helm")
+}
+
+/// Starts the helm driver; a missing or unusable helm disables only OmniHelmRelease.
+async fn start_helm(config: &OperatorConfig) -> Option<Helm> {
+    let helm_config = HelmConfig {
+        binary: config.helm_binary.clone(),
+        work_dir: config.helm_work_dir.clone(),
+        max_concurrent: 2,
+    };
+    match Helm::new(helm_config).await {
+        Ok(h) => {
+            tracing::info!(version = %h.version(), "helm driver ready");
+            Some(h)
+        }
+        Err(e) => {
+            tracing::warn!(binary = %config.helm_binary.display(), error = %e, "helm is unavailable; OmniHelmRelease objects will report it");
+            None
         }
     }
 }
@@ -167,6 +196,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             key_name: args.webhook_key_name.clone(),
         }),
         helm_binary: args.helm_binary.clone(),
+        helm_work_dir: default_helm_work_dir(),
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
     })
@@ -324,13 +354,17 @@ async fn lead_and_reconcile(
         tracing::info!("acquired leadership");
     }
     let pod = std::env::var("POD_NAME").ok();
-    let ctx = Arc::new(Context::new(
-        client,
-        config.scope.clone(),
-        config.clock.clone(),
-        config.metrics.clone(),
-        pod,
-    ));
+    let helm = start_helm(config).await;
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            config.scope.clone(),
+            config.clock.clone(),
+            config.metrics.clone(),
+            pod,
+        )
+        .with_helm(helm),
+    );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
         let _ = ctl_rx.wait_for(|v| *v).await;
@@ -352,6 +386,7 @@ async fn lead_and_reconcile(
         ctx.clone(),
         ctl_stop.clone(),
     ));
+    controllers.spawn(controllers::secret_sync::run(ctx.clone(), ctl_stop.clone()));
     ready.store(true, Ordering::SeqCst);
 
     let lost = async {

@@ -75,6 +75,9 @@ pub struct Context {
     pub omni: omni::OmniClients,
     /// Kubernetes clients of workload clusters per kubeconfig Secret.
     pub workload: crate::workload::WorkloadClients,
+    /// The helm driver; `None` when no usable helm binary was found (OmniHelmRelease then
+    /// reports that on each object instead of failing the whole operator).
+    pub helm: Option<crate::helm::Helm>,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -110,9 +113,16 @@ impl Context {
             scope,
             clock,
             metrics,
+            helm: None,
             recorder,
             failures: Mutex::default(),
         }
+    }
+
+    /// Sets the helm driver (builder style, so `new` stays stable for embedders).
+    pub fn with_helm(mut self, helm: Option<crate::helm::Helm>) -> Self {
+        self.helm = helm;
+        self
     }
 
     /// An API handle for `K` in `namespace`.
