@@ -387,6 +387,10 @@ async fn lead_and_reconcile(
         ctl_stop.clone(),
     ));
     controllers.spawn(controllers::secret_sync::run(ctx.clone(), ctl_stop.clone()));
+    controllers.spawn(controllers::kubeconfig_export::run(
+        ctx.clone(),
+        ctl_stop.clone(),
+    ));
     ready.store(true, Ordering::SeqCst);
 
     let lost = async {

@@ -14,6 +14,7 @@ pub mod children;
 pub mod cluster;
 pub mod connection;
 pub mod finalizer;
+pub mod kubeconfig_export;
 pub mod omni;
 pub mod secret_sync;
 pub mod status;

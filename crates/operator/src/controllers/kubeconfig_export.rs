@@ -1,0 +1,676 @@
+//! OmniKubeconfigExport: mint a service-account kubeconfig in Omni and keep it, rotated, in a
+//! Secret.
+//!
+//! Fixes over the original: a target Secret this export does not own is never written or
+//! deleted (unless annotated `omni.texashpc.com/adopt: "true"`), and failures keep the last
+//! known hash and rotation times in status instead of clearing them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::config::Kubeconfig;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use super::connection::status_str;
+use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
+use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use crate::api::common::{
+    Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
+};
+use crate::api::duration::GoDuration;
+use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
+use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
+use crate::metrics::{ResourceInfo, RpcOutcome};
+
+/// Re-check while a dependency is missing.
+pub const RETRY: Duration = Duration::from_secs(60);
+/// Bound of the usability probe against the workload API server.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
+const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
+const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
+const NAMESPACE_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-namespace";
+const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-hash";
+const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
+const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
+const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
+
+fn signed(d: GoDuration) -> jiff::SignedDuration {
+    jiff::SignedDuration::from_nanos(d.as_nanos())
+}
+
+/// `now` cut to whole seconds: annotation times are second-precision.
+pub fn whole_seconds(now: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+/// Expiration and next rotation for a kubeconfig written at `now` (parity §6.6).
+pub fn rotation_times(
+    now: jiff::Timestamp,
+    ttl: GoDuration,
+    renew_before: Option<GoDuration>,
+) -> (jiff::Timestamp, jiff::Timestamp) {
+    let expiration = now.saturating_add(signed(ttl)).unwrap_or(now);
+    let next = match renew_before {
+        Some(rb) if rb.is_positive() => expiration.saturating_sub(signed(rb)).unwrap_or(expiration),
+        _ => expiration,
+    };
+    (expiration, next)
+}
+
+/// Whether rotation is due (boundary inclusive).
+pub fn rotation_due(now: jiff::Timestamp, next: jiff::Timestamp) -> bool {
+    now >= next
+}
+
+/// Requeue delay until `next`; `None` when already due.
+pub fn requeue_after(now: jiff::Timestamp, next: jiff::Timestamp) -> Option<Duration> {
+    let d = next.duration_since(now);
+    (d.is_positive())
+        .then(|| Duration::try_from(d).ok())
+        .flatten()
+}
+
+/// Hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Ownership rule of parity §6.5.
+pub fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
+    match export.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => {
+            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+        }
+        _ => secret.annotations().get(NAME_ANNOTATION) == export.metadata.name.as_ref(),
+    }
+}
+
+/// What the stored Secret says about the current kubeconfig, if it can be reused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Hash of the stored kubeconfig.
+    pub hash: String,
+    /// Its expiration.
+    pub expiration: jiff::Timestamp,
+    /// When it was written, if recorded.
+    pub last_rotation: Option<jiff::Timestamp>,
+    /// When it should be rotated.
+    pub next_rotation: jiff::Timestamp,
+}
+
+/// Pure part of reuse (parity §6.7 step 9, before the probe).
+pub fn reusable(
+    secret: &Secret,
+    key: &str,
+    spec_hash: &str,
+    renew_before: Option<GoDuration>,
+    now: jiff::Timestamp,
+) -> Option<Stored> {
+    let data = secret.data.as_ref()?.get(key).filter(|b| !b.0.is_empty())?;
+    let a = secret.annotations();
+    if a.get(SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
+        return None;
+    }
+    let hash = sha256_hex(&data.0);
+    if a.get(HASH_ANNOTATION) != Some(&hash) {
+        return None;
+    }
+    let expiration: jiff::Timestamp = a.get(EXPIRATION_ANNOTATION)?.parse().ok()?;
+    let last_rotation = match a.get(LAST_ROTATION_ANNOTATION) {
+        Some(t) => Some(t.parse().ok()?),
+        None => None,
+    };
+    let next_rotation = match renew_before {
+        Some(rb) if rb.is_positive() => expiration.saturating_sub(signed(rb)).unwrap_or(expiration),
+        _ => expiration,
+    };
+    if rotation_due(now, next_rotation) {
+        return None;
+    }
+    Some(Stored {
+        hash,
+        expiration,
+        last_rotation,
+        next_rotation,
+    })
+}
+
+/// Sets the current context's namespace in `kubeconfig` (YAML).
+pub fn with_context_namespace(kubeconfig: &[u8], namespace: &str) -> Result<Vec<u8>, String> {
+    let text = std::str::from_utf8(kubeconfig)
+        .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
+    let mut kc =
+        Kubeconfig::from_yaml(text).map_err(|e| format!("generated kubeconfig is invalid: {e}"))?;
+    let current = kc.current_context.clone().unwrap_or_default();
+    let Some(ctx) = kc
+        .contexts
+        .iter_mut()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_mut())
+    else {
+        return Err(format!(
+            "generated kubeconfig current context {current:?} was not found"
+        ));
+    };
+    ctx.namespace = Some(namespace.to_string());
+    serde_saphyr::to_string(&kc)
+        .map(String::into_bytes)
+        .map_err(|e| format!("write kubeconfig with context namespace: {e}"))
+}
+
+/// Builds the Secret to write: the existing one (or a new Opaque one) with operator labels,
+/// annotations and `data[key]` set. Third-party metadata and other keys are kept.
+#[allow(clippy::too_many_arguments)]
+pub fn build_target(
+    export: &OmniKubeconfigExport,
+    existing: Option<&Secret>,
+    cluster_name: &str,
+    spec_hash: &str,
+    kubeconfig: &[u8],
+    expiration: jiff::Timestamp,
+    now: jiff::Timestamp,
+) -> Secret {
+    let key = export.effective_target_key();
+    let mut secret = existing.cloned().unwrap_or_else(|| Secret {
+        metadata: ObjectMeta {
+            name: Some(export.spec.target_secret_ref.name.clone()),
+            namespace: Some(export.effective_target_namespace()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    });
+    let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels.insert(
+        UID_LABEL.into(),
+        export.metadata.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    let a = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    a.remove(ADOPT_ANNOTATION);
+    a.insert(NAME_ANNOTATION.into(), export.name_any());
+    a.insert(
+        NAMESPACE_ANNOTATION.into(),
+        export.namespace().unwrap_or_default(),
+    );
+    a.insert(SPEC_HASH_ANNOTATION.into(), spec_hash.into());
+    a.insert(HASH_ANNOTATION.into(), sha256_hex(kubeconfig));
+    a.insert(
+        EXPIRATION_ANNOTATION.into(),
+        whole_seconds(expiration).to_string(),
+    );
+    a.insert(
+        LAST_ROTATION_ANNOTATION.into(),
+        whole_seconds(now).to_string(),
+    );
+    let st = export.status.clone().unwrap_or_default();
+    let data = secret.data.get_or_insert_with(BTreeMap::new);
+    // A changed key moves the kubeconfig rather than leaving a stale copy behind.
+    if let Some(old_key) = st.target_secret_key
+        && st.target_secret_ref.as_deref() == Some(export.spec.target_secret_ref.name.as_str())
+        && old_key != key
+        && existing.is_some_and(|s| is_owned(s, export))
+    {
+        data.remove(&old_key);
+    }
+    data.insert(key, ByteString(kubeconfig.to_vec()));
+    secret
+}
+
+/// Status builder starting from the stored status, so failures keep hash and times.
+struct Draft {
+    s: OmniKubeconfigExportStatus,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+}
+
+impl Draft {
+    fn new(e: &OmniKubeconfigExport, now: jiff::Timestamp) -> Self {
+        let mut s = e.status.clone().unwrap_or_default();
+        s.observed_generation = e.metadata.generation;
+        s.cluster_ref = Some(e.spec.cluster_ref.name.clone());
+        s.target_secret_ref = Some(e.spec.target_secret_ref.name.clone());
+        s.target_secret_namespace = Some(e.effective_target_namespace());
+        s.target_secret_key = Some(e.effective_target_key());
+        s.service_account_user = Some(e.spec.service_account.user.clone());
+        s.service_account_groups = e.spec.service_account.groups.clone();
+        Self {
+            s,
+            generation: e.metadata.generation,
+            now,
+        }
+    }
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+        set_condition(
+            &mut self.s.conditions,
+            Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
+        );
+    }
+    fn outcome(&mut self, ok: bool, reason: &str, message: &str) {
+        self.set(ct::EXPORTED, ok, reason, message);
+        self.set(ct::READY, ok, reason, message);
+    }
+}
+
+async fn write(ctx: &Context, e: &OmniKubeconfigExport, d: Draft) -> Result<(), Error> {
+    let namespace = e.namespace().unwrap_or_default();
+    let old = e.status.clone().unwrap_or_default().conditions;
+    if status::write(&ctx.api::<OmniKubeconfigExport>(&namespace), e, &d.s).await? {
+        ctx.condition_events(e, &old, &d.s.conditions).await;
+    }
+    let ready = find_condition(&d.s.conditions, ct::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniKubeconfigExport",
+        namespace: &namespace,
+        name: &e.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: false,
+    });
+    if let Some(exp) = d.s.expiration_time {
+        let left = exp.duration_since(ctx.clock.now()).as_secs_f64();
+        ctx.metrics
+            .set_kubeconfig_expiry(&namespace, &e.name_any(), left);
+    }
+    Ok(())
+}
+
+/// The target's namespace/name: status first when both are recorded, else spec.
+fn target_location(e: &OmniKubeconfigExport) -> (String, String) {
+    let st = e.status.clone().unwrap_or_default();
+    match (st.target_secret_namespace, st.target_secret_ref) {
+        (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => (ns, name),
+        _ => (
+            e.effective_target_namespace(),
+            e.spec.target_secret_ref.name.clone(),
+        ),
+    }
+}
+
+async fn delete_owned(
+    ctx: &Context,
+    e: &OmniKubeconfigExport,
+    ns: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let api = ctx.api::<Secret>(ns);
+    if let Some(s) = api.get_opt(name).await?
+        && is_owned(&s, e)
+    {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the stored kubeconfig is rejected outright by the workload API server.
+async fn probe_rejects(kubeconfig: &[u8]) -> bool {
+    let client = match crate::workload::client_from_kubeconfig(kubeconfig).await {
+        Ok(c) => c,
+        Err(_) => return true,
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+        Ok(Err(kube::Error::Api(s))) if s.code == 401 || s.code == 403 => true,
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "kubeconfig probe inconclusive; keeping the stored kubeconfig");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("kubeconfig probe timed out; keeping the stored kubeconfig");
+            false
+        }
+        Ok(Ok(_)) => false,
+    }
+}
+
+fn requeue(now: jiff::Timestamp, next: jiff::Timestamp) -> Action {
+    match requeue_after(now, next) {
+        Some(d) => Action::requeue(d),
+        None => Action::requeue(Duration::ZERO),
+    }
+}
+
+async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(e.as_ref(), &ctx, async {
+        let namespace = e.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniKubeconfigExport>(&namespace);
+        if e.metadata.deletion_timestamp.is_some() {
+            if !finalizer::has_finalizer(e.as_ref(), false) {
+                return Ok(Action::await_change());
+            }
+            if e.deletion_policy() == Some(DeletionPolicy::Delete) && !e.spec.target_secret_ref.name.is_empty() {
+                let (ns, name) = target_location(&e);
+                delete_owned(&ctx, &e, &ns, &name).await?;
+            }
+            finalizer::remove(&api, e.as_ref(), false).await?;
+            ctx.metrics.forget_resource("OmniKubeconfigExport", &namespace, &e.name_any());
+            return Ok(Action::await_change());
+        }
+        if !finalizer::has_finalizer(e.as_ref(), false) {
+            finalizer::add(&api, e.as_ref()).await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        let now = whole_seconds(ctx.clock.now());
+        let mut d = Draft::new(&e, now);
+        let (ttl, renew_before) = match (e.spec_problem(), e.ttl(), e.renew_before()) {
+            (None, Ok(ttl), Ok(rb)) => (ttl, rb),
+            (problem, ttl, rb) => {
+                let m = problem
+                    .or_else(|| ttl.err().map(|x| x.to_string()))
+                    .or_else(|| rb.err().map(|x| x.to_string()))
+                    .unwrap_or_else(|| "invalid spec".into());
+                d.outcome(false, reasons::VALIDATION_FAILED, &m);
+                write(&ctx, &e, d).await?;
+                return Ok(Action::await_change());
+            }
+        };
+        let cluster_ref = &e.spec.cluster_ref.name;
+        let Some(cluster) = ctx.api::<OmniCluster>(&namespace).get_opt(cluster_ref).await? else {
+            let m = format!("OmniCluster {cluster_ref:?} does not exist");
+            d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
+            d.outcome(false, reasons::MISSING_CLUSTER, &m);
+            write(&ctx, &e, d).await?;
+            return Ok(Action::requeue(RETRY));
+        };
+        let cluster_name = cluster.effective_cluster_name();
+        d.set(ct::ACCEPTED, true, reasons::ACCEPTED, &format!("attached to OmniCluster {cluster_ref:?}"));
+        d.s.cluster_name = Some(cluster_name.clone());
+        let conn_name = &cluster.spec.connection_ref.name;
+        let conn = match ctx.api::<OmniConnection>(&namespace).get_opt(conn_name).await {
+            Ok(Some(c)) => c,
+            other => {
+                let detail = match other {
+                    Err(err) => err.to_string(),
+                    _ => format!("omniconnections.omni.texashpc.com {conn_name:?} not found"),
+                };
+                d.outcome(false, reasons::MISSING_CONNECTION, &format!("failed to get OmniConnection {conn_name:?}: {detail}"));
+                write(&ctx, &e, d).await?;
+                return Ok(Action::requeue(RETRY));
+            }
+        };
+        d.s.connection_ref = Some(conn_name.clone());
+        d.s.endpoint = Some(conn.spec.endpoint.clone());
+        let spec_hash = e
+            .spec_hash(&cluster_name)
+            .map_err(|err| Error::Remote(err.to_string()))?;
+        let key = e.effective_target_key();
+
+        // Previous target under Delete (renamed or moved): remove it if ours.
+        let st = e.status.clone().unwrap_or_default();
+        if e.deletion_policy() == Some(DeletionPolicy::Delete)
+            && let Some(old_name) = st.target_secret_ref.as_deref().filter(|n| !n.is_empty())
+        {
+            let old_ns = st.target_secret_namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| namespace.clone());
+            if old_name != e.spec.target_secret_ref.name || old_ns != e.effective_target_namespace() {
+                delete_owned(&ctx, &e, &old_ns, old_name).await?;
+            }
+        }
+        let (target_ns, target_name) = (e.effective_target_namespace(), e.spec.target_secret_ref.name.clone());
+        let secrets = ctx.api::<Secret>(&target_ns);
+        let existing = secrets.get_opt(&target_name).await?;
+        if let Some(s) = &existing {
+            if !is_owned(s, &e) && s.annotations().get(ADOPT_ANNOTATION).map(String::as_str) != Some("true") {
+                let m = format!(
+                    "Secret \"{target_ns}/{target_name}\" exists and is not owned by this OmniKubeconfigExport; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the export take it over)"
+                );
+                d.outcome(false, REASON_TARGET_NOT_OWNED, &m);
+                write(&ctx, &e, d).await?;
+                return Ok(Action::await_change());
+            }
+            if let Some(stored) = reusable(s, &key, &spec_hash, renew_before, now) {
+                let bytes = s.data.as_ref().and_then(|m| m.get(&key)).map(|b| b.0.clone()).unwrap_or_default();
+                if !probe_rejects(&bytes).await {
+                    d.s.kubeconfig_hash = Some(stored.hash);
+                    d.s.expiration_time = Some(stored.expiration);
+                    d.s.last_rotation_time = stored.last_rotation;
+                    d.s.next_rotation_time = Some(stored.next_rotation);
+                    let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
+                    d.outcome(true, reasons::EXPORTED, &m);
+                    write(&ctx, &e, d).await?;
+                    return Ok(requeue(now, stored.next_rotation));
+                }
+            }
+        }
+
+        // Mint a new kubeconfig.
+        let failed = |d: &mut Draft, m: String| {
+            d.outcome(false, reasons::EXPORT_FAILED, &m);
+            m
+        };
+        let client = match ctx.omni.get(&conn).await {
+            Ok(c) => c,
+            Err(err) => {
+                let m = failed(&mut d, format!("failed to export kubeconfig: {err}"));
+                write(&ctx, &e, d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let ttl_std = ttl.to_std().unwrap_or(Duration::ZERO);
+        let sa = &e.spec.service_account;
+        let minted = match client.kubeconfig(&cluster_name, ttl_std, &sa.user, &sa.groups).await {
+            Ok(k) => {
+                ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Changed);
+                k
+            }
+            Err(err) => {
+                ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Error);
+                let m = failed(&mut d, format!("failed to export kubeconfig: {err}"));
+                write(&ctx, &e, d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let checked = std::str::from_utf8(&minted)
+            .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())
+            .and_then(|t| Kubeconfig::from_yaml(t).map_err(|err| format!("generated kubeconfig is invalid: {err}")))
+            .and_then(|_| match e.spec.context_namespace.as_deref().filter(|n| !n.is_empty()) {
+                Some(ns) => with_context_namespace(&minted, ns),
+                None => Ok(minted.clone()),
+            });
+        let kubeconfig = match checked {
+            Ok(k) => k,
+            Err(m) => {
+                let m = failed(&mut d, m);
+                write(&ctx, &e, d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let (expiration, next) = rotation_times(now, ttl, renew_before);
+        let secret = build_target(&e, existing.as_ref(), &cluster_name, &spec_hash, &kubeconfig, expiration, now);
+        let pp = PostParams::default();
+        let written = match &existing {
+            Some(_) => secrets.replace(&target_name, &pp, &secret).await,
+            None => secrets.create(&pp, &secret).await,
+        };
+        if let Err(err) = written {
+            let m = failed(&mut d, format!("write Secret \"{target_ns}/{target_name}\": {err}"));
+            write(&ctx, &e, d).await?;
+            return Err(Error::Remote(m));
+        }
+        d.s.kubeconfig_hash = Some(sha256_hex(&kubeconfig));
+        d.s.expiration_time = Some(expiration);
+        d.s.last_rotation_time = Some(now);
+        d.s.next_rotation_time = Some(next);
+        let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
+        d.outcome(true, reasons::EXPORTED, &m);
+        write(&ctx, &e, d).await?;
+        Ok(requeue(now, next))
+    })
+    .await
+}
+
+/// Runs the OmniKubeconfigExport controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new(
+        ctx.watch_api::<OmniKubeconfigExport>(),
+        watcher::Config::default(),
+    );
+    let by_cluster = controller.store();
+    let by_conn = controller.store();
+    let clusters: Api<OmniCluster> = ctx.watch_api();
+    let cluster_store = {
+        let (reader, writer) = kube::runtime::reflector::store::<OmniCluster>();
+        let stream =
+            kube::runtime::reflector(writer, watcher(clusters, watcher::Config::default()));
+        tokio::spawn(stream.for_each(|_| async {}));
+        reader
+    };
+    controller
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            move |c: OmniCluster| {
+                let (name, ns) = (c.name_any(), c.namespace());
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|x| x.spec.cluster_ref.name == name && x.namespace() == ns)
+                    .map(|x| ObjectRef::from_obj(x.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            ctx.watch_api::<OmniConnection>(),
+            watcher::Config::default(),
+            move |conn: OmniConnection| {
+                let (name, ns) = (conn.name_any(), conn.namespace());
+                let cluster_names: Vec<String> = cluster_store
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
+                    .map(|c| c.name_any())
+                    .collect();
+                by_conn
+                    .state()
+                    .into_iter()
+                    .filter(|x| {
+                        x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
+                    })
+                    .map(|x| ObjectRef::from_obj(x.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // Editing or deleting the target re-exports it.
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            |s: Secret| {
+                let a = s.annotations();
+                let name = a.get(NAME_ANNOTATION)?.clone();
+                let ns = a
+                    .get(NAMESPACE_ANNOTATION)
+                    .cloned()
+                    .or_else(|| s.namespace())
+                    .unwrap_or_default();
+                Some(ObjectRef::<OmniKubeconfigExport>::new(&name).within(&ns))
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy::<OmniKubeconfigExport>, ctx)
+        .for_each(|r| async move { log_outcome("OmniKubeconfigExport", r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(s)
+    }
+
+    #[test]
+    fn rotation_maths() {
+        let h = 3600;
+        let (exp, next) = rotation_times(
+            at(0),
+            GoDuration::from_secs(24 * h),
+            Some(GoDuration::from_secs(4 * h)),
+        );
+        assert_eq!(exp, at(24 * h));
+        assert_eq!(next, at(20 * h));
+        assert_eq!(
+            requeue_after(at(0), next),
+            Some(Duration::from_secs(20 * 3600))
+        );
+        let (_, no_renew) = rotation_times(at(0), GoDuration::from_secs(h), None);
+        assert_eq!(no_renew, at(h));
+        assert!(rotation_due(at(20 * h), next));
+        assert!(!rotation_due(at(20 * h - 1), next));
+        assert_eq!(requeue_after(at(20 * h), next), None);
+    }
+
+    #[test]
+    fn stored_kubeconfig_reuse_rules() {
+        let kc = b"apiVersion: v1\nkind: Config\n".to_vec();
+        let mut s = Secret {
+            data: Some(BTreeMap::from([(
+                "kubeconfig".to_string(),
+                ByteString(kc.clone()),
+            )])),
+            ..Secret::default()
+        };
+        s.metadata.annotations = Some(BTreeMap::from([
+            (SPEC_HASH_ANNOTATION.to_string(), "spec".to_string()),
+            (HASH_ANNOTATION.to_string(), sha256_hex(&kc)),
+            (EXPIRATION_ANNOTATION.to_string(), at(100).to_string()),
+        ]));
+        let rb = Some(GoDuration::from_secs(20));
+        let stored = reusable(&s, "kubeconfig", "spec", rb, at(10));
+        assert_eq!(stored.map(|x| x.next_rotation), Some(at(80)));
+        assert_eq!(
+            reusable(&s, "kubeconfig", "spec", rb, at(80)),
+            None,
+            "due at the boundary"
+        );
+        assert_eq!(
+            reusable(&s, "kubeconfig", "other", rb, at(10)),
+            None,
+            "spec changed"
+        );
+        assert_eq!(
+            reusable(&s, "other", "spec", rb, at(10)),
+            None,
+            "key missing"
+        );
+    }
+
+    #[test]
+    fn context_namespace_is_set_on_the_current_context() {
+        let kc = "apiVersion: v1\nkind: Config\ncurrent-context: a\ncontexts:\n- name: a\n  context:\n    cluster: c\n    user: u\nclusters: []\nusers: []\n";
+        let out = with_context_namespace(kc.as_bytes(), "team").unwrap_or_else(|e| panic!("{e}"));
+        let parsed =
+            Kubeconfig::from_yaml(&String::from_utf8_lossy(&out)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            parsed.contexts[0]
+                .context
+                .as_ref()
+                .and_then(|c| c.namespace.clone()),
+            Some("team".to_string())
+        );
+        let missing = "apiVersion: v1\nkind: Config\ncurrent-context: zz\ncontexts: []\n";
+        assert_eq!(
+            with_context_namespace(missing.as_bytes(), "team"),
+            Err(r#"generated kubeconfig current context "zz" was not found"#.to_string())
+        );
+    }
+}
