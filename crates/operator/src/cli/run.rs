@@ -23,6 +23,9 @@ use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
 use crate::webhook::{self, WebhookConfig};
 
+/// How long controllers may take to finish in-flight reconciles on shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Arguments of `omni-operator run` (the Helm chart passes exactly these).
@@ -426,7 +429,16 @@ async fn lead_and_reconcile(
     };
     ready.store(false, Ordering::SeqCst);
     let _ = ctl_tx.send(true);
-    while controllers.join_next().await.is_some() {}
+    // In-flight reconciles get a grace period; a controller still waiting on its watches
+    // after that is aborted so shutdown (and Lease release) is never held up.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while controllers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        controllers.abort_all();
+        while controllers.join_next().await.is_some() {}
+    }
     if let Some(elector) = &elector
         && let Err(e) = elector.release().await
     {

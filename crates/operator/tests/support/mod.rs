@@ -1,0 +1,61 @@
+//! Shared setup of the controller system tests: free loopback ports, a tiny HTTP GET, and a
+//! Kubernetes client that points at a closed port (for tests of the process shell that must
+//! not depend on an API server).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A loopback address whose port was free a moment ago.
+pub fn free_addr() -> SocketAddr {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("addr: {e}"))
+}
+
+/// GET `path` from `addr`; `(status code, body)`, or `None` while nothing listens.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.ok()?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// Polls `path` until it answers with `code` (generous deadline: the machine is loaded).
+pub async fn wait_for_status(addr: SocketAddr, path: &str, code: u16) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some((c, body)) = http_get(addr, path).await
+            && c == code
+        {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} on {addr} never answered {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client of an API server that does not exist (connections are refused).
+pub fn unreachable_client() -> kube::Client {
+    let port = free_addr().port();
+    let uri: http::Uri = format!("http://127.0.0.1:{port}")
+        .parse()
+        .unwrap_or_else(|e| panic!("uri: {e}"));
+    kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"))
+}
