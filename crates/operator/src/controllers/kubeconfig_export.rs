@@ -435,7 +435,9 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
                 );
                 d.outcome(false, REASON_TARGET_NOT_OWNED, &m);
                 write(&ctx, &e, d).await?;
-                return Ok(Action::await_change());
+                // The unowned Secret lacks our annotations, so its edits do not map back here:
+                // poll so an adoption annotation is noticed.
+                return Ok(Action::requeue(RETRY));
             }
             if let Some(stored) = reusable(s, &key, &spec_hash, renew_before, now) {
                 let bytes = s.data.as_ref().and_then(|m| m.get(&key)).map(|b| b.0.clone()).unwrap_or_default();

@@ -458,6 +458,9 @@ async fn finish(
 ) -> Result<Action, Error> {
     let next = match &outcome {
         Ok(_) => Ok(Action::requeue(RESYNC)),
+        // An unowned target lives in the workload cluster, which is not watched: poll so an
+        // adoption annotation is noticed.
+        Err(f) if f.reason == REASON_TARGET_NOT_OWNED => Ok(Action::requeue(RETRY)),
         Err(f) if !f.retry => Ok(Action::await_change()),
         Err(f) if f.reason == reasons::SYNC_FAILED => Err(Error::Remote(f.message.clone())),
         Err(_) => Ok(Action::requeue(RETRY)),
