@@ -9,13 +9,15 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Context, Error, error_policy, instrumented, log_outcome, status};
+use super::{
+    Context, Error, api_resource, decoded, error_policy_dyn, instrumented, log_outcome,
+    reconcile_decoded, status,
+};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
@@ -175,7 +177,11 @@ pub async fn run<K: Child>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let controller = Controller::new(ctx.watch_api::<K>(), watcher::Config::default());
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<K>(),
+        watcher::Config::default(),
+        api_resource::<K>(),
+    );
     let store = controller.store();
     let kind: &'static str = match K::kind(&()).as_ref() {
         "OmniControlPlane" => "OmniControlPlane",
@@ -189,16 +195,19 @@ pub async fn run<K: Child>(
             move |cluster: OmniCluster| {
                 let name = cluster.name_any();
                 let namespace = cluster.namespace();
-                store
-                    .state()
+                decoded::<K>(&store)
                     .into_iter()
-                    .filter(|c| c.cluster_ref() == name && c.namespace() == namespace)
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .filter(|(c, _)| c.cluster_ref() == name && c.namespace() == namespace)
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile::<K>),
+            error_policy_dyn,
+            ctx,
+        )
         .for_each(|r| async move { log_outcome(kind, r) })
         .await;
 }

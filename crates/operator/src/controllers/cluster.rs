@@ -18,7 +18,10 @@ use kube::runtime::{Controller, watcher};
 use omni_client::template::{DeleteProgress, apply, delete_cluster, plan_sync, status_cluster};
 
 use super::connection::status_str;
-use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use super::{
+    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
+    log_outcome, reconcile_decoded, status,
+};
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
     Condition, ConditionStatus, condition_types as ct, find_condition, reasons, set_condition,
@@ -26,6 +29,7 @@ use crate::api::common::{
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 use crate::metrics::{ResourceInfo, RpcOutcome};
 use crate::render::{self, Rendered};
+use kube::api::DynamicObject;
 
 /// Longest Omni output kept in status.
 pub const MAX_OUTPUT: usize = 4096;
@@ -389,19 +393,17 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
     .await
 }
 
-fn same_ns_cluster(namespace: Option<String>, name: &str) -> Option<ObjectRef<OmniCluster>> {
-    (!name.is_empty()).then(|| {
-        let r = ObjectRef::<OmniCluster>::new(name);
-        match namespace {
-            Some(ns) => r.within(&ns),
-            None => r,
-        }
-    })
+fn same_ns_cluster(namespace: Option<String>, name: &str) -> Option<ObjectRef<DynamicObject>> {
+    (!name.is_empty()).then(|| dyn_ref::<OmniCluster>(name, namespace.as_deref()))
 }
 
 /// Runs the OmniCluster controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(ctx.watch_api::<OmniCluster>(), watcher::Config::default());
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<OmniCluster>(),
+        watcher::Config::default(),
+        api_resource::<OmniCluster>(),
+    );
     let clusters = controller.store();
     let wc = watcher::Config::default;
     controller
@@ -411,11 +413,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             move |conn: OmniConnection| {
                 let name = conn.name_any();
                 let namespace = conn.namespace();
-                clusters
-                    .state()
+                decoded::<OmniCluster>(&clusters)
                     .into_iter()
-                    .filter(|c| c.spec.connection_ref.name == name && c.namespace() == namespace)
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .filter(|(c, _)| {
+                        c.spec.connection_ref.name == name && c.namespace() == namespace
+                    })
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
@@ -431,7 +434,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name)
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy::<OmniCluster>, ctx)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
         .for_each(|r| async move { log_outcome("OmniCluster", r) })
         .await;
 }

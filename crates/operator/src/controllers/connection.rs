@@ -10,10 +10,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 
-use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use super::{
+    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
+    log_outcome, reconcile_decoded, status,
+};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
@@ -242,9 +244,10 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniConnection controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(
-        ctx.watch_api::<OmniConnection>(),
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<OmniConnection>(),
         watcher::Config::default(),
+        api_resource::<OmniConnection>(),
     );
     let by_secret = controller.store();
     controller
@@ -254,9 +257,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             |cluster: OmniCluster| {
                 let name = cluster.spec.connection_ref.name.clone();
-                let namespace = cluster.namespace().unwrap_or_default();
-                (!name.is_empty())
-                    .then(|| ObjectRef::<OmniConnection>::new(&name).within(&namespace))
+                let namespace = cluster.namespace();
+                (!name.is_empty()).then(|| dyn_ref::<OmniConnection>(&name, namespace.as_deref()))
             },
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.
@@ -266,19 +268,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             move |secret: Secret| {
                 let name = secret.name_any();
                 let namespace = secret.namespace();
-                by_secret
-                    .state()
+                decoded::<OmniConnection>(&by_secret)
                     .into_iter()
-                    .filter(|c| {
+                    .filter(|(c, _)| {
                         c.spec.auth.service_account_secret_ref.name == name
                             && c.namespace() == namespace
                     })
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy::<OmniConnection>, ctx)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
         .for_each(|r| async move { log_outcome("OmniConnection", r) })
         .await;
 }

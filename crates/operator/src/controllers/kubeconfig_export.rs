@@ -16,14 +16,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::config::Kubeconfig;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
-use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use super::{
+    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
+    log_outcome, reconcile_decoded, status,
+};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -522,9 +524,10 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
 
 /// Runs the OmniKubeconfigExport controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(
-        ctx.watch_api::<OmniKubeconfigExport>(),
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<OmniKubeconfigExport>(),
         watcher::Config::default(),
+        api_resource::<OmniKubeconfigExport>(),
     );
     let by_cluster = controller.store();
     let by_conn = controller.store();
@@ -542,11 +545,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |c: OmniCluster| {
                 let (name, ns) = (c.name_any(), c.namespace());
-                by_cluster
-                    .state()
+                decoded::<OmniKubeconfigExport>(&by_cluster)
                     .into_iter()
-                    .filter(|x| x.spec.cluster_ref.name == name && x.namespace() == ns)
-                    .map(|x| ObjectRef::from_obj(x.as_ref()))
+                    .filter(|(x, _)| x.spec.cluster_ref.name == name && x.namespace() == ns)
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
@@ -561,13 +563,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
                     .map(|c| c.name_any())
                     .collect();
-                by_conn
-                    .state()
+                decoded::<OmniKubeconfigExport>(&by_conn)
                     .into_iter()
-                    .filter(|x| {
+                    .filter(|(x, _)| {
                         x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
                     })
-                    .map(|x| ObjectRef::from_obj(x.as_ref()))
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
@@ -583,11 +584,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .cloned()
                     .or_else(|| s.namespace())
                     .unwrap_or_default();
-                Some(ObjectRef::<OmniKubeconfigExport>::new(&name).within(&ns))
+                Some(dyn_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy::<OmniKubeconfigExport>, ctx)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
         .for_each(|r| async move { log_outcome("OmniKubeconfigExport", r) })
         .await;
 }

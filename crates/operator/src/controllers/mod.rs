@@ -6,9 +6,10 @@
 //! the error type and its backoff policy, the status writer and the Event publisher. A new kind
 //! plugs in as one submodule exposing `async fn run(ctx, shutdown)`.
 //!
-//! Objects are watched as their typed kinds. An object that does not decode (possible only when
-//! stored data bypassed the CRD schema) makes kube-rs' watcher report an error and back off; it is
-//! logged and never hot-loops. See `docs/decisions.md`.
+//! Each kind's own objects are watched as `DynamicObject`s and decoded per reconcile
+//! ([`reconcile_decoded`]): one object with bad stored data (it bypassed the CRD schema) then gets
+//! a `Ready=False` reason `InvalidObject` condition and an Event, is not retried until it changes,
+//! and cannot stall the watch of every other object of its kind. See `docs/decisions.md`.
 
 pub mod children;
 pub mod cluster;
@@ -26,10 +27,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use rand::Rng;
+use serde::de::DeserializeOwned;
 
 use crate::api::common::{Condition, ConditionStatus};
 use crate::metrics::Metrics;
@@ -145,12 +149,33 @@ impl Context {
         }
     }
 
+    /// A `DynamicObject` API handle for kind `K` covering the operator's scope, for the
+    /// decode-tolerant watch of each controller's own kind.
+    pub fn dynamic_watch_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
+        let ar = ApiResource::erase::<K>(&());
+        match &self.scope {
+            Scope::Namespace(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            Scope::All => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
     /// Publishes an Event about `obj`. Failures are logged, never fatal: Events are advisory.
     pub async fn event<K>(&self, obj: &K, type_: EventType, reason: &str, note: String)
     where
         K: Resource<DynamicType = ()>,
     {
-        let reference: ObjectReference = obj.object_ref(&());
+        self.event_for(obj.object_ref(&()), type_, reason, note)
+            .await;
+    }
+
+    /// Publishes an Event about the object `reference`.
+    pub async fn event_for(
+        &self,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let mut note = note;
         // The Events API caps notes at 1 KiB; cut on a character boundary.
         if note.len() > 1000 {
@@ -240,6 +265,129 @@ pub enum Error {
     Remote(String),
 }
 
+/// Condition reason for an object whose stored data does not decode as its kind.
+pub const REASON_INVALID_OBJECT: &str = "InvalidObject";
+
+/// The API resource of kind `K` (the dynamic type of its `DynamicObject` watch).
+pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// Decodes a watched `DynamicObject` as kind `K`.
+pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, serde_json::Error> {
+    serde_json::from_value(serde_json::to_value(obj)?)
+}
+
+/// The typed objects of a `DynamicObject` store (undecodable ones are skipped), for mappers.
+pub fn decoded<K: Resource<DynamicType = ()> + DeserializeOwned>(
+    store: &kube::runtime::reflector::Store<DynamicObject>,
+) -> Vec<(K, ObjectRef<DynamicObject>)> {
+    let ar = api_resource::<K>();
+    store
+        .state()
+        .into_iter()
+        .filter_map(|o| {
+            let k = decode::<K>(&o).ok()?;
+            Some((k, ObjectRef::from_obj_with(o.as_ref(), ar.clone())))
+        })
+        .collect()
+}
+
+/// A reference to the object `name` in `namespace` of kind `K`, for mappers.
+pub fn dyn_ref<K: Resource<DynamicType = ()>>(
+    name: &str,
+    namespace: Option<&str>,
+) -> ObjectRef<DynamicObject> {
+    let r = ObjectRef::new_with(name, api_resource::<K>());
+    match namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    }
+}
+
+/// Pure: the conditions of an undecodable object (raw `status.conditions` if readable, with
+/// `Ready=False` reason `InvalidObject` upserted). `None` when nothing would change.
+pub fn invalid_object_conditions(
+    raw_status: Option<&serde_json::Value>,
+    message: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Option<Vec<Condition>> {
+    let mut conditions: Vec<Condition> = raw_status
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let changed = crate::api::common::set_condition(
+        &mut conditions,
+        Condition::new(
+            "Ready",
+            ConditionStatus::False,
+            REASON_INVALID_OBJECT,
+            message,
+            generation,
+            now,
+        ),
+    );
+    changed.then_some(conditions)
+}
+
+/// Decodes `obj` as `K` and runs `inner`; an undecodable object gets a condition and an Event
+/// instead and is left alone until it changes.
+pub async fn reconcile_decoded<K, F, Fut>(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+    inner: F,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    let err = match decode::<K>(&obj) {
+        Ok(k) => return inner(Arc::new(k), ctx).await,
+        Err(e) => e,
+    };
+    let kind = K::kind(&());
+    let name = obj.name_any();
+    let namespace = obj.namespace().unwrap_or_default();
+    let message = format!("stored {kind} cannot be decoded: {err}; fix or delete the object");
+    tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %err, "undecodable object");
+    let status = obj.data.get("status");
+    if let Some(conditions) =
+        invalid_object_conditions(status, &message, obj.metadata.generation, ctx.clock.now())
+    {
+        let ar = api_resource::<K>();
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ar);
+        let patch = serde_json::json!({"status": {"conditions": conditions}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        ctx.event_for(
+            obj.object_ref(&ar),
+            EventType::Warning,
+            REASON_INVALID_OBJECT,
+            format!("Ready=False: {message}"),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
+/// [`error_policy`] for the `DynamicObject` watches.
+pub fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "{}/{}/{}",
+        obj.types
+            .as_ref()
+            .map(|t| t.kind.as_str())
+            .unwrap_or_default(),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    );
+    let delay = ctx.backoff(&key);
+    tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
 /// The key an object's backoff is tracked under.
 pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(
@@ -290,6 +438,40 @@ pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &'static str, result: R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn undecodable_object_gets_invalid_object_condition_once() {
+        let raw: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "bad", "namespace": "ns", "generation": 2},
+            "spec": {"connectionRef": {"name": "omni"}, "kubernetes": {"version": 7}},
+            "status": {"conditions": [{
+                "type": "Synced", "status": "True", "reason": "Synced", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(decode::<crate::api::OmniCluster>(&raw).is_err());
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let conditions = invalid_object_conditions(raw.data.get("status"), "bad", Some(2), now)
+            .unwrap_or_else(|| panic!("a first report must change the conditions"));
+        let ready = conditions.iter().find(|c| c.type_ == "Ready");
+        assert_eq!(
+            ready.map(|c| c.reason.as_str()),
+            Some(REASON_INVALID_OBJECT)
+        );
+        assert!(
+            conditions.iter().any(|c| c.type_ == "Synced"),
+            "other conditions are kept"
+        );
+        let stored = serde_json::json!({ "conditions": conditions });
+        assert_eq!(
+            invalid_object_conditions(Some(&stored), "bad", Some(2), now),
+            None,
+            "a second reconcile of the same bad object writes nothing"
+        );
+    }
 
     #[test]
     fn backoff_grows_exponentially_and_caps() {

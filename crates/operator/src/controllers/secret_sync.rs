@@ -15,13 +15,15 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
-use super::{Context, Error, error_policy, finalizer, instrumented, log_outcome, status};
+use super::{
+    Context, Error, api_resource, decoded, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, status,
+};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -581,9 +583,10 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniSecretSync controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(
-        ctx.watch_api::<OmniSecretSync>(),
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<OmniSecretSync>(),
         watcher::Config::default(),
+        api_resource::<OmniSecretSync>(),
     );
     let by_cluster = controller.store();
     let by_secret = controller.store();
@@ -593,11 +596,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |c: OmniCluster| {
                 let (name, ns) = (c.name_any(), c.namespace());
-                by_cluster
-                    .state()
+                decoded::<OmniSecretSync>(&by_cluster)
                     .into_iter()
-                    .filter(|s| s.spec.cluster_ref.name == name && s.namespace() == ns)
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .filter(|(s, _)| s.spec.cluster_ref.name == name && s.namespace() == ns)
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
@@ -606,20 +608,23 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |secret: Secret| {
                 let (name, ns) = (secret.name_any(), secret.namespace());
-                by_secret
-                    .state()
+                decoded::<OmniSecretSync>(&by_secret)
                     .into_iter()
-                    .filter(|s| {
+                    .filter(|(s, _)| {
                         s.namespace() == ns
                             && (s.spec.source_secret_ref.name == name
                                 || s.spec.kubeconfig_secret_ref.name == name)
                     })
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .map(|(_, r)| r)
                     .collect::<Vec<_>>()
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy::<OmniSecretSync>, ctx)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
         .for_each(|r| async move { log_outcome("OmniSecretSync", r) })
         .await;
 }
