@@ -202,7 +202,6 @@ impl OmniClients {
     /// the Secret, endpoint or TLS flag changed.
     pub async fn get(&self, conn: &OmniConnection) -> Result<OmniClient, ConnectionError> {
         let namespace = conn.metadata.namespace.clone().unwrap_or_default();
-        let conn_name = conn.metadata.name.clone().unwrap_or_default();
         let r = &conn.spec.auth.service_account_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
         let secret = match secrets.get_opt(&r.name).await {
@@ -220,7 +219,20 @@ impl OmniClients {
                 });
             }
         };
-        let key = key_from_secret(&namespace, &r.name, &r.key, &secret)?;
+        self.client_for_secret(conn, &secret)
+    }
+
+    /// The client for `conn` given its (already read) Secret: reused while the Secret's
+    /// resourceVersion, the key name, the endpoint and the TLS flag are unchanged.
+    pub fn client_for_secret(
+        &self,
+        conn: &OmniConnection,
+        secret: &Secret,
+    ) -> Result<OmniClient, ConnectionError> {
+        let namespace = conn.metadata.namespace.clone().unwrap_or_default();
+        let conn_name = conn.metadata.name.clone().unwrap_or_default();
+        let r = &conn.spec.auth.service_account_secret_ref;
+        let key = key_from_secret(&namespace, &r.name, &r.key, secret)?;
         let fingerprint = Fingerprint {
             resource_version: secret.metadata.resource_version.clone().unwrap_or_default(),
             key: r.key.clone(),
