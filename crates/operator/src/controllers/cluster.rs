@@ -393,8 +393,49 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
     .await
 }
 
-fn same_ns_cluster(namespace: Option<String>, name: &str) -> Option<ObjectRef<DynamicObject>> {
-    (!name.is_empty()).then(|| dyn_ref::<OmniCluster>(name, namespace.as_deref()))
+/// Which child list of a cluster's status a child kind appears in.
+#[derive(Clone, Copy)]
+enum ChildKind {
+    ControlPlane,
+    Workers,
+    Machine,
+}
+
+/// Pure: whether `status` lists the child `name` of `kind` (so it was rendered from it).
+fn lists_child(status: &OmniClusterStatus, kind: ChildKind, name: &str) -> bool {
+    match kind {
+        ChildKind::ControlPlane => status.control_plane_ref.as_deref() == Some(name),
+        ChildKind::Workers => status.workers_refs.iter().any(|w| w == name),
+        ChildKind::Machine => status.machine_refs.iter().any(|m| m == name),
+    }
+}
+
+/// Clusters to re-render after a change to a child: the one it references now and any that
+/// rendered it before. Watches only see the new object, so a child moved to another cluster
+/// would otherwise linger in its old cluster's template until the next resync.
+fn child_targets(
+    clusters: &kube::runtime::reflector::Store<DynamicObject>,
+    namespace: Option<String>,
+    cluster_ref: &str,
+    child: &str,
+    kind: ChildKind,
+) -> Vec<ObjectRef<DynamicObject>> {
+    let mut out: Vec<ObjectRef<DynamicObject>> = Vec::new();
+    if !cluster_ref.is_empty() {
+        out.push(dyn_ref::<OmniCluster>(cluster_ref, namespace.as_deref()));
+    }
+    for (cluster, r) in decoded::<OmniCluster>(clusters) {
+        if cluster.namespace() == namespace
+            && cluster.name_any() != cluster_ref
+            && cluster
+                .status
+                .as_ref()
+                .is_some_and(|s| lists_child(s, kind, child))
+        {
+            out.push(r);
+        }
+    }
+    out
 }
 
 /// Runs the OmniCluster controller until `shutdown` completes.
@@ -405,6 +446,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         api_resource::<OmniCluster>(),
     );
     let clusters = controller.store();
+    let (by_cp, by_workers, by_machine) = (clusters.clone(), clusters.clone(), clusters.clone());
     let wc = watcher::Config::default;
     controller
         .watches(
@@ -425,14 +467,45 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .watches(
             ctx.watch_api::<OmniControlPlane>(),
             wc(),
-            |c: OmniControlPlane| same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name),
+            move |c: OmniControlPlane| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_cp,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::ControlPlane,
+                )
+            },
         )
-        .watches(ctx.watch_api::<OmniWorkers>(), wc(), |c: OmniWorkers| {
-            same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name)
-        })
-        .watches(ctx.watch_api::<OmniMachine>(), wc(), |c: OmniMachine| {
-            same_ns_cluster(c.namespace(), &c.spec.cluster_ref.name)
-        })
+        .watches(
+            ctx.watch_api::<OmniWorkers>(),
+            wc(),
+            move |c: OmniWorkers| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_workers,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::Workers,
+                )
+            },
+        )
+        .watches(
+            ctx.watch_api::<OmniMachine>(),
+            wc(),
+            move |c: OmniMachine| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_machine,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::Machine,
+                )
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(
             |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
@@ -446,6 +519,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previous_cluster_is_found_from_rendered_refs() {
+        let status = OmniClusterStatus {
+            control_plane_ref: Some("cp".into()),
+            workers_refs: vec!["w1".into(), "w2".into()],
+            machine_refs: vec!["m".into()],
+            ..OmniClusterStatus::default()
+        };
+        assert!(lists_child(&status, ChildKind::ControlPlane, "cp"));
+        assert!(lists_child(&status, ChildKind::Workers, "w2"));
+        assert!(lists_child(&status, ChildKind::Machine, "m"));
+        assert!(!lists_child(&status, ChildKind::Workers, "cp"));
+        assert!(!lists_child(&status, ChildKind::Machine, "w1"));
+    }
 
     #[test]
     fn output_is_trimmed_and_cut_on_a_character_boundary() {
