@@ -149,3 +149,67 @@ impl WorkloadClients {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::http::HeaderMap;
+    use axum::routing::get;
+
+    #[tokio::test]
+    async fn kubeconfig_bytes_become_a_client_that_sends_its_token() {
+        let seen: Arc<Mutex<Option<String>>> = Arc::default();
+        let recorder = seen.clone();
+        let router = Router::new().route(
+            "/version",
+            get(move |headers: HeaderMap| {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                if let Ok(mut slot) = recorder.lock() {
+                    *slot = auth;
+                }
+                async {
+                    axum::Json(serde_json::json!({
+                        "major": "1", "minor": "35", "gitVersion": "v1.35.0", "gitCommit": "",
+                        "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "",
+                        "platform": "linux/amd64"
+                    }))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: workload-token\n"
+        );
+        let client = client_from_kubeconfig(kubeconfig.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let version = client
+            .apiserver_version()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(version.git_version, "v1.35.0");
+        let auth = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert_eq!(auth.as_deref(), Some("Bearer workload-token"));
+    }
+
+    #[tokio::test]
+    async fn unusable_kubeconfig_is_an_error_without_its_content() {
+        let err = client_from_kubeconfig(
+            b"users: [{name: u, user: {token: s3cr3t}}]\ncurrent-context: missing\n",
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a kubeconfig without its context must not load"));
+        assert!(!err.contains("s3cr3t"), "{err}");
+    }
+}
