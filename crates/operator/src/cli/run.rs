@@ -31,8 +31,10 @@ const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/n
 /// Arguments of `omni-operator run` (the Helm chart passes exactly these).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Namespace to watch (defaults to the pod's namespace).
-    #[arg(long, env = "POD_NAMESPACE", conflicts_with = "all_namespaces")]
+    /// Namespace to watch (defaults to the pod's namespace). With `--all-namespaces` it only
+    /// names the operator's own namespace (the default Lease namespace); the chart always sets
+    /// `POD_NAMESPACE`, so the two must not conflict.
+    #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
     /// Watch every namespace (needs cluster-wide RBAC).
     #[arg(long)]
@@ -180,7 +182,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         let ns = match (&args.leader_election_namespace, &scope) {
             (Some(ns), _) => ns.clone(),
             (None, Scope::Namespace(ns)) => ns.clone(),
-            (None, Scope::All) => resolve_namespace(None)
+            (None, Scope::All) => resolve_namespace(args.namespace.as_deref())
                 .context("--leader-election-namespace is needed with --all-namespaces")?,
         };
         Some(LeaderConfig::new(ns))
@@ -484,7 +486,17 @@ mod tests {
     }
 
     #[test]
-    fn namespace_and_all_namespaces_conflict() {
-        assert!(Cli::try_parse_from(["run", "--namespace", "a", "--all-namespaces"]).is_err());
+    fn all_namespaces_wins_over_the_pod_namespace_which_then_holds_the_lease() {
+        let cli = Cli::try_parse_from([
+            "run",
+            "--namespace",
+            "omni",
+            "--all-namespaces",
+            "--leader-elect",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.scope, Scope::All);
+        assert_eq!(config.leader.map(|l| l.namespace), Some("omni".to_string()));
     }
 }
