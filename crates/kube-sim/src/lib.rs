@@ -1,6 +1,9 @@
-//! Placeholder crate root; filled in by its issue.
-pub mod tls;
-pub mod kubeconfig;
-pub mod rbac;
+//! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
 pub mod admission;
 pub mod auth;
+pub mod error;
+pub mod kubeconfig;
+pub mod rbac;
+pub mod request;
+pub mod store;
+pub mod tls;
