@@ -5,5 +5,6 @@ pub mod error;
 pub mod kubeconfig;
 pub mod rbac;
 pub mod request;
+pub mod server;
 pub mod store;
 pub mod tls;

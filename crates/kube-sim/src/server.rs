@@ -1,0 +1,613 @@
+//! The HTTP API server: discovery, and get/list/watch/create/update/
+//! merge-patch/delete over the [`Store`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
+use crate::store::{Preconditions, ResourceType, Store};
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listen address could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// Requested address.
+        addr: SocketAddr,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// Configures a [`KubeSim`] before starting it.
+pub struct KubeSimBuilder {
+    addr: SocketAddr,
+    history: usize,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+}
+
+/// Entry point: `KubeSim::builder().start().await`.
+pub struct KubeSim;
+
+impl KubeSim {
+    /// A builder listening on `127.0.0.1:0` with a 1000-event watch history.
+    pub fn builder() -> KubeSimBuilder {
+        KubeSimBuilder {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history: 1000,
+            authenticator: None,
+            authorizer: None,
+        }
+    }
+}
+
+/// A running server.
+pub struct RunningKubeSim {
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// The server task.
+    pub handle: tokio::task::JoinHandle<()>,
+    store: Store,
+}
+
+impl RunningKubeSim {
+    /// The backing store (read or seed objects directly).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Serves an extra resource type.
+    pub fn register(&self, t: ResourceType) {
+        self.store.register(t);
+    }
+
+    /// Stops the server.
+    pub fn shutdown(self) {
+        self.handle.abort();
+    }
+}
+
+struct AppState {
+    store: Store,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+}
+
+impl KubeSimBuilder {
+    /// Listen address (default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Number of events kept for watch resumption.
+    pub fn watch_history(mut self, n: usize) -> Self {
+        self.history = n;
+        self
+    }
+
+    /// Authenticator; without one every caller is `system:admin`.
+    pub fn authenticator(mut self, a: Arc<dyn Authenticator>) -> Self {
+        self.authenticator = Some(a);
+        self
+    }
+
+    /// Authorizer; without one everything is allowed.
+    pub fn authorizer(mut self, a: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Some(a);
+        self
+    }
+
+    /// Binds and serves plain HTTP.
+    pub async fn start(self) -> Result<RunningKubeSim, StartError> {
+        let store = Store::new(self.history);
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: self.addr,
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: self.addr,
+            source,
+        })?;
+        let state = Arc::new(AppState {
+            store: store.clone(),
+            authenticator: self.authenticator,
+            authorizer: self.authorizer,
+        });
+        let app = axum::Router::new().fallback(handle).with_state(state);
+        let handle = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "kube-sim server stopped");
+            }
+        });
+        Ok(RunningKubeSim {
+            base_url: format!("http://{local}"),
+            handle,
+            store,
+        })
+    }
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn err_response(e: &ApiError) -> Response {
+    json_response(e.code, &e.to_status())
+}
+
+/// A parsed resource path.
+struct Target {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn parse_path(path: &str) -> Option<Target> {
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, mut rest) = match parts.as_slice() {
+        ["api", v, rest @ ..] => (String::new(), v.to_string(), rest.to_vec()),
+        ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest.to_vec()),
+        _ => return None,
+    };
+    let mut namespace = None;
+    if rest.len() >= 3 && rest[0] == "namespaces" && !matches!(rest[2], "status" | "finalize") {
+        namespace = Some(rest[1].to_string());
+        rest = rest[2..].to_vec();
+    }
+    let resource = rest.first()?.to_string();
+    Some(Target {
+        group,
+        version,
+        namespace,
+        resource,
+        name: rest.get(1).map(|s| s.to_string()),
+        subresource: rest.get(2).map(|s| s.to_string()),
+    })
+}
+
+async fn handle(
+    State(st): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let user = match &st.authenticator {
+        None => UserInfo::admin(),
+        Some(a) => match a.authenticate(&headers, None) {
+            Some(u) => u,
+            None => return err_response(&ApiError::unauthorized()),
+        },
+    };
+    let path = uri.path();
+    match path {
+        "/healthz" | "/readyz" | "/livez" => return (StatusCode::OK, "ok").into_response(),
+        "/version" => {
+            return json_response(
+                200,
+                &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0", "platform": "linux/amd64"}),
+            );
+        }
+        "/api" => {
+            return json_response(
+                200,
+                &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+            );
+        }
+        "/apis" => return json_response(200, &api_group_list(&st.store)),
+        _ => {}
+    }
+    let Some(t) = parse_path(path) else {
+        return err_response(&ApiError::with_code(
+            404,
+            "the server could not find the requested resource",
+        ));
+    };
+    if t.resource.is_empty()
+        || (path.trim_end_matches('/').ends_with(&t.version)
+            && t.name.is_none()
+            && t.resource == t.version)
+    {
+        return err_response(&ApiError::with_code(
+            404,
+            "the server could not find the requested resource",
+        ));
+    }
+    let Some(rt) = st
+        .store
+        .resource_type(&t.group, &t.resource)
+        .filter(|r| r.version == t.version)
+    else {
+        return err_response(&ApiError::with_code(
+            404,
+            "the server could not find the requested resource",
+        ));
+    };
+    let watch = q.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let verb = match (&method, t.name.is_some()) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if watch => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, false) => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => {
+            return err_response(&ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+    };
+    let ns = if rt.namespaced {
+        t.namespace.clone()
+    } else {
+        None
+    };
+    let info = RequestInfo {
+        verb: verb.to_string(),
+        api_group: t.group.clone(),
+        api_version: t.version.clone(),
+        resource: t.resource.clone(),
+        subresource: t.subresource.clone(),
+        namespace: ns.clone(),
+        name: t.name.clone(),
+        kind: rt.kind.clone(),
+        path: path.to_string(),
+        is_resource_request: true,
+    };
+    if let Some(az) = &st.authorizer
+        && let Err(reason) = az.authorize(&user, &info, &st.store)
+    {
+        return err_response(&ApiError::forbidden(
+            &t.group,
+            &t.resource,
+            t.name.as_deref().unwrap_or(""),
+            reason,
+        ));
+    }
+    let res = serve_verb(&st.store, &rt, &t, ns.as_deref(), verb, &q, &headers, &body).await;
+    match res {
+        Ok(r) => r,
+        Err(e) => err_response(&e),
+    }
+}
+
+fn api_group_list(store: &Store) -> Value {
+    let mut groups: Vec<(String, String)> = store
+        .types()
+        .into_iter()
+        .filter(|t| !t.group.is_empty())
+        .map(|t| (t.group, t.version))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, v)| {
+            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(&format!(
+            "the body of the request could not be decoded: {e}"
+        ))
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+/// Parses a label selector of comma-separated `k=v`, `k==v`, `k!=v`, `k`, `!k` terms.
+fn selector_matches(selector: &str, labels: &serde_json::Map<String, Value>) -> bool {
+    selector
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .all(|term| {
+            if let Some((k, v)) = term.split_once("!=") {
+                labels.get(k.trim()).and_then(Value::as_str) != Some(v.trim())
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                labels.get(k.trim()).and_then(Value::as_str) == Some(v.trim())
+            } else if let Some(k) = term.strip_prefix('!') {
+                !labels.contains_key(k.trim())
+            } else {
+                labels.contains_key(term)
+            }
+        })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_verb(
+    store: &Store,
+    rt: &ResourceType,
+    t: &Target,
+    ns: Option<&str>,
+    verb: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let name = t.name.as_deref().unwrap_or("");
+    match verb {
+        "get" => Ok(json_response(
+            200,
+            &store.get(&t.group, &t.resource, ns, name)?,
+        )),
+        "list" => {
+            let rv = store.resource_version();
+            let empty = serde_json::Map::new();
+            let items: Vec<Value> = store
+                .list_objects(&t.group, &t.resource, ns)
+                .into_iter()
+                .filter(|o| {
+                    let labels = o
+                        .pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .unwrap_or(&empty);
+                    q.get("labelSelector")
+                        .is_none_or(|s| selector_matches(s, labels))
+                })
+                .collect();
+            Ok(json_response(
+                200,
+                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+            ))
+        }
+        "watch" => watch(store, t, ns, q),
+        "create" => {
+            let obj = parse_body(body)?;
+            let created = store.create(&t.group, &t.resource, ns, obj)?;
+            Ok(json_response(201, &created))
+        }
+        "update" => {
+            let mut obj = parse_body(body)?;
+            let old = store.get(&t.group, &t.resource, ns, name)?;
+            keep_status_split(rt, t, &old, &mut obj);
+            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            Ok(json_response(200, &updated))
+        }
+        "patch" => {
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !ct.starts_with("application/merge-patch+json") {
+                return Err(ApiError::unsupported_media_type(ct));
+            }
+            let patch: Value = serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(&format!(
+                    "the body of the request could not be decoded: {e}"
+                ))
+            })?;
+            let old = store.get(&t.group, &t.resource, ns, name)?;
+            let mut obj = old.clone();
+            merge_patch(&mut obj, &patch);
+            keep_status_split(rt, t, &old, &mut obj);
+            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            Ok(json_response(200, &updated))
+        }
+        "delete" => {
+            let mut pre = Preconditions::default();
+            if !body.is_empty()
+                && let Ok(opts) = serde_json::from_slice::<Value>(body)
+            {
+                pre.uid = opts
+                    .pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                pre.resource_version = opts
+                    .pointer("/preconditions/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+            let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
+            if t.group.is_empty() && t.resource == "namespaces" {
+                purge_namespace(store, name);
+            }
+            if gone {
+                Ok(json_response(
+                    200,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "group": t.group, "kind": t.resource, "uid": obj.pointer("/metadata/uid")}}),
+                ))
+            } else {
+                Ok(json_response(200, &obj))
+            }
+        }
+        "deletecollection" => {
+            for o in store.list_objects(&t.group, &t.resource, ns) {
+                if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
+                    let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
+                    store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
+                }
+            }
+            Ok(json_response(
+                200,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed("unsupported verb")),
+    }
+}
+
+/// With a status subresource, the main endpoint ignores status and `/status`
+/// ignores everything but status, as on the real server.
+fn keep_status_split(rt: &ResourceType, t: &Target, old: &Value, obj: &mut Value) {
+    if !rt.status_subresource {
+        return;
+    }
+    if t.subresource.as_deref() == Some("status") {
+        let status = obj.get("status").cloned();
+        let rv = obj.pointer("/metadata/resourceVersion").cloned();
+        *obj = old.clone();
+        match status {
+            Some(s) => obj["status"] = s,
+            None => {
+                if let Some(m) = obj.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        match rv {
+            Some(rv) => obj["metadata"]["resourceVersion"] = rv,
+            None => {
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+            }
+        }
+    } else if let Some(s) = old.get("status") {
+        obj["status"] = s.clone();
+    } else if let Some(m) = obj.as_object_mut() {
+        m.remove("status");
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    if let Some(t) = target.as_object_mut() {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// Deletes a terminating namespace's contents, then the namespace.
+fn purge_namespace(store: &Store, ns: &str) {
+    for rt in store.types().into_iter().filter(|t| t.namespaced) {
+        for o in store.list_objects(&rt.group, &rt.plural, Some(ns)) {
+            if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
+                // Objects with finalizers stay until their controllers release them.
+                let _ = store.delete(
+                    &rt.group,
+                    &rt.plural,
+                    Some(ns),
+                    n,
+                    &Preconditions::default(),
+                );
+            }
+        }
+    }
+    store.finish_namespace(ns);
+}
+
+fn watch(
+    store: &Store,
+    t: &Target,
+    ns: Option<&str>,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let since = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(s) => Some(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(&format!("invalid resourceVersion {s:?}")))?,
+        ),
+    };
+    let (group, resource) = (t.group.clone(), t.resource.clone());
+    let ns = ns.map(str::to_string);
+    let mut initial: Vec<Value> = Vec::new();
+    let (backlog, rx) = match since {
+        Some(rv) => match store.history_since(rv) {
+            Ok(x) => x,
+            Err(e) => {
+                let line = json!({"type": "ERROR", "object": e.to_status()});
+                return Ok(json_response(200, &line));
+            }
+        },
+        None => {
+            let rv = store.resource_version();
+            for o in store.list_objects(&group, &resource, ns.as_deref()) {
+                initial.push(json!({"type": "ADDED", "object": o}));
+            }
+            store.history_since(rv)?
+        }
+    };
+    let matches = {
+        let (group, resource, ns) = (group.clone(), resource.clone(), ns.clone());
+        move |e: &crate::store::WatchEvent| {
+            e.group == group
+                && e.resource == resource
+                && ns.as_deref().is_none_or(|n| {
+                    e.object
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        == Some(n)
+                })
+        }
+    };
+    for e in backlog.iter().filter(|e| matches(e)) {
+        initial.push(json!({"type": e.kind, "object": e.object}));
+    }
+    let first = futures::stream::iter(
+        initial
+            .into_iter()
+            .map(|v| Ok::<_, std::io::Error>(Bytes::from(format!("{v}\n")))),
+    );
+    let rest = futures::stream::unfold((rx, matches), |(mut rx, matches)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(e) if matches(&e) => {
+                    let line = json!({"type": e.kind, "object": e.object});
+                    return Some((Ok(Bytes::from(format!("{line}\n"))), (rx, matches)));
+                }
+                Ok(_) => continue,
+                // A lagging watcher ends its stream; the client re-lists, as after a real server's timeout.
+                Err(_) => return None,
+            }
+        }
+    });
+    use futures::StreamExt;
+    let body = Body::from_stream(first.chain(rest));
+    Ok(Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
+}
