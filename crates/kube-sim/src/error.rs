@@ -23,12 +23,19 @@ pub struct ApiError {
     pub reason: String,
     /// Human-readable message.
     pub message: String,
+    /// `details`, boxed to keep `Result<_, ApiError>` small.
+    pub details: Option<Box<Details>>,
+}
+
+/// The `details` of a Status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Details {
     /// `details.name`.
-    pub name: Option<String>,
+    pub name: String,
     /// `details.group`.
-    pub group: Option<String>,
+    pub group: String,
     /// `details.kind` (the resource for most errors, the Kind for Invalid).
-    pub kind: Option<String>,
+    pub kind: String,
     /// `details.causes`.
     pub causes: Vec<Cause>,
 }
@@ -47,17 +54,17 @@ impl ApiError {
             code,
             reason: reason.to_string(),
             message,
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
+            details: None,
         }
     }
 
     fn details(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.group = Some(group.to_string());
-        self.kind = Some(kind.to_string());
-        self.name = Some(name.to_string());
+        self.details = Some(Box::new(Details {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            causes: Vec::new(),
+        }));
         self
     }
 
@@ -121,7 +128,9 @@ impl ApiError {
             format!("{} \"{name}\" is invalid: {text}", qualified(group, kind)),
         )
         .details(group, kind, name);
-        e.causes = causes;
+        if let Some(d) = e.details.as_mut() {
+            d.causes = causes;
+        }
         e
     }
 
@@ -201,21 +210,15 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if self.name.is_some() || self.kind.is_some() || !self.causes.is_empty() {
+        if let Some(d) = &self.details {
             let mut details = serde_json::Map::new();
-            if let Some(n) = &self.name {
-                details.insert("name".into(), json!(n));
+            details.insert("name".into(), json!(d.name));
+            if !d.group.is_empty() {
+                details.insert("group".into(), json!(d.group));
             }
-            if let Some(g) = &self.group
-                && !g.is_empty()
-            {
-                details.insert("group".into(), json!(g));
-            }
-            if let Some(k) = &self.kind {
-                details.insert("kind".into(), json!(k));
-            }
-            if !self.causes.is_empty() {
-                let causes: Vec<Value> = self
+            details.insert("kind".into(), json!(d.kind));
+            if !d.causes.is_empty() {
+                let causes: Vec<Value> = d
                     .causes
                     .iter()
                     .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
