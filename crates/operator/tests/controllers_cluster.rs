@@ -1,0 +1,1367 @@
+//! OmniCluster and its children end to end: the operator embedded in-process against kube-sim
+//! (management cluster) and omni-sim (Omni). Covers the shipped samples becoming Ready, idle
+//! reconciles writing nothing anywhere, each condition reason of the cluster and child kinds,
+//! the three deletion policies, and that the service-account key never leaks.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::Scope;
+use omni_operator::metrics::Metrics;
+use omni_sim::types::{label, ty};
+use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// Namespace of the shipped samples.
+const NS: &str = "omni-cluster-operator-system";
+const CP: &str = "11111111-1111-4111-8111-111111111111";
+/// Generous: the machine is shared and loaded.
+const WAIT: Duration = Duration::from_secs(240);
+
+// ---------------------------------------------------------------------------------------------
+// Log capture: every test's logs go to one buffer that is checked for key material.
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut v) => v.extend_from_slice(buf),
+            Err(p) => p.into_inner().extend_from_slice(buf),
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,omni_operator=debug,omni_client=debug",
+            ))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        captured
+    })
+}
+
+fn captured_text() -> String {
+    let v = match logs().0.lock() {
+        Ok(v) => v.clone(),
+        Err(p) => p.into_inner().clone(),
+    };
+    String::from_utf8_lossy(&v).to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment: kube-sim + omni-sim + the operator.
+
+struct Env {
+    kube: fake_api::Handle,
+    client: kube::Client,
+    sim: RunningOmniSim,
+    key: String,
+    metrics: Arc<Metrics>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    operator: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+async fn start_kube() -> (fake_api::Handle, kube::Client) {
+    fake_api::start().await
+}
+
+fn kube_writes(kube: &fake_api::Handle) -> u64 {
+    kube.writes_total()
+}
+
+impl Env {
+    async fn start() -> Env {
+        logs();
+        let (kube, client) = start_kube().await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(NS.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace: {e}"));
+        // The CRDs are served once a list succeeds.
+        let clusters: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
+        let until = Instant::now() + WAIT;
+        while clusters.list(&ListParams::default()).await.is_err() {
+            assert!(Instant::now() < until, "CRDs never became servable");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        let sim = OmniSim::builder()
+            .status_step(Duration::from_millis(20))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+        let key = sim
+            .register_service_account("operator", Role::Operator)
+            .unwrap_or_else(|e| panic!("register: {e}"));
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "omni-service-account", "namespace": NS},
+            "stringData": {"serviceAccountKey": key},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("create Secret: {e}"));
+
+        let metrics = Arc::new(Metrics::new());
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.metrics = metrics.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let operator = tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = rx.await;
+        }));
+        Env {
+            kube,
+            client,
+            sim,
+            key,
+            metrics,
+            stop: Some(tx),
+            operator: Some(operator),
+        }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn create<K>(&self, obj: Value) -> K
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let typed: K = serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+        self.api::<K>()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", typed.name_any()))
+    }
+
+    async fn connection(&self, name: &str) -> OmniConnection {
+        self.create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "endpoint": self.sim.endpoint(),
+                "auth": {"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}},
+            },
+        }))
+        .await
+    }
+
+    /// A cluster with one control-plane machine, `extra` merged into its spec.
+    async fn cluster(&self, name: &str, machine: &str, extra: Value) -> OmniCluster {
+        let mut spec = json!({
+            "connectionRef": {"name": "omni"},
+            "kubernetes": {"version": "v1.35.0"},
+            "talos": {"version": "v1.13.2"},
+            "syncInterval": "1s",
+        });
+        merge(&mut spec, extra);
+        let cluster = self
+            .create(json!({
+                "apiVersion": "omni.texashpc.com/v1alpha1",
+                "kind": "OmniCluster",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": spec,
+            }))
+            .await;
+        if !machine.is_empty() {
+            let _: OmniControlPlane = self
+                .create(json!({
+                    "apiVersion": "omni.texashpc.com/v1alpha1",
+                    "kind": "OmniControlPlane",
+                    "metadata": {"name": format!("{name}-cp"), "namespace": NS},
+                    "spec": {"clusterRef": {"name": name}, "machines": [machine]},
+                }))
+                .await;
+        }
+        cluster
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.operator.take() {
+            let joined = tokio::time::timeout(WAIT, task)
+                .await
+                .unwrap_or_else(|_| panic!("operator did not stop"));
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("operator failed: {e:#}"),
+                Err(e) => panic!("operator task: {e}"),
+            }
+        }
+        self.sim.shutdown().await;
+        self.kube.shutdown();
+    }
+
+    /// Asserts that the key appears in no log line, Event or status of our kinds.
+    async fn assert_key_never_leaked(&self) {
+        let key = self.key.as_str();
+        assert!(
+            !captured_text().contains(key),
+            "the key appears in the logs"
+        );
+        let events = Api::<K8sEvent>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list Events: {e}"));
+        let text = serde_json::to_string(&events.items).unwrap_or_default();
+        assert!(!text.contains(key), "the key appears in an Event");
+        let mut all = Vec::new();
+        for v in [
+            list_json::<OmniConnection>(self).await,
+            list_json::<OmniCluster>(self).await,
+            list_json::<OmniControlPlane>(self).await,
+            list_json::<OmniWorkers>(self).await,
+            list_json::<OmniMachine>(self).await,
+        ] {
+            all.push(v);
+        }
+        let text = serde_json::to_string(&all).unwrap_or_default();
+        assert!(!text.contains(key), "the key appears in an object");
+    }
+
+    fn reconciles(&self, kind: &str) -> u64 {
+        let text = self.metrics.encode().unwrap_or_default();
+        let prefix = format!("omni_operator_reconciles_total{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+async fn list_json<K>(env: &Env) -> Value
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let list = env
+        .api::<K>()
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list: {e}"));
+    serde_json::to_value(&list.items).unwrap_or_default()
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Value::Object(b), Value::Object(e)) = (base, extra) {
+        for (k, v) in e {
+            b.insert(k, v);
+        }
+    }
+}
+
+/// `(status, reason, message)` of condition `type_` in a serialised object.
+fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(obj).ok()?;
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+fn has(obj: &impl serde::Serialize, type_: &str, status: &str, reason: &str) -> bool {
+    condition(obj, type_).is_some_and(|(s, r, _)| s == status && r == reason)
+}
+
+/// Polls `name` until `pred` holds; panics with the last seen status after [`WAIT`].
+async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = Instant::now() + WAIT;
+    loop {
+        let current = api.get_opt(name).await.ok().flatten();
+        if let Some(obj) = &current
+            && pred(obj)
+        {
+            return obj.clone();
+        }
+        if Instant::now() > until {
+            let status = current
+                .and_then(|o| serde_json::to_value(o).ok())
+                .map(|v| v["status"].clone());
+            panic!("{name}: never {what}; last status: {status:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = Instant::now() + WAIT;
+    loop {
+        match api.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(obj)) if Instant::now() > until => {
+                let v = serde_json::to_value(obj).unwrap_or_default();
+                panic!("{name} was never deleted; status: {:#}", v["status"]);
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn ready(obj: &impl serde::Serialize) -> bool {
+    condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
+}
+
+async fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while !pred() {
+        assert!(Instant::now() < until, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The documents of a shipped sample file, namespace as shipped.
+fn sample(file: &str) -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/samples")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    text.split("\n---")
+        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_become_ready_and_idle_reconciles_write_nothing() {
+    let env = Env::start().await;
+
+    // Applied in the documented order: connection, cluster, control plane, workers, machines.
+    for mut doc in sample("01-omniconnection.yaml") {
+        doc["spec"]["endpoint"] = json!(env.sim.endpoint());
+        let _: OmniConnection = env.create(doc).await;
+    }
+    for mut doc in sample("02-omnicluster.yaml") {
+        // Frequent re-checks so the idle phase below sees many reconciles.
+        doc["spec"]["syncInterval"] = json!("1s");
+        let _: OmniCluster = env.create(doc).await;
+    }
+    for doc in sample("03-omnicontrolplane.yaml") {
+        let _: OmniControlPlane = env.create(doc).await;
+    }
+    for doc in sample("04-omniworkers.yaml") {
+        let _: OmniWorkers = env.create(doc).await;
+    }
+    for doc in sample("05-omnimachine.yaml") {
+        let _: OmniMachine = env.create(doc).await;
+    }
+
+    let conn = wait_for(&env.api::<OmniConnection>(), "omni-sample", "Ready", ready).await;
+    assert!(has(&conn, "Reachable", "True", "ConnectionReady"));
+    assert!(has(&conn, "Stalled", "False", "ConnectionReady"));
+    let (_, _, message) = condition(&conn, "Ready").unwrap_or_default();
+    assert!(message.starts_with("connected to "), "{message}");
+
+    // Children may arrive after a first render: wait until all of them are in the template.
+    let cluster = wait_for(
+        &env.api::<OmniCluster>(),
+        "edge-sample",
+        "Ready with every child",
+        |c| {
+            has(c, "Ready", "True", "Synced")
+                && c.status
+                    .as_ref()
+                    .is_some_and(|s| s.machine_refs.len() == 2 && s.workers_refs.len() == 1)
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&cluster, "Ready").map(|c| c.2).as_deref(),
+        Some("cluster template is synced and status was read from Omni")
+    );
+    assert!(has(&cluster, "Synced", "True", "Synced"));
+    assert!(has(&cluster, "Validated", "True", "Validated"));
+    let status = cluster.status.clone().unwrap_or_default();
+    assert_eq!(status.cluster_name.as_deref(), Some("edge-sample"));
+    assert_eq!(status.connection_ref.as_deref(), Some("omni-sample"));
+    assert_eq!(
+        status.control_plane_ref.as_deref(),
+        Some("edge-sample-control-plane")
+    );
+    assert_eq!(status.workers_refs, vec!["edge-sample-workers".to_string()]);
+    assert_eq!(
+        status.machine_refs.len(),
+        2,
+        "machines: {:?}",
+        status.machine_refs
+    );
+    let hash = status.template_hash.clone().unwrap_or_default();
+    assert!(
+        hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{hash}"
+    );
+    assert!(env.sim.get(ty::CLUSTER, "edge-sample").is_some());
+
+    for name in ["edge-sample-control-plane"] {
+        let cp = wait_for(&env.api::<OmniControlPlane>(), name, "Accepted", ready).await;
+        assert!(has(&cp, "Accepted", "True", "Accepted"));
+    }
+    let w = wait_for(
+        &env.api::<OmniWorkers>(),
+        "edge-sample-workers",
+        "Accepted",
+        ready,
+    )
+    .await;
+    assert!(has(&w, "Accepted", "True", "Accepted"));
+    for name in ["edge-sample-control-plane-0", "edge-sample-worker-0"] {
+        let m = wait_for(&env.api::<OmniMachine>(), name, "Accepted", ready).await;
+        assert!(has(&m, "Accepted", "True", "Accepted"));
+    }
+
+    // Idle: once Omni's own status has settled, three more reconciles of every cluster change
+    // nothing in either API server. Omni status converges over a few ticks, so the window is
+    // retried until it is quiet (a controller that writes on every pass never gets there).
+    let until = Instant::now() + WAIT;
+    loop {
+        let kube_before = kube_writes(&env.kube);
+        let omni_before = env.sim.writes_total();
+        let start = env.reconciles("OmniCluster");
+        wait_until("three more OmniCluster reconciles", || {
+            env.reconciles("OmniCluster") >= start + 3
+        })
+        .await;
+        let kube_delta = kube_writes(&env.kube) - kube_before;
+        let omni_delta = env.sim.writes_total() - omni_before;
+        if kube_delta == 0 && omni_delta == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "reconciles keep writing: {kube_delta} Kubernetes writes, {omni_delta} Omni writes"
+        );
+    }
+
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn condition_reasons_of_clusters_and_children() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+
+    // MissingConnection: the connection does not exist.
+    env.cluster(
+        "lonely",
+        CP,
+        json!({"connectionRef": {"name": "nope"}, "syncInterval": "5m"}),
+    )
+    .await;
+    let c = wait_for(&clusters, "lonely", "MissingConnection", |c| {
+        has(c, "Synced", "False", "MissingConnection")
+    })
+    .await;
+    assert_eq!(
+        condition(&c, "Ready"),
+        Some((
+            "False".into(),
+            "MissingConnection".into(),
+            r#"failed to get OmniConnection "nope": omniconnections.omni.texashpc.com "nope" not found"#
+                .into()
+        ))
+    );
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.cluster_name.clone()),
+        Some("lonely".into())
+    );
+
+    // MissingTemplate: no OmniControlPlane.
+    env.cluster("headless", "", json!({"syncInterval": "5m"}))
+        .await;
+    let c = wait_for(&clusters, "headless", "MissingTemplate", |c| {
+        has(c, "Validated", "False", "MissingTemplate")
+    })
+    .await;
+    assert_eq!(
+        condition(&c, "Ready").map(|c| c.2),
+        Some(format!(
+            "expected exactly one OmniControlPlane referencing {NS}/headless, found 0"
+        ))
+    );
+
+    // ValidationFailed: a spec the webhook would reject (admission bypassed here).
+    env.cluster("negative", CP, json!({"syncInterval": "-1m"}))
+        .await;
+    let c = wait_for(&clusters, "negative", "ValidationFailed", |c| {
+        has(c, "Validated", "False", "ValidationFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
+    assert!(message.contains("syncInterval"), "{message}");
+
+    // SyncFailed: Omni refuses a Talos version it does not know.
+    env.cluster(
+        "unknown-talos",
+        "33333333-3333-4333-8333-333333333333",
+        json!({"talos": {"version": "v1.99.0"}, "syncInterval": "5m"}),
+    )
+    .await;
+    let c = wait_for(&clusters, "unknown-talos", "SyncFailed", |c| {
+        has(c, "Synced", "False", "SyncFailed")
+    })
+    .await;
+    assert!(has(&c, "Ready", "False", "SyncFailed"));
+    assert!(has(&c, "Validated", "True", "Validated"));
+    let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
+    assert!(message.starts_with("sync failed: "), "{message}");
+    assert!(
+        c.status
+            .as_ref()
+            .and_then(|s| s.last_attempt_time)
+            .is_some()
+    );
+
+    // Suspended: nothing is sent to Omni.
+    env.cluster(
+        "paused",
+        "44444444-4444-4444-8444-444444444444",
+        json!({"suspend": true}),
+    )
+    .await;
+    let c = wait_for(&clusters, "paused", "Suspended", |c| {
+        has(c, "Ready", "False", "Suspended")
+    })
+    .await;
+    assert_eq!(
+        condition(&c, "Ready").map(|c| c.2).as_deref(),
+        Some("remote Omni sync is suspended")
+    );
+    assert!(env.sim.get(ty::CLUSTER, "paused").is_none());
+    // Resuming syncs it.
+    clusters
+        .patch(
+            "paused",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}"));
+    wait_for(&clusters, "paused", "Ready after resume", |c| {
+        has(c, "Ready", "True", "Synced")
+    })
+    .await;
+    assert!(env.sim.get(ty::CLUSTER, "paused").is_some());
+
+    // clusterName override: the Omni cluster carries the override.
+    env.cluster(
+        "renamed",
+        "55555555-5555-4555-8555-555555555555",
+        json!({"clusterName": "prod_east-1"}),
+    )
+    .await;
+    let c = wait_for(&clusters, "renamed", "Ready", ready).await;
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.cluster_name.clone()),
+        Some("prod_east-1".into())
+    );
+    assert!(env.sim.get(ty::CLUSTER, "prod_east-1").is_some());
+    assert!(env.sim.get(ty::CLUSTER, "renamed").is_none());
+
+    // Children: MissingCluster until the parent exists, then Accepted.
+    let _: OmniWorkers = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniWorkers",
+            "metadata": {"name": "early-workers", "namespace": NS},
+            "spec": {"clusterRef": {"name": "late"}, "machines": ["66666666-6666-4666-8666-666666666666"]},
+        }))
+        .await;
+    let workers = env.api::<OmniWorkers>();
+    let w = wait_for(&workers, "early-workers", "MissingCluster", |w| {
+        has(w, "Accepted", "False", "MissingCluster")
+    })
+    .await;
+    assert!(has(&w, "Ready", "False", "MissingCluster"));
+    assert_eq!(
+        condition(&w, "Accepted").map(|c| c.2).as_deref(),
+        Some(r#"OmniCluster "late" does not exist"#)
+    );
+    env.cluster("late", "77777777-7777-4777-8777-777777777777", json!({}))
+        .await;
+    let w = wait_for(&workers, "early-workers", "Accepted", |w| {
+        has(w, "Accepted", "True", "Accepted")
+    })
+    .await;
+    assert!(has(&w, "Ready", "True", "Accepted"));
+    // The new workers reached Omni through the parent.
+    let late = wait_for(&clusters, "late", "Ready with workers", |c| {
+        ready(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.workers_refs == vec!["early-workers".to_string()])
+    })
+    .await;
+    assert!(ready(&late));
+
+    // Events record transitions with the condition reasons.
+    let events = Api::<K8sEvent>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"));
+    let reasons: Vec<(String, String, String)> = events
+        .items
+        .iter()
+        .map(|e| {
+            (
+                e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.clone())
+                    .unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                e.type_.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (name, reason, type_) in [
+        ("lonely", "MissingConnection", "Warning"),
+        ("headless", "MissingTemplate", "Warning"),
+        ("unknown-talos", "SyncFailed", "Warning"),
+        ("paused", "Suspended", "Warning"),
+        ("paused", "Synced", "Normal"),
+        ("early-workers", "MissingCluster", "Warning"),
+        ("early-workers", "Accepted", "Normal"),
+    ] {
+        assert!(
+            reasons.contains(&(name.into(), reason.into(), type_.into())),
+            "no {type_} Event {reason} for {name}: {reasons:?}"
+        );
+    }
+
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
+
+async fn machine_joined(env: &Env, machine: &str, cluster: &str) {
+    wait_until("machine joined its cluster", || {
+        env.sim
+            .machine_labels(machine)
+            .and_then(|l| l.get(label::CLUSTER).cloned())
+            .as_deref()
+            == Some(cluster)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_policies_reach_omni_and_connections_wait_for_clusters() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    let connections = env.api::<OmniConnection>();
+    wait_for(&connections, "omni", "Ready", ready).await;
+
+    let keep = "aaaaaaaa-0000-4000-8000-000000000001";
+    let wipe = "aaaaaaaa-0000-4000-8000-000000000002";
+    let orphan = "aaaaaaaa-0000-4000-8000-000000000003";
+    for id in [keep, wipe, orphan] {
+        env.sim.add_machine(PoolMachine {
+            id: id.into(),
+            labels: Default::default(),
+            disconnected: false,
+        });
+    }
+    env.cluster("keep", keep, json!({})).await;
+    env.cluster(
+        "wipe",
+        wipe,
+        json!({"deletePolicy": {"destroyMachines": true}}),
+    )
+    .await;
+    env.cluster("orphan", orphan, json!({"deletePolicy": {"orphan": true}}))
+        .await;
+    for name in ["keep", "wipe", "orphan"] {
+        wait_for(&clusters, name, "Ready", ready).await;
+    }
+    machine_joined(&env, keep, "keep").await;
+    machine_joined(&env, wipe, "wipe").await;
+    // Disconnected machines are what destroyMachines removes from Omni.
+    assert!(env.sim.set_machine_disconnected(keep, true));
+    assert!(env.sim.set_machine_disconnected(wipe, true));
+
+    // The connection's deletion waits for every cluster that uses it.
+    connections
+        .delete("omni", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete connection: {e}"));
+    let conn = wait_for(&connections, "omni", "Deleting", |c| {
+        has(c, "Ready", "False", "Deleting")
+    })
+    .await;
+    assert_eq!(
+        condition(&conn, "Ready").map(|c| c.2).as_deref(),
+        Some("waiting for OmniCluster references to be deleted: keep, orphan, wipe")
+    );
+    assert!(has(&conn, "Stalled", "True", "Deleting"));
+
+    // Default policy: the Omni cluster is deleted, machines stay registered.
+    clusters
+        .delete("keep", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete keep: {e}"));
+    wait_gone(&clusters, "keep").await;
+    assert!(env.sim.get(ty::CLUSTER, "keep").is_none());
+    assert!(
+        env.sim.get(ty::LINK, keep).is_some(),
+        "without destroyMachines the machine stays registered"
+    );
+
+    // destroyMachines: the disconnected machine is removed from Omni too.
+    clusters
+        .delete("wipe", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete wipe: {e}"));
+    wait_gone(&clusters, "wipe").await;
+    assert!(env.sim.get(ty::CLUSTER, "wipe").is_none());
+    assert!(env.sim.get(ty::LINK, wipe).is_none());
+
+    // Orphan: the Omni cluster survives.
+    let writes = env.sim.writes_total();
+    clusters
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete orphan: {e}"));
+    wait_gone(&clusters, "orphan").await;
+    assert!(env.sim.get(ty::CLUSTER, "orphan").is_some());
+    assert_eq!(
+        env.sim.writes_total(),
+        writes,
+        "orphan deletion wrote to Omni"
+    );
+
+    // With no cluster left, the connection goes.
+    wait_gone(&connections, "omni").await;
+
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_without_a_connection_fails_until_orphaned() {
+    let env = Env::start().await;
+    let clusters = env.api::<OmniCluster>();
+    env.cluster(
+        "stranded",
+        CP,
+        json!({"connectionRef": {"name": "gone"}, "syncInterval": "5m"}),
+    )
+    .await;
+    wait_for(&clusters, "stranded", "MissingConnection", |c| {
+        has(c, "Ready", "False", "MissingConnection")
+    })
+    .await;
+    clusters
+        .delete("stranded", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    let c = wait_for(&clusters, "stranded", "DeleteFailed", |c| {
+        has(c, "Ready", "False", "DeleteFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
+    assert!(
+        message.starts_with(r#"cannot delete remote Omni cluster without OmniConnection "gone": "#),
+        "{message}"
+    );
+    // The documented way out: orphan it.
+    clusters
+        .patch(
+            "stranded",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deletePolicy": {"orphan": true}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("orphan: {e}"));
+    wait_gone(&clusters, "stranded").await;
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// A minimal in-memory Kubernetes API for these tests, used until kube-sim's server lands:
+/// namespaced collections addressed by URL, create/get/list/watch/merge-patch/put/delete,
+/// the status subresource, `metadata.generation`, finalizers with `deletionTimestamp`,
+/// resourceVersion preconditions, `stringData`, and a write counter. It stores whatever the
+/// client sends (no schema), which is enough for the operator's typed and dynamic clients.
+mod fake_api {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::body::{Body, Bytes};
+    use axum::extract::State;
+    use axum::http::{Method, StatusCode, Uri, header};
+    use axum::response::Response;
+    use base64::Engine;
+    use serde_json::{Value, json};
+    use tokio::sync::broadcast;
+
+    /// One change, as a watcher sees it.
+    #[derive(Clone, Debug)]
+    struct Change {
+        rv: u64,
+        collection: String,
+        type_: &'static str,
+        object: Value,
+    }
+
+    #[derive(Default)]
+    struct Data {
+        rv: u64,
+        // collection path -> name -> object
+        objects: BTreeMap<String, BTreeMap<String, Value>>,
+        history: Vec<Change>,
+    }
+
+    struct Inner {
+        data: Mutex<Data>,
+        changes: broadcast::Sender<Change>,
+        writes: AtomicU64,
+    }
+
+    /// The running server.
+    pub struct Handle {
+        inner: Arc<Inner>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Handle {
+        /// Create/update/patch/delete requests received.
+        pub fn writes_total(&self) -> u64 {
+            self.inner.writes.load(Ordering::SeqCst)
+        }
+
+        /// Stops serving.
+        pub fn shutdown(self) {
+            self.task.abort();
+        }
+    }
+
+    /// Starts the server on a loopback port and returns a client for it.
+    pub async fn start() -> (Handle, kube::Client) {
+        let (changes, _) = broadcast::channel(4096);
+        let inner = Arc::new(Inner {
+            data: Mutex::default(),
+            changes,
+            writes: AtomicU64::new(0),
+        });
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("addr: {e}"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let uri: http::Uri = format!("http://{addr}")
+            .parse()
+            .unwrap_or_else(|e| panic!("uri: {e}"));
+        let client = kube::Client::try_from(kube::Config::new(uri))
+            .unwrap_or_else(|e| panic!("client: {e}"));
+        (Handle { inner, task }, client)
+    }
+
+    fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Data> {
+        match inner.data.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn status(code: u16, reason: &str, message: String) -> Response {
+        let body = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": message, "reason": reason, "code": code,
+        });
+        json_response(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+            &body,
+        )
+    }
+
+    fn json_response(code: StatusCode, body: &Value) -> Response {
+        Response::builder()
+            .status(code)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap_or_default()
+    }
+
+    /// `(collection, api_version, name, subresource)` of a request path.
+    fn route(path: &str) -> Option<(String, String, Option<String>, Option<String>)> {
+        let (prefix, api_version, rest) = if let Some(rest) = path.strip_prefix("/api/v1/") {
+            ("/api/v1".to_string(), "v1".to_string(), rest)
+        } else {
+            let rest = path.strip_prefix("/apis/")?;
+            let mut it = rest.splitn(3, '/');
+            let (g, v, rest) = (it.next()?, it.next()?, it.next()?);
+            (format!("/apis/{g}/{v}"), format!("{g}/{v}"), rest)
+        };
+        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+        match parts.as_slice() {
+            ["namespaces", ns, resource, tail @ ..] => Some((
+                format!("{prefix}/namespaces/{ns}/{resource}"),
+                api_version,
+                tail.first().map(|s| (*s).to_string()),
+                tail.get(1).map(|s| (*s).to_string()),
+            )),
+            [resource, tail @ ..] => Some((
+                format!("{prefix}/{resource}"),
+                api_version,
+                tail.first().map(|s| (*s).to_string()),
+                tail.get(1).map(|s| (*s).to_string()),
+            )),
+            [] => None,
+        }
+    }
+
+    fn namespace_of(collection: &str) -> Option<String> {
+        let rest = collection.split("/namespaces/").nth(1)?;
+        rest.split('/').next().map(str::to_string)
+    }
+
+    fn query(uri: &Uri) -> BTreeMap<String, String> {
+        uri.query()
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// RFC 7386 JSON merge patch.
+    fn merge_patch(target: &mut Value, patch: &Value) {
+        match patch {
+            Value::Object(p) => {
+                if !target.is_object() {
+                    *target = json!({});
+                }
+                if let Value::Object(t) = target {
+                    for (k, v) in p {
+                        if v.is_null() {
+                            t.remove(k);
+                        } else {
+                            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                        }
+                    }
+                }
+            }
+            other => *target = other.clone(),
+        }
+    }
+
+    fn spec_part(obj: &Value) -> Value {
+        let mut v = obj.clone();
+        if let Value::Object(m) = &mut v {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    }
+
+    fn record(data: &mut Data, inner: &Inner, collection: &str, type_: &'static str, obj: &Value) {
+        let change = Change {
+            rv: data.rv,
+            collection: collection.to_string(),
+            type_,
+            object: obj.clone(),
+        };
+        data.history.push(change.clone());
+        let _ = inner.changes.send(change);
+    }
+
+    fn now() -> String {
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+    }
+
+    async fn handle(
+        State(inner): State<Arc<Inner>>,
+        method: Method,
+        uri: Uri,
+        headers: axum::http::HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        let Some((collection, api_version, name, sub)) = route(uri.path()) else {
+            return status(404, "NotFound", format!("no route {}", uri.path()));
+        };
+        let q = query(&uri);
+        let body: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => return status(400, "BadRequest", format!("body: {e}")),
+            }
+        };
+        if method != Method::GET {
+            inner.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        match (method, name) {
+            (Method::GET, None) if q.get("watch").is_some_and(|v| v == "true" || v == "1") => {
+                let from: u64 = q
+                    .get("resourceVersion")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                watch(&inner, collection, from)
+            }
+            (Method::GET, None) => {
+                let data = lock(&inner);
+                let items: Vec<Value> = if collection.contains("/namespaces/") {
+                    data.objects
+                        .get(&collection)
+                        .map(|m| m.values().cloned().collect())
+                        .unwrap_or_default()
+                } else {
+                    // Cluster-wide list of a namespaced resource: every collection ending so.
+                    let resource = collection.rsplit('/').next().unwrap_or("");
+                    let prefix = collection.trim_end_matches(resource);
+                    data.objects
+                        .iter()
+                        .filter(|(c, _)| {
+                            c.starts_with(prefix) && c.ends_with(&format!("/{resource}"))
+                        })
+                        .flat_map(|(_, m)| m.values().cloned())
+                        .collect()
+                };
+                json_response(
+                    StatusCode::OK,
+                    &json!({
+                        "apiVersion": api_version, "kind": "List",
+                        "metadata": {"resourceVersion": data.rv.to_string()},
+                        "items": items,
+                    }),
+                )
+            }
+            (Method::GET, Some(name)) => match lock(&inner)
+                .objects
+                .get(&collection)
+                .and_then(|m| m.get(&name))
+            {
+                Some(obj) => json_response(StatusCode::OK, obj),
+                None => status(404, "NotFound", format!("{collection} {name:?} not found")),
+            },
+            (Method::POST, None) => create(&inner, &collection, body),
+            (Method::PATCH | Method::PUT, Some(name)) => {
+                let merge = headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("merge-patch"));
+                update(&inner, &collection, &name, sub.as_deref(), body, merge)
+            }
+            (Method::DELETE, Some(name)) => delete(&inner, &collection, &name),
+            (m, _) => status(405, "MethodNotAllowed", format!("{m} {}", uri.path())),
+        }
+    }
+
+    fn create(inner: &Inner, collection: &str, mut obj: Value) -> Response {
+        let mut data = lock(inner);
+        let meta = &mut obj["metadata"];
+        if meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            let prefix = meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            meta["name"] = json!(format!("{prefix}{:x}", rand_suffix(data.rv)));
+        }
+        let name = meta["name"].as_str().unwrap_or_default().to_string();
+        if data
+            .objects
+            .get(collection)
+            .is_some_and(|m| m.contains_key(&name))
+        {
+            return status(409, "AlreadyExists", format!("{name:?} already exists"));
+        }
+        data.rv += 1;
+        if let Some(ns) = namespace_of(collection) {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        obj["metadata"]["resourceVersion"] = json!(data.rv.to_string());
+        obj["metadata"]["uid"] = json!(format!("uid-{}", data.rv));
+        obj["metadata"]["generation"] = json!(1);
+        obj["metadata"]["creationTimestamp"] = json!(now());
+        if let Some(Value::Object(string_data)) = obj.get("stringData").cloned() {
+            for (k, v) in string_data {
+                let encoded = base64::engine::general_purpose::STANDARD
+                    .encode(v.as_str().unwrap_or_default());
+                obj["data"][k] = json!(encoded);
+            }
+            if let Value::Object(m) = &mut obj {
+                m.remove("stringData");
+            }
+        }
+        data.objects
+            .entry(collection.to_string())
+            .or_default()
+            .insert(name, obj.clone());
+        record(&mut data, inner, collection, "ADDED", &obj);
+        json_response(StatusCode::CREATED, &obj)
+    }
+
+    fn rand_suffix(seed: u64) -> u64 {
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40
+    }
+
+    fn update(
+        inner: &Inner,
+        collection: &str,
+        name: &str,
+        sub: Option<&str>,
+        body: Value,
+        merge: bool,
+    ) -> Response {
+        let mut data = lock(inner);
+        let Some(current) = data
+            .objects
+            .get(collection)
+            .and_then(|m| m.get(name))
+            .cloned()
+        else {
+            return status(404, "NotFound", format!("{collection} {name:?} not found"));
+        };
+        let wanted_rv = body["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+        if let Some(rv) = &wanted_rv
+            && Some(rv.as_str()) != current["metadata"]["resourceVersion"].as_str()
+        {
+            return status(
+                409,
+                "Conflict",
+                format!(
+                    "the object {name:?} has been modified; please apply your changes to the latest version and try again"
+                ),
+            );
+        }
+        let mut next = if merge {
+            let mut n = current.clone();
+            merge_patch(&mut n, &body);
+            n
+        } else {
+            body
+        };
+        // The status subresource changes only status; the main resource never changes it
+        // for custom resources (core kinds here have no status the operator writes).
+        let custom = !collection.starts_with("/api/v1/");
+        if sub == Some("status") {
+            let new_status = next.get("status").cloned();
+            next = current.clone();
+            match new_status {
+                Some(s) => next["status"] = s,
+                None => {
+                    if let Value::Object(m) = &mut next {
+                        m.remove("status");
+                    }
+                }
+            }
+        } else if custom {
+            match current.get("status") {
+                Some(s) => next["status"] = s.clone(),
+                None => {
+                    if let Value::Object(m) = &mut next {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        // Immutable metadata.
+        for key in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "namespace",
+            "name",
+        ] {
+            match current["metadata"].get(key) {
+                Some(v) => next["metadata"][key] = v.clone(),
+                None => {
+                    if let Some(m) = next["metadata"].as_object_mut() {
+                        m.remove(key);
+                    }
+                }
+            }
+        }
+        let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+        let generation = if spec_part(&next) != spec_part(&current) {
+            generation + 1
+        } else {
+            generation
+        };
+        next["metadata"]["generation"] = json!(generation);
+        next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        if next == current {
+            return json_response(StatusCode::OK, &current);
+        }
+        data.rv += 1;
+        next["metadata"]["resourceVersion"] = json!(data.rv.to_string());
+        let finalizers_empty = next["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        if next["metadata"].get("deletionTimestamp").is_some() && finalizers_empty {
+            if let Some(m) = data.objects.get_mut(collection) {
+                m.remove(name);
+            }
+            record(&mut data, inner, collection, "DELETED", &next);
+            return json_response(StatusCode::OK, &next);
+        }
+        if let Some(m) = data.objects.get_mut(collection) {
+            m.insert(name.to_string(), next.clone());
+        }
+        record(&mut data, inner, collection, "MODIFIED", &next);
+        json_response(StatusCode::OK, &next)
+    }
+
+    fn delete(inner: &Inner, collection: &str, name: &str) -> Response {
+        let mut data = lock(inner);
+        let Some(mut current) = data
+            .objects
+            .get(collection)
+            .and_then(|m| m.get(name))
+            .cloned()
+        else {
+            return status(404, "NotFound", format!("{collection} {name:?} not found"));
+        };
+        data.rv += 1;
+        current["metadata"]["resourceVersion"] = json!(data.rv.to_string());
+        let has_finalizers = current["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if current["metadata"].get("deletionTimestamp").is_none() {
+                current["metadata"]["deletionTimestamp"] = json!(now());
+            }
+            if let Some(m) = data.objects.get_mut(collection) {
+                m.insert(name.to_string(), current.clone());
+            }
+            record(&mut data, inner, collection, "MODIFIED", &current);
+        } else {
+            if let Some(m) = data.objects.get_mut(collection) {
+                m.remove(name);
+            }
+            record(&mut data, inner, collection, "DELETED", &current);
+        }
+        json_response(StatusCode::OK, &current)
+    }
+
+    fn watch(inner: &Arc<Inner>, collection: String, from: u64) -> Response {
+        // Subscribe before reading history so nothing falls between the two.
+        let (backlog, rx) = {
+            let data = lock(inner);
+            let rx = inner.changes.subscribe();
+            let backlog: Vec<Change> = data
+                .history
+                .iter()
+                .filter(|c| c.rv > from && c.collection == collection)
+                .cloned()
+                .collect();
+            (backlog, rx)
+        };
+        let last = backlog.last().map_or(from, |c| c.rv);
+        let line = |c: &Change| {
+            let mut s = json!({"type": c.type_, "object": c.object}).to_string();
+            s.push('\n');
+            Ok::<Bytes, std::convert::Infallible>(Bytes::from(s))
+        };
+        let first = futures::stream::iter(backlog.iter().map(line).collect::<Vec<_>>());
+        let live = futures::stream::unfold((rx, last), move |(mut rx, last)| {
+            let collection = collection.clone();
+            async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(c) if c.collection == collection && c.rv > last => {
+                            let rv = c.rv;
+                            let mut s = json!({"type": c.type_, "object": c.object}).to_string();
+                            s.push('\n');
+                            return Some((
+                                Ok::<Bytes, std::convert::Infallible>(Bytes::from(s)),
+                                (rx, rv),
+                            ));
+                        }
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => return None,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        });
+        use futures::StreamExt;
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from_stream(first.chain(live)))
+            .unwrap_or_default()
+    }
+}
