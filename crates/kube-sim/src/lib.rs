@@ -2,6 +2,7 @@
 pub mod admission;
 pub mod auth;
 pub mod error;
+pub mod hooks;
 pub mod kubeconfig;
 pub mod rbac;
 pub mod request;

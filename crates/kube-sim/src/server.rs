@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::hooks::{CounterKey, Hooks};
 use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
 use crate::store::{Preconditions, ResourceType, Store};
 
@@ -58,9 +59,20 @@ pub struct RunningKubeSim {
     /// The server task.
     pub handle: tokio::task::JoinHandle<()>,
     store: Store,
+    hooks: Arc<Hooks>,
 }
 
 impl RunningKubeSim {
+    /// Request counters.
+    pub fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// Total write requests served so far.
+    pub fn writes_total(&self) -> u64 {
+        self.hooks.writes_total()
+    }
+
     /// The backing store (read or seed objects directly).
     pub fn store(&self) -> &Store {
         &self.store
@@ -79,6 +91,7 @@ impl RunningKubeSim {
 
 struct AppState {
     store: Store,
+    hooks: Arc<Hooks>,
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
 }
@@ -121,8 +134,10 @@ impl KubeSimBuilder {
             addr: self.addr,
             source,
         })?;
+        let hooks = Arc::new(Hooks::default());
         let state = Arc::new(AppState {
             store: store.clone(),
+            hooks: hooks.clone(),
             authenticator: self.authenticator,
             authorizer: self.authorizer,
         });
@@ -136,6 +151,7 @@ impl KubeSimBuilder {
             base_url: format!("http://{local}"),
             handle,
             store,
+            hooks,
         })
     }
 }
@@ -224,6 +240,9 @@ async fn handle(
         "/apis" => return json_response(200, &api_group_list(&st.store)),
         _ => {}
     }
+    if let Some(doc) = discovery(&st.store, path) {
+        return json_response(200, &doc);
+    }
     let Some(t) = parse_path(path) else {
         return err_response(&ApiError::with_code(
             404,
@@ -283,6 +302,12 @@ async fn handle(
         path: path.to_string(),
         is_resource_request: true,
     };
+    st.hooks.count(CounterKey {
+        verb: verb.to_string(),
+        resource: t.resource.clone(),
+        subresource: t.subresource.clone(),
+        user: user.name.clone(),
+    });
     if let Some(az) = &st.authorizer
         && let Err(reason) = az.authorize(&user, &info, &st.store)
     {
@@ -298,6 +323,51 @@ async fn handle(
         Ok(r) => r,
         Err(e) => err_response(&e),
     }
+}
+
+/// `/api/v1`, `/apis/{group}` and `/apis/{group}/{version}` documents.
+fn discovery(store: &Store, path: &str) -> Option<Value> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version) = match parts.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g] => {
+            let t = store.types().into_iter().find(|t| t.group == *g)?;
+            let gv =
+                json!({"groupVersion": format!("{}/{}", t.group, t.version), "version": t.version});
+            return Some(
+                json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv.clone()], "preferredVersion": gv}),
+            );
+        }
+        ["apis", g, v] => (*g, *v),
+        _ => return None,
+    };
+    let types: Vec<ResourceType> = store
+        .types()
+        .into_iter()
+        .filter(|t| t.group == group && t.version == version)
+        .collect();
+    if types.is_empty() {
+        return None;
+    }
+    let mut resources = Vec::new();
+    for t in &types {
+        resources.push(json!({
+            "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "shortNames": t.short_names,
+        }));
+        if t.status_subresource {
+            resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 fn api_group_list(store: &Store) -> Value {
@@ -391,14 +461,17 @@ async fn serve_verb(
         }
         "watch" => watch(store, t, ns, q),
         "create" => {
-            let obj = parse_body(body)?;
+            let mut obj = parse_body(body)?;
+            default_builtin(&t.group, &t.resource, &mut obj, None)?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
+            let created = crd_established(store, &t.group, &t.resource, created)?;
             Ok(json_response(201, &created))
         }
         "update" => {
             let mut obj = parse_body(body)?;
             let old = store.get(&t.group, &t.resource, ns, name)?;
             keep_status_split(rt, t, &old, &mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
         }
@@ -419,6 +492,7 @@ async fn serve_verb(
             let mut obj = old.clone();
             merge_patch(&mut obj, &patch);
             keep_status_split(rt, t, &old, &mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
         }
@@ -439,6 +513,16 @@ async fn serve_verb(
             let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
             if t.group.is_empty() && t.resource == "namespaces" {
                 purge_namespace(store, name);
+            }
+            if gone
+                && t.group == "apiextensions.k8s.io"
+                && t.resource == "customresourcedefinitions"
+                && let (Some(g), Some(p)) = (
+                    obj.pointer("/spec/group").and_then(Value::as_str),
+                    obj.pointer("/spec/names/plural").and_then(Value::as_str),
+                )
+            {
+                store.unregister(g, p);
             }
             if gone {
                 Ok(json_response(
@@ -610,4 +694,130 @@ fn watch(
         .header("content-type", "application/json")
         .body(body)
         .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
+}
+
+/// Secret defaulting: `stringData` folds into base64 `data`, `type`
+/// defaults to `Opaque` and cannot change.
+fn default_builtin(
+    group: &str,
+    resource: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if !(group.is_empty() && resource == "secrets") {
+        return Ok(());
+    }
+    use base64::Engine;
+    if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
+        && let Some(sd) = sd.as_object()
+    {
+        for (k, v) in sd {
+            let enc =
+                base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default());
+            obj["data"][k] = json!(enc);
+        }
+    }
+    if obj.get("type").is_none_or(Value::is_null) {
+        obj["type"] = json!("Opaque");
+    }
+    if let Some(old) = old
+        && old.get("type") != obj.get("type")
+    {
+        let name = old
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return Err(ApiError::invalid(
+            "",
+            "Secret",
+            name,
+            vec![crate::error::Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: {}: field is immutable",
+                    obj.get("type").cloned().unwrap_or(Value::Null)
+                ),
+                field: "type".into(),
+            }],
+        ));
+    }
+    Ok(())
+}
+
+/// A created CustomResourceDefinition starts serving its resource and
+/// reports `NamesAccepted` and `Established`.
+fn crd_established(
+    store: &Store,
+    group: &str,
+    resource: &str,
+    crd: Value,
+) -> Result<Value, ApiError> {
+    if !(group == "apiextensions.k8s.io" && resource == "customresourcedefinitions") {
+        return Ok(crd);
+    }
+    let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
+    let s = |p: &str| {
+        spec.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (g, kind, plural) = (s("/group"), s("/names/kind"), s("/names/plural"));
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let served = versions
+        .iter()
+        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .or_else(|| {
+            versions
+                .iter()
+                .find(|v| v.get("served").and_then(Value::as_bool) == Some(true))
+        });
+    let Some(version) = served else {
+        return Ok(crd);
+    };
+    let mut rt = ResourceType::new(
+        &g,
+        version.get("name").and_then(Value::as_str).unwrap_or("v1"),
+        &plural,
+        &kind,
+        spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
+    );
+    if let Some(singular) = spec.pointer("/names/singular").and_then(Value::as_str) {
+        rt.singular = singular.to_string();
+    }
+    rt.short_names = spec
+        .pointer("/names/shortNames")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    rt.status_subresource = version.pointer("/subresources/status").is_some();
+    store.register(rt);
+    let mut with_status = crd.clone();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
+    with_status["status"] = json!({
+        "conditions": [
+            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": spec.get("names").cloned().unwrap_or(Value::Null),
+        "storedVersions": [version.get("name").cloned().unwrap_or(Value::Null)],
+    });
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    store.update(group, resource, None, &name, with_status)
 }
