@@ -794,6 +794,24 @@ async fn deletion_policies_reach_omni_and_connections_wait_for_clusters() {
     // With no cluster left, the connection goes.
     wait_gone(&connections, "omni").await;
 
+    // Omni's teardown took more than one pass: the waiting was reported while it lasted.
+    let events = Api::<K8sEvent>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"));
+    for name in ["keep", "wipe"] {
+        assert!(
+            events.items.iter().any(|e| {
+                e.reason.as_deref() == Some("Deleting")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("waiting for Omni to delete"))
+            }),
+            "no Deleting Event for {name}"
+        );
+    }
+
     env.assert_key_never_leaked().await;
     env.shutdown().await;
 }
