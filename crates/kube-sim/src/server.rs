@@ -403,23 +403,216 @@ fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-/// Parses a label selector of comma-separated `k=v`, `k==v`, `k!=v`, `k`, `!k` terms.
+/// Splits a selector at top-level commas (commas inside `in (a,b)` stay).
+fn selector_terms(selector: &str) -> Vec<String> {
+    let mut terms = Vec::new();
+    let (mut depth, mut cur) = (0i32, String::new());
+    for c in selector.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    terms.push(cur);
+    terms
+        .into_iter()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// Evaluates a label selector: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
+/// `k notin (a,b)`, `k`, `!k`.
 fn selector_matches(selector: &str, labels: &serde_json::Map<String, Value>) -> bool {
+    selector_terms(selector).iter().all(|term| {
+        let term = term.as_str();
+        let set = |rest: &str| -> Vec<String> {
+            rest.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .split(',')
+                .map(|v| v.trim().to_string())
+                .collect()
+        };
+        if let Some((k, rest)) = term.split_once(" notin ") {
+            labels
+                .get(k.trim())
+                .and_then(Value::as_str)
+                .is_none_or(|v| !set(rest).iter().any(|x| x == v))
+        } else if let Some((k, rest)) = term.split_once(" in ") {
+            labels
+                .get(k.trim())
+                .and_then(Value::as_str)
+                .is_some_and(|v| set(rest).iter().any(|x| x == v))
+        } else if let Some((k, v)) = term.split_once("!=") {
+            labels.get(k.trim()).and_then(Value::as_str) != Some(v.trim())
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            labels.get(k.trim()).and_then(Value::as_str) == Some(v.trim())
+        } else if let Some(k) = term.strip_prefix('!') {
+            !labels.contains_key(k.trim())
+        } else {
+            labels.contains_key(term)
+        }
+    })
+}
+
+/// Evaluates a field selector over `metadata.name` and `metadata.namespace`
+/// (`=`, `==`, `!=`); other fields never match, so callers notice.
+fn field_selector_matches(selector: &str, obj: &Value) -> bool {
     selector
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .all(|term| {
-            if let Some((k, v)) = term.split_once("!=") {
-                labels.get(k.trim()).and_then(Value::as_str) != Some(v.trim())
-            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                labels.get(k.trim()).and_then(Value::as_str) == Some(v.trim())
-            } else if let Some(k) = term.strip_prefix('!') {
-                !labels.contains_key(k.trim())
+            let (field, value, negate) = if let Some((f, v)) = term.split_once("!=") {
+                (f, v, true)
+            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (f, v, false)
             } else {
-                labels.contains_key(term)
+                return false;
+            };
+            let actual = match field.trim() {
+                "metadata.name" => obj.pointer("/metadata/name"),
+                "metadata.namespace" => obj.pointer("/metadata/namespace"),
+                _ => return false,
             }
+            .and_then(Value::as_str)
+            .unwrap_or("");
+            (actual == value.trim()) != negate
         })
+}
+
+/// RFC 6902 JSON patch: add, remove, replace, test, copy, move.
+fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
+    let ops = ops
+        .as_array()
+        .ok_or_else(|| ApiError::bad_request("a JSON patch must be an array of operations"))?;
+    for op in ops {
+        let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
+        let path = op
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::bad_request("JSON patch operation without path"))?;
+        let value = || {
+            op.get("value")
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("JSON patch operation without value"))
+        };
+        let from = || {
+            op.get("from")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| ApiError::bad_request("JSON patch operation without from"))
+        };
+        match kind {
+            "add" => pointer_add(doc, path, value()?)?,
+            "remove" => {
+                pointer_remove(doc, path)?;
+            }
+            "replace" => {
+                pointer_remove(doc, path)?;
+                pointer_add(doc, path, value()?)?;
+            }
+            "test" => {
+                if doc.pointer(path) != Some(&value()?) {
+                    return Err(ApiError::with_code(
+                        422,
+                        &format!(
+                            "the server rejected our request due to an error in our request: testing value {path} failed"
+                        ),
+                    ));
+                }
+            }
+            "copy" => {
+                let v = doc
+                    .pointer(&from()?)
+                    .cloned()
+                    .ok_or_else(|| ApiError::with_code(422, "copy from a missing path"))?;
+                pointer_add(doc, path, v)?;
+            }
+            "move" => {
+                let v = pointer_remove(doc, &from()?)?;
+                pointer_add(doc, path, v)?;
+            }
+            other => {
+                return Err(ApiError::bad_request(&format!(
+                    "unexpected JSON patch operation {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn split_pointer(path: &str) -> Result<(String, String), ApiError> {
+    let idx = path
+        .rfind('/')
+        .ok_or_else(|| ApiError::bad_request(&format!("invalid JSON pointer {path:?}")))?;
+    let last = path[idx + 1..].replace("~1", "/").replace("~0", "~");
+    Ok((path[..idx].to_string(), last))
+}
+
+fn pointer_add(doc: &mut Value, path: &str, value: Value) -> Result<(), ApiError> {
+    if path.is_empty() {
+        *doc = value;
+        return Ok(());
+    }
+    let (parent, last) = split_pointer(path)?;
+    let missing = || {
+        ApiError::with_code(
+            422,
+            &format!(
+                "the server rejected our request due to an error in our request: doc is missing path: {path:?}"
+            ),
+        )
+    };
+    match doc.pointer_mut(&parent).ok_or_else(missing)? {
+        Value::Object(m) => {
+            m.insert(last, value);
+        }
+        Value::Array(a) => {
+            if last == "-" {
+                a.push(value);
+            } else {
+                let i: usize = last.parse().map_err(|_| missing())?;
+                if i > a.len() {
+                    return Err(missing());
+                }
+                a.insert(i, value);
+            }
+        }
+        _ => return Err(missing()),
+    }
+    Ok(())
+}
+
+fn pointer_remove(doc: &mut Value, path: &str) -> Result<Value, ApiError> {
+    let (parent, last) = split_pointer(path)?;
+    let missing = || {
+        ApiError::with_code(
+            422,
+            &format!(
+                "the server rejected our request due to an error in our request: doc is missing path: {path:?}"
+            ),
+        )
+    };
+    match doc.pointer_mut(&parent).ok_or_else(missing)? {
+        Value::Object(m) => m.remove(&last).ok_or_else(missing),
+        Value::Array(a) => {
+            let i: usize = last.parse().map_err(|_| missing())?;
+            if i >= a.len() {
+                return Err(missing());
+            }
+            Ok(a.remove(i))
+        }
+        _ => Err(missing()),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -452,6 +645,8 @@ async fn serve_verb(
                         .unwrap_or(&empty);
                     q.get("labelSelector")
                         .is_none_or(|s| selector_matches(s, labels))
+                        && q.get("fieldSelector")
+                            .is_none_or(|s| field_selector_matches(s, o))
                 })
                 .collect();
             Ok(json_response(
@@ -480,7 +675,8 @@ async fn serve_verb(
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            if !ct.starts_with("application/merge-patch+json") {
+            let merge = ct.starts_with("application/merge-patch+json");
+            if !merge && !ct.starts_with("application/json-patch+json") {
                 return Err(ApiError::unsupported_media_type(ct));
             }
             let patch: Value = serde_json::from_slice(body).map_err(|e| {
@@ -490,7 +686,11 @@ async fn serve_verb(
             })?;
             let old = store.get(&t.group, &t.resource, ns, name)?;
             let mut obj = old.clone();
-            merge_patch(&mut obj, &patch);
+            if merge {
+                merge_patch(&mut obj, &patch);
+            } else {
+                json_patch(&mut obj, &patch)?;
+            }
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;

@@ -1,0 +1,131 @@
+//! Set-based label selectors, field selectors, JSON patch and malformed bodies.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, Config};
+use kube_sim::server::{KubeSim, RunningKubeSim};
+use serde_json::json;
+
+async fn start() -> (RunningKubeSim, Client) {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = Client::try_from(Config::new(sim.base_url.parse().unwrap())).unwrap();
+    (sim, client)
+}
+
+async fn seed(api: &Api<ConfigMap>) {
+    for (name, tier) in [("a", "web"), ("b", "db"), ("c", "cache")] {
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"tier": tier}}, "data": {"k": "v"}}),
+        )
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
+async fn names(api: &Api<ConfigMap>, lp: &ListParams) -> Vec<String> {
+    let mut v: Vec<String> = api
+        .list(lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn set_based_and_field_selectors_filter_lists() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    seed(&api).await;
+    assert_eq!(
+        names(&api, &ListParams::default().labels("tier in (web,db)")).await,
+        ["a", "b"]
+    );
+    assert_eq!(
+        names(&api, &ListParams::default().labels("tier notin (web,db)")).await,
+        ["c"]
+    );
+    assert_eq!(
+        names(
+            &api,
+            &ListParams::default().labels("tier in (web,db),tier!=db")
+        )
+        .await,
+        ["a"]
+    );
+    assert_eq!(
+        names(&api, &ListParams::default().fields("metadata.name=b")).await,
+        ["b"]
+    );
+    assert_eq!(
+        names(&api, &ListParams::default().fields("metadata.name!=b")).await,
+        ["a", "c"]
+    );
+}
+
+fn json_patch_req(name: &str, ops: &serde_json::Value) -> http::Request<Vec<u8>> {
+    http::Request::patch(format!("/api/v1/namespaces/default/configmaps/{name}"))
+        .header("content-type", "application/json-patch+json")
+        .body(ops.to_string().into_bytes())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn json_patch_applies_operations_and_failed_test_leaves_object_unchanged() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    seed(&api).await;
+    let ops = json!([
+        {"op": "add", "path": "/data/n", "value": "1"},
+        {"op": "remove", "path": "/data/k"},
+        {"op": "replace", "path": "/metadata/labels/tier", "value": "edge"}
+    ]);
+    let patched: ConfigMap = client.request(json_patch_req("a", &ops)).await.unwrap();
+    let data = patched.data.unwrap();
+    assert_eq!(data.get("n").map(String::as_str), Some("1"));
+    assert!(!data.contains_key("k"));
+    assert_eq!(patched.metadata.labels.unwrap()["tier"], "edge");
+    let failing = json!([
+        {"op": "test", "path": "/data/n", "value": "2"},
+        {"op": "add", "path": "/data/z", "value": "1"}
+    ]);
+    let err = client
+        .request::<ConfigMap>(json_patch_req("a", &failing))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 422));
+    assert!(!api.get("a").await.unwrap().data.unwrap().contains_key("z"));
+}
+
+#[tokio::test]
+async fn garbage_bodies_get_bad_request_and_the_server_keeps_serving() {
+    let (sim, client) = start().await;
+    let garbage: [&[u8]; 5] = [b"", b"{", b"[1,2]", b"\xff\xfe\x00", b"\"str\""];
+    for body in garbage {
+        let req = http::Request::post("/api/v1/namespaces/default/configmaps")
+            .header("content-type", "application/json")
+            .body(body.to_vec())
+            .unwrap();
+        let err = client.request::<serde_json::Value>(req).await.unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 400 && s.reason == "BadRequest"),
+            "{err:?}"
+        );
+        let req = http::Request::patch("/api/v1/namespaces/default/configmaps/x")
+            .header("content-type", "application/json-patch+json")
+            .body(body.to_vec())
+            .unwrap();
+        assert!(client.request::<serde_json::Value>(req).await.is_err());
+    }
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    seed(&api).await;
+    assert_eq!(
+        sim.store()
+            .list_objects("", "configmaps", Some("default"))
+            .len(),
+        3
+    );
+}
