@@ -710,7 +710,19 @@ async fn serve_verb(
                     .and_then(Value::as_str)
                     .map(str::to_string);
             }
+            let orphan = !body.is_empty()
+                && serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|o| {
+                        o.get("propagationPolicy")
+                            .and_then(Value::as_str)
+                            .map(|p| p == "Orphan")
+                    })
+                    .unwrap_or(false);
             let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
+            if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+                collect_dependents(store, uid, orphan);
+            }
             if t.group.is_empty() && t.resource == "namespaces" {
                 purge_namespace(store, name);
             }
@@ -1020,4 +1032,44 @@ fn crd_established(
         .unwrap_or("")
         .to_string();
     store.update(group, resource, None, &name, with_status)
+}
+
+/// Garbage collection once an owner is gone: dependents naming its uid in
+/// `ownerReferences` are deleted (recursively), or with `Orphan` lose that
+/// reference.
+fn collect_dependents(store: &Store, owner_uid: &str, orphan: bool) {
+    for rt in store.types() {
+        for o in store.list_objects(&rt.group, &rt.plural, None) {
+            let refs = o
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if !refs
+                .iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
+            {
+                continue;
+            }
+            let Some(name) = o.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str);
+            if orphan {
+                let mut kept = o.clone();
+                let rest: Vec<Value> = refs
+                    .into_iter()
+                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid))
+                    .collect();
+                kept["metadata"]["ownerReferences"] = Value::Array(rest);
+                // A dependent changed concurrently keeps its reference; the real GC would retry.
+                let _ = store.update(&rt.group, &rt.plural, ns, name, kept);
+            } else if let Ok((dep, true)) =
+                store.delete(&rt.group, &rt.plural, ns, name, &Preconditions::default())
+                && let Some(uid) = dep.pointer("/metadata/uid").and_then(Value::as_str)
+            {
+                collect_dependents(store, uid, false);
+            }
+        }
+    }
 }

@@ -239,3 +239,48 @@ async fn namespace_deletion_removes_its_contents_then_itself() {
         .unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
 }
+
+fn owned_cm(name: &str, owner: &ConfigMap) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid
+    }]}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn deleting_an_owner_collects_dependents_unless_orphaned() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let owner = api
+        .create(&PostParams::default(), &cm("owner", json!({})))
+        .await
+        .unwrap();
+    let child = api
+        .create(&PostParams::default(), &owned_cm("child", &owner))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &owned_cm("grandchild", &child))
+        .await
+        .unwrap();
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert!(api.get_opt("child").await.unwrap().is_none());
+    assert!(api.get_opt("grandchild").await.unwrap().is_none());
+
+    let owner = api
+        .create(&PostParams::default(), &cm("owner2", json!({})))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &owned_cm("kept", &owner))
+        .await
+        .unwrap();
+    api.delete("owner2", &DeleteParams::orphan()).await.unwrap();
+    let kept = api.get("kept").await.unwrap();
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+}
