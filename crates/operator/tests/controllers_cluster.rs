@@ -869,3 +869,109 @@ async fn deletion_without_a_connection_fails_until_orphaned() {
     wait_gone(&clusters, "stranded").await;
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_changes_and_omni_drift_are_synced_and_legacy_finalizers_are_honoured() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    let patch = json!({"patches": [{"name": "kubespan", "inline": {"machine": {"network": {"kubespan": {"enabled": true}}}}}]});
+    env.cluster("drift", "bbbbbbbb-0000-4000-8000-000000000001", patch)
+        .await;
+    let before = wait_for(&clusters, "drift", "Ready", ready).await;
+    let hash = before
+        .status
+        .as_ref()
+        .and_then(|s| s.template_hash.clone())
+        .unwrap_or_default();
+
+    // Out-of-band removal of a template resource in Omni is repaired at the next re-check.
+    let patches = env
+        .sim
+        .store()
+        .list_labeled(ty::CONFIG_PATCH, label::CLUSTER, "drift");
+    let removed = patches
+        .iter()
+        .map(|r| omni_sim::store::id(r).to_string())
+        .find(|id| id.contains("kubespan"))
+        .unwrap_or_else(|| panic!("no kubespan ConfigPatch in Omni"));
+    assert!(
+        env.sim
+            .store()
+            .remove(omni_sim::types::DEFAULT_NS, ty::CONFIG_PATCH, &removed)
+            .is_some()
+    );
+    let writes = env.sim.writes_total();
+    wait_until("the removed ConfigPatch is restored", || {
+        env.sim.get(ty::CONFIG_PATCH, &removed).is_some()
+    })
+    .await;
+    assert!(env.sim.writes_total() > writes);
+    let after_drift = wait_for(&clusters, "drift", "Ready", ready).await;
+    assert_eq!(
+        after_drift
+            .status
+            .as_ref()
+            .and_then(|s| s.template_hash.clone()),
+        Some(hash.clone()),
+        "the template did not change, only Omni did"
+    );
+
+    // A spec change re-renders (new hash) and reaches Omni.
+    let writes = env.sim.writes_total();
+    clusters
+        .patch(
+            "drift",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"kubernetes": {"version": "v1.35.1"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch: {e}"));
+    let changed = wait_for(&clusters, "drift", "re-synced with a new hash", |c| {
+        ready(c)
+            && c.status.as_ref().is_some_and(|s| {
+                s.template_hash.as_deref() != Some(hash.as_str())
+                    && s.observed_generation == c.metadata.generation
+            })
+    })
+    .await;
+    assert!(env.sim.writes_total() > writes);
+    assert!(has(&changed, "Synced", "True", "Synced"));
+
+    // An object from before the group rename keeps only its legacy finalizer, and deleting it
+    // removes that finalizer once Omni is clean.
+    let legacy = "omni.texas-hpc.org/finalizer";
+    let _: OmniCluster = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "old", "namespace": NS, "finalizers": [legacy]},
+            "spec": {
+                "connectionRef": {"name": "omni"},
+                "kubernetes": {"version": "v1.35.0"},
+                "talos": {"version": "v1.13.2"},
+                "syncInterval": "1s",
+            },
+        }))
+        .await;
+    let _: OmniControlPlane = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniControlPlane",
+            "metadata": {"name": "old-cp", "namespace": NS},
+            "spec": {"clusterRef": {"name": "old"}, "machines": ["bbbbbbbb-0000-4000-8000-000000000002"]},
+        }))
+        .await;
+    let old = wait_for(&clusters, "old", "Ready", ready).await;
+    assert_eq!(old.metadata.finalizers, Some(vec![legacy.to_string()]));
+    assert!(env.sim.get(ty::CLUSTER, "old").is_some());
+    clusters
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&clusters, "old").await;
+    assert!(env.sim.get(ty::CLUSTER, "old").is_none());
+
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
