@@ -318,6 +318,15 @@ async fn handle(
             reason,
         ));
     }
+    if let Some(code) = st
+        .hooks
+        .take_failure(verb, &t.resource, ns.as_deref(), t.name.as_deref())
+    {
+        return err_response(&ApiError::with_code(
+            code,
+            "injected failure (kube-sim test hook)",
+        ));
+    }
     let res = serve_verb(&st.store, &rt, &t, ns.as_deref(), verb, &q, &headers, &body).await;
     match res {
         Ok(r) => r,

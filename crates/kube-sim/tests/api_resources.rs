@@ -119,3 +119,26 @@ async fn writes_are_counted_separately_from_reads() {
     assert_eq!(sim.hooks().writes_to("secrets"), 1);
     assert_eq!(sim.hooks().reads_total(), 2);
 }
+
+#[tokio::test]
+async fn injected_failures_hit_only_matching_requests_and_run_out() {
+    let (sim, client) = start().await;
+    let api: Api<Secret> = Api::namespaced(client, "default");
+    let s: Secret = serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
+    sim.hooks()
+        .fail_next("get", "secrets", Some("default"), Some("s"), 500, 2);
+    for _ in 0..2 {
+        let err = api.get("s").await.unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(s) if s.code == 500 && s.reason == "InternalError")
+        );
+    }
+    api.get("s").await.unwrap();
+    sim.hooks()
+        .fail_next("create", "secrets", None, None, 500, 1);
+    assert!(api.get("s").await.is_ok());
+    let t: Secret = serde_json::from_value(json!({"metadata": {"name": "t"}})).unwrap();
+    assert!(api.create(&PostParams::default(), &t).await.is_err());
+    api.create(&PostParams::default(), &t).await.unwrap();
+}
