@@ -938,6 +938,39 @@ async fn spec_changes_and_omni_drift_are_synced_and_legacy_finalizers_are_honour
     assert!(env.sim.writes_total() > writes);
     assert!(has(&changed, "Synced", "True", "Synced"));
 
+    // StatusFailed: Omni's ClusterStatus cannot be decoded (pinned so Omni's controllers leave
+    // it alone, then corrupted). The template is still synced.
+    env.cluster(
+        "unreadable",
+        "bbbbbbbb-0000-4000-8000-000000000003",
+        json!({}),
+    )
+    .await;
+    wait_for(&clusters, "unreadable", "Ready", ready).await;
+    env.sim
+        .set_cluster_status(
+            "unreadable",
+            omni_client::proto::specs::cluster_status_spec::Phase::Running,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("pin status: {e}"));
+    env.sim.store().modify(
+        omni_sim::types::DEFAULT_NS,
+        ty::CLUSTER_STATUS,
+        "unreadable",
+        |r| {
+            if let Some(spec) = r.spec.as_mut() {
+                spec.proto_spec = vec![0xff; 3];
+            }
+        },
+    );
+    let c = wait_for(&clusters, "unreadable", "StatusFailed", |c| {
+        has(c, "Ready", "False", "StatusFailed")
+    })
+    .await;
+    assert!(has(&c, "Synced", "True", "Synced"));
+    assert!(has(&c, "Validated", "True", "Validated"));
+
     // An object from before the group rename keeps only its legacy finalizer, and deleting it
     // removes that finalizer once Omni is clean.
     let legacy = "omni.texas-hpc.org/finalizer";
