@@ -658,9 +658,35 @@ async fn serve_verb(
                             .is_none_or(|s| field_selector_matches(s, o))
                 })
                 .collect();
+            // Continue tokens are the offset into the (name-ordered) result;
+            // objects created between pages may shift it, as a compacted
+            // real server's inconsistent continuation would.
+            let offset: usize = match q.get("continue").map(String::as_str) {
+                None | Some("") => 0,
+                Some(c) => c
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(&format!("invalid continue token {c:?}")))?,
+            };
+            let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+            let total = items.len();
+            let end = if limit == 0 {
+                total
+            } else {
+                (offset + limit).min(total)
+            };
+            let page: Vec<Value> = items
+                .into_iter()
+                .skip(offset)
+                .take(end.saturating_sub(offset))
+                .collect();
+            let mut meta = json!({"resourceVersion": rv.to_string()});
+            if end < total {
+                meta["continue"] = json!(end.to_string());
+                meta["remainingItemCount"] = json!(total - end);
+            }
             Ok(json_response(
                 200,
-                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": meta, "items": page}),
             ))
         }
         "watch" => watch(store, t, ns, q),

@@ -129,3 +129,35 @@ async fn garbage_bodies_get_bad_request_and_the_server_keeps_serving() {
         3
     );
 }
+
+#[tokio::test]
+async fn limit_and_continue_page_through_every_object_once() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    seed(&api).await;
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    let token = first.metadata.continue_.clone().unwrap();
+    assert_eq!(first.metadata.remaining_item_count, Some(1));
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.items.len(), 1);
+    assert!(
+        second
+            .metadata
+            .continue_
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+    );
+    let mut all: Vec<String> = first
+        .items
+        .into_iter()
+        .chain(second.items)
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    all.sort();
+    assert_eq!(all, ["a", "b", "c"]);
+}
