@@ -507,6 +507,30 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
         );
     }
 
+    // Metrics: one info series per object with its readiness, and Omni calls by outcome.
+    let text = env.metrics.encode().unwrap_or_default();
+    for series in [
+        format!(
+            r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="edge-sample",ready="True",reason="Synced",suspended="false"}} 1"#
+        ),
+        format!(
+            r#"omni_operator_resource_info{{kind="OmniConnection",namespace="{NS}",name="omni-sample",ready="True",reason="ConnectionReady",suspended="false"}} 1"#
+        ),
+    ] {
+        assert!(text.contains(&series), "missing {series} in\n{text}");
+    }
+    let count = |method: &str, outcome: &str| -> u64 {
+        let prefix =
+            format!(r#"omni_operator_omni_rpcs_total{{method="{method}",outcome="{outcome}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("sync", "changed") >= 1, "{text}");
+    assert!(count("sync", "unchanged") >= 3, "{text}");
+    assert!(count("ping", "unchanged") >= 1, "{text}");
+
     env.assert_key_never_leaked().await;
     env.shutdown().await;
 }
@@ -604,6 +628,13 @@ async fn condition_reasons_of_clusters_and_children() {
         Some("remote Omni sync is suspended")
     );
     assert!(env.sim.get(ty::CLUSTER, "paused").is_none());
+    let text = env.metrics.encode().unwrap_or_default();
+    assert!(
+        text.contains(&format!(
+            r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="paused",ready="False",reason="Suspended",suspended="true"}} 1"#
+        )),
+        "{text}"
+    );
     // Resuming syncs it.
     clusters
         .patch(
@@ -1006,5 +1037,74 @@ async fn spec_changes_and_omni_drift_are_synced_and_legacy_finalizers_are_honour
     assert!(env.sim.get(ty::CLUSTER, "old").is_none());
 
     env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_moved_to_another_cluster_re_renders_both() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    env.cluster(
+        "left",
+        "cccccccc-0000-4000-8000-000000000001",
+        json!({"syncInterval": "1h"}),
+    )
+    .await;
+    env.cluster(
+        "right",
+        "cccccccc-0000-4000-8000-000000000002",
+        json!({"syncInterval": "1h"}),
+    )
+    .await;
+    let _: OmniWorkers = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniWorkers",
+            "metadata": {"name": "mover", "namespace": NS},
+            "spec": {"clusterRef": {"name": "left"}, "machines": ["cccccccc-0000-4000-8000-000000000003"]},
+        }))
+        .await;
+    let workers_of = |c: &OmniCluster| {
+        c.status
+            .as_ref()
+            .map(|s| s.workers_refs.clone())
+            .unwrap_or_default()
+    };
+    wait_for(&clusters, "left", "Ready with the workers", |c| {
+        ready(c) && workers_of(c) == vec!["mover".to_string()]
+    })
+    .await;
+    wait_for(&clusters, "right", "Ready", ready).await;
+
+    env.api::<OmniWorkers>()
+        .patch(
+            "mover",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"clusterRef": {"name": "right"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("move: {e}"));
+    wait_for(&clusters, "right", "Ready with the workers", |c| {
+        ready(c) && workers_of(c) == vec!["mover".to_string()]
+    })
+    .await;
+    // The cluster it left re-renders too. Re-checks are an hour apart here, so only the move
+    // itself can have triggered that.
+    wait_for(&clusters, "left", "Ready without the workers", |c| {
+        ready(c) && workers_of(c).is_empty()
+    })
+    .await;
+    let w = wait_for(
+        &env.api::<OmniWorkers>(),
+        "mover",
+        "Accepted by right",
+        |w| {
+            has(w, "Accepted", "True", "Accepted")
+                && w.status.as_ref().and_then(|s| s.cluster_ref.as_deref()) == Some("right")
+        },
+    )
+    .await;
+    assert!(ready(&w));
     env.shutdown().await;
 }
