@@ -1108,3 +1108,34 @@ async fn a_child_moved_to_another_cluster_re_renders_both() {
     assert!(ready(&w));
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_kubernetes_writes_are_retried_with_backoff() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    // The first two writes to this cluster (adding the finalizer) fail with a server error.
+    env.kube
+        .hooks()
+        .fail_next("patch", "omniclusters", Some(NS), Some("flaky"), 500, 2);
+    env.cluster("flaky", "dddddddd-0000-4000-8000-000000000001", json!({}))
+        .await;
+    let c = wait_for(&env.api::<OmniCluster>(), "flaky", "Ready", ready).await;
+    assert!(
+        c.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "omni.texashpc.com/finalizer")
+    );
+    let text = env.metrics.encode().unwrap_or_default();
+    let errors: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"omni_operator_reconcile_errors_total{kind="OmniCluster"} "#)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(errors >= 2, "{text}");
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
