@@ -12,7 +12,10 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
-use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+use omni_operator::api::{
+    OmniCluster, OmniConnection, OmniControlPlane, OmniKubeconfigExport, OmniMachine,
+    OmniSecretSync, OmniWorkers,
+};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
@@ -1138,4 +1141,172 @@ async fn failed_kubernetes_writes_are_retried_with_backoff() {
     assert!(errors >= 2, "{text}");
     env.assert_key_never_leaked().await;
     env.shutdown().await;
+}
+
+/// Points every minted kubeconfig at one workload API server.
+struct Workload(String);
+
+impl omni_sim::WorkloadProvider for Workload {
+    fn endpoint(&self, _cluster: &str) -> omni_sim::WorkloadEndpoint {
+        omni_sim::WorkloadEndpoint {
+            server: self.0.clone(),
+            ca_data: None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_samples_in_order_become_ready_and_then_stay_quiet() {
+    let env = Env::start().await;
+    // The workload cluster Omni hands out kubeconfigs for.
+    let workload = kube_sim::server::KubeSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start workload kube-sim: {e}"));
+    env.sim
+        .set_workload_provider(Arc::new(Workload(workload.base_url.clone())));
+    let registry_token = "ghcr-pat-5c1b9d7e0a";
+    let source: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "edge-sample-ghcr", "namespace": NS},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": format!(r#"{{"auths":{{"ghcr.io":{{"auth":"{registry_token}"}}}}}}"#)},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    env.api::<Secret>()
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap_or_else(|e| panic!("create source Secret: {e}"));
+
+    // The documented order: connection, cluster and children, exports, secret sync
+    // (07, OmniHelmRelease, needs a chart repository and has its own tests).
+    for mut doc in sample("01-omniconnection.yaml") {
+        doc["spec"]["endpoint"] = json!(env.sim.endpoint());
+        let _: OmniConnection = env.create(doc).await;
+    }
+    for doc in sample("02-omnicluster.yaml") {
+        let _: OmniCluster = env.create(doc).await;
+    }
+    for doc in sample("03-omnicontrolplane.yaml") {
+        let _: OmniControlPlane = env.create(doc).await;
+    }
+    for doc in sample("04-omniworkers.yaml") {
+        let _: OmniWorkers = env.create(doc).await;
+    }
+    for doc in sample("05-omnimachine.yaml") {
+        let _: OmniMachine = env.create(doc).await;
+    }
+    for doc in sample("06-omnikubeconfigexport.yaml") {
+        let _: OmniKubeconfigExport = env.create(doc).await;
+    }
+    for doc in sample("08-omnisecretsync.yaml") {
+        let _: OmniSecretSync = env.create(doc).await;
+    }
+
+    wait_for(&env.api::<OmniCluster>(), "edge-sample", "Ready", ready).await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    for name in [
+        "edge-sample-automation-kubeconfig",
+        "edge-sample-gitops-kubeconfig",
+    ] {
+        wait_for(&exports, name, "Ready", ready).await;
+    }
+    let secrets = env.api::<Secret>();
+    let exported = secrets
+        .get("edge-sample-gitops-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("exported Secret: {e}"));
+    assert!(
+        exported
+            .data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("workload.kubeconfig")),
+        "the configured key holds the kubeconfig"
+    );
+    let sync = wait_for(
+        &env.api::<OmniSecretSync>(),
+        "edge-sample-ghcr",
+        "Ready",
+        ready,
+    )
+    .await;
+    assert!(has(&sync, "Synced", "True", "Synced"), "{:?}", sync.status);
+    // The copy exists in the workload cluster, in the namespace the sync created.
+    let workload_client = kube::Client::try_from(kube::Config::new(
+        workload
+            .base_url
+            .parse()
+            .unwrap_or_else(|e| panic!("uri: {e}")),
+    ))
+    .unwrap_or_else(|e| panic!("client: {e}"));
+    let copy = Api::<Secret>::namespaced(workload_client, "flux-system")
+        .get("edge-sample-ghcr")
+        .await
+        .unwrap_or_else(|e| panic!("synced Secret: {e}"));
+    assert_eq!(
+        copy.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
+    let copied = copy
+        .data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .unwrap_or_default();
+    assert!(copied.contains(registry_token));
+
+    // Everything Ready: re-checks of every kind now write nothing in either API server.
+    let until = Instant::now() + WAIT;
+    loop {
+        let kube_before = kube_writes(&env.kube);
+        let workload_before = workload.writes_total();
+        let omni_before = env.sim.writes_total();
+        let start = env.reconciles("OmniCluster");
+        // The sample's syncInterval is 5m: edits of the sample-free dependencies trigger
+        // reconciles instead, through the watches. Touching an unrelated annotation on the
+        // connection re-runs the connection and every cluster using it.
+        env.api::<OmniConnection>()
+            .patch(
+                "omni-sample",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"poke": start.to_string()}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("poke: {e}"));
+        wait_until("another OmniCluster reconcile", || {
+            env.reconciles("OmniCluster") > start
+        })
+        .await;
+        // One write is ours (the poke).
+        let kube_delta = kube_writes(&env.kube) - kube_before - 1;
+        let workload_delta = workload.writes_total() - workload_before;
+        let omni_delta = env.sim.writes_total() - omni_before;
+        if kube_delta == 0 && workload_delta == 0 && omni_delta == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "reconciles keep writing: {kube_delta} management, {workload_delta} workload, {omni_delta} Omni"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Neither the registry credential nor the Omni key shows up in logs, Events or status.
+    assert!(!captured_text().contains(registry_token));
+    let events = Api::<K8sEvent>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"));
+    assert!(
+        !serde_json::to_string(&events.items)
+            .unwrap_or_default()
+            .contains(registry_token)
+    );
+    assert!(
+        !serde_json::to_string(&sync)
+            .unwrap_or_default()
+            .contains(registry_token)
+    );
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+    workload.shutdown();
 }
