@@ -1,7 +1,9 @@
 //! OmniCluster and its children end to end: the operator embedded in-process against kube-sim
-//! (management cluster) and omni-sim (Omni). Covers the shipped samples becoming Ready, idle
-//! reconciles writing nothing anywhere, each condition reason of the cluster and child kinds,
-//! the three deletion policies, and that the service-account key never leaks.
+//! (management cluster, plus a second one as the workload cluster) and omni-sim (Omni). Covers the
+//! shipped samples becoming Ready in the documented order, idle reconciles writing nothing
+//! anywhere, each condition reason of the cluster and child kinds, drift repair, the three
+//! deletion policies, retries after API failures, metrics, and that no credential leaks into
+//! logs, Events or status.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
