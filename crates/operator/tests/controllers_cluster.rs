@@ -1212,6 +1212,17 @@ async fn workload_samples_in_order_become_ready_and_then_stay_quiet() {
     ] {
         wait_for(&exports, name, "Ready", ready).await;
     }
+    // Seconds until each exported kubeconfig expires: within the sample's 12h TTL.
+    let text = env.metrics.encode().unwrap_or_default();
+    let prefix = format!(
+        r#"omni_operator_kubeconfig_expiry_seconds{{namespace="{NS}",name="edge-sample-gitops-kubeconfig"}} "#
+    );
+    let expiry: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no expiry series in\n{text}"));
+    assert!(expiry > 0.0 && expiry <= 12.0 * 3600.0, "{expiry}");
     let secrets = env.api::<Secret>();
     let exported = secrets
         .get("edge-sample-gitops-kubeconfig")
