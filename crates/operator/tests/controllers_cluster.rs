@@ -1323,3 +1323,109 @@ async fn workload_samples_in_order_become_ready_and_then_stay_quiet() {
     env.shutdown().await;
     workload.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
+    let env = Env::start().await;
+    let connections = env.api::<OmniConnection>();
+    let _: OmniConnection = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": "pending", "namespace": NS},
+            "spec": {
+                "endpoint": env.sim.endpoint(),
+                "auth": {"serviceAccountSecretRef": {"name": "later", "key": "serviceAccountKey"}},
+            },
+        }))
+        .await;
+    let c = wait_for(&connections, "pending", "MissingSecret", |c| {
+        has(c, "Ready", "False", "MissingSecret")
+    })
+    .await;
+    assert!(has(&c, "Reachable", "False", "MissingSecret"));
+    assert!(has(&c, "Stalled", "True", "MissingSecret"));
+    let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
+    assert!(
+        message.starts_with(r#"failed to connect to Omni: MissingSecret "later": "#),
+        "{message}"
+    );
+
+    // The env file Omni prints instead of the bare key: refused, and the key stays hidden.
+    let secrets = env.api::<Secret>();
+    let env_file: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "later", "namespace": NS},
+        "stringData": {"serviceAccountKey": format!("export OMNI_ENDPOINT={}\nexport OMNI_SERVICE_ACCOUNT_KEY={}\n", env.sim.endpoint(), env.key)},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    secrets
+        .create(&PostParams::default(), &env_file)
+        .await
+        .unwrap_or_else(|e| panic!("create Secret: {e}"));
+    let c = wait_for(&connections, "pending", "reports the env file", |c| {
+        condition(c, "Ready").is_some_and(|(_, _, m)| m.contains("environment assignments"))
+    })
+    .await;
+    assert!(has(&c, "Ready", "False", "MissingSecret"));
+
+    // Fixing the Secret makes the connection Ready.
+    secrets
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"serviceAccountKey": env.key}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("fix Secret: {e}"));
+    let c = wait_for(&connections, "pending", "Ready", ready).await;
+    assert!(has(&c, "Stalled", "False", "ConnectionReady"));
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.connection_ref.clone()),
+        Some("pending".into())
+    );
+    assert!(c.status.as_ref().and_then(|s| s.last_check_time).is_some());
+
+    // ConnectionFailed: nothing answers at the endpoint.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        l.local_addr().unwrap_or_else(|e| panic!("{e}")).port()
+    };
+    let _: OmniConnection = env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": "nowhere", "namespace": NS},
+            "spec": {
+                "endpoint": format!("http://127.0.0.1:{closed}"),
+                "auth": {"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}},
+            },
+        }))
+        .await;
+    let c = wait_for(&connections, "nowhere", "ConnectionFailed", |c| {
+        has(c, "Ready", "False", "ConnectionFailed")
+    })
+    .await;
+    assert!(has(&c, "Reachable", "False", "ConnectionFailed"));
+    let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
+    assert!(
+        message.starts_with("failed to connect to Omni: list Omni clusters: "),
+        "{message}"
+    );
+
+    let events = Api::<K8sEvent>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"));
+    let seen = |name: &str, reason: &str, type_: &str| {
+        events.items.iter().any(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some(type_)
+        })
+    };
+    assert!(seen("pending", "MissingSecret", "Warning"));
+    assert!(seen("pending", "ConnectionReady", "Normal"));
+    assert!(seen("nowhere", "ConnectionFailed", "Warning"));
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}
