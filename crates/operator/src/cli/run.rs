@@ -55,7 +55,7 @@ pub struct Args {
     #[arg(long, env = "ENABLE_WEBHOOKS", default_value_t = true, action = clap::ArgAction::Set)]
     pub webhook_enabled: bool,
     /// Address of the webhook server.
-    #[arg(long, default_value = "0.0.0.0:9443")]
+    #[arg(long, default_value = "0.0.0.0:9443", value_parser = parse_bind_address)]
     pub webhook_bind_address: SocketAddr,
     /// Directory with the webhook serving certificate.
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
@@ -153,10 +153,20 @@ fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> 
     if value == "0" {
         return Ok(None);
     }
-    value
-        .parse()
+    parse_bind_address(value)
         .map(Some)
-        .with_context(|| format!("--{flag}: {value:?} is not an address such as 0.0.0.0:8080"))
+        .map_err(|err| anyhow::anyhow!("--{flag}: {err}"))
+}
+
+/// Parses a listen address. Besides `HOST:PORT` it accepts `:PORT` (all IPv4 interfaces), the
+/// form Kubernetes manifests and Go controllers conventionally use.
+pub fn parse_bind_address(value: &str) -> Result<SocketAddr, String> {
+    let full = match value.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => value.to_string(),
+    };
+    full.parse()
+        .map_err(|_| format!("{value:?} is not a listen address such as 0.0.0.0:8080 or :8080"))
 }
 
 fn resolve_namespace(flag: Option<&str>) -> anyhow::Result<String> {
@@ -458,6 +468,30 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    #[test]
+    fn bind_addresses_accept_port_only_form() {
+        assert_eq!(
+            parse_bind_address(":9443").unwrap(),
+            "0.0.0.0:9443".parse().unwrap()
+        );
+        assert_eq!(
+            parse_bind_address("127.0.0.1:8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert!(parse_bind_address("8080").unwrap_err().contains(":8080"));
+        assert_eq!(optional_addr("metrics-bind-address", "0").unwrap(), None);
+        assert_eq!(
+            optional_addr("metrics-bind-address", ":8443").unwrap(),
+            Some("0.0.0.0:8443".parse().unwrap())
+        );
+        assert!(
+            optional_addr("metrics-bind-address", "nope")
+                .unwrap_err()
+                .to_string()
+                .contains("--metrics-bind-address")
+        );
     }
 
     #[test]
