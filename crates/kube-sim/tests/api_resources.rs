@@ -130,9 +130,7 @@ async fn injected_failures_hit_only_matching_requests_and_run_out() {
         .fail_next("get", "secrets", Some("default"), Some("s"), 500, 2);
     for _ in 0..2 {
         let err = api.get("s").await.unwrap_err();
-        assert!(
-            matches!(err, kube::Error::Api(s) if s.code == 500 && s.reason == "InternalError")
-        );
+        assert!(matches!(err, kube::Error::Api(s) if s.code == 500 && s.reason == "InternalError"));
     }
     api.get("s").await.unwrap();
     sim.hooks()
