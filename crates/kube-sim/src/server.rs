@@ -711,18 +711,37 @@ async fn serve_verb(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let merge = ct.starts_with("application/merge-patch+json");
-            if !merge && !ct.starts_with("application/json-patch+json") {
+            let strategic = ct.starts_with("application/strategic-merge-patch+json");
+            let apply = ct.starts_with("application/apply-patch+yaml");
+            if !merge && !strategic && !apply && !ct.starts_with("application/json-patch+json") {
                 return Err(ApiError::unsupported_media_type(ct));
             }
-            let patch: Value = serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(&format!(
-                    "the body of the request could not be decoded: {e}"
-                ))
-            })?;
+            // Custom resources have no patch-merge keys, so the real server refuses these.
+            if strategic && is_custom_resource(store, &t.group, &t.resource) {
+                return Err(ApiError::unsupported_media_type(ct));
+            }
+            let patch: Value = if apply {
+                let text = std::str::from_utf8(body).map_err(|_| {
+                    ApiError::bad_request("the body of the request could not be decoded")
+                })?;
+                serde_saphyr::from_str(text)
+                    .map_err(|e| ApiError::bad_request(&format!("error decoding YAML: {e}")))?
+            } else {
+                serde_json::from_slice(body).map_err(|e| {
+                    ApiError::bad_request(&format!(
+                        "the body of the request could not be decoded: {e}"
+                    ))
+                })?
+            };
+            if apply {
+                return server_side_apply(store, rt, t, ns, name, q, patch);
+            }
             let old = store.get(&t.group, &t.resource, ns, name)?;
             let mut obj = old.clone();
             if merge {
                 merge_patch(&mut obj, &patch);
+            } else if strategic {
+                strategic_merge(&mut obj, &patch);
             } else {
                 json_patch(&mut obj, &patch)?;
             }
@@ -826,6 +845,205 @@ fn keep_status_split(rt: &ResourceType, t: &Target, old: &Value, obj: &mut Value
         obj["status"] = s.clone();
     } else if let Some(m) = obj.as_object_mut() {
         m.remove("status");
+    }
+}
+
+/// Whether a CRD serves `group`/`plural` (strategic merge is refused for those).
+fn is_custom_resource(store: &Store, group: &str, plural: &str) -> bool {
+    store
+        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
+        .iter()
+        .any(|c| {
+            c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                && c.pointer("/spec/names/plural").and_then(Value::as_str) == Some(plural)
+        })
+}
+
+/// Strategic merge for built-ins: like a merge patch, except lists of objects
+/// keyed by `name` (containers, env, ports, volumes, volumeMounts) merge per
+/// element, and the `$patch`/`$retainKeys`/`$setElementOrder` directives are honoured
+/// or tolerated.
+fn strategic_merge(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        let mut clean = patch.clone();
+        strip_directives(&mut clean);
+        *target = clean;
+        return;
+    }
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Some(t) = target.as_object_mut() else {
+        return;
+    };
+    if let Some(keep) = p.get("$retainKeys").and_then(Value::as_array) {
+        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
+        t.retain(|k, _| keep.contains(&k.as_str()) || p.contains_key(k));
+    }
+    for (k, v) in p {
+        if k.starts_with('$') {
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        match (t.get_mut(k), v) {
+            (Some(Value::Array(cur)), Value::Array(items)) if keyed_by_name(items) => {
+                for item in items {
+                    let key = item.get("name").cloned();
+                    let pos = cur.iter().position(|c| c.get("name") == key.as_ref());
+                    let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+                    match (pos, delete) {
+                        (Some(i), true) => {
+                            cur.remove(i);
+                        }
+                        (None, true) => {}
+                        (Some(i), false) => strategic_merge(&mut cur[i], item),
+                        (None, false) => {
+                            let mut clean = item.clone();
+                            strip_directives(&mut clean);
+                            cur.push(clean);
+                        }
+                    }
+                }
+            }
+            (Some(cur), _) if v.is_object() => strategic_merge(cur, v),
+            _ => {
+                let mut clean = v.clone();
+                strip_directives(&mut clean);
+                t.insert(k.clone(), clean);
+            }
+        }
+    }
+}
+
+/// A list merges per element when every element is an object with a `name`.
+fn keyed_by_name(items: &[Value]) -> bool {
+    !items.is_empty() && items.iter().all(|i| i.get("name").is_some())
+}
+
+/// Removes `$`-directives so they never get stored.
+fn strip_directives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.starts_with('$'));
+            m.values_mut().for_each(strip_directives);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
+/// Server-side apply: `fieldManager` is required; a missing object is created;
+/// otherwise the applied configuration is merged over the live object and the
+/// manager's `managedFields` entry is recorded. Conflict detection between
+/// managers is not emulated (see README).
+fn server_side_apply(
+    store: &Store,
+    rt: &ResourceType,
+    t: &Target,
+    ns: Option<&str>,
+    name: &str,
+    q: &HashMap<String, String>,
+    patch: Value,
+) -> Result<Response, ApiError> {
+    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            vec![crate::error::Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value: is required for apply patch".into(),
+                field: "fieldManager".into(),
+            }],
+        ));
+    };
+    if !patch.is_object() {
+        return Err(ApiError::bad_request("apply patch must be an object"));
+    }
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let api_version = patch
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let mut fields = json!({});
+    field_set(&patch, &mut fields);
+    // apiVersion and kind identify the object; the real server does not track them.
+    if let Some(f) = fields.as_object_mut() {
+        f.remove("f:apiVersion");
+        f.remove("f:kind");
+    }
+    let entry = json!({
+        "manager": manager, "operation": "Apply", "apiVersion": api_version,
+        "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields,
+    });
+    let set_entry = |obj: &mut Value| {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            let mut list: Vec<Value> = meta
+                .get("managedFields")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            list.retain(|e| {
+                !(e.get("manager").and_then(Value::as_str) == Some(manager.as_str())
+                    && e.get("operation").and_then(Value::as_str) == Some("Apply"))
+            });
+            list.push(entry.clone());
+            meta.insert("managedFields".into(), Value::Array(list));
+        }
+    };
+    match store.get(&t.group, &t.resource, ns, name) {
+        Err(e) if e.code == 404 => {
+            let mut obj = patch;
+            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("name".into(), json!(name));
+                if let Some(ns) = ns {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+            set_entry(&mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, None)?;
+            let created = store.create(&t.group, &t.resource, ns, obj)?;
+            let created = crd_established(store, &t.group, &t.resource, created)?;
+            Ok(json_response(201, &created))
+        }
+        Err(e) => Err(e),
+        Ok(old) => {
+            let mut obj = old.clone();
+            let mut applied = patch;
+            if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+            }
+            merge_patch(&mut obj, &applied);
+            set_entry(&mut obj);
+            keep_status_split(rt, t, &old, &mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            Ok(json_response(200, &updated))
+        }
+    }
+}
+
+/// FieldsV1 of an applied configuration: `f:<key>` per object field, `.` for leaves.
+fn field_set(v: &Value, out: &mut Value) {
+    if let (Some(m), Some(o)) = (v.as_object(), out.as_object_mut()) {
+        for (k, child) in m {
+            let mut sub = json!({});
+            if child.is_object() {
+                field_set(child, &mut sub);
+            }
+            o.insert(format!("f:{k}"), sub);
+        }
     }
 }
 
