@@ -35,6 +35,7 @@ pub struct KubeSimBuilder {
     history: usize,
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Entry point: `KubeSim::builder().start().await`.
@@ -48,6 +49,7 @@ impl KubeSim {
             history: 1000,
             authenticator: None,
             authorizer: None,
+            tls: None,
         }
     }
 }
@@ -97,6 +99,13 @@ struct AppState {
 }
 
 impl KubeSimBuilder {
+    /// Serve HTTPS with this configuration (see [`crate::tls`]); verified client
+    /// certificates reach the authenticator as the peer certificate.
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// Listen address (default `127.0.0.1:0`).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.addr = addr;
@@ -142,17 +151,67 @@ impl KubeSimBuilder {
             authorizer: self.authorizer,
         });
         let app = axum::Router::new().fallback(handle).with_state(state);
-        let handle = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "kube-sim server stopped");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let handle = match self.tls {
+            None => tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "kube-sim server stopped");
+                }
+            }),
+            Some(config) => {
+                tokio::spawn(serve_tls(listener, crate::tls::TlsServer::new(config), app))
             }
-        });
+        };
         Ok(RunningKubeSim {
-            base_url: format!("http://{local}"),
+            base_url: format!("{scheme}://{local}"),
             handle,
             store,
             hooks,
         })
+    }
+}
+
+/// Accept loop for HTTPS: each connection's verified client certificate is put
+/// into every request's extensions, so authentication can see it.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: crate::tls::TlsServer,
+    app: axum::Router,
+) {
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "kube-sim accept failed");
+                continue;
+            }
+        };
+        let tls = tls.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let (stream, peer) = match tls.accept(tcp).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, "kube-sim TLS handshake failed");
+                    return;
+                }
+            };
+            let svc =
+                hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                    if let Some(p) = &peer {
+                        req.extensions_mut().insert(p.clone());
+                    }
+                    tower::ServiceExt::oneshot(app.clone(), req)
+                });
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
+                .await
+            {
+                tracing::debug!(error = %e, "kube-sim connection ended");
+            }
+        });
     }
 }
 
@@ -213,11 +272,13 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
+    peer: Option<axum::Extension<crate::tls::PeerCertificate>>,
     body: Bytes,
 ) -> Response {
+    let peer_der = peer.as_ref().map(|p| p.0.0.as_slice());
     let user = match &st.authenticator {
         None => UserInfo::admin(),
-        Some(a) => match a.authenticate(&headers, None) {
+        Some(a) => match a.authenticate(&headers, peer_der) {
             Some(u) => u,
             None => return err_response(&ApiError::unauthorized()),
         },
