@@ -9,4 +9,4 @@ pub mod request;
 pub mod server;
 pub mod store;
 pub mod tls;
-mod wiring;
+pub mod wiring;

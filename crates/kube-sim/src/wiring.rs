@@ -26,3 +26,50 @@ impl Authenticator for StaticAuthenticator {
         })
     }
 }
+
+/// RBAC authorization against the Roles/ClusterRoles and bindings in the store, plus the
+/// bootstrap policy the real API server creates at start-up (e.g. `system:masters`
+/// is cluster-admin).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RbacAuthorizer;
+
+impl crate::request::Authorizer for RbacAuthorizer {
+    fn authorize(
+        &self,
+        user: &UserInfo,
+        req: &crate::request::RequestInfo,
+        store: &crate::store::Store,
+    ) -> Result<(), String> {
+        const G: &str = "rbac.authorization.k8s.io";
+        let objects = crate::rbac::RbacObjects {
+            roles: store.list_objects(G, "roles", None),
+            cluster_roles: store.list_objects(G, "clusterroles", None),
+            role_bindings: store.list_objects(G, "rolebindings", None),
+            cluster_role_bindings: store.list_objects(G, "clusterrolebindings", None),
+        }
+        .with_bootstrap_policy();
+        let subject = crate::rbac::Subject {
+            name: user.name.clone(),
+            groups: user.groups.clone(),
+        };
+        let attrs = crate::rbac::Attributes {
+            verb: req.verb.clone(),
+            resource_request: req.is_resource_request,
+            api_group: req.api_group.clone(),
+            resource: req.resource.clone(),
+            subresource: req.subresource.clone().unwrap_or_default(),
+            name: req.name.clone().unwrap_or_default(),
+            namespace: req.namespace.clone().unwrap_or_default(),
+            path: req.path.clone(),
+        };
+        if crate::rbac::evaluate(&objects, &subject, &attrs).allowed() {
+            return Ok(());
+        }
+        let status = crate::rbac::forbidden_status(&subject, &attrs);
+        Err(status
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("forbidden")
+            .to_string())
+    }
+}

@@ -63,3 +63,48 @@ async fn https_with_client_certificates_and_tokens() {
         other => panic!("expected 401, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn rbac_authorizer_denies_with_the_real_message_and_bindings_grant() {
+    let auth = Arc::new(StaticAuthenticator::new().without_anonymous());
+    auth.add_token("admin", Identity::new("root", &["system:masters"]));
+    auth.add_token("dev", Identity::new("dev", &[]));
+    let sim = KubeSim::builder()
+        .authenticator(auth)
+        .authorizer(Arc::new(kube_sim::wiring::RbacAuthorizer))
+        .start()
+        .await
+        .unwrap();
+    let client = |tok: &str| {
+        let mut c = kube::Config::new(sim.base_url.parse().unwrap());
+        c.auth_info.token = Some(tok.to_string().into());
+        kube::Client::try_from(c).unwrap()
+    };
+    let dev: Api<ConfigMap> = Api::namespaced(client("dev"), "default");
+    match dev.get("x").await.unwrap_err() {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 403);
+            assert_eq!(
+                s.message,
+                "configmaps \"x\" is forbidden: User \"dev\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\""
+            );
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    let admin = kube::Api::<kube::api::DynamicObject>::all_with(
+        client("admin"),
+        &kube::api::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&()),
+    );
+    let crb = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "dev-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dev"}]
+    }))
+    .unwrap();
+    admin.create(&PostParams::default(), &crb).await.unwrap();
+    match dev.get("x").await.unwrap_err() {
+        kube::Error::Api(s) => assert_eq!(s.code, 404, "{}", s.message),
+        other => panic!("expected 404, got {other:?}"),
+    }
+}
