@@ -750,7 +750,7 @@ async fn serve_verb(
                 &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": meta, "items": page}),
             ))
         }
-        "watch" => watch(store, t, ns, q),
+        "watch" => watch(store, rt, t, ns, q),
         "create" => {
             let mut obj = parse_body(body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
@@ -1149,6 +1149,7 @@ fn purge_namespace(store: &Store, ns: &str) {
 
 fn watch(
     store: &Store,
+    rt: &ResourceType,
     t: &Target,
     ns: Option<&str>,
     q: &HashMap<String, String>,
@@ -1163,6 +1164,8 @@ fn watch(
     let (group, resource) = (t.group.clone(), t.resource.clone());
     let ns = ns.map(str::to_string);
     let mut initial: Vec<Value> = Vec::new();
+    let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
+    let since = if initial_events { None } else { since };
     let (backlog, rx) = match since {
         Some(rv) => match store.history_since(rv) {
             Ok(x) => x,
@@ -1174,15 +1177,32 @@ fn watch(
         None => {
             let rv = store.resource_version();
             for o in store.list_objects(&group, &resource, ns.as_deref()) {
-                initial.push(json!({"type": "ADDED", "object": o}));
+                if selected(q, &o) {
+                    initial.push(json!({"type": "ADDED", "object": o}));
+                }
+            }
+            if initial_events {
+                // Streaming list: the end of the initial state is marked by a bookmark
+                // carrying the `k8s.io/initial-events-end` annotation.
+                let api_version = if rt.group.is_empty() {
+                    rt.version.clone()
+                } else {
+                    format!("{}/{}", rt.group, rt.version)
+                };
+                initial.push(json!({"type": "BOOKMARK", "object": {
+                    "apiVersion": api_version, "kind": rt.kind,
+                    "metadata": {"resourceVersion": rv.to_string(),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}}}));
             }
             store.history_since(rv)?
         }
     };
     let matches = {
         let (group, resource, ns) = (group.clone(), resource.clone(), ns.clone());
+        let q = q.clone();
         move |e: &crate::store::WatchEvent| {
-            e.group == group
+            selected(&q, &e.object)
+                && e.group == group
                 && e.resource == resource
                 && ns.as_deref().is_none_or(|n| {
                     e.object
@@ -1220,6 +1240,19 @@ fn watch(
         .header("content-type", "application/json")
         .body(body)
         .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
+}
+
+/// Whether `obj` passes the request's label and field selectors.
+fn selected(q: &HashMap<String, String>, obj: &Value) -> bool {
+    let empty = serde_json::Map::new();
+    let labels = obj
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    q.get("labelSelector")
+        .is_none_or(|s| selector_matches(s, labels))
+        && q.get("fieldSelector")
+            .is_none_or(|s| field_selector_matches(s, obj))
 }
 
 /// Secret defaulting: `stringData` folds into base64 `data`, `type`

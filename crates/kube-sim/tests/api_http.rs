@@ -125,11 +125,12 @@ async fn stale_replace_conflicts_and_merge_patch_applies() {
         .patch(
             "a",
             &PatchParams::default(),
-            &Patch::Strategic(json!({"data": {}})),
+            &Patch::Strategic(json!({"data": {"m": "2"}})),
         )
         .await
-        .unwrap_err();
-    assert!(matches!(strategic, kube::Error::Api(s) if s.code == 415));
+        .unwrap();
+    let data = strategic.data.unwrap();
+    assert_eq!((data["n"].as_str(), data["m"].as_str()), ("1", "2"));
 }
 
 #[tokio::test]
