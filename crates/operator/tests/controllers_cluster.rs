@@ -292,6 +292,19 @@ impl Env {
     }
 }
 
+/// Metrics text once `ready` holds for it (gauges are set just after status writes, so they may
+/// trail what the test has observed by a moment), or the last text after 30 s.
+async fn metrics_when(env: &Env, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = env.metrics.encode().unwrap_or_default();
+        if ready(&text) || std::time::Instant::now() >= deadline {
+            return text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn list_json<K>(env: &Env) -> Value
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -513,7 +526,11 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
     }
 
     // Metrics: one info series per object with its readiness, and Omni calls by outcome.
-    let text = env.metrics.encode().unwrap_or_default();
+    let text = metrics_when(&env, |t| {
+        t.contains(r#"name="edge-sample",ready="True",reason="Synced""#)
+            && t.contains(r#"name="omni-sample",ready="True",reason="ConnectionReady""#)
+    })
+    .await;
     for series in [
         format!(
             r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="edge-sample",ready="True",reason="Synced",suspended="false"}} 1"#
@@ -633,13 +650,11 @@ async fn condition_reasons_of_clusters_and_children() {
         Some("remote Omni sync is suspended")
     );
     assert!(env.sim.get(ty::CLUSTER, "paused").is_none());
-    let text = env.metrics.encode().unwrap_or_default();
-    assert!(
-        text.contains(&format!(
-            r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="paused",ready="False",reason="Suspended",suspended="true"}} 1"#
-        )),
-        "{text}"
+    let expected = format!(
+        r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="paused",ready="False",reason="Suspended",suspended="true"}} 1"#
     );
+    let text = metrics_when(&env, |t| t.contains(&expected)).await;
+    assert!(text.contains(&expected), "{text}");
     // Resuming syncs it.
     clusters
         .patch(
@@ -1213,10 +1228,10 @@ async fn workload_samples_in_order_become_ready_and_then_stay_quiet() {
         wait_for(&exports, name, "Ready", ready).await;
     }
     // Seconds until each exported kubeconfig expires: within the sample's 12h TTL.
-    let text = env.metrics.encode().unwrap_or_default();
     let prefix = format!(
         r#"omni_operator_kubeconfig_expiry_seconds{{namespace="{NS}",name="edge-sample-gitops-kubeconfig"}} "#
     );
+    let text = metrics_when(&env, |t| t.contains(&prefix)).await;
     let expiry: f64 = text
         .lines()
         .find_map(|l| l.strip_prefix(&prefix))
