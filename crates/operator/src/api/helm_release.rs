@@ -130,6 +130,71 @@ pub struct HelmChart {
     #[serde(default = "empty_object")]
     #[schemars(schema_with = "any_json_schema")]
     pub values: serde_json::Value,
+    /// Secret (same namespace) with credentials for the chart repository or OCI registry
+    /// and/or a CA bundle to trust for it.
+    #[serde(
+        default,
+        rename = "credentialsSecretRef",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub credentials_secret_ref: Option<ChartCredentialsRef>,
+}
+
+/// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
+/// Secret holding only `ca.crt` configures a CA bundle without a login.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartCredentialsRef {
+    /// Secret name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Key of the user name (basic auth or registry login).
+    #[serde(default = "default_username_key")]
+    #[schemars(length(min = 1))]
+    pub username_key: String,
+    /// Key of the password or token.
+    #[serde(default = "default_password_key")]
+    #[schemars(length(min = 1))]
+    pub password_key: String,
+    /// Key of a PEM CA bundle trusted for the repository's TLS certificate.
+    #[serde(default = "default_ca_key")]
+    #[schemars(length(min = 1))]
+    pub ca_key: String,
+}
+
+fn default_username_key() -> String {
+    "username".to_string()
+}
+
+fn default_password_key() -> String {
+    "password".to_string()
+}
+
+fn default_ca_key() -> String {
+    "ca.crt".to_string()
+}
+
+impl ChartCredentialsRef {
+    /// The first problem of this reference, with its field path below `spec.chart`.
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if is_blank(&self.name) {
+            Some(("name", "credentialsSecretRef.name is required"))
+        } else if is_blank(&self.username_key) {
+            Some((
+                "usernameKey",
+                "credentialsSecretRef.usernameKey must not be blank",
+            ))
+        } else if is_blank(&self.password_key) {
+            Some((
+                "passwordKey",
+                "credentialsSecretRef.passwordKey must not be blank",
+            ))
+        } else if is_blank(&self.ca_key) {
+            Some(("caKey", "credentialsSecretRef.caKey must not be blank"))
+        } else {
+            None
+        }
+    }
 }
 
 fn empty_object() -> serde_json::Value {
@@ -238,6 +303,11 @@ pub struct OmniHelmReleaseStatus {
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Digest of the inputs (target, chart, version, values, chart-affecting flags) of the last
+    /// successful install or upgrade; Helm runs again only when it changes or the release
+    /// drifted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_digest: Option<String>,
 }
 
 impl OmniHelmRelease {
@@ -279,6 +349,13 @@ impl OmniHelmRelease {
             "chart.chart is required".to_string()
         } else if is_blank(&spec.chart.version) {
             "chart.version is required".to_string()
+        } else if let Some((_, problem)) = spec
+            .chart
+            .credentials_secret_ref
+            .as_ref()
+            .and_then(ChartCredentialsRef::problem)
+        {
+            problem.to_string()
         } else {
             match self.timeout() {
                 Err(_) => duration_error("spec.timeout", "timeout", &spec.timeout).detail,
@@ -376,6 +453,17 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
         v.push(FieldError::required(
             "spec.chart.version",
             "chart.version is required",
+        ));
+    }
+    if let Some((field, problem)) = spec
+        .chart
+        .credentials_secret_ref
+        .as_ref()
+        .and_then(ChartCredentialsRef::problem)
+    {
+        v.push(FieldError::required(
+            format!("spec.chart.credentialsSecretRef.{field}"),
+            problem,
         ));
     }
     match GoDuration::parse(&spec.timeout) {

@@ -15,6 +15,7 @@ pub mod children;
 pub mod cluster;
 pub mod connection;
 pub mod finalizer;
+pub mod helm_release;
 pub mod kubeconfig_export;
 pub mod omni;
 pub mod secret_sync;

@@ -1,0 +1,733 @@
+//! OmniHelmRelease: a Helm release in a workload cluster, driven through the helm CLI
+//! ([`crate::helm`]) with the kubeconfig from an explicitly named Secret.
+//!
+//! Differences from the original (see `docs/helm.md`): Helm runs only when the input digest
+//! (target, chart, version, values) changed or the release drifted (missing, failed, or changed
+//! out of band), so a kubeconfig rotation alone creates no revision; a periodic drift check
+//! repairs out-of-band changes; a failed upgrade that Helm rolled back (`atomic`) raises a
+//! Warning Event; repository credentials and a CA bundle come from a Secret; a deletion whose
+//! kubeconfig Secret is gone reports why and how to finish it instead of waiting silently.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::Kubeconfig;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use super::connection::status_str;
+use super::{
+    Context, Error, api_resource, decoded, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, status,
+};
+use crate::api::common::{
+    Condition, condition_types as ct, find_condition, reasons, set_condition,
+};
+use crate::api::helm_release::{HelmDeletionPolicy, OmniHelmReleaseStatus};
+use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::helm::args::InstallVerb;
+use crate::helm::{ChartSource, HelmError, ReleaseInfo, ReleaseRequest, RepositoryAuth};
+use crate::metrics::ResourceInfo;
+
+/// Re-check while a dependency (cluster, Secret, helm) is missing.
+pub const RETRY: Duration = Duration::from_secs(60);
+/// Interval of the drift check of a healthy release.
+pub const DRIFT_CHECK: Duration = Duration::from_secs(300);
+/// Reason when the operator has no usable helm binary.
+pub const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
+/// Event reason when Helm rolled a failed upgrade back (`atomic`).
+pub const REASON_ROLLED_BACK: &str = "RolledBack";
+/// Event reason when a healthy-looking release drifted and is repaired.
+pub const REASON_DRIFT: &str = "DriftDetected";
+
+/// What to do with the release, decided from Helm's view and the stored status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// No release exists: install it.
+    Install,
+    /// The release exists but its inputs changed or it drifted: upgrade it.
+    Upgrade,
+    /// The deployed release is the one last applied with the current inputs.
+    UpToDate,
+}
+
+/// Digest of the inputs that define the release. Deliberately excludes the kubeconfig bytes
+/// (a rotation must not upgrade) and operation knobs like `wait` or `timeout`.
+pub fn input_digest(r: &OmniHelmRelease) -> String {
+    let spec = &r.spec;
+    let source = match ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart) {
+        ChartSource::Repository { url, chart } => {
+            serde_json::json!({"repository": url, "chart": chart})
+        }
+        ChartSource::Oci { reference } => serde_json::json!({"oci": reference}),
+    };
+    // serde_json maps are sorted, so the encoding (and digest) is stable.
+    let inputs = serde_json::json!({
+        "clusterRef": spec.cluster_ref.name,
+        "kubeconfigSecret": spec.kubeconfig_secret_ref.name,
+        "kubeconfigKey": spec.kubeconfig_secret_ref.key,
+        "releaseName": r.effective_release_name(),
+        "namespace": spec.namespace,
+        "source": source,
+        "version": spec.chart.version.trim(),
+        "values": spec.chart.values,
+        "skipCRDs": spec.skip_crds,
+    });
+    hex::encode(Sha256::digest(inputs.to_string().as_bytes()))
+}
+
+/// Pure decision: install when missing, upgrade unless the deployed revision is the one this
+/// object last applied with the same digest.
+pub fn plan(current: Option<&ReleaseInfo>, stored: &OmniHelmReleaseStatus, digest: &str) -> Plan {
+    let Some(info) = current else {
+        return Plan::Install;
+    };
+    if info.status == "uninstalled" {
+        return Plan::Install;
+    }
+    let same_inputs = stored.last_applied_digest.as_deref() == Some(digest);
+    let same_revision = stored.release_revision == Some(info.revision);
+    if info.status == "deployed" && same_inputs && same_revision {
+        Plan::UpToDate
+    } else {
+        Plan::Upgrade
+    }
+}
+
+/// Status builder starting from the stored status, so failures keep the last good release data.
+struct Draft {
+    s: OmniHelmReleaseStatus,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+}
+
+impl Draft {
+    fn new(r: &OmniHelmRelease, now: jiff::Timestamp) -> Self {
+        let mut s = r.status.clone().unwrap_or_default();
+        s.observed_generation = r.metadata.generation;
+        s.cluster_ref = Some(r.spec.cluster_ref.name.clone());
+        s.kubeconfig_secret_ref = Some(r.spec.kubeconfig_secret_ref.name.clone());
+        s.kubeconfig_secret_key = Some(r.spec.kubeconfig_secret_ref.key.clone());
+        s.release_name = Some(r.effective_release_name());
+        s.namespace = Some(r.spec.namespace.clone());
+        if s.chart.is_none() {
+            s.chart = Some(r.spec.chart.chart.clone());
+        }
+        if s.chart_version.is_none() {
+            s.chart_version = Some(r.spec.chart.version.clone());
+        }
+        Self {
+            s,
+            generation: r.metadata.generation,
+            now,
+        }
+    }
+
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+        set_condition(
+            &mut self.s.conditions,
+            Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
+        );
+    }
+
+    /// `Released` and `Ready` together.
+    fn outcome(&mut self, ok: bool, reason: &str, message: &str) {
+        self.set(ct::RELEASED, ok, reason, message);
+        self.set(ct::READY, ok, reason, message);
+    }
+
+    /// A failure: conditions, `lastError` and `lastAttemptTime`.
+    fn failed(&mut self, reason: &str, message: &str) {
+        self.outcome(false, reason, message);
+        self.s.last_error = Some(message.to_string());
+        self.s.last_attempt_time = Some(self.now);
+    }
+
+    fn record(&mut self, info: &ReleaseInfo) {
+        self.s.release_revision = Some(info.revision);
+        self.s.release_status = Some(info.status.clone());
+        if !info.chart.is_empty() {
+            self.s.chart = Some(info.chart.clone());
+        }
+        if !info.chart_version.is_empty() {
+            self.s.chart_version = Some(info.chart_version.clone());
+        }
+    }
+}
+
+/// Reason and message of a healthy release after `action` (parity §7.3 wording).
+fn success_condition(action: Option<&str>, name: &str, revision: i64) -> (&'static str, String) {
+    match action {
+        Some("Install") => (
+            reasons::HELM_INSTALLED,
+            format!("installed Helm release {name:?} revision {revision}"),
+        ),
+        Some("Upgrade") => (
+            reasons::HELM_UPGRADED,
+            format!("upgraded Helm release {name:?} to revision {revision}"),
+        ),
+        _ => (
+            reasons::RECONCILE_FAILED,
+            format!("reconciled Helm release {name:?}"),
+        ),
+    }
+}
+
+async fn write(ctx: &Context, r: &OmniHelmRelease, d: &Draft) -> Result<bool, Error> {
+    let namespace = r.namespace().unwrap_or_default();
+    let old = r.status.clone().unwrap_or_default().conditions;
+    let written = status::write(&ctx.api::<OmniHelmRelease>(&namespace), r, &d.s).await?;
+    if written {
+        ctx.condition_events(r, &old, &d.s.conditions).await;
+    }
+    let ready = find_condition(&d.s.conditions, ct::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniHelmRelease",
+        namespace: &namespace,
+        name: &r.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: false,
+    });
+    Ok(written)
+}
+
+/// Why the kubeconfig could not be obtained: reason and message.
+type Problem = (&'static str, String);
+
+/// Reads and checks the kubeconfig (parity §7.3 step 5 messages).
+async fn kubeconfig(ctx: &Context, r: &OmniHelmRelease) -> Result<Result<Vec<u8>, Problem>, Error> {
+    let ns = r.namespace().unwrap_or_default();
+    let (name, key) = (
+        &r.spec.kubeconfig_secret_ref.name,
+        &r.spec.kubeconfig_secret_ref.key,
+    );
+    let Some(secret) = ctx.api::<Secret>(&ns).get_opt(name).await? else {
+        return Ok(Err((
+            reasons::MISSING_SECRET,
+            format!("kubeconfig Secret \"{ns}/{name}\" does not exist"),
+        )));
+    };
+    let Some(bytes) = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .filter(|b| !b.0.is_empty())
+        .map(|b| b.0.clone())
+    else {
+        return Ok(Err((
+            reasons::MISSING_SECRET,
+            format!("kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"),
+        )));
+    };
+    let parsed = std::str::from_utf8(&bytes)
+        .map_err(|_| "not UTF-8".to_string())
+        .and_then(|t| {
+            Kubeconfig::from_yaml(t)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+    // The parse error names a YAML position, never the credential values.
+    Ok(match parsed {
+        Ok(()) => Ok(bytes),
+        Err(e) => Err((
+            reasons::VALIDATION_FAILED,
+            format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"),
+        )),
+    })
+}
+
+/// Repository credentials and CA bundle from `spec.chart.credentialsSecretRef`.
+async fn repository_auth(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+) -> Result<Result<RepositoryAuth, Problem>, Error> {
+    let Some(cref) = &r.spec.chart.credentials_secret_ref else {
+        return Ok(Ok(RepositoryAuth::default()));
+    };
+    let ns = r.namespace().unwrap_or_default();
+    let Some(secret) = ctx.api::<Secret>(&ns).get_opt(&cref.name).await? else {
+        return Ok(Err((
+            reasons::MISSING_SECRET,
+            format!(
+                "chart credentials Secret \"{ns}/{}\" does not exist",
+                cref.name
+            ),
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| -> Result<Option<String>, Problem> {
+        match data.get(key).filter(|b| !b.0.is_empty()) {
+            None => Ok(None),
+            Some(b) => String::from_utf8(b.0.clone()).map(Some).map_err(|_| {
+                (
+                    reasons::VALIDATION_FAILED,
+                    format!(
+                        "chart credentials Secret \"{ns}/{}\" key {key:?} is not UTF-8",
+                        cref.name
+                    ),
+                )
+            }),
+        }
+    };
+    let auth = (|| {
+        Ok(RepositoryAuth {
+            username: text(&cref.username_key)?,
+            password: text(&cref.password_key)?,
+            ca_bundle: data
+                .get(&cref.ca_key)
+                .filter(|b| !b.0.is_empty())
+                .map(|b| b.0.clone()),
+        })
+    })();
+    Ok(auth)
+}
+
+fn request(r: &OmniHelmRelease, timeout: Duration) -> ReleaseRequest {
+    let spec = &r.spec;
+    ReleaseRequest {
+        release_name: r.effective_release_name(),
+        namespace: spec.namespace.clone(),
+        chart: ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart),
+        chart_version: spec.chart.version.trim().to_string(),
+        values: spec.chart.values.clone(),
+        create_namespace: spec.create_namespace,
+        wait: spec.wait,
+        wait_for_jobs: spec.wait_for_jobs,
+        timeout,
+        atomic: spec.atomic,
+        disable_hooks: spec.disable_hooks,
+        skip_crds: spec.skip_crds,
+        max_history: spec
+            .max_history
+            .and_then(|h| u32::try_from(h).ok())
+            .unwrap_or(0),
+    }
+}
+
+fn helm_failure(action: &str, name: &str, err: &HelmError) -> String {
+    format!(
+        "Helm {} failed for release {name:?}: {err}",
+        action.to_lowercase()
+    )
+}
+
+async fn finish_deletion(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    api: &Api<OmniHelmRelease>,
+) -> Result<Action, Error> {
+    finalizer::remove(api, r, false).await?;
+    ctx.metrics.forget_resource(
+        "OmniHelmRelease",
+        &r.namespace().unwrap_or_default(),
+        &r.name_any(),
+    );
+    Ok(Action::await_change())
+}
+
+async fn delete(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    api: &Api<OmniHelmRelease>,
+) -> Result<Action, Error> {
+    if !finalizer::has_finalizer(r, false) {
+        return Ok(Action::await_change());
+    }
+    if r.deletion_policy() == Some(HelmDeletionPolicy::Orphan) {
+        return finish_deletion(ctx, r, api).await;
+    }
+    let name = r.effective_release_name();
+    let mut d = Draft::new(r, ctx.clock.now());
+    let way_out = "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
+    let kubeconfig = match (kubeconfig(ctx, r).await?, &ctx.helm) {
+        (Ok(k), Some(_)) => k,
+        (Err((reason, m)), _) => {
+            d.failed(
+                reason,
+                &format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {way_out}"),
+            );
+            write(ctx, r, &d).await?;
+            return Ok(Action::requeue(RETRY));
+        }
+        (Ok(_), None) => {
+            d.failed(REASON_HELM_UNAVAILABLE, &format!("cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {way_out}"));
+            write(ctx, r, &d).await?;
+            return Ok(Action::requeue(RETRY));
+        }
+    };
+    let Some(helm) = &ctx.helm else {
+        return Ok(Action::requeue(RETRY));
+    };
+    let timeout = r
+        .timeout()
+        .ok()
+        .and_then(|t| t.to_std())
+        .unwrap_or(Duration::from_secs(300));
+    let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
+    let result = match helm.session(&key, &kubeconfig).await {
+        Ok(session) => {
+            session
+                .uninstall(
+                    &name,
+                    &r.spec.namespace,
+                    timeout,
+                    r.spec.disable_hooks,
+                    r.spec.wait,
+                )
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(err) = result {
+        let m = helm_failure("Uninstall", &name, &err);
+        d.s.last_action = Some("Uninstall".into());
+        d.failed(reasons::RECONCILE_FAILED, &m);
+        write(ctx, r, &d).await?;
+        return Err(Error::Remote(m));
+    }
+    ctx.event(
+        r,
+        EventType::Normal,
+        reasons::HELM_UNINSTALLED,
+        format!("uninstalled Helm release {name:?}"),
+    )
+    .await;
+    finish_deletion(ctx, r, api).await
+}
+
+async fn reconcile(r: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(r.as_ref(), &ctx, async {
+        let namespace = r.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniHelmRelease>(&namespace);
+        if r.metadata.deletion_timestamp.is_some() {
+            return delete(&ctx, &r, &api).await;
+        }
+        if !finalizer::has_finalizer(r.as_ref(), false) {
+            finalizer::add(&api, r.as_ref()).await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        let now = ctx.clock.now();
+        let mut d = Draft::new(&r, now);
+        let name = r.effective_release_name();
+        if let Some(problem) = r.spec_problem() {
+            d.failed(reasons::VALIDATION_FAILED, &problem);
+            write(&ctx, &r, &d).await?;
+            return Ok(Action::await_change());
+        }
+        let cluster_ref = &r.spec.cluster_ref.name;
+        if ctx
+            .api::<OmniCluster>(&namespace)
+            .get_opt(cluster_ref)
+            .await?
+            .is_none()
+        {
+            let m = format!("OmniCluster {cluster_ref:?} does not exist");
+            d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
+            d.failed(reasons::MISSING_CLUSTER, &m);
+            write(&ctx, &r, &d).await?;
+            return Ok(Action::requeue(RETRY));
+        }
+        d.set(
+            ct::ACCEPTED,
+            true,
+            reasons::ACCEPTED,
+            &format!("attached to OmniCluster {cluster_ref:?}"),
+        );
+        let kubeconfig = match kubeconfig(&ctx, &r).await? {
+            Ok(k) => k,
+            Err((reason, m)) => {
+                d.failed(reason, &m);
+                write(&ctx, &r, &d).await?;
+                return Ok(Action::requeue(RETRY));
+            }
+        };
+        let auth = match repository_auth(&ctx, &r).await? {
+            Ok(a) => a,
+            Err((reason, m)) => {
+                d.failed(reason, &m);
+                write(&ctx, &r, &d).await?;
+                return Ok(Action::requeue(RETRY));
+            }
+        };
+        let Some(helm) = &ctx.helm else {
+            d.failed(
+                REASON_HELM_UNAVAILABLE,
+                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.8 or newer",
+            );
+            write(&ctx, &r, &d).await?;
+            return Ok(Action::requeue(RETRY));
+        };
+        let timeout = r
+            .timeout()
+            .ok()
+            .and_then(|t| t.to_std())
+            .unwrap_or(Duration::from_secs(300));
+        let key = format!("{namespace}/{}", r.name_any());
+        let session = match helm.session(&key, &kubeconfig).await {
+            Ok(s) => s,
+            Err(err) => {
+                let m = format!("cannot start Helm for release {name:?}: {err}");
+                d.failed(reasons::RECONCILE_FAILED, &m);
+                write(&ctx, &r, &d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let current = match session.status(&name, &r.spec.namespace).await {
+            Ok(c) => c,
+            Err(err) => {
+                let m = format!("read Helm release {name:?}: {err}");
+                d.failed(reasons::RECONCILE_FAILED, &m);
+                write(&ctx, &r, &d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let stored = r.status.clone().unwrap_or_default();
+        let digest = input_digest(&r);
+        let verb = match plan(current.as_ref(), &stored, &digest) {
+            Plan::UpToDate => {
+                let revision = stored.release_revision.unwrap_or_default();
+                let (reason, m) = success_condition(stored.last_action.as_deref(), &name, revision);
+                d.outcome(true, reason, &m);
+                write(&ctx, &r, &d).await?;
+                return Ok(Action::requeue(DRIFT_CHECK));
+            }
+            Plan::Install => InstallVerb::Install,
+            Plan::Upgrade => InstallVerb::Upgrade,
+        };
+        // Same inputs as last applied, yet Helm must run: the release changed out of band.
+        if stored.last_applied_digest.as_deref() == Some(digest.as_str()) {
+            let seen = current.as_ref().map_or_else(
+                || "missing".to_string(),
+                |c| format!("{} at revision {}", c.status, c.revision),
+            );
+            ctx.event(
+                r.as_ref(),
+                EventType::Warning,
+                REASON_DRIFT,
+                format!("Helm release {name:?} drifted ({seen}); re-applying"),
+            )
+            .await;
+        }
+        let action = match verb {
+            InstallVerb::Install => "Install",
+            InstallVerb::Upgrade => "Upgrade",
+        };
+        d.s.last_action = Some(action.to_string());
+        d.s.last_attempt_time = Some(now);
+        match session
+            .install_or_upgrade(verb, &request(&r, timeout), &auth)
+            .await
+        {
+            Ok(info) => {
+                d.record(&info);
+                d.s.last_success_time = Some(now);
+                d.s.last_error = None;
+                d.s.chart = Some(r.spec.chart.chart.clone());
+                if info.status == "deployed" {
+                    d.s.last_applied_digest = Some(digest);
+                    let (reason, m) = success_condition(Some(action), &name, info.revision);
+                    d.outcome(true, reason, &m);
+                    let old_reason =
+                        find_condition(&stored.conditions, ct::READY).map(|c| c.reason.clone());
+                    write(&ctx, &r, &d).await?;
+                    // Condition Events fire on reason changes only; each Helm action is worth one.
+                    if old_reason.as_deref() == Some(reason) {
+                        ctx.event(r.as_ref(), EventType::Normal, reason, m).await;
+                    }
+                    Ok(Action::requeue(DRIFT_CHECK))
+                } else {
+                    let m = format!(
+                        "Helm {} of release {name:?} ended in status {}",
+                        action.to_lowercase(),
+                        info.status
+                    );
+                    d.failed(reasons::RECONCILE_FAILED, &m);
+                    write(&ctx, &r, &d).await?;
+                    Err(Error::Remote(m))
+                }
+            }
+            Err(err) => {
+                let m = helm_failure(action, &name, &err);
+                d.failed(reasons::RECONCILE_FAILED, &m);
+                // With `atomic` Helm rolls a failed upgrade back itself; report where it landed.
+                if let Ok(Some(after)) = session.status(&name, &r.spec.namespace).await {
+                    if r.spec.atomic && verb == InstallVerb::Upgrade && after.status == "deployed" {
+                        ctx.event(
+                            r.as_ref(),
+                            EventType::Warning,
+                            REASON_ROLLED_BACK,
+                            format!(
+                                "{m}; rolled back to a working release (now revision {})",
+                                after.revision
+                            ),
+                        )
+                        .await;
+                    }
+                    d.record(&after);
+                } else if verb == InstallVerb::Install {
+                    d.s.release_revision = None;
+                    d.s.release_status = None;
+                }
+                write(&ctx, &r, &d).await?;
+                Err(Error::Remote(m))
+            }
+        }
+    })
+    .await
+}
+
+/// Runs the OmniHelmRelease controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new_with(
+        ctx.dynamic_watch_api::<OmniHelmRelease>(),
+        watcher::Config::default(),
+        api_resource::<OmniHelmRelease>(),
+    );
+    let by_cluster = controller.store();
+    let by_secret = controller.store();
+    controller
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            move |c: OmniCluster| {
+                let (name, ns) = (c.name_any(), c.namespace());
+                decoded::<OmniHelmRelease>(&by_cluster)
+                    .into_iter()
+                    .filter(|(x, _)| x.spec.cluster_ref.name == name && x.namespace() == ns)
+                    .map(|(_, r)| r)
+                    .collect::<Vec<_>>()
+            },
+        )
+        // A kubeconfig or credentials change re-checks the release (a rotation alone does
+        // not upgrade it: the digest excludes the kubeconfig).
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            move |s: Secret| {
+                let (name, ns) = (s.name_any(), s.namespace());
+                decoded::<OmniHelmRelease>(&by_secret)
+                    .into_iter()
+                    .filter(|(x, _)| {
+                        x.namespace() == ns
+                            && (x.spec.kubeconfig_secret_ref.name == name
+                                || x.spec
+                                    .chart
+                                    .credentials_secret_ref
+                                    .as_ref()
+                                    .is_some_and(|c| c.name == name))
+                    })
+                    .map(|(_, r)| r)
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
+        .for_each(|r| async move { log_outcome("OmniHelmRelease", r) })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(values: serde_json::Value) -> OmniHelmRelease {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniHelmRelease",
+            "metadata": {"name": "app", "namespace": "ns"},
+            "spec": {
+                "clusterRef": {"name": "c"},
+                "kubeconfigSecretRef": {"name": "kc"},
+                "chart": {"repository": "https://charts.example.com", "chart": "app", "version": "1.0.0", "values": values}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn info(status: &str, revision: i64) -> ReleaseInfo {
+        ReleaseInfo {
+            name: "app".into(),
+            namespace: "default".into(),
+            revision,
+            status: status.into(),
+            chart: "app".into(),
+            chart_version: "1.0.0".into(),
+            description: String::new(),
+            last_deployed: None,
+        }
+    }
+
+    #[test]
+    fn digest_tracks_inputs_but_not_operation_knobs() {
+        let a = release(serde_json::json!({"replicas": 1}));
+        let mut b = a.clone();
+        b.spec.wait = true;
+        b.spec.timeout = "10m".into();
+        b.spec.atomic = true;
+        assert_eq!(input_digest(&a), input_digest(&b));
+        let mut c = a.clone();
+        c.spec.chart.values = serde_json::json!({"replicas": 2});
+        assert_ne!(input_digest(&a), input_digest(&c));
+        let mut v = a.clone();
+        v.spec.chart.version = "1.0.1".into();
+        assert_ne!(input_digest(&a), input_digest(&v));
+        let mut t = a.clone();
+        t.spec.namespace = "other".into();
+        assert_ne!(input_digest(&a), input_digest(&t));
+    }
+
+    #[test]
+    fn plan_upgrades_only_on_change_or_drift() {
+        let r = release(serde_json::json!({}));
+        let digest = input_digest(&r);
+        let applied = OmniHelmReleaseStatus {
+            last_applied_digest: Some(digest.clone()),
+            release_revision: Some(2),
+            ..OmniHelmReleaseStatus::default()
+        };
+        assert_eq!(plan(None, &applied, &digest), Plan::Install);
+        assert_eq!(
+            plan(Some(&info("deployed", 2)), &applied, &digest),
+            Plan::UpToDate
+        );
+        assert_eq!(
+            plan(Some(&info("deployed", 2)), &applied, "other"),
+            Plan::Upgrade,
+            "inputs changed"
+        );
+        assert_eq!(
+            plan(Some(&info("deployed", 3)), &applied, &digest),
+            Plan::Upgrade,
+            "upgraded out of band"
+        );
+        assert_eq!(
+            plan(Some(&info("failed", 2)), &applied, &digest),
+            Plan::Upgrade,
+            "failed release is repaired"
+        );
+        assert_eq!(
+            plan(Some(&info("uninstalled", 2)), &applied, &digest),
+            Plan::Install
+        );
+        assert_eq!(
+            plan(
+                Some(&info("deployed", 1)),
+                &OmniHelmReleaseStatus::default(),
+                &digest
+            ),
+            Plan::Upgrade,
+            "an adopted release without a recorded digest gets our inputs applied"
+        );
+    }
+}
