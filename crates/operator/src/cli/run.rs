@@ -406,7 +406,10 @@ async fn lead_and_reconcile(
         ctx.clone(),
         ctl_stop.clone(),
     ));
-    controllers.spawn(controllers::helm_release::run(ctx.clone(), ctl_stop.clone()));
+    controllers.spawn(controllers::helm_release::run(
+        ctx.clone(),
+        ctl_stop.clone(),
+    ));
     ready.store(true, Ordering::SeqCst);
 
     let lost = async {
