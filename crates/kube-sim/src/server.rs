@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::hooks::{CounterKey, Hooks};
+use crate::patch::{field_set, json_patch, merge_patch, strategic_merge};
 use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
 use crate::store::{Preconditions, ResourceType, Store};
 
@@ -215,7 +216,7 @@ async fn serve_tls(
     }
 }
 
-fn json_response(code: u16, body: &Value) -> Response {
+pub(crate) fn json_response(code: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,
@@ -284,25 +285,8 @@ async fn handle(
         },
     };
     let path = uri.path();
-    match path {
-        "/healthz" | "/readyz" | "/livez" => return (StatusCode::OK, "ok").into_response(),
-        "/version" => {
-            return json_response(
-                200,
-                &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0", "platform": "linux/amd64"}),
-            );
-        }
-        "/api" => {
-            return json_response(
-                200,
-                &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
-            );
-        }
-        "/apis" => return json_response(200, &api_group_list(&st.store)),
-        _ => {}
-    }
-    if let Some(doc) = discovery(&st.store, path) {
-        return json_response(200, &doc);
+    if let Some(resp) = crate::discovery::serve(&st.store, path, &headers) {
+        return resp;
     }
     let Some(t) = parse_path(path) else {
         return err_response(&ApiError::with_code(
@@ -393,70 +377,6 @@ async fn handle(
         Ok(r) => r,
         Err(e) => err_response(&e),
     }
-}
-
-/// `/api/v1`, `/apis/{group}` and `/apis/{group}/{version}` documents.
-fn discovery(store: &Store, path: &str) -> Option<Value> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version) = match parts.as_slice() {
-        ["api", v] => ("", *v),
-        ["apis", g] => {
-            let t = store.types().into_iter().find(|t| t.group == *g)?;
-            let gv =
-                json!({"groupVersion": format!("{}/{}", t.group, t.version), "version": t.version});
-            return Some(
-                json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv.clone()], "preferredVersion": gv}),
-            );
-        }
-        ["apis", g, v] => (*g, *v),
-        _ => return None,
-    };
-    let types: Vec<ResourceType> = store
-        .types()
-        .into_iter()
-        .filter(|t| t.group == group && t.version == version)
-        .collect();
-    if types.is_empty() {
-        return None;
-    }
-    let mut resources = Vec::new();
-    for t in &types {
-        resources.push(json!({
-            "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-            "shortNames": t.short_names,
-        }));
-        if t.status_subresource {
-            resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
-        }
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
-}
-
-fn api_group_list(store: &Store) -> Value {
-    let mut groups: Vec<(String, String)> = store
-        .types()
-        .into_iter()
-        .filter(|t| !t.group.is_empty())
-        .map(|t| (t.group, t.version))
-        .collect();
-    groups.sort();
-    groups.dedup();
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
@@ -556,133 +476,6 @@ fn field_selector_matches(selector: &str, obj: &Value) -> bool {
             .unwrap_or("");
             (actual == value.trim()) != negate
         })
-}
-
-/// RFC 6902 JSON patch: add, remove, replace, test, copy, move.
-fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
-    let ops = ops
-        .as_array()
-        .ok_or_else(|| ApiError::bad_request("a JSON patch must be an array of operations"))?;
-    for op in ops {
-        let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
-        let path = op
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::bad_request("JSON patch operation without path"))?;
-        let value = || {
-            op.get("value")
-                .cloned()
-                .ok_or_else(|| ApiError::bad_request("JSON patch operation without value"))
-        };
-        let from = || {
-            op.get("from")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .ok_or_else(|| ApiError::bad_request("JSON patch operation without from"))
-        };
-        match kind {
-            "add" => pointer_add(doc, path, value()?)?,
-            "remove" => {
-                pointer_remove(doc, path)?;
-            }
-            "replace" => {
-                pointer_remove(doc, path)?;
-                pointer_add(doc, path, value()?)?;
-            }
-            "test" => {
-                if doc.pointer(path) != Some(&value()?) {
-                    return Err(ApiError::with_code(
-                        422,
-                        &format!(
-                            "the server rejected our request due to an error in our request: testing value {path} failed"
-                        ),
-                    ));
-                }
-            }
-            "copy" => {
-                let v = doc
-                    .pointer(&from()?)
-                    .cloned()
-                    .ok_or_else(|| ApiError::with_code(422, "copy from a missing path"))?;
-                pointer_add(doc, path, v)?;
-            }
-            "move" => {
-                let v = pointer_remove(doc, &from()?)?;
-                pointer_add(doc, path, v)?;
-            }
-            other => {
-                return Err(ApiError::bad_request(&format!(
-                    "unexpected JSON patch operation {other:?}"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn split_pointer(path: &str) -> Result<(String, String), ApiError> {
-    let idx = path
-        .rfind('/')
-        .ok_or_else(|| ApiError::bad_request(&format!("invalid JSON pointer {path:?}")))?;
-    let last = path[idx + 1..].replace("~1", "/").replace("~0", "~");
-    Ok((path[..idx].to_string(), last))
-}
-
-fn pointer_add(doc: &mut Value, path: &str, value: Value) -> Result<(), ApiError> {
-    if path.is_empty() {
-        *doc = value;
-        return Ok(());
-    }
-    let (parent, last) = split_pointer(path)?;
-    let missing = || {
-        ApiError::with_code(
-            422,
-            &format!(
-                "the server rejected our request due to an error in our request: doc is missing path: {path:?}"
-            ),
-        )
-    };
-    match doc.pointer_mut(&parent).ok_or_else(missing)? {
-        Value::Object(m) => {
-            m.insert(last, value);
-        }
-        Value::Array(a) => {
-            if last == "-" {
-                a.push(value);
-            } else {
-                let i: usize = last.parse().map_err(|_| missing())?;
-                if i > a.len() {
-                    return Err(missing());
-                }
-                a.insert(i, value);
-            }
-        }
-        _ => return Err(missing()),
-    }
-    Ok(())
-}
-
-fn pointer_remove(doc: &mut Value, path: &str) -> Result<Value, ApiError> {
-    let (parent, last) = split_pointer(path)?;
-    let missing = || {
-        ApiError::with_code(
-            422,
-            &format!(
-                "the server rejected our request due to an error in our request: doc is missing path: {path:?}"
-            ),
-        )
-    };
-    match doc.pointer_mut(&parent).ok_or_else(missing)? {
-        Value::Object(m) => m.remove(&last).ok_or_else(missing),
-        Value::Array(a) => {
-            let i: usize = last.parse().map_err(|_| missing())?;
-            if i >= a.len() {
-                return Err(missing());
-            }
-            Ok(a.remove(i))
-        }
-        _ => Err(missing()),
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -920,86 +713,6 @@ fn is_custom_resource(store: &Store, group: &str, plural: &str) -> bool {
         })
 }
 
-/// Strategic merge for built-ins: like a merge patch, except lists of objects
-/// keyed by `name` (containers, env, ports, volumes, volumeMounts) merge per
-/// element, and the `$patch`/`$retainKeys`/`$setElementOrder` directives are honoured
-/// or tolerated.
-fn strategic_merge(target: &mut Value, patch: &Value) {
-    let Some(p) = patch.as_object() else {
-        *target = patch.clone();
-        return;
-    };
-    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
-        let mut clean = patch.clone();
-        strip_directives(&mut clean);
-        *target = clean;
-        return;
-    }
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let Some(t) = target.as_object_mut() else {
-        return;
-    };
-    if let Some(keep) = p.get("$retainKeys").and_then(Value::as_array) {
-        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
-        t.retain(|k, _| keep.contains(&k.as_str()) || p.contains_key(k));
-    }
-    for (k, v) in p {
-        if k.starts_with('$') {
-            continue;
-        }
-        if v.is_null() {
-            t.remove(k);
-            continue;
-        }
-        match (t.get_mut(k), v) {
-            (Some(Value::Array(cur)), Value::Array(items)) if keyed_by_name(items) => {
-                for item in items {
-                    let key = item.get("name").cloned();
-                    let pos = cur.iter().position(|c| c.get("name") == key.as_ref());
-                    let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
-                    match (pos, delete) {
-                        (Some(i), true) => {
-                            cur.remove(i);
-                        }
-                        (None, true) => {}
-                        (Some(i), false) => strategic_merge(&mut cur[i], item),
-                        (None, false) => {
-                            let mut clean = item.clone();
-                            strip_directives(&mut clean);
-                            cur.push(clean);
-                        }
-                    }
-                }
-            }
-            (Some(cur), _) if v.is_object() => strategic_merge(cur, v),
-            _ => {
-                let mut clean = v.clone();
-                strip_directives(&mut clean);
-                t.insert(k.clone(), clean);
-            }
-        }
-    }
-}
-
-/// A list merges per element when every element is an object with a `name`.
-fn keyed_by_name(items: &[Value]) -> bool {
-    !items.is_empty() && items.iter().all(|i| i.get("name").is_some())
-}
-
-/// Removes `$`-directives so they never get stored.
-fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.starts_with('$'));
-            m.values_mut().for_each(strip_directives);
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_directives),
-        _ => {}
-    }
-}
-
 /// Server-side apply: `fieldManager` is required; a missing object is created;
 /// otherwise the applied configuration is merged over the live object and the
 /// manager's `managedFields` entry is recorded. Conflict detection between
@@ -1091,39 +804,6 @@ fn server_side_apply(
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
-        }
-    }
-}
-
-/// FieldsV1 of an applied configuration: `f:<key>` per object field, `.` for leaves.
-fn field_set(v: &Value, out: &mut Value) {
-    if let (Some(m), Some(o)) = (v.as_object(), out.as_object_mut()) {
-        for (k, child) in m {
-            let mut sub = json!({});
-            if child.is_object() {
-                field_set(child, &mut sub);
-            }
-            o.insert(format!("f:{k}"), sub);
-        }
-    }
-}
-
-/// RFC 7386 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Some(p) = patch.as_object() else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    if let Some(t) = target.as_object_mut() {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
         }
     }
 }
