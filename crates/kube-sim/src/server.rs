@@ -5,17 +5,21 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::crd::{crd_established, default_builtin};
 use crate::error::ApiError;
+use crate::gc::{collect_dependents, purge_namespace};
 use crate::hooks::{CounterKey, Hooks};
 use crate::patch::{field_set, json_patch, merge_patch, strategic_merge};
 use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
+use crate::selectors::{field_selector_matches, selector_matches};
 use crate::store::{Preconditions, ResourceType, Store};
+use crate::watch::watch;
 
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
@@ -226,18 +230,18 @@ pub(crate) fn json_response(code: u16, body: &Value) -> Response {
         .into_response()
 }
 
-fn err_response(e: &ApiError) -> Response {
+pub(crate) fn err_response(e: &ApiError) -> Response {
     json_response(e.code, &e.to_status())
 }
 
 /// A parsed resource path.
-struct Target {
-    group: String,
-    version: String,
-    namespace: Option<String>,
-    resource: String,
-    name: Option<String>,
-    subresource: Option<String>,
+pub(crate) struct Target {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) resource: String,
+    pub(crate) name: Option<String>,
+    pub(crate) subresource: Option<String>,
 }
 
 fn parse_path(path: &str) -> Option<Target> {
@@ -391,91 +395,6 @@ fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
         ));
     }
     Ok(v)
-}
-
-/// Splits a selector at top-level commas (commas inside `in (a,b)` stay).
-fn selector_terms(selector: &str) -> Vec<String> {
-    let mut terms = Vec::new();
-    let (mut depth, mut cur) = (0i32, String::new());
-    for c in selector.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                terms.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(c);
-    }
-    terms.push(cur);
-    terms
-        .into_iter()
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .collect()
-}
-
-/// Evaluates a label selector: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
-/// `k notin (a,b)`, `k`, `!k`.
-fn selector_matches(selector: &str, labels: &serde_json::Map<String, Value>) -> bool {
-    selector_terms(selector).iter().all(|term| {
-        let term = term.as_str();
-        let set = |rest: &str| -> Vec<String> {
-            rest.trim()
-                .trim_start_matches('(')
-                .trim_end_matches(')')
-                .split(',')
-                .map(|v| v.trim().to_string())
-                .collect()
-        };
-        if let Some((k, rest)) = term.split_once(" notin ") {
-            labels
-                .get(k.trim())
-                .and_then(Value::as_str)
-                .is_none_or(|v| !set(rest).iter().any(|x| x == v))
-        } else if let Some((k, rest)) = term.split_once(" in ") {
-            labels
-                .get(k.trim())
-                .and_then(Value::as_str)
-                .is_some_and(|v| set(rest).iter().any(|x| x == v))
-        } else if let Some((k, v)) = term.split_once("!=") {
-            labels.get(k.trim()).and_then(Value::as_str) != Some(v.trim())
-        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-            labels.get(k.trim()).and_then(Value::as_str) == Some(v.trim())
-        } else if let Some(k) = term.strip_prefix('!') {
-            !labels.contains_key(k.trim())
-        } else {
-            labels.contains_key(term)
-        }
-    })
-}
-
-/// Evaluates a field selector over `metadata.name` and `metadata.namespace`
-/// (`=`, `==`, `!=`); other fields never match, so callers notice.
-fn field_selector_matches(selector: &str, obj: &Value) -> bool {
-    selector
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .all(|term| {
-            let (field, value, negate) = if let Some((f, v)) = term.split_once("!=") {
-                (f, v, true)
-            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                (f, v, false)
-            } else {
-                return false;
-            };
-            let actual = match field.trim() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                "metadata.namespace" => obj.pointer("/metadata/namespace"),
-                _ => return false,
-            }
-            .and_then(Value::as_str)
-            .unwrap_or("");
-            (actual == value.trim()) != negate
-        })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -804,299 +723,6 @@ fn server_side_apply(
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
-        }
-    }
-}
-
-/// Deletes a terminating namespace's contents, then the namespace.
-fn purge_namespace(store: &Store, ns: &str) {
-    for rt in store.types().into_iter().filter(|t| t.namespaced) {
-        for o in store.list_objects(&rt.group, &rt.plural, Some(ns)) {
-            if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
-                // Objects with finalizers stay until their controllers release them.
-                let _ = store.delete(
-                    &rt.group,
-                    &rt.plural,
-                    Some(ns),
-                    n,
-                    &Preconditions::default(),
-                );
-            }
-        }
-    }
-    store.finish_namespace(ns);
-}
-
-fn watch(
-    store: &Store,
-    rt: &ResourceType,
-    t: &Target,
-    ns: Option<&str>,
-    q: &HashMap<String, String>,
-) -> Result<Response, ApiError> {
-    let since = match q.get("resourceVersion").map(String::as_str) {
-        None | Some("") | Some("0") => None,
-        Some(s) => Some(
-            s.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(&format!("invalid resourceVersion {s:?}")))?,
-        ),
-    };
-    let (group, resource) = (t.group.clone(), t.resource.clone());
-    let ns = ns.map(str::to_string);
-    let mut initial: Vec<Value> = Vec::new();
-    let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
-    let since = if initial_events { None } else { since };
-    let (backlog, rx) = match since {
-        Some(rv) => match store.history_since(rv) {
-            Ok(x) => x,
-            Err(e) => {
-                let line = json!({"type": "ERROR", "object": e.to_status()});
-                return Ok(json_response(200, &line));
-            }
-        },
-        None => {
-            let rv = store.resource_version();
-            for o in store.list_objects(&group, &resource, ns.as_deref()) {
-                if selected(q, &o) {
-                    initial.push(json!({"type": "ADDED", "object": o}));
-                }
-            }
-            if initial_events {
-                // Streaming list: the end of the initial state is marked by a bookmark
-                // carrying the `k8s.io/initial-events-end` annotation.
-                let api_version = if rt.group.is_empty() {
-                    rt.version.clone()
-                } else {
-                    format!("{}/{}", rt.group, rt.version)
-                };
-                initial.push(json!({"type": "BOOKMARK", "object": {
-                    "apiVersion": api_version, "kind": rt.kind,
-                    "metadata": {"resourceVersion": rv.to_string(),
-                        "annotations": {"k8s.io/initial-events-end": "true"}}}}));
-            }
-            store.history_since(rv)?
-        }
-    };
-    let matches = {
-        let (group, resource, ns) = (group.clone(), resource.clone(), ns.clone());
-        let q = q.clone();
-        move |e: &crate::store::WatchEvent| {
-            selected(&q, &e.object)
-                && e.group == group
-                && e.resource == resource
-                && ns.as_deref().is_none_or(|n| {
-                    e.object
-                        .pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        == Some(n)
-                })
-        }
-    };
-    for e in backlog.iter().filter(|e| matches(e)) {
-        initial.push(json!({"type": e.kind, "object": e.object}));
-    }
-    let first = futures::stream::iter(
-        initial
-            .into_iter()
-            .map(|v| Ok::<_, std::io::Error>(Bytes::from(format!("{v}\n")))),
-    );
-    let rest = futures::stream::unfold((rx, matches), |(mut rx, matches)| async move {
-        loop {
-            match rx.recv().await {
-                Ok(e) if matches(&e) => {
-                    let line = json!({"type": e.kind, "object": e.object});
-                    return Some((Ok(Bytes::from(format!("{line}\n"))), (rx, matches)));
-                }
-                Ok(_) => continue,
-                // A lagging watcher ends its stream; the client re-lists, as after a real server's timeout.
-                Err(_) => return None,
-            }
-        }
-    });
-    use futures::StreamExt;
-    let body = Body::from_stream(first.chain(rest));
-    Ok(Response::builder()
-        .status(200)
-        .header("content-type", "application/json")
-        .body(body)
-        .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
-}
-
-/// Whether `obj` passes the request's label and field selectors.
-fn selected(q: &HashMap<String, String>, obj: &Value) -> bool {
-    let empty = serde_json::Map::new();
-    let labels = obj
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    q.get("labelSelector")
-        .is_none_or(|s| selector_matches(s, labels))
-        && q.get("fieldSelector")
-            .is_none_or(|s| field_selector_matches(s, obj))
-}
-
-/// Secret defaulting: `stringData` folds into base64 `data`, `type`
-/// defaults to `Opaque` and cannot change.
-fn default_builtin(
-    group: &str,
-    resource: &str,
-    obj: &mut Value,
-    old: Option<&Value>,
-) -> Result<(), ApiError> {
-    if !(group.is_empty() && resource == "secrets") {
-        return Ok(());
-    }
-    use base64::Engine;
-    if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
-        && let Some(sd) = sd.as_object()
-    {
-        for (k, v) in sd {
-            let enc =
-                base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default());
-            obj["data"][k] = json!(enc);
-        }
-    }
-    if obj.get("type").is_none_or(Value::is_null) {
-        obj["type"] = json!("Opaque");
-    }
-    if let Some(old) = old
-        && old.get("type") != obj.get("type")
-    {
-        let name = old
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        return Err(ApiError::invalid(
-            "",
-            "Secret",
-            name,
-            vec![crate::error::Cause {
-                reason: "FieldValueInvalid".into(),
-                message: format!(
-                    "Invalid value: {}: field is immutable",
-                    obj.get("type").cloned().unwrap_or(Value::Null)
-                ),
-                field: "type".into(),
-            }],
-        ));
-    }
-    Ok(())
-}
-
-/// A created CustomResourceDefinition starts serving its resource and
-/// reports `NamesAccepted` and `Established`.
-fn crd_established(
-    store: &Store,
-    group: &str,
-    resource: &str,
-    crd: Value,
-) -> Result<Value, ApiError> {
-    if !(group == "apiextensions.k8s.io" && resource == "customresourcedefinitions") {
-        return Ok(crd);
-    }
-    let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
-    let s = |p: &str| {
-        spec.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (g, kind, plural) = (s("/group"), s("/names/kind"), s("/names/plural"));
-    let versions = spec
-        .get("versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let served = versions
-        .iter()
-        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .or_else(|| {
-            versions
-                .iter()
-                .find(|v| v.get("served").and_then(Value::as_bool) == Some(true))
-        });
-    let Some(version) = served else {
-        return Ok(crd);
-    };
-    let mut rt = ResourceType::new(
-        &g,
-        version.get("name").and_then(Value::as_str).unwrap_or("v1"),
-        &plural,
-        &kind,
-        spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
-    );
-    if let Some(singular) = spec.pointer("/names/singular").and_then(Value::as_str) {
-        rt.singular = singular.to_string();
-    }
-    rt.short_names = spec
-        .pointer("/names/shortNames")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    rt.status_subresource = version.pointer("/subresources/status").is_some();
-    store.register(rt);
-    let mut with_status = crd.clone();
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
-    with_status["status"] = json!({
-        "conditions": [
-            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
-            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-        ],
-        "acceptedNames": spec.get("names").cloned().unwrap_or(Value::Null),
-        "storedVersions": [version.get("name").cloned().unwrap_or(Value::Null)],
-    });
-    let name = crd
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    store.update(group, resource, None, &name, with_status)
-}
-
-/// Garbage collection once an owner is gone: dependents naming its uid in
-/// `ownerReferences` are deleted (recursively), or with `Orphan` lose that
-/// reference.
-fn collect_dependents(store: &Store, owner_uid: &str, orphan: bool) {
-    for rt in store.types() {
-        for o in store.list_objects(&rt.group, &rt.plural, None) {
-            let refs = o
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if !refs
-                .iter()
-                .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
-            {
-                continue;
-            }
-            let Some(name) = o.pointer("/metadata/name").and_then(Value::as_str) else {
-                continue;
-            };
-            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str);
-            if orphan {
-                let mut kept = o.clone();
-                let rest: Vec<Value> = refs
-                    .into_iter()
-                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid))
-                    .collect();
-                kept["metadata"]["ownerReferences"] = Value::Array(rest);
-                // A dependent changed concurrently keeps its reference; the real GC would retry.
-                let _ = store.update(&rt.group, &rt.plural, ns, name, kept);
-            } else if let Ok((dep, true)) =
-                store.delete(&rt.group, &rt.plural, ns, name, &Preconditions::default())
-                && let Some(uid) = dep.pointer("/metadata/uid").and_then(Value::as_str)
-            {
-                collect_dependents(store, uid, false);
-            }
         }
     }
 }

@@ -1,0 +1,132 @@
+//! Built-in defaulting and CustomResourceDefinition registration (Established/NamesAccepted).
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::store::{ResourceType, Store};
+
+/// Secret defaulting: `stringData` folds into base64 `data`, `type`
+/// defaults to `Opaque` and cannot change.
+pub(crate) fn default_builtin(
+    group: &str,
+    resource: &str,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if !(group.is_empty() && resource == "secrets") {
+        return Ok(());
+    }
+    use base64::Engine;
+    if let Some(sd) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
+        && let Some(sd) = sd.as_object()
+    {
+        for (k, v) in sd {
+            let enc =
+                base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default());
+            obj["data"][k] = json!(enc);
+        }
+    }
+    if obj.get("type").is_none_or(Value::is_null) {
+        obj["type"] = json!("Opaque");
+    }
+    if let Some(old) = old
+        && old.get("type") != obj.get("type")
+    {
+        let name = old
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return Err(ApiError::invalid(
+            "",
+            "Secret",
+            name,
+            vec![crate::error::Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: {}: field is immutable",
+                    obj.get("type").cloned().unwrap_or(Value::Null)
+                ),
+                field: "type".into(),
+            }],
+        ));
+    }
+    Ok(())
+}
+
+/// A created CustomResourceDefinition starts serving its resource and
+/// reports `NamesAccepted` and `Established`.
+pub(crate) fn crd_established(
+    store: &Store,
+    group: &str,
+    resource: &str,
+    crd: Value,
+) -> Result<Value, ApiError> {
+    if !(group == "apiextensions.k8s.io" && resource == "customresourcedefinitions") {
+        return Ok(crd);
+    }
+    let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
+    let s = |p: &str| {
+        spec.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (g, kind, plural) = (s("/group"), s("/names/kind"), s("/names/plural"));
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let served = versions
+        .iter()
+        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .or_else(|| {
+            versions
+                .iter()
+                .find(|v| v.get("served").and_then(Value::as_bool) == Some(true))
+        });
+    let Some(version) = served else {
+        return Ok(crd);
+    };
+    let mut rt = ResourceType::new(
+        &g,
+        version.get("name").and_then(Value::as_str).unwrap_or("v1"),
+        &plural,
+        &kind,
+        spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
+    );
+    if let Some(singular) = spec.pointer("/names/singular").and_then(Value::as_str) {
+        rt.singular = singular.to_string();
+    }
+    rt.short_names = spec
+        .pointer("/names/shortNames")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    rt.status_subresource = version.pointer("/subresources/status").is_some();
+    store.register(rt);
+    let mut with_status = crd.clone();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
+    with_status["status"] = json!({
+        "conditions": [
+            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": spec.get("names").cloned().unwrap_or(Value::Null),
+        "storedVersions": [version.get("name").cloned().unwrap_or(Value::Null)],
+    });
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    store.update(group, resource, None, &name, with_status)
+}
