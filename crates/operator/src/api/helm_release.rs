@@ -112,6 +112,18 @@ pub struct OmniHelmReleaseSpec {
     #[serde(default = "default_helm_deletion_policy")]
     #[schemars(schema_with = "uninstall_orphan_schema")]
     pub deletion_policy: String,
+    /// Let the operator recover a release left in `pending-install`, `pending-upgrade` or
+    /// `pending-rollback` for longer than `timeout` (an interrupted Helm run): a pending upgrade
+    /// or rollback is rolled back to the previous revision, a pending install is uninstalled,
+    /// then the release is applied again. Off by default because another tool may still be
+    /// working on the release; without it a stuck release is only reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recover_stuck_release: bool,
+    /// How often a healthy release is compared with Helm's view of it in the workload cluster,
+    /// so a release deleted, failed or changed out of band is repaired; Go duration syntax,
+    /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
+    #[serde(default = "default_drift_check_interval")]
+    pub drift_check_interval: String,
 }
 
 /// The chart to install.
@@ -208,6 +220,11 @@ pub fn default_release_namespace() -> String {
 
 /// Default `spec.timeout`.
 pub fn default_timeout() -> String {
+    "5m".to_string()
+}
+
+/// Default `spec.driftCheckInterval`.
+pub fn default_drift_check_interval() -> String {
     "5m".to_string()
 }
 
@@ -324,6 +341,14 @@ impl OmniHelmRelease {
         GoDuration::parse(&self.spec.timeout)
     }
 
+    /// Parsed `spec.driftCheckInterval`; `None` when the periodic check is off (`0`).
+    pub fn drift_check_interval(
+        &self,
+    ) -> Result<Option<std::time::Duration>, super::duration::DurationError> {
+        let interval = GoDuration::parse(&self.spec.drift_check_interval)?;
+        Ok(interval.to_std().filter(|d| !d.is_zero()))
+    }
+
     /// Parsed `spec.deletionPolicy`.
     pub fn deletion_policy(&self) -> Option<HelmDeletionPolicy> {
         HelmDeletionPolicy::parse(&self.spec.deletion_policy)
@@ -360,6 +385,19 @@ impl OmniHelmRelease {
             match self.timeout() {
                 Err(_) => duration_error("spec.timeout", "timeout", &spec.timeout).detail,
                 Ok(t) if !t.is_positive() => "timeout must be greater than zero".to_string(),
+                _ if GoDuration::parse(&spec.drift_check_interval).is_err() => {
+                    duration_error(
+                        "spec.driftCheckInterval",
+                        "driftCheckInterval",
+                        &spec.drift_check_interval,
+                    )
+                    .detail
+                }
+                _ if GoDuration::parse(&spec.drift_check_interval)
+                    .is_ok_and(GoDuration::is_negative) =>
+                {
+                    DRIFT_NEGATIVE.to_string()
+                }
                 _ if spec.max_history.is_some_and(|h| h < 0) => {
                     "maxHistory must not be negative".to_string()
                 }
@@ -375,6 +413,7 @@ impl OmniHelmRelease {
 }
 
 const VALUES_NOT_OBJECT: &str = "helm release values must be a JSON object";
+const DRIFT_NEGATIVE: &str = "driftCheckInterval must not be negative";
 
 /// Whether `s` is an absolute URL with a scheme and a host, e.g. `https://charts.example.com/x`.
 pub fn is_absolute_url(s: &str) -> bool {
@@ -475,6 +514,19 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
         Ok(_) => {}
         Err(_) => v.push(duration_error("spec.timeout", "timeout", &spec.timeout)),
     }
+    match GoDuration::parse(&spec.drift_check_interval) {
+        Ok(d) if d.is_negative() => v.push(FieldError::invalid(
+            "spec.driftCheckInterval",
+            &spec.drift_check_interval,
+            DRIFT_NEGATIVE,
+        )),
+        Ok(_) => {}
+        Err(_) => v.push(duration_error(
+            "spec.driftCheckInterval",
+            "driftCheckInterval",
+            &spec.drift_check_interval,
+        )),
+    }
     if let Some(h) = spec.max_history
         && h < 0
     {
@@ -506,7 +558,62 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
 
 #[cfg(test)]
 mod tests {
-    use super::is_absolute_url;
+    use super::*;
+
+    fn release(spec_extra: serde_json::Value) -> OmniHelmRelease {
+        let mut spec = serde_json::json!({
+            "clusterRef": {"name": "c"},
+            "kubeconfigSecretRef": {"name": "kc"},
+            "chart": {"repository": "https://charts.example.com", "chart": "app", "version": "1.0.0"}
+        });
+        if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), spec_extra) {
+            spec.extend(extra);
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniHelmRelease",
+            "metadata": {"name": "app", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn stuck_recovery_is_off_and_drift_checks_run_every_five_minutes_by_default() {
+        let r = release(serde_json::json!({}));
+        assert!(!r.spec.recover_stuck_release);
+        assert_eq!(r.spec.drift_check_interval, "5m");
+        assert_eq!(
+            r.drift_check_interval().ok().flatten(),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(r.spec_problem(), None);
+        assert!(validate(&r, None).errors.is_empty());
+        let off = release(serde_json::json!({"driftCheckInterval": "0"}));
+        assert_eq!(off.drift_check_interval().ok().flatten(), None);
+        assert!(validate(&off, None).errors.is_empty());
+    }
+
+    #[test]
+    fn drift_check_interval_must_be_a_non_negative_duration() {
+        let bad = release(serde_json::json!({"driftCheckInterval": "5 minutes"}));
+        let errors = validate(&bad, None);
+        assert_eq!(errors.errors.len(), 1, "{errors:?}");
+        assert_eq!(errors.errors[0].path, "spec.driftCheckInterval");
+        assert!(
+            bad.spec_problem()
+                .is_some_and(|p| p.contains("driftCheckInterval"))
+        );
+        let negative = release(serde_json::json!({"driftCheckInterval": "-1m"}));
+        assert_eq!(
+            negative.spec_problem().as_deref(),
+            Some("driftCheckInterval must not be negative")
+        );
+        assert_eq!(
+            validate(&negative, None).errors[0].path,
+            "spec.driftCheckInterval"
+        );
+    }
 
     #[test]
     fn absolute_urls() {

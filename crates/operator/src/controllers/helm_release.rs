@@ -5,8 +5,10 @@
 //! (target, chart, version, values) changed or the release drifted (missing, failed, or changed
 //! out of band), so a kubeconfig rotation alone creates no revision; a periodic drift check
 //! repairs out-of-band changes; a failed upgrade that Helm rolled back (`atomic`) raises a
-//! Warning Event; repository credentials and a CA bundle come from a Secret; a deletion whose
-//! kubeconfig Secret is gone reports why and how to finish it instead of waiting silently.
+//! Warning Event; a release stuck in `pending-*` longer than its timeout is reported, and
+//! recovered when `spec.recoverStuckRelease` allows it; repository credentials and a CA bundle
+//! come from a Secret; a deletion whose kubeconfig Secret is gone reports why and how to finish
+//! it instead of waiting silently.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -32,13 +34,24 @@ use crate::api::common::{
 use crate::api::helm_release::{HelmDeletionPolicy, OmniHelmReleaseStatus};
 use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::helm::args::InstallVerb;
-use crate::helm::{ChartSource, HelmError, ReleaseInfo, ReleaseRequest, RepositoryAuth};
+use crate::helm::{
+    ChartSource, HelmError, HistoryEntry, ReleaseInfo, ReleaseRequest, ReleaseSession,
+    RepositoryAuth,
+};
 use crate::metrics::ResourceInfo;
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub const RETRY: Duration = Duration::from_secs(60);
-/// Interval of the drift check of a healthy release.
-pub const DRIFT_CHECK: Duration = Duration::from_secs(300);
+/// Fallback for a drift check interval that does not parse (the spec check rejects it first).
+const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(300);
+/// Fallback for a timeout that does not parse (the spec check rejects it first).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Reason while a `pending-*` release is younger than its timeout (another Helm run may own it).
+pub const REASON_RELEASE_PENDING: &str = "ReleasePending";
+/// Reason when a release has been `pending-*` for longer than its timeout.
+pub const REASON_RELEASE_STUCK: &str = "ReleaseStuck";
+/// Event reason when a stuck release was recovered (`spec.recoverStuckRelease`).
+pub const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
 /// Reason when the operator has no usable helm binary.
 pub const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
 /// Event reason when Helm rolled a failed upgrade back (`atomic`).
@@ -98,6 +111,72 @@ pub fn plan(current: Option<&ReleaseInfo>, stored: &OmniHelmReleaseStatus, diges
     } else {
         Plan::Upgrade
     }
+}
+
+/// What to do about a release Helm reports in a `pending-*` state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// Younger than its timeout: another Helm run may still own it; look again after this long.
+    Wait(Duration),
+    /// Older than its timeout, and recovery is not allowed: report it.
+    Stuck,
+    /// Older than its timeout, and `spec.recoverStuckRelease` allows recovering it.
+    Recover,
+}
+
+/// Pure decision for a release in `pending-*` (`None` when it is not pending). The age counts
+/// from the pending revision's `last_deployed`, which Helm stamps when the operation starts; a
+/// record without it is treated as old, since no running operation writes such a record.
+pub fn pending(
+    info: &ReleaseInfo,
+    now: jiff::Timestamp,
+    timeout: Duration,
+    recover_allowed: bool,
+) -> Option<Pending> {
+    if !info.is_pending() {
+        return None;
+    }
+    let started = info
+        .last_deployed
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let age = started.map(|t| now.duration_since(t).try_into().unwrap_or(Duration::ZERO));
+    Some(match age {
+        Some(age) if age <= timeout => Pending::Wait(timeout - age + Duration::from_secs(5)),
+        _ if recover_allowed => Pending::Recover,
+        _ => Pending::Stuck,
+    })
+}
+
+/// How a stuck release is recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// Roll back to this earlier revision (pending upgrade or rollback).
+    Rollback(i64),
+    /// Remove the half-installed release (pending install); it is installed again afterwards.
+    Uninstall,
+    /// No earlier revision to return to; a person has to decide.
+    Impossible,
+}
+
+/// Pure choice of the recovery for a stuck release: a pending install is uninstalled; a pending
+/// upgrade or rollback goes back to the newest earlier revision that was deployed (or, failing
+/// that, the newest earlier one that is not itself pending).
+pub fn recovery(info: &ReleaseInfo, history: &[HistoryEntry]) -> Recovery {
+    if info.status == "pending-install" {
+        return Recovery::Uninstall;
+    }
+    let earlier = || {
+        history
+            .iter()
+            .filter(|h| h.revision < info.revision && !h.status.starts_with("pending-"))
+    };
+    earlier()
+        .filter(|h| h.status == "deployed" || h.status == "superseded")
+        .map(|h| h.revision)
+        .max()
+        .or_else(|| earlier().map(|h| h.revision).max())
+        .map_or(Recovery::Impossible, Recovery::Rollback)
 }
 
 /// Status builder starting from the stored status, so failures keep the last good release data.
@@ -308,6 +387,7 @@ fn request(r: &OmniHelmRelease, timeout: Duration) -> ReleaseRequest {
             .max_history
             .and_then(|h| u32::try_from(h).ok())
             .unwrap_or(0),
+        replace: false,
     }
 }
 
@@ -316,6 +396,37 @@ fn helm_failure(action: &str, name: &str, err: &HelmError) -> String {
         "Helm {} failed for release {name:?}: {err}",
         action.to_lowercase()
     )
+}
+
+/// What a blocked deletion can do instead of waiting.
+const WAY_OUT: &str = "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
+
+/// The helm lock key. It names the release in its workload cluster rather than this object, so
+/// two objects pointing at the same release never run helm on it at the same time.
+fn release_key(r: &OmniHelmRelease) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        r.namespace().unwrap_or_default(),
+        r.spec.kubeconfig_secret_ref.name,
+        r.spec.namespace,
+        r.effective_release_name()
+    )
+}
+
+fn timeout_of(r: &OmniHelmRelease) -> Duration {
+    r.timeout()
+        .ok()
+        .and_then(|t| t.to_std())
+        .unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// When to look at a healthy release again (`spec.driftCheckInterval`; `0` = only on change).
+fn drift_check(r: &OmniHelmRelease) -> Action {
+    match r.drift_check_interval() {
+        Ok(Some(interval)) => Action::requeue(interval),
+        Ok(None) => Action::await_change(),
+        Err(_) => Action::requeue(DEFAULT_DRIFT_CHECK),
+    }
 }
 
 async fn finish_deletion(
@@ -345,39 +456,36 @@ async fn delete(
     }
     let name = r.effective_release_name();
     let mut d = Draft::new(r, ctx.clock.now());
-    let way_out = "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
-    let kubeconfig = match (kubeconfig(ctx, r).await?, &ctx.helm) {
-        (Ok(k), Some(_)) => k,
-        (Err((reason, m)), _) => {
+    // Without a kubeconfig or helm the uninstall cannot run; say so and how to get out, rather
+    // than blocking silently (the original waits forever).
+    let kubeconfig = match kubeconfig(ctx, r).await? {
+        Ok(k) => k,
+        Err((reason, m)) => {
             d.failed(
                 reason,
-                &format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {way_out}"),
+                &format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}"),
             );
-            write(ctx, r, &d).await?;
-            return Ok(Action::requeue(RETRY));
-        }
-        (Ok(_), None) => {
-            d.failed(REASON_HELM_UNAVAILABLE, &format!("cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {way_out}"));
             write(ctx, r, &d).await?;
             return Ok(Action::requeue(RETRY));
         }
     };
     let Some(helm) = &ctx.helm else {
+        d.failed(
+            REASON_HELM_UNAVAILABLE,
+            &format!(
+                "cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {WAY_OUT}"
+            ),
+        );
+        write(ctx, r, &d).await?;
         return Ok(Action::requeue(RETRY));
     };
-    let timeout = r
-        .timeout()
-        .ok()
-        .and_then(|t| t.to_std())
-        .unwrap_or(Duration::from_secs(300));
-    let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
-    let result = match helm.session(&key, &kubeconfig).await {
+    let result = match helm.session(&release_key(r), &kubeconfig).await {
         Ok(session) => {
             session
                 .uninstall(
                     &name,
                     &r.spec.namespace,
-                    timeout,
+                    timeout_of(r),
                     r.spec.disable_hooks,
                     r.spec.wait,
                 )
@@ -386,7 +494,10 @@ async fn delete(
         Err(e) => Err(e),
     };
     if let Err(err) = result {
-        let m = helm_failure("Uninstall", &name, &err);
+        let m = format!(
+            "{}; retrying, or {WAY_OUT}",
+            helm_failure("Uninstall", &name, &err)
+        );
         d.s.last_action = Some("Uninstall".into());
         d.failed(reasons::RECONCILE_FAILED, &m);
         write(ctx, r, &d).await?;
@@ -402,20 +513,23 @@ async fn delete(
     finish_deletion(ctx, r, api).await
 }
 
-async fn reconcile(r: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(r.as_ref(), &ctx, async {
-        let namespace = r.namespace().unwrap_or_default();
+async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(obj.as_ref(), &ctx, async {
+        let namespace = obj.namespace().unwrap_or_default();
         let api = ctx.api::<OmniHelmRelease>(&namespace);
+        // The watch cache can lag behind this controller's own last status write; planning
+        // from a stale digest or revision would create a needless revision. Read it fresh.
+        let Some(r) = api.get_opt(&obj.name_any()).await? else {
+            return Ok(Action::await_change());
+        };
         if r.metadata.deletion_timestamp.is_some() {
             return delete(&ctx, &r, &api).await;
         }
-        if !finalizer::has_finalizer(r.as_ref(), false) {
-            finalizer::add(&api, r.as_ref()).await?;
+        if !finalizer::has_finalizer(&r, false) {
+            finalizer::add(&api, &r).await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
-        let now = ctx.clock.now();
-        let mut d = Draft::new(&r, now);
-        let name = r.effective_release_name();
+        let mut d = Draft::new(&r, ctx.clock.now());
         if let Some(problem) = r.spec_problem() {
             d.failed(reasons::VALIDATION_FAILED, &problem);
             write(&ctx, &r, &d).await?;
@@ -464,123 +578,276 @@ async fn reconcile(r: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action,
             write(&ctx, &r, &d).await?;
             return Ok(Action::requeue(RETRY));
         };
-        let timeout = r
-            .timeout()
-            .ok()
-            .and_then(|t| t.to_std())
-            .unwrap_or(Duration::from_secs(300));
-        let key = format!("{namespace}/{}", r.name_any());
-        let session = match helm.session(&key, &kubeconfig).await {
+        let session = match helm.session(&release_key(&r), &kubeconfig).await {
             Ok(s) => s,
             Err(err) => {
-                let m = format!("cannot start Helm for release {name:?}: {err}");
+                let m = format!(
+                    "cannot start Helm for release {:?}: {err}",
+                    r.effective_release_name()
+                );
                 d.failed(reasons::RECONCILE_FAILED, &m);
                 write(&ctx, &r, &d).await?;
                 return Err(Error::Remote(m));
             }
         };
-        let current = match session.status(&name, &r.spec.namespace).await {
-            Ok(c) => c,
-            Err(err) => {
-                let m = format!("read Helm release {name:?}: {err}");
-                d.failed(reasons::RECONCILE_FAILED, &m);
-                write(&ctx, &r, &d).await?;
-                return Err(Error::Remote(m));
-            }
-        };
-        let stored = r.status.clone().unwrap_or_default();
-        let digest = input_digest(&r);
-        let verb = match plan(current.as_ref(), &stored, &digest) {
-            Plan::UpToDate => {
-                let revision = stored.release_revision.unwrap_or_default();
-                let (reason, m) = success_condition(stored.last_action.as_deref(), &name, revision);
-                d.outcome(true, reason, &m);
-                write(&ctx, &r, &d).await?;
-                return Ok(Action::requeue(DRIFT_CHECK));
-            }
-            Plan::Install => InstallVerb::Install,
-            Plan::Upgrade => InstallVerb::Upgrade,
-        };
-        // Same inputs as last applied, yet Helm must run: the release changed out of band.
-        if stored.last_applied_digest.as_deref() == Some(digest.as_str()) {
-            let seen = current.as_ref().map_or_else(
-                || "missing".to_string(),
-                |c| format!("{} at revision {}", c.status, c.revision),
+        apply(&ctx, &r, d, &session, &auth).await
+    })
+    .await
+}
+
+/// Helm's view of the release; a failure is written to status and returned.
+async fn observe(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    d: &mut Draft,
+    session: &ReleaseSession,
+) -> Result<Option<ReleaseInfo>, Error> {
+    let name = r.effective_release_name();
+    match session.status(&name, &r.spec.namespace).await {
+        Ok(c) => Ok(c),
+        Err(err) => {
+            let m = format!("read Helm release {name:?}: {err}");
+            d.failed(reasons::RECONCILE_FAILED, &m);
+            write(ctx, r, d).await?;
+            Err(Error::Remote(m))
+        }
+    }
+}
+
+/// Deals with a release in `pending-*`. `Ok(None)`: carry on (nothing pending, or recovered);
+/// `Ok(Some(action))`: the reconcile ends here with the status written.
+async fn handle_pending(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    d: &mut Draft,
+    session: &ReleaseSession,
+    info: &ReleaseInfo,
+) -> Result<Option<Action>, Error> {
+    let timeout = timeout_of(r);
+    let Some(verdict) = pending(info, d.now, timeout, r.spec.recover_stuck_release) else {
+        return Ok(None);
+    };
+    let name = r.effective_release_name();
+    let since = info.last_deployed.as_deref().unwrap_or("an unknown time");
+    let what = format!(
+        "Helm release {name:?} is {} at revision {} since {since}",
+        info.status, info.revision
+    );
+    let stuck = |d: &mut Draft, detail: &str| {
+        d.record(info);
+        d.failed(
+            REASON_RELEASE_STUCK,
+            &format!(
+                "{what}, longer than its timeout {}; {detail}",
+                r.spec.timeout
+            ),
+        );
+    };
+    match verdict {
+        Pending::Wait(after) => {
+            d.record(info);
+            d.failed(
+                REASON_RELEASE_PENDING,
+                &format!(
+                    "{what}; another Helm operation may still own it, so it is left alone until its timeout {} has passed",
+                    r.spec.timeout
+                ),
             );
+            write(ctx, r, d).await?;
+            Ok(Some(Action::requeue(after)))
+        }
+        Pending::Stuck => {
+            stuck(
+                d,
+                "set spec.recoverStuckRelease to true to let the operator recover it, or recover it by hand (helm rollback)",
+            );
+            write(ctx, r, d).await?;
+            Ok(Some(Action::requeue(RETRY)))
+        }
+        Pending::Recover => {
+            let history = match session.history(&name, &r.spec.namespace).await {
+                Ok(h) => h,
+                Err(err) => {
+                    let m = format!("read Helm release history of {name:?}: {err}");
+                    d.failed(reasons::RECONCILE_FAILED, &m);
+                    write(ctx, r, d).await?;
+                    return Err(Error::Remote(m));
+                }
+            };
+            let (result, done) = match recovery(info, &history) {
+                Recovery::Impossible => {
+                    stuck(
+                        d,
+                        "there is no earlier revision to roll back to, so it must be recovered by hand",
+                    );
+                    write(ctx, r, d).await?;
+                    return Ok(Some(Action::requeue(RETRY)));
+                }
+                Recovery::Rollback(revision) => (
+                    session
+                        .rollback(&name, &r.spec.namespace, revision, timeout, r.spec.wait)
+                        .await,
+                    format!("rolled it back to revision {revision}"),
+                ),
+                Recovery::Uninstall => (
+                    session
+                        .uninstall(
+                            &name,
+                            &r.spec.namespace,
+                            timeout,
+                            r.spec.disable_hooks,
+                            r.spec.wait,
+                        )
+                        .await
+                        .map(|_| ()),
+                    "uninstalled the unfinished install".to_string(),
+                ),
+            };
+            if let Err(err) = result {
+                let m = format!("recover stuck Helm release {name:?}: {err}");
+                d.failed(reasons::RECONCILE_FAILED, &m);
+                write(ctx, r, d).await?;
+                return Err(Error::Remote(m));
+            }
             ctx.event(
-                r.as_ref(),
+                r,
                 EventType::Warning,
-                REASON_DRIFT,
-                format!("Helm release {name:?} drifted ({seen}); re-applying"),
+                REASON_STUCK_RECOVERED,
+                format!("{what}, longer than its timeout {}; {done}", r.spec.timeout),
             )
             .await;
+            Ok(None)
         }
-        let action = match verb {
-            InstallVerb::Install => "Install",
-            InstallVerb::Upgrade => "Upgrade",
-        };
-        d.s.last_action = Some(action.to_string());
-        d.s.last_attempt_time = Some(now);
-        match session
-            .install_or_upgrade(verb, &request(&r, timeout), &auth)
-            .await
-        {
-            Ok(info) => {
-                d.record(&info);
-                d.s.last_success_time = Some(now);
-                d.s.last_error = None;
-                d.s.chart = Some(r.spec.chart.chart.clone());
-                if info.status == "deployed" {
-                    d.s.last_applied_digest = Some(digest);
-                    let (reason, m) = success_condition(Some(action), &name, info.revision);
-                    d.outcome(true, reason, &m);
-                    let old_reason =
-                        find_condition(&stored.conditions, ct::READY).map(|c| c.reason.clone());
-                    write(&ctx, &r, &d).await?;
-                    // Condition Events fire on reason changes only; each Helm action is worth one.
-                    if old_reason.as_deref() == Some(reason) {
-                        ctx.event(r.as_ref(), EventType::Normal, reason, m).await;
-                    }
-                    Ok(Action::requeue(DRIFT_CHECK))
-                } else {
-                    let m = format!(
-                        "Helm {} of release {name:?} ended in status {}",
-                        action.to_lowercase(),
-                        info.status
-                    );
-                    d.failed(reasons::RECONCILE_FAILED, &m);
-                    write(&ctx, &r, &d).await?;
-                    Err(Error::Remote(m))
-                }
+    }
+}
+
+/// Decides and runs the Helm action for a release whose dependencies are all present.
+async fn apply(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    mut d: Draft,
+    session: &ReleaseSession,
+    auth: &RepositoryAuth,
+) -> Result<Action, Error> {
+    let name = r.effective_release_name();
+    let mut current = observe(ctx, r, &mut d, session).await?;
+    let mut recovered = false;
+    if let Some(info) = &current {
+        if let Some(action) = handle_pending(ctx, r, &mut d, session, info).await? {
+            return Ok(action);
+        }
+        if info.is_pending() {
+            recovered = true;
+            current = observe(ctx, r, &mut d, session).await?;
+        }
+    }
+    let stored = r.status.clone().unwrap_or_default();
+    let digest = input_digest(r);
+    let verb = match plan(current.as_ref(), &stored, &digest) {
+        Plan::UpToDate => {
+            if let Some(info) = &current {
+                d.record(info);
             }
-            Err(err) => {
-                let m = helm_failure(action, &name, &err);
-                d.failed(reasons::RECONCILE_FAILED, &m);
-                // With `atomic` Helm rolls a failed upgrade back itself; report where it landed.
-                if let Ok(Some(after)) = session.status(&name, &r.spec.namespace).await {
-                    if r.spec.atomic && verb == InstallVerb::Upgrade && after.status == "deployed" {
-                        ctx.event(
-                            r.as_ref(),
-                            EventType::Warning,
-                            REASON_ROLLED_BACK,
-                            format!(
-                                "{m}; rolled back to a working release (now revision {})",
-                                after.revision
-                            ),
-                        )
-                        .await;
-                    }
-                    d.record(&after);
-                } else if verb == InstallVerb::Install {
-                    d.s.release_revision = None;
-                    d.s.release_status = None;
+            let revision = stored.release_revision.unwrap_or_default();
+            let (reason, m) = success_condition(stored.last_action.as_deref(), &name, revision);
+            d.outcome(true, reason, &m);
+            d.s.last_error = None;
+            write(ctx, r, &d).await?;
+            return Ok(drift_check(r));
+        }
+        Plan::Install => InstallVerb::Install,
+        Plan::Upgrade => InstallVerb::Upgrade,
+    };
+    // Same inputs as last applied, yet Helm must run: the release changed out of band.
+    if !recovered && stored.last_applied_digest.as_deref() == Some(digest.as_str()) {
+        let seen = current.as_ref().map_or_else(
+            || "missing".to_string(),
+            |c| format!("{} at revision {}", c.status, c.revision),
+        );
+        ctx.event(
+            r,
+            EventType::Warning,
+            REASON_DRIFT,
+            format!("Helm release {name:?} drifted ({seen}); re-applying"),
+        )
+        .await;
+    }
+    let action = match verb {
+        InstallVerb::Install => "Install",
+        InstallVerb::Upgrade => "Upgrade",
+    };
+    d.s.last_action = Some(action.to_string());
+    d.s.last_attempt_time = Some(d.now);
+    let mut req = request(r, timeout_of(r));
+    // A release uninstalled with its history kept can only be installed again over it.
+    req.replace = current.as_ref().is_some_and(|c| c.status == "uninstalled");
+    match session.install_or_upgrade(verb, &req, auth).await {
+        Ok(info) => {
+            d.record(&info);
+            d.s.last_success_time = Some(d.now);
+            d.s.last_error = None;
+            d.s.chart = Some(r.spec.chart.chart.clone());
+            if info.status == "deployed" {
+                d.s.last_applied_digest = Some(digest);
+                let (reason, m) = success_condition(Some(action), &name, info.revision);
+                d.outcome(true, reason, &m);
+                let old_reason =
+                    find_condition(&stored.conditions, ct::READY).map(|c| c.reason.clone());
+                write(ctx, r, &d).await?;
+                // Condition Events fire on reason changes only; each Helm action is worth one.
+                if old_reason.as_deref() == Some(reason) {
+                    ctx.event(r, EventType::Normal, reason, m).await;
                 }
-                write(&ctx, &r, &d).await?;
+                Ok(drift_check(r))
+            } else {
+                let m = format!(
+                    "Helm {} of release {name:?} ended in status {}",
+                    action.to_lowercase(),
+                    info.status
+                );
+                d.failed(reasons::RECONCILE_FAILED, &m);
+                write(ctx, r, &d).await?;
                 Err(Error::Remote(m))
             }
         }
-    })
-    .await
+        Err(err) => {
+            let m = helm_failure(action, &name, &err);
+            d.failed(reasons::RECONCILE_FAILED, &m);
+            let after = session.status(&name, &r.spec.namespace).await;
+            // With `atomic` Helm undoes a failure itself; say where the release landed.
+            let undone = match (&after, verb) {
+                (Ok(Some(a)), InstallVerb::Upgrade) if r.spec.atomic && a.status == "deployed" => {
+                    Some(format!(
+                        "rolled back to a working release (now revision {})",
+                        a.revision
+                    ))
+                }
+                (Ok(None), InstallVerb::Install) if r.spec.atomic => {
+                    Some("Helm removed the failed install".to_string())
+                }
+                _ => None,
+            };
+            if let Some(undone) = undone {
+                ctx.event(
+                    r,
+                    EventType::Warning,
+                    REASON_ROLLED_BACK,
+                    format!("{m}; {undone}"),
+                )
+                .await;
+            }
+            match after {
+                Ok(Some(a)) => d.record(&a),
+                Ok(None) => {
+                    d.s.release_revision = None;
+                    d.s.release_status = None;
+                }
+                Err(_) => {}
+            }
+            write(ctx, r, &d).await?;
+            Err(Error::Remote(m))
+        }
+    }
 }
 
 /// Runs the OmniHelmRelease controller until `shutdown` completes.
@@ -685,6 +952,96 @@ mod tests {
         let mut t = a.clone();
         t.spec.namespace = "other".into();
         assert_ne!(input_digest(&a), input_digest(&t));
+    }
+
+    fn at(status: &str, revision: i64, deployed: Option<&str>) -> ReleaseInfo {
+        ReleaseInfo {
+            last_deployed: deployed.map(String::from),
+            ..info(status, revision)
+        }
+    }
+
+    fn entry(revision: i64, status: &str) -> HistoryEntry {
+        HistoryEntry {
+            revision,
+            status: status.into(),
+            chart: "app-1.0.0".into(),
+            description: String::new(),
+        }
+    }
+
+    #[test]
+    fn pending_release_waits_for_its_timeout_then_is_stuck_or_recovered() {
+        let now: jiff::Timestamp = "2026-11-23T02:00:00Z".parse().unwrap();
+        let five_min = Duration::from_secs(300);
+        let young = at("pending-upgrade", 3, Some("2026-11-23T01:58:00.5+00:00"));
+        assert_eq!(
+            pending(&young, now, five_min, true),
+            Some(Pending::Wait(Duration::from_millis(180_500 + 5_000)))
+        );
+        let old = at("pending-upgrade", 3, Some("2026-11-23T01:54:59Z"));
+        assert_eq!(pending(&old, now, five_min, false), Some(Pending::Stuck));
+        assert_eq!(pending(&old, now, five_min, true), Some(Pending::Recover));
+        let unknown = at("pending-install", 1, None);
+        assert_eq!(
+            pending(&unknown, now, five_min, false),
+            Some(Pending::Stuck)
+        );
+        let deployed = at("deployed", 3, Some("2020-01-01T00:00:00Z"));
+        assert_eq!(pending(&deployed, now, five_min, true), None);
+    }
+
+    #[test]
+    fn recovery_rolls_back_to_the_last_good_revision_or_uninstalls_an_install() {
+        let history = [
+            entry(1, "superseded"),
+            entry(2, "deployed"),
+            entry(3, "failed"),
+            entry(4, "pending-upgrade"),
+        ];
+        assert_eq!(
+            recovery(&info("pending-upgrade", 4), &history),
+            Recovery::Rollback(2)
+        );
+        assert_eq!(
+            recovery(&info("pending-rollback", 4), &history[..]),
+            Recovery::Rollback(2)
+        );
+        let only_failed = [entry(1, "failed"), entry(2, "pending-upgrade")];
+        assert_eq!(
+            recovery(&info("pending-upgrade", 2), &only_failed),
+            Recovery::Rollback(1)
+        );
+        assert_eq!(
+            recovery(&info("pending-upgrade", 1), &[entry(1, "pending-upgrade")]),
+            Recovery::Impossible
+        );
+        assert_eq!(
+            recovery(&info("pending-install", 1), &[entry(1, "pending-install")]),
+            Recovery::Uninstall
+        );
+    }
+
+    #[test]
+    fn release_key_names_the_release_in_its_cluster() {
+        let a = release(serde_json::json!({}));
+        let mut b = a.clone();
+        b.metadata.name = Some("other-object".into());
+        b.spec.release_name = Some("app".into());
+        assert_eq!(release_key(&a), release_key(&b));
+        let mut c = a.clone();
+        c.spec.kubeconfig_secret_ref.name = "other-cluster".into();
+        assert_ne!(release_key(&a), release_key(&c));
+    }
+
+    #[test]
+    fn drift_check_interval_drives_the_requeue() {
+        let mut r = release(serde_json::json!({}));
+        assert_eq!(drift_check(&r), Action::requeue(Duration::from_secs(300)));
+        r.spec.drift_check_interval = "30s".into();
+        assert_eq!(drift_check(&r), Action::requeue(Duration::from_secs(30)));
+        r.spec.drift_check_interval = "0".into();
+        assert_eq!(drift_check(&r), Action::await_change());
     }
 
     #[test]

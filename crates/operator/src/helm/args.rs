@@ -116,6 +116,9 @@ pub fn install_or_upgrade(
     if verb == InstallVerb::Install && request.create_namespace {
         args.push("--create-namespace".into());
     }
+    if verb == InstallVerb::Install && request.replace {
+        args.push("--replace".into());
+    }
     if verb == InstallVerb::Upgrade {
         // The values of the spec are the whole truth: never merge in a previous release's values.
         args.push("--reset-values".into());
@@ -256,6 +259,7 @@ mod tests {
             disable_hooks: false,
             skip_crds: true,
             max_history: 5,
+            replace: false,
         }
     }
 

@@ -100,6 +100,8 @@ pub struct ReleaseRequest {
     pub skip_crds: bool,
     /// Revisions to keep on upgrade (0 = helm's default).
     pub max_history: u32,
+    /// Install over a release that was uninstalled with its history kept (`--replace`).
+    pub replace: bool,
 }
 
 /// Credentials for a chart repository or OCI registry, and a CA bundle to trust.
@@ -273,6 +275,9 @@ impl Helm {
                 .release_locks
                 .lock()
                 .map_err(|_| HelmError::Io("release lock table poisoned".to_string()))?;
+            // Forget locks nobody holds or waits for, so the table stays as small as the
+            // number of releases being worked on.
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
             locks
                 .entry(release_key.to_string())
                 .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
@@ -292,6 +297,7 @@ impl Helm {
             repository_cache: dir.path().join("repository-cache"),
             registry_config: dir.path().join("registry.json"),
             ca_file: dir.path().join("ca.pem"),
+            kubeconfig_secrets: kubeconfig_secrets(kubeconfig),
             dir,
         };
         write_private(&session.kubeconfig, kubeconfig)?;
@@ -394,6 +400,16 @@ pub struct ReleaseSession {
     repository_cache: PathBuf,
     registry_config: PathBuf,
     ca_file: PathBuf,
+    /// Credential strings of the kubeconfig, scrubbed from every error text of this session.
+    kubeconfig_secrets: Vec<String>,
+}
+
+impl fmt::Debug for ReleaseSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseSession")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What an uninstall did.
@@ -425,6 +441,8 @@ impl ReleaseSession {
         secrets: &[&str],
     ) -> Result<String, HelmError> {
         let inner = &self.helm.inner;
+        let mut scrub: Vec<&str> = secrets.to_vec();
+        scrub.extend(self.kubeconfig_secrets.iter().map(String::as_str));
         exec(
             &inner.config,
             &inner.processes,
@@ -432,7 +450,7 @@ impl ReleaseSession {
             &args,
             stdin,
             limit,
-            secrets,
+            &scrub,
             Some(self.dir.path()),
         )
         .await
@@ -723,6 +741,29 @@ pub fn error_summary(stderr: &str, secrets: &[&str]) -> String {
     }
 }
 
+/// The credential values of a kubeconfig (tokens, passwords, client keys), so they can be
+/// scrubbed from helm's error output. Unparseable input yields nothing: the controller has
+/// already rejected such a kubeconfig before any helm call.
+pub fn kubeconfig_secrets(kubeconfig: &[u8]) -> Vec<String> {
+    let Ok(text) = std::str::from_utf8(kubeconfig) else {
+        return Vec::new();
+    };
+    let Ok(doc) = serde_saphyr::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for user in doc["users"].as_array().into_iter().flatten() {
+        for key in ["token", "password", "client-key-data"] {
+            if let Some(value) = user["user"][key].as_str()
+                && !value.is_empty()
+            {
+                found.push(value.to_string());
+            }
+        }
+    }
+    found
+}
+
 fn create_private_dir(path: &Path) -> Result<(), HelmError> {
     std::fs::create_dir_all(path)?;
     set_mode(path, 0o700)
@@ -791,6 +832,16 @@ mod tests {
         );
         let long = "é".repeat(2000);
         assert!(error_summary(&long, &[]).len() <= 1024 + '…'.len_utf8());
+    }
+
+    #[test]
+    fn kubeconfig_credentials_are_collected_for_scrubbing() {
+        let kubeconfig = b"apiVersion: v1\nkind: Config\nusers:\n- name: a\n  user:\n    token: tok-123\n- name: b\n  user:\n    username: admin\n    password: pw-456\n- name: c\n  user:\n    client-key-data: S0VZ\n";
+        let found = kubeconfig_secrets(kubeconfig);
+        assert_eq!(found, vec!["tok-123", "pw-456", "S0VZ"]);
+        assert!(kubeconfig_secrets(b"not: [yaml").is_empty());
+        let msg = error_summary("Error: Unauthorized: bearer tok-123", &["tok-123"]);
+        assert!(!msg.contains("tok-123"), "{msg}");
     }
 
     #[test]
