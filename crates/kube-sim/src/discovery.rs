@@ -28,6 +28,16 @@ pub(crate) fn serve(store: &Store, path: &str, _headers: &HeaderMap) -> Option<R
         "/apis" => return Some(json_response(200, &api_group_list(store))),
         _ => {}
     }
+    if path.starts_with("/openapi/") {
+        return Some(crate::openapi::serve(store, path).unwrap_or_else(|| {
+            json_response(
+                404,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": "the server could not find the requested resource",
+                        "reason": "NotFound", "details": {}, "code": 404}),
+            )
+        }));
+    }
     discovery(store, path).map(|doc| json_response(200, &doc))
 }
 

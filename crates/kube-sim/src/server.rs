@@ -383,7 +383,16 @@ async fn handle(
     }
 }
 
-fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+/// Decodes a create/update body: JSON (or YAML, a JSON superset here) or, for the kinds
+/// client-go's typed clients send that way, protobuf.
+fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with(crate::protobuf::MEDIA_TYPE) {
+        return crate::protobuf::decode(body);
+    }
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(&format!(
             "the body of the request could not be decoded: {e}"
@@ -464,14 +473,14 @@ async fn serve_verb(
         }
         "watch" => watch(store, rt, t, ns, q),
         "create" => {
-            let mut obj = parse_body(body)?;
+            let mut obj = parse_body(headers, body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
             let created = crd_established(store, &t.group, &t.resource, created)?;
             Ok(json_response(201, &created))
         }
         "update" => {
-            let mut obj = parse_body(body)?;
+            let mut obj = parse_body(headers, body)?;
             let old = store.get(&t.group, &t.resource, ns, name)?;
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
