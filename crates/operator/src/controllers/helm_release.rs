@@ -393,8 +393,9 @@ fn request(r: &OmniHelmRelease, timeout: Duration) -> ReleaseRequest {
 
 fn helm_failure(action: &str, name: &str, err: &HelmError) -> String {
     format!(
-        "Helm {} failed for release {name:?}: {err}",
-        action.to_lowercase()
+        "Helm {} failed for release {name:?}: {}",
+        action.to_lowercase(),
+        err.detail()
     )
 }
 

@@ -177,6 +177,17 @@ pub enum HelmError {
     Io(String),
 }
 
+impl HelmError {
+    /// The message without the `helm <verb> failed:` prefix when helm itself reported the
+    /// failure, for callers that already name the action.
+    pub fn detail(&self) -> String {
+        match self {
+            HelmError::Failed { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl From<std::io::Error> for HelmError {
     fn from(err: std::io::Error) -> Self {
         HelmError::Io(err.to_string())

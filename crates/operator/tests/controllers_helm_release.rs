@@ -1,0 +1,863 @@
+//! OmniHelmRelease end to end: the operator embedded in-process against kube-sim (management
+//! cluster), a second kube-sim as the workload cluster, the real helm binary
+//! (`.cache/test-tools/bin/helm`, from `scripts/install-test-tools`; the test fails when it is
+//! missing) and a chart repository served by the test with basic auth (`index.yaml` plus `.tgz`
+//! files made by `helm package`).
+//!
+//! Covers: install → Ready/deployed/revision 1; a values change → revision 2; a kubeconfig
+//! rotation alone → still revision 2; a failing upgrade with `atomic` → rolled back and a Warning
+//! Event; deletion with Uninstall (release gone) and Orphan (release kept); wrong repository
+//! credentials → a condition naming the problem without the password; a deletion whose
+//! kubeconfig Secret is gone explains itself and Orphan finishes it; a release stuck in
+//! `pending-upgrade` is reported, then recovered once `recoverStuckRelease` allows it; a release
+//! deleted out of band is reinstalled by the periodic drift check. No repository password or
+//! kubeconfig token ever shows up in status, Events or the operator's logs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use kube_sim::kubeconfig::{Credential, Kubeconfig};
+use kube_sim::server::{KubeSim, RunningKubeSim};
+use omni_operator::api::{OmniCluster, OmniHelmRelease};
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::Scope;
+use omni_operator::metrics::Metrics;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const NS: &str = "apps";
+const USER: &str = "chart-reader";
+const PASSWORD: &str = "s3cret-repo-password";
+const WRONG_PASSWORD: &str = "not-the-password-xyz";
+/// Bearer tokens of the workload kubeconfig before and after a rotation.
+const TOKEN_ONE: &str = "kubeconfig-token-one-5d1c9e";
+const TOKEN_TWO: &str = "kubeconfig-token-two-88ab04";
+const SECRETS: [&str; 4] = [PASSWORD, WRONG_PASSWORD, TOKEN_ONE, TOKEN_TWO];
+/// Generous: the machine is shared and loaded, and helm is a subprocess.
+const WAIT: Duration = Duration::from_secs(300);
+
+fn helm_bin() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
+    assert!(
+        path.exists(),
+        "{path:?} is missing: run scripts/install-test-tools"
+    );
+    path
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator logs, captured so the tests can check that no secret is ever logged.
+
+#[derive(Clone)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut b) => b.extend_from_slice(buf),
+            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything the operator logged so far (all tests of this binary share one subscriber).
+fn operator_logs() -> String {
+    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
+    let buffer = LOGS.get_or_init(|| {
+        let buffer = LogBuffer(Arc::new(Mutex::new(Vec::new())));
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("omni_operator=trace"))
+            .with_writer(move || writer.clone())
+            .try_init();
+        buffer
+    });
+    let bytes = match buffer.0.lock() {
+        Ok(b) => b.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn assert_no_secrets(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} contains a secret: {text}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chart repository: `index.yaml` and packaged charts, behind basic auth.
+
+/// A chart whose ConfigMap carries `greeting`; `brokenNamespace` adds a ConfigMap in a namespace
+/// that does not exist, so an upgrade with it fails while applying (after Helm recorded the
+/// revision), which is what `atomic` rolls back.
+fn write_chart(dir: &Path, version: &str) {
+    let chart = dir.join("demo");
+    std::fs::create_dir_all(chart.join("templates")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: demo\nversion: {version}\nappVersion: \"1\"\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(chart.join("values.yaml"), "greeting: hello\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        chart.join("templates/configmap.yaml"),
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-config
+data:
+  greeting: {{ .Values.greeting | quote }}
+{{- if .Values.brokenNamespace }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-broken
+  namespace: {{ .Values.brokenNamespace }}
+data: {}
+{{- end }}
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn run_helm(args: &[&str], home: &Path) {
+    let out = std::process::Command::new(helm_bin())
+        .args(args)
+        .env("HOME", home)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .unwrap_or_else(|e| panic!("run helm: {e}"));
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+struct Repo {
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_repo() -> Repo {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr: SocketAddr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("http://{addr}");
+    let src = dir.path().join("src");
+    let public = dir.path().join("public");
+    std::fs::create_dir_all(&public).unwrap_or_else(|e| panic!("{e}"));
+    write_chart(&src, "0.1.0");
+    let (chart, out, home) = (
+        src.join("demo"),
+        public.display().to_string(),
+        dir.path().join("home"),
+    );
+    run_helm(
+        &["package", &chart.display().to_string(), "-d", &out],
+        &home,
+    );
+    run_helm(&["repo", "index", &out, "--url", &url], &home);
+
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+    );
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let (public, expected) = (public.clone(), expected.clone());
+        async move {
+            let authorized = req
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                == Some(expected.as_str());
+            if !authorized {
+                return (http::StatusCode::UNAUTHORIZED, Vec::new());
+            }
+            let name = req.uri().path().trim_start_matches('/').to_string();
+            if name.contains('/') || name.contains("..") {
+                return (http::StatusCode::NOT_FOUND, Vec::new());
+            }
+            match std::fs::read(public.join(name)) {
+                Ok(bytes) => (http::StatusCode::OK, bytes),
+                Err(_) => (http::StatusCode::NOT_FOUND, Vec::new()),
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Repo { url, _dir: dir }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment.
+
+struct Env {
+    client: kube::Client,
+    workload: RunningKubeSim,
+    workload_client: kube::Client,
+    metrics: Arc<Metrics>,
+    repo: Repo,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _helm_dir: tempfile::TempDir,
+    _mgmt: RunningKubeSim,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn kube() -> (RunningKubeSim, kube::Client) {
+    let sim = KubeSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
+    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
+    let client =
+        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
+    (sim, client)
+}
+
+fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
+    Kubeconfig::new(
+        sim.base_url.clone(),
+        "admin",
+        Credential::Token(token.into()),
+    )
+    .to_yaml()
+    .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
+}
+
+impl Env {
+    async fn start() -> Env {
+        // Installs the capturing subscriber before the operator logs anything.
+        operator_logs();
+        let (mgmt, client) = kube().await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in omni_operator::api::crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("create CRD: {e}"));
+        }
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("namespace: {e}"));
+        let releases: Api<OmniHelmRelease> = Api::namespaced(client.clone(), NS);
+        let until = Instant::now() + WAIT;
+        while releases.list(&ListParams::default()).await.is_err() {
+            assert!(Instant::now() < until, "CRDs never became servable");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (workload, workload_client) = kube().await;
+        let repo = start_repo().await;
+
+        let env_secret = |name: &str, data: Value| -> Secret {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": NS},
+                "stringData": data,
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        for s in [
+            env_secret(
+                "workload-kubeconfig",
+                json!({"kubeconfig": workload_kubeconfig(&workload, TOKEN_ONE)}),
+            ),
+            env_secret(
+                "repo-credentials",
+                json!({"username": USER, "password": PASSWORD}),
+            ),
+            env_secret(
+                "wrong-credentials",
+                json!({"username": USER, "password": WRONG_PASSWORD}),
+            ),
+        ] {
+            secrets
+                .create(&PostParams::default(), &s)
+                .await
+                .unwrap_or_else(|e| panic!("Secret: {e}"));
+        }
+        // The release only needs its OmniCluster to exist (no connection: it is never Ready).
+        let cluster: OmniCluster = serde_json::from_value(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "workload", "namespace": NS},
+            "spec": {
+                "connectionRef": {"name": "omni"},
+                "talos": {"version": "v1.11.5"},
+                "kubernetes": {"version": "v1.34.2"},
+            }
+        }))
+        .unwrap_or_else(|e| panic!("cluster fixture: {e}"));
+        Api::<OmniCluster>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap_or_else(|e| panic!("OmniCluster: {e}"));
+
+        let helm_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let metrics = Arc::new(Metrics::new());
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.metrics = metrics.clone();
+        config.helm_binary = helm_bin();
+        config.helm_work_dir = helm_dir.path().to_path_buf();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = rx.await;
+        }));
+        Env {
+            client,
+            workload,
+            workload_client,
+            metrics,
+            repo,
+            stop: Some(tx),
+            _helm_dir: helm_dir,
+            _mgmt: mgmt,
+        }
+    }
+
+    fn releases(&self) -> Api<OmniHelmRelease> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn create_release(&self, name: &str, extra: Value) {
+        let mut obj = json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniHelmRelease",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterRef": {"name": "workload"},
+                "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
+                "namespace": "default",
+                "chart": {
+                    "repository": self.repo.url,
+                    "chart": "demo",
+                    "version": "0.1.0",
+                    "values": {"greeting": "hello"},
+                    "credentialsSecretRef": {"name": "repo-credentials"},
+                },
+            }
+        });
+        merge(&mut obj["spec"], extra);
+        let typed: OmniHelmRelease =
+            serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+        self.releases()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+
+    async fn patch_spec(&self, name: &str, spec: Value) {
+        self.releases()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("patch {name}: {e}"));
+    }
+
+    /// Revisions Helm stored for `release` in the workload cluster (its release Secrets).
+    async fn helm_revisions(&self, release: &str) -> Vec<i64> {
+        let secrets: Api<Secret> = Api::namespaced(self.workload_client.clone(), "default");
+        let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
+        let mut revisions: Vec<i64> = secrets
+            .list(&lp)
+            .await
+            .unwrap_or_else(|e| panic!("list release Secrets: {e}"))
+            .items
+            .iter()
+            .filter_map(|s| s.labels().get("version")?.parse().ok())
+            .collect();
+        revisions.sort_unstable();
+        revisions
+    }
+
+    /// Writes what an interrupted `helm upgrade` leaves behind: a newest revision in
+    /// `pending-upgrade`, started long ago. Helm stores each revision as a Secret whose
+    /// `release` value is base64 of the (optionally gzipped) release JSON.
+    async fn leave_pending_upgrade(&self, release: &str, revision: i64) {
+        let record = json!({
+            "name": release,
+            "namespace": "default",
+            "version": revision,
+            "info": {
+                "first_deployed": "2020-01-01T00:00:00Z",
+                "last_deployed": "2020-01-01T00:00:00Z",
+                "status": "pending-upgrade",
+                "description": "Preparing upgrade",
+            },
+            "chart": {"metadata": {"apiVersion": "v2", "name": "demo", "version": "0.1.0", "appVersion": "1"}},
+            "config": {"greeting": "hello"},
+            // What the interrupted upgrade was applying: helm's rollback diffs against it.
+            "manifest": format!(
+                "---\n# Source: demo/templates/configmap.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {release}-config\ndata:\n  greeting: \"hello\"\n"
+            ),
+        });
+        let encoded = base64::engine::general_purpose::STANDARD.encode(record.to_string());
+        let labels: BTreeMap<&str, String> = [
+            ("name", release.to_string()),
+            ("owner", "helm".to_string()),
+            ("status", "pending-upgrade".to_string()),
+            ("version", revision.to_string()),
+        ]
+        .into();
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("sh.helm.release.v1.{release}.v{revision}"), "labels": labels},
+            "type": "helm.sh/release.v1",
+            "stringData": {"release": encoded},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(self.workload_client.clone(), "default")
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("write pending revision: {e}"));
+    }
+
+    /// Removes a release behind the operator's back: its Helm records and its ConfigMap.
+    async fn delete_out_of_band(&self, release: &str) {
+        let secrets: Api<Secret> = Api::namespaced(self.workload_client.clone(), "default");
+        let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
+        for s in secrets
+            .list(&lp)
+            .await
+            .unwrap_or_else(|e| panic!("list: {e}"))
+            .items
+        {
+            secrets
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("delete release Secret: {e}"));
+        }
+        Api::<ConfigMap>::namespaced(self.workload_client.clone(), "default")
+            .delete(&format!("{release}-config"), &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete ConfigMap: {e}"));
+    }
+
+    /// Checks status, Events and logs for every secret this environment knows.
+    async fn assert_nothing_leaked(&self) {
+        for r in self
+            .releases()
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list: {e}"))
+            .items
+        {
+            assert_no_secrets(
+                "status",
+                &serde_json::to_string(&r.status).unwrap_or_default(),
+            );
+        }
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), NS);
+        let all = events
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list Events: {e}"));
+        assert!(!all.items.is_empty(), "the operator published Events");
+        assert_no_secrets(
+            "Events",
+            &serde_json::to_string(&all.items).unwrap_or_default(),
+        );
+        let logs = operator_logs();
+        assert!(!logs.is_empty(), "the operator's logs were captured");
+        assert_no_secrets("operator logs", &logs);
+    }
+
+    async fn greeting(&self, release: &str) -> Option<String> {
+        let cms: Api<ConfigMap> = Api::namespaced(self.workload_client.clone(), "default");
+        cms.get_opt(&format!("{release}-config"))
+            .await
+            .unwrap_or_else(|e| panic!("get ConfigMap: {e}"))
+            .and_then(|cm| cm.data?.get("greeting").cloned())
+    }
+
+    fn reconciles(&self) -> u64 {
+        let text = self.metrics.encode().unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with("omni_operator_reconciles_total{kind=\"OmniHelmRelease\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn events(&self, name: &str) -> Vec<(String, String, String)> {
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), NS);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list Events: {e}"))
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Value::Object(b), Value::Object(e)) = (base, extra) {
+        for (k, v) in e {
+            b.insert(k, v);
+        }
+    }
+}
+
+fn condition(r: &OmniHelmRelease, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(r).ok()?;
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+fn revision(r: &OmniHelmRelease) -> Option<i64> {
+    r.status.as_ref().and_then(|s| s.release_revision)
+}
+
+fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
+    condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
+        && revision(r) == Some(rev)
+        && r.status.as_ref().and_then(|s| s.release_status.as_deref()) == Some("deployed")
+}
+
+async fn wait_for(
+    api: &Api<OmniHelmRelease>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&OmniHelmRelease) -> bool,
+) -> OmniHelmRelease {
+    let until = Instant::now() + WAIT;
+    loop {
+        let current = api.get_opt(name).await.ok().flatten();
+        if let Some(obj) = &current
+            && pred(obj)
+        {
+            return obj.clone();
+        }
+        if Instant::now() > until {
+            let status = current.map(|o| serde_json::to_value(o.status).unwrap_or_default());
+            panic!("{name}: never {what}; last status: {status:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn wait_gone(api: &Api<OmniHelmRelease>, name: &str) {
+    let until = Instant::now() + WAIT;
+    loop {
+        match api.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(o)) if Instant::now() > until => {
+                panic!("{name} was never deleted: {:#?}", o.status)
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Waits until the controller has finished at least one more reconcile than `before`.
+async fn reconciled_since(env: &Env, before: u64) {
+    let until = Instant::now() + WAIT;
+    while env.reconciles() <= before {
+        assert!(Instant::now() < until, "no reconcile happened");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_lifecycle_upgrades_only_on_change_and_rolls_back_failures() {
+    let env = Env::start().await;
+    let api = env.releases();
+
+    // Install.
+    env.create_release("demo", json!({"atomic": true})).await;
+    let r = wait_for(&api, "demo", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    assert_eq!(
+        condition(&r, "Released").map(|c| c.1),
+        Some("HelmInstalled".into())
+    );
+    assert_eq!(env.helm_revisions("demo").await, vec![1]);
+    assert_eq!(env.greeting("demo").await.as_deref(), Some("hello"));
+
+    // A values change upgrades to revision 2.
+    env.patch_spec(
+        "demo",
+        json!({"chart": {"values": {"greeting": "bonjour"}}}),
+    )
+    .await;
+    let r = wait_for(&api, "demo", "Ready at revision 2", |r| ready_at(r, 2)).await;
+    assert_eq!(
+        condition(&r, "Ready").map(|c| c.1),
+        Some("HelmUpgraded".into())
+    );
+    assert_eq!(env.greeting("demo").await.as_deref(), Some("bonjour"));
+
+    // A kubeconfig rotation alone re-checks the release but creates no revision.
+    let before = env.reconciles();
+    let workload_writes = env.workload.writes_total();
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let rotated = workload_kubeconfig(&env.workload, TOKEN_TWO);
+    secrets
+        .patch(
+            "workload-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"kubeconfig": rotated}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("rotate: {e}"));
+    reconciled_since(&env, before).await;
+    assert_eq!(env.helm_revisions("demo").await, vec![1, 2]);
+    assert_eq!(
+        env.workload.writes_total(),
+        workload_writes,
+        "a rotation must not write to the workload cluster"
+    );
+    let r = api.get("demo").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(ready_at(&r, 2), "{:#?}", r.status);
+
+    // A failing upgrade with atomic: Helm rolls back, the object reports the failure and a
+    // Warning Event says it was rolled back; the last good values stay live.
+    env.patch_spec(
+        "demo",
+        json!({"chart": {"values": {"greeting": "hola", "brokenNamespace": "does-not-exist"}}}),
+    )
+    .await;
+    let r = wait_for(&api, "demo", "failed and rolled back", |r| {
+        condition(r, "Ready")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+            && revision(r).is_some_and(|v| v >= 4)
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(
+        message.starts_with("Helm upgrade failed for release \"demo\""),
+        "{message}"
+    );
+    assert_eq!(
+        r.status.as_ref().and_then(|s| s.release_status.as_deref()),
+        Some("deployed"),
+        "rolled back to a deployed revision"
+    );
+    assert_eq!(env.greeting("demo").await.as_deref(), Some("bonjour"));
+    let events = env.events("demo").await;
+    assert!(
+        events
+            .iter()
+            .any(|(t, reason, _)| t == "Warning" && reason == "RolledBack"),
+        "{events:#?}"
+    );
+
+    // Fixing the values recovers.
+    env.patch_spec(
+        "demo",
+        json!({"chart": {"values": {"greeting": "hej", "brokenNamespace": null}}}),
+    )
+    .await;
+    wait_for(&api, "demo", "Ready again", |r| {
+        condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(env.greeting("demo").await.as_deref(), Some("hej"));
+
+    // Delete with the default policy: the release is uninstalled.
+    api.delete("demo", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&api, "demo").await;
+    assert_eq!(env.helm_revisions("demo").await, Vec::<i64>::new());
+    assert_eq!(env.greeting("demo").await, None);
+
+    // Orphan keeps the release.
+    env.create_release("kept", json!({"deletionPolicy": "Orphan"}))
+        .await;
+    wait_for(&api, "kept", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    api.delete("kept", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&api, "kept").await;
+    assert_eq!(env.helm_revisions("kept").await, vec![1]);
+    assert_eq!(env.greeting("kept").await.as_deref(), Some("hello"));
+    env.assert_nothing_leaked().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets() {
+    let env = Env::start().await;
+    let api = env.releases();
+
+    env.create_release(
+        "locked",
+        json!({"chart": {
+            "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+            "credentialsSecretRef": {"name": "wrong-credentials"},
+        }}),
+    )
+    .await;
+    let r = wait_for(&api, "locked", "failed on credentials", |r| {
+        condition(r, "Ready")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("401") || message.contains("Unauthorized"),
+        "{message}"
+    );
+    assert!(message.contains("chart repository"), "{message}");
+    assert_no_secrets(
+        "status",
+        &serde_json::to_string(&r.status).unwrap_or_default(),
+    );
+    assert_eq!(env.helm_revisions("locked").await, Vec::<i64>::new());
+
+    // The right credentials fix it (the Secret change alone triggers the retry promptly).
+    env.patch_spec(
+        "locked",
+        json!({"chart": {"credentialsSecretRef": {"name": "repo-credentials"}}}),
+    )
+    .await;
+    wait_for(&api, "locked", "Ready at revision 1", |r| ready_at(r, 1)).await;
+
+    // A deletion whose kubeconfig Secret is gone says why it waits and how to finish it.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    secrets
+        .delete("workload-kubeconfig", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete Secret: {e}"));
+    api.delete("locked", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    let r = wait_for(&api, "locked", "explains the blocked deletion", |r| {
+        condition(r, "Ready").is_some_and(|(_, reason, _)| reason == "MissingSecret")
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(message.contains("deletionPolicy to Orphan"), "{message}");
+    env.patch_spec("locked", json!({"deletionPolicy": "Orphan"}))
+        .await;
+    wait_gone(&api, "locked").await;
+    assert_eq!(
+        env.helm_revisions("locked").await,
+        vec![1],
+        "orphaned, not uninstalled"
+    );
+
+    env.assert_nothing_leaked().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_and_deleted_releases_are_repaired() {
+    let env = Env::start().await;
+    let api = env.releases();
+
+    // A release whose last upgrade was interrupted long ago is reported, not touched...
+    env.create_release("stuck", json!({})).await;
+    wait_for(&api, "stuck", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    env.leave_pending_upgrade("stuck", 2).await;
+    // Any change to the object triggers a look at the release.
+    env.patch_spec("stuck", json!({"timeout": "4m"})).await;
+    let r = wait_for(&api, "stuck", "reported as stuck", |r| {
+        condition(r, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == "ReleaseStuck")
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(message.contains("pending-upgrade"), "{message}");
+    assert!(message.contains("recoverStuckRelease"), "{message}");
+    assert_eq!(
+        r.status.as_ref().and_then(|s| s.release_status.as_deref()),
+        Some("pending-upgrade")
+    );
+    assert_eq!(env.helm_revisions("stuck").await, vec![1, 2]);
+
+    // ...until recovery is allowed: rolled back to revision 1, a Warning Event, then Ready.
+    env.patch_spec("stuck", json!({"recoverStuckRelease": true}))
+        .await;
+    let r = wait_for(&api, "stuck", "recovered", |r| {
+        condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
+            && r.status.as_ref().and_then(|s| s.release_status.as_deref()) == Some("deployed")
+    })
+    .await;
+    assert!(revision(&r).is_some_and(|v| v >= 3), "{:#?}", r.status);
+    let events = env.events("stuck").await;
+    assert!(
+        events.iter().any(|(t, reason, note)| t == "Warning"
+            && reason == "StuckReleaseRecovered"
+            && note.contains("rolled it back to revision 1")),
+        "{events:#?}"
+    );
+    assert_eq!(env.greeting("stuck").await.as_deref(), Some("hello"));
+
+    // A release deleted out of band comes back at the next drift check, with a Warning Event.
+    env.create_release("drift", json!({"driftCheckInterval": "2s"}))
+        .await;
+    wait_for(&api, "drift", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    // No check that the ConfigMap is gone in between: the 2s drift check may already have
+    // put it back.
+    env.delete_out_of_band("drift").await;
+    let until = Instant::now() + WAIT;
+    while env.greeting("drift").await.is_none() {
+        assert!(
+            Instant::now() < until,
+            "the deleted release was never reinstalled"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_for(&api, "drift", "Ready again", |r| ready_at(r, 1)).await;
+    assert_eq!(env.helm_revisions("drift").await, vec![1]);
+    let events = env.events("drift").await;
+    assert!(
+        events.iter().any(|(t, reason, note)| t == "Warning"
+            && reason == "DriftDetected"
+            && note.contains("missing")),
+        "{events:#?}"
+    );
+    env.assert_nothing_leaked().await;
+}
