@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::admission::{AdmissionRequest, Operation, ReviewUser, WebhookDispatcher};
 use crate::crd::{crd_established, default_builtin};
 use crate::error::ApiError;
 use crate::gc::{collect_dependents, purge_namespace};
@@ -41,6 +42,7 @@ pub struct KubeSimBuilder {
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    admission: Option<WebhookDispatcher>,
 }
 
 /// Entry point: `KubeSim::builder().start().await`.
@@ -55,6 +57,7 @@ impl KubeSim {
             authenticator: None,
             authorizer: None,
             tls: None,
+            admission: None,
         }
     }
 }
@@ -101,9 +104,18 @@ struct AppState {
     hooks: Arc<Hooks>,
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
+    admission: Option<WebhookDispatcher>,
 }
 
 impl KubeSimBuilder {
+    /// Calls the stored `ValidatingWebhookConfiguration`s on every write, through this
+    /// dispatcher (which resolves `clientConfig.service` references); without it no webhook
+    /// is called.
+    pub fn admission(mut self, dispatcher: WebhookDispatcher) -> Self {
+        self.admission = Some(dispatcher);
+        self
+    }
+
     /// Serve HTTPS with this configuration (see [`crate::tls`]); verified client
     /// certificates reach the authenticator as the peer certificate.
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
@@ -154,6 +166,7 @@ impl KubeSimBuilder {
             hooks: hooks.clone(),
             authenticator: self.authenticator,
             authorizer: self.authorizer,
+            admission: self.admission,
         });
         let app = axum::Router::new().fallback(handle).with_state(state);
         let scheme = if self.tls.is_some() { "https" } else { "http" };
@@ -376,10 +389,119 @@ async fn handle(
             "injected failure (kube-sim test hook)",
         ));
     }
-    let res = serve_verb(&st.store, &rt, &t, ns.as_deref(), verb, &q, &headers, &body).await;
-    match res {
+    let gate = Gate {
+        dispatcher: st.admission.as_ref(),
+        store: &st.store,
+        user: &user,
+        rt: &rt,
+        t: &t,
+        ns: ns.as_deref(),
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        warnings: std::sync::Mutex::new(Vec::new()),
+    };
+    let res = serve_verb(&gate, verb, &q, &headers, &body).await;
+    let mut resp = match res {
         Ok(r) => r,
         Err(e) => err_response(&e),
+    };
+    let warnings = gate.warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append("warning", value);
+        }
+    }
+    resp
+}
+
+/// Validating admission for one request: every write passes through [`Gate::check`] after
+/// defaulting and before it is persisted, as on the real server.
+pub(crate) struct Gate<'a> {
+    dispatcher: Option<&'a WebhookDispatcher>,
+    store: &'a Store,
+    user: &'a UserInfo,
+    rt: &'a ResourceType,
+    t: &'a Target,
+    ns: Option<&'a str>,
+    dry_run: bool,
+    /// Warnings returned by webhooks, sent back as `Warning` headers.
+    warnings: std::sync::Mutex<Vec<String>>,
+}
+
+impl Gate<'_> {
+    /// Asks the webhooks whose rules match; a denial or a failed call under
+    /// `failurePolicy: Fail` becomes the request's error.
+    async fn check(
+        &self,
+        operation: Operation,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let Some(dispatcher) = self.dispatcher else {
+            return Ok(());
+        };
+        let configurations = self.store.list_objects(
+            crate::admission::ADMISSIONREGISTRATION_GROUP,
+            "validatingwebhookconfigurations",
+            None,
+        );
+        if configurations.is_empty() {
+            return Ok(());
+        }
+        let name = object
+            .or(old)
+            .and_then(|o| o.pointer("/metadata/name"))
+            .and_then(Value::as_str)
+            .or(self.t.name.as_deref())
+            .unwrap_or_default();
+        let namespace_labels = self.ns.and_then(|ns| {
+            let stored = self.store.get("", "namespaces", None, ns).ok()?;
+            Some(
+                stored
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            )
+        });
+        let request = AdmissionRequest {
+            operation,
+            group: self.t.group.clone(),
+            version: self.t.version.clone(),
+            resource: self.t.resource.clone(),
+            subresource: self.t.subresource.clone().unwrap_or_default(),
+            kind: self.rt.kind.clone(),
+            namespaced: self.rt.namespaced,
+            name: name.to_owned(),
+            namespace: self.ns.unwrap_or_default().to_owned(),
+            object: object.cloned(),
+            old_object: old.cloned(),
+            dry_run: self.dry_run,
+            options: None,
+            user: ReviewUser {
+                username: self.user.name.clone(),
+                uid: String::new(),
+                groups: self.user.groups.clone(),
+            },
+            namespace_labels,
+        };
+        match dispatcher.admit(&configurations, &request).await {
+            Ok(warnings) => {
+                if let Ok(mut w) = self.warnings.lock() {
+                    w.extend(warnings);
+                }
+                Ok(())
+            }
+            Err(rejection) => {
+                let mut e = ApiError::with_code(rejection.code, &rejection.message);
+                e.reason = rejection.reason;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -408,15 +530,13 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
 
 #[allow(clippy::too_many_arguments)]
 async fn serve_verb(
-    store: &Store,
-    rt: &ResourceType,
-    t: &Target,
-    ns: Option<&str>,
+    gate: &Gate<'_>,
     verb: &str,
     q: &HashMap<String, String>,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
     let name = t.name.as_deref().unwrap_or("");
     match verb {
         "get" => Ok(json_response(
@@ -475,6 +595,7 @@ async fn serve_verb(
         "create" => {
             let mut obj = parse_body(headers, body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
+            gate.check(Operation::Create, Some(&obj), None).await?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
             let created = crd_established(store, &t.group, &t.resource, created)?;
             Ok(json_response(201, &created))
@@ -484,6 +605,8 @@ async fn serve_verb(
             let old = store.get(&t.group, &t.resource, ns, name)?;
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            gate.check(Operation::Update, Some(&obj), Some(&old))
+                .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
         }
@@ -516,7 +639,7 @@ async fn serve_verb(
                 })?
             };
             if apply {
-                return server_side_apply(store, rt, t, ns, name, q, patch);
+                return server_side_apply(gate, name, q, patch).await;
             }
             let old = store.get(&t.group, &t.resource, ns, name)?;
             let mut obj = old.clone();
@@ -529,6 +652,8 @@ async fn serve_verb(
             }
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            gate.check(Operation::Update, Some(&obj), Some(&old))
+                .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
         }
@@ -555,6 +680,8 @@ async fn serve_verb(
                             .map(|p| p == "Orphan")
                     })
                     .unwrap_or(false);
+            let existing = store.get(&t.group, &t.resource, ns, name)?;
+            gate.check(Operation::Delete, None, Some(&existing)).await?;
             let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
             if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
                 collect_dependents(store, uid, orphan);
@@ -585,6 +712,7 @@ async fn serve_verb(
             for o in store.list_objects(&t.group, &t.resource, ns) {
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                     let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
+                    gate.check(Operation::Delete, None, Some(&o)).await?;
                     store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
                 }
             }
@@ -645,15 +773,13 @@ fn is_custom_resource(store: &Store, group: &str, plural: &str) -> bool {
 /// otherwise the applied configuration is merged over the live object and the
 /// manager's `managedFields` entry is recorded. Conflict detection between
 /// managers is not emulated (see README).
-fn server_side_apply(
-    store: &Store,
-    rt: &ResourceType,
-    t: &Target,
-    ns: Option<&str>,
+async fn server_side_apply(
+    gate: &Gate<'_>,
     name: &str,
     q: &HashMap<String, String>,
     patch: Value,
 ) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
     let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
         return Err(ApiError::invalid(
             "meta.k8s.io",
@@ -714,6 +840,7 @@ fn server_side_apply(
             }
             set_entry(&mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
+            gate.check(Operation::Create, Some(&obj), None).await?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
             let created = crd_established(store, &t.group, &t.resource, created)?;
             Ok(json_response(201, &created))
@@ -730,6 +857,8 @@ fn server_side_apply(
             set_entry(&mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            gate.check(Operation::Update, Some(&obj), Some(&old))
+                .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
             Ok(json_response(200, &updated))
         }
