@@ -108,6 +108,16 @@ pub(crate) fn crd_established(
                 .collect()
         })
         .unwrap_or_default();
+    rt.categories = spec
+        .pointer("/names/categories")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     rt.status_subresource = version.pointer("/subresources/status").is_some();
     store.register(rt);
     let mut with_status = crd.clone();

@@ -71,6 +71,7 @@ fn discovery(store: &Store, path: &str) -> Option<Value> {
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
             "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
             "shortNames": t.short_names,
+            "categories": t.categories,
         }));
         if t.status_subresource {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));

@@ -15,6 +15,7 @@ pub mod request;
 mod selectors;
 pub mod server;
 pub mod store;
+mod table;
 pub mod tls;
 mod watch;
 pub mod wiring;

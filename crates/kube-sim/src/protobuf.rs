@@ -2,7 +2,8 @@
 //! way: client-go's typed clientsets (helm's release storage among them) write Secrets and
 //! ConfigMaps as `application/vnd.kubernetes.protobuf`. The body is the `k8s\0` magic followed
 //! by a `runtime.Unknown` envelope whose `raw` field holds the object; we decode Secret,
-//! ConfigMap and their ObjectMeta into the JSON form the store keeps. Other kinds in protobuf
+//! ConfigMap, Namespace (kubectl create namespace) and their ObjectMeta into the JSON form the
+//! store keeps. Other kinds in protobuf
 //! get 415 UnsupportedMediaType (see the README). Responses are always JSON, which client-go
 //! accepts whatever it sent.
 
@@ -153,6 +154,7 @@ fn object_meta(b: &[u8]) -> Result<Value, String> {
 
 /// Secret: metadata 1, data 2 (bytes), type 3, stringData 4, immutable 5.
 /// ConfigMap: metadata 1, data 2 (strings), immutable 3, binaryData 4.
+/// Namespace: metadata 1 (its spec and status are set by the server).
 fn object(kind: &str, raw: &[u8]) -> Result<Map<String, Value>, String> {
     let mut o = Map::new();
     let (mut data, mut extra) = (Map::new(), Map::new());
@@ -222,11 +224,11 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             _ => {}
         }
     }
-    if api_version != "v1" || !matches!(kind.as_str(), "Secret" | "ConfigMap") {
+    if api_version != "v1" || !matches!(kind.as_str(), "Secret" | "ConfigMap" | "Namespace") {
         return Err(ApiError::with_code(
             415,
             &format!(
-                "kube-sim decodes protobuf only for v1 Secret and ConfigMap, not {api_version}/{kind}; send application/json"
+                "kube-sim decodes protobuf only for v1 Secret, ConfigMap and Namespace, not {api_version}/{kind}; send application/json"
             ),
         ));
     }

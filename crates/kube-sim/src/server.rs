@@ -539,10 +539,17 @@ async fn serve_verb(
     let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
     let name = t.name.as_deref().unwrap_or("");
     match verb {
-        "get" => Ok(json_response(
-            200,
-            &store.get(&t.group, &t.resource, ns, name)?,
-        )),
+        "get" => {
+            let obj = store.get(&t.group, &t.resource, ns, name)?;
+            if crate::table::wanted(headers) {
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
+                return Ok(json_response(
+                    200,
+                    &crate::table::render(store, rt, std::slice::from_ref(&obj), meta),
+                ));
+            }
+            Ok(json_response(200, &obj))
+        }
         "list" => {
             let rv = store.resource_version();
             let empty = serde_json::Map::new();
@@ -585,6 +592,12 @@ async fn serve_verb(
             if end < total {
                 meta["continue"] = json!(end.to_string());
                 meta["remainingItemCount"] = json!(total - end);
+            }
+            if crate::table::wanted(headers) {
+                return Ok(json_response(
+                    200,
+                    &crate::table::render(store, rt, &page, meta),
+                ));
             }
             Ok(json_response(
                 200,

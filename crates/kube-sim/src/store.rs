@@ -27,6 +27,8 @@ pub struct ResourceType {
     pub namespaced: bool,
     /// kubectl short names.
     pub short_names: Vec<String>,
+    /// Categories (`kubectl get CATEGORY` lists every type in it).
+    pub categories: Vec<String>,
     /// Whether a `/status` subresource exists.
     pub status_subresource: bool,
 }
@@ -42,6 +44,7 @@ impl ResourceType {
             kind: kind.to_string(),
             namespaced,
             short_names: Vec::new(),
+            categories: Vec::new(),
             status_subresource: false,
         }
     }

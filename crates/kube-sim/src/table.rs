@@ -1,0 +1,228 @@
+//! Server-side printing: `meta.k8s.io/v1` Table responses for clients that ask with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` (kubectl get does).
+//!
+//! Custom resources get their CRD version's `additionalPrinterColumns` (evaluated with the
+//! JSONPath subset CRDs use: field paths, array indexes and `[?(@.key=="value")]` filters) after
+//! `Name`, as the real server does; date columns are printed as ages. Built-in kinds get `Name`
+//! and `Age` (the real server has richer per-kind columns).
+
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use crate::store::{ResourceType, Store};
+
+/// Whether the request asks for a Table (as its first choice).
+pub(crate) fn wanted(headers: &HeaderMap) -> bool {
+    headers
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|accept| accept.split(',').next())
+        .is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
+}
+
+/// The printer columns of `t`: `(name, type, jsonPath, description, priority)`.
+fn columns(store: &Store, t: &ResourceType) -> Vec<(String, String, String, String, i64)> {
+    let crd_columns = store
+        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
+        .into_iter()
+        .find(|c| {
+            c.pointer("/spec/group").and_then(Value::as_str) == Some(t.group.as_str())
+                && c.pointer("/spec/names/plural").and_then(Value::as_str)
+                    == Some(t.plural.as_str())
+        })
+        .and_then(|crd| {
+            crd.pointer("/spec/versions")?
+                .as_array()?
+                .iter()
+                .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
+                .get("additionalPrinterColumns")?
+                .as_array()
+                .cloned()
+        });
+    match crd_columns {
+        Some(cols) if !cols.is_empty() => cols
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+                (
+                    s("name"),
+                    s("type"),
+                    s("jsonPath"),
+                    s("description"),
+                    c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                )
+            })
+            .collect(),
+        _ => vec![(
+            "Age".into(),
+            "date".into(),
+            ".metadata.creationTimestamp".into(),
+            "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
+            0,
+        )],
+    }
+}
+
+/// The Table for `objects` of type `t`; `list_meta` is the list's metadata (resourceVersion,
+/// continue).
+pub(crate) fn render(
+    store: &Store,
+    t: &ResourceType,
+    objects: &[Value],
+    list_meta: Value,
+) -> Value {
+    let cols = columns(store, t);
+    let mut definitions = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace.",
+    })];
+    for (name, ty, _, description, priority) in &cols {
+        definitions.push(json!({
+            "name": name, "type": ty, "format": "", "description": description, "priority": priority,
+        }));
+    }
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut cells = vec![o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            for (_, ty, path, _, _) in &cols {
+                let value = eval(o, path);
+                cells.push(match (ty.as_str(), value) {
+                    ("date", Some(Value::String(ts))) => ts
+                        .parse::<jiff::Timestamp>()
+                        .map(|at| json!(human_age(now.as_second() - at.as_second())))
+                        .unwrap_or(Value::String(ts)),
+                    (_, Some(v)) => v,
+                    (_, None) => Value::Null,
+                });
+            }
+            json!({
+                "cells": cells,
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.get("metadata").cloned().unwrap_or(json!({})),
+                },
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}
+
+/// Evaluates a printer-column JSONPath: `.a.b`, `.a[0]`, `.a[?(@.k=="v")].b`. A filter yields
+/// the first match, which is what a single table cell shows.
+pub(crate) fn eval(obj: &Value, path: &str) -> Option<Value> {
+    let mut current = obj.clone();
+    let mut rest = path.trim().trim_start_matches('{').trim_end_matches('}');
+    rest = rest.strip_prefix('.').unwrap_or(rest);
+    while !rest.is_empty() {
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        let (field, after) = rest.split_at(end);
+        if !field.is_empty() {
+            current = current.get(field)?.clone();
+        }
+        rest = after;
+        if let Some(bracket) = rest.strip_prefix('[') {
+            let close = bracket.find(']')?;
+            let inner = &bracket[..close];
+            current = select(&current, inner)?;
+            rest = &bracket[close + 1..];
+        }
+        rest = rest.strip_prefix('.').unwrap_or(rest);
+    }
+    Some(current)
+}
+
+fn select(array: &Value, selector: &str) -> Option<Value> {
+    let items = array.as_array()?;
+    if let Ok(index) = selector.trim().parse::<usize>() {
+        return items.get(index).cloned();
+    }
+    // ?(@.key=="value") or ?(@.key=='value')
+    let cond = selector.trim().strip_prefix("?(")?.strip_suffix(')')?;
+    let (lhs, rhs) = cond.split_once("==")?;
+    let key = lhs.trim().strip_prefix("@.")?;
+    let want = rhs.trim().trim_matches('"').trim_matches('\'');
+    items
+        .iter()
+        .find(|item| {
+            eval(item, key).is_some_and(|v| match v {
+                Value::String(s) => s == want,
+                other => other == *want,
+            })
+        })
+        .cloned()
+}
+
+/// An age the way kubectl prints one (`45s`, `3m20s`, `15m`, `2h5m`, `30h`, `3d4h`, `40d`,
+/// `2y3d`).
+pub(crate) fn human_age(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (m, h, d) = (s / 60, s / 3600, s / 86400);
+    match () {
+        _ if s < 120 => format!("{s}s"),
+        _ if m < 10 && s % 60 != 0 => format!("{m}m{}s", s % 60),
+        _ if m < 180 => format!("{m}m"),
+        _ if h < 8 && m % 60 != 0 => format!("{h}h{}m", m % 60),
+        _ if h < 48 => format!("{h}h"),
+        _ if h < 192 && h % 24 != 0 => format!("{d}d{}h", h % 24),
+        _ if d < 730 => format!("{d}d"),
+        _ => format!("{}y{}d", d / 365, d % 365),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths_evaluate_like_the_api_server() {
+        let obj = json!({"spec": {"chart": {"chart": "demo"}, "items": [{"x": 1}]},
+            "status": {"conditions": [
+                {"type": "Accepted", "status": "True", "reason": "Accepted"},
+                {"type": "Ready", "status": "False", "reason": "SyncFailed"}]}});
+        assert_eq!(eval(&obj, ".spec.chart.chart"), Some(json!("demo")));
+        assert_eq!(eval(&obj, ".spec.items[0].x"), Some(json!(1)));
+        assert_eq!(
+            eval(&obj, r#".status.conditions[?(@.type=="Ready")].reason"#),
+            Some(json!("SyncFailed"))
+        );
+        assert_eq!(
+            eval(&obj, r#".status.conditions[?(@.type=="Gone")].reason"#),
+            None
+        );
+        assert_eq!(eval(&obj, ".status.missing"), None);
+    }
+
+    #[test]
+    fn ages_print_like_kubectl() {
+        assert_eq!(human_age(5), "5s");
+        assert_eq!(human_age(200), "3m20s");
+        assert_eq!(human_age(900), "15m");
+        assert_eq!(human_age(3 * 3600 + 300), "3h5m");
+        assert_eq!(human_age(30 * 3600), "30h");
+        assert_eq!(human_age(3 * 86400 + 4 * 3600), "3d4h");
+        assert_eq!(human_age(40 * 86400), "40d");
+    }
+
+    #[test]
+    fn only_table_first_requests_get_tables() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+                .parse()
+                .unwrap(),
+        );
+        assert!(wanted(&h));
+        h.insert("accept", "application/json".parse().unwrap());
+        assert!(!wanted(&h));
+    }
+}
