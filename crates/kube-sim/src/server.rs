@@ -389,6 +389,9 @@ async fn handle(
             "injected failure (kube-sim test hook)",
         ));
     }
+    if t.group == "authentication.k8s.io" && t.resource == "selfsubjectreviews" {
+        return self_subject_review(verb, &user);
+    }
     let gate = Gate {
         dispatcher: st.admission.as_ref(),
         store: &st.store,
@@ -412,6 +415,24 @@ async fn handle(
         }
     }
     resp
+}
+
+/// `kubectl auth whoami`: who the server thinks the caller is. Only `create` exists.
+fn self_subject_review(verb: &str, user: &UserInfo) -> Response {
+    if verb != "create" {
+        return err_response(&ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    json_response(
+        201,
+        &json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+            "metadata": {"creationTimestamp": null},
+            "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+        }),
+    )
 }
 
 /// Validating admission for one request: every write passes through [`Gate::check`] after

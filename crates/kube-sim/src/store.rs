@@ -76,6 +76,14 @@ pub fn builtin_types() -> Vec<ResourceType> {
             .short(&["ns"])
             .with_status(),
         ResourceType::new("", "v1", "secrets", "Secret", true),
+        // Create-only and never stored: the server answers it from the caller's identity.
+        ResourceType::new(
+            "authentication.k8s.io",
+            "v1",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+        ),
         ResourceType::new("", "v1", "configmaps", "ConfigMap", true).short(&["cm"]),
         ResourceType::new("", "v1", "serviceaccounts", "ServiceAccount", true).short(&["sa"]),
         ResourceType::new("", "v1", "services", "Service", true)
