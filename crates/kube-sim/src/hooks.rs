@@ -1,8 +1,10 @@
 //! Test hooks: per-(verb, resource, subresource, user) request counters, so
-//! tests can assert e.g. "no writes while idle".
+//! tests can assert e.g. "no writes while idle"; injected failures and latency; cutting open
+//! watch streams.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// The key requests are counted under.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -44,14 +46,95 @@ pub struct FailRule {
     pub remaining: u32,
 }
 
+/// Delays matching requests.
+#[derive(Clone, Debug)]
+struct LatencyRule {
+    verb: Option<String>,
+    resource: Option<String>,
+    delay: Duration,
+    remaining: Option<u32>,
+}
+
 /// Request counters and fault injection shared by the server and the test.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hooks {
     counts: Mutex<BTreeMap<CounterKey, u64>>,
     failures: Mutex<Vec<FailRule>>,
+    latency: Mutex<Vec<LatencyRule>>,
+    cuts: tokio::sync::broadcast::Sender<Option<String>>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            counts: Mutex::default(),
+            failures: Mutex::default(),
+            latency: Mutex::default(),
+            cuts: tokio::sync::broadcast::channel(16).0,
+        }
+    }
 }
 
 impl Hooks {
+    /// Ends every open watch stream now (only those of `resource` when given), as a restarted
+    /// API server or a dropped connection would; clients must resume from their last
+    /// resourceVersion.
+    pub fn cut_watches(&self, resource: Option<&str>) {
+        // No receivers simply means no open watches.
+        let _ = self.cuts.send(resource.map(str::to_owned));
+    }
+
+    pub(crate) fn subscribe_cuts(&self) -> tokio::sync::broadcast::Receiver<Option<String>> {
+        self.cuts.subscribe()
+    }
+
+    /// Delays requests matching `verb` and `resource` (`None` matches any) by `delay`, for the
+    /// next `times` requests (`None`: until [`Hooks::clear_latency`]).
+    pub fn add_latency(
+        &self,
+        verb: Option<&str>,
+        resource: Option<&str>,
+        delay: Duration,
+        times: Option<u32>,
+    ) {
+        self.latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(LatencyRule {
+                verb: verb.map(str::to_owned),
+                resource: resource.map(str::to_owned),
+                delay,
+                remaining: times,
+            });
+    }
+
+    /// Removes every latency rule.
+    pub fn clear_latency(&self) {
+        self.latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// The delay for one request (the sum of matching rules), consuming counted rules.
+    pub fn take_latency(&self, verb: &str, resource: &str) -> Duration {
+        let mut rules = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = Duration::ZERO;
+        for rule in rules.iter_mut() {
+            if rule.verb.as_deref().is_none_or(|v| v == verb)
+                && rule.resource.as_deref().is_none_or(|r| r == resource)
+                && rule.remaining != Some(0)
+            {
+                total += rule.delay;
+                if let Some(n) = rule.remaining.as_mut() {
+                    *n -= 1;
+                }
+            }
+        }
+        rules.retain(|r| r.remaining != Some(0));
+        total
+    }
+
     /// Fails the next `times` requests matching verb and resource (and
     /// namespace/name when given) with a Status of `code`.
     pub fn fail_next(
@@ -145,5 +228,34 @@ impl Hooks {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_rules_match_add_up_and_run_out() {
+        let hooks = Hooks::default();
+        hooks.add_latency(
+            Some("get"),
+            Some("configmaps"),
+            Duration::from_millis(100),
+            Some(1),
+        );
+        hooks.add_latency(None, Some("configmaps"), Duration::from_millis(10), None);
+        assert_eq!(hooks.take_latency("list", "secrets"), Duration::ZERO);
+        assert_eq!(
+            hooks.take_latency("get", "configmaps"),
+            Duration::from_millis(110)
+        );
+        // The counted rule is used up; the open-ended one stays until cleared.
+        assert_eq!(
+            hooks.take_latency("get", "configmaps"),
+            Duration::from_millis(10)
+        );
+        hooks.clear_latency();
+        assert_eq!(hooks.take_latency("get", "configmaps"), Duration::ZERO);
     }
 }

@@ -37,7 +37,11 @@ pub(crate) fn json_patch(doc: &mut Value, ops: &Value) -> Result<(), ApiError> {
                 pointer_add(doc, path, value()?)?;
             }
             "test" => {
-                if doc.pointer(path) != Some(&value()?) {
+                // As in the API server's JSON patch library, a missing path equals `null`
+                // (kube-rs's finalizer helper relies on this for objects without finalizers).
+                let expected = value()?;
+                let actual = doc.pointer(path).unwrap_or(&Value::Null);
+                if *actual != expected {
                     return Err(ApiError::with_code(
                         422,
                         &format!(
@@ -242,5 +246,23 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
                 merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_op_treats_a_missing_path_as_null() {
+        let mut doc = json!({"metadata": {"name": "a"}});
+        let ops = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["x"]},
+        ]);
+        json_patch(&mut doc, &ops).unwrap();
+        assert_eq!(doc["metadata"]["finalizers"], json!(["x"]));
+        let again = json!([{"op": "test", "path": "/metadata/finalizers", "value": null}]);
+        assert_eq!(json_patch(&mut doc, &again).unwrap_err().code, 422);
     }
 }

@@ -20,7 +20,7 @@ use crate::patch::{field_set, json_patch, merge_patch, strategic_merge};
 use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
 use crate::selectors::{field_selector_matches, selector_matches};
 use crate::store::{Preconditions, ResourceType, Store};
-use crate::watch::watch;
+use crate::watch::{WatchOptions, watch};
 
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +43,7 @@ pub struct KubeSimBuilder {
     authorizer: Option<Arc<dyn Authorizer>>,
     tls: Option<Arc<rustls::ServerConfig>>,
     admission: Option<WebhookDispatcher>,
+    bookmark_interval: std::time::Duration,
 }
 
 /// Entry point: `KubeSim::builder().start().await`.
@@ -58,6 +59,7 @@ impl KubeSim {
             authorizer: None,
             tls: None,
             admission: None,
+            bookmark_interval: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -105,9 +107,17 @@ struct AppState {
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
     admission: Option<WebhookDispatcher>,
+    bookmark_interval: std::time::Duration,
 }
 
 impl KubeSimBuilder {
+    /// Interval of BOOKMARK events on watches with `allowWatchBookmarks=true` (default one
+    /// minute, like the real server).
+    pub fn bookmark_interval(mut self, interval: std::time::Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
     /// Calls the stored `ValidatingWebhookConfiguration`s on every write, through this
     /// dispatcher (which resolves `clientConfig.service` references); without it no webhook
     /// is called.
@@ -167,6 +177,7 @@ impl KubeSimBuilder {
             authenticator: self.authenticator,
             authorizer: self.authorizer,
             admission: self.admission,
+            bookmark_interval: self.bookmark_interval,
         });
         let app = axum::Router::new().fallback(handle).with_state(state);
         let scheme = if self.tls.is_some() { "https" } else { "http" };
@@ -392,8 +403,14 @@ async fn handle(
     if t.group == "authentication.k8s.io" && t.resource == "selfsubjectreviews" {
         return self_subject_review(verb, &user);
     }
+    let delay = st.hooks.take_latency(verb, &t.resource);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let gate = Gate {
         dispatcher: st.admission.as_ref(),
+        hooks: &st.hooks,
+        bookmark_interval: st.bookmark_interval,
         store: &st.store,
         user: &user,
         rt: &rt,
@@ -439,6 +456,8 @@ fn self_subject_review(verb: &str, user: &UserInfo) -> Response {
 /// defaulting and before it is persisted, as on the real server.
 pub(crate) struct Gate<'a> {
     dispatcher: Option<&'a WebhookDispatcher>,
+    hooks: &'a Hooks,
+    bookmark_interval: std::time::Duration,
     store: &'a Store,
     user: &'a UserInfo,
     rt: &'a ResourceType,
@@ -625,7 +644,17 @@ async fn serve_verb(
                 &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": meta, "items": page}),
             ))
         }
-        "watch" => watch(store, rt, t, ns, q),
+        "watch" => watch(
+            store,
+            gate.hooks,
+            WatchOptions {
+                bookmark_interval: gate.bookmark_interval,
+            },
+            rt,
+            t,
+            ns,
+            q,
+        ),
         "create" => {
             let mut obj = parse_body(headers, body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;

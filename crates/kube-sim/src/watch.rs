@@ -1,23 +1,42 @@
-//! Watch streams: resourceVersion semantics, selectors and streaming lists.
+//! Watch streams: resourceVersion semantics, selectors, streaming lists, bookmarks,
+//! `timeoutSeconds`, and the test hook that cuts open streams.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::hooks::Hooks;
 use crate::selectors::selected;
 use crate::server::{Target, err_response, json_response};
 use crate::store::{ResourceType, Store};
 
+/// How a watch stream is bounded and annotated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WatchOptions {
+    /// Interval of BOOKMARK events for clients that allow them.
+    pub bookmark_interval: Duration,
+}
+
 pub(crate) fn watch(
     store: &Store,
+    hooks: &Hooks,
+    options: WatchOptions,
     rt: &ResourceType,
     t: &Target,
     ns: Option<&str>,
     q: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
+    let timeout = match q.get("timeoutSeconds").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(Duration::from_secs(s.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(&format!("invalid timeoutSeconds {s:?}"))
+        })?)),
+    };
+    let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
     let since = match q.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => None,
         Some(s) => Some(
@@ -76,27 +95,85 @@ pub(crate) fn watch(
                 })
         }
     };
-    for e in backlog.iter().filter(|e| matches(e)) {
-        initial.push(json!({"type": e.kind, "object": e.object}));
+    let mut last_rv = store.resource_version();
+    for e in backlog.iter() {
+        last_rv = last_rv.max(e.rv);
+        if matches(e) {
+            initial.push(json!({"type": e.kind, "object": e.object}));
+        }
+    }
+    if let Some(rv) = since {
+        last_rv = last_rv.max(rv);
     }
     let first = futures::stream::iter(
         initial
             .into_iter()
             .map(|v| Ok::<_, std::io::Error>(Bytes::from(format!("{v}\n")))),
     );
-    let rest = futures::stream::unfold((rx, matches), |(mut rx, matches)| async move {
-        loop {
-            match rx.recv().await {
-                Ok(e) if matches(&e) => {
-                    let line = json!({"type": e.kind, "object": e.object});
-                    return Some((Ok(Bytes::from(format!("{line}\n"))), (rx, matches)));
+    let api_version = rt.api_version();
+    let kind = rt.kind.clone();
+    let bookmark = move |rv: u64| {
+        json!({"type": "BOOKMARK", "object": {"apiVersion": api_version, "kind": kind,
+            "metadata": {"resourceVersion": rv.to_string()}}})
+    };
+    let state = Stream {
+        rx,
+        cut: hooks.subscribe_cuts(),
+        resource: resource.clone(),
+        deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+        bookmarks: bookmarks.then(|| {
+            let mut i = tokio::time::interval(options.bookmark_interval);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i.reset();
+            i
+        }),
+        last_rv,
+    };
+    let rest = futures::stream::unfold(
+        (state, matches, bookmark),
+        |(mut st, matches, bookmark)| async move {
+            loop {
+                let deadline = async {
+                    match st.deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let tick = async {
+                    match st.bookmarks.as_mut() {
+                        Some(i) => {
+                            i.tick().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    event = st.rx.recv() => match event {
+                        Ok(e) => {
+                            st.last_rv = st.last_rv.max(e.rv);
+                            if matches(&e) {
+                                let line = json!({"type": e.kind, "object": e.object});
+                                return Some((Ok(Bytes::from(format!("{line}\n"))), (st, matches, bookmark)));
+                            }
+                        }
+                        // A lagging watcher ends its stream; the client re-lists, as after a real
+                        // server's timeout.
+                        Err(_) => return None,
+                    },
+                    cut = st.cut.recv() => match cut {
+                        Ok(Some(r)) if r != st.resource => {}
+                        _ => return None,
+                    },
+                    () = deadline => return None,
+                    () = tick => {
+                        let line = bookmark(st.last_rv);
+                        return Some((Ok(Bytes::from(format!("{line}\n"))), (st, matches, bookmark)));
+                    }
                 }
-                Ok(_) => continue,
-                // A lagging watcher ends its stream; the client re-lists, as after a real server's timeout.
-                Err(_) => return None,
             }
-        }
-    });
+        },
+    );
     use futures::StreamExt;
     let body = Body::from_stream(first.chain(rest));
     Ok(Response::builder()
@@ -104,4 +181,16 @@ pub(crate) fn watch(
         .header("content-type", "application/json")
         .body(body)
         .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
+}
+
+/// The live part of a watch stream.
+struct Stream {
+    rx: tokio::sync::broadcast::Receiver<crate::store::WatchEvent>,
+    cut: tokio::sync::broadcast::Receiver<Option<String>>,
+    resource: String,
+    deadline: Option<tokio::time::Instant>,
+    bookmarks: Option<tokio::time::Interval>,
+    /// The newest resourceVersion this stream has seen (matching or not): a bookmark may
+    /// promise no more than that.
+    last_rv: u64,
 }
