@@ -12,6 +12,7 @@ mod patch;
 mod protobuf;
 pub mod rbac;
 pub mod request;
+mod schema;
 mod selectors;
 pub mod server;
 pub mod store;

@@ -95,26 +95,8 @@ fn gvk(t: &ResourceType) -> Value {
     json!([{"group": t.group, "version": t.version, "kind": t.kind}])
 }
 
-/// The `openAPIV3Schema` of the CRD serving `t`, when `t` is a custom resource.
-fn crd_schema(store: &Store, t: &ResourceType) -> Option<Value> {
-    store
-        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .into_iter()
-        .find(|c| {
-            c.pointer("/spec/group").and_then(Value::as_str) == Some(t.group.as_str())
-                && c.pointer("/spec/names/plural").and_then(Value::as_str)
-                    == Some(t.plural.as_str())
-        })?
-        .pointer("/spec/versions")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
-        .pointer("/schema/openAPIV3Schema")
-        .cloned()
-}
-
 fn kind_schema(store: &Store, t: &ResourceType) -> Value {
-    let mut schema = crd_schema(store, t).unwrap_or_else(|| {
+    let mut schema = crate::schema::crd_schema(store, t).unwrap_or_else(|| {
         json!({
             "type": "object",
             "description": format!("{} (kube-sim stores this built-in kind without a schema).", t.kind),

@@ -658,6 +658,7 @@ async fn serve_verb(
         "create" => {
             let mut obj = parse_body(headers, body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
+            crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
             let created = crd_established(store, &t.group, &t.resource, created)?;
@@ -668,6 +669,7 @@ async fn serve_verb(
             let old = store.get(&t.group, &t.resource, ns, name)?;
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
@@ -715,6 +717,7 @@ async fn serve_verb(
             }
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
@@ -903,6 +906,7 @@ async fn server_side_apply(
             }
             set_entry(&mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
+            crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = store.create(&t.group, &t.resource, ns, obj)?;
             let created = crd_established(store, &t.group, &t.resource, created)?;
@@ -920,6 +924,7 @@ async fn server_side_apply(
             set_entry(&mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = store.update(&t.group, &t.resource, ns, name, obj)?;

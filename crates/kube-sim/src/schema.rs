@@ -1,0 +1,366 @@
+//! Structural-schema behaviour of custom resources, in the API server's order: **prune**
+//! fields the schema does not know (unless `x-kubernetes-preserve-unknown-fields`), drop `null`s
+//! of non-nullable fields, apply **defaults**, then **validate** (types, `enum`, `required`,
+//! bounds, lengths, `pattern`, item counts). Validation errors are one 422 Invalid with a cause
+//! per field, worded like the real server. CEL rules (`x-kubernetes-validations`) are not
+//! evaluated; see the README.
+
+use serde_json::Value;
+
+use crate::error::{ApiError, Cause};
+use crate::store::{ResourceType, Store};
+
+/// The `openAPIV3Schema` of the CRD version serving `t`, when `t` is a custom resource.
+pub(crate) fn crd_schema(store: &Store, t: &ResourceType) -> Option<Value> {
+    store
+        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
+        .into_iter()
+        .find(|c| {
+            c.pointer("/spec/group").and_then(Value::as_str) == Some(t.group.as_str())
+                && c.pointer("/spec/names/plural").and_then(Value::as_str)
+                    == Some(t.plural.as_str())
+        })?
+        .pointer("/spec/versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
+        .pointer("/schema/openAPIV3Schema")
+        .cloned()
+}
+
+/// Prunes, defaults and validates `obj` against its CRD schema; built-ins pass untouched.
+pub(crate) fn apply(store: &Store, t: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = crd_schema(store, t) else {
+        return Ok(());
+    };
+    let Some(root) = obj.as_object_mut() else {
+        return Ok(());
+    };
+    let props = schema.get("properties").and_then(Value::as_object);
+    let preserve = preserves(&schema);
+    // apiVersion, kind and metadata are the API machinery's, never pruned.
+    let keys: Vec<String> = root.keys().cloned().collect();
+    for key in keys {
+        if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+            continue;
+        }
+        match props.and_then(|p| p.get(&key)) {
+            Some(sub) => {
+                if let Some(v) = root.get_mut(&key) {
+                    if v.is_null() && !nullable(sub) {
+                        root.remove(&key);
+                        continue;
+                    }
+                    prune_and_default(v, sub);
+                }
+            }
+            None if !preserve => {
+                root.remove(&key);
+            }
+            None => {}
+        }
+    }
+    if let Some(props) = props {
+        for (key, sub) in props {
+            if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            if !root.contains_key(key)
+                && let Some(d) = sub.get("default")
+            {
+                let mut v = d.clone();
+                prune_and_default(&mut v, sub);
+                root.insert(key.clone(), v);
+            }
+        }
+    }
+    let mut causes = Vec::new();
+    validate_object(obj, &schema, "", &mut causes, true);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Err(ApiError::invalid(&t.group, &t.kind, name, causes))
+}
+
+fn preserves(schema: &Value) -> bool {
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+fn nullable(schema: &Value) -> bool {
+    schema.get("nullable").and_then(Value::as_bool) == Some(true)
+}
+
+/// Prunes unknown fields and applies defaults below `v`.
+fn prune_and_default(v: &mut Value, schema: &Value) {
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            if props.is_none() && additional.is_none() {
+                // Without properties an object keeps what it has only if told to; an
+                // embedded resource or int-or-string is not an object schema to prune.
+                if !preserves(schema)
+                    && schema.get("type").and_then(Value::as_str) == Some("object")
+                    && schema.get("x-kubernetes-embedded-resource").is_none()
+                {
+                    map.clear();
+                }
+                return;
+            }
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
+                let sub = props.and_then(|p| p.get(&key)).or(additional);
+                match sub {
+                    Some(sub) => {
+                        if map.get(&key).is_some_and(Value::is_null) && !nullable(sub) {
+                            map.remove(&key);
+                        } else if let Some(child) = map.get_mut(&key) {
+                            prune_and_default(child, sub);
+                        }
+                    }
+                    None if !preserves(schema) => {
+                        map.remove(&key);
+                    }
+                    None => {}
+                }
+            }
+            if let Some(props) = props {
+                for (key, sub) in props {
+                    if !map.contains_key(key)
+                        && let Some(d) = sub.get("default")
+                    {
+                        let mut value = d.clone();
+                        prune_and_default(&mut value, sub);
+                        map.insert(key.clone(), value);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items.iter_mut() {
+                    prune_and_default(item, item_schema);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn field(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn cause(reason: &str, field: &str, message: String) -> Cause {
+    Cause {
+        reason: reason.to_owned(),
+        message,
+        field: field.to_owned(),
+    }
+}
+
+fn type_matches(v: &Value, schema: &Value) -> bool {
+    if schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return v.is_string() || v.is_i64() || v.is_u64();
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => v.is_object(),
+        Some("array") => v.is_array(),
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        _ => true,
+    }
+}
+
+fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, root: bool) {
+    if v.is_null() {
+        return;
+    }
+    if !type_matches(v, schema) {
+        let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+        let kind = match v {
+            Value::Object(_) => "object",
+            Value::Array(_) => "array",
+            Value::String(_) => "string",
+            Value::Number(_) => "number",
+            Value::Bool(_) => "boolean",
+            Value::Null => "null",
+        };
+        out.push(cause(
+            "FieldValueTypeInvalid",
+            path,
+            format!("Invalid value: \"{kind}\": {path} in body must be of type {ty}: \"{kind}\""),
+        ));
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(v)
+    {
+        let list: Vec<String> = allowed.iter().map(show).collect();
+        out.push(cause(
+            "FieldValueNotSupported",
+            path,
+            format!(
+                "Unsupported value: {}: supported values: {}",
+                show(v),
+                list.join(", ")
+            ),
+        ));
+    }
+    match v {
+        Value::Object(map) => {
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for r in required.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(r) {
+                        out.push(cause(
+                            "FieldValueRequired",
+                            &field(path, r),
+                            "Required value".to_owned(),
+                        ));
+                    }
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                if let Some(sub) = props.and_then(|p| p.get(key)).or(additional) {
+                    validate_object(child, sub, &field(path, key), out, false);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max
+            {
+                out.push(cause(
+                    "FieldValueTooMany",
+                    path,
+                    format!("Too many: {}: must have at most {max} items", items.len()),
+                ));
+            }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min
+            {
+                out.push(cause(
+                    "FieldValueInvalid",
+                    path,
+                    format!(
+                        "Invalid value: {}: {path} in body should have at least {min} items",
+                        items.len()
+                    ),
+                ));
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    validate_object(item, item_schema, &format!("{path}[{i}]"), out, false);
+                }
+            }
+        }
+        Value::String(s) => {
+            let len = s.chars().count() as u64;
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && len > max
+            {
+                out.push(cause(
+                    "FieldValueTooLong",
+                    path,
+                    format!("Too long: may not be more than {max} bytes"),
+                ));
+            }
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && len < min
+            {
+                out.push(cause(
+                    "FieldValueInvalid",
+                    path,
+                    format!(
+                        "Invalid value: {}: {path} in body should be at least {min} chars long",
+                        show(v)
+                    ),
+                ));
+            }
+            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
+                && let Ok(re) = regex::Regex::new(pattern)
+                && !re.is_match(s)
+            {
+                out.push(cause(
+                    "FieldValueInvalid",
+                    path,
+                    format!(
+                        "Invalid value: {}: {path} in body should match '{pattern}'",
+                        show(v)
+                    ),
+                ));
+            }
+        }
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or_default();
+            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+                let exclusive =
+                    schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
+                if x < min || (exclusive && x == min) {
+                    let rel = if exclusive {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    out.push(cause(
+                        "FieldValueInvalid",
+                        path,
+                        format!(
+                            "Invalid value: {n}: {path} in body should be {rel} {}",
+                            schema["minimum"]
+                        ),
+                    ));
+                }
+            }
+            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+                let exclusive =
+                    schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
+                if x > max || (exclusive && x == max) {
+                    let rel = if exclusive {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    out.push(cause(
+                        "FieldValueInvalid",
+                        path,
+                        format!(
+                            "Invalid value: {n}: {path} in body should be {rel} {}",
+                            schema["maximum"]
+                        ),
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+}
