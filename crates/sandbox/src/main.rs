@@ -1,1 +1,154 @@
-fn main() {}
+//! `omni-sandbox`: the whole system in one command. See `docs/sandbox.md`.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use omni_sandbox::{Options, Sandbox, find_helm, repo_root, status};
+
+/// Runs a management cluster, Omni, the operator and workload clusters in one process, applies
+/// the samples and shows them becoming Ready.
+#[derive(Debug, Parser)]
+#[command(name = "omni-sandbox", version)]
+struct Args {
+    /// Management Kubernetes API address (falls back to a free port when busy).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Working directory: kubeconfig, certificates, helm state.
+    #[arg(long, default_value = "sandbox")]
+    dir: PathBuf,
+    /// Start empty: do not apply config/samples.
+    #[arg(long)]
+    empty: bool,
+    /// Exit 0 once every sample is Ready (non-zero after --timeout, listing what is not).
+    #[arg(long)]
+    exit_when_ready: bool,
+    /// How long --exit-when-ready waits.
+    #[arg(long, default_value = "120s", value_parser = parse_seconds)]
+    timeout: Duration,
+    /// Helm executable (default: HELM_BIN, .cache/test-tools/bin/helm, then PATH).
+    #[arg(long)]
+    helm_binary: Option<PathBuf>,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let n = s.strip_suffix('s').unwrap_or(s);
+    n.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("{s:?} is not a number of seconds such as 120s"))
+}
+
+/// Finds helm, installing the test tools when there is none.
+async fn helm(explicit: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
+    if let Some(h) = find_helm(explicit) {
+        return Ok(h);
+    }
+    println!("==> helm not found: running scripts/install-test-tools");
+    let status = tokio::process::Command::new(repo_root().join("scripts/install-test-tools"))
+        .status()
+        .await
+        .context("running scripts/install-test-tools")?;
+    anyhow::ensure!(status.success(), "scripts/install-test-tools failed");
+    find_helm(None).context("helm is still missing after scripts/install-test-tools")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let helm = helm(args.helm_binary.as_deref()).await?;
+    let opts = Options {
+        listen: args.listen,
+        dir: args.dir.clone(),
+        helm,
+        empty: args.empty,
+    };
+    let started = tokio::time::Instant::now();
+    let sandbox = Sandbox::start(&opts, |step| println!("==> {step}")).await?;
+    let kubeconfig = sandbox.kubeconfig.display().to_string();
+    println!("==> management API at {}", sandbox.management.base_url);
+    println!("==> kubeconfig written to {kubeconfig}");
+    println!("==> Omni (omni-sim) at {}", sandbox.omni.endpoint());
+
+    let expected: BTreeSet<(String, String)> = sandbox.applied.iter().cloned().collect();
+    let deadline = started + args.timeout;
+    let mut last = String::new();
+    let outcome = loop {
+        if expected.is_empty() {
+            break Ok(());
+        }
+        let rows = status::rows(&sandbox.client).await.unwrap_or_default();
+        let table = status::render(&rows);
+        if table != last {
+            println!("\n{table}");
+            last = table;
+        }
+        let ready: BTreeSet<(String, String)> = rows
+            .iter()
+            .filter(|r| r.is_ready())
+            .map(|r| (r.kind.clone(), r.name.clone()))
+            .collect();
+        if expected.is_subset(&ready) {
+            println!(
+                "==> all samples Ready after {}s",
+                started.elapsed().as_secs()
+            );
+            break Ok(());
+        }
+        if args.exit_when_ready && tokio::time::Instant::now() > deadline {
+            let failing: Vec<String> = rows
+                .iter()
+                .filter(|r| expected.contains(&(r.kind.clone(), r.name.clone())) && !r.is_ready())
+                .map(|r| {
+                    format!(
+                        "{}/{}: {} {}: {}",
+                        r.kind, r.name, r.ready, r.reason, r.message
+                    )
+                })
+                .collect();
+            break Err(failing);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::signal::ctrl_c() => {
+                println!("==> interrupted");
+                sandbox.shutdown().await;
+                return Ok(());
+            }
+        }
+    };
+    match outcome {
+        Err(failing) => {
+            eprintln!(
+                "==> not every sample became Ready within {}s:",
+                args.timeout.as_secs()
+            );
+            for f in failing {
+                eprintln!("    {f}");
+            }
+            sandbox.shutdown().await;
+            std::process::exit(1);
+        }
+        Ok(()) if args.exit_when_ready => {
+            sandbox.shutdown().await;
+            Ok(())
+        }
+        Ok(()) => {
+            println!(
+                "==> serving until Ctrl-C. Try:\n    kubectl --kubeconfig {kubeconfig} get omni\n    kubectl --kubeconfig {kubeconfig} apply -f your-manifests.yaml"
+            );
+            let _ = tokio::signal::ctrl_c().await;
+            println!("==> shutting down");
+            sandbox.shutdown().await;
+            Ok(())
+        }
+    }
+}
