@@ -626,6 +626,16 @@ impl Store {
                     rv,
                 },
             );
+            drop(inner);
+            // The object is really gone now: the garbage collector removes its
+            // dependents and a terminating namespace may now be empty.
+            if let Some(uid) = meta_str(&obj, "uid") {
+                crate::gc::collect_dependents(self, uid, false);
+            }
+            if let Some(ns) = meta_str(&obj, "namespace").filter(|n| !n.is_empty()) {
+                self.finish_namespace(ns);
+            }
+            return Ok(obj);
         } else {
             inner.objects.insert(key, obj.clone());
             self.emit(
