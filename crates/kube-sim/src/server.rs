@@ -748,6 +748,7 @@ async fn serve_verb(
                     .unwrap_or(false);
             let existing = store.get(&t.group, &t.resource, ns, name)?;
             gate.check(Operation::Delete, None, Some(&existing)).await?;
+            crate::gc::prepare_foreground(store, body, &t.group, &t.resource, ns, name);
             let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
             if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
                 collect_dependents(store, uid, orphan);

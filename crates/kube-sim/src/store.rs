@@ -632,6 +632,7 @@ impl Store {
             if let Some(uid) = meta_str(&obj, "uid") {
                 crate::gc::collect_dependents(self, uid, false);
             }
+            crate::gc::release_foreground_owners(self, &obj);
             if let Some(ns) = meta_str(&obj, "namespace").filter(|n| !n.is_empty()) {
                 self.finish_namespace(ns);
             }

@@ -223,3 +223,59 @@ async fn releasing_an_owners_last_finalizer_collects_its_dependents() {
     assert!(api.get_opt("owner").await.unwrap().is_none());
     assert!(api.get_opt("child").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_blocking_dependents() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let owner = api.create(&pp, &cm("owner", None)).await.unwrap();
+    api.create(&pp, &cm("plain", Some(&owner))).await.unwrap();
+    let mut held = cm("held", Some(&owner));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    held.metadata.owner_references.as_mut().unwrap()[0].block_owner_deletion = Some(true);
+    api.create(&pp, &held).await.unwrap();
+
+    api.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    // Dependents go first; the owner waits for the blocking one.
+    assert!(api.get_opt("plain").await.unwrap().is_none());
+    let waiting = api.get("owner").await.unwrap();
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        waiting.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_string()])
+    );
+    assert!(
+        api.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(api.get_opt("held").await.unwrap().is_none());
+    assert!(api.get_opt("owner").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn foreground_deletion_without_blockers_removes_the_owner_at_once() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let owner = api.create(&pp, &cm("owner", None)).await.unwrap();
+    api.create(&pp, &cm("plain", Some(&owner))).await.unwrap();
+    api.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    assert!(api.get_opt("owner").await.unwrap().is_none());
+    assert!(api.get_opt("plain").await.unwrap().is_none());
+}
