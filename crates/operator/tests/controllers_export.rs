@@ -1,0 +1,382 @@
+//! OmniKubeconfigExport system tests with an injectable clock: rotation happens exactly at
+//! expiry − renewBefore (boundary included) and not a second earlier, and a target Secret the
+//! export does not own is left byte-for-byte untouched until it is explicitly adopted.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use omni_operator::api::{
+    OmniCluster, OmniConnection, OmniControlPlane, OmniKubeconfigExport, OmniMachine, OmniWorkers,
+};
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::{Clock, Scope};
+use omni_operator::metrics::Metrics;
+use omni_sim::{OmniSim, Role, RunningOmniSim};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const NS: &str = "omni-cluster-operator-system";
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A clock the test moves by hand.
+#[derive(Debug)]
+struct TestClock(Mutex<jiff::Timestamp>);
+
+impl TestClock {
+    fn set(&self, t: jiff::Timestamp) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> jiff::Timestamp {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Env {
+    _kube: kube_sim::server::RunningKubeSim,
+    client: kube::Client,
+    _sim: RunningOmniSim,
+    clock: Arc<TestClock>,
+    metrics: Arc<Metrics>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+fn sample(file: &str) -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/samples")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    text.split("\n---")
+        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .collect()
+}
+
+impl Env {
+    /// kube-sim, omni-sim and the operator with a test clock; the sample cluster Ready.
+    async fn start() -> Env {
+        let kube = kube_sim::server::KubeSim::builder()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("kube-sim: {e}"));
+        let client = kube::Client::try_from(kube::Config::new(
+            kube.base_url.parse().unwrap_or_else(|e| panic!("{e}")),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in omni_operator::api::crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("CRD: {e}"));
+        }
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("namespace: {e}"));
+        let sim = OmniSim::builder()
+            .status_step(Duration::from_millis(20))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("omni-sim: {e}"));
+        let key = sim
+            .register_service_account("operator", Role::Operator)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "omni-service-account", "namespace": NS},
+            "stringData": {"serviceAccountKey": key},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("Secret: {e}"));
+
+        let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let clock = Arc::new(TestClock(Mutex::new(start)));
+        let metrics = Arc::new(Metrics::new());
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.clock = clock.clone();
+        config.metrics = metrics.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = stopped.await;
+        }));
+        let env = Env {
+            _kube: kube,
+            client,
+            _sim: sim,
+            clock,
+            metrics,
+            _stop: stop,
+        };
+        for mut doc in sample("01-omniconnection.yaml") {
+            doc["spec"]["endpoint"] = json!(env._sim.endpoint());
+            env.create::<OmniConnection>(doc).await;
+        }
+        for doc in sample("02-omnicluster.yaml") {
+            env.create::<OmniCluster>(doc).await;
+        }
+        for doc in sample("03-omnicontrolplane.yaml") {
+            env.create::<OmniControlPlane>(doc).await;
+        }
+        for doc in sample("04-omniworkers.yaml") {
+            env.create::<OmniWorkers>(doc).await;
+        }
+        for doc in sample("05-omnimachine.yaml") {
+            env.create::<OmniMachine>(doc).await;
+        }
+        wait_for(&env.api::<OmniCluster>(), "edge-sample", ready).await;
+        env
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn create<K>(&self, obj: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let typed: K = serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+        self.api::<K>()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create: {e}"))
+    }
+
+    async fn export(&self, name: &str, target: &str) {
+        self.create::<OmniKubeconfigExport>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterRef": {"name": "edge-sample"},
+                "targetSecretRef": {"name": target},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "1h",
+                "renewBefore": "10m",
+                "deletionPolicy": "Delete",
+            },
+        }))
+        .await;
+    }
+
+    fn export_reconciles(&self) -> u64 {
+        let text = self.metrics.encode().unwrap_or_default();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("omni_operator_reconciles_total{")
+                    && l.contains(r#"kind="OmniKubeconfigExport""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Touches the export so the controller reconciles it now, and waits until it has.
+    async fn poke(&self, name: &str, n: u32) {
+        let before = self.export_reconciles();
+        self.api::<OmniKubeconfigExport>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": n.to_string()}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("poke: {e}"));
+        let until = Instant::now() + WAIT;
+        while self.export_reconciles() <= before {
+            assert!(Instant::now() < until, "the poke never caused a reconcile");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(obj).ok()?;
+    let c = v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+fn ready(obj: &impl serde::Serialize) -> bool {
+    condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
+}
+
+async fn wait_for<K>(api: &Api<K>, name: &str, pred: impl Fn(&K) -> bool) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = Instant::now() + WAIT;
+    loop {
+        let current = api.get_opt(name).await.ok().flatten();
+        if let Some(obj) = &current
+            && pred(obj)
+        {
+            return obj.clone();
+        }
+        if Instant::now() > until {
+            let status = current
+                .and_then(|o| serde_json::to_value(o).ok())
+                .map(|v| v["status"].clone());
+            panic!("{name}: condition never reached; last status: {status:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn status_time(e: &OmniKubeconfigExport, field: &str) -> Option<jiff::Timestamp> {
+    serde_json::to_value(e).ok()?["status"][field]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
+    let env = Env::start().await;
+    let t0 = env.clock.now();
+    env.export("rot", "rot-kubeconfig").await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    let first = wait_for(&exports, "rot", ready).await;
+    let next = t0 + jiff::SignedDuration::from_secs(50 * 60);
+    assert_eq!(status_time(&first, "lastRotationTime"), Some(t0));
+    assert_eq!(status_time(&first, "nextRotationTime"), Some(next));
+    assert_eq!(
+        status_time(&first, "expirationTime"),
+        Some(t0 + jiff::SignedDuration::from_secs(3600))
+    );
+    let secrets = env.api::<Secret>();
+    let before = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // One second early: nothing is minted or written.
+    env.clock.set(next - jiff::SignedDuration::from_secs(1));
+    env.poke("rot", 1).await;
+    env.poke("rot", 2).await;
+    let unchanged = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(unchanged.resource_version(), before.resource_version());
+    let e = exports.get("rot").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status_time(&e, "lastRotationTime"), Some(t0));
+
+    // Exactly at the boundary: rotated.
+    env.clock.set(next);
+    env.poke("rot", 3).await;
+    let rotated = wait_for(&exports, "rot", |e| {
+        status_time(e, "lastRotationTime") == Some(next)
+    })
+    .await;
+    assert_eq!(
+        status_time(&rotated, "nextRotationTime"),
+        Some(next + jiff::SignedDuration::from_secs(50 * 60))
+    );
+    let after = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(after.resource_version(), before.resource_version());
+    assert_eq!(
+        after
+            .annotations()
+            .get("omni.texashpc.com/kubeconfig-last-rotation-time")
+            .map(String::as_str),
+        Some(next.to_string().as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_target_secret_is_untouched_until_adopted() {
+    let env = Env::start().await;
+    let secrets = env.api::<Secret>();
+    let theirs: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "taken", "namespace": NS, "labels": {"team": "other"}},
+        "stringData": {"kubeconfig": "somebody else's"},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let original = secrets
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.export("grabby", "taken").await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    let refused = wait_for(&exports, "grabby", |e| {
+        condition(e, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "TargetNotOwned")
+    })
+    .await;
+    let (_, _, message) = condition(&refused, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("taken") && message.contains("omni.texashpc.com/adopt"),
+        "{message}"
+    );
+    env.poke("grabby", 1).await;
+    env.poke("grabby", 2).await;
+    let now = secrets.get("taken").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        serde_json::to_value(&now).unwrap_or_default(),
+        serde_json::to_value(&original).unwrap_or_default(),
+        "the unowned Secret changed"
+    );
+
+    // Adoption is explicit.
+    secrets
+        .patch(
+            "taken",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"omni.texashpc.com/adopt": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The controller also polls an unowned target; a touch just makes it look now.
+    env.poke("grabby", 3).await;
+    wait_for(&exports, "grabby", ready).await;
+    let adopted = secrets.get("taken").await.unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = adopted
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .unwrap_or_default();
+    assert!(
+        kubeconfig.contains("apiVersion: v1") || kubeconfig.contains("clusters"),
+        "{kubeconfig}"
+    );
+    assert!(
+        !adopted
+            .annotations()
+            .contains_key("omni.texashpc.com/adopt")
+    );
+    assert_eq!(
+        adopted
+            .annotations()
+            .get("omni.texashpc.com/kubeconfig-export-name")
+            .map(String::as_str),
+        Some("grabby")
+    );
+}
