@@ -1,0 +1,413 @@
+//! OmniSecretSync system tests: the operator (in-process) against a management kube-sim and a
+//! workload kube-sim reached through a kubeconfig Secret. Data is copied (never the source's
+//! metadata) with ownership metadata on the copy; source changes and drift in the workload
+//! cluster are corrected; an unowned target is left byte-for-byte untouched; Delete removes
+//! the copy and Orphan keeps it; no synced value appears in status or Events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::auth::{Identity, StaticAuthenticator};
+use kube_sim::kubeconfig::{Credential, Kubeconfig};
+use kube_sim::server::{KubeSim, RunningKubeSim};
+use omni_operator::api::{OmniCluster, OmniSecretSync};
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::Scope;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const NS: &str = "omni-cluster-operator-system";
+const WAIT: Duration = Duration::from_secs(120);
+const SECRET_VALUE: &str = "registry-password-do-not-leak";
+
+async fn kube(auth: Option<StaticAuthenticator>) -> (RunningKubeSim, kube::Client) {
+    let mut builder = KubeSim::builder();
+    if let Some(a) = auth {
+        builder = builder.authenticator(Arc::new(a));
+    }
+    let sim = builder.start().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = kube::Client::try_from(kube::Config::new(
+        sim.base_url.parse().unwrap_or_else(|e| panic!("{e}")),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    (sim, client)
+}
+
+struct Env {
+    _mgmt: RunningKubeSim,
+    client: kube::Client,
+    _workload: RunningKubeSim,
+    workload: kube::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+fn secret(name: &str, ns: &str, extra: Value) -> Secret {
+    let mut v = json!({"metadata": {"name": name, "namespace": ns}});
+    if let (Some(t), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, val) in e {
+            if k == "metadata" {
+                if let Some(m) = val.as_object() {
+                    for (mk, mv) in m {
+                        t["metadata"][mk] = mv.clone();
+                    }
+                }
+            } else {
+                t.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl Env {
+    async fn start() -> Env {
+        let (mgmt, client) = kube(None).await;
+        for crd in omni_operator::api::crds() {
+            Api::<CustomResourceDefinition>::all(client.clone())
+                .create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("CRD: {e}"));
+        }
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+
+        let auth = StaticAuthenticator::new().without_anonymous();
+        auth.add_token(
+            "workload-token",
+            Identity::new("automation", &["automation"]),
+        );
+        let (workload_sim, _) = kube(Some(auth)).await;
+        let kubeconfig = Kubeconfig::new(
+            workload_sim.base_url.clone(),
+            "automation",
+            Credential::Token("workload-token".into()),
+        );
+        let workload = {
+            let parsed =
+                kube::config::Kubeconfig::from_yaml(&kubeconfig.to_yaml().unwrap_or_default())
+                    .unwrap_or_else(|e| panic!("{e}"));
+            let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        for s in [
+            secret(
+                "workload-kubeconfig",
+                NS,
+                json!({"stringData": {"kubeconfig": kubeconfig.to_yaml().unwrap_or_default()}}),
+            ),
+            secret(
+                "registry",
+                NS,
+                json!({"metadata": {"labels": {"source-only": "yes"}, "annotations": {"source-note": "x"}},
+                       "stringData": {"password": SECRET_VALUE}}),
+            ),
+        ] {
+            secrets
+                .create(&PostParams::default(), &s)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let cluster: OmniCluster = serde_json::from_value(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniCluster",
+            "metadata": {"name": "workload", "namespace": NS},
+            "spec": {"connectionRef": {"name": "omni"}, "talos": {"version": "v1.11.5"},
+                     "kubernetes": {"version": "v1.34.2"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<OmniCluster>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+
+        let config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = stopped.await;
+        }));
+        Env {
+            _mgmt: mgmt,
+            client,
+            _workload: workload_sim,
+            workload,
+            _stop: stop,
+        }
+    }
+
+    async fn sync(&self, name: &str, target: &str, extra: Value) {
+        let mut v = json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterRef": {"name": "workload"},
+                "kubeconfigSecretRef": {"name": "workload-kubeconfig", "key": "kubeconfig"},
+                "sourceSecretRef": {"name": "registry"},
+                "targetSecretRef": {"name": target, "namespace": "apps"},
+                "createNamespace": true,
+                "deletionPolicy": "Delete",
+            },
+        });
+        if let Some(e) = extra.as_object() {
+            for (k, val) in e {
+                v["spec"][k] = val.clone();
+            }
+        }
+        let typed: OmniSecretSync = serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"));
+        self.syncs()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn syncs(&self) -> Api<OmniSecretSync> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    fn targets(&self) -> Api<Secret> {
+        Api::namespaced(self.workload.clone(), "apps")
+    }
+
+    async fn touch(&self, name: &str, n: u32) {
+        self.syncs()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/touch": n.to_string()}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(obj).ok()?;
+    let c = v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = Instant::now() + WAIT;
+    loop {
+        let current = api.get_opt(name).await.ok().flatten();
+        if let Some(obj) = &current
+            && pred(obj)
+        {
+            return obj.clone();
+        }
+        assert!(
+            Instant::now() < until,
+            "{name}: never {what}; last: {current:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn data(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_is_copied_kept_in_sync_and_deleted_by_policy() {
+    let env = Env::start().await;
+    env.sync(
+        "copy",
+        "registry-copy",
+        json!({"type": "Opaque", "labels": {"team": "platform"}}),
+    )
+    .await;
+    let synced = wait_for(&env.syncs(), "copy", "Synced", |s| {
+        condition(s, "Ready").is_some_and(|(st, r, _)| st == "True" && r == "Synced")
+    })
+    .await;
+    let target = env
+        .targets()
+        .get("registry-copy")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(data(&target, "password").as_deref(), Some(SECRET_VALUE));
+    assert_eq!(target.type_.as_deref(), Some("Opaque"));
+    assert_eq!(
+        target.labels().get("team").map(String::as_str),
+        Some("platform")
+    );
+    assert!(
+        !target.labels().contains_key("source-only"),
+        "source metadata was copied"
+    );
+    assert!(
+        !target.annotations().contains_key("source-note"),
+        "source metadata was copied"
+    );
+
+    // A source change is copied.
+    Api::<Secret>::namespaced(env.client.clone(), NS)
+        .patch(
+            "registry",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "rotated-value"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(
+        &env.targets(),
+        "registry-copy",
+        "updated from the source",
+        |s| data(s, "password").as_deref() == Some("rotated-value"),
+    )
+    .await;
+
+    // Drift in the workload cluster is corrected at the next check.
+    env.targets()
+        .patch(
+            "registry-copy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "tampered"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.touch("copy", 1).await;
+    wait_for(&env.targets(), "registry-copy", "repaired", |s| {
+        data(s, "password").as_deref() == Some("rotated-value")
+    })
+    .await;
+
+    // No synced value in status or Events.
+    let status = serde_json::to_string(&synced.status).unwrap_or_default();
+    assert!(!status.contains(SECRET_VALUE) && !status.contains("rotated-value"));
+    let events: Api<K8sEvent> = Api::namespaced(env.client.clone(), NS);
+    let all = serde_json::to_string(
+        &events
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items,
+    )
+    .unwrap_or_default();
+    assert!(
+        !all.contains(SECRET_VALUE) && !all.contains("rotated-value"),
+        "{all}"
+    );
+
+    // Orphan keeps the copy; Delete (the default) removes it.
+    env.sync("kept", "registry-kept", json!({"deletionPolicy": "Orphan"}))
+        .await;
+    wait_for(&env.targets(), "registry-kept", "created", |_| true).await;
+    env.syncs()
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.syncs()
+        .delete("copy", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    while env
+        .targets()
+        .get_opt("registry-copy")
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+        || env.syncs().get_opt("kept").await.ok().flatten().is_some()
+    {
+        assert!(Instant::now() < until, "deletion never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        env.targets()
+            .get_opt("registry-kept")
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
+        "Orphan removed the copy"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_target_is_left_untouched_with_a_condition() {
+    let env = Env::start().await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    Api::<Namespace>::all(env.workload.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let original = env
+        .targets()
+        .create(
+            &PostParams::default(),
+            &secret(
+                "theirs",
+                "apps",
+                json!({"stringData": {"password": "theirs"}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.sync("grabby", "theirs", json!({})).await;
+    let refused = wait_for(&env.syncs(), "grabby", "refused", |s| {
+        condition(s, "Ready").is_some_and(|(st, r, _)| st == "False" && r == "TargetNotOwned")
+    })
+    .await;
+    let (_, _, message) = condition(&refused, "Ready").unwrap_or_default();
+    assert!(message.contains("theirs"), "{message}");
+    env.touch("grabby", 1).await;
+    env.touch("grabby", 2).await;
+    // Give the touches time to be reconciled; the object must still be byte-for-byte the same.
+    wait_for(&env.syncs(), "grabby", "still refused", |s| {
+        condition(s, "Ready").is_some_and(|(_, r, _)| r == "TargetNotOwned")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = env
+        .targets()
+        .get("theirs")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        serde_json::to_value(&now).unwrap_or_default(),
+        serde_json::to_value(&original).unwrap_or_default()
+    );
+    // Deleting the sync leaves the unowned Secret alone too.
+    env.syncs()
+        .delete("grabby", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    while env.syncs().get_opt("grabby").await.ok().flatten().is_some() {
+        assert!(Instant::now() < until, "deletion never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        env.targets()
+            .get_opt("theirs")
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    );
+}
