@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
+/// gRPC status code 14 (Unavailable); the operator crate does not depend on tonic directly.
+const UNAVAILABLE: i32 = 14;
 const WAIT: Duration = Duration::from_secs(120);
 
 /// A clock the test moves by hand.
@@ -378,5 +380,154 @@ async fn an_unowned_target_secret_is_untouched_until_adopted() {
             .get("omni.texashpc.com/kubeconfig-export-name")
             .map(String::as_str),
         Some("grabby")
+    );
+}
+
+impl Env {
+    /// An export of the sample cluster with `spec` merged over a valid default spec.
+    async fn export_with(&self, name: &str, spec: Value) {
+        let mut full = json!({
+            "clusterRef": {"name": "edge-sample"},
+            "targetSecretRef": {"name": format!("{name}-kubeconfig")},
+            "serviceAccount": {"user": "automation", "groups": ["automation"]},
+            "ttl": "1h",
+            "renewBefore": "10m",
+            "deletionPolicy": "Delete",
+        });
+        if let (Some(base), Some(over)) = (full.as_object_mut(), spec.as_object()) {
+            for (k, v) in over {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+        self.create::<OmniKubeconfigExport>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": full,
+        }))
+        .await;
+    }
+
+    /// Waits for `Ready=False` with `reason`; returns the export and the condition message.
+    async fn wait_reason(&self, name: &str, reason: &str) -> (OmniKubeconfigExport, String) {
+        let e = wait_for(&self.api::<OmniKubeconfigExport>(), name, |e| {
+            condition(e, "Ready").is_some_and(|(s, r, _)| s == "False" && r == reason)
+        })
+        .await;
+        let (_, _, message) = condition(&e, "Ready").unwrap_or_default();
+        (e, message)
+    }
+}
+
+fn status_str(e: &OmniKubeconfigExport, field: &str) -> String {
+    serde_json::to_value(e).unwrap_or_default()["status"][field]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
+    let env = Env::start().await;
+    let exports = env.api::<OmniKubeconfigExport>();
+
+    // Ready, then idle: further reconciles write nothing to either API (only the pokes).
+    env.export_with("idle", json!({})).await;
+    wait_for(&exports, "idle", ready).await;
+    let kube_before = env._kube.writes_total();
+    let omni_before = env._sim.writes_total();
+    let kubeconfig_calls = |sim: &RunningOmniSim| {
+        sim.call_counts()
+            .iter()
+            .filter(|((m, _), _)| m == omni_sim::methods::KUBECONFIG)
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+    };
+    let minted_before = kubeconfig_calls(&env._sim);
+    for n in 1..=3 {
+        env.poke("idle", n).await;
+    }
+    assert_eq!(
+        env._kube.writes_total() - kube_before,
+        3,
+        "an idle export wrote to the API server beyond the three pokes"
+    );
+    assert_eq!(
+        env._sim.writes_total(),
+        omni_before,
+        "an idle export wrote to Omni"
+    );
+    assert_eq!(
+        kubeconfig_calls(&env._sim),
+        minted_before,
+        "an idle export minted a new kubeconfig"
+    );
+
+    // ValidationFailed: system:masters needs the explicit opt-in.
+    env.export_with(
+        "masters",
+        json!({"serviceAccount": {"user": "root", "groups": ["system:masters"]}}),
+    )
+    .await;
+    let (_, message) = env.wait_reason("masters", "ValidationFailed").await;
+    assert_eq!(
+        message,
+        "system:masters requires serviceAccount.allowClusterAdmin: true"
+    );
+    assert!(
+        env.api::<Secret>()
+            .get_opt("masters-kubeconfig")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none(),
+        "a cluster-admin kubeconfig was exported without allowClusterAdmin"
+    );
+
+    // MissingCluster.
+    env.export_with("lost", json!({"clusterRef": {"name": "nope"}}))
+        .await;
+    let (lost, message) = env.wait_reason("lost", "MissingCluster").await;
+    assert_eq!(message, r#"OmniCluster "nope" does not exist"#);
+    assert_eq!(
+        condition(&lost, "Accepted").map(|(s, r, _)| (s, r)),
+        Some(("False".into(), "MissingCluster".into()))
+    );
+
+    // MissingConnection: the cluster exists, its connection does not; the cluster is still named.
+    let mut cluster = sample("02-omnicluster.yaml")
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no sample cluster"));
+    cluster["metadata"]["name"] = json!("stray");
+    cluster["spec"]["connectionRef"]["name"] = json!("no-such-connection");
+    env.create::<OmniCluster>(cluster).await;
+    env.export_with("stray", json!({"clusterRef": {"name": "stray"}}))
+        .await;
+    let (stray, message) = env.wait_reason("stray", "MissingConnection").await;
+    assert!(
+        message.starts_with(r#"failed to get OmniConnection "no-such-connection": "#),
+        "{message}"
+    );
+    assert_eq!(status_str(&stray, "clusterName"), "stray");
+    assert_eq!(
+        condition(&stray, "Accepted").map(|(s, _, _)| s),
+        Some("True".into())
+    );
+
+    // ExportFailed while Omni refuses to mint; recovers to Exported once it stops refusing.
+    env._sim
+        .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
+    env.export_with("refused", json!({})).await;
+    let (_, message) = env.wait_reason("refused", "ExportFailed").await;
+    assert!(
+        message.starts_with("failed to export kubeconfig: "),
+        "{message}"
+    );
+    env._sim
+        .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 0);
+    let recovered = wait_for(&exports, "refused", ready).await;
+    assert_eq!(
+        condition(&recovered, "Exported").map(|(s, r, _)| (s, r)),
+        Some(("True".into(), "Exported".into()))
     );
 }
