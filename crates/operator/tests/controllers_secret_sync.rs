@@ -18,6 +18,7 @@ use kube_sim::server::{KubeSim, RunningKubeSim};
 use omni_operator::api::{OmniCluster, OmniSecretSync};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
+use omni_operator::metrics::Metrics;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -44,6 +45,7 @@ struct Env {
     client: kube::Client,
     _workload: RunningKubeSim,
     workload: kube::Client,
+    metrics: Arc<Metrics>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -132,7 +134,9 @@ impl Env {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
 
-        let config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        let metrics = Arc::new(Metrics::new());
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.metrics = metrics.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run_operator(config, client.clone(), async move {
             let _ = stopped.await;
@@ -142,6 +146,7 @@ impl Env {
             client,
             _workload: workload_sim,
             workload,
+            metrics,
             _stop: stop,
         }
     }
@@ -410,4 +415,160 @@ async fn an_unowned_target_is_left_untouched_with_a_condition() {
             .flatten()
             .is_some()
     );
+}
+
+impl Env {
+    fn sync_reconciles(&self) -> u64 {
+        let text = self.metrics.encode().unwrap_or_default();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("omni_operator_reconciles_total{")
+                    && l.contains(r#"kind="OmniSecretSync""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Touches the sync and waits until the controller has reconciled since.
+    async fn poke(&self, name: &str, n: u32) {
+        let before = self.sync_reconciles();
+        self.touch(name, n).await;
+        let until = Instant::now() + WAIT;
+        while self.sync_reconciles() <= before {
+            assert!(Instant::now() < until, "the touch never caused a reconcile");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for `Ready=False` with `reason` and returns the condition message.
+    async fn wait_reason(&self, name: &str, reason: &str) -> String {
+        let s = wait_for(&self.syncs(), name, reason, |s| {
+            condition(s, "Ready").is_some_and(|(st, r, _)| st == "False" && r == reason)
+        })
+        .await;
+        let (_, _, message) = condition(&s, "Ready").unwrap_or_default();
+        assert!(!message.contains(SECRET_VALUE), "{message}");
+        assert!(!message.contains("workload-token"), "{message}");
+        message
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
+    let env = Env::start().await;
+
+    // Ready, then idle: reconciles write nothing to the workload cluster and only the touches
+    // reach the management API server.
+    env.sync("idle", "idle-copy", json!({})).await;
+    wait_for(&env.syncs(), "idle", "Ready", |s| {
+        condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
+    })
+    .await;
+    let mgmt_before = env._mgmt.writes_total();
+    let workload_before = env._workload.writes_total();
+    for n in 1..=3 {
+        env.poke("idle", n).await;
+    }
+    assert_eq!(
+        env._workload.writes_total(),
+        workload_before,
+        "an idle sync wrote to the workload cluster"
+    );
+    assert_eq!(
+        env._mgmt.writes_total() - mgmt_before,
+        3,
+        "an idle sync wrote to the management API server beyond the three touches"
+    );
+
+    // MissingCluster.
+    env.sync("lost", "lost-copy", json!({"clusterRef": {"name": "nope"}}))
+        .await;
+    assert_eq!(
+        env.wait_reason("lost", "MissingCluster").await,
+        r#"OmniCluster "nope" does not exist"#
+    );
+
+    // MissingSecret: the source, then a kubeconfig key that is not there.
+    env.sync(
+        "nosource",
+        "nosource-copy",
+        json!({"sourceSecretRef": {"name": "absent"}}),
+    )
+    .await;
+    assert_eq!(
+        env.wait_reason("nosource", "MissingSecret").await,
+        format!(r#"source Secret "{NS}/absent" does not exist"#)
+    );
+    env.sync(
+        "nokey",
+        "nokey-copy",
+        json!({"kubeconfigSecretRef": {"name": "workload-kubeconfig", "key": "wrong"}}),
+    )
+    .await;
+    assert_eq!(
+        env.wait_reason("nokey", "MissingSecret").await,
+        format!(r#"kubeconfig Secret "{NS}/workload-kubeconfig" does not contain key "wrong""#)
+    );
+
+    // ValidationFailed: the kubeconfig cannot be parsed.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let broken_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        l.local_addr().unwrap_or_else(|e| panic!("{e}")).port()
+    };
+    let unreachable = Kubeconfig::new(
+        format!("http://127.0.0.1:{broken_port}"),
+        "automation",
+        Credential::Token("workload-token".into()),
+    );
+    for s in [
+        secret(
+            "garbage-kubeconfig",
+            NS,
+            json!({"stringData": {"kubeconfig": "clusters: [unterminated"}}),
+        ),
+        secret(
+            "unreachable-kubeconfig",
+            NS,
+            json!({"stringData": {"kubeconfig": unreachable.to_yaml().unwrap_or_default()}}),
+        ),
+    ] {
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    env.sync(
+        "garbage",
+        "garbage-copy",
+        json!({"kubeconfigSecretRef": {"name": "garbage-kubeconfig", "key": "kubeconfig"}}),
+    )
+    .await;
+    let message = env.wait_reason("garbage", "ValidationFailed").await;
+    assert!(
+        message.starts_with(&format!(
+            r#"kubeconfig Secret "{NS}/garbage-kubeconfig" key "kubeconfig" is invalid: "#
+        )),
+        "{message}"
+    );
+
+    // SyncFailed: the workload API server cannot be reached; the error names the target.
+    env.sync(
+        "offline",
+        "offline-copy",
+        json!({"kubeconfigSecretRef": {"name": "unreachable-kubeconfig", "key": "kubeconfig"}}),
+    )
+    .await;
+    let message = env.wait_reason("offline", "SyncFailed").await;
+    assert!(message.contains("apps"), "{message}");
+    let offline = env
+        .syncs()
+        .get("offline")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let last_error = serde_json::to_value(&offline).unwrap_or_default()["status"]["lastError"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(last_error, message);
 }
