@@ -611,6 +611,11 @@ async fn condition_reasons_of_clusters_and_children() {
     .await;
     let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
     assert!(message.contains("syncInterval"), "{message}");
+    assert_eq!(
+        c.status.as_ref().and_then(|s| s.cluster_name.as_deref()),
+        Some("negative"),
+        "a cluster failing validation still reports its effective name"
+    );
 
     // SyncFailed: Omni refuses a Talos version it does not know.
     env.cluster(

@@ -220,6 +220,8 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
         // validate (admission rules, in case the webhook was bypassed)
         let validation = crate::api::cluster::validate(&cluster, None);
         if !validation.is_valid() {
+            // "Mark failed" always names the cluster, so users see which Omni cluster is affected.
+            draft.status.cluster_name = Some(name.clone());
             draft.failed(
                 ct::VALIDATED,
                 reasons::VALIDATION_FAILED,
