@@ -285,6 +285,74 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
     assert_eq!(unchanged.resource_version(), before.resource_version());
     let e = exports.get("rot").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status_time(&e, "lastRotationTime"), Some(t0));
+    assert_eq!(
+        env.rotated_events("rot").await,
+        0,
+        "an Event announced a rotation too early"
+    );
+
+    // The target Secret carries exactly the parity labels and annotations.
+    let uid = first.uid().unwrap_or_default();
+    let labels = before.labels();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("omni-cluster-operator")
+    );
+    assert_eq!(
+        labels.get("omni.texashpc.com/kubeconfig-export-uid"),
+        Some(&uid)
+    );
+    assert_eq!(
+        labels.get("omni.texashpc.com/cluster").map(String::as_str),
+        Some("edge-sample")
+    );
+    let ann = before.annotations();
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-export-name")
+            .map(String::as_str),
+        Some("rot")
+    );
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-export-namespace")
+            .map(String::as_str),
+        Some(NS)
+    );
+    let stored = before
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
+    assert!(!stored.is_empty(), "no kubeconfig under the default key");
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-hash"),
+        Some(&hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            &stored
+        )))
+    );
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-expiration-time")
+            .map(String::as_str),
+        Some(
+            (t0 + jiff::SignedDuration::from_secs(3600))
+                .to_string()
+                .as_str()
+        )
+    );
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-last-rotation-time")
+            .map(String::as_str),
+        Some(t0.to_string().as_str())
+    );
+    assert_eq!(
+        ann.get("omni.texashpc.com/kubeconfig-export-spec-hash")
+            .map(String::len),
+        Some(64)
+    );
+    assert!(before.metadata.owner_references.is_none());
+    assert_eq!(before.type_.as_deref(), Some("Opaque"));
 
     // Exactly at the boundary: rotated.
     env.clock.set(next);
@@ -309,6 +377,30 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
             .map(String::as_str),
         Some(next.to_string().as_str())
     );
+    let until = Instant::now() + WAIT;
+    while env.rotated_events("rot").await == 0 {
+        assert!(Instant::now() < until, "no Event announced the rotation");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Env {
+    /// Events with reason `KubeconfigRotated` about the export `name`.
+    async fn rotated_events(&self, name: &str) -> usize {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), NS);
+        events
+            .list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("KubeconfigRotated")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .count()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::config::Kubeconfig;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
@@ -71,6 +72,9 @@ pub fn rotation_times(
     };
     (expiration, next)
 }
+
+/// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
+pub const ROTATED_REASON: &str = "KubeconfigRotated";
 
 /// Whether rotation is due (boundary inclusive).
 pub fn rotation_due(now: jiff::Timestamp, next: jiff::Timestamp) -> bool {
@@ -517,6 +521,17 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
         let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
         d.outcome(true, reasons::EXPORTED, &m);
         write(&ctx, &e, d).await?;
+        if existing.is_some() {
+            // Conditions stay Exported=True across a rotation, so no condition Event marks it;
+            // consumers of the Secret want to see when its credential was replaced.
+            ctx.event(
+                e.as_ref(),
+                EventType::Normal,
+                ROTATED_REASON,
+                format!("rotated the kubeconfig in Secret \"{target_ns}/{target_name}\"; it expires at {expiration}"),
+            )
+            .await;
+        }
         Ok(requeue(now, next))
     })
     .await
