@@ -623,3 +623,107 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         Some(("True".into(), "Exported".into()))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
+    let env = Env::start().await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    let secrets = env.api::<Secret>();
+    let ann = |s: &Secret, k: &str| s.annotations().get(k).cloned().unwrap_or_default();
+
+    env.export_with("del", json!({})).await;
+    wait_for(&exports, "del", ready).await;
+    let first = secrets
+        .get("del-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let first_hash = ann(&first, "omni.texashpc.com/kubeconfig-export-spec-hash");
+
+    // renewBefore is not part of the spec hash: no re-export.
+    exports
+        .patch(
+            "del",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewBefore": "20m"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.poke("del", 1).await;
+    env.poke("del", 2).await;
+    let same = secrets
+        .get("del-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(same.resource_version(), first.resource_version());
+
+    // The user is: the kubeconfig is minted again and the Secret rewritten.
+    exports
+        .patch(
+            "del",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"serviceAccount": {"user": "someone-else"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rewritten = wait_for(&secrets, "del-kubeconfig", |s| {
+        ann(s, "omni.texashpc.com/kubeconfig-export-spec-hash") != first_hash
+    })
+    .await;
+    assert_ne!(
+        ann(&rewritten, "omni.texashpc.com/kubeconfig-hash"),
+        ann(&first, "omni.texashpc.com/kubeconfig-hash"),
+        "the spec changed but the kubeconfig was not minted again"
+    );
+    let e = wait_for(&exports, "del", |e| {
+        status_str(e, "serviceAccountUser") == "someone-else" && ready(e)
+    })
+    .await;
+    assert_eq!(
+        status_str(&e, "kubeconfigHash"),
+        ann(&rewritten, "omni.texashpc.com/kubeconfig-hash")
+    );
+
+    // Delete removes the Secret with the export.
+    exports
+        .delete("del", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    while exports.get_opt("del").await.ok().flatten().is_some()
+        || secrets
+            .get_opt("del-kubeconfig")
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    {
+        assert!(
+            Instant::now() < until,
+            "Delete policy: export or Secret still there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Orphan keeps it, unchanged.
+    env.export_with("keep", json!({"deletionPolicy": "Orphan"}))
+        .await;
+    wait_for(&exports, "keep", ready).await;
+    let kept = secrets
+        .get("keep-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    exports
+        .delete("keep", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    while exports.get_opt("keep").await.ok().flatten().is_some() {
+        assert!(Instant::now() < until, "Orphan policy: export never went");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = secrets
+        .get("keep-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("Orphan policy removed the Secret: {e}"));
+    assert_eq!(after.resource_version(), kept.resource_version());
+}
