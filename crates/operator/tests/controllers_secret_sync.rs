@@ -572,3 +572,43 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
         .to_string();
     assert_eq!(last_error, message);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_change_re_syncs_and_repairs_drift() {
+    let env = Env::start().await;
+    env.sync("kc", "kc-copy", json!({})).await;
+    wait_for(&env.syncs(), "kc", "Synced", |s| {
+        condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
+    })
+    .await;
+    // One more reconcile, which writes nothing, so no reconcile is still pending below.
+    env.poke("kc", 1).await;
+    // Drift nobody announces to the operator...
+    env.targets()
+        .patch(
+            "kc-copy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "tampered"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // ...is repaired as soon as the kubeconfig Secret changes (e.g. a rotated credential).
+    let kubeconfigs: Api<Secret> = Api::namespaced(env.client.clone(), NS);
+    let current = kubeconfigs
+        .get("workload-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let yaml = data(&current, "kubeconfig").unwrap_or_default();
+    kubeconfigs
+        .patch(
+            "workload-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"kubeconfig": format!("{yaml}\n# rotated\n")}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(&env.targets(), "kc-copy", "repaired", |s| {
+        data(s, "password").as_deref() == Some(SECRET_VALUE)
+    })
+    .await;
+}
