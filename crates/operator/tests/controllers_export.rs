@@ -526,6 +526,8 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     // Ready, then idle: further reconciles write nothing to either API (only the pokes).
     env.export_with("idle", json!({})).await;
     wait_for(&exports, "idle", ready).await;
+    // A reconcile first, so nothing the Ready write set off is still in flight below.
+    env.poke("idle", 0).await;
     let kube_before = env._kube.writes_total();
     let omni_before = env._sim.writes_total();
     let kubeconfig_calls = |sim: &RunningOmniSim| {

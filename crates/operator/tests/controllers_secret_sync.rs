@@ -464,6 +464,28 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
         condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
     })
     .await;
+    // Let the other controllers settle first: the parent OmniCluster has no connection here,
+    // so it reports MissingConnection once (status and Event), then waits for its interval.
+    wait_for(
+        &Api::<OmniCluster>::namespaced(env.client.clone(), NS),
+        "workload",
+        "MissingConnection",
+        |c| condition(c, "Ready").is_some_and(|(_, r, _)| r == "MissingConnection"),
+    )
+    .await;
+    let settle = Instant::now() + WAIT;
+    for round in 100.. {
+        let w = env._mgmt.writes_total();
+        env.poke("idle", round).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if env._mgmt.writes_total() == w + 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < settle,
+            "the management API server never went quiet"
+        );
+    }
     let mgmt_before = env._mgmt.writes_total();
     let workload_before = env._workload.writes_total();
     for n in 1..=3 {
@@ -571,6 +593,35 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
         .unwrap_or_default()
         .to_string();
     assert_eq!(last_error, message);
+
+    // DeleteFailed: under Delete the copy cannot be removed while the workload cluster is out of
+    // reach, so the sync stays (finalizer held); Orphan is the way out.
+    env.syncs()
+        .delete("offline", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let message = env.wait_reason("offline", "DeleteFailed").await;
+    assert!(message.contains("offline-copy"), "{message}");
+    env.syncs()
+        .patch(
+            "offline",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    while env
+        .syncs()
+        .get_opt("offline")
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        assert!(Instant::now() < until, "Orphan did not release the sync");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
