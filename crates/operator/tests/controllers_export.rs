@@ -624,6 +624,26 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         condition(&recovered, "Exported").map(|(s, r, _)| (s, r)),
         Some(("True".into(), "Exported".into()))
     );
+
+    // A rotation that Omni refuses keeps the last good state visible in status.
+    let good = exports.get("idle").await.unwrap_or_else(|e| panic!("{e}"));
+    let good_hash = status_str(&good, "kubeconfigHash");
+    assert_eq!(good_hash.len(), 64);
+    let next = status_time(&good, "nextRotationTime").unwrap_or_else(|| panic!("no next"));
+    env._sim
+        .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
+    env.clock.set(next);
+    env.poke("idle", 10).await;
+    let (failed, _) = env.wait_reason("idle", "ExportFailed").await;
+    assert_eq!(status_str(&failed, "kubeconfigHash"), good_hash);
+    assert_eq!(
+        status_time(&failed, "lastRotationTime"),
+        status_time(&good, "lastRotationTime")
+    );
+    assert_eq!(
+        status_time(&failed, "expirationTime"),
+        status_time(&good, "expirationTime")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
