@@ -69,6 +69,11 @@ fn secret(name: &str, ns: &str, extra: Value) -> Secret {
 
 impl Env {
     async fn start() -> Env {
+        Env::start_with(None).await
+    }
+
+    /// With `resync`, only the OmniSecretSync controller runs, re-checking at that interval.
+    async fn start_with(resync: Option<Duration>) -> Env {
         let (mgmt, client) = kube(None).await;
         for crd in omni_operator::api::crds() {
             Api::<CustomResourceDefinition>::all(client.clone())
@@ -138,9 +143,28 @@ impl Env {
         let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
         config.metrics = metrics.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(run_operator(config, client.clone(), async move {
+        let stopped = async move {
             let _ = stopped.await;
-        }));
+        };
+        match resync {
+            None => {
+                tokio::spawn(run_operator(config, client.clone(), stopped));
+            }
+            Some(every) => {
+                let ctx = omni_operator::controllers::Context::new(
+                    client.clone(),
+                    config.scope.clone(),
+                    config.clock.clone(),
+                    metrics.clone(),
+                    None,
+                )
+                .with_secret_sync_resync(every);
+                tokio::spawn(omni_operator::controllers::secret_sync::run(
+                    Arc::new(ctx),
+                    stopped,
+                ));
+            }
+        }
         Env {
             _mgmt: mgmt,
             client,
@@ -662,4 +686,34 @@ async fn a_kubeconfig_change_re_syncs_and_repairs_drift() {
         data(s, "password").as_deref() == Some(SECRET_VALUE)
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_repaired_by_the_periodic_re_check_alone() {
+    let env = Env::start_with(Some(Duration::from_secs(1))).await;
+    env.sync("periodic", "periodic-copy", json!({})).await;
+    wait_for(&env.syncs(), "periodic", "Synced", |s| {
+        condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
+    })
+    .await;
+    // One more reconcile, which writes nothing, so none is pending when the drift happens.
+    env.poke("periodic", 1).await;
+    // Nothing in the management cluster changes: only the timer can notice this.
+    env.targets()
+        .patch(
+            "periodic-copy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "tampered"}, "metadata": {"labels": {"intruder": "yes"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let repaired = wait_for(&env.targets(), "periodic-copy", "repaired", |s| {
+        data(s, "password").as_deref() == Some(SECRET_VALUE)
+    })
+    .await;
+    // Labels others add (a policy engine, say) are documented to survive the repair.
+    assert_eq!(
+        repaired.labels().get("intruder").map(String::as_str),
+        Some("yes")
+    );
 }

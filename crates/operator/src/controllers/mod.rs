@@ -84,6 +84,9 @@ pub struct Context {
     /// The helm driver; `None` when no usable helm binary was found (OmniHelmRelease then
     /// reports that on each object instead of failing the whole operator).
     pub helm: Option<crate::helm::Helm>,
+    /// How often a synced OmniSecretSync re-checks its copy for drift in the workload cluster,
+    /// which the operator does not watch.
+    pub secret_sync_resync: Duration,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -120,6 +123,7 @@ impl Context {
             clock,
             metrics,
             helm: None,
+            secret_sync_resync: secret_sync::RESYNC,
             recorder,
             failures: Mutex::default(),
         }
@@ -128,6 +132,12 @@ impl Context {
     /// Sets the helm driver (builder style, so `new` stays stable for embedders).
     pub fn with_helm(mut self, helm: Option<crate::helm::Helm>) -> Self {
         self.helm = helm;
+        self
+    }
+
+    /// Replaces the OmniSecretSync drift re-check interval (tests use a short one).
+    pub fn with_secret_sync_resync(mut self, every: Duration) -> Self {
+        self.secret_sync_resync = every;
         self
     }
 

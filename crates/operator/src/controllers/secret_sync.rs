@@ -459,7 +459,7 @@ async fn finish(
     accepted: Option<bool>,
 ) -> Result<Action, Error> {
     let next = match &outcome {
-        Ok(_) => Ok(Action::requeue(RESYNC)),
+        Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
         // An unowned target lives in the workload cluster, which is not watched: poll so an
         // adoption annotation is noticed.
         Err(f) if f.reason == REASON_TARGET_NOT_OWNED => Ok(Action::requeue(RETRY)),
