@@ -1,5 +1,6 @@
 //! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
 pub mod admission;
+mod apply;
 pub mod auth;
 mod crd;
 mod discovery;

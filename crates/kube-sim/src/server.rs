@@ -921,7 +921,20 @@ async fn server_side_apply(
                 meta.remove("resourceVersion");
                 meta.remove("managedFields");
             }
+            let force = q.get("force").is_some_and(|v| v == "true");
+            let (others, dropped) = crate::apply::resolve(
+                &old,
+                &applied,
+                &fields,
+                manager,
+                force,
+                &t.group,
+                &t.resource,
+                name,
+            )?;
             merge_patch(&mut obj, &applied);
+            crate::apply::remove_paths(&mut obj, &dropped);
+            obj["metadata"]["managedFields"] = Value::Array(others);
             set_entry(&mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;

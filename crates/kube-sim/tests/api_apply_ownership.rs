@@ -1,0 +1,98 @@
+//! Server-side apply field ownership between managers: conflicts (409 naming each field),
+//! `force` taking ownership, shared ownership of equal values, and removal of fields a manager
+//! stops applying when nobody else owns them.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube_sim::server::KubeSim;
+use serde_json::{Value, json};
+
+fn cm(data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}, "data": data})
+}
+
+fn owners(cm: &ConfigMap, field: &str) -> Vec<String> {
+    cm.metadata
+        .managed_fields
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer(&format!("/f:data/f:{field}")).is_some())
+        })
+        .filter_map(|e| e.manager)
+        .collect()
+}
+
+#[tokio::test]
+async fn managers_conflict_force_share_and_drop_fields() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = kube::Client::try_from(kube::Config::new(sim.base_url.parse().unwrap())).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let apply = |m: &str| PatchParams::apply(m);
+
+    api.patch(
+        "shared",
+        &apply("alpha"),
+        &Patch::Apply(cm(json!({"a": "1", "b": "2"}))),
+    )
+    .await
+    .unwrap();
+
+    // beta changing alpha's field: 409 naming the field and the owner; nothing changes.
+    let err = api
+        .patch(
+            "shared",
+            &apply("beta"),
+            &Patch::Apply(cm(json!({"a": "9"}))),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status")
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(status.reason, "Conflict");
+    assert_eq!(
+        status.message,
+        r#"Apply failed with 1 conflict: conflict with "alpha": .data.a"#
+    );
+    let now = api.get("shared").await.unwrap();
+    assert_eq!(now.data.as_ref().unwrap()["a"], "1");
+
+    // Applying the same value is no conflict: both own it.
+    api.patch(
+        "shared",
+        &apply("beta"),
+        &Patch::Apply(cm(json!({"a": "1"}))),
+    )
+    .await
+    .unwrap();
+    let now = api.get("shared").await.unwrap();
+    let mut a_owners = owners(&now, "a");
+    a_owners.sort();
+    assert_eq!(a_owners, vec!["alpha", "beta"]);
+
+    // force takes the field over.
+    api.patch(
+        "shared",
+        &apply("beta").force(),
+        &Patch::Apply(cm(json!({"a": "9"}))),
+    )
+    .await
+    .unwrap();
+    let now = api.get("shared").await.unwrap();
+    assert_eq!(now.data.as_ref().unwrap()["a"], "9");
+    assert_eq!(owners(&now, "a"), vec!["beta"]);
+
+    // alpha stops applying b, which only it owned: b is removed; a (beta's) stays.
+    api.patch("shared", &apply("alpha"), &Patch::Apply(cm(json!({}))))
+        .await
+        .unwrap();
+    let now = api.get("shared").await.unwrap();
+    let data = now.data.unwrap_or_default();
+    assert!(!data.contains_key("b"), "{data:?}");
+    assert_eq!(data["a"], "9");
+}
