@@ -776,7 +776,12 @@ async fn serve_verb(
             }
         }
         "deletecollection" => {
-            for o in store.list_objects(&t.group, &t.resource, ns) {
+            // Label and field selectors narrow the collection, as for list.
+            for o in store
+                .list_objects(&t.group, &t.resource, ns)
+                .into_iter()
+                .filter(|o| crate::selectors::selected(q, o))
+            {
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                     let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
                     gate.check(Operation::Delete, None, Some(&o)).await?;

@@ -96,3 +96,32 @@ async fn managers_conflict_force_share_and_drop_fields() {
     assert!(!data.contains_key("b"), "{data:?}");
     assert_eq!(data["a"], "9");
 }
+
+#[tokio::test]
+async fn deletecollection_honours_label_selectors() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = kube::Client::try_from(kube::Config::new(sim.base_url.parse().unwrap())).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for (name, team) in [("a", "red"), ("b", "blue"), ("c", "red")] {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"team": team}}});
+        api.patch(name, &PatchParams::apply("test"), &Patch::Apply(obj))
+            .await
+            .unwrap();
+    }
+    api.delete_collection(
+        &kube::api::DeleteParams::default(),
+        &kube::api::ListParams::default().labels("team=red"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap_or_default())
+        .collect();
+    assert_eq!(left, vec!["b"]);
+}
