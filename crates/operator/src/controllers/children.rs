@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Context, Error, api_resource, decoded, error_policy_dyn, instrumented, log_outcome,
-    reconcile_decoded, status,
+    Context, Error, api_resource, error_policy_dyn, instrumented, log_outcome, reconcile_decoded,
+    referencing, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
@@ -195,11 +195,9 @@ pub async fn run<K: Child>(
             move |cluster: OmniCluster| {
                 let name = cluster.name_any();
                 let namespace = cluster.namespace();
-                decoded::<K>(&store)
-                    .into_iter()
-                    .filter(|(c, _)| c.cluster_ref() == name && c.namespace() == namespace)
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<K>(&store, |c| {
+                    c.cluster_ref() == name && c.namespace() == namespace
+                })
             },
         )
         .graceful_shutdown_on(shutdown)

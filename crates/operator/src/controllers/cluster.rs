@@ -20,7 +20,7 @@ use omni_client::template::{DeleteProgress, apply, delete_cluster, plan_sync, st
 use super::connection::status_str;
 use super::{
     Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
-    log_outcome, reconcile_decoded, status,
+    log_outcome, reconcile_decoded, referencing, status,
 };
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
@@ -457,13 +457,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             move |conn: OmniConnection| {
                 let name = conn.name_any();
                 let namespace = conn.namespace();
-                decoded::<OmniCluster>(&clusters)
-                    .into_iter()
-                    .filter(|(c, _)| {
-                        c.spec.connection_ref.name == name && c.namespace() == namespace
-                    })
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniCluster>(&clusters, |c| {
+                    c.spec.connection_ref.name == name && c.namespace() == namespace
+                })
             },
         )
         .watches(

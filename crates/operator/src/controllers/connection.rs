@@ -13,8 +13,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 
 use super::{
-    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
-    log_outcome, reconcile_decoded, status,
+    Context, Error, api_resource, dyn_ref, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, referencing, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
@@ -268,14 +268,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             move |secret: Secret| {
                 let name = secret.name_any();
                 let namespace = secret.namespace();
-                decoded::<OmniConnection>(&by_secret)
-                    .into_iter()
-                    .filter(|(c, _)| {
-                        c.spec.auth.service_account_secret_ref.name == name
-                            && c.namespace() == namespace
-                    })
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniConnection>(&by_secret, |c| {
+                    c.spec.auth.service_account_secret_ref.name == name
+                        && c.namespace() == namespace
+                })
             },
         )
         .graceful_shutdown_on(shutdown)

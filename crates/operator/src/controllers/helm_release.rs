@@ -25,8 +25,8 @@ use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
 use super::{
-    Context, Error, api_resource, decoded, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, status,
+    Context, Error, api_resource, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, referencing, status,
 };
 use crate::api::common::{
     Condition, condition_types as ct, find_condition, reasons, set_condition,
@@ -866,11 +866,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |c: OmniCluster| {
                 let (name, ns) = (c.name_any(), c.namespace());
-                decoded::<OmniHelmRelease>(&by_cluster)
-                    .into_iter()
-                    .filter(|(x, _)| x.spec.cluster_ref.name == name && x.namespace() == ns)
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniHelmRelease>(&by_cluster, |x| {
+                    x.spec.cluster_ref.name == name && x.namespace() == ns
+                })
             },
         )
         // A kubeconfig or credentials change re-checks the release (a rotation alone does
@@ -880,19 +878,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |s: Secret| {
                 let (name, ns) = (s.name_any(), s.namespace());
-                decoded::<OmniHelmRelease>(&by_secret)
-                    .into_iter()
-                    .filter(|(x, _)| {
-                        x.namespace() == ns
-                            && (x.spec.kubeconfig_secret_ref.name == name
-                                || x.spec
-                                    .chart
-                                    .credentials_secret_ref
-                                    .as_ref()
-                                    .is_some_and(|c| c.name == name))
-                    })
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniHelmRelease>(&by_secret, |x| {
+                    x.namespace() == ns
+                        && (x.spec.kubeconfig_secret_ref.name == name
+                            || x.spec
+                                .chart
+                                .credentials_secret_ref
+                                .as_ref()
+                                .is_some_and(|c| c.name == name))
+                })
             },
         )
         .graceful_shutdown_on(shutdown)

@@ -24,8 +24,8 @@ use sha2::{Digest, Sha256};
 use super::connection::status_str;
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
-    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
-    log_outcome, reconcile_decoded, status,
+    Context, Error, api_resource, dyn_ref, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, referencing, status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
@@ -560,11 +560,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |c: OmniCluster| {
                 let (name, ns) = (c.name_any(), c.namespace());
-                decoded::<OmniKubeconfigExport>(&by_cluster)
-                    .into_iter()
-                    .filter(|(x, _)| x.spec.cluster_ref.name == name && x.namespace() == ns)
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniKubeconfigExport>(&by_cluster, |x| {
+                    x.spec.cluster_ref.name == name && x.namespace() == ns
+                })
             },
         )
         .watches(
@@ -578,13 +576,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
                     .map(|c| c.name_any())
                     .collect();
-                decoded::<OmniKubeconfigExport>(&by_conn)
-                    .into_iter()
-                    .filter(|(x, _)| {
-                        x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
-                    })
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniKubeconfigExport>(&by_conn, |x| {
+                    x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
+                })
             },
         )
         // Editing or deleting the target re-exports it.

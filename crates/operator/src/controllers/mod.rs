@@ -304,6 +304,19 @@ pub fn decoded<K: Resource<DynamicType = ()> + DeserializeOwned>(
         .collect()
 }
 
+/// References to the objects of `store` (decoded as `K`) for which `refers` holds: the body of
+/// every mapper that turns a change of a referenced object into reconciles of its referrers.
+pub fn referencing<K: Resource<DynamicType = ()> + DeserializeOwned>(
+    store: &kube::runtime::reflector::Store<DynamicObject>,
+    refers: impl Fn(&K) -> bool,
+) -> Vec<ObjectRef<DynamicObject>> {
+    decoded::<K>(store)
+        .into_iter()
+        .filter(|(k, _)| refers(k))
+        .map(|(_, r)| r)
+        .collect()
+}
+
 /// A reference to the object `name` in `namespace` of kind `K`, for mappers.
 pub fn dyn_ref<K: Resource<DynamicType = ()>>(
     name: &str,

@@ -21,8 +21,8 @@ use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
 use super::{
-    Context, Error, api_resource, decoded, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, status,
+    Context, Error, api_resource, error_policy_dyn, finalizer, instrumented, log_outcome,
+    reconcile_decoded, referencing, status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
@@ -596,11 +596,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |c: OmniCluster| {
                 let (name, ns) = (c.name_any(), c.namespace());
-                decoded::<OmniSecretSync>(&by_cluster)
-                    .into_iter()
-                    .filter(|(s, _)| s.spec.cluster_ref.name == name && s.namespace() == ns)
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniSecretSync>(&by_cluster, |s| {
+                    s.spec.cluster_ref.name == name && s.namespace() == ns
+                })
             },
         )
         .watches(
@@ -608,15 +606,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |secret: Secret| {
                 let (name, ns) = (secret.name_any(), secret.namespace());
-                decoded::<OmniSecretSync>(&by_secret)
-                    .into_iter()
-                    .filter(|(s, _)| {
-                        s.namespace() == ns
-                            && (s.spec.source_secret_ref.name == name
-                                || s.spec.kubeconfig_secret_ref.name == name)
-                    })
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
+                referencing::<OmniSecretSync>(&by_secret, |s| {
+                    s.namespace() == ns
+                        && (s.spec.source_secret_ref.name == name
+                            || s.spec.kubeconfig_secret_ref.name == name)
+                })
             },
         )
         .graceful_shutdown_on(shutdown)
