@@ -5,6 +5,8 @@
 //! deletion policies, retries after API failures, metrics, and that no credential leaks into
 //! logs, Events or status.
 
+mod support;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -25,6 +27,7 @@ use omni_sim::types::{label, ty};
 use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::{condition, ready, sample};
 use tokio::time::Instant;
 
 /// Namespace of the shipped samples.
@@ -329,22 +332,6 @@ fn merge(base: &mut Value, extra: Value) {
     }
 }
 
-/// `(status, reason, message)` of condition `type_` in a serialised object.
-fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
-    let v = serde_json::to_value(obj).ok()?;
-    v["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["reason"].as_str().unwrap_or_default().to_string(),
-                c["message"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-}
-
 fn has(obj: &impl serde::Serialize, type_: &str, status: &str, reason: &str) -> bool {
     condition(obj, type_).is_some_and(|(s, r, _)| s == status && r == reason)
 }
@@ -389,28 +376,12 @@ where
     }
 }
 
-fn ready(obj: &impl serde::Serialize) -> bool {
-    condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
-}
-
 async fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
     let until = Instant::now() + WAIT;
     while !pred() {
         assert!(Instant::now() < until, "never: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The documents of a shipped sample file, namespace as shipped.
-fn sample(file: &str) -> Vec<Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config/samples")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    text.split("\n---")
-        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
-        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{file}: {e}")))
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

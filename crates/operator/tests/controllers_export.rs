@@ -2,6 +2,8 @@
 //! expiry − renewBefore (boundary included) and not a second earlier, and a target Secret the
 //! export does not own is left byte-for-byte untouched until it is explicitly adopted.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use omni_operator::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::{condition, ready, sample};
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
@@ -48,17 +51,6 @@ struct Env {
     clock: Arc<TestClock>,
     metrics: Arc<Metrics>,
     _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-fn sample(file: &str) -> Vec<Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config/samples")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    text.split("\n---")
-        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
-        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{file}: {e}")))
-        .collect()
 }
 
 impl Env {
@@ -208,21 +200,6 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
-    let v = serde_json::to_value(obj).ok()?;
-    let c = v["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    Some((s("status"), s("reason"), s("message")))
-}
-
-fn ready(obj: &impl serde::Serialize) -> bool {
-    condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
 }
 
 async fn wait_for<K>(api: &Api<K>, name: &str, pred: impl Fn(&K) -> bool) -> K

@@ -13,6 +13,8 @@
 //! deleted out of band is reinstalled by the periodic drift check. No repository password or
 //! kubeconfig token ever shows up in status, Events or the operator's logs.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
+use support::condition;
 use tokio::time::Instant;
 
 const NS: &str = "apps";
@@ -539,21 +542,6 @@ fn merge(base: &mut Value, extra: Value) {
             b.insert(k, v);
         }
     }
-}
-
-fn condition(r: &OmniHelmRelease, type_: &str) -> Option<(String, String, String)> {
-    let v = serde_json::to_value(r).ok()?;
-    v["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["reason"].as_str().unwrap_or_default().to_string(),
-                c["message"].as_str().unwrap_or_default().to_string(),
-            )
-        })
 }
 
 fn revision(r: &OmniHelmRelease) -> Option<i64> {

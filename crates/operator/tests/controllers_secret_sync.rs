@@ -4,6 +4,8 @@
 //! cluster are corrected; an unowned target is left byte-for-byte untouched; Delete removes
 //! the copy and Orphan keeps it; no synced value appears in status or Events.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,7 @@ use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::condition;
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
@@ -218,17 +221,6 @@ impl Env {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
-}
-
-fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
-    let v = serde_json::to_value(obj).ok()?;
-    let c = v["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    Some((s("status"), s("reason"), s("message")))
 }
 
 async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K

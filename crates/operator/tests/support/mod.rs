@@ -59,3 +59,35 @@ pub fn unreachable_client() -> kube::Client {
         .unwrap_or_else(|e| panic!("uri: {e}"));
     kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"))
 }
+
+/// `(status, reason, message)` of the condition `type_` in an object's status.
+pub fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(obj).ok()?;
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (text("status"), text("reason"), text("message"))
+        })
+}
+
+/// Whether the object's `Ready` condition is `True`.
+pub fn ready(obj: &impl serde::Serialize) -> bool {
+    condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
+}
+
+/// The documents of one file in `config/samples/`.
+pub fn sample(file: &str) -> Vec<serde_json::Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/samples")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    text.split("\n---")
+        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
+        .map(|d| {
+            serde_saphyr::from_str::<serde_json::Value>(d).unwrap_or_else(|e| panic!("{file}: {e}"))
+        })
+        .collect()
+}
