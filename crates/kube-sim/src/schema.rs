@@ -12,18 +12,7 @@ use crate::store::{ResourceType, Store};
 
 /// The `openAPIV3Schema` of the CRD version serving `t`, when `t` is a custom resource.
 pub(crate) fn crd_schema(store: &Store, t: &ResourceType) -> Option<Value> {
-    store
-        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .into_iter()
-        .find(|c| {
-            c.pointer("/spec/group").and_then(Value::as_str) == Some(t.group.as_str())
-                && c.pointer("/spec/names/plural").and_then(Value::as_str)
-                    == Some(t.plural.as_str())
-        })?
-        .pointer("/spec/versions")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
+    crate::crd::served_version(store, t)?
         .pointer("/schema/openAPIV3Schema")
         .cloned()
 }

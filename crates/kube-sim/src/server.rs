@@ -687,7 +687,7 @@ async fn serve_verb(
                 return Err(ApiError::unsupported_media_type(ct));
             }
             // Custom resources have no patch-merge keys, so the real server refuses these.
-            if strategic && is_custom_resource(store, &t.group, &t.resource) {
+            if strategic && crate::crd::find(store, &t.group, &t.resource).is_some() {
                 return Err(ApiError::unsupported_media_type(ct));
             }
             let patch: Value = if apply {
@@ -828,17 +828,6 @@ fn keep_status_split(rt: &ResourceType, t: &Target, old: &Value, obj: &mut Value
     } else if let Some(m) = obj.as_object_mut() {
         m.remove("status");
     }
-}
-
-/// Whether a CRD serves `group`/`plural` (strategic merge is refused for those).
-fn is_custom_resource(store: &Store, group: &str, plural: &str) -> bool {
-    store
-        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .iter()
-        .any(|c| {
-            c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
-                && c.pointer("/spec/names/plural").and_then(Value::as_str) == Some(plural)
-        })
 }
 
 /// Server-side apply: `fieldManager` is required; a missing object is created;

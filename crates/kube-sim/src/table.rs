@@ -22,23 +22,8 @@ pub(crate) fn wanted(headers: &HeaderMap) -> bool {
 
 /// The printer columns of `t`: `(name, type, jsonPath, description, priority)`.
 fn columns(store: &Store, t: &ResourceType) -> Vec<(String, String, String, String, i64)> {
-    let crd_columns = store
-        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .into_iter()
-        .find(|c| {
-            c.pointer("/spec/group").and_then(Value::as_str) == Some(t.group.as_str())
-                && c.pointer("/spec/names/plural").and_then(Value::as_str)
-                    == Some(t.plural.as_str())
-        })
-        .and_then(|crd| {
-            crd.pointer("/spec/versions")?
-                .as_array()?
-                .iter()
-                .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
-                .get("additionalPrinterColumns")?
-                .as_array()
-                .cloned()
-        });
+    let crd_columns = crate::crd::served_version(store, t)
+        .and_then(|version| version.get("additionalPrinterColumns")?.as_array().cloned());
     match crd_columns {
         Some(cols) if !cols.is_empty() => cols
             .iter()
