@@ -48,7 +48,7 @@ const SAMPLES: [(&str, &str); 8] = [
 pub fn load() -> anyhow::Result<Vec<Value>> {
     let mut docs = Vec::new();
     for (file, text) in SAMPLES {
-        for doc in split_documents(text) {
+        for doc in omni_operator::cli::validate::split_documents(text) {
             let value: Value =
                 serde_saphyr::from_str(doc).with_context(|| format!("parsing {file}"))?;
             if value.is_object() {
@@ -57,26 +57,6 @@ pub fn load() -> anyhow::Result<Vec<Value>> {
         }
     }
     Ok(docs)
-}
-
-fn split_documents(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            out.push(&text[start..offset]);
-            start = offset + line.len();
-        }
-        offset += line.len();
-    }
-    out.push(&text[start..]);
-    out.into_iter()
-        .filter(|d| {
-            d.lines()
-                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-        })
-        .collect()
 }
 
 /// Chart name and version of the sample OmniHelmRelease, if there is one.

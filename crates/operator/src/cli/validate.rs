@@ -218,7 +218,7 @@ fn check_document(at: &str, value: &serde_json::Value, report: &mut Report) {
 /// Splits a YAML stream into its documents, dropping ones that hold only comments or
 /// whitespace. Document markers are `---` lines at column 0 (optionally followed by content or
 /// a comment); `...` end markers are dropped.
-fn split_documents(text: &str) -> Vec<&str> {
+pub fn split_documents(text: &str) -> Vec<&str> {
     let mut docs = Vec::new();
     let mut start = 0;
     let mut offset = 0;
