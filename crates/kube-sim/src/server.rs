@@ -419,7 +419,23 @@ async fn handle(
         dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
         warnings: std::sync::Mutex::new(Vec::new()),
     };
-    let res = serve_verb(&gate, verb, &q, &headers, &body).await;
+    // A patch without a resourceVersion is applied to whatever is current: like the real
+    // server's update loop, recompute it when a concurrent write got in between our read and
+    // our write, instead of reporting a conflict the client never asked for.
+    let unconditional_patch = verb == "patch" && !body.windows(15).any(|w| w == b"resourceVersion");
+    let mut res = serve_verb(&gate, verb, &q, &headers, &body).await;
+    for _ in 0..8 {
+        match &res {
+            Err(e)
+                if unconditional_patch
+                    && e.code == 409
+                    && e.message.contains("has been modified") =>
+            {
+                res = serve_verb(&gate, verb, &q, &headers, &body).await;
+            }
+            _ => break,
+        }
+    }
     let mut resp = match res {
         Ok(r) => r,
         Err(e) => err_response(&e),

@@ -236,3 +236,89 @@ mod reqwest_like {
         }
     }
 }
+
+/// A patch without a resourceVersion never fails because another write landed between the
+/// server's read and its write (here: made by the webhook while the patch is being admitted);
+/// the server recomputes it on the newer object, as the real API server's update loop does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconditional_patch_survives_a_concurrent_write() {
+    let store: Arc<std::sync::OnceLock<kube_sim::store::Store>> = Arc::default();
+    let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let decide: webhook_server::Decide = {
+        let (store, writes) = (store.clone(), writes.clone());
+        Arc::new(move |review: &Value| {
+            // On the first UPDATE review, write the object behind the patch's back.
+            if review["request"]["operation"] == "UPDATE"
+                && writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+                && let Some(store) = store.get()
+            {
+                let mut current = store
+                    .get("", "configmaps", Some("default"), "raced")
+                    .unwrap();
+                current["data"]["other"] = json!("written concurrently");
+                store
+                    .update("", "configmaps", Some("default"), "raced", current)
+                    .unwrap();
+            }
+            json!({"allowed": true})
+        })
+    };
+    let webhook = TestWebhook::start(&["webhook.ops.svc"], decide).await;
+    let dispatcher = WebhookDispatcher::new();
+    dispatcher.register_service("ops", "webhook", 443, webhook.addr);
+    let sim = KubeSim::builder()
+        .admission(dispatcher)
+        .start()
+        .await
+        .unwrap();
+    let _ = store.set(sim.store().clone());
+    let client = reqwest_like::Client::new(&sim.base_url);
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "racer"},
+        "webhooks": [{"name": "racer.test.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"service": {"namespace": "ops", "name": "webhook", "path": "/validate"}, "caBundle": webhook.ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["configmaps"]}]}],
+    });
+    let (code, _, body) = client
+        .send(
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            "application/json",
+            &config,
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, _, _) = client
+        .send(
+            "POST",
+            CM,
+            "application/json",
+            &configmap("raced", json!({"mine": "1"})),
+        )
+        .await;
+    assert_eq!(code, 201);
+
+    let (code, _, body) = client
+        .send(
+            "PATCH",
+            &format!("{CM}/raced"),
+            "application/merge-patch+json",
+            &json!({"data": {"mine": "2"}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let stored = sim
+        .store()
+        .get("", "configmaps", Some("default"), "raced")
+        .unwrap();
+    assert_eq!(stored["data"]["mine"], "2");
+    assert_eq!(
+        stored["data"]["other"], "written concurrently",
+        "the concurrent write was lost"
+    );
+    assert!(
+        writes.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "the patch was not re-admitted"
+    );
+}
