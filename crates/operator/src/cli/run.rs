@@ -69,6 +69,21 @@ pub struct Args {
     /// Helm executable used by OmniHelmRelease.
     #[arg(long, env = "HELM_BINARY", default_value = "helm")]
     pub helm_binary: PathBuf,
+    /// Most helm processes running at once (each release runs at most one at a time).
+    #[arg(long, env = "HELM_MAX_CONCURRENT", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub helm_max_concurrent: u16,
+    /// How often an in-sync OmniSecretSync re-reads its workload copy to repair drift (Go
+    /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
+    #[arg(long, default_value = "5m", value_parser = parse_interval)]
+    pub secret_sync_resync_interval: Duration,
+}
+
+/// Parses a non-negative Go duration such as `5m` or `0`.
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    crate::api::duration::GoDuration::parse(value)
+        .map_err(|e| e.to_string())?
+        .to_std()
+        .ok_or_else(|| format!("{value:?} is negative; use 0 to turn the check off"))
 }
 
 /// Everything [`run_operator`] needs besides the client.
@@ -88,6 +103,10 @@ pub struct OperatorConfig {
     pub helm_binary: PathBuf,
     /// Writable directory for helm's cache, config and per-release session files.
     pub helm_work_dir: PathBuf,
+    /// Most helm processes at once.
+    pub helm_max_concurrent: usize,
+    /// OmniSecretSync drift re-check interval; zero turns it off.
+    pub secret_sync_resync: Duration,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -118,11 +137,17 @@ impl OperatorConfig {
             webhook: None,
             helm_binary: PathBuf::from("helm"),
             helm_work_dir: default_helm_work_dir(),
+            helm_max_concurrent: DEFAULT_HELM_MAX_CONCURRENT,
+            secret_sync_resync: controllers::secret_sync::RESYNC,
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
         }
     }
 }
+
+/// Default size of the helm process pool: two keeps a 2-CPU operator pod responsive while a
+/// slow chart download or `--wait` is in progress.
+pub const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
 
 /// Helm's state lives under the temp dir: the container's root filesystem is read-only and
 /// the chart mounts an emptyDir at /tmp.
@@ -135,7 +160,7 @@ async fn start_helm(config: &OperatorConfig) -> Option<Helm> {
     let helm_config = HelmConfig {
         binary: config.helm_binary.clone(),
         work_dir: config.helm_work_dir.clone(),
-        max_concurrent: 2,
+        max_concurrent: config.helm_max_concurrent,
     };
     match Helm::new(helm_config).await {
         Ok(h) => {
@@ -212,6 +237,8 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         }),
         helm_binary: args.helm_binary.clone(),
         helm_work_dir: default_helm_work_dir(),
+        helm_max_concurrent: usize::from(args.helm_max_concurrent),
+        secret_sync_resync: args.secret_sync_resync_interval,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
     })
@@ -378,7 +405,8 @@ async fn lead_and_reconcile(
             config.metrics.clone(),
             pod,
         )
-        .with_helm(helm),
+        .with_helm(helm)
+        .with_secret_sync_resync(config.secret_sync_resync),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
@@ -521,6 +549,43 @@ mod tests {
         assert!(config.webhook.is_none());
         assert_eq!(config.leader.map(|l| l.namespace), Some("omni".to_string()));
         assert_eq!(config.helm_binary, PathBuf::from("/usr/bin/helm"));
+        assert_eq!(config.helm_max_concurrent, DEFAULT_HELM_MAX_CONCURRENT);
+        assert_eq!(config.secret_sync_resync, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn tuning_flags_parse_and_reject_nonsense() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["run", "--namespace", "omni"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|cli| config_from_args(&cli.args))
+        };
+        let config = parse(&[
+            "--helm-max-concurrent",
+            "6",
+            "--secret-sync-resync-interval",
+            "1h30m",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.helm_max_concurrent, 6);
+        assert_eq!(config.secret_sync_resync, Duration::from_secs(5400));
+        let off = parse(&["--secret-sync-resync-interval", "0"])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(off.secret_sync_resync, Duration::ZERO);
+        for bad in [
+            &["--helm-max-concurrent", "0"][..],
+            &["--secret-sync-resync-interval", "5 minutes"][..],
+            &["--secret-sync-resync-interval=-1m"][..],
+        ] {
+            let err = match parse(bad) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{bad:?} was accepted"),
+            };
+            let flag = bad[0].split('=').next().unwrap_or_default();
+            assert!(err.contains(flag), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -241,6 +241,11 @@ impl Draft {
 }
 
 /// Reason and message of a healthy release after `action` (parity §7.3 wording).
+///
+/// The original reports `ReconcileFailed` on a *healthy* release whose last action is neither
+/// Install nor Upgrade; a `Ready=True` condition must not say "failed" (docs/decisions.md), so
+/// such a release is described by its revision instead: revision 1 was an install, later ones
+/// upgrades.
 fn success_condition(action: Option<&str>, name: &str, revision: i64) -> (&'static str, String) {
     match action {
         Some("Install") => (
@@ -251,9 +256,13 @@ fn success_condition(action: Option<&str>, name: &str, revision: i64) -> (&'stat
             reasons::HELM_UPGRADED,
             format!("upgraded Helm release {name:?} to revision {revision}"),
         ),
+        _ if revision <= 1 => (
+            reasons::HELM_INSTALLED,
+            format!("Helm release {name:?} is deployed at revision {revision}"),
+        ),
         _ => (
-            reasons::RECONCILE_FAILED,
-            format!("reconciled Helm release {name:?}"),
+            reasons::HELM_UPGRADED,
+            format!("Helm release {name:?} is deployed at revision {revision}"),
         ),
     }
 }
@@ -947,6 +956,29 @@ mod tests {
         let mut t = a.clone();
         t.spec.namespace = "other".into();
         assert_ne!(input_digest(&a), input_digest(&t));
+    }
+
+    #[test]
+    fn a_healthy_release_never_reports_a_failure_reason() {
+        let (reason, message) = success_condition(Some("Install"), "app", 1);
+        assert_eq!(reason, reasons::HELM_INSTALLED);
+        assert_eq!(message, r#"installed Helm release "app" revision 1"#);
+        let (reason, message) = success_condition(Some("Upgrade"), "app", 4);
+        assert_eq!(reason, reasons::HELM_UPGRADED);
+        assert_eq!(message, r#"upgraded Helm release "app" to revision 4"#);
+        // Status restored from a backup, or written by another tool: no recorded action.
+        for (action, revision, expected) in [
+            (None, 1, reasons::HELM_INSTALLED),
+            (None, 3, reasons::HELM_UPGRADED),
+            (Some("Uninstall"), 2, reasons::HELM_UPGRADED),
+        ] {
+            let (reason, message) = success_condition(action, "app", revision);
+            assert_eq!(reason, expected, "{action:?} revision {revision}");
+            assert!(
+                message.contains(&format!("revision {revision}")),
+                "{message}"
+            );
+        }
     }
 
     fn at(status: &str, revision: i64, deployed: Option<&str>) -> ReleaseInfo {

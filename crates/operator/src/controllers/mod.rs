@@ -135,7 +135,8 @@ impl Context {
         self
     }
 
-    /// Replaces the OmniSecretSync drift re-check interval (tests use a short one).
+    /// Replaces the OmniSecretSync drift re-check interval (tests use a short one); zero turns
+    /// the periodic re-check off.
     pub fn with_secret_sync_resync(mut self, every: Duration) -> Self {
         self.secret_sync_resync = every;
         self

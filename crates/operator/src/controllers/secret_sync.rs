@@ -459,6 +459,7 @@ async fn finish(
     accepted: Option<bool>,
 ) -> Result<Action, Error> {
     let next = match &outcome {
+        Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
         Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
         // An unowned target lives in the workload cluster, which is not watched: poll so an
         // adoption annotation is noticed.
