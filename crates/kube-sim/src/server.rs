@@ -19,7 +19,7 @@ use crate::hooks::{CounterKey, Hooks};
 use crate::patch::{field_set, json_patch, merge_patch, strategic_merge};
 use crate::request::{Authenticator, Authorizer, RequestInfo, UserInfo};
 use crate::selectors::{field_selector_matches, selector_matches};
-use crate::store::{Preconditions, ResourceType, Store};
+use crate::store::{Preconditions, ResourceType, Store, Write};
 use crate::watch::{WatchOptions, watch};
 
 /// Errors starting the server.
@@ -407,6 +407,18 @@ async fn handle(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    if let Some(value) = q.get("dryRun").filter(|v| *v != "All") {
+        return err_response(&ApiError::invalid(
+            "meta.k8s.io",
+            options_kind(verb),
+            "",
+            vec![crate::error::Cause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!("Unsupported value: {value:?}: supported values: \"All\""),
+                field: "dryRun".into(),
+            }],
+        ));
+    }
     let gate = Gate {
         dispatcher: st.admission.as_ref(),
         hooks: &st.hooks,
@@ -416,7 +428,8 @@ async fn handle(
         rt: &rt,
         t: &t,
         ns: ns.as_deref(),
-        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All")
+            || (matches!(verb, "delete" | "deletecollection") && body_requests_dry_run(&body)),
         warnings: std::sync::Mutex::new(Vec::new()),
     };
     // A patch without a resourceVersion is applied to whatever is current: like the real
@@ -448,6 +461,27 @@ async fn handle(
         }
     }
     resp
+}
+
+/// DeleteOptions may come as the request body, and clients (kube-rs among them) put
+/// `dryRun: ["All"]` there instead of in the query.
+fn body_requests_dry_run(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|o| o.get("dryRun").and_then(Value::as_array).cloned())
+        .is_some_and(|values| values.iter().any(|v| v == "All"))
+}
+
+/// The options kind the real server names when it rejects a request parameter.
+fn options_kind(verb: &str) -> &'static str {
+    match verb {
+        "create" => "CreateOptions",
+        "update" => "UpdateOptions",
+        "patch" => "PatchOptions",
+        "delete" | "deletecollection" => "DeleteOptions",
+        "list" | "watch" => "ListOptions",
+        _ => "GetOptions",
+    }
 }
 
 /// `kubectl auth whoami`: who the server thinks the caller is. Only `create` exists.
@@ -485,6 +519,24 @@ pub(crate) struct Gate<'a> {
 }
 
 impl Gate<'_> {
+    /// Stores a new object (or, under `dryRun=All`, only computes it).
+    fn create(&self, obj: Value) -> Result<Value, ApiError> {
+        let (store, t) = (self.store, self.t);
+        let write = Write::from_dry_run(self.dry_run);
+        let created = store.create_as(&t.group, &t.resource, self.ns, obj, write)?;
+        if write == Write::DryRun {
+            return Ok(created);
+        }
+        crd_established(store, &t.group, &t.resource, created)
+    }
+
+    /// Replaces an object (or, under `dryRun=All`, only computes the result).
+    fn update(&self, name: &str, obj: Value) -> Result<Value, ApiError> {
+        let write = Write::from_dry_run(self.dry_run);
+        self.store
+            .update_as(&self.t.group, &self.t.resource, self.ns, name, obj, write)
+    }
+
     /// Asks the webhooks whose rules match; a denial or a failed call under
     /// `failurePolicy: Fail` becomes the request's error.
     async fn check(
@@ -676,8 +728,7 @@ async fn serve_verb(
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
             crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
-            let created = store.create(&t.group, &t.resource, ns, obj)?;
-            let created = crd_established(store, &t.group, &t.resource, created)?;
+            let created = gate.create(obj)?;
             Ok(json_response(201, &created))
         }
         "update" => {
@@ -688,7 +739,7 @@ async fn serve_verb(
             crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
-            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            let updated = gate.update(name, obj)?;
             Ok(json_response(200, &updated))
         }
         "patch" => {
@@ -736,7 +787,7 @@ async fn serve_verb(
             crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
-            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            let updated = gate.update(name, obj)?;
             Ok(json_response(200, &updated))
         }
         "delete" => {
@@ -764,6 +815,11 @@ async fn serve_verb(
                     .unwrap_or(false);
             let existing = store.get(&t.group, &t.resource, ns, name)?;
             gate.check(Operation::Delete, None, Some(&existing)).await?;
+            if gate.dry_run {
+                // Every check ran (preconditions included); nothing is deleted.
+                pre.check(&existing, &t.group, &t.resource, name)?;
+                return Ok(json_response(200, &existing));
+            }
             crate::gc::prepare_foreground(store, body, &t.group, &t.resource, ns, name);
             let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
             if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
@@ -801,7 +857,9 @@ async fn serve_verb(
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                     let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
                     gate.check(Operation::Delete, None, Some(&o)).await?;
-                    store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
+                    if !gate.dry_run {
+                        store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
+                    }
                 }
             }
             Ok(json_response(
@@ -919,8 +977,7 @@ async fn server_side_apply(
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
             crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
-            let created = store.create(&t.group, &t.resource, ns, obj)?;
-            let created = crd_established(store, &t.group, &t.resource, created)?;
+            let created = gate.create(obj)?;
             Ok(json_response(201, &created))
         }
         Err(e) => Err(e),
@@ -951,7 +1008,7 @@ async fn server_side_apply(
             crate::schema::apply(store, rt, &mut obj)?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
-            let updated = store.update(&t.group, &t.resource, ns, name, obj)?;
+            let updated = gate.update(name, obj)?;
             Ok(json_response(200, &updated))
         }
     }

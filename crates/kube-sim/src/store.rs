@@ -10,6 +10,22 @@ use tokio::sync::broadcast;
 
 use crate::error::{ApiError, Cause};
 
+/// Whether a write is stored or only checked (`?dryRun=All`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Store the object, bump the resourceVersion and notify watchers.
+    Persist,
+    /// Run every check and return what would be stored; change nothing.
+    DryRun,
+}
+
+impl Write {
+    /// `DryRun` when the request's `dryRun` parameter is `All`.
+    pub fn from_dry_run(dry_run: bool) -> Self {
+        if dry_run { Self::DryRun } else { Self::Persist }
+    }
+}
+
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
@@ -201,6 +217,45 @@ pub struct Preconditions {
     pub resource_version: Option<String>,
 }
 
+impl Preconditions {
+    /// 409 Conflict when `obj` is not the object the caller meant to delete.
+    pub fn check(
+        &self,
+        obj: &Value,
+        group: &str,
+        resource: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        if let Some(uid) = &self.uid
+            && Some(uid.as_str()) != meta_str(obj, "uid")
+        {
+            return Err(ApiError::conflict(
+                group,
+                resource,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(obj, "uid").unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(rv) = &self.resource_version
+            && Some(rv.as_str()) != meta_str(obj, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                group,
+                resource,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(obj, "resourceVersion").unwrap_or("")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -386,7 +441,21 @@ impl Store {
         group: &str,
         resource: &str,
         namespace: Option<&str>,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        self.create_as(group, resource, namespace, obj, Write::Persist)
+    }
+
+    /// [`Store::create`], or with [`Write::DryRun`] every check and the object the server
+    /// would store (uid, timestamps, generated name) without storing it: no resourceVersion,
+    /// no watch event (`?dryRun=All`).
+    pub fn create_as(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
         mut obj: Value,
+        write: Write,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let t = inner
@@ -458,8 +527,7 @@ impl Store {
         if inner.objects.contains_key(&key) {
             return Err(ApiError::already_exists(group, resource, &name));
         }
-        inner.rv += 1;
-        let rv = inner.rv;
+        let rv = inner.rv + 1;
         let m = obj
             .as_object_mut()
             .ok_or_else(|| ApiError::bad_request("not an object"))?;
@@ -477,12 +545,17 @@ impl Store {
         }
         meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
         meta["creationTimestamp"] = json!(now());
-        meta["resourceVersion"] = json!(rv.to_string());
         meta["generation"] = json!(1);
         if let Some(mm) = meta.as_object_mut() {
             mm.remove("deletionTimestamp");
             mm.remove("deletionGracePeriodSeconds");
+            mm.remove("resourceVersion");
         }
+        if write == Write::DryRun {
+            return Ok(obj);
+        }
+        inner.rv = rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         inner.objects.insert(key, obj.clone());
         self.emit(
             &mut inner,
@@ -507,7 +580,21 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
         name: &str,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        self.update_as(group, resource, namespace, name, obj, Write::Persist)
+    }
+
+    /// [`Store::update`], or with [`Write::DryRun`] every check and the object the server
+    /// would store, keeping the current resourceVersion and storing nothing (`?dryRun=All`).
+    pub fn update_as(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
         mut obj: Value,
+        write: Write,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let t = inner
@@ -607,6 +694,9 @@ impl Store {
             // A no-op write keeps the resourceVersion and emits no event, like the real server.
             return Ok(old);
         }
+        if write == Write::DryRun {
+            return Ok(probe);
+        }
         inner.rv += 1;
         let rv = inner.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -687,32 +777,7 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(group, resource, name))?;
-        if let Some(uid) = &pre.uid
-            && Some(uid.as_str()) != meta_str(&obj, "uid")
-        {
-            return Err(ApiError::conflict(
-                group,
-                resource,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&obj, "uid").unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(rv) = &pre.resource_version
-            && Some(rv.as_str()) != meta_str(&obj, "resourceVersion")
-        {
-            return Err(ApiError::conflict(
-                group,
-                resource,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&obj, "resourceVersion").unwrap_or("")
-                ),
-            ));
-        }
+        pre.check(&obj, group, resource, name)?;
         let has_finalizers = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)

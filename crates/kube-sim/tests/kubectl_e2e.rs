@@ -1,5 +1,6 @@
 //! The real kubectl 1.35 against kube-sim: `apply -f` of our CRDs and samples, `get` (table and
-//! `-o yaml`), `patch` (merge, json and strategic), `wait --for=condition`, and `delete`.
+//! `-o yaml`), `apply --dry-run=server`, `patch` (merge, json and strategic), `wait
+//! --for=condition`, and `delete`.
 //! Needs `scripts/install-test-tools` (or `KUBECTL_BIN`).
 
 #[path = "fixtures/tools.rs"]
@@ -55,6 +56,17 @@ async fn kubectl_applies_gets_patches_waits_and_deletes() {
     .await
     .ok();
     kubectl(args(&["create", "namespace", NS])).await.ok();
+    // A server-side dry run (what `kubectl diff` and CI pipelines use) checks and stores nothing.
+    let dry = kubectl(args(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        &path("config/samples"),
+    ]))
+    .await;
+    assert!(dry.ok().contains("(server dry run)"), "{}", dry.stdout);
+    let nothing = get_json(&kubectl(args(&["get", "omni", "-n", NS, "-o", "json"])).await);
+    assert_eq!(nothing["items"], json!([]), "{nothing}");
     let out = kubectl(args(&["apply", "-f", &path("config/samples")])).await;
     let applied = out.ok();
     for kind in [
