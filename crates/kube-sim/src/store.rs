@@ -187,6 +187,9 @@ pub struct WatchEvent {
     pub resource: String,
     /// The object after the change (for DELETED: its last state, with the deletion RV).
     pub object: Value,
+    /// For MODIFIED by an update: the object before it, so a watch with a selector can tell
+    /// an object entering (ADDED) or leaving (DELETED) its selection.
+    pub previous: Option<Value>,
     /// resourceVersion of the change.
     pub rv: u64,
 }
@@ -564,6 +567,7 @@ impl Store {
                 group: group.into(),
                 resource: resource.into(),
                 object: obj.clone(),
+                previous: None,
                 rv,
             },
         );
@@ -713,6 +717,7 @@ impl Store {
                     group: group.into(),
                     resource: resource.into(),
                     object: obj.clone(),
+                    previous: None,
                     rv,
                 },
             );
@@ -736,6 +741,7 @@ impl Store {
                     group: group.into(),
                     resource: resource.into(),
                     object: obj.clone(),
+                    previous: Some(old),
                     rv,
                 },
             );
@@ -801,6 +807,7 @@ impl Store {
                         group: group.into(),
                         resource: resource.into(),
                         object: obj.clone(),
+                        previous: None,
                         rv,
                     },
                 );
@@ -819,6 +826,7 @@ impl Store {
                     group: group.into(),
                     resource: resource.into(),
                     object: obj.clone(),
+                    previous: None,
                     rv,
                 },
             );
@@ -856,6 +864,7 @@ impl Store {
                 group: String::new(),
                 resource: "namespaces".into(),
                 object: obj,
+                previous: None,
                 rv,
             },
         );

@@ -80,26 +80,43 @@ pub(crate) fn watch(
             store.history_since(rv)?
         }
     };
-    let matches = {
+    // What this watch reports for a store event, if anything. With a selector, an update
+    // that moves an object into the selection is ADDED and one that moves it out is DELETED
+    // (carrying its previous state at the new resourceVersion), as the real watch cache does.
+    let project = {
         let (group, resource, ns) = (group.clone(), resource.clone(), ns.clone());
         let q = q.clone();
-        move |e: &crate::store::WatchEvent| {
-            selected(&q, &e.object)
-                && e.group == group
+        move |e: &crate::store::WatchEvent| -> Option<Value> {
+            let in_scope = e.group == group
                 && e.resource == resource
                 && ns.as_deref().is_none_or(|n| {
                     e.object
                         .pointer("/metadata/namespace")
                         .and_then(Value::as_str)
                         == Some(n)
-                })
+                });
+            if !in_scope {
+                return None;
+            }
+            let now = selected(&q, &e.object);
+            let before = e.previous.as_ref().map(|p| selected(&q, p));
+            match (before, now) {
+                (Some(false), true) => Some(json!({"type": "ADDED", "object": e.object})),
+                (Some(true), false) => {
+                    let mut last = e.previous.clone().unwrap_or(Value::Null);
+                    last["metadata"]["resourceVersion"] = json!(e.rv.to_string());
+                    Some(json!({"type": "DELETED", "object": last}))
+                }
+                (_, true) => Some(json!({"type": e.kind, "object": e.object})),
+                (_, false) => None,
+            }
         }
     };
     let mut last_rv = store.resource_version();
     for e in backlog.iter() {
         last_rv = last_rv.max(e.rv);
-        if matches(e) {
-            initial.push(json!({"type": e.kind, "object": e.object}));
+        if let Some(line) = project(e) {
+            initial.push(line);
         }
     }
     if let Some(rv) = since {
@@ -130,8 +147,8 @@ pub(crate) fn watch(
         last_rv,
     };
     let rest = futures::stream::unfold(
-        (state, matches, bookmark),
-        |(mut st, matches, bookmark)| async move {
+        (state, project, bookmark),
+        |(mut st, project, bookmark)| async move {
             loop {
                 let deadline = async {
                     match st.deadline {
@@ -152,9 +169,8 @@ pub(crate) fn watch(
                     event = st.rx.recv() => match event {
                         Ok(e) => {
                             st.last_rv = st.last_rv.max(e.rv);
-                            if matches(&e) {
-                                let line = json!({"type": e.kind, "object": e.object});
-                                return Some((Ok(Bytes::from(format!("{line}\n"))), (st, matches, bookmark)));
+                            if let Some(line) = project(&e) {
+                                return Some((Ok(Bytes::from(format!("{line}\n"))), (st, project, bookmark)));
                             }
                         }
                         // A lagging watcher ends its stream; the client re-lists, as after a real
@@ -168,7 +184,7 @@ pub(crate) fn watch(
                     () = deadline => return None,
                     () = tick => {
                         let line = bookmark(st.last_rv);
-                        return Some((Ok(Bytes::from(format!("{line}\n"))), (st, matches, bookmark)));
+                        return Some((Ok(Bytes::from(format!("{line}\n"))), (st, project, bookmark)));
                     }
                 }
             }

@@ -108,6 +108,50 @@ async fn bookmarks_carry_the_latest_resource_version_when_allowed() {
 }
 
 #[tokio::test]
+async fn a_selector_watch_sees_objects_enter_and_leave_the_selection() {
+    let (sim, client) = start(Duration::from_secs(60)).await;
+    let mut events = raw_watch(&sim, "labelSelector=team%3Dblue").await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &cm("x")).await.unwrap();
+    let label = |team: &str| {
+        kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"team": team}}}))
+    };
+    let params = kube::api::PatchParams::default();
+    let joined = api.patch("x", &params, &label("blue")).await.unwrap();
+    let relabelled = api.patch("x", &params, &label("red")).await.unwrap();
+    // Changes outside the selection are not reported at all.
+    api.patch("x", &params, &label("green")).await.unwrap();
+    api.create(&PostParams::default(), &cm("marker"))
+        .await
+        .unwrap();
+    api.patch("marker", &params, &label("blue")).await.unwrap();
+
+    let mut next = async || {
+        tokio::time::timeout(WAIT, events.next())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let added = next().await;
+    assert_eq!(added["type"], "ADDED", "{added}");
+    assert_eq!(
+        added["object"]["metadata"]["resourceVersion"].as_str(),
+        joined.metadata.resource_version.as_deref()
+    );
+    // Leaving: DELETED with the last state that matched, at the new resourceVersion.
+    let left = next().await;
+    assert_eq!(left["type"], "DELETED", "{left}");
+    assert_eq!(left["object"]["metadata"]["labels"]["team"], "blue");
+    assert_eq!(
+        left["object"]["metadata"]["resourceVersion"].as_str(),
+        relabelled.metadata.resource_version.as_deref()
+    );
+    let marker = next().await;
+    assert_eq!(marker["type"], "ADDED", "{marker}");
+    assert_eq!(marker["object"]["metadata"]["name"], "marker");
+}
+
+#[tokio::test]
 async fn timeout_seconds_and_cut_watches_end_the_stream() {
     let (sim, _client) = start(Duration::from_secs(60)).await;
     let mut timed = raw_watch(&sim, "timeoutSeconds=1").await;
