@@ -204,6 +204,37 @@ struct Inner {
     history_size: usize,
 }
 
+impl Inner {
+    /// The type serving `group`/`resource` and the key of `name` in it: namespaced kinds
+    /// default to the `default` namespace, cluster-scoped ones ignore `namespace`.
+    fn locate(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(ResourceType, Key), ApiError> {
+        let t = self
+            .types
+            .iter()
+            .find(|t| t.group == group && t.plural == resource)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(group, resource, name))?;
+        let ns = if t.namespaced {
+            namespace.unwrap_or("default").to_string()
+        } else {
+            String::new()
+        };
+        let key = (
+            group.to_string(),
+            resource.to_string(),
+            ns,
+            name.to_string(),
+        );
+        Ok((t, key))
+    }
+}
+
 /// The shared object store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -601,23 +632,7 @@ impl Store {
         write: Write,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
-        let t = inner
-            .types
-            .iter()
-            .find(|t| t.group == group && t.plural == resource)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(group, resource, name))?;
-        let ns = if t.namespaced {
-            namespace.unwrap_or("default").to_string()
-        } else {
-            String::new()
-        };
-        let key = (
-            group.to_string(),
-            resource.to_string(),
-            ns,
-            name.to_string(),
-        );
+        let (t, key) = inner.locate(group, resource, namespace, name)?;
         let old = inner
             .objects
             .get(&key)
@@ -761,23 +776,7 @@ impl Store {
         pre: &Preconditions,
     ) -> Result<(Value, bool), ApiError> {
         let mut inner = self.lock();
-        let t = inner
-            .types
-            .iter()
-            .find(|t| t.group == group && t.plural == resource)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(group, resource, name))?;
-        let ns = if t.namespaced {
-            namespace.unwrap_or("default").to_string()
-        } else {
-            String::new()
-        };
-        let key = (
-            group.to_string(),
-            resource.to_string(),
-            ns,
-            name.to_string(),
-        );
+        let (_, key) = inner.locate(group, resource, namespace, name)?;
         let mut obj = inner
             .objects
             .get(&key)
