@@ -211,6 +211,177 @@ pub(crate) fn resolve(
     Ok((others, dropped))
 }
 
+/// Metadata that identifies the object or that the server maintains: never owned by an
+/// update.
+const SYSTEM_METADATA: [&str; 10] = [
+    "name",
+    "namespace",
+    "managedFields",
+    "resourceVersion",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+];
+
+/// Leaf paths whose value differs between `old` and `new`: `(set, removed)`, where `set`
+/// holds paths added or changed in `new` and `removed` paths only `old` has. Lists are
+/// atomic leaves, as in our FieldsV1 sets.
+fn changed_paths(old: &Value, new: &Value) -> (Vec<Path>, Vec<Path>) {
+    fn walk(
+        old: Option<&Value>,
+        new: Option<&Value>,
+        at: &mut Path,
+        set: &mut Vec<Path>,
+        removed: &mut Vec<Path>,
+    ) {
+        let is_system = |k: &str, at: &Path| {
+            (at.is_empty() && matches!(k, "apiVersion" | "kind"))
+                || (at.len() == 1 && at[0] == "metadata" && SYSTEM_METADATA.contains(&k))
+        };
+        match (old, new) {
+            (Some(Value::Object(o)), Some(Value::Object(n))) => {
+                for (k, nv) in n {
+                    if is_system(k, at) {
+                        continue;
+                    }
+                    at.push(k.clone());
+                    walk(o.get(k), Some(nv), at, set, removed);
+                    at.pop();
+                }
+                for (k, ov) in o {
+                    if is_system(k, at) || n.contains_key(k) {
+                        continue;
+                    }
+                    at.push(k.clone());
+                    walk(Some(ov), None, at, set, removed);
+                    at.pop();
+                }
+            }
+            (None, Some(Value::Object(n))) if !n.is_empty() => {
+                for (k, nv) in n {
+                    if is_system(k, at) {
+                        continue;
+                    }
+                    at.push(k.clone());
+                    walk(None, Some(nv), at, set, removed);
+                    at.pop();
+                }
+            }
+            (Some(_), None) => removed.push(at.clone()),
+            (o, Some(n)) if o != Some(n) && !at.is_empty() => set.push(at.clone()),
+            _ => {}
+        }
+    }
+    let (mut set, mut removed) = (Vec::new(), Vec::new());
+    walk(
+        Some(old),
+        Some(new),
+        &mut Vec::new(),
+        &mut set,
+        &mut removed,
+    );
+    (set, removed)
+}
+
+/// Adds `path` to a FieldsV1 set.
+fn insert_field(fields: &mut Value, path: &[String]) {
+    let mut at = fields;
+    for k in path {
+        if !at.is_object() {
+            *at = Value::Object(Map::new());
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        at = map
+            .entry(format!("f:{k}"))
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+}
+
+/// Records a non-apply write (create, update, patch) in `managedFields` the way the real
+/// server does: `manager` gets an `Update` entry (per subresource) owning every field the
+/// write set or changed, and those fields leave every other manager's set (an update takes
+/// ownership without conflicts). A write that changes nothing records nothing.
+pub(crate) fn record_update(
+    old: Option<&Value>,
+    obj: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let empty = Value::Object(Map::new());
+    let (set, removed) = changed_paths(old.unwrap_or(&empty), obj);
+    if set.is_empty() && removed.is_empty() {
+        return;
+    }
+    // A body that clears managedFields explicitly resets ownership, as on the real server.
+    let cleared = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty);
+    let mut entries: Vec<Value> = if cleared {
+        Vec::new()
+    } else {
+        old.and_then(|o| o.pointer("/metadata/managedFields"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let is_mine = |e: &Value| {
+        entry_str(e, "manager") == manager
+            && entry_str(e, "operation") == "Update"
+            && e.get("subresource").and_then(Value::as_str) == subresource
+    };
+    let mut mine = entries
+        .iter()
+        .find(|e| is_mine(e))
+        .and_then(|e| e.get("fieldsV1").cloned())
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    entries.retain(|e| !is_mine(e));
+    for e in &mut entries {
+        if let Some(f) = e.get_mut("fieldsV1") {
+            for p in set.iter().chain(&removed) {
+                remove_field(f, p);
+            }
+        }
+    }
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .is_some_and(|f| f.as_object().is_some_and(|m| !m.is_empty()))
+    });
+    for p in &removed {
+        remove_field(&mut mine, p);
+    }
+    for p in &set {
+        insert_field(&mut mine, p);
+    }
+    if mine.as_object().is_some_and(|m| !m.is_empty()) {
+        let mut entry = serde_json::json!({
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": mine,
+        });
+        if let Some(sub) = subresource {
+            entry["subresource"] = Value::String(sub.to_owned());
+        }
+        entries.push(entry);
+    }
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if entries.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+}
+
 /// Removes `paths` from `obj` (fields a manager stopped applying and nobody else owns).
 pub(crate) fn remove_paths(obj: &mut Value, paths: &[Path]) {
     for p in paths {
@@ -225,6 +396,70 @@ mod tests {
 
     fn fields(v: Value) -> Value {
         v
+    }
+
+    #[test]
+    fn an_update_takes_the_fields_it_changes_from_other_managers() {
+        let old = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "resourceVersion": "5", "managedFields": [
+                {"manager": "flux", "operation": "Apply", "apiVersion": "v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}
+            ]},
+            "data": {"a": "1", "b": "2"}
+        });
+        let mut new = old.clone();
+        new["data"]["a"] = json!("changed");
+        new["metadata"]["labels"] = json!({"team": "blue"});
+        new["metadata"]["resourceVersion"] = json!("6");
+        record_update(
+            Some(&old),
+            &mut new,
+            "kubectl-edit",
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        let entries = new["metadata"]["managedFields"].as_array().unwrap().clone();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert_eq!(entries[0]["manager"], "flux");
+        assert_eq!(entries[0]["fieldsV1"], json!({"f:data": {"f:b": {}}}));
+        assert_eq!(entries[1]["manager"], "kubectl-edit");
+        assert_eq!(entries[1]["operation"], "Update");
+        assert_eq!(
+            entries[1]["fieldsV1"],
+            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:team": {}}}})
+        );
+
+        // Nothing changed: nothing recorded (no new timestamp, no write).
+        let mut same = new.clone();
+        record_update(Some(&new), &mut same, "other", None, "2027-01-01T00:00:00Z");
+        assert_eq!(same, new);
+
+        // A status write is recorded per subresource; removing a field drops it everywhere.
+        let mut status = new.clone();
+        status["status"] = json!({"ready": true});
+        record_update(Some(&new), &mut status, "kubectl-edit", Some("status"), "t");
+        let mut removal = status.clone();
+        removal["data"].as_object_mut().unwrap().remove("b");
+        record_update(Some(&status), &mut removal, "kubectl-edit", None, "t");
+        let entries = removal["metadata"]["managedFields"].as_array().unwrap();
+        assert!(
+            entries.iter().all(|e| e["manager"] != "flux"),
+            "{entries:?}"
+        );
+        assert!(entries.iter().any(|e| e["subresource"] == "status"
+            && e["fieldsV1"] == json!({"f:status": {"f:ready": {}}})));
+    }
+
+    #[test]
+    fn a_create_owns_every_field_it_sets() {
+        let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "uid": "u"}, "data": {"a": "1"}});
+        record_update(None, &mut obj, "creator", None, "t");
+        assert_eq!(
+            obj["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
     }
 
     #[test]

@@ -537,6 +537,35 @@ impl Gate<'_> {
             .update_as(&self.t.group, &self.t.resource, self.ns, name, obj, write)
     }
 
+    /// Records a create, update or patch in `managedFields` under the request's field
+    /// manager: `fieldManager`, else the client's program name from its User-Agent.
+    fn record_update(
+        &self,
+        old: Option<&Value>,
+        obj: &mut Value,
+        q: &HashMap<String, String>,
+        headers: &HeaderMap,
+    ) {
+        let manager = q
+            .get("fieldManager")
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .or_else(|| {
+                headers
+                    .get("user-agent")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|ua| ua.split('/').next())
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        crate::apply::record_update(old, obj, &manager, self.t.subresource.as_deref(), &now);
+    }
+
     /// Asks the webhooks whose rules match; a denial or a failed call under
     /// `failurePolicy: Fail` becomes the request's error.
     async fn check(
@@ -727,6 +756,7 @@ async fn serve_verb(
             let mut obj = parse_body(headers, body)?;
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
             crate::schema::apply(store, rt, &mut obj)?;
+            gate.record_update(None, &mut obj, q, headers);
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;
             Ok(json_response(201, &created))
@@ -737,6 +767,7 @@ async fn serve_verb(
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             crate::schema::apply(store, rt, &mut obj)?;
+            gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = gate.update(name, obj)?;
@@ -785,6 +816,7 @@ async fn serve_verb(
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             crate::schema::apply(store, rt, &mut obj)?;
+            gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = gate.update(name, obj)?;

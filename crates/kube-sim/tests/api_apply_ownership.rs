@@ -1,6 +1,7 @@
 //! Server-side apply field ownership between managers: conflicts (409 naming each field),
 //! `force` taking ownership, shared ownership of equal values, and removal of fields a manager
-//! stops applying when nobody else owns them.
+//! stops applying when nobody else owns them; fields set by create/update/patch belong to
+//! their `Update` manager.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -124,4 +125,91 @@ async fn deletecollection_honours_label_selectors() {
         .map(|c| c.metadata.name.unwrap_or_default())
         .collect();
     assert_eq!(left, vec!["b"]);
+}
+
+#[tokio::test]
+async fn fields_written_by_update_are_owned_and_conflict_with_apply() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let client = kube::Client::try_from(kube::Config::new(sim.base_url.parse().unwrap())).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created: ConfigMap = serde_json::from_value(cm(json!({"a": "1"}))).unwrap();
+    let post = kube::api::PostParams {
+        field_manager: Some("creator".into()),
+        ..Default::default()
+    };
+    api.create(&post, &created).await.unwrap();
+    // A merge patch by another client takes over the field it changes, without conflict.
+    let editor = PatchParams {
+        field_manager: Some("editor".into()),
+        ..Default::default()
+    };
+    let edited = api
+        .patch(
+            "shared",
+            &editor,
+            &Patch::Merge(json!({"data": {"a": "2", "b": "x"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(owners(&edited, "a"), ["editor"]);
+    let entry = edited.metadata.managed_fields.clone().unwrap_or_default();
+    assert!(
+        entry
+            .iter()
+            .all(|e| e.operation.as_deref() == Some("Update")),
+        "{entry:?}"
+    );
+    assert!(
+        entry
+            .iter()
+            .all(|e| e.manager.as_deref() != Some("creator")),
+        "creator owns nothing any more: {entry:?}"
+    );
+
+    // Applying a different value of an updater's field is a conflict naming it and its
+    // apiVersion, as on the real server; force takes the field over.
+    let err = api
+        .patch(
+            "shared",
+            &PatchParams::apply("gitops"),
+            &Patch::Apply(cm(json!({"a": "3"}))),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status")
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(
+        status.message,
+        r#"Apply failed with 1 conflict: conflict with "editor" using v1: .data.a"#
+    );
+    let forced = api
+        .patch(
+            "shared",
+            &PatchParams::apply("gitops").force(),
+            &Patch::Apply(cm(json!({"a": "3"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(owners(&forced, "a"), ["gitops"]);
+    assert_eq!(owners(&forced, "b"), ["editor"]);
+
+    // A write that changes nothing records nothing (no new resourceVersion either).
+    let again = api
+        .patch(
+            "shared",
+            &editor,
+            &Patch::Merge(json!({"data": {"b": "x"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        forced.metadata.resource_version
+    );
+    assert_eq!(
+        again.metadata.managed_fields,
+        forced.metadata.managed_fields
+    );
 }
