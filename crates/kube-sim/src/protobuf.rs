@@ -2,8 +2,8 @@
 //! way: client-go's typed clientsets (helm's release storage among them) write Secrets and
 //! ConfigMaps as `application/vnd.kubernetes.protobuf`. The body is the `k8s\0` magic followed
 //! by a `runtime.Unknown` envelope whose `raw` field holds the object; we decode Secret,
-//! ConfigMap, Namespace (kubectl create namespace) and their ObjectMeta into the JSON form the
-//! store keeps. Other kinds in protobuf
+//! ConfigMap, Namespace (kubectl create namespace), SelfSubjectAccessReview (kubectl auth
+//! can-i) and their ObjectMeta into the JSON form the store keeps. Other kinds in protobuf
 //! get 415 UnsupportedMediaType (see the README). Responses are always JSON, which client-go
 //! accepts whatever it sent.
 
@@ -198,6 +198,55 @@ fn object(kind: &str, raw: &[u8]) -> Result<Map<String, Value>, String> {
     Ok(o)
 }
 
+/// SelfSubjectAccessReview (`kubectl auth can-i`): metadata 1, spec 2 with resourceAttributes 1
+/// (namespace 1, verb 2, group 3, version 4, resource 5, subresource 6, name 7) or
+/// nonResourceAttributes 2 (path 1, verb 2).
+fn access_review(raw: &[u8]) -> Result<Map<String, Value>, String> {
+    const RESOURCE: [&str; 7] = [
+        "namespace",
+        "verb",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "name",
+    ];
+    const NON_RESOURCE: [&str; 2] = ["path", "verb"];
+    let strings = |b: &[u8], names: &[&str]| -> Result<Value, String> {
+        let mut m = Map::new();
+        for (n, f) in fields(b)? {
+            let index = usize::try_from(n).ok().and_then(|n| n.checked_sub(1));
+            if let (Some(name), Field::Bytes(v)) = (index.and_then(|i| names.get(i)), f) {
+                m.insert((*name).to_owned(), json!(text(v)?));
+            }
+        }
+        Ok(Value::Object(m))
+    };
+    let mut o = Map::new();
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(v)) => _ = o.insert("metadata".into(), object_meta(v)?),
+            (2, Field::Bytes(spec)) => {
+                let mut m = Map::new();
+                for (sn, sf) in fields(spec)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(v)) => {
+                            m.insert("resourceAttributes".into(), strings(v, &RESOURCE)?);
+                        }
+                        (2, Field::Bytes(v)) => {
+                            m.insert("nonResourceAttributes".into(), strings(v, &NON_RESOURCE)?);
+                        }
+                        _ => {}
+                    }
+                }
+                o.insert("spec".into(), Value::Object(m));
+            }
+            _ => {}
+        }
+    }
+    Ok(o)
+}
+
 /// Decodes a protobuf request body into the JSON object the store keeps.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let bad = |why: String| {
@@ -224,15 +273,21 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             _ => {}
         }
     }
-    if api_version != "v1" || !matches!(kind.as_str(), "Secret" | "ConfigMap" | "Namespace") {
-        return Err(ApiError::with_code(
-            415,
-            &format!(
-                "kube-sim decodes protobuf only for v1 Secret, ConfigMap and Namespace, not {api_version}/{kind}; send application/json"
-            ),
-        ));
-    }
-    let mut obj = object(&kind, raw.unwrap_or_default()).map_err(bad)?;
+    let raw = raw.unwrap_or_default();
+    let mut obj = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Secret" | "ConfigMap" | "Namespace") => object(&kind, raw).map_err(bad)?,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            access_review(raw).map_err(bad)?
+        }
+        _ => {
+            return Err(ApiError::with_code(
+                415,
+                &format!(
+                    "kube-sim decodes protobuf only for v1 Secret, ConfigMap and Namespace and SelfSubjectAccessReview, not {api_version}/{kind}; send application/json"
+                ),
+            ));
+        }
+    };
     obj.insert("apiVersion".into(), json!(api_version));
     obj.insert("kind".into(), json!(kind));
     Ok(Value::Object(obj))
@@ -298,6 +353,50 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode(b"\x00\x01payload")
         );
         assert!(v["metadata"].get("generateName").is_none());
+    }
+
+    #[test]
+    fn decodes_the_access_review_kubectl_auth_can_i_sends() {
+        let attributes = [
+            bytes_field(1, b"default"),
+            bytes_field(2, b"create"),
+            bytes_field(5, b"secrets"),
+        ]
+        .concat();
+        let review = bytes_field(2, &bytes_field(1, &attributes));
+        let type_meta = [
+            bytes_field(1, b"authorization.k8s.io/v1"),
+            bytes_field(2, b"SelfSubjectAccessReview"),
+        ]
+        .concat();
+        let body = [
+            MAGIC.to_vec(),
+            bytes_field(1, &type_meta),
+            bytes_field(2, &review),
+        ]
+        .concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(
+            v["spec"]["resourceAttributes"],
+            json!({"namespace": "default", "verb": "create", "resource": "secrets"})
+        );
+        let url = bytes_field(
+            2,
+            &bytes_field(
+                2,
+                &[bytes_field(1, b"/healthz"), bytes_field(2, b"get")].concat(),
+            ),
+        );
+        let body = [
+            MAGIC.to_vec(),
+            bytes_field(1, &type_meta),
+            bytes_field(2, &url),
+        ]
+        .concat();
+        assert_eq!(
+            decode(&body).unwrap()["spec"]["nonResourceAttributes"],
+            json!({"path": "/healthz", "verb": "get"})
+        );
     }
 
     #[test]

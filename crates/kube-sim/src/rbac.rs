@@ -240,13 +240,22 @@ pub fn self_subject_access_review(
     subject: &Subject,
     review: &Value,
 ) -> Result<Value, ReviewError> {
+    let attrs = review_attributes(review)?;
+    Ok(match evaluate(objects, subject, &attrs) {
+        Decision::Allow(reason) => review_response(review, Ok(reason)),
+        Decision::NoOpinion => review_response(review, Err(String::new())),
+    })
+}
+
+/// The request a SelfSubjectAccessReview asks about.
+pub fn review_attributes(review: &Value) -> Result<Attributes, ReviewError> {
     let spec = review.get("spec").cloned().unwrap_or(Value::Null);
     let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let attrs = match (
+    match (
         spec.get("resourceAttributes"),
         spec.get("nonResourceAttributes"),
     ) {
-        (Some(r), None) => Attributes {
+        (Some(r), None) => Ok(Attributes {
             verb: text(r, "verb"),
             resource_request: true,
             api_group: text(r, "group"),
@@ -255,23 +264,29 @@ pub fn self_subject_access_review(
             name: text(r, "name"),
             namespace: text(r, "namespace"),
             path: String::new(),
-        },
-        (None, Some(n)) => Attributes {
+        }),
+        (None, Some(n)) => Ok(Attributes {
             verb: text(n, "verb"),
             path: text(n, "path"),
             ..Attributes::default()
-        },
-        _ => {
-            return Err(ReviewError::Invalid(
-                "exactly one of spec.resourceAttributes, spec.nonResourceAttributes must be set"
-                    .to_owned(),
-            ));
-        }
+        }),
+        _ => Err(ReviewError::Invalid(
+            "exactly one of spec.resourceAttributes, spec.nonResourceAttributes must be set"
+                .to_owned(),
+        )),
+    }
+}
+
+/// The answered review: `review`'s spec with `status.allowed` and the reason (`Ok`: why it
+/// is allowed, `Err`: why not; empty reasons are left out).
+pub fn review_response(review: &Value, decision: Result<String, String>) -> Value {
+    let mut status = serde_json::json!({"allowed": decision.is_ok()});
+    let reason = match decision {
+        Ok(r) | Err(r) => r,
     };
-    let status = match evaluate(objects, subject, &attrs) {
-        Decision::Allow(reason) => serde_json::json!({"allowed": true, "reason": reason}),
-        Decision::NoOpinion => serde_json::json!({"allowed": false}),
-    };
+    if !reason.is_empty() {
+        status["reason"] = Value::String(reason);
+    }
     let mut metadata = review
         .get("metadata")
         .cloned()
@@ -279,13 +294,13 @@ pub fn self_subject_access_review(
     if let Some(m) = metadata.as_object_mut() {
         m.insert("creationTimestamp".to_owned(), Value::Null);
     }
-    Ok(serde_json::json!({
+    serde_json::json!({
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": metadata,
-        "spec": spec,
+        "spec": review.get("spec").cloned().unwrap_or(Value::Null),
         "status": status
-    }))
+    })
 }
 
 #[derive(Deserialize, Default)]

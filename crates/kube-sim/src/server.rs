@@ -403,6 +403,9 @@ async fn handle(
     if t.group == "authentication.k8s.io" && t.resource == "selfsubjectreviews" {
         return self_subject_review(verb, &user);
     }
+    if t.group == "authorization.k8s.io" && t.resource == "selfsubjectaccessreviews" {
+        return self_subject_access_review(&st, verb, &user, &headers, &body);
+    }
     let delay = st.hooks.take_latency(verb, &t.resource);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -482,6 +485,64 @@ fn options_kind(verb: &str) -> &'static str {
         "list" | "watch" => "ListOptions",
         _ => "GetOptions",
     }
+}
+
+/// `kubectl auth can-i`: asks the configured authorizer about the request described in the
+/// review (without an authorizer everything is allowed, as with `AlwaysAllow`).
+fn self_subject_access_review(
+    st: &AppState,
+    verb: &str,
+    user: &UserInfo,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
+    if verb != "create" {
+        return err_response(&ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let review = match parse_body(headers, body) {
+        Ok(r) => r,
+        Err(e) => return err_response(&e),
+    };
+    let attrs = match crate::rbac::review_attributes(&review) {
+        Ok(a) => a,
+        Err(e) => {
+            return err_response(&ApiError::invalid(
+                "authorization.k8s.io",
+                "SelfSubjectAccessReview",
+                "",
+                vec![crate::error::Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: e.to_string(),
+                    field: "spec".into(),
+                }],
+            ));
+        }
+    };
+    let optional = |s: String| Some(s).filter(|s| !s.is_empty());
+    let info = RequestInfo {
+        verb: attrs.verb,
+        api_group: attrs.api_group,
+        api_version: String::new(),
+        resource: attrs.resource,
+        subresource: optional(attrs.subresource),
+        namespace: optional(attrs.namespace),
+        name: optional(attrs.name),
+        kind: String::new(),
+        path: attrs.path,
+        is_resource_request: attrs.resource_request,
+    };
+    let decision = match &st.authorizer {
+        // A denial by RBAC carries no reason (it has no opinion); the 403 message is for
+        // requests, not reviews.
+        Some(az) => az
+            .authorize(user, &info, &st.store)
+            .map(|()| String::new())
+            .map_err(|_| String::new()),
+        None => Ok(String::new()),
+    };
+    json_response(201, &crate::rbac::review_response(&review, decision))
 }
 
 /// `kubectl auth whoami`: who the server thinks the caller is. Only `create` exists.

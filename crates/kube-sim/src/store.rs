@@ -100,6 +100,13 @@ pub fn builtin_types() -> Vec<ResourceType> {
             "SelfSubjectReview",
             false,
         ),
+        ResourceType::new(
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+        ),
         ResourceType::new("", "v1", "configmaps", "ConfigMap", true).short(&["cm"]),
         ResourceType::new("", "v1", "serviceaccounts", "ServiceAccount", true).short(&["sa"]),
         ResourceType::new("", "v1", "services", "Service", true)

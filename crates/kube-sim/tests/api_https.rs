@@ -6,6 +6,7 @@ mod kube_client;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
@@ -80,6 +81,26 @@ async fn rbac_authorizer_denies_with_the_real_message_and_bindings_grant() {
         c.auth_info.token = Some(tok.to_string().into());
         kube::Client::try_from(c).unwrap()
     };
+    // `kubectl auth can-i`: a SelfSubjectAccessReview answered by the same authorizer.
+    let can_i = async |tok: &str, verb: &str| {
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(client(tok));
+        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+            "spec": {"resourceAttributes": {"verb": verb, "resource": "configmaps", "namespace": "default"}}
+        }))
+        .unwrap();
+        let answered = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .unwrap();
+        let status = answered.status.unwrap();
+        assert_eq!(
+            answered.spec.resource_attributes.unwrap().verb.as_deref(),
+            Some(verb)
+        );
+        status.allowed
+    };
+    assert!(can_i("admin", "delete").await);
+    assert!(!can_i("dev", "get").await);
     let dev: Api<ConfigMap> = Api::namespaced(client("dev"), "default");
     match dev.get("x").await.unwrap_err() {
         kube::Error::Api(s) => {
@@ -103,6 +124,7 @@ async fn rbac_authorizer_denies_with_the_real_message_and_bindings_grant() {
     }))
     .unwrap();
     admin.create(&PostParams::default(), &crb).await.unwrap();
+    assert!(can_i("dev", "get").await);
     match dev.get("x").await.unwrap_err() {
         kube::Error::Api(s) => assert_eq!(s.code, 404, "{}", s.message),
         other => panic!("expected 404, got {other:?}"),

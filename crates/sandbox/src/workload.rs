@@ -1,5 +1,6 @@
 //! Workload clusters: one kube-sim per Omni cluster, started when Omni first mints a kubeconfig
-//! for it, authenticating the service-account tokens omni-sim mints.
+//! for it, authenticating the service-account tokens omni-sim mints and authorizing them with
+//! RBAC, as a real Talos cluster does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use kube_sim::request::{Authenticator, UserInfo};
 use kube_sim::server::{KubeSim, RunningKubeSim};
 use kube_sim::tls::CertificateAuthority;
+use kube_sim::wiring::RbacAuthorizer;
 use omni_sim::{WorkloadEndpoint, WorkloadProvider};
 
 /// Accepts bearer tokens minted by omni-sim for one cluster, until they expire.
@@ -37,6 +39,23 @@ impl Authenticator for OmniTokenAuthenticator {
             groups,
         })
     }
+}
+
+/// The group the sample OmniKubeconfigExport gives its automation user (the kubeconfig the
+/// sample OmniHelmRelease and OmniSecretSync use). Each workload cluster binds it to
+/// `cluster-admin` at start, the binding a platform team creates when bootstrapping a cluster;
+/// every other exported group has only what RBAC objects created later grant.
+pub const AUTOMATION_GROUP: &str = "cluster-automation";
+
+/// The ClusterRoleBinding each workload cluster starts with.
+fn automation_binding() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "sandbox-cluster-automation"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": AUTOMATION_GROUP}],
+    })
 }
 
 /// Starts and remembers the workload kube-sims.
@@ -81,8 +100,15 @@ impl Workloads {
             .authenticator(Arc::new(OmniTokenAuthenticator {
                 cluster: cluster.to_owned(),
             }))
+            .authorizer(Arc::new(RbacAuthorizer))
             .start()
             .await?;
+        sim.store().create(
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            None,
+            automation_binding(),
+        )?;
         tracing::info!(cluster, url = %sim.base_url, "started a workload cluster");
         Ok(Arc::new(sim))
     }

@@ -120,6 +120,55 @@ async fn kubectl_works_against_it_and_deleting_a_cluster_reaches_omni() {
     assert!(!out.status.success());
     assert!(stderr.contains("denied the request"), "{stderr}");
 
+    // Workload clusters evaluate RBAC: the automation group is bound to cluster-admin, the
+    // GitOps group (no RoleBinding) may do nothing.
+    let exported = |secret: &str, key: &str| {
+        let out = kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "secret",
+                secret,
+                "-n",
+                "omni-cluster-operator-system",
+                "-o",
+                &format!("go-template={{{{index .data \"{key}\" | base64decode}}}}"),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.path().join(format!("{secret}.kubeconfig"));
+        std::fs::write(&path, &out.stdout).unwrap();
+        path
+    };
+    let automation = exported("edge-sample-automation-kubeconfig", "kubeconfig");
+    let gitops = exported("edge-sample-gitops-kubeconfig", "workload.kubeconfig");
+    let can_i = |kubeconfig: &Path| {
+        let out = kubectl(
+            kubeconfig,
+            &["auth", "can-i", "create", "secrets", "-n", "default"],
+        );
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            answer == "yes" || answer == "no",
+            "{answer}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        answer
+    };
+    assert_eq!(can_i(&automation), "yes");
+    assert_eq!(can_i(&gitops), "no");
+    let denied = kubectl(&gitops, &["get", "secrets", "-n", "default"]);
+    assert!(!denied.status.success());
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("Forbidden") && stderr.contains("edge-sample-gitops"),
+        "{stderr}"
+    );
+
     assert_eq!(sandbox.omni.list(omni_sim::types::ty::CLUSTER).len(), 1);
     let out = kubectl(
         &kubeconfig,
