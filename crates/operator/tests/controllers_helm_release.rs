@@ -7,7 +7,8 @@
 //! Covers: install → Ready/deployed/revision 1; a values change → revision 2; a kubeconfig
 //! rotation alone → still revision 2; a failing upgrade with `atomic` → rolled back and a Warning
 //! Event; deletion with Uninstall (release gone) and Orphan (release kept); wrong repository
-//! credentials → a condition naming the problem without the password; a deletion whose
+//! credentials → a condition naming the problem without the password; an HTTPS repository
+//! behind a private CA fails until the credentials Secret carries the CA; a deletion whose
 //! kubeconfig Secret is gone explains itself and Orphan finishes it; a release stuck in
 //! `pending-upgrade` is reported, then recovered once `recoverStuckRelease` allows it; a release
 //! deleted out of band is reinstalled by the periodic drift check. No repository password or
@@ -161,13 +162,15 @@ struct Repo {
     _dir: tempfile::TempDir,
 }
 
-async fn start_repo() -> Repo {
+/// Starts a chart repository; with `tls`, over HTTPS with that server configuration.
+async fn start_repo(tls: Option<Arc<rustls::ServerConfig>>) -> Repo {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));
     let addr: SocketAddr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let url = format!("http://{addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}");
     let src = dir.path().join("src");
     let public = dir.path().join("public");
     std::fs::create_dir_all(&public).unwrap_or_else(|e| panic!("{e}"));
@@ -208,10 +211,41 @@ async fn start_repo() -> Repo {
             }
         }
     });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    match tls {
+        None => {
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+        }
+        Some(config) => {
+            tokio::spawn(serve_tls(listener, app, config));
+        }
+    }
     Repo { url, _dir: dir }
+}
+
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    config: Arc<rustls::ServerConfig>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    while let Ok((stream, _)) = listener.accept().await {
+        let (acceptor, service) = (
+            acceptor.clone(),
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+        );
+        tokio::spawn(async move {
+            // A client that rejects our certificate ends its handshake: nothing to serve.
+            let Ok(stream) = acceptor.accept(stream).await else {
+                return;
+            };
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+        });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,6 +257,8 @@ struct Env {
     workload_client: kube::Client,
     metrics: Arc<Metrics>,
     repo: Repo,
+    /// The same repository over HTTPS, its certificate issued by a private CA.
+    tls_repo: Repo,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _helm_dir: tempfile::TempDir,
     _mgmt: RunningKubeSim,
@@ -282,7 +318,16 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let (workload, workload_client) = kube().await;
-        let repo = start_repo().await;
+        let repo = start_repo(None).await;
+        let ca = kube_sim::tls::CertificateAuthority::generate("private chart repository CA")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let serving = ca
+            .issue_server(&["127.0.0.1", "localhost"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tls_repo = start_repo(Some(
+            ca.server_config(&serving).unwrap_or_else(|e| panic!("{e}")),
+        ))
+        .await;
 
         let env_secret = |name: &str, data: Value| -> Secret {
             serde_json::from_value(json!({
@@ -300,6 +345,10 @@ impl Env {
             env_secret(
                 "repo-credentials",
                 json!({"username": USER, "password": PASSWORD}),
+            ),
+            env_secret(
+                "repo-credentials-with-ca",
+                json!({"username": USER, "password": PASSWORD, "ca.crt": ca.cert_pem()}),
             ),
             env_secret(
                 "wrong-credentials",
@@ -344,6 +393,7 @@ impl Env {
             workload_client,
             metrics,
             repo,
+            tls_repo,
             stop: Some(tx),
             _helm_dir: helm_dir,
             _mgmt: mgmt,
@@ -778,6 +828,41 @@ async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets
         "orphaned, not uninstalled"
     );
 
+    env.assert_nothing_leaked().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_behind_a_private_ca_needs_the_ca_from_the_credentials_secret() {
+    let env = Env::start().await;
+    let api = env.releases();
+    env.create_release(
+        "private",
+        json!({"chart": {
+            "repository": env.tls_repo.url, "chart": "demo", "version": "0.1.0",
+            "credentialsSecretRef": {"name": "repo-credentials"},
+        }}),
+    )
+    .await;
+    let r = wait_for(&api, "private", "failed on the unknown CA", |r| {
+        condition(r, "Ready")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("certificate") || message.contains("x509"),
+        "{message}"
+    );
+    assert_eq!(env.helm_revisions("private").await, Vec::<i64>::new());
+
+    // The same credentials plus the CA bundle (default key `ca.crt`): installed.
+    env.patch_spec(
+        "private",
+        json!({"chart": {"credentialsSecretRef": {"name": "repo-credentials-with-ca"}}}),
+    )
+    .await;
+    wait_for(&api, "private", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    assert_eq!(env.greeting("private").await.as_deref(), Some("hello"));
     env.assert_nothing_leaked().await;
 }
 
