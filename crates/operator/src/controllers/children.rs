@@ -6,18 +6,14 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{
-    Context, Error, api_resource, error_policy_dyn, instrumented, log_outcome, reconcile_decoded,
-    referencing, status,
-};
+use super::{Context, Error, controller_for, drive, instrumented, referencing, status};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
@@ -177,37 +173,20 @@ pub async fn run<K: Child>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<K>(),
-        watcher::Config::default(),
-        api_resource::<K>(),
-    );
+    let controller = controller_for::<K>(&ctx);
     let store = controller.store();
-    let kind: &'static str = match K::kind(&()).as_ref() {
-        "OmniControlPlane" => "OmniControlPlane",
-        "OmniWorkers" => "OmniWorkers",
-        _ => "OmniMachine",
-    };
-    controller
-        .watches(
-            ctx.watch_api::<OmniCluster>(),
-            watcher::Config::default(),
-            move |cluster: OmniCluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                referencing::<K>(&store, |c| {
-                    c.cluster_ref() == name && c.namespace() == namespace
-                })
-            },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile::<K>),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome(kind, r) })
-        .await;
+    let controller = controller.watches(
+        ctx.watch_api::<OmniCluster>(),
+        watcher::Config::default(),
+        move |cluster: OmniCluster| {
+            let name = cluster.name_any();
+            let namespace = cluster.namespace();
+            referencing::<K>(&store, |c| {
+                c.cluster_ref() == name && c.namespace() == namespace
+            })
+        },
+    );
+    drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>).await;
 }
 
 #[cfg(test)]

@@ -9,18 +9,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use omni_client::template::{DeleteProgress, apply, delete_cluster, plan_sync, status_cluster};
 
 use super::connection::status_str;
 use super::{
-    Context, Error, api_resource, decoded, dyn_ref, error_policy_dyn, finalizer, instrumented,
-    log_outcome, reconcile_decoded, referencing, status,
+    Context, Error, controller_for, decoded, drive, dyn_ref, finalizer, instrumented, referencing,
+    status,
 };
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
@@ -442,15 +441,11 @@ fn child_targets(
 
 /// Runs the OmniCluster controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<OmniCluster>(),
-        watcher::Config::default(),
-        api_resource::<OmniCluster>(),
-    );
+    let controller = controller_for::<OmniCluster>(&ctx);
     let clusters = controller.store();
     let (by_cp, by_workers, by_machine) = (clusters.clone(), clusters.clone(), clusters.clone());
     let wc = watcher::Config::default;
-    controller
+    let controller = controller
         .watches(
             ctx.watch_api::<OmniConnection>(),
             wc(),
@@ -503,15 +498,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     ChildKind::Machine,
                 )
             },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome("OmniCluster", r) })
-        .await;
+        );
+    drive::<OmniCluster, _, _>(controller, ctx, shutdown, reconcile).await;
 }
 
 #[cfg(test)]

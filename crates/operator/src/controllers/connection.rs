@@ -5,16 +5,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 
 use super::{
-    Context, Error, api_resource, dyn_ref, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, referencing, status,
+    Context, Error, controller_for, drive, dyn_ref, finalizer, instrumented, referencing, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
@@ -244,13 +242,9 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniConnection controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<OmniConnection>(),
-        watcher::Config::default(),
-        api_resource::<OmniConnection>(),
-    );
+    let controller = controller_for::<OmniConnection>(&ctx);
     let by_secret = controller.store();
-    controller
+    let controller = controller
         // Cluster create/delete re-triggers the connection: this releases a waiting deletion.
         .watches(
             ctx.watch_api::<OmniCluster>(),
@@ -273,15 +267,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                         && c.namespace() == namespace
                 })
             },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome("OmniConnection", r) })
-        .await;
+        );
+    drive::<OmniConnection, _, _>(controller, ctx, shutdown, reconcile).await;
 }
 
 #[cfg(test)]

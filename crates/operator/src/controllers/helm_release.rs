@@ -14,20 +14,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::Kubeconfig;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
-use super::{
-    Context, Error, api_resource, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, referencing, status,
-};
+use super::{Context, Error, controller_for, drive, finalizer, instrumented, referencing, status};
 use crate::api::common::{
     Condition, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -862,14 +858,10 @@ async fn apply(
 
 /// Runs the OmniHelmRelease controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<OmniHelmRelease>(),
-        watcher::Config::default(),
-        api_resource::<OmniHelmRelease>(),
-    );
+    let controller = controller_for::<OmniHelmRelease>(&ctx);
     let by_cluster = controller.store();
     let by_secret = controller.store();
-    controller
+    let controller = controller
         .watches(
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
@@ -897,15 +889,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                                 .is_some_and(|c| c.name == name))
                 })
             },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome("OmniHelmRelease", r) })
-        .await;
+        );
+    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, reconcile).await;
 }
 
 #[cfg(test)]

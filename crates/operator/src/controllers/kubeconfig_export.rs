@@ -17,15 +17,14 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::config::Kubeconfig;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
-    Context, Error, api_resource, dyn_ref, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, referencing, status,
+    Context, Error, controller_for, drive, dyn_ref, finalizer, instrumented, referencing, status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
@@ -539,11 +538,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
 
 /// Runs the OmniKubeconfigExport controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<OmniKubeconfigExport>(),
-        watcher::Config::default(),
-        api_resource::<OmniKubeconfigExport>(),
-    );
+    let controller = controller_for::<OmniKubeconfigExport>(&ctx);
     let by_cluster = controller.store();
     let by_conn = controller.store();
     let clusters: Api<OmniCluster> = ctx.watch_api();
@@ -554,7 +549,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         tokio::spawn(stream.for_each(|_| async {}));
         reader
     };
-    controller
+    let controller = controller
         .watches(
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
@@ -595,15 +590,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .unwrap_or_default();
                 Some(dyn_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
             },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome("OmniKubeconfigExport", r) })
-        .await;
+        );
+    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, reconcile).await;
 }
 
 #[cfg(test)]

@@ -452,8 +452,49 @@ where
     result
 }
 
-/// Logs each reconcile outcome of a controller stream; used by every `run`.
-pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
+/// A controller of kind `K` watching its objects as `DynamicObject`s, so one undecodable object
+/// cannot stall the whole watch (see [`reconcile_decoded`]).
+pub fn controller_for<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+) -> kube::runtime::Controller<DynamicObject> {
+    kube::runtime::Controller::new_with(
+        ctx.dynamic_watch_api::<K>(),
+        kube::runtime::watcher::Config::default(),
+        api_resource::<K>(),
+    )
+}
+
+/// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to
+/// `reconcile`; failures back off per object ([`error_policy_dyn`]).
+pub async fn drive<K, F, Fut>(
+    controller: kube::runtime::Controller<DynamicObject>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    let kind = K::kind(&());
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
+        .for_each(|r| {
+            log_outcome(&kind, r);
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Logs each reconcile outcome of a controller stream at debug level (failures are logged
+/// with their backoff by [`error_policy_dyn`]).
+pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T, E>) {
     match result {
         Ok(obj) => tracing::debug!(kind, object = ?obj, "reconciled"),
         Err(e) => tracing::debug!(kind, error = %e, "reconcile did not complete"),

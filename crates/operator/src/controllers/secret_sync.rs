@@ -10,20 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
-use super::{
-    Context, Error, api_resource, error_policy_dyn, finalizer, instrumented, log_outcome,
-    reconcile_decoded, referencing, status,
-};
+use super::{Context, Error, controller_for, drive, finalizer, instrumented, referencing, status};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -584,14 +580,10 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniSecretSync controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new_with(
-        ctx.dynamic_watch_api::<OmniSecretSync>(),
-        watcher::Config::default(),
-        api_resource::<OmniSecretSync>(),
-    );
+    let controller = controller_for::<OmniSecretSync>(&ctx);
     let by_cluster = controller.store();
     let by_secret = controller.store();
-    controller
+    let controller = controller
         .watches(
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
@@ -613,15 +605,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                             || s.spec.kubeconfig_secret_ref.name == name)
                 })
             },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
-            ctx,
-        )
-        .for_each(|r| async move { log_outcome("OmniSecretSync", r) })
-        .await;
+        );
+    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, reconcile).await;
 }
 
 #[cfg(test)]
