@@ -27,7 +27,7 @@ use omni_sim::types::{label, ty};
 use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::{condition, ready, sample};
+use support::{condition, ready, sample, wait_for, wait_gone};
 use tokio::time::Instant;
 
 /// Namespace of the shipped samples.
@@ -334,46 +334,6 @@ fn merge(base: &mut Value, extra: Value) {
 
 fn has(obj: &impl serde::Serialize, type_: &str, status: &str, reason: &str) -> bool {
     condition(obj, type_).is_some_and(|(s, r, _)| s == status && r == reason)
-}
-
-/// Polls `name` until `pred` holds; panics with the last seen status after [`WAIT`].
-async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
-where
-    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let until = Instant::now() + WAIT;
-    loop {
-        let current = api.get_opt(name).await.ok().flatten();
-        if let Some(obj) = &current
-            && pred(obj)
-        {
-            return obj.clone();
-        }
-        if Instant::now() > until {
-            let status = current
-                .and_then(|o| serde_json::to_value(o).ok())
-                .map(|v| v["status"].clone());
-            panic!("{name}: never {what}; last status: {status:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_gone<K>(api: &Api<K>, name: &str)
-where
-    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let until = Instant::now() + WAIT;
-    loop {
-        match api.get_opt(name).await {
-            Ok(None) => return,
-            Ok(Some(obj)) if Instant::now() > until => {
-                let v = serde_json::to_value(obj).unwrap_or_default();
-                panic!("{name} was never deleted; status: {:#}", v["status"]);
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 async fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {

@@ -20,7 +20,7 @@ use omni_operator::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::{condition, ready, sample};
+use support::{condition, ready, sample, wait_for};
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
@@ -129,7 +129,7 @@ impl Env {
         for doc in sample("05-omnimachine.yaml") {
             env.create::<OmniMachine>(doc).await;
         }
-        wait_for(&env.api::<OmniCluster>(), "edge-sample", ready).await;
+        wait_for(&env.api::<OmniCluster>(), "edge-sample", "Ready", ready).await;
         env
     }
 
@@ -202,28 +202,6 @@ impl Env {
     }
 }
 
-async fn wait_for<K>(api: &Api<K>, name: &str, pred: impl Fn(&K) -> bool) -> K
-where
-    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let until = Instant::now() + WAIT;
-    loop {
-        let current = api.get_opt(name).await.ok().flatten();
-        if let Some(obj) = &current
-            && pred(obj)
-        {
-            return obj.clone();
-        }
-        if Instant::now() > until {
-            let status = current
-                .and_then(|o| serde_json::to_value(o).ok())
-                .map(|v| v["status"].clone());
-            panic!("{name}: condition never reached; last status: {status:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn status_time(e: &OmniKubeconfigExport, field: &str) -> Option<jiff::Timestamp> {
     serde_json::to_value(e).ok()?["status"][field]
         .as_str()?
@@ -237,7 +215,7 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
     let t0 = env.clock.now();
     env.export("rot", "rot-kubeconfig").await;
     let exports = env.api::<OmniKubeconfigExport>();
-    let first = wait_for(&exports, "rot", ready).await;
+    let first = wait_for(&exports, "rot", "Ready", ready).await;
     let next = t0 + jiff::SignedDuration::from_secs(50 * 60);
     assert_eq!(status_time(&first, "lastRotationTime"), Some(t0));
     assert_eq!(status_time(&first, "nextRotationTime"), Some(next));
@@ -334,7 +312,7 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
     // Exactly at the boundary: rotated.
     env.clock.set(next);
     env.poke("rot", 3).await;
-    let rotated = wait_for(&exports, "rot", |e| {
+    let rotated = wait_for(&exports, "rot", "rotated at the planned time", |e| {
         status_time(e, "lastRotationTime") == Some(next)
     })
     .await;
@@ -395,7 +373,7 @@ async fn an_unowned_target_secret_is_untouched_until_adopted() {
         .unwrap_or_else(|e| panic!("{e}"));
     env.export("grabby", "taken").await;
     let exports = env.api::<OmniKubeconfigExport>();
-    let refused = wait_for(&exports, "grabby", |e| {
+    let refused = wait_for(&exports, "grabby", "refused as TargetNotOwned", |e| {
         condition(e, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "TargetNotOwned")
     })
     .await;
@@ -426,7 +404,7 @@ async fn an_unowned_target_secret_is_untouched_until_adopted() {
         .unwrap_or_else(|e| panic!("{e}"));
     // The controller also polls an unowned target; a touch just makes it look now.
     env.poke("grabby", 3).await;
-    wait_for(&exports, "grabby", ready).await;
+    wait_for(&exports, "grabby", "Ready", ready).await;
     let adopted = secrets.get("taken").await.unwrap_or_else(|e| panic!("{e}"));
     let kubeconfig = adopted
         .data
@@ -479,9 +457,12 @@ impl Env {
 
     /// Waits for `Ready=False` with `reason`; returns the export and the condition message.
     async fn wait_reason(&self, name: &str, reason: &str) -> (OmniKubeconfigExport, String) {
-        let e = wait_for(&self.api::<OmniKubeconfigExport>(), name, |e| {
-            condition(e, "Ready").is_some_and(|(s, r, _)| s == "False" && r == reason)
-        })
+        let e = wait_for(
+            &self.api::<OmniKubeconfigExport>(),
+            name,
+            "reporting the expected reason",
+            |e| condition(e, "Ready").is_some_and(|(s, r, _)| s == "False" && r == reason),
+        )
         .await;
         let (_, _, message) = condition(&e, "Ready").unwrap_or_default();
         (e, message)
@@ -502,7 +483,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
 
     // Ready, then idle: further reconciles write nothing to either API (only the pokes).
     env.export_with("idle", json!({})).await;
-    wait_for(&exports, "idle", ready).await;
+    wait_for(&exports, "idle", "Ready", ready).await;
     // A reconcile first, so nothing the Ready write set off is still in flight below.
     env.poke("idle", 0).await;
     let kube_before = env._kube.writes_total();
@@ -596,7 +577,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     );
     env._sim
         .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 0);
-    let recovered = wait_for(&exports, "refused", ready).await;
+    let recovered = wait_for(&exports, "refused", "Ready", ready).await;
     assert_eq!(
         condition(&recovered, "Exported").map(|(s, r, _)| (s, r)),
         Some(("True".into(), "Exported".into()))
@@ -631,7 +612,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
     let ann = |s: &Secret, k: &str| s.annotations().get(k).cloned().unwrap_or_default();
 
     env.export_with("del", json!({})).await;
-    wait_for(&exports, "del", ready).await;
+    wait_for(&exports, "del", "Ready", ready).await;
     let first = secrets
         .get("del-kubeconfig")
         .await
@@ -664,7 +645,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let rewritten = wait_for(&secrets, "del-kubeconfig", |s| {
+    let rewritten = wait_for(&secrets, "del-kubeconfig", "rewritten", |s| {
         ann(s, "omni.texashpc.com/kubeconfig-export-spec-hash") != first_hash
     })
     .await;
@@ -673,7 +654,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
         ann(&first, "omni.texashpc.com/kubeconfig-hash"),
         "the spec changed but the kubeconfig was not minted again"
     );
-    let e = wait_for(&exports, "del", |e| {
+    let e = wait_for(&exports, "del", "re-exported for the new user", |e| {
         status_str(e, "serviceAccountUser") == "someone-else" && ready(e)
     })
     .await;
@@ -706,7 +687,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
     // Orphan keeps it, unchanged.
     env.export_with("keep", json!({"deletionPolicy": "Orphan"}))
         .await;
-    wait_for(&exports, "keep", ready).await;
+    wait_for(&exports, "keep", "Ready", ready).await;
     let kept = secrets
         .get("keep-kubeconfig")
         .await

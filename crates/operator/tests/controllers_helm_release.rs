@@ -35,7 +35,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
-use support::condition;
+use support::{condition, wait_for, wait_gone};
 use tokio::time::Instant;
 
 const NS: &str = "apps";
@@ -602,41 +602,6 @@ fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
     condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
         && revision(r) == Some(rev)
         && r.status.as_ref().and_then(|s| s.release_status.as_deref()) == Some("deployed")
-}
-
-async fn wait_for(
-    api: &Api<OmniHelmRelease>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&OmniHelmRelease) -> bool,
-) -> OmniHelmRelease {
-    let until = Instant::now() + WAIT;
-    loop {
-        let current = api.get_opt(name).await.ok().flatten();
-        if let Some(obj) = &current
-            && pred(obj)
-        {
-            return obj.clone();
-        }
-        if Instant::now() > until {
-            let status = current.map(|o| serde_json::to_value(o.status).unwrap_or_default());
-            panic!("{name}: never {what}; last status: {status:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn wait_gone(api: &Api<OmniHelmRelease>, name: &str) {
-    let until = Instant::now() + WAIT;
-    loop {
-        match api.get_opt(name).await {
-            Ok(None) => return,
-            Ok(Some(o)) if Instant::now() > until => {
-                panic!("{name} was never deleted: {:#?}", o.status)
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 /// Waits until the controller has finished at least one more reconcile than `before`.

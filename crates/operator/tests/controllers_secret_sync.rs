@@ -21,9 +21,8 @@ use omni_operator::api::{OmniCluster, OmniSecretSync};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::condition;
+use support::{condition, wait_for};
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
@@ -220,26 +219,6 @@ impl Env {
             )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
-async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
-where
-    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let until = Instant::now() + WAIT;
-    loop {
-        let current = api.get_opt(name).await.ok().flatten();
-        if let Some(obj) = &current
-            && pred(obj)
-        {
-            return obj.clone();
-        }
-        assert!(
-            Instant::now() < until,
-            "{name}: never {what}; last: {current:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

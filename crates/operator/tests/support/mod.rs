@@ -91,3 +91,48 @@ pub fn sample(file: &str) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// How long the system tests wait for a state: generous, because the machine is shared and
+/// helm runs as a subprocess; only a failing test ever waits this long.
+pub const WAIT: Duration = Duration::from_secs(300);
+
+/// Polls `name` until `pred` holds; panics with the last seen status after [`WAIT`].
+pub async fn wait_for<K>(api: &kube::Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let current = api.get_opt(name).await.ok().flatten();
+        if let Some(obj) = &current
+            && pred(obj)
+        {
+            return obj.clone();
+        }
+        if tokio::time::Instant::now() > until {
+            let status = current
+                .and_then(|o| serde_json::to_value(o).ok())
+                .map(|v| v["status"].clone());
+            panic!("{name}: never {what}; last status: {status:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls until `name` no longer exists; panics with its status after [`WAIT`].
+pub async fn wait_gone<K>(api: &kube::Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        match api.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(obj)) if tokio::time::Instant::now() > until => {
+                let v = serde_json::to_value(obj).unwrap_or_default();
+                panic!("{name} was never deleted; status: {:#}", v["status"]);
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
