@@ -252,6 +252,7 @@ fn deployment_arguments_parse_as_run_flags() {
         &["webhook.enabled=false"][..],
         &["watch.clusterWide=true"][..],
         &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
+        &["helmMaxConcurrent=8", "secretSyncResyncInterval=0"][..],
     ] {
         let docs = render(sets);
         let mut argv = vec!["omni-operator".to_string()];
@@ -342,5 +343,35 @@ fn every_value_is_in_values_yaml_the_schema_and_the_readme() {
             schema["properties"][key].is_object(),
             "values.yaml key {key} is missing from values.schema.json"
         );
+    }
+}
+
+/// `values.schema.json` refuses values the operator would refuse at start-up, so a typo fails
+/// `helm install` instead of crash-looping the pod.
+#[test]
+fn the_values_schema_rejects_what_the_operator_would_refuse() {
+    for (set, field) in [
+        ("helmMaxConcurrent=0", "helmMaxConcurrent"),
+        ("helmMaxConcurrent=100", "helmMaxConcurrent"),
+        (
+            "secretSyncResyncInterval=5minutes",
+            "secretSyncResyncInterval",
+        ),
+        ("secretSyncResyncInterval=7", "secretSyncResyncInterval"),
+        ("noSuchValue=1", "noSuchValue"),
+    ] {
+        let output = Command::new(helm())
+            .arg("template")
+            .arg("omni-cluster-operator")
+            .arg(operator_chart())
+            .args(["--namespace", NAMESPACE, "--set", set])
+            .output()
+            .expect("run helm");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{set} was accepted");
+        assert!(stderr.contains(field), "{set}: {stderr}");
+    }
+    for good in ["secretSyncResyncInterval=1h30m", "helmMaxConcurrent=64"] {
+        render(&[good]);
     }
 }
