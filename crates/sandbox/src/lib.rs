@@ -134,13 +134,11 @@ impl Sandbox {
         progress("starting the management cluster (kube-sim, HTTPS)");
         let dispatcher = WebhookDispatcher::new();
         let serving = ca.issue_server(&["localhost", "127.0.0.1"])?;
+        let tls = ca.server_config(&serving)?;
         let builder = |addr: SocketAddr| {
             KubeSim::builder()
                 .listen(addr)
-                .tls(
-                    ca.server_config(&serving)
-                        .expect("server config from our own CA"),
-                )
+                .tls(tls.clone())
                 .authenticator(Arc::new(StaticAuthenticator::new().without_anonymous()))
                 .admission(dispatcher.clone())
         };
