@@ -166,6 +166,45 @@ fn cause(reason: &str, field: &str, message: String) -> Cause {
     }
 }
 
+/// `x-kubernetes-list-type: set` items and `map` keys must be unique: each repeat is a
+/// `Duplicate value` at its index, worded like the API server (map keys as Go prints them).
+fn list_type_duplicates(items: &[Value], schema: &Value, path: &str, out: &mut Vec<Cause>) {
+    let key_of = |item: &Value| -> Option<(Value, String)> {
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => Some((item.clone(), show(item))),
+            Some("map") => {
+                let keys: Vec<&str> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| k.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let mut key = serde_json::Map::new();
+                for k in keys {
+                    key.insert(k.to_owned(), item.get(k).cloned().unwrap_or(Value::Null));
+                }
+                let shown = format!("map[string]interface {{}}{}", Value::Object(key.clone()));
+                Some((Value::Object(key), shown))
+            }
+            _ => None,
+        }
+    };
+    let mut seen: Vec<Value> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some((key, shown)) = key_of(item) else {
+            return;
+        };
+        if seen.contains(&key) {
+            out.push(cause(
+                "FieldValueDuplicate",
+                &format!("{path}[{i}]"),
+                format!("Duplicate value: {shown}"),
+            ));
+        } else {
+            seen.push(key);
+        }
+    }
+}
+
 fn type_matches(v: &Value, schema: &Value) -> bool {
     if schema
         .get("x-kubernetes-int-or-string")
@@ -271,6 +310,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
                     validate_object(item, item_schema, &format!("{path}[{i}]"), out, false);
                 }
             }
+            list_type_duplicates(items, schema, path, out);
         }
         Value::String(s) => {
             let len = s.chars().count() as u64;

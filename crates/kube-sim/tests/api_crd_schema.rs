@@ -134,6 +134,45 @@ async fn our_crds_default_prune_and_validate() {
             && message.contains(r#"spec.deletionPolicy: Unsupported value: "Shred": supported values: "Delete", "Orphan""#),
         "{message}"
     );
+
+    // `x-kubernetes-list-type: set` (the export's groups): a repeated item is a Duplicate.
+    let err = exports
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniKubeconfigExport",
+                "metadata": {"name": "e2"},
+                "spec": {"clusterRef": {"name": "c1"}, "targetSecretRef": {"name": "s"},
+                         "serviceAccount": {"user": "u", "groups": ["ops", "dev", "ops"]}},
+            })),
+        )
+        .await
+        .unwrap_err();
+    let (code, message) = causes(err);
+    assert_eq!(code, 422);
+    assert!(
+        message.contains(r#"spec.serviceAccount.groups[2]: Duplicate value: "ops""#),
+        "{message}"
+    );
+    // `x-kubernetes-list-type: map` (conditions, keyed by type) through the status endpoint.
+    let mut with_status = clusters.get("c1").await.unwrap();
+    let condition = |status: &str| {
+        json!({"type": "Ready", "status": status, "reason": "R", "message": "",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    with_status.data["status"] = json!({"conditions": [condition("True"), condition("False")]});
+    let err = clusters
+        .replace_status("c1", &PostParams::default(), &with_status)
+        .await
+        .unwrap_err();
+    let (code, message) = causes(err);
+    assert_eq!(code, 422);
+    assert!(
+        message.contains(
+            r#"status.conditions[1]: Duplicate value: map[string]interface {}{"type":"Ready"}"#
+        ),
+        "{message}"
+    );
 }
 
 fn widget_crd() -> Value {
