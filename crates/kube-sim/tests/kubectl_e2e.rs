@@ -85,6 +85,13 @@ async fn kubectl_applies_gets_patches_waits_and_deletes() {
     let again = kubectl(args(&["apply", "-f", &path("config/samples")])).await;
     assert!(!again.ok().contains("configured"), "{}", again.stdout);
 
+    // `kubectl explain` reads the CRD's descriptions from the OpenAPI v3 documents.
+    let explained = kubectl(args(&["explain", "omnicluster.spec.deletePolicy"])).await;
+    let text = explained.ok();
+    assert!(text.contains("OmniCluster"), "{text}");
+    assert!(text.contains("destroyMachines"), "{text}");
+    assert!(text.contains("DESCRIPTION"), "{text}");
+
     // Printer columns and short names come from the CRD.
     let table = kubectl(args(&["get", "ocl", "-n", NS])).await;
     let header = table.ok().lines().next().unwrap_or_default().to_owned();
