@@ -2,6 +2,7 @@
 pub mod admission;
 mod apply;
 pub mod auth;
+mod cel;
 mod crd;
 mod discovery;
 pub mod error;

@@ -2,8 +2,8 @@
 //! fields the schema does not know (unless `x-kubernetes-preserve-unknown-fields`), drop `null`s
 //! of non-nullable fields, apply **defaults**, then **validate** (types, `enum`, `required`,
 //! bounds, lengths, `pattern`, item counts). Validation errors are one 422 Invalid with a cause
-//! per field, worded like the real server. CEL rules (`x-kubernetes-validations`) are not
-//! evaluated; see the README.
+//! per field, worded like the real server. CEL rules (`x-kubernetes-validations`) are evaluated
+//! for the subset `cel.rs` implements; others are not evaluated (see the README).
 
 use serde_json::Value;
 
@@ -166,6 +166,53 @@ fn cause(reason: &str, field: &str, message: String) -> Cause {
     }
 }
 
+/// `x-kubernetes-validations`: each rule in the supported CEL subset is evaluated with `self`
+/// bound to the value; a failing rule is `Invalid value: "<type>": <message>` at the schema
+/// node's path (or its `fieldPath`). Rules outside the subset are not evaluated.
+fn cel_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
+    let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let kind = match v {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+    };
+    for rule in rules {
+        let Some(text) = rule.get("rule").and_then(Value::as_str) else {
+            continue;
+        };
+        let failure = match crate::cel::holds(text, v) {
+            Ok(true) | Err(crate::cel::CelError::Unsupported(_)) => continue,
+            Ok(false) => rule
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("failed rule: {text}")),
+            Err(crate::cel::CelError::Runtime(e)) => format!("{e} evaluating rule: {text}"),
+        };
+        let at = match rule.get("fieldPath").and_then(Value::as_str) {
+            Some(extra) => format!("{path}{extra}"),
+            None => path.to_owned(),
+        };
+        let reason = rule
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("FieldValueInvalid");
+        out.push(cause(
+            reason,
+            &at,
+            format!("Invalid value: \"{kind}\": {failure}"),
+        ));
+    }
+}
+
 /// `x-kubernetes-list-type: set` items and `map` keys must be unique: each repeat is a
 /// `Duplicate value` at its index, worded like the API server (map keys as Go prints them).
 fn list_type_duplicates(items: &[Value], schema: &Value, path: &str, out: &mut Vec<Cause>) {
@@ -259,6 +306,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
             ),
         ));
     }
+    cel_rules(v, schema, path, out);
     match v {
         Value::Object(map) => {
             if let Some(required) = schema.get("required").and_then(Value::as_array) {

@@ -135,6 +135,30 @@ async fn our_crds_default_prune_and_validate() {
         "{message}"
     );
 
+    // CEL rules (`x-kubernetes-validations`) run before any admission webhook.
+    let err = clusters
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniCluster",
+                "metadata": {"name": "c2"},
+                "spec": {
+                    "connectionRef": {"name": "omni"},
+                    "kubernetes": {"version": "v1.35.0"},
+                    "talos": {"version": "v1.13.2"},
+                    "deletePolicy": {"orphan": true, "destroyMachines": true},
+                },
+            })),
+        )
+        .await
+        .unwrap_err();
+    let (code, message) = causes(err);
+    assert_eq!(code, 422);
+    assert!(
+        message.contains(r#"spec.deletePolicy: Invalid value: "object": orphan and destroyMachines cannot both be true"#),
+        "{message}"
+    );
+
     // `x-kubernetes-list-type: set` (the export's groups): a repeated item is a Duplicate.
     let err = exports
         .create(

@@ -107,18 +107,22 @@ async fn kubectl_works_against_it_and_deleting_a_cluster_reaches_omni() {
         .unwrap();
     assert_eq!(ready["status"], "True");
 
-    // kube-sim calls the operator's webhook: a rule only the webhook enforces here (kube-sim
-    // does not evaluate CEL) rejects the object.
+    // kube-sim calls the operator's webhook: a rule only the webhook enforces (a patch with both
+    // a file and inline content; the CRD schema cannot express it) rejects the object.
     let bad = dir.path().join("bad.yaml");
     std::fs::write(
         &bad,
-        "apiVersion: omni.texashpc.com/v1alpha1\nkind: OmniCluster\nmetadata:\n  name: bad\n  namespace: omni-cluster-operator-system\nspec:\n  connectionRef:\n    name: omni-sample\n  kubernetes:\n    version: v1.35.0\n  talos:\n    version: v1.13.2\n  deletePolicy:\n    orphan: true\n    destroyMachines: true\n",
+        "apiVersion: omni.texashpc.com/v1alpha1\nkind: OmniCluster\nmetadata:\n  name: bad\n  namespace: omni-cluster-operator-system\nspec:\n  connectionRef:\n    name: omni-sample\n  kubernetes:\n    version: v1.35.0\n  talos:\n    version: v1.13.2\n  patches:\n    - name: both\n      file: patches/a.yaml\n      inline:\n        machine: {}\n",
     )
     .unwrap();
     let out = kubectl(&kubeconfig, &["apply", "-f", bad.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("denied the request"), "{stderr}");
+    assert!(
+        stderr.contains("denied the request")
+            && stderr.contains("patch must not set both file and inline"),
+        "{stderr}"
+    );
 
     // Workload clusters evaluate RBAC: the automation group is bound to cluster-admin, the
     // GitOps group (no RoleBinding) may do nothing.
