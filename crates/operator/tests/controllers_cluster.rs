@@ -457,9 +457,20 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
     }
 
     // Metrics: one info series per object with its readiness, and Omni calls by outcome.
+    let count = |text: &str, method: &str, outcome: &str| -> u64 {
+        let prefix =
+            format!(r#"omni_operator_omni_rpcs_total{{method="{method}",outcome="{outcome}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    // Counters are bumped by reconciles still running when the idle window closed, so wait
+    // for them rather than read them once.
     let text = metrics_when(&env, |t| {
         t.contains(r#"name="edge-sample",ready="True",reason="Synced""#)
             && t.contains(r#"name="omni-sample",ready="True",reason="ConnectionReady""#)
+            && count(t, "sync", "unchanged") >= 3
     })
     .await;
     for series in [
@@ -472,14 +483,7 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
     ] {
         assert!(text.contains(&series), "missing {series} in\n{text}");
     }
-    let count = |method: &str, outcome: &str| -> u64 {
-        let prefix =
-            format!(r#"omni_operator_omni_rpcs_total{{method="{method}",outcome="{outcome}"}} "#);
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let count = |method: &str, outcome: &str| count(&text, method, outcome);
     assert!(count("sync", "changed") >= 1, "{text}");
     assert!(count("sync", "unchanged") >= 3, "{text}");
     assert!(count("ping", "unchanged") >= 1, "{text}");

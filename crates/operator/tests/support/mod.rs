@@ -136,3 +136,14 @@ where
         }
     }
 }
+
+/// Write requests `sim` has served for `resources` (plural names), from every client: the
+/// part of the API server one controller is responsible for, while others may still be busy.
+pub fn writes_to(sim: &kube_sim::server::RunningKubeSim, resources: &[&str]) -> u64 {
+    sim.hooks()
+        .counts()
+        .iter()
+        .filter(|(k, _)| k.is_write() && resources.contains(&k.resource.as_str()))
+        .map(|(_, n)| n)
+        .sum()
+}
