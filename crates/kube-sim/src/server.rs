@@ -211,7 +211,9 @@ async fn serve_tls(
         let tcp = match listener.accept().await {
             Ok((tcp, _)) => tcp,
             Err(e) => {
+                // Usually descriptor exhaustion: back off instead of spinning on the error.
                 tracing::warn!(error = %e, "kube-sim accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };

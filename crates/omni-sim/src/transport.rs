@@ -81,7 +81,9 @@ pub async fn serve(
         let (stream, _) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                tracing::debug!(error = %e, "accept failed");
+                // Usually descriptor exhaustion: back off instead of spinning on the error.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
