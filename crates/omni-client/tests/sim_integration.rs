@@ -542,3 +542,42 @@ async fn admins_register_service_accounts_that_can_then_sign_in() {
     assert!(matches!(err, StateError::PermissionDenied(_)), "{err:?}");
     sim.shutdown().await;
 }
+
+/// One `Client` is one HTTP/2 channel: clones, unary calls, concurrent calls and streams all
+/// share it (the original opened a connection per call).
+#[tokio::test]
+async fn a_client_and_its_clones_share_one_connection() {
+    let sim = sim().await;
+    let key = sim.register_service_account("op", Role::Operator).unwrap();
+    let client = client(&sim, &key);
+    let state = client.state();
+    state
+        .create(cluster("shared").into_resource(), "")
+        .await
+        .unwrap();
+    let clones: Vec<Client> = (0..4).map(|_| client.clone()).collect();
+    let calls = clones.iter().map(|c| async move {
+        c.ping().await.unwrap();
+        c.state()
+            .get(NAMESPACE, CLUSTER_TYPE, "shared")
+            .await
+            .unwrap();
+    });
+    futures::future::join_all(calls).await;
+    let mut events = state
+        .watch(&WatchTarget::single(NAMESPACE, CLUSTER_TYPE, "shared"))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(sim.connections_accepted(), 1);
+
+    // A second client is a second channel: the counter does count connections.
+    let other = self::client(&sim, &key);
+    other.ping().await.unwrap();
+    assert_eq!(sim.connections_accepted(), 2);
+    sim.shutdown().await;
+}

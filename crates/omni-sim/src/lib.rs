@@ -327,8 +327,14 @@ impl OmniSimBuilder {
         let routes = tonic::service::Routes::new(state)
             .add_service(management)
             .prepare();
-        let server_task =
-            tokio::spawn(transport::serve(listener, routes, tls, shutdown_rx.clone()));
+        let connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let server_task = tokio::spawn(transport::serve(
+            listener,
+            routes,
+            tls,
+            connections.clone(),
+            shutdown_rx.clone(),
+        ));
         let controller_task = tokio::spawn(controllers.clone().run(shutdown_rx));
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         Ok(RunningOmniSim {
@@ -337,6 +343,7 @@ impl OmniSimBuilder {
             shared,
             controllers,
             shutdown: shutdown_tx,
+            connections,
             tasks: Mutex::new(vec![server_task, controller_task]),
         })
     }
@@ -380,6 +387,7 @@ pub struct RunningOmniSim {
     shared: Arc<Shared>,
     controllers: Arc<Controllers>,
     shutdown: watch::Sender<bool>,
+    connections: Arc<std::sync::atomic::AtomicU64>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -478,6 +486,11 @@ impl RunningOmniSim {
     /// Write RPCs received so far (for "no writes when idle" assertions).
     pub fn writes_total(&self) -> u64 {
         self.shared.hooks.writes_total()
+    }
+
+    /// TCP connections accepted so far (a client that reuses its channel opens one).
+    pub fn connections_accepted(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Direct access to the store (bypasses authentication, roles and validation).

@@ -63,11 +63,13 @@ where
     }
 }
 
-/// Accepts connections until `shutdown` flips, then closes every open connection.
+/// Accepts connections (counting them in `connections`) until `shutdown` flips, then closes
+/// every open connection.
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let svc = tower::Layer::layer(&GrpcGateLayer, routes);
@@ -87,6 +89,7 @@ pub async fn serve(
                 continue;
             }
         };
+        connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let svc = svc.clone();
         match &tls {
             None => {
