@@ -1,4 +1,6 @@
 //! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
+
+#![warn(missing_docs)]
 pub mod admission;
 mod apply;
 pub mod auth;

@@ -348,7 +348,7 @@ pub fn client_config(
 /// Reads `CN` and every `O` from a certificate's subject.
 ///
 /// A tiny DER walk instead of a full X.509 parser: the path to the subject is fixed
-/// (Certificate → TBSCertificate → [version], serial, signature, issuer, validity, subject).
+/// (Certificate → TBSCertificate → \[version\], serial, signature, issuer, validity, subject).
 pub fn client_identity(cert_der: &[u8]) -> Result<ClientIdentity, TlsError> {
     const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
     const OID_O: &[u8] = &[0x55, 0x04, 0x0a];

@@ -7,6 +7,8 @@
 //! - [`render`]: OmniCluster and its children → Omni cluster template (pure).
 //! - [`cli`]: the subcommands of the `omni-operator` binary.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod cli;
 pub mod controllers;

@@ -2,6 +2,8 @@
 //! with a machine pool, the operator (controllers and admission webhook, called by kube-sim),
 //! a workload kube-sim per Omni cluster, and a chart repository for the sample Helm release.
 
+#![warn(missing_docs)]
+
 pub mod chart_repo;
 pub mod samples;
 pub mod status;
