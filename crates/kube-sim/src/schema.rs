@@ -176,14 +176,7 @@ fn cel_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
     else {
         return;
     };
-    let kind = match v {
-        Value::Object(_) => "object",
-        Value::Array(_) => "array",
-        Value::String(_) => "string",
-        Value::Number(_) => "number",
-        Value::Bool(_) => "boolean",
-        Value::Null => "null",
-    };
+    let kind = json_type(v);
     for rule in rules {
         let Some(text) = rule.get("rule").and_then(Value::as_str) else {
             continue;
@@ -252,6 +245,18 @@ fn list_type_duplicates(items: &[Value], schema: &Value, path: &str, out: &mut V
     }
 }
 
+/// The JSON type of `v` as the API server names it in `Invalid value: "<type>"` messages.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+    }
+}
+
 fn type_matches(v: &Value, schema: &Value) -> bool {
     if schema
         .get("x-kubernetes-int-or-string")
@@ -277,14 +282,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
     }
     if !type_matches(v, schema) {
         let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
-        let kind = match v {
-            Value::Object(_) => "object",
-            Value::Array(_) => "array",
-            Value::String(_) => "string",
-            Value::Number(_) => "number",
-            Value::Bool(_) => "boolean",
-            Value::Null => "null",
-        };
+        let kind = json_type(v);
         out.push(cause(
             "FieldValueTypeInvalid",
             path,
