@@ -29,6 +29,10 @@ impl CounterKey {
     }
 }
 
+/// One named object: `(plural resource, namespace, name)`; the namespace is empty for
+/// cluster-scoped objects.
+type ObjectKey = (String, String, String);
+
 /// Fails the next `remaining` requests that match.
 #[derive(Clone, Debug)]
 pub struct FailRule {
@@ -59,6 +63,7 @@ struct LatencyRule {
 #[derive(Debug)]
 pub struct Hooks {
     counts: Mutex<BTreeMap<CounterKey, u64>>,
+    object_writes: Mutex<BTreeMap<ObjectKey, u64>>,
     failures: Mutex<Vec<FailRule>>,
     latency: Mutex<Vec<LatencyRule>>,
     cuts: tokio::sync::broadcast::Sender<Option<String>>,
@@ -68,6 +73,7 @@ impl Default for Hooks {
     fn default() -> Self {
         Self {
             counts: Mutex::default(),
+            object_writes: Mutex::default(),
             failures: Mutex::default(),
             latency: Mutex::default(),
             cuts: tokio::sync::broadcast::channel(16).0,
@@ -187,6 +193,34 @@ impl Hooks {
         *c.entry(key).or_insert(0) += 1;
     }
 
+    /// Records one write request to the named object `name` (any verb, any subresource), so
+    /// tests can bound the writes one object receives while others are busy.
+    pub fn count_object_write(&self, resource: &str, namespace: Option<&str>, name: &str) {
+        let key = (
+            resource.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        let mut c = self.object_writes.lock().unwrap_or_else(|p| p.into_inner());
+        *c.entry(key).or_insert(0) += 1;
+    }
+
+    /// Write requests served for the object `name` of `resource` in `namespace` (any
+    /// subresource, any user; creates count once the request names the object).
+    pub fn writes_to_object(&self, resource: &str, namespace: Option<&str>, name: &str) -> u64 {
+        let key = (
+            resource.to_string(),
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
+        self.object_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// A snapshot of all counters.
     pub fn counts(&self) -> BTreeMap<CounterKey, u64> {
         self.counts
@@ -225,6 +259,10 @@ impl Hooks {
     /// Clears all counters.
     pub fn reset(&self) {
         self.counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.object_writes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();

@@ -383,6 +383,12 @@ async fn handle(
         subresource: t.subresource.clone(),
         user: user.name.clone(),
     });
+    if let Some(name) = t.name.as_deref()
+        && matches!(verb, "create" | "update" | "patch" | "delete")
+    {
+        st.hooks
+            .count_object_write(&t.resource, ns.as_deref(), name);
+    }
     if let Some(az) = &st.authorizer
         && let Err(reason) = az.authorize(&user, &info, &st.store)
     {

@@ -454,14 +454,40 @@ where
 
 /// A controller of kind `K` watching its objects as `DynamicObject`s, so one undecodable object
 /// cannot stall the whole watch (see [`reconcile_decoded`]).
+///
+/// Its own objects trigger a reconcile only when [`own_change`] differs: a status write (ours
+/// included) is not a reason to reconcile again. Without this filter every status write of a
+/// failing or waiting object re-ran its reconcile at once, bypassing both the backoff and the
+/// computed requeue (a hot loop of hundreds of writes per second). Watches of other kinds,
+/// whose status a controller may depend on, are unaffected.
 pub fn controller_for<K: Resource<DynamicType = ()>>(
     ctx: &Context,
 ) -> kube::runtime::Controller<DynamicObject> {
-    kube::runtime::Controller::new_with(
-        ctx.dynamic_watch_api::<K>(),
-        kube::runtime::watcher::Config::default(),
-        api_resource::<K>(),
-    )
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let ar = api_resource::<K>();
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
+    kube::runtime::Controller::for_stream_with(triggers, reader, ar)
+}
+
+/// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
+/// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
+/// `status` and `resourceVersion` are deliberately left out.
+pub fn own_change<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let meta = obj.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp.as_ref().map(|t| t.0).hash(&mut h);
+    Some(h.finish())
 }
 
 /// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to

@@ -22,10 +22,30 @@ pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condi
         .collect()
 }
 
+/// Status fields that record *when* something was tried rather than *what* happened. A change
+/// of these alone is not worth a write: a failing object retried with backoff would otherwise
+/// rewrite its status on every attempt. They are written along with any real change.
+pub const TIMESTAMP_ONLY_FIELDS: &[&str] = &["lastAttemptTime"];
+
+/// Whether `old` and `new` differ in more than the [`TIMESTAMP_ONLY_FIELDS`].
+fn differs_beyond_timestamps(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !TIMESTAMP_ONLY_FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    strip(old) != strip(new)
+}
+
 /// The JSON merge patch turning status `old` into `new`: changed and new fields are set,
-/// fields absent from `new` are nulled (merge-patch deletion). `None` when they are equal.
+/// fields absent from `new` are nulled (merge-patch deletion). `None` when they are equal or
+/// differ only in [`TIMESTAMP_ONLY_FIELDS`].
 pub fn status_patch(old: &Value, new: &Value) -> Option<Value> {
-    if old == new {
+    if !differs_beyond_timestamps(old, new) {
         return None;
     }
     let mut patch = match new {
@@ -84,6 +104,31 @@ mod tests {
     fn equal_status_needs_no_write() {
         let s = json!({"observedGeneration": 1, "conditions": []});
         assert_eq!(status_patch(&s, &s.clone()), None);
+    }
+
+    #[test]
+    fn a_new_attempt_time_alone_needs_no_write() {
+        let old = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:00:00Z"});
+        let retried = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:05:00Z"});
+        assert_eq!(status_patch(&old, &retried), None);
+        let first = json!({"observedGeneration": 1});
+        assert_eq!(
+            status_patch(&first, &retried),
+            None,
+            "recording the first attempt time alone is no change either"
+        );
+    }
+
+    #[test]
+    fn an_attempt_time_is_written_with_a_real_change() {
+        let old = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:00:00Z"});
+        let new = json!({"observedGeneration": 2, "lastAttemptTime": "2026-01-01T00:05:00Z"});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(
+                json!({"status": {"observedGeneration": 2, "lastAttemptTime": "2026-01-01T00:05:00Z"}})
+            )
+        );
     }
 
     #[test]

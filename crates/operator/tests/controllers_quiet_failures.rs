@@ -1,0 +1,669 @@
+//! Failing and waiting objects are quiet: once an object reports a failure, it writes its status
+//! again only when the status content changes (a new attempt time alone is not a change), its
+//! own status write never triggers another reconcile, and retries of Omni, helm and workload
+//! clusters follow the backoff (5 s · 2ⁿ) or the documented re-check interval.
+//!
+//! Before this was fixed, a failing pass stamped a fresh `lastAttemptTime`, whose write was a
+//! watch event on the object itself: an OmniHelmRelease waiting for its kubeconfig rewrote its
+//! status thousands of times in 30 s, and an OmniCluster that Omni refused sent ~100 rejected
+//! writes to Omni per second. Every failure reason the operator can reach in this environment is
+//! held for one window (60 s; `QUIET_WINDOW_SECS` overrides) with all of them failing at once.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::discovery::ApiResource;
+use kube_sim::kubeconfig::{Credential, Kubeconfig};
+use kube_sim::server::{KubeSim, RunningKubeSim};
+use omni_operator::api::OmniCluster;
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::{Scope, backoff_delay};
+use omni_operator::metrics::Metrics;
+use omni_sim::types::ty;
+use omni_sim::{OmniSim, Role, RunningOmniSim};
+use serde_json::{Value, json};
+use support::{condition, ready, wait_for};
+
+const NS: &str = "quiet";
+const GROUP: &str = "omni.texashpc.com";
+/// gRPC `Unavailable`, as omni-sim's failure hook takes it.
+const UNAVAILABLE: i32 = 14;
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    support::free_addr().port()
+}
+
+fn helm_bin() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
+    assert!(
+        path.exists(),
+        "{path:?} is missing: run scripts/install-test-tools"
+    );
+    path
+}
+
+/// A helm wrapper that logs each invocation's first argument (the command) to `log`, so the
+/// test can count how often the operator ran helm.
+fn counting_helm(dir: &Path, log: &Path) -> PathBuf {
+    let script = dir.join("helm");
+    let text = format!(
+        "#!/bin/sh\necho \"$1\" >> '{}'\nexec '{}' \"$@\"\n",
+        log.display(),
+        helm_bin().display()
+    );
+    std::fs::write(&script, text).unwrap_or_else(|e| panic!("write helm wrapper: {e}"));
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    script
+}
+
+/// Helm commands that change a release (what a retry of a failing release runs).
+fn helm_changes(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| matches!(*l, "install" | "upgrade" | "rollback" | "uninstall"))
+        .count()
+}
+
+async fn start_kube() -> (RunningKubeSim, kube::Client) {
+    let sim = KubeSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
+    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
+    let client =
+        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
+    (sim, client)
+}
+
+async fn create(client: &kube::Client, obj: Value) {
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let (group, version) = match obj["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .split_once('/')
+    {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), "v1".to_string()),
+    };
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar = ApiResource {
+        group: group.clone(),
+        version: version.clone(),
+        api_version: obj["apiVersion"].as_str().unwrap_or_default().to_string(),
+        kind: kind.clone(),
+        plural,
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    let typed: DynamicObject =
+        serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+    api.create(&PostParams::default(), &typed)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
+}
+
+fn ours(kind: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+fn secret(name: &str, data: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS},
+        "stringData": data,
+    })
+}
+
+/// One failing object: its plural resource, name, and the `Ready=False` reason it must hold.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    resource: &'static str,
+    name: &'static str,
+    reason: &'static str,
+}
+
+const fn case(resource: &'static str, name: &'static str, reason: &'static str) -> Case {
+    Case {
+        resource,
+        name,
+        reason,
+    }
+}
+
+/// Every failure this test holds: (plural, name, reason).
+const CASES: &[Case] = &[
+    case("omniconnections", "unreachable", "ConnectionFailed"),
+    case("omniconnections", "keyless", "MissingSecret"),
+    case("omniclusters", "lonely", "MissingConnection"),
+    case("omniclusters", "negative", "ValidationFailed"),
+    case("omniclusters", "typo", "SyncFailed"),
+    case("omniclusters", "unreadable", "StatusFailed"),
+    case("omniclusters", "stranded", "DeleteFailed"),
+    case("omnicontrolplanes", "astray-cp", "MissingCluster"),
+    case("omnikubeconfigexports", "lost", "MissingCluster"),
+    case("omnikubeconfigexports", "grabby", "TargetNotOwned"),
+    case("omnikubeconfigexports", "refused", "ExportFailed"),
+    case("omnisecretsyncs", "sourceless", "MissingSecret"),
+    case("omnisecretsyncs", "clusterless", "MissingCluster"),
+    case("omnisecretsyncs", "offline", "SyncFailed"),
+    case("omnisecretsyncs", "squatted", "TargetNotOwned"),
+    case("omnisecretsyncs", "garbage", "ValidationFailed"),
+    case("omnihelmreleases", "waiting", "MissingSecret"),
+    case("omnihelmreleases", "homeless", "MissingCluster"),
+    case("omnihelmreleases", "malformed", "ValidationFailed"),
+    case("omnihelmreleases", "unfetchable", "ReconcileFailed"),
+    case("omnihelmreleases", "undeletable", "MissingSecret"),
+];
+
+/// How many retries the backoff allows in `window` at the fastest jitter (0.8).
+fn backoff_steps(window: Duration) -> u64 {
+    let mut elapsed = Duration::ZERO;
+    let mut steps = 0;
+    loop {
+        elapsed += backoff_delay(steps as u32 + 1, 0.8);
+        if elapsed > window {
+            return steps;
+        }
+        steps += 1;
+    }
+}
+
+fn window() -> Duration {
+    let secs = std::env::var("QUIET_WINDOW_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    Duration::from_secs(secs)
+}
+
+fn dynamic(client: &kube::Client, resource: &str) -> Api<DynamicObject> {
+    let kind = match resource {
+        "omniconnections" => "OmniConnection",
+        "omniclusters" => "OmniCluster",
+        "omnicontrolplanes" => "OmniControlPlane",
+        "omnikubeconfigexports" => "OmniKubeconfigExport",
+        "omnisecretsyncs" => "OmniSecretSync",
+        "omnihelmreleases" => "OmniHelmRelease",
+        other => panic!("no kind for {other}"),
+    };
+    let ar = ApiResource {
+        group: GROUP.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{GROUP}/v1alpha1"),
+        kind: kind.into(),
+        plural: resource.into(),
+    };
+    Api::namespaced_with(client.clone(), NS, &ar)
+}
+
+fn ready_reason(obj: &DynamicObject) -> Option<(String, String)> {
+    condition(obj, "Ready").map(|(s, r, _)| (s, r))
+}
+
+async fn wait_reason(client: &kube::Client, c: Case) -> DynamicObject {
+    wait_for(&dynamic(client, c.resource), c.name, c.reason, |o| {
+        ready_reason(o) == Some(("False".into(), c.reason.into()))
+    })
+    .await
+}
+
+/// Events about `name` so far, counting each repetition of a series.
+async fn events_about(client: &kube::Client, name: &str) -> u64 {
+    Api::<K8sEvent>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"))
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u64))
+        .sum()
+}
+
+struct Env {
+    mgmt: RunningKubeSim,
+    client: kube::Client,
+    omni: RunningOmniSim,
+    _workload: RunningKubeSim,
+    helm_log: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let (mgmt, client) = start_kube().await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in omni_operator::api::crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("create CRD: {e}"));
+        }
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("namespace: {e}"));
+        let clusters: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
+        let until = tokio::time::Instant::now() + support::WAIT;
+        while clusters.list(&ListParams::default()).await.is_err() {
+            assert!(tokio::time::Instant::now() < until, "CRDs never servable");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let omni = OmniSim::builder()
+            .status_step(Duration::from_millis(20))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+        let key = omni
+            .register_service_account("operator", Role::Operator)
+            .unwrap_or_else(|e| panic!("register: {e}"));
+        let (workload, workload_client) = start_kube().await;
+        let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Namespace>::all(workload_client.clone())
+            .create(&PostParams::default(), &apps)
+            .await
+            .unwrap_or_else(|e| panic!("workload namespace: {e}"));
+        // A Secret in the workload cluster that no OmniSecretSync created.
+        let squatter: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "squatted-copy", "namespace": "apps"},
+            "stringData": {"owner": "someone else"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(workload_client, "apps")
+            .create(&PostParams::default(), &squatter)
+            .await
+            .unwrap_or_else(|e| panic!("squatter: {e}"));
+        let kubeconfig = |server: String| {
+            Kubeconfig::new(server, "admin", Credential::Token("workload-token".into()))
+                .to_yaml()
+                .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
+        };
+        for s in [
+            secret("omni-service-account", json!({"serviceAccountKey": key})),
+            secret("source", json!({"password": "copied"})),
+            secret(
+                "workload-kubeconfig",
+                json!({"kubeconfig": kubeconfig(workload.base_url.clone())}),
+            ),
+            secret(
+                "offline-kubeconfig",
+                json!({"kubeconfig": kubeconfig(format!("http://127.0.0.1:{}", closed_port()))}),
+            ),
+            secret(
+                "garbage-kubeconfig",
+                json!({"kubeconfig": "not: [a kubeconfig"}),
+            ),
+            // An export target that the operator did not create.
+            secret("grabby-target", json!({"kubeconfig": "hand-made"})),
+        ] {
+            create(&client, s).await;
+        }
+
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let helm_log = dir.path().join("helm.log");
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.metrics = Arc::new(Metrics::new());
+        config.helm_binary = counting_helm(dir.path(), &helm_log);
+        config.helm_work_dir = dir.path().join("work");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = rx.await;
+        }));
+        Env {
+            mgmt,
+            client,
+            omni,
+            _workload: workload,
+            helm_log,
+            stop: Some(tx),
+            _dir: dir,
+        }
+    }
+
+    /// Creates every failing object of [`CASES`] (and what they need), deletes the ones whose
+    /// failure is a blocked deletion, and waits until each reports its reason.
+    async fn fail_everything(&self) {
+        let c = &self.client;
+        let auth = json!({"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}});
+        create(
+            c,
+            ours(
+                "OmniConnection",
+                "omni",
+                json!({"endpoint": self.omni.endpoint(), "auth": auth}),
+            ),
+        )
+        .await;
+        create(
+            c,
+            ours(
+                "OmniConnection",
+                "unreachable",
+                json!({
+                    "endpoint": format!("http://127.0.0.1:{}", closed_port()), "auth": auth,
+                }),
+            ),
+        )
+        .await;
+        create(c, ours("OmniConnection", "keyless", json!({
+            "endpoint": self.omni.endpoint(),
+            "auth": {"serviceAccountSecretRef": {"name": "no-such-secret", "key": "serviceAccountKey"}},
+        }))).await;
+
+        let cluster = |name: &str, extra: Value| {
+            let mut spec = json!({
+                "connectionRef": {"name": "omni"},
+                "kubernetes": {"version": "v1.35.0"},
+                "talos": {"version": "v1.13.2"},
+                "syncInterval": "5m",
+            });
+            if let (Some(s), Value::Object(e)) = (spec.as_object_mut(), extra) {
+                s.extend(e);
+            }
+            ours("OmniCluster", name, spec)
+        };
+        let control_plane = |cluster: &str, machine: &str| {
+            ours(
+                "OmniControlPlane",
+                &format!("{cluster}-cp"),
+                json!({
+                    "clusterRef": {"name": cluster}, "machines": [machine],
+                }),
+            )
+        };
+        create(c, cluster("healthy", json!({}))).await;
+        create(
+            c,
+            control_plane("healthy", "aaaaaaaa-0000-4000-8000-000000000001"),
+        )
+        .await;
+        create(
+            c,
+            cluster("lonely", json!({"connectionRef": {"name": "nope"}})),
+        )
+        .await;
+        create(c, cluster("negative", json!({"syncInterval": "-1m"}))).await;
+        create(c, cluster("typo", json!({"talos": {"version": "v1.99.0"}}))).await;
+        create(
+            c,
+            control_plane("typo", "aaaaaaaa-0000-4000-8000-000000000002"),
+        )
+        .await;
+        create(c, cluster("unreadable", json!({"syncInterval": "1s"}))).await;
+        create(
+            c,
+            control_plane("unreadable", "aaaaaaaa-0000-4000-8000-000000000003"),
+        )
+        .await;
+        create(
+            c,
+            cluster("stranded", json!({"connectionRef": {"name": "gone"}})),
+        )
+        .await;
+        create(c, ours("OmniControlPlane", "astray-cp", json!({
+            "clusterRef": {"name": "ghost"}, "machines": ["aaaaaaaa-0000-4000-8000-000000000009"],
+        }))).await;
+
+        let export = |name: &str, cluster: &str, target: &str| {
+            ours(
+                "OmniKubeconfigExport",
+                name,
+                json!({
+                    "clusterRef": {"name": cluster},
+                    "targetSecretRef": {"name": target},
+                    "serviceAccount": {"user": format!("{name}-user"), "groups": ["automation"]},
+                    "ttl": "24h",
+                    "renewBefore": "4h",
+                    "deletionPolicy": "Delete",
+                }),
+            )
+        };
+        create(c, export("lost", "ghost", "lost-target")).await;
+        create(c, export("grabby", "healthy", "grabby-target")).await;
+
+        let sync = |name: &str, cluster: &str, source: &str, kubeconfig: &str| {
+            ours(
+                "OmniSecretSync",
+                name,
+                json!({
+                    "clusterRef": {"name": cluster},
+                    "kubeconfigSecretRef": {"name": kubeconfig, "key": "kubeconfig"},
+                    "sourceSecretRef": {"name": source},
+                    "targetSecretRef": {"name": format!("{name}-copy"), "namespace": "apps"},
+                    "deletionPolicy": "Delete",
+                }),
+            )
+        };
+        create(
+            c,
+            sync(
+                "sourceless",
+                "healthy",
+                "no-such-source",
+                "workload-kubeconfig",
+            ),
+        )
+        .await;
+        create(
+            c,
+            sync("clusterless", "ghost", "source", "workload-kubeconfig"),
+        )
+        .await;
+        create(
+            c,
+            sync("offline", "healthy", "source", "offline-kubeconfig"),
+        )
+        .await;
+        create(
+            c,
+            sync("squatted", "healthy", "source", "workload-kubeconfig"),
+        )
+        .await;
+        create(
+            c,
+            sync("garbage", "healthy", "source", "garbage-kubeconfig"),
+        )
+        .await;
+
+        let release = |name: &str, cluster: &str, kubeconfig: &str, extra: Value| {
+            let mut spec = json!({
+                "clusterRef": {"name": cluster},
+                "kubeconfigSecretRef": {"name": kubeconfig},
+                "namespace": "default",
+                "chart": {
+                    "repository": format!("http://127.0.0.1:{}/charts", closed_port()),
+                    "chart": "demo",
+                    "version": "0.1.0",
+                },
+            });
+            if let (Some(s), Value::Object(e)) = (spec.as_object_mut(), extra) {
+                s.extend(e);
+            }
+            ours("OmniHelmRelease", name, spec)
+        };
+        create(
+            c,
+            release("waiting", "healthy", "not-yet-exported", json!({})),
+        )
+        .await;
+        create(
+            c,
+            release("homeless", "ghost", "workload-kubeconfig", json!({})),
+        )
+        .await;
+        create(
+            c,
+            release(
+                "malformed",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"timeout": "0s"}),
+            ),
+        )
+        .await;
+        create(
+            c,
+            release("unfetchable", "healthy", "workload-kubeconfig", json!({})),
+        )
+        .await;
+        create(
+            c,
+            release("undeletable", "healthy", "vanished-kubeconfig", json!({})),
+        )
+        .await;
+
+        // StatusFailed: once synced, Omni's ClusterStatus becomes undecodable (pinned so Omni's
+        // controllers leave it alone).
+        let clusters = Api::<OmniCluster>::namespaced(c.clone(), NS);
+        wait_for(&clusters, "unreadable", "Ready", ready).await;
+        self.omni
+            .set_cluster_status(
+                "unreadable",
+                omni_client::proto::specs::cluster_status_spec::Phase::Running,
+                true,
+            )
+            .unwrap_or_else(|e| panic!("pin status: {e}"));
+        self.omni.store().modify(
+            omni_sim::types::DEFAULT_NS,
+            ty::CLUSTER_STATUS,
+            "unreadable",
+            |r| {
+                if let Some(spec) = r.spec.as_mut() {
+                    spec.proto_spec = vec![0xff; 3];
+                }
+            },
+        );
+        // ExportFailed: Omni refuses to mint kubeconfigs from now on.
+        self.omni
+            .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
+        wait_for(&clusters, "healthy", "Ready", ready).await;
+        create(c, export("refused", "healthy", "refused-target")).await;
+
+        // Blocked deletions: the cluster's connection and the release's kubeconfig are missing.
+        for (resource, name) in [
+            ("omniclusters", "stranded"),
+            ("omnihelmreleases", "undeletable"),
+        ] {
+            let api = dynamic(c, resource);
+            wait_for(&api, name, "a first failure", |o| {
+                ready_reason(o).is_some_and(|(s, _)| s == "False")
+            })
+            .await;
+            api.delete(name, &DeleteParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+        }
+        for case in CASES {
+            wait_reason(c, *case).await;
+        }
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.omni.shutdown().await;
+        self.mgmt.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_objects_write_only_when_their_status_changes() {
+    let env = Env::start().await;
+    env.fail_everything().await;
+    // Let reconciles queued while the fixtures were created run out.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut events_before = Vec::new();
+    for case in CASES {
+        events_before.push(events_about(&env.client, case.name).await);
+    }
+    env.mgmt.hooks().reset();
+    let omni_writes = env.omni.writes_total();
+    let omni_mints = env.omni.call_count(
+        omni_sim::methods::KUBECONFIG,
+        omni_sim::Outcome::Error(UNAVAILABLE.into()),
+    );
+    let helm_runs = helm_changes(&env.helm_log);
+
+    let window = window();
+    tokio::time::sleep(window).await;
+
+    // One write for a status that really changed (e.g. a retry with a new error text) plus one
+    // per backoff step is the most a failing object may cost.
+    let bound = 1 + backoff_steps(window);
+    let mut loud = Vec::new();
+    for (case, before) in CASES.iter().zip(events_before) {
+        let writes = env
+            .mgmt
+            .hooks()
+            .writes_to_object(case.resource, Some(NS), case.name);
+        let events = events_about(&env.client, case.name).await - before;
+        if writes > bound || events > writes {
+            loud.push(format!(
+                "{}/{} ({}): {writes} writes, {events} Events in {window:?}",
+                case.resource, case.name, case.reason
+            ));
+        }
+        let now = dynamic(&env.client, case.resource)
+            .get(case.name)
+            .await
+            .unwrap_or_else(|e| panic!("get {}: {e}", case.name));
+        assert_eq!(
+            ready_reason(&now),
+            Some(("False".into(), case.reason.into())),
+            "{} left its failure during the window",
+            case.name
+        );
+    }
+    assert!(
+        loud.is_empty(),
+        "failing objects are not quiet (bound {bound} writes per object):\n{}",
+        loud.join("\n")
+    );
+    let omni_writes = env.omni.writes_total() - omni_writes;
+    assert!(
+        omni_writes <= bound,
+        "{omni_writes} Omni writes for one refused cluster in {window:?} (bound {bound})"
+    );
+    let omni_mints = env.omni.call_count(
+        omni_sim::methods::KUBECONFIG,
+        omni_sim::Outcome::Error(UNAVAILABLE.into()),
+    ) - omni_mints;
+    assert!(
+        omni_mints <= bound,
+        "{omni_mints} refused kubeconfig requests in {window:?} (bound {bound})"
+    );
+    let helm_runs = helm_changes(&env.helm_log) - helm_runs;
+    assert!(
+        helm_runs as u64 <= bound,
+        "helm ran {helm_runs} release commands for one failing release in {window:?} (bound {bound})"
+    );
+    env.shutdown().await;
+}
+
+#[test]
+fn the_backoff_allows_four_retries_a_minute() {
+    assert_eq!(backoff_steps(Duration::from_secs(60)), 4);
+    assert_eq!(backoff_steps(Duration::from_secs(3)), 0);
+}
