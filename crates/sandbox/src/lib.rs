@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod chart_repo;
+pub mod pod;
 pub mod samples;
 pub mod status;
 pub mod workload;
@@ -49,7 +50,23 @@ pub struct Options {
     pub helm: PathBuf,
     /// Do not apply the samples.
     pub empty: bool,
+    /// Run the operator as the Helm chart deploys it (see [`pod`]) instead of in-process.
+    pub as_deployed: Option<AsDeployed>,
 }
+
+/// How to run the operator from its chart ([`Options::as_deployed`]).
+#[derive(Debug, Clone)]
+pub struct AsDeployed {
+    /// The built `omni-operator` binary (mapped to the image's `/omni-operator`).
+    pub operator_binary: PathBuf,
+    /// Extra `--set` values for the operator chart.
+    pub values: Vec<String>,
+}
+
+/// Name of the chart release the as-deployed mode renders.
+const RELEASE: &str = "omni-cluster-operator";
+/// The webhook serving-certificate Secret the as-deployed mode provides (cert-manager's job).
+const WEBHOOK_CERT_SECRET: &str = "omni-cluster-operator-webhook-cert";
 
 /// A running sandbox. Dropping it stops everything but the operator, which stops with
 /// [`Sandbox::shutdown`].
@@ -66,6 +83,8 @@ pub struct Sandbox {
     pub kubeconfig: PathBuf,
     /// The objects applied from the samples: `(kind, name)`.
     pub applied: Vec<(String, String)>,
+    /// The operator's pod in the as-deployed mode.
+    pub pod: Option<pod::Pod>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     operator: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _repo: Option<ChartRepo>,
@@ -137,12 +156,18 @@ impl Sandbox {
         let dispatcher = WebhookDispatcher::new();
         let serving = ca.issue_server(&["localhost", "127.0.0.1"])?;
         let tls = ca.server_config(&serving)?;
+        let authenticator = Arc::new(StaticAuthenticator::new().without_anonymous());
         let builder = |addr: SocketAddr| {
-            KubeSim::builder()
+            let b = KubeSim::builder()
                 .listen(addr)
                 .tls(tls.clone())
-                .authenticator(Arc::new(StaticAuthenticator::new().without_anonymous()))
-                .admission(dispatcher.clone())
+                .authenticator(authenticator.clone())
+                .admission(dispatcher.clone());
+            // As deployed, the chart's own RBAC is what authorises the operator.
+            match opts.as_deployed {
+                Some(_) => b.authorizer(Arc::new(kube_sim::wiring::RbacAuthorizer)),
+                None => b,
+            }
         };
         let management = match builder(opts.listen).start().await {
             Ok(m) => m,
@@ -205,36 +230,27 @@ impl Sandbox {
         let key = omni.register_service_account("omni-sandbox", Role::Operator)?;
         write_private(&opts.dir.join("omni-service-account.key"), key.as_bytes())?;
 
-        progress("starting the operator and registering its admission webhook");
-        let webhook_dir = opts.dir.join("webhook-certs");
-        std::fs::create_dir_all(&webhook_dir)?;
-        let webhook_host = format!("{WEBHOOK_SERVICE}.{NAMESPACE}.svc");
-        let webhook_cert = ca.issue_server(&[webhook_host.as_str()])?;
-        write_private(
-            &webhook_dir.join("tls.crt"),
-            webhook_cert.cert_pem.as_bytes(),
-        )?;
-        write_private(
-            &webhook_dir.join("tls.key"),
-            webhook_cert.key_pem.as_bytes(),
-        )?;
-        let webhook_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        dispatcher.register_service(NAMESPACE, WEBHOOK_SERVICE, 443, webhook_addr);
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NAMESPACE.into()));
-        config.webhook = Some(WebhookConfig {
-            bind: webhook_addr,
-            cert_dir: webhook_dir,
-            cert_name: "tls.crt".into(),
-            key_name: "tls.key".into(),
-        });
-        config.helm_binary = opts.helm.clone();
-        config.helm_work_dir = opts.dir.join("helm-operator");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let operator = tokio::spawn(run_operator(config, client.clone(), async move {
-            let _ = stopped.await;
-        }));
-        wait_for_webhook(webhook_addr).await?;
-        register_webhook(&client, &ca).await?;
+        let (stop, operator, pod) = match &opts.as_deployed {
+            Some(deployed) => {
+                progress("running the operator as the Helm chart deploys it");
+                let pod = start_deployed(
+                    opts,
+                    deployed,
+                    &client,
+                    &management,
+                    &ca,
+                    &authenticator,
+                    &dispatcher,
+                )
+                .await?;
+                (None, None, Some(pod))
+            }
+            None => {
+                progress("starting the operator and registering its admission webhook");
+                let (stop, operator) = start_in_process(opts, &client, &ca, &dispatcher).await?;
+                (Some(stop), Some(operator), None)
+            }
+        };
 
         let mut sandbox = Sandbox {
             management,
@@ -243,8 +259,9 @@ impl Sandbox {
             workloads,
             kubeconfig: kubeconfig_path,
             applied: Vec::new(),
-            stop: Some(stop),
-            operator: Some(operator),
+            pod,
+            stop,
+            operator,
             _repo: None,
         };
         if !opts.empty {
@@ -311,7 +328,217 @@ impl Sandbox {
         if let Some(op) = self.operator.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), op).await;
         }
+        if let Some(mut pod) = self.pod.take() {
+            let _ = pod.terminate().await;
+        }
     }
+}
+
+/// Runs the operator in this process with the webhook on a free port.
+async fn start_in_process(
+    opts: &Options,
+    client: &kube::Client,
+    ca: &CertificateAuthority,
+    dispatcher: &WebhookDispatcher,
+) -> anyhow::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+)> {
+    let webhook_dir = opts.dir.join("webhook-certs");
+    std::fs::create_dir_all(&webhook_dir)?;
+    let webhook_host = format!("{WEBHOOK_SERVICE}.{NAMESPACE}.svc");
+    let webhook_cert = ca.issue_server(&[webhook_host.as_str()])?;
+    write_private(
+        &webhook_dir.join("tls.crt"),
+        webhook_cert.cert_pem.as_bytes(),
+    )?;
+    write_private(
+        &webhook_dir.join("tls.key"),
+        webhook_cert.key_pem.as_bytes(),
+    )?;
+    let webhook_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    dispatcher.register_service(NAMESPACE, WEBHOOK_SERVICE, 443, webhook_addr);
+    let mut config = OperatorConfig::embedded(Scope::Namespace(NAMESPACE.into()));
+    config.webhook = Some(WebhookConfig {
+        bind: webhook_addr,
+        cert_dir: webhook_dir,
+        cert_name: "tls.crt".into(),
+        key_name: "tls.key".into(),
+    });
+    config.helm_binary = opts.helm.clone();
+    config.helm_work_dir = opts.dir.join("helm-operator");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(run_operator(config, client.clone(), async move {
+        let _ = stopped.await;
+    }));
+    wait_for_webhook(webhook_addr).await?;
+    register_webhook(client, ca).await?;
+    Ok((stop, operator))
+}
+
+/// Kinds of the rendered operator chart that the management cluster stores; the Deployment
+/// becomes the pod instead, and cert-manager's kinds are not served here.
+const APPLIED_KINDS: &[&str] = &[
+    "Namespace",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Service",
+    "ValidatingWebhookConfiguration",
+];
+
+/// Renders the operator chart, applies its RBAC, Service and webhook configuration, does what
+/// cert-manager and the token controller would (serving certificate, CA bundle, a token for the
+/// service account), and starts the Deployment's pod; returns once it is Ready.
+async fn start_deployed(
+    opts: &Options,
+    deployed: &AsDeployed,
+    client: &kube::Client,
+    management: &RunningKubeSim,
+    ca: &CertificateAuthority,
+    authenticator: &StaticAuthenticator,
+    dispatcher: &WebhookDispatcher,
+) -> anyhow::Result<pod::Pod> {
+    let (health, metrics, webhook) = (free_port()?, free_port()?, free_port()?);
+    let mut values = vec![
+        "certManager.enabled=false".to_string(),
+        format!("webhook.certSecretName={WEBHOOK_CERT_SECRET}"),
+        format!(
+            "webhook.caBundle={}",
+            base64::engine::general_purpose::STANDARD.encode(ca.cert_pem())
+        ),
+        format!("healthProbe.port={health}"),
+        format!("metrics.port={metrics}"),
+        format!("webhook.port={webhook}"),
+    ];
+    values.extend(deployed.values.iter().cloned());
+    let chart = repo_root().join("charts/omni-cluster-operator");
+    let docs = pod::helm_template(&opts.helm, &chart, RELEASE, NAMESPACE, &values)?;
+    for doc in docs.iter().filter(|d| {
+        d["kind"]
+            .as_str()
+            .is_some_and(|k| APPLIED_KINDS.contains(&k))
+    }) {
+        if doc["kind"] == "Namespace" && doc["metadata"]["name"] == NAMESPACE {
+            continue;
+        }
+        apply_builtin(client, doc).await?;
+    }
+    let webhook_service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["spec"]["ports"][0]["port"] == 443)
+        .and_then(|d| d["metadata"]["name"].as_str());
+    if let Some(service) = webhook_service {
+        dispatcher.register_service(
+            NAMESPACE,
+            service,
+            443,
+            SocketAddr::from(([127, 0, 0, 1], webhook)),
+        );
+    }
+    let deployment = pod::find_deployment(&docs)?;
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let token = format!("sa-token-{}", uuid_like());
+    authenticator.add_token(
+        token.clone(),
+        kube_sim::auth::Identity::new(
+            format!("system:serviceaccount:{NAMESPACE}:{account}"),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{NAMESPACE}"),
+            ],
+        ),
+    );
+    let host = webhook_service
+        .map(|s| format!("{s}.{NAMESPACE}.svc"))
+        .unwrap_or_default();
+    let serving = ca.issue_server(&[host.as_str()])?;
+    let mut cert = std::collections::BTreeMap::new();
+    cert.insert("tls.crt".to_string(), serving.cert_pem.clone().into_bytes());
+    cert.insert("tls.key".to_string(), serving.key_pem.clone().into_bytes());
+    cert.insert("ca.crt".to_string(), ca.cert_pem().as_bytes().to_vec());
+    let pod_dir = opts.dir.join("pod");
+    std::fs::create_dir_all(&pod_dir)?;
+    let ctx = pod::PodContext {
+        namespace: NAMESPACE.into(),
+        name: format!("{RELEASE}-controller-manager-0"),
+        api: management
+            .base_url
+            .rsplit_once("://")
+            .map_or(management.base_url.as_str(), |(_, a)| a)
+            .parse()
+            .context("the management API address")?,
+        api_ca_pem: ca.cert_pem().to_string(),
+        token,
+        binaries: [
+            (
+                pod::IMAGE_OPERATOR_PATH.to_string(),
+                deployed.operator_binary.clone(),
+            ),
+            (pod::IMAGE_HELM_PATH.to_string(), opts.helm.clone()),
+        ]
+        .into_iter()
+        .collect(),
+        secrets: [(WEBHOOK_CERT_SECRET.to_string(), cert)]
+            .into_iter()
+            .collect(),
+        dir: pod_dir,
+    };
+    let spec = pod::ContainerSpec::from_deployment(deployment, &ctx)?;
+    let mut pod = pod::Pod::start(spec, &ctx).await?;
+    pod.wait_ready(Duration::from_secs(60)).await?;
+    Ok(pod)
+}
+
+/// Server-side applies one rendered object of a built-in kind in [`APPLIED_KINDS`].
+async fn apply_builtin(client: &kube::Client, doc: &serde_json::Value) -> anyhow::Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let (group, plural, namespaced) = match kind {
+        "Namespace" => ("", "namespaces", false),
+        "ServiceAccount" => ("", "serviceaccounts", true),
+        "Service" => ("", "services", true),
+        "Role" => ("rbac.authorization.k8s.io", "roles", true),
+        "RoleBinding" => ("rbac.authorization.k8s.io", "rolebindings", true),
+        "ClusterRole" => ("rbac.authorization.k8s.io", "clusterroles", false),
+        "ClusterRoleBinding" => ("rbac.authorization.k8s.io", "clusterrolebindings", false),
+        "ValidatingWebhookConfiguration" => (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            false,
+        ),
+        other => bail!("the chart's kind {other} is not applied here"),
+    };
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural);
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(client.clone(), NAMESPACE, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+    api.patch(
+        name,
+        &PatchParams::apply("omni-sandbox").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .with_context(|| format!("applying the chart's {kind} {name}"))?;
+    Ok(())
+}
+
+/// A unique-enough suffix for tokens (not a secret of any strength: loopback tests only).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos:x}-{}", std::process::id())
 }
 
 async fn wait_for_webhook(addr: SocketAddr) -> anyhow::Result<()> {

@@ -70,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         dir: args.dir.clone(),
         helm,
         empty: args.empty,
+        as_deployed: None,
     };
     let started = tokio::time::Instant::now();
     let sandbox = Sandbox::start(&opts, |step| println!("==> {step}")).await?;

@@ -73,6 +73,7 @@ async fn kubectl_works_against_it_and_deleting_a_cluster_reaches_omni() {
         dir: dir.path().join("sandbox"),
         helm: find_helm(Some(&tool("helm"))).unwrap(),
         empty: false,
+        as_deployed: None,
     };
     let sandbox = Sandbox::start(&opts, |_| {}).await.unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -1,0 +1,137 @@
+//! The operator run exactly as the Helm chart deploys it (the pod runner in
+//! `omni_sandbox::pod`): `helm template` of the operator chart, the Deployment's args and env, a
+//! read-only root filesystem, the chart's emptyDir and Secret volumes, its securityContext user,
+//! a service-account token, and kube-sim evaluating the chart's own RBAC. Every sample,
+//! including the OmniHelmRelease driven by the real helm, must become Ready, and the webhook
+//! must reject a bad object. Needs `scripts/install-test-tools`; isolation needs root and
+//! `unshare` (util-linux), and the test says loudly when it ran without them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use omni_sandbox::{AsDeployed, Options, Sandbox, find_helm, repo_root, status};
+
+const WAIT: Duration = Duration::from_secs(180);
+
+fn tool(name: &str) -> PathBuf {
+    let path = repo_root().join(".cache/test-tools/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/install-test-tools",
+        path.display()
+    );
+    path
+}
+
+/// The `omni-operator` binary of this build (target/<profile>/omni-operator), built on demand
+/// when only this package's tests were compiled.
+fn operator_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let binary = profile_dir.join("omni-operator");
+    if !binary.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "omni-operator", "--bin", "omni-operator"])
+            .current_dir(repo_root())
+            .status()
+            .unwrap();
+        assert!(status.success(), "building omni-operator failed");
+    }
+    assert!(binary.is_file(), "{} was not built", binary.display());
+    binary
+}
+
+async fn start(values: &[&str]) -> (tempfile::TempDir, Sandbox) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        dir: dir.path().join("sandbox"),
+        helm: find_helm(Some(&tool("helm"))).unwrap(),
+        empty: false,
+        as_deployed: Some(AsDeployed {
+            operator_binary: operator_binary(),
+            values: values.iter().map(|v| (*v).to_string()).collect(),
+        }),
+    };
+    let sandbox = match Sandbox::start(&opts, |_| {}).await {
+        Ok(s) => s,
+        Err(e) => panic!("the chart's pod did not start: {e:#}"),
+    };
+    if !sandbox
+        .pod
+        .as_ref()
+        .is_some_and(omni_sandbox::pod::Pod::isolated)
+    {
+        eprintln!("WARNING: the operator ran WITHOUT a read-only root (no mount namespaces here)");
+    }
+    (dir, sandbox)
+}
+
+async fn every_sample_becomes_ready(sandbox: &Sandbox) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let rows = status::rows(&sandbox.client).await.unwrap();
+        if rows.len() == sandbox.applied.len() && rows.iter().all(status::Row::is_ready) {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let log = sandbox
+                .pod
+                .as_ref()
+                .map(omni_sandbox::pod::Pod::output)
+                .unwrap_or_default();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            panic!("{}\noperator log tail:\n{tail}", status::render(&rows));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_values_every_sample_becomes_ready_and_the_webhook_rejects_bad_objects() {
+    let (_dir, sandbox) = start(&[]).await;
+    every_sample_becomes_ready(&sandbox).await;
+
+    // A rule only the webhook enforces (a patch with both file and inline content).
+    let clusters: kube::Api<omni_operator::api::OmniCluster> =
+        kube::Api::namespaced(sandbox.client.clone(), omni_sandbox::NAMESPACE);
+    let bad: omni_operator::api::OmniCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniCluster",
+        "metadata": {"name": "bad", "namespace": omni_sandbox::NAMESPACE},
+        "spec": {
+            "connectionRef": {"name": "omni-sample"},
+            "kubernetes": {"version": "v1.35.0"},
+            "talos": {"version": "v1.13.2"},
+            "patches": [{"name": "both", "file": "patches/a.yaml", "inline": {"machine": {}}}],
+        },
+    }))
+    .unwrap();
+    let err = clusters
+        .create(&kube::api::PostParams::default(), &bad)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("the webhook let a bad OmniCluster through"));
+    assert!(
+        err.to_string()
+            .contains("patch must not set both file and inline"),
+        "{err}"
+    );
+    sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wide_without_the_webhook_every_sample_becomes_ready() {
+    let (_dir, sandbox) = start(&["watch.clusterWide=true", "webhook.enabled=false"]).await;
+    every_sample_becomes_ready(&sandbox).await;
+    sandbox.shutdown().await;
+}
