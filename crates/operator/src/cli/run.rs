@@ -76,14 +76,40 @@ pub struct Args {
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
     pub secret_sync_resync_interval: Duration,
+    /// Directory that `file:` patches and manifests of OmniClusters are read from; nothing
+    /// outside it is ever read. Unset refuses every `file:` entry.
+    #[arg(long, env = "TEMPLATE_ROOT", value_parser = parse_non_empty_path)]
+    pub template_root: Option<PathBuf>,
+    /// Writable directory for helm's cache, config and data and the per-release session
+    /// directories (emptied of stale sessions at start-up). Defaults to
+    /// `$TMPDIR/omni-operator-helm`; the chart points it into its emptyDir.
+    #[arg(long, env = "HELM_WORK_DIR", value_parser = parse_non_empty_path)]
+    pub helm_work_dir: Option<PathBuf>,
 }
 
-/// Parses a non-negative Go duration such as `5m` or `0`.
+fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Parses a periodic interval: a Go duration of at least 10s such as `5m`, or `0` (off).
 fn parse_interval(value: &str) -> Result<Duration, String> {
-    crate::api::duration::GoDuration::parse(value)
-        .map_err(|e| e.to_string())?
-        .to_std()
-        .ok_or_else(|| format!("{value:?} is negative; use 0 to turn the check off"))
+    use crate::api::duration::{GoDuration, MIN_INTERVAL};
+    let d = GoDuration::parse(value).map_err(|e| e.to_string())?;
+    if d.is_negative() {
+        return Err(format!(
+            "{value:?} is negative; use 0 to turn the check off"
+        ));
+    }
+    if d.is_positive() && d < MIN_INTERVAL {
+        return Err(format!(
+            "{value:?} is shorter than {MIN_INTERVAL}; use 0 to turn the check off"
+        ));
+    }
+    d.to_std()
+        .ok_or_else(|| format!("{value:?} is out of range"))
 }
 
 /// Everything [`run_operator`] needs besides the client.
@@ -103,6 +129,12 @@ pub struct OperatorConfig {
     pub helm_binary: PathBuf,
     /// Writable directory for helm's cache, config and per-release session files.
     pub helm_work_dir: PathBuf,
+    /// Directory `file:` entries are confined to; `None` refuses them.
+    pub template_root: Option<PathBuf>,
+    /// Floor for periodic intervals of stored objects that bypassed admission
+    /// ([`crate::api::duration::MIN_INTERVAL`] from the command line; embedders running short
+    /// scenarios may lower it).
+    pub min_interval: Duration,
     /// Most helm processes at once.
     pub helm_max_concurrent: usize,
     /// OmniSecretSync drift re-check interval; zero turns it off.
@@ -122,6 +154,8 @@ impl std::fmt::Debug for OperatorConfig {
             .field("health_bind", &self.health_bind)
             .field("webhook", &self.webhook.as_ref().map(|w| w.bind))
             .field("helm_binary", &self.helm_binary)
+            .field("helm_work_dir", &self.helm_work_dir)
+            .field("template_root", &self.template_root)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +171,9 @@ impl OperatorConfig {
             webhook: None,
             helm_binary: PathBuf::from("helm"),
             helm_work_dir: default_helm_work_dir(),
+            template_root: None,
+            // Embedded scenarios (tests, the sandbox) use second-scale intervals.
+            min_interval: Duration::from_secs(1),
             helm_max_concurrent: DEFAULT_HELM_MAX_CONCURRENT,
             secret_sync_resync: controllers::secret_sync::RESYNC,
             clock: Arc::new(SystemClock),
@@ -149,9 +186,9 @@ impl OperatorConfig {
 /// slow chart download or `--wait` is in progress.
 pub const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
 
-/// Helm's state lives under the temp dir: the container's root filesystem is read-only and
-/// the chart mounts an emptyDir at /tmp.
-fn default_helm_work_dir() -> PathBuf {
+/// Without `--helm-work-dir`, helm's state lives under the temp dir (the chart always passes
+/// the flag, pointing into its emptyDir, because the container's root filesystem is read-only).
+pub fn default_helm_work_dir() -> PathBuf {
     std::env::temp_dir().join("omni-operator-helm")
 }
 
@@ -236,7 +273,14 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             key_name: args.webhook_key_name.clone(),
         }),
         helm_binary: args.helm_binary.clone(),
-        helm_work_dir: default_helm_work_dir(),
+        helm_work_dir: args
+            .helm_work_dir
+            .clone()
+            .unwrap_or_else(default_helm_work_dir),
+        template_root: args.template_root.clone(),
+        min_interval: crate::api::duration::MIN_INTERVAL
+            .to_std()
+            .unwrap_or(Duration::from_secs(10)),
         helm_max_concurrent: usize::from(args.helm_max_concurrent),
         secret_sync_resync: args.secret_sync_resync_interval,
         clock: Arc::new(SystemClock),
@@ -406,7 +450,9 @@ async fn lead_and_reconcile(
             pod,
         )
         .with_helm(helm)
-        .with_secret_sync_resync(config.secret_sync_resync),
+        .with_secret_sync_resync(config.secret_sync_resync)
+        .with_template_root(config.template_root.clone())
+        .with_min_interval(config.min_interval),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
@@ -578,6 +624,9 @@ mod tests {
             &["--helm-max-concurrent", "0"][..],
             &["--secret-sync-resync-interval", "5 minutes"][..],
             &["--secret-sync-resync-interval=-1m"][..],
+            &["--secret-sync-resync-interval", "9s"][..],
+            &["--template-root", ""][..],
+            &["--helm-work-dir", ""][..],
         ] {
             let err = match parse(bad) {
                 Err(e) => e.to_string(),
