@@ -170,7 +170,7 @@ impl OperatorConfig {
             health_bind: None,
             webhook: None,
             helm_binary: PathBuf::from("helm"),
-            helm_work_dir: default_helm_work_dir(),
+            helm_work_dir: embedded_helm_work_dir(),
             template_root: None,
             // Embedded scenarios (tests, the sandbox) use second-scale intervals.
             min_interval: Duration::from_secs(1),
@@ -190,6 +190,18 @@ pub const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
 /// the flag, pointing into its emptyDir, because the container's root filesystem is read-only).
 pub fn default_helm_work_dir() -> PathBuf {
     std::env::temp_dir().join("omni-operator-helm")
+}
+
+/// A work directory of its own for each embedded operator: the helm driver empties
+/// `sessions/` at start-up, which must never hit another running operator's sessions (tests
+/// run several in one process, and several test processes at once).
+fn embedded_helm_work_dir() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "omni-operator-helm-embedded-{}-{n}",
+        std::process::id()
+    ))
 }
 
 /// Starts the helm driver; a missing or unusable helm disables only OmniHelmRelease.
@@ -635,6 +647,32 @@ mod tests {
             let flag = bad[0].split('=').next().unwrap_or_default();
             assert!(err.contains(flag), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn each_embedded_operator_gets_its_own_helm_work_dir() {
+        // The driver empties sessions/ at start-up; two operators must never share it.
+        let a = OperatorConfig::embedded(Scope::All).helm_work_dir;
+        let b = OperatorConfig::embedded(Scope::All).helm_work_dir;
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn helm_work_dir_and_template_root_flags() {
+        let cli = Cli::try_parse_from([
+            "run",
+            "--namespace",
+            "omni",
+            "--helm-work-dir",
+            "/work/helm",
+            "--template-root",
+            "/templates",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.helm_work_dir, PathBuf::from("/work/helm"));
+        assert_eq!(config.template_root, Some(PathBuf::from("/templates")));
+        assert_eq!(config.min_interval, Duration::from_secs(10));
     }
 
     #[test]
