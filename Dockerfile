@@ -47,10 +47,9 @@ LABEL org.opencontainers.image.title="omni-cluster-operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/omni-operator /omni-operator
 COPY --from=helm /out/helm /usr/local/bin/helm
-# The chart mounts an emptyDir here because the root filesystem is read-only.
-ENV HELM_CACHE_HOME=/tmp/omni-cluster-operator/helm/cache \
-    HELM_CONFIG_HOME=/tmp/omni-cluster-operator/helm/config \
-    HELM_DATA_HOME=/tmp/omni-cluster-operator/helm/data \
+# helm's cache, config and data live under the work directory (the operator sets HELM_*_HOME
+# itself); the chart mounts an emptyDir at /tmp/omni-cluster-operator.
+ENV HELM_WORK_DIR=/tmp/omni-cluster-operator/helm \
     HELM_BINARY=/usr/local/bin/helm
 USER 65532:65532
 # `docker run <image>` runs the operator; Kubernetes `args` replace CMD and start with `run`.

@@ -9,6 +9,8 @@ use omni_client::template::{
     KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size,
     TalosCluster, Template, UpdateStrategy,
 };
+use std::path::Path;
+
 use sha2::{Digest, Sha256};
 
 use crate::api::common::{self, MachineClassSize, MachineSetFields};
@@ -78,12 +80,52 @@ impl RenderError {
     }
 }
 
-/// Where `file:` references of this cluster's template are read from: confined to
-/// `spec.templateRoot` when set, else relative to the process working directory.
-pub fn file_resolver(cluster: &OmniCluster) -> FileResolver {
+/// Why `file:` entries are refused when the operator was started without a template root.
+pub const NO_TEMPLATE_ROOT: &str =
+    "file entries are disabled: the operator was started without --template-root";
+
+/// Where `file:` references of this cluster's template are read from.
+///
+/// `deployment_root` is the directory the operator's deployment chose (`--template-root`);
+/// without it every `file:` entry is refused. `spec.templateRoot` may only narrow that root: a
+/// relative value names a subdirectory of it, an absolute one must lie inside it (checked on
+/// the resolved path, so symlinks cannot widen it). A `spec.templateRoot` that fails these
+/// checks refuses every file with a message saying why, so only templates that use files are
+/// affected.
+pub fn file_resolver(cluster: &OmniCluster, deployment_root: Option<&Path>) -> FileResolver {
+    let Some(root) = deployment_root else {
+        return FileResolver::disabled(NO_TEMPLATE_ROOT);
+    };
     match cluster.spec.template_root.as_deref() {
-        Some(root) if !root.is_empty() => FileResolver::with_root(root),
-        _ => FileResolver::default(),
+        Some(narrower) if !narrower.is_empty() => narrow(root, narrower),
+        _ => FileResolver::with_root(root),
+    }
+}
+
+/// A resolver confined to `narrower` (`spec.templateRoot`) inside `root`.
+fn narrow(root: &Path, narrower: &str) -> FileResolver {
+    let refuse =
+        |why: String| FileResolver::disabled(format!("spec.templateRoot {narrower:?} {why}"));
+    let candidate = Path::new(narrower);
+    if candidate
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return refuse("must not contain \"..\"".to_string());
+    }
+    let canonical_root = match root.canonicalize() {
+        Ok(r) => r,
+        Err(e) => {
+            return refuse(format!(
+                "cannot be used: template root {}: {e}",
+                root.display()
+            ));
+        }
+    };
+    match canonical_root.join(candidate).canonicalize() {
+        Ok(dir) if dir.starts_with(&canonical_root) => FileResolver::with_root(dir),
+        Ok(_) => refuse("is outside the operator's template root".to_string()),
+        Err(e) => refuse(format!("cannot be used: {e}")),
     }
 }
 

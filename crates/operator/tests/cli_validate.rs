@@ -272,3 +272,60 @@ fn crds_command_prints_and_writes_files() {
         assert_eq!(text, omni_operator::api::crd_yaml(&crd).unwrap());
     }
 }
+
+#[test]
+fn file_escapes_and_out_of_bound_durations_are_problems_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "bounds.yaml",
+        "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniCluster
+metadata:
+  name: edge
+spec:
+  connectionRef: {name: omni}
+  kubernetes: {version: v1.35.0}
+  talos: {version: v1.13.2}
+  syncInterval: 1s
+  patches:
+    - file: ../../etc/shadow
+    - file: /templates/cni.yaml
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniHelmRelease
+metadata:
+  name: app
+spec:
+  clusterRef: {name: edge}
+  kubeconfigSecretRef: {name: edge-kc}
+  chart: {repository: https://charts.example.com/, chart: app, version: 1.0.0}
+  timeout: 2h
+",
+    );
+    let out = validate(&[&path]);
+    assert_eq!(out.status.code(), Some(1));
+    let label = path.display();
+    assert_eq!(
+        lines(&out.stdout),
+        vec![
+            format!(
+                r#"{label}:1 OmniCluster/edge: spec.patches[0].file: Invalid value: "../../etc/shadow": must not contain ".." segments: files are read only inside the operator's template root"#
+            ),
+            format!(
+                r#"{label}:1 OmniCluster/edge: spec.syncInterval: Invalid value: "1s": syncInterval must be 0 (the default, 5m) or at least 10s"#
+            ),
+            format!(
+                r#"{label}:2 OmniHelmRelease/app: spec.timeout: Invalid value: "2h": timeout must be at most 1h"#
+            ),
+        ]
+    );
+    let stderr = lines(&out.stderr);
+    assert!(
+        stderr.iter().any(|l| l.starts_with(&format!(
+            r#"{label}:1 OmniCluster/edge: warning: spec.patches[1].file: "/templates/cni.yaml" is an absolute path"#
+        ))),
+        "{stderr:?}"
+    );
+}

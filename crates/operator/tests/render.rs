@@ -494,7 +494,7 @@ fn template_root_confines_file_references() {
     // so it is missing; the manifest `manifests/crds.yaml` too.
     let errs = rendered
         .template
-        .validate(&file_resolver(&c))
+        .validate(&file_resolver(&c, Some(dir.path())))
         .expect_err("files are outside the root");
     let text = errs.to_string();
     assert!(
@@ -504,7 +504,7 @@ fn template_root_confines_file_references() {
     c.spec.template_root = Some(dir.path().display().to_string());
     let errs = rendered
         .template
-        .validate(&file_resolver(&c))
+        .validate(&file_resolver(&c, Some(dir.path())))
         .expect_err("manifest file missing");
     let text = errs.to_string();
     assert!(!text.contains("patches/cni.yaml"), "{text}");

@@ -134,3 +134,45 @@ fn validate_resolves_files_under_the_template_root() {
     );
     assert!(!stderr.contains("patches/ok.yaml"), "{stderr}");
 }
+
+#[test]
+fn validate_confines_files_to_the_current_directory_by_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let checkout = dir.path().join("checkout");
+    std::fs::create_dir_all(checkout.join("patches")).expect("mkdir");
+    std::fs::write(
+        checkout.join("patches/ok.yaml"),
+        "machine:\n  network: {}\n",
+    )
+    .expect("write");
+    let secret = dir.path().join("secret.yaml");
+    std::fs::write(&secret, "machine:\n  network: {}\n").expect("write");
+    let manifests = MANIFESTS
+        .split("---\napiVersion: omni.texashpc.com/v1alpha1\nkind: OmniCluster\nmetadata:\n  name: broken")
+        .next()
+        .expect("first part")
+        .replace(
+            "  talos:\n    version: v1.9.5\n",
+            &format!(
+                "  talos:\n    version: v1.9.5\n  patches:\n    - file: patches/ok.yaml\n    - file: {}\n",
+                secret.display()
+            ),
+        );
+    let path = checkout.join("cluster.yaml");
+    std::fs::write(&path, manifests).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_omni-operator"))
+        .args(["render", "--validate", "-f", "cluster.yaml"])
+        .current_dir(&checkout)
+        .output()
+        .expect("run omni-operator");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "patches[1].file: file \"{}\" is outside the template root",
+            secret.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("patches/ok.yaml"), "{stderr}");
+}

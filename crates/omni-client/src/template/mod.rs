@@ -16,7 +16,7 @@ mod validate;
 mod yaml;
 
 pub use delete::{DeleteProgress, delete_cluster};
-pub use files::{DurationError, FileError, FileResolver, parse_go_duration};
+pub use files::{DurationError, FileError, FileResolver, MAX_FILE_BYTES, parse_go_duration};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
     Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, ParseError, Patch,

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     Condition, LocalObjectReference, Patch, conditions_schema, date_time_schema,
-    object_list_schema, validate_patches,
+    has_parent_segment, object_list_schema, validate_file_reference, validate_patches,
 };
-use super::duration::GoDuration;
+use super::duration::{GoDuration, short_interval_error};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
@@ -91,8 +91,9 @@ pub struct OmniClusterSpec {
     /// Kernel arguments for every machine; only valid when all machine sets list static machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<Vec<String>>,
-    /// Directory inside the operator container that file-backed patches and manifests are
-    /// resolved under (they cannot escape it).
+    /// Subdirectory of the operator's template root (`--template-root`) that file-backed
+    /// patches and manifests resolve under: relative to that root, or an absolute path inside
+    /// it. It can only narrow the root, never widen it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_root: Option<String>,
     /// What deleting this object does to the cluster in Omni.
@@ -141,7 +142,8 @@ pub struct KubernetesManifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "object_list_schema")]
     pub inline: Option<Vec<serde_json::Value>>,
-    /// Path of a manifest file, relative to `spec.templateRoot`.
+    /// Path of a manifest file (at most 1 MiB), relative to `spec.templateRoot` or the
+    /// operator's template root; `..` segments are rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
 }
@@ -276,6 +278,7 @@ impl OmniCluster {
     }
 
     /// The resync interval: `spec.syncInterval` when it parses and is positive, otherwise 5m.
+    /// Controllers raise it to their floor with [`super::duration::clamp_interval`].
     pub fn sync_interval(&self) -> GoDuration {
         match GoDuration::parse(&self.spec.sync_interval) {
             Ok(d) if d.is_positive() => d,
@@ -306,10 +309,43 @@ pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError
     )
 }
 
-/// Admission rules for OmniCluster (create and update alike).
+/// Admission rules for OmniCluster (create and update alike): [`validate_stored`] plus the
+/// bounds of `spec.syncInterval`.
 pub fn validate(new: &OmniCluster, _old: Option<&OmniCluster>) -> Validation {
+    let mut v = validate_stored(new);
+    if let Some(e) = short_interval_error(
+        "spec.syncInterval",
+        "syncInterval",
+        &new.spec.sync_interval,
+        "the default, 5m",
+    ) {
+        v.push(e);
+    }
+    v
+}
+
+/// The rules the cluster controller re-checks on stored objects (the webhook may have been
+/// bypassed). Interval bounds are not among them: the controller clamps those instead
+/// (see [`OmniCluster::sync_interval`]).
+pub fn validate_stored(new: &OmniCluster) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
+    if let Some(backup) = spec
+        .features
+        .as_ref()
+        .and_then(|f| f.backup_configuration.as_ref())
+    {
+        let path = "spec.features.backupConfiguration.interval";
+        match GoDuration::parse(&backup.interval) {
+            Ok(d) if d.is_negative() => v.push(FieldError::invalid(
+                path,
+                &backup.interval,
+                "interval must not be negative",
+            )),
+            Ok(_) => {}
+            Err(_) => v.push(duration_error(path, "interval", &backup.interval)),
+        }
+    }
     if let Some(policy) = &spec.delete_policy
         && policy.orphan
         && policy.destroy_machines
@@ -350,16 +386,28 @@ pub fn validate(new: &OmniCluster, _old: Option<&OmniCluster>) -> Validation {
             .is_some_and(|items| !items.is_empty());
         match (has_file, has_inline) {
             (false, false) => v.push(FieldError::required(
-                path,
+                &path,
                 "manifest requires exactly one of file or inline",
             )),
             (true, true) => v.push(FieldError::invalid(
-                path,
+                &path,
                 manifest.file.as_deref().unwrap_or_default(),
                 "manifest must not set both file and inline",
             )),
             _ => {}
         }
+        if let Some(file) = manifest.file.as_deref().filter(|f| !f.is_empty()) {
+            validate_file_reference(&format!("{path}.file"), file, &mut v);
+        }
+    }
+    if let Some(root) = spec.template_root.as_deref()
+        && has_parent_segment(root)
+    {
+        v.push(FieldError::invalid(
+            "spec.templateRoot",
+            root,
+            "must not contain \"..\" segments: it may only narrow the operator's template root",
+        ));
     }
     if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
         v.warn(

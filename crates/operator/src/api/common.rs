@@ -55,7 +55,8 @@ pub fn default_kubeconfig_key() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Patch {
-    /// Path of a patch file, relative to the OmniCluster's `spec.templateRoot`.
+    /// Path of a patch file (at most 1 MiB), relative to the OmniCluster's `spec.templateRoot`
+    /// or the operator's template root; `..` segments are rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     /// Name of the patch in Omni.
@@ -403,17 +404,42 @@ pub fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validat
         let has_inline = patch.inline.is_some();
         match (has_file, has_inline) {
             (false, false) => out.push(FieldError::required(
-                path,
+                &path,
                 "patch requires exactly one of file or inline",
             )),
             (true, true) => out.push(FieldError::invalid(
-                path,
+                &path,
                 patch.file.as_deref().unwrap_or_default(),
                 "patch must not set both file and inline",
             )),
             _ => {}
         }
+        if let Some(file) = patch.file.as_deref().filter(|f| !f.is_empty()) {
+            validate_file_reference(&format!("{path}.file"), file, out);
+        }
     }
+}
+
+/// Rules for a `file:` reference (patch or manifest): `..` segments are rejected because files
+/// must stay inside the operator's template root; an absolute path only warns, since it works
+/// when it lies inside that root.
+pub fn validate_file_reference(path: &str, file: &str, out: &mut Validation) {
+    if has_parent_segment(file) {
+        out.push(FieldError::invalid(
+            path,
+            file,
+            "must not contain \"..\" segments: files are read only inside the operator's template root",
+        ));
+    } else if file.starts_with('/') {
+        out.warn(format!(
+            "{path}: {file:?} is an absolute path; it is read only if it lies inside the operator's template root (prefer a path relative to it)"
+        ));
+    }
+}
+
+/// True when a `/`-separated path has a `..` segment.
+pub fn has_parent_segment(file: &str) -> bool {
+    file.split('/').any(|segment| segment == "..")
 }
 
 /// Machine-set rules shared by OmniControlPlane and OmniWorkers (paths under `spec`).

@@ -16,6 +16,48 @@ const HOUR: u64 = 60 * MINUTE;
 /// Go accumulates magnitudes in uint64 and allows exactly 2^63 for negative values.
 const LIMIT: u64 = 1 << 63;
 
+/// Shortest periodic interval accepted for `syncInterval`, `driftCheckInterval`, the time
+/// between kubeconfig rotations and `--secret-sync-resync-interval` (`0` keeps its own meaning:
+/// the default or off). Shorter ones would hammer Omni, helm or the workload cluster.
+pub const MIN_INTERVAL: GoDuration = GoDuration::from_secs(10);
+
+/// Longest accepted OmniHelmRelease `timeout`: helm holds a process and the release's lock for
+/// that long.
+pub const MAX_TIMEOUT: GoDuration = GoDuration::from_secs(3600);
+
+/// The admission error for a periodic interval field holding a positive value below
+/// [`MIN_INTERVAL`]; `zero_means` says what `0` does instead. Unparseable or negative values
+/// are reported by the field's other rules.
+pub(crate) fn short_interval_error(
+    path: &str,
+    field: &str,
+    raw: &str,
+    zero_means: &str,
+) -> Option<super::validation::FieldError> {
+    let d = GoDuration::parse(raw).ok()?;
+    (d.is_positive() && d < MIN_INTERVAL).then(|| {
+        super::validation::FieldError::invalid(
+            path,
+            raw,
+            format!("{field} must be 0 ({zero_means}) or at least {MIN_INTERVAL}"),
+        )
+    })
+}
+
+/// What a controller does with an interval stored without admission (webhook bypassed or
+/// switched off): zero stays zero (each caller's default or off), anything else is raised to
+/// `floor`.
+pub fn clamp_interval(
+    interval: std::time::Duration,
+    floor: std::time::Duration,
+) -> std::time::Duration {
+    if interval.is_zero() {
+        interval
+    } else {
+        interval.max(floor)
+    }
+}
+
 /// A signed nanosecond duration with Go's range (about ±292 years).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct GoDuration {
@@ -394,6 +436,19 @@ mod tests {
         assert_eq!(
             GoDuration::from_nanos(i64::MIN).to_string(),
             "-2562047h47m16.854775808s"
+        );
+    }
+
+    #[test]
+    fn stored_intervals_are_clamped_but_zero_keeps_its_meaning() {
+        let floor = std::time::Duration::from_secs(10);
+        let clamp = |d| clamp_interval(d, floor);
+        assert_eq!(clamp(std::time::Duration::ZERO), std::time::Duration::ZERO);
+        assert_eq!(clamp(std::time::Duration::from_nanos(1)), floor);
+        assert_eq!(clamp(std::time::Duration::from_secs(9)), floor);
+        assert_eq!(
+            clamp(std::time::Duration::from_secs(300)),
+            std::time::Duration::from_secs(300)
         );
     }
 

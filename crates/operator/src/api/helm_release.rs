@@ -10,7 +10,7 @@ use super::common::{
     Condition, KubeconfigSecretRef, LocalObjectReference, any_json_schema, conditions_schema,
     date_time_schema, is_blank,
 };
-use super::duration::GoDuration;
+use super::duration::{GoDuration, MAX_TIMEOUT, short_interval_error};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniHelmRelease.
@@ -511,6 +511,11 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
             &spec.timeout,
             "timeout must be greater than zero",
         )),
+        Ok(t) if t > MAX_TIMEOUT => v.push(FieldError::invalid(
+            "spec.timeout",
+            &spec.timeout,
+            "timeout must be at most 1h",
+        )),
         Ok(_) => {}
         Err(_) => v.push(duration_error("spec.timeout", "timeout", &spec.timeout)),
     }
@@ -520,7 +525,16 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
             &spec.drift_check_interval,
             DRIFT_NEGATIVE,
         )),
-        Ok(_) => {}
+        Ok(_) => {
+            if let Some(e) = short_interval_error(
+                "spec.driftCheckInterval",
+                "driftCheckInterval",
+                &spec.drift_check_interval,
+                "no periodic check",
+            ) {
+                v.push(e);
+            }
+        }
         Err(_) => v.push(duration_error(
             "spec.driftCheckInterval",
             "driftCheckInterval",

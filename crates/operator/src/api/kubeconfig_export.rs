@@ -12,7 +12,7 @@ use super::common::{
     default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
     validate_delete_orphan,
 };
-use super::duration::GoDuration;
+use super::duration::{GoDuration, MIN_INTERVAL};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
@@ -415,6 +415,14 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
             ));
             None
         }
+        Ok(ttl) if ttl < MIN_INTERVAL => {
+            v.push(FieldError::invalid(
+                "spec.ttl",
+                &spec.ttl,
+                format!("ttl must be at least {MIN_INTERVAL}"),
+            ));
+            None
+        }
         Ok(ttl) => Some(ttl),
         Err(_) => {
             v.push(duration_error("spec.ttl", "ttl", &spec.ttl));
@@ -433,6 +441,19 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
                 raw,
                 "renewBefore must be less than ttl",
             )),
+            Ok(rb)
+                if ttl.is_some_and(|ttl| {
+                    GoDuration::from_nanos(ttl.as_nanos() - rb.as_nanos()) < MIN_INTERVAL
+                }) =>
+            {
+                v.push(FieldError::invalid(
+                    "spec.renewBefore",
+                    raw,
+                    format!(
+                        "renewBefore must leave at least {MIN_INTERVAL} between rotations (ttl minus renewBefore)"
+                    ),
+                ))
+            }
             Ok(_) => {}
             Err(_) => v.push(duration_error("spec.renewBefore", "renewBefore", raw)),
         }

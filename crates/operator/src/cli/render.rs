@@ -22,11 +22,13 @@ pub struct Args {
     /// Manifest file (multi-document YAML); repeat for several files, `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
-    /// Also run Omni's client-side template validation; file-backed patches and manifests are
-    /// resolved under the cluster's `spec.templateRoot`, or under DIR when given.
+    /// Also run Omni's client-side template validation, which reads file-backed patches and
+    /// manifests. They are confined to the current directory, narrowed by the cluster's
+    /// `spec.templateRoot` as the operator does, or to DIR when `--template-root` is given.
     #[arg(long)]
     pub validate: bool,
-    /// Directory that replaces `spec.templateRoot` when validating (for local checkouts).
+    /// Directory that file-backed patches and manifests are confined to when validating; it
+    /// replaces `spec.templateRoot` (a path in the operator's container) for local checkouts.
     #[arg(long, value_name = "DIR", requires = "validate")]
     pub template_root: Option<PathBuf>,
 }
@@ -82,6 +84,9 @@ impl Objects {
 }
 
 /// Renders every cluster; returns the text for stdout and one error line per failed cluster.
+///
+/// With `validate`, files are read only inside `validate_root` when given (replacing
+/// `spec.templateRoot`), else inside the current directory narrowed by `spec.templateRoot`.
 pub fn render_all(
     objects: &Objects,
     validate_root: Option<&Path>,
@@ -115,7 +120,10 @@ pub fn render_all(
         if validate {
             let files = match validate_root {
                 Some(dir) => FileResolver::with_root(dir),
-                None => file_resolver(cluster),
+                None => match std::env::current_dir() {
+                    Ok(cwd) => file_resolver(cluster, Some(&cwd)),
+                    Err(e) => FileResolver::disabled(format!("no current directory: {e}")),
+                },
             };
             if let Err(e) = rendered.template.validate(&files) {
                 errors.push(format!("OmniCluster {id}: {e}"));

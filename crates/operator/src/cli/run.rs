@@ -76,14 +76,40 @@ pub struct Args {
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
     pub secret_sync_resync_interval: Duration,
+    /// Directory that `file:` patches and manifests of OmniClusters are read from; nothing
+    /// outside it is ever read. Unset refuses every `file:` entry.
+    #[arg(long, env = "TEMPLATE_ROOT", value_parser = parse_non_empty_path)]
+    pub template_root: Option<PathBuf>,
+    /// Writable directory for helm's cache, config and data and the per-release session
+    /// directories (emptied of stale sessions at start-up). Defaults to
+    /// `$TMPDIR/omni-operator-helm`; the chart points it into its emptyDir.
+    #[arg(long, env = "HELM_WORK_DIR", value_parser = parse_non_empty_path)]
+    pub helm_work_dir: Option<PathBuf>,
 }
 
-/// Parses a non-negative Go duration such as `5m` or `0`.
+fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Parses a periodic interval: a Go duration of at least 10s such as `5m`, or `0` (off).
 fn parse_interval(value: &str) -> Result<Duration, String> {
-    crate::api::duration::GoDuration::parse(value)
-        .map_err(|e| e.to_string())?
-        .to_std()
-        .ok_or_else(|| format!("{value:?} is negative; use 0 to turn the check off"))
+    use crate::api::duration::{GoDuration, MIN_INTERVAL};
+    let d = GoDuration::parse(value).map_err(|e| e.to_string())?;
+    if d.is_negative() {
+        return Err(format!(
+            "{value:?} is negative; use 0 to turn the check off"
+        ));
+    }
+    if d.is_positive() && d < MIN_INTERVAL {
+        return Err(format!(
+            "{value:?} is shorter than {MIN_INTERVAL}; use 0 to turn the check off"
+        ));
+    }
+    d.to_std()
+        .ok_or_else(|| format!("{value:?} is out of range"))
 }
 
 /// Everything [`run_operator`] needs besides the client.
@@ -103,6 +129,12 @@ pub struct OperatorConfig {
     pub helm_binary: PathBuf,
     /// Writable directory for helm's cache, config and per-release session files.
     pub helm_work_dir: PathBuf,
+    /// Directory `file:` entries are confined to; `None` refuses them.
+    pub template_root: Option<PathBuf>,
+    /// Floor for periodic intervals of stored objects that bypassed admission
+    /// ([`crate::api::duration::MIN_INTERVAL`] from the command line; embedders running short
+    /// scenarios may lower it).
+    pub min_interval: Duration,
     /// Most helm processes at once.
     pub helm_max_concurrent: usize,
     /// OmniSecretSync drift re-check interval; zero turns it off.
@@ -122,6 +154,8 @@ impl std::fmt::Debug for OperatorConfig {
             .field("health_bind", &self.health_bind)
             .field("webhook", &self.webhook.as_ref().map(|w| w.bind))
             .field("helm_binary", &self.helm_binary)
+            .field("helm_work_dir", &self.helm_work_dir)
+            .field("template_root", &self.template_root)
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +170,10 @@ impl OperatorConfig {
             health_bind: None,
             webhook: None,
             helm_binary: PathBuf::from("helm"),
-            helm_work_dir: default_helm_work_dir(),
+            helm_work_dir: embedded_helm_work_dir(),
+            template_root: None,
+            // Embedded scenarios (tests, the sandbox) use second-scale intervals.
+            min_interval: Duration::from_secs(1),
             helm_max_concurrent: DEFAULT_HELM_MAX_CONCURRENT,
             secret_sync_resync: controllers::secret_sync::RESYNC,
             clock: Arc::new(SystemClock),
@@ -149,10 +186,22 @@ impl OperatorConfig {
 /// slow chart download or `--wait` is in progress.
 pub const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
 
-/// Helm's state lives under the temp dir: the container's root filesystem is read-only and
-/// the chart mounts an emptyDir at /tmp.
-fn default_helm_work_dir() -> PathBuf {
+/// Without `--helm-work-dir`, helm's state lives under the temp dir (the chart always passes
+/// the flag, pointing into its emptyDir, because the container's root filesystem is read-only).
+pub fn default_helm_work_dir() -> PathBuf {
     std::env::temp_dir().join("omni-operator-helm")
+}
+
+/// A work directory of its own for each embedded operator: the helm driver empties
+/// `sessions/` at start-up, which must never hit another running operator's sessions (tests
+/// run several in one process, and several test processes at once).
+fn embedded_helm_work_dir() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "omni-operator-helm-embedded-{}-{n}",
+        std::process::id()
+    ))
 }
 
 /// Starts the helm driver; a missing or unusable helm disables only OmniHelmRelease.
@@ -236,7 +285,14 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             key_name: args.webhook_key_name.clone(),
         }),
         helm_binary: args.helm_binary.clone(),
-        helm_work_dir: default_helm_work_dir(),
+        helm_work_dir: args
+            .helm_work_dir
+            .clone()
+            .unwrap_or_else(default_helm_work_dir),
+        template_root: args.template_root.clone(),
+        min_interval: crate::api::duration::MIN_INTERVAL
+            .to_std()
+            .unwrap_or(Duration::from_secs(10)),
         helm_max_concurrent: usize::from(args.helm_max_concurrent),
         secret_sync_resync: args.secret_sync_resync_interval,
         clock: Arc::new(SystemClock),
@@ -406,7 +462,9 @@ async fn lead_and_reconcile(
             pod,
         )
         .with_helm(helm)
-        .with_secret_sync_resync(config.secret_sync_resync),
+        .with_secret_sync_resync(config.secret_sync_resync)
+        .with_template_root(config.template_root.clone())
+        .with_min_interval(config.min_interval),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
@@ -578,6 +636,9 @@ mod tests {
             &["--helm-max-concurrent", "0"][..],
             &["--secret-sync-resync-interval", "5 minutes"][..],
             &["--secret-sync-resync-interval=-1m"][..],
+            &["--secret-sync-resync-interval", "9s"][..],
+            &["--template-root", ""][..],
+            &["--helm-work-dir", ""][..],
         ] {
             let err = match parse(bad) {
                 Err(e) => e.to_string(),
@@ -586,6 +647,32 @@ mod tests {
             let flag = bad[0].split('=').next().unwrap_or_default();
             assert!(err.contains(flag), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn each_embedded_operator_gets_its_own_helm_work_dir() {
+        // The driver empties sessions/ at start-up; two operators must never share it.
+        let a = OperatorConfig::embedded(Scope::All).helm_work_dir;
+        let b = OperatorConfig::embedded(Scope::All).helm_work_dir;
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn helm_work_dir_and_template_root_flags() {
+        let cli = Cli::try_parse_from([
+            "run",
+            "--namespace",
+            "omni",
+            "--helm-work-dir",
+            "/work/helm",
+            "--template-root",
+            "/templates",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.helm_work_dir, PathBuf::from("/work/helm"));
+        assert_eq!(config.template_root, Some(PathBuf::from("/templates")));
+        assert_eq!(config.min_interval, Duration::from_secs(10));
     }
 
     #[test]

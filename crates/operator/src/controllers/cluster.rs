@@ -208,16 +208,20 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             finalizer::add(&ctx.api::<OmniCluster>(&namespace), cluster.as_ref()).await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
-        let interval = cluster
-            .sync_interval()
-            .to_std()
-            .unwrap_or(Duration::from_secs(300));
+        // A syncInterval below the floor was stored without admission: clamp, don't hot-loop.
+        let interval = crate::api::duration::clamp_interval(
+            cluster
+                .sync_interval()
+                .to_std()
+                .unwrap_or(Duration::from_secs(300)),
+            ctx.min_interval,
+        );
         let requeue = Action::requeue(interval);
         let mut draft = StatusDraft::new(&cluster, ctx.clock.now());
         let name = cluster.effective_cluster_name();
 
         // validate (admission rules, in case the webhook was bypassed)
-        let validation = crate::api::cluster::validate(&cluster, None);
+        let validation = crate::api::cluster::validate_stored(&cluster);
         if !validation.is_valid() {
             // "Mark failed" always names the cluster, so users see which Omni cluster is affected.
             draft.status.cluster_name = Some(name.clone());
@@ -279,7 +283,7 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             }
         };
         draft.rendered(&conn, &name, &rendered);
-        let files = render::file_resolver(&cluster);
+        let files = render::file_resolver(&cluster, ctx.template_root.as_deref());
         if let Err(e) = rendered.template.validate(&files) {
             draft.failed(ct::VALIDATED, reasons::VALIDATION_FAILED, &e.to_string());
             write(&ctx, &cluster, draft).await?;

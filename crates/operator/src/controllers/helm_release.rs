@@ -419,17 +419,25 @@ fn release_key(r: &OmniHelmRelease) -> String {
     )
 }
 
+/// `spec.timeout`, at most 1h even when a longer one was stored without admission.
 fn timeout_of(r: &OmniHelmRelease) -> Duration {
+    let most = crate::api::duration::MAX_TIMEOUT
+        .to_std()
+        .unwrap_or(DEFAULT_TIMEOUT);
     r.timeout()
         .ok()
         .and_then(|t| t.to_std())
         .unwrap_or(DEFAULT_TIMEOUT)
+        .min(most)
 }
 
 /// When to look at a healthy release again (`spec.driftCheckInterval`; `0` = only on change).
-fn drift_check(r: &OmniHelmRelease) -> Action {
+/// An interval below `floor` (stored without admission) is raised to it.
+fn drift_check(r: &OmniHelmRelease, floor: Duration) -> Action {
     match r.drift_check_interval() {
-        Ok(Some(interval)) => Action::requeue(interval),
+        Ok(Some(interval)) => {
+            Action::requeue(crate::api::duration::clamp_interval(interval, floor))
+        }
         Ok(None) => Action::await_change(),
         Err(_) => Action::requeue(DEFAULT_DRIFT_CHECK),
     }
@@ -759,7 +767,7 @@ async fn apply(
             d.outcome(true, reason, &m);
             d.s.last_error = None;
             write(ctx, r, &d).await?;
-            return Ok(drift_check(r));
+            return Ok(drift_check(r, ctx.min_interval));
         }
         Plan::Install => InstallVerb::Install,
         Plan::Upgrade => InstallVerb::Upgrade,
@@ -804,7 +812,7 @@ async fn apply(
                 if old_reason.as_deref() == Some(reason) {
                     ctx.event(r, EventType::Normal, reason, m).await;
                 }
-                Ok(drift_check(r))
+                Ok(drift_check(r, ctx.min_interval))
             } else {
                 let m = format!(
                     "Helm {} of release {name:?} ended in status {}",
@@ -1048,12 +1056,31 @@ mod tests {
 
     #[test]
     fn drift_check_interval_drives_the_requeue() {
+        let floor = Duration::from_secs(10);
         let mut r = release(serde_json::json!({}));
-        assert_eq!(drift_check(&r), Action::requeue(Duration::from_secs(300)));
+        assert_eq!(
+            drift_check(&r, floor),
+            Action::requeue(Duration::from_secs(300))
+        );
         r.spec.drift_check_interval = "30s".into();
-        assert_eq!(drift_check(&r), Action::requeue(Duration::from_secs(30)));
+        assert_eq!(
+            drift_check(&r, floor),
+            Action::requeue(Duration::from_secs(30))
+        );
         r.spec.drift_check_interval = "0".into();
-        assert_eq!(drift_check(&r), Action::await_change());
+        assert_eq!(drift_check(&r, floor), Action::await_change());
+    }
+
+    #[test]
+    fn stored_intervals_and_timeouts_that_bypassed_admission_are_clamped() {
+        let floor = Duration::from_secs(10);
+        let mut r = release(serde_json::json!({}));
+        r.spec.drift_check_interval = "1ms".into();
+        assert_eq!(drift_check(&r, floor), Action::requeue(floor));
+        r.spec.timeout = "100h".into();
+        assert_eq!(timeout_of(&r), Duration::from_secs(3600));
+        r.spec.timeout = "90s".into();
+        assert_eq!(timeout_of(&r), Duration::from_secs(90));
     }
 
     #[test]

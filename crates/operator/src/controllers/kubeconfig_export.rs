@@ -348,11 +348,14 @@ async fn probe_rejects(kubeconfig: &[u8]) -> bool {
     }
 }
 
-fn requeue(now: jiff::Timestamp, next: jiff::Timestamp) -> Action {
-    match requeue_after(now, next) {
-        Some(d) => Action::requeue(d),
-        None => Action::requeue(Duration::ZERO),
-    }
+/// Requeue at the next rotation, but never sooner than `floor`: a ttl barely longer than
+/// renewBefore (stored without admission) must not mint kubeconfigs in a loop.
+fn requeue(now: jiff::Timestamp, next: jiff::Timestamp, floor: Duration) -> Action {
+    Action::requeue(
+        requeue_after(now, next)
+            .unwrap_or(Duration::ZERO)
+            .max(floor),
+    )
 }
 
 async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -454,7 +457,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
                     let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
                     d.outcome(true, reasons::EXPORTED, &m);
                     write(&ctx, &e, d).await?;
-                    return Ok(requeue(now, stored.next_rotation));
+                    return Ok(requeue(now, stored.next_rotation, ctx.min_interval));
                 }
             }
         }
@@ -531,7 +534,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             )
             .await;
         }
-        Ok(requeue(now, next))
+        Ok(requeue(now, next, ctx.min_interval))
     })
     .await
 }

@@ -87,6 +87,12 @@ pub struct Context {
     /// How often a synced OmniSecretSync re-checks its copy for drift in the workload cluster,
     /// which the operator does not watch.
     pub secret_sync_resync: Duration,
+    /// Directory `file:` patches and manifests of OmniClusters are confined to
+    /// (`--template-root`); `None` refuses every `file:` entry.
+    pub template_root: Option<std::path::PathBuf>,
+    /// Floor for periodic intervals read from stored objects (`syncInterval`,
+    /// `driftCheckInterval`, time between kubeconfig rotations) that bypassed admission.
+    pub min_interval: Duration,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -124,6 +130,10 @@ impl Context {
             metrics,
             helm: None,
             secret_sync_resync: secret_sync::RESYNC,
+            template_root: None,
+            min_interval: crate::api::duration::MIN_INTERVAL
+                .to_std()
+                .unwrap_or(Duration::from_secs(10)),
             recorder,
             failures: Mutex::default(),
         }
@@ -139,6 +149,18 @@ impl Context {
     /// the periodic re-check off.
     pub fn with_secret_sync_resync(mut self, every: Duration) -> Self {
         self.secret_sync_resync = every;
+        self
+    }
+
+    /// Sets the directory `file:` entries are confined to (builder style).
+    pub fn with_template_root(mut self, root: Option<std::path::PathBuf>) -> Self {
+        self.template_root = root;
+        self
+    }
+
+    /// Replaces the floor for periodic intervals of stored objects (tests use a short one).
+    pub fn with_min_interval(mut self, floor: Duration) -> Self {
+        self.min_interval = floor;
         self
     }
 

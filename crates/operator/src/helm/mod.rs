@@ -226,11 +226,9 @@ const PROCESS_GRACE: Duration = Duration::from_secs(90);
 const QUICK_CALL_LIMIT: Duration = Duration::from_secs(120);
 
 impl Helm {
-    /// Detects the helm version and prepares helm's directories.
+    /// Prepares helm's directories (see [`prepare_work_dir`]) and detects the helm version.
     pub async fn new(config: HelmConfig) -> Result<Self, HelmError> {
-        for dir in ["cache", "config", "data", "sessions"] {
-            create_private_dir(&config.work_dir.join(dir))?;
-        }
+        prepare_work_dir(&config.work_dir)?;
         let processes = Semaphore::new(config.max_concurrent.max(1));
         let version_args = [
             "version".to_string(),
@@ -773,6 +771,29 @@ pub fn kubeconfig_secrets(kubeconfig: &[u8]) -> Vec<String> {
         }
     }
     found
+}
+
+/// Creates helm's private directories under `work_dir` (`cache`, `config`, `data`,
+/// `sessions`, each mode 0700) and removes whatever an earlier process left in `sessions`: a
+/// session killed mid-way (OOM, SIGKILL) leaves a workload kubeconfig and repository
+/// passwords behind, which must not outlive it.
+///
+/// helm's `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and `HELM_DATA_HOME` always point here; the
+/// operator's own environment values for them are deliberately ignored, so one flag decides
+/// where helm writes.
+pub fn prepare_work_dir(work_dir: &Path) -> Result<(), HelmError> {
+    std::fs::create_dir_all(work_dir)?;
+    let sessions = work_dir.join("sessions");
+    // remove_dir_all does not follow symlinks, so a planted link cannot redirect the clean-up.
+    match std::fs::remove_dir_all(&sessions) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    for dir in ["cache", "config", "data", "sessions"] {
+        create_private_dir(&work_dir.join(dir))?;
+    }
+    Ok(())
 }
 
 fn create_private_dir(path: &Path) -> Result<(), HelmError> {
