@@ -85,6 +85,7 @@ pub struct Sandbox {
     pub applied: Vec<(String, String)>,
     /// The operator's pod in the as-deployed mode.
     pub pod: Option<pod::Pod>,
+    deployer: Option<Deployer>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     operator: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _repo: Option<ChartRepo>,
@@ -230,25 +231,30 @@ impl Sandbox {
         let key = omni.register_service_account("omni-sandbox", Role::Operator)?;
         write_private(&opts.dir.join("omni-service-account.key"), key.as_bytes())?;
 
-        let (stop, operator, pod) = match &opts.as_deployed {
+        let (stop, operator, pod, deployer) = match &opts.as_deployed {
             Some(deployed) => {
                 progress("running the operator as the Helm chart deploys it");
-                let pod = start_deployed(
-                    opts,
-                    deployed,
-                    &client,
-                    &management,
-                    &ca,
-                    &authenticator,
-                    &dispatcher,
-                )
-                .await?;
-                (None, None, Some(pod))
+                let deployer = Deployer {
+                    opts: opts.clone(),
+                    deployed: deployed.clone(),
+                    api: management
+                        .base_url
+                        .rsplit_once("://")
+                        .map_or(management.base_url.as_str(), |(_, a)| a)
+                        .parse()
+                        .context("the management API address")?,
+                    ca: Arc::new(ca),
+                    authenticator: authenticator.clone(),
+                    dispatcher: dispatcher.clone(),
+                    pods: std::sync::atomic::AtomicU32::new(0),
+                };
+                let pod = deployer.start_pod(&client).await?;
+                (None, None, Some(pod), Some(deployer))
             }
             None => {
                 progress("starting the operator and registering its admission webhook");
                 let (stop, operator) = start_in_process(opts, &client, &ca, &dispatcher).await?;
-                (Some(stop), Some(operator), None)
+                (Some(stop), Some(operator), None, None)
             }
         };
 
@@ -260,6 +266,7 @@ impl Sandbox {
             kubeconfig: kubeconfig_path,
             applied: Vec::new(),
             pod,
+            deployer,
             stop,
             operator,
             _repo: None,
@@ -389,110 +396,126 @@ const APPLIED_KINDS: &[&str] = &[
     "ValidatingWebhookConfiguration",
 ];
 
-/// Renders the operator chart, applies its RBAC, Service and webhook configuration, does what
-/// cert-manager and the token controller would (serving certificate, CA bundle, a token for the
-/// service account), and starts the Deployment's pod; returns once it is Ready.
-async fn start_deployed(
-    opts: &Options,
-    deployed: &AsDeployed,
-    client: &kube::Client,
-    management: &RunningKubeSim,
-    ca: &CertificateAuthority,
-    authenticator: &StaticAuthenticator,
-    dispatcher: &WebhookDispatcher,
-) -> anyhow::Result<pod::Pod> {
-    let (health, metrics, webhook) = (free_port()?, free_port()?, free_port()?);
-    let mut values = vec![
-        "certManager.enabled=false".to_string(),
-        format!("webhook.certSecretName={WEBHOOK_CERT_SECRET}"),
-        format!(
-            "webhook.caBundle={}",
-            base64::engine::general_purpose::STANDARD.encode(ca.cert_pem())
-        ),
-        format!("healthProbe.port={health}"),
-        format!("metrics.port={metrics}"),
-        format!("webhook.port={webhook}"),
-    ];
-    values.extend(deployed.values.iter().cloned());
-    let chart = repo_root().join("charts/omni-cluster-operator");
-    let docs = pod::helm_template(&opts.helm, &chart, RELEASE, NAMESPACE, &values)?;
-    for doc in docs.iter().filter(|d| {
-        d["kind"]
-            .as_str()
-            .is_some_and(|k| APPLIED_KINDS.contains(&k))
-    }) {
-        if doc["kind"] == "Namespace" && doc["metadata"]["name"] == NAMESPACE {
-            continue;
-        }
-        apply_builtin(client, doc).await?;
+/// What the as-deployed mode needs to start (further) pods of the operator chart.
+struct Deployer {
+    opts: Options,
+    deployed: AsDeployed,
+    api: SocketAddr,
+    ca: Arc<CertificateAuthority>,
+    authenticator: Arc<StaticAuthenticator>,
+    dispatcher: WebhookDispatcher,
+    pods: std::sync::atomic::AtomicU32,
+}
+
+impl Sandbox {
+    /// In the as-deployed mode, starts one more pod of the operator chart (as a rolling update
+    /// does) with ports of its own, and moves the webhook Service to it; returns once it is
+    /// Ready.
+    pub async fn start_another_pod(&self) -> anyhow::Result<pod::Pod> {
+        let deployer = self
+            .deployer
+            .as_ref()
+            .context("the sandbox does not run the operator as deployed")?;
+        deployer.start_pod(&self.client).await
     }
-    let webhook_service = docs
-        .iter()
-        .find(|d| d["kind"] == "Service" && d["spec"]["ports"][0]["port"] == 443)
-        .and_then(|d| d["metadata"]["name"].as_str());
-    if let Some(service) = webhook_service {
-        dispatcher.register_service(
-            NAMESPACE,
-            service,
-            443,
-            SocketAddr::from(([127, 0, 0, 1], webhook)),
-        );
-    }
-    let deployment = pod::find_deployment(&docs)?;
-    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
-        .unwrap_or("default")
-        .to_string();
-    let token = format!("sa-token-{}", uuid_like());
-    authenticator.add_token(
-        token.clone(),
-        kube_sim::auth::Identity::new(
-            format!("system:serviceaccount:{NAMESPACE}:{account}"),
-            &[
-                "system:serviceaccounts",
-                &format!("system:serviceaccounts:{NAMESPACE}"),
-            ],
-        ),
-    );
-    let host = webhook_service
-        .map(|s| format!("{s}.{NAMESPACE}.svc"))
-        .unwrap_or_default();
-    let serving = ca.issue_server(&[host.as_str()])?;
-    let mut cert = std::collections::BTreeMap::new();
-    cert.insert("tls.crt".to_string(), serving.cert_pem.clone().into_bytes());
-    cert.insert("tls.key".to_string(), serving.key_pem.clone().into_bytes());
-    cert.insert("ca.crt".to_string(), ca.cert_pem().as_bytes().to_vec());
-    let pod_dir = opts.dir.join("pod");
-    std::fs::create_dir_all(&pod_dir)?;
-    let ctx = pod::PodContext {
-        namespace: NAMESPACE.into(),
-        name: format!("{RELEASE}-controller-manager-0"),
-        api: management
-            .base_url
-            .rsplit_once("://")
-            .map_or(management.base_url.as_str(), |(_, a)| a)
-            .parse()
-            .context("the management API address")?,
-        api_ca_pem: ca.cert_pem().to_string(),
-        token,
-        binaries: [
-            (
-                pod::IMAGE_OPERATOR_PATH.to_string(),
-                deployed.operator_binary.clone(),
+}
+
+impl Deployer {
+    /// Renders the operator chart, applies its RBAC, Service and webhook configuration, does what
+    /// cert-manager and the token controller would (serving certificate, CA bundle, a token for the
+    /// service account), and starts the Deployment's pod; returns once it is Ready.
+    async fn start_pod(&self, client: &kube::Client) -> anyhow::Result<pod::Pod> {
+        let (opts, deployed, ca) = (&self.opts, &self.deployed, &self.ca);
+        let (authenticator, dispatcher) = (&self.authenticator, &self.dispatcher);
+        let index = self.pods.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (health, metrics, webhook) = (free_port()?, free_port()?, free_port()?);
+        let mut values = vec![
+            "certManager.enabled=false".to_string(),
+            format!("webhook.certSecretName={WEBHOOK_CERT_SECRET}"),
+            format!(
+                "webhook.caBundle={}",
+                base64::engine::general_purpose::STANDARD.encode(ca.cert_pem())
             ),
-            (pod::IMAGE_HELM_PATH.to_string(), opts.helm.clone()),
-        ]
-        .into_iter()
-        .collect(),
-        secrets: [(WEBHOOK_CERT_SECRET.to_string(), cert)]
+            format!("healthProbe.port={health}"),
+            format!("metrics.port={metrics}"),
+            format!("webhook.port={webhook}"),
+        ];
+        values.extend(deployed.values.iter().cloned());
+        let chart = repo_root().join("charts/omni-cluster-operator");
+        let docs = pod::helm_template(&opts.helm, &chart, RELEASE, NAMESPACE, &values)?;
+        for doc in docs.iter().filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| APPLIED_KINDS.contains(&k))
+        }) {
+            if doc["kind"] == "Namespace" && doc["metadata"]["name"] == NAMESPACE {
+                continue;
+            }
+            apply_builtin(client, doc).await?;
+        }
+        let webhook_service = docs
+            .iter()
+            .find(|d| d["kind"] == "Service" && d["spec"]["ports"][0]["port"] == 443)
+            .and_then(|d| d["metadata"]["name"].as_str());
+        if let Some(service) = webhook_service {
+            dispatcher.register_service(
+                NAMESPACE,
+                service,
+                443,
+                SocketAddr::from(([127, 0, 0, 1], webhook)),
+            );
+        }
+        let deployment = pod::find_deployment(&docs)?;
+        let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let token = format!("sa-token-{}", uuid_like());
+        authenticator.add_token(
+            token.clone(),
+            kube_sim::auth::Identity::new(
+                format!("system:serviceaccount:{NAMESPACE}:{account}"),
+                &[
+                    "system:serviceaccounts",
+                    &format!("system:serviceaccounts:{NAMESPACE}"),
+                ],
+            ),
+        );
+        let host = webhook_service
+            .map(|s| format!("{s}.{NAMESPACE}.svc"))
+            .unwrap_or_default();
+        let serving = ca.issue_server(&[host.as_str()])?;
+        let mut cert = std::collections::BTreeMap::new();
+        cert.insert("tls.crt".to_string(), serving.cert_pem.clone().into_bytes());
+        cert.insert("tls.key".to_string(), serving.key_pem.clone().into_bytes());
+        cert.insert("ca.crt".to_string(), ca.cert_pem().as_bytes().to_vec());
+        let pod_dir = opts.dir.join(format!("pod-{index}"));
+        std::fs::create_dir_all(&pod_dir)?;
+        let ctx = pod::PodContext {
+            namespace: NAMESPACE.into(),
+            name: format!("{RELEASE}-controller-manager-{index}"),
+            api: self.api,
+            api_ca_pem: ca.cert_pem().to_string(),
+            token,
+            binaries: [
+                (
+                    pod::IMAGE_OPERATOR_PATH.to_string(),
+                    deployed.operator_binary.clone(),
+                ),
+                (pod::IMAGE_HELM_PATH.to_string(), opts.helm.clone()),
+            ]
             .into_iter()
             .collect(),
-        dir: pod_dir,
-    };
-    let spec = pod::ContainerSpec::from_deployment(deployment, &ctx)?;
-    let mut pod = pod::Pod::start(spec, &ctx).await?;
-    pod.wait_ready(Duration::from_secs(60)).await?;
-    Ok(pod)
+            secrets: [(WEBHOOK_CERT_SECRET.to_string(), cert)]
+                .into_iter()
+                .collect(),
+            dir: pod_dir,
+        };
+        let spec = pod::ContainerSpec::from_deployment(deployment, &ctx)?;
+        let mut pod = pod::Pod::start(spec, &ctx).await?;
+        pod.wait_ready(Duration::from_secs(60)).await?;
+        Ok(pod)
+    }
 }
 
 /// Server-side applies one rendered object of a built-in kind in [`APPLIED_KINDS`].

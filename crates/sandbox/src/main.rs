@@ -32,6 +32,17 @@ struct Args {
     /// Helm executable (default: HELM_BIN, .cache/test-tools/bin/helm, then PATH).
     #[arg(long)]
     helm_binary: Option<PathBuf>,
+    /// Run the operator as the Helm chart deploys it (a pod with a read-only root, the chart's
+    /// RBAC, volumes and security context) instead of in this process. Needs root and
+    /// `unshare` for the isolation; falls back loudly without them.
+    #[arg(long)]
+    as_deployed: bool,
+    /// With --as-deployed: the omni-operator binary (default: beside this one).
+    #[arg(long)]
+    operator_binary: Option<PathBuf>,
+    /// With --as-deployed: extra `--set` values for the operator chart (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    values: Vec<String>,
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -70,7 +81,19 @@ async fn main() -> anyhow::Result<()> {
         dir: args.dir.clone(),
         helm,
         empty: args.empty,
-        as_deployed: None,
+        as_deployed: match args.as_deployed {
+            false => None,
+            true => Some(omni_sandbox::AsDeployed {
+                operator_binary: match args.operator_binary {
+                    Some(p) => p,
+                    None => std::env::current_exe()?
+                        .parent()
+                        .context("the sandbox binary has no directory")?
+                        .join("omni-operator"),
+                },
+                values: args.values,
+            }),
+        },
     };
     let started = tokio::time::Instant::now();
     let sandbox = Sandbox::start(&opts, |step| println!("==> {step}")).await?;

@@ -23,21 +23,24 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
-/// The `omni-operator` binary of this build (target/<profile>/omni-operator), built on demand
-/// when only this package's tests were compiled.
+/// The `omni-operator` binary of this build (target/<profile>/omni-operator), brought up to date
+/// first: `cargo test -p omni-sandbox` alone does not rebuild another package's binary, and a
+/// stale one would test old code. The workspace's test build is asked for, so the binary has
+/// the feature set `cargo test --workspace` gives it (a no-op right after that command).
 fn operator_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let binary = profile_dir.join("omni-operator");
-    if !binary.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "-p", "omni-operator", "--bin", "omni-operator"])
-            .current_dir(repo_root())
-            .status()
-            .unwrap();
-        assert!(status.success(), "building omni-operator failed");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build
+        .args(["test", "--workspace", "--no-run", "--quiet"])
+        .current_dir(repo_root());
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
     }
+    let status = build.status().unwrap();
+    assert!(status.success(), "building omni-operator failed");
+    let binary = profile_dir.join("omni-operator");
     assert!(binary.is_file(), "{} was not built", binary.display());
     binary
 }
@@ -133,5 +136,85 @@ async fn with_default_values_every_sample_becomes_ready_and_the_webhook_rejects_
 async fn cluster_wide_without_the_webhook_every_sample_becomes_ready() {
     let (_dir, sandbox) = start(&["watch.clusterWide=true", "webhook.enabled=false"]).await;
     every_sample_becomes_ready(&sandbox).await;
+    sandbox.shutdown().await;
+}
+
+/// The Lease holder's identity (`<pod name>_<random>`), if any.
+async fn lease_holder(sandbox: &Sandbox) -> String {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(sandbox.client.clone(), omni_sandbox::NAMESPACE);
+    leases
+        .get_opt("omni-operator-leader")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default()
+}
+
+/// A rolling restart: a second pod becomes Ready as a standby while the first leads (the
+/// Deployment's rollout waits for that), the first gets SIGTERM and exits within its grace
+/// period, and only then does the second take the Lease; the samples stay Ready and the Helm
+/// release is left deployed, not `pending-*`. Before standby replicas were Ready, the second
+/// pod never became Ready and the rollout could not proceed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_hands_the_lease_over_without_two_leaders() {
+    let (_dir, mut sandbox) = start(&[]).await;
+    every_sample_becomes_ready(&sandbox).await;
+    let first_holder = lease_holder(&sandbox).await;
+    assert!(
+        first_holder.starts_with("omni-cluster-operator-controller-manager-0_"),
+        "{first_holder}"
+    );
+
+    let mut second = match sandbox.start_another_pod().await {
+        Ok(p) => p,
+        Err(e) => panic!("the second pod never became Ready beside the leader: {e:#}"),
+    };
+    assert_eq!(
+        lease_holder(&sandbox).await,
+        first_holder,
+        "the standby took the Lease from a live leader"
+    );
+
+    let mut first = sandbox.pod.take().unwrap();
+    let terminated_at = jiff::Timestamp::now();
+    assert!(
+        first.terminate().await.unwrap(),
+        "the first pod outlived its grace period:\n{}",
+        first.output()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !lease_holder(&sandbox)
+        .await
+        .starts_with("omni-cluster-operator-controller-manager-1_")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second pod never took the Lease:\n{}",
+            second.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The second pod led only after the first was told to stop.
+    let acquired = second
+        .output()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "acquired leadership")
+        .and_then(|v| v["timestamp"].as_str()?.parse::<jiff::Timestamp>().ok())
+        .unwrap_or_else(|| panic!("no acquisition logged:\n{}", second.output()));
+    assert!(
+        acquired >= terminated_at,
+        "the second pod led at {acquired}, before the first was stopped at {terminated_at}"
+    );
+
+    every_sample_becomes_ready(&sandbox).await;
+    let releases: kube::Api<omni_operator::api::OmniHelmRelease> =
+        kube::Api::namespaced(sandbox.client.clone(), omni_sandbox::NAMESPACE);
+    for release in releases.list(&Default::default()).await.unwrap() {
+        let status = release.status.and_then(|s| s.release_status);
+        assert_eq!(status.as_deref(), Some("deployed"));
+    }
+    assert!(second.terminate().await.unwrap());
     sandbox.shutdown().await;
 }

@@ -411,6 +411,11 @@ pub async fn run_operator(
     }
 
     let shutdown = shutdown.boxed().shared();
+    // Ready means "this replica serves": its probes, metrics and webhook. Leadership is not
+    // readiness: a standby must be Ready, or a rolling update (maxUnavailable 0) would wait
+    // forever for a new pod that cannot lead while the old one holds the Lease, and the
+    // webhook Service would have no endpoint on a standby.
+    ready.store(true, Ordering::SeqCst);
     let result = lead_and_reconcile(&config, client, stop.clone(), shutdown, ready).await;
     let _ = stop_tx.send(true);
     while let Some(joined) = servers.join_next().await {
@@ -496,7 +501,6 @@ async fn lead_and_reconcile(
         ctx.clone(),
         ctl_stop.clone(),
     ));
-    ready.store(true, Ordering::SeqCst);
 
     let lost = async {
         let Some(elector) = &elector else {
