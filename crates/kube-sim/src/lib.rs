@@ -8,6 +8,7 @@ mod cel;
 mod crd;
 mod discovery;
 pub mod error;
+mod events;
 mod gc;
 pub mod hooks;
 pub mod kubeconfig;

@@ -424,6 +424,11 @@ async fn handle(
             }],
         ));
     }
+    if matches!(verb, "list" | "watch" | "deletecollection")
+        && let Err(e) = crate::selectors::check_field_selector(&q, &t.group, &t.resource)
+    {
+        return err_response(&e);
+    }
     let gate = Gate {
         dispatcher: st.admission.as_ref(),
         hooks: &st.hooks,
@@ -764,7 +769,7 @@ async fn serve_verb(
                     q.get("labelSelector")
                         .is_none_or(|s| selector_matches(s, labels))
                         && q.get("fieldSelector")
-                            .is_none_or(|s| field_selector_matches(s, o))
+                            .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
                 })
                 .collect();
             // Continue tokens are the offset into the (name-ordered) result;
@@ -947,7 +952,7 @@ async fn serve_verb(
             for o in store
                 .list_objects(&t.group, &t.resource, ns)
                 .into_iter()
-                .filter(|o| crate::selectors::selected(q, o))
+                .filter(|o| crate::selectors::selected(q, &t.group, &t.resource, o))
             {
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                     let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
