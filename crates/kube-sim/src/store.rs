@@ -788,8 +788,8 @@ impl Store {
     }
 
     /// Deletes an object. With finalizers it only gets a deletionTimestamp
-    /// (and `deletionGracePeriodSeconds: 0`); returns the object and whether
-    /// it is gone now.
+    /// (and `deletionGracePeriodSeconds: 0`, and its generation is bumped); returns the object
+    /// and whether it is gone now.
     pub fn delete(
         &self,
         group: &str,
@@ -822,6 +822,16 @@ impl Store {
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
                 if group.is_empty() && resource == "namespaces" {
                     obj["status"]["phase"] = json!("Terminating");
+                } else if let Some(generation) = obj
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .filter(|g| *g > 0)
+                {
+                    // Marking an object as deleting is a change its controllers must see:
+                    // the real registry bumps the generation with the deletionTimestamp
+                    // (generation-based watch predicates rely on it). Namespaces have their
+                    // own deletion path, which does not.
+                    obj["metadata"]["generation"] = json!(generation + 1);
                 }
                 inner.objects.insert(key, obj.clone());
                 self.emit(
