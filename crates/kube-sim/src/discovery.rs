@@ -10,7 +10,7 @@ use crate::store::{ResourceType, Store};
 
 /// Answers a non-resource request (health, version, discovery), or `None` when `path` is a
 /// resource path for the REST handler.
-pub(crate) fn serve(store: &Store, path: &str, _headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn serve(store: &Store, path: &str, headers: &HeaderMap) -> Option<Response> {
     match path {
         "/healthz" | "/readyz" | "/livez" => return Some((StatusCode::OK, "ok").into_response()),
         "/version" => {
@@ -27,6 +27,9 @@ pub(crate) fn serve(store: &Store, path: &str, _headers: &HeaderMap) -> Option<R
         }
         "/apis" => return Some(json_response(200, &api_group_list(store))),
         _ => {}
+    }
+    if path == "/openapi/v2" {
+        return Some(crate::openapi_v2::serve(store, headers));
     }
     if path.starts_with("/openapi/") {
         return Some(crate::openapi::serve(store, path).unwrap_or_else(|| {

@@ -6,7 +6,7 @@ use crate::store::{Preconditions, Store};
 
 /// Deletes a terminating namespace's contents, then the namespace.
 pub(crate) fn purge_namespace(store: &Store, ns: &str) {
-    for rt in store.types().into_iter().filter(|t| t.namespaced) {
+    for rt in store.storage_types().into_iter().filter(|t| t.namespaced) {
         for o in store.list_objects(&rt.group, &rt.plural, Some(ns)) {
             if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                 // Objects with finalizers stay until their controllers release them.
@@ -27,7 +27,7 @@ pub(crate) fn purge_namespace(store: &Store, ns: &str) {
 /// `ownerReferences` are deleted (recursively), or with `Orphan` lose that
 /// reference.
 pub(crate) fn collect_dependents(store: &Store, owner_uid: &str, orphan: bool) {
-    for rt in store.types() {
+    for rt in store.storage_types() {
         for o in store.list_objects(&rt.group, &rt.plural, None) {
             let refs = o
                 .pointer("/metadata/ownerReferences")
@@ -114,7 +114,7 @@ pub(crate) fn prepare_foreground(
 
 /// Whether any live object names `owner_uid` with `blockOwnerDeletion: true`.
 fn blocking_dependents(store: &Store, owner_uid: &str) -> bool {
-    store.types().iter().any(|rt| {
+    store.storage_types().iter().any(|rt| {
         store
             .list_objects(&rt.group, &rt.plural, None)
             .iter()
@@ -148,7 +148,7 @@ pub(crate) fn release_foreground_owners(store: &Store, removed: &Value) {
         if blocking_dependents(store, &uid) {
             continue;
         }
-        for rt in store.types() {
+        for rt in store.storage_types() {
             for o in store.list_objects(&rt.group, &rt.plural, None) {
                 if o.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str())
                     || o.pointer("/metadata/deletionTimestamp").is_none()

@@ -13,7 +13,7 @@
 //!   built-ins as schemaless JSON.
 //!
 //! Documents are JSON only; a client asking for protobuf gets JSON with its real content type
-//! (client-go accepts that for v3). `/openapi/v2` is not served (see the README).
+//! (client-go accepts that for v3). `/openapi/v2` is in `openapi_v2.rs`.
 
 use std::collections::BTreeMap;
 

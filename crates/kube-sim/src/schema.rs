@@ -19,11 +19,24 @@ pub(crate) fn crd_schema(store: &Store, t: &ResourceType) -> Option<Value> {
 
 /// Prunes, defaults and validates `obj` against its CRD schema; built-ins pass untouched.
 pub(crate) fn apply(store: &Store, t: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    prune_and_default_object(store, t, obj);
+    validate(store, t, obj)
+}
+
+/// Prunes fields the CRD schema of `t` does not know and applies its defaults; returns the
+/// paths of the pruned fields (`spec.values`, `spec.items[0].x`), which `fieldValidation`
+/// reports as unknown. Built-ins pass untouched.
+pub(crate) fn prune_and_default_object(
+    store: &Store,
+    t: &ResourceType,
+    obj: &mut Value,
+) -> Vec<String> {
+    let mut pruned = Vec::new();
     let Some(schema) = crd_schema(store, t) else {
-        return Ok(());
+        return pruned;
     };
     let Some(root) = obj.as_object_mut() else {
-        return Ok(());
+        return pruned;
     };
     let props = schema.get("properties").and_then(Value::as_object);
     let preserve = preserves(&schema);
@@ -40,11 +53,12 @@ pub(crate) fn apply(store: &Store, t: &ResourceType, obj: &mut Value) -> Result<
                         root.remove(&key);
                         continue;
                     }
-                    prune_and_default(v, sub);
+                    prune_and_default(v, sub, &key, &mut pruned);
                 }
             }
             None if !preserve => {
                 root.remove(&key);
+                pruned.push(key);
             }
             None => {}
         }
@@ -58,11 +72,21 @@ pub(crate) fn apply(store: &Store, t: &ResourceType, obj: &mut Value) -> Result<
                 && let Some(d) = sub.get("default")
             {
                 let mut v = d.clone();
-                prune_and_default(&mut v, sub);
+                // Defaults are the CRD author's: what they prune is nobody's unknown field.
+                prune_and_default(&mut v, sub, key, &mut Vec::new());
                 root.insert(key.clone(), v);
             }
         }
     }
+    pruned
+}
+
+/// Validates `obj` against the CRD schema of `t` (after [`prune_and_default_object`]): one 422
+/// Invalid with a cause per failing field. Built-ins pass.
+pub(crate) fn validate(store: &Store, t: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let Some(schema) = crd_schema(store, t) else {
+        return Ok(());
+    };
     let mut causes = Vec::new();
     validate_object(obj, &schema, "", &mut causes, true);
     if causes.is_empty() {
@@ -86,8 +110,8 @@ fn nullable(schema: &Value) -> bool {
     schema.get("nullable").and_then(Value::as_bool) == Some(true)
 }
 
-/// Prunes unknown fields and applies defaults below `v`.
-fn prune_and_default(v: &mut Value, schema: &Value) {
+/// Prunes unknown fields and applies defaults below `v` (at `path`), recording what it pruned.
+fn prune_and_default(v: &mut Value, schema: &Value, path: &str, pruned: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -99,6 +123,7 @@ fn prune_and_default(v: &mut Value, schema: &Value) {
                     && schema.get("type").and_then(Value::as_str) == Some("object")
                     && schema.get("x-kubernetes-embedded-resource").is_none()
                 {
+                    pruned.extend(map.keys().map(|k| field(path, k)));
                     map.clear();
                 }
                 return;
@@ -111,11 +136,12 @@ fn prune_and_default(v: &mut Value, schema: &Value) {
                         if map.get(&key).is_some_and(Value::is_null) && !nullable(sub) {
                             map.remove(&key);
                         } else if let Some(child) = map.get_mut(&key) {
-                            prune_and_default(child, sub);
+                            prune_and_default(child, sub, &field(path, &key), pruned);
                         }
                     }
                     None if !preserves(schema) => {
                         map.remove(&key);
+                        pruned.push(field(path, &key));
                     }
                     None => {}
                 }
@@ -126,7 +152,7 @@ fn prune_and_default(v: &mut Value, schema: &Value) {
                         && let Some(d) = sub.get("default")
                     {
                         let mut value = d.clone();
-                        prune_and_default(&mut value, sub);
+                        prune_and_default(&mut value, sub, key, &mut Vec::new());
                         map.insert(key.clone(), value);
                     }
                 }
@@ -134,8 +160,8 @@ fn prune_and_default(v: &mut Value, schema: &Value) {
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items.iter_mut() {
-                    prune_and_default(item, item_schema);
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_and_default(item, item_schema, &format!("{path}[{i}]"), pruned);
                 }
             }
         }

@@ -63,34 +63,78 @@ pub(crate) fn selector_matches(selector: &str, labels: &serde_json::Map<String, 
     })
 }
 
-/// Evaluates a field selector over `metadata.name` and `metadata.namespace`
-/// (`=`, `==`, `!=`); other fields never match, so callers notice.
-pub(crate) fn field_selector_matches(selector: &str, obj: &Value) -> bool {
+/// The terms of a field selector: `(label, value, negated)` for `=`, `==` and `!=`.
+fn field_terms(selector: &str) -> impl Iterator<Item = Option<(&str, &str, bool)>> {
     selector
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .all(|term| {
-            let (field, value, negate) = if let Some((f, v)) = term.split_once("!=") {
-                (f, v, true)
-            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                (f, v, false)
+        .map(|term| {
+            if let Some((f, v)) = term.split_once("!=") {
+                Some((f.trim(), v.trim(), true))
             } else {
-                return false;
-            };
-            let actual = match field.trim() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                "metadata.namespace" => obj.pointer("/metadata/namespace"),
-                _ => return false,
+                term.split_once("==")
+                    .or_else(|| term.split_once('='))
+                    .map(|(f, v)| (f.trim(), v.trim(), false))
             }
-            .and_then(Value::as_str)
-            .unwrap_or("");
-            (actual == value.trim()) != negate
         })
 }
 
-/// Whether `obj` passes the request's label and field selectors.
-pub(crate) fn selected(q: &HashMap<String, String>, obj: &Value) -> bool {
+/// 400 BadRequest, as on the real server, when the field selector of an Events request names
+/// a label Events cannot be selected by (see [`crate::events::field_label`]). Other types keep
+/// answering with no match, since kube-sim does not know their extra labels (e.g. a Pod's
+/// `spec.nodeName`).
+pub(crate) fn check_field_selector(
+    q: &HashMap<String, String>,
+    group: &str,
+    resource: &str,
+) -> Result<(), crate::error::ApiError> {
+    let Some(selector) = q.get("fieldSelector") else {
+        return Ok(());
+    };
+    let probe = Value::Object(serde_json::Map::new());
+    for term in field_terms(selector) {
+        let Some((label, _, _)) = term else {
+            return Err(crate::error::ApiError::bad_request(&format!(
+                "invalid field selector: {selector:?}"
+            )));
+        };
+        if crate::events::has_field_labels(group, resource) {
+            crate::events::field_label(group, resource, &probe, label)
+                .map_err(|e| crate::error::ApiError::bad_request(&e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a field selector (`=`, `==`, `!=`) over the labels the resource supports:
+/// `metadata.name` and `metadata.namespace` everywhere, plus each Events API's own labels; an
+/// unset field compares as the empty string. Other labels never match, so callers notice
+/// (requests are checked first by [`check_field_selector`]).
+pub(crate) fn field_selector_matches(
+    selector: &str,
+    group: &str,
+    resource: &str,
+    obj: &Value,
+) -> bool {
+    field_terms(selector).all(|term| {
+        let Some((label, value, negate)) = term else {
+            return false;
+        };
+        match crate::events::field_label(group, resource, obj, label) {
+            Ok(actual) => (actual.unwrap_or_default() == value) != negate,
+            Err(_) => false,
+        }
+    })
+}
+
+/// Whether `obj` (of `group`/`resource`) passes the request's label and field selectors.
+pub(crate) fn selected(
+    q: &HashMap<String, String>,
+    group: &str,
+    resource: &str,
+    obj: &Value,
+) -> bool {
     let empty = serde_json::Map::new();
     let labels = obj
         .pointer("/metadata/labels")
@@ -99,5 +143,5 @@ pub(crate) fn selected(q: &HashMap<String, String>, obj: &Value) -> bool {
     q.get("labelSelector")
         .is_none_or(|s| selector_matches(s, labels))
         && q.get("fieldSelector")
-            .is_none_or(|s| field_selector_matches(s, obj))
+            .is_none_or(|s| field_selector_matches(s, group, resource, obj))
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::admission::{AdmissionRequest, Operation, ReviewUser, WebhookDispatcher};
 use crate::crd::{crd_established, default_builtin};
 use crate::error::ApiError;
+use crate::field_validation::{Directive, Findings, duplicate_fields, prune_metadata};
 use crate::gc::{collect_dependents, purge_namespace};
 use crate::hooks::{CounterKey, Hooks};
 use crate::patch::{field_set, json_patch, merge_patch, strategic_merge};
@@ -430,6 +431,11 @@ async fn handle(
             }],
         ));
     }
+    if matches!(verb, "list" | "watch" | "deletecollection")
+        && let Err(e) = crate::selectors::check_field_selector(&q, &t.group, &t.resource)
+    {
+        return err_response(&e);
+    }
     let gate = Gate {
         dispatcher: st.admission.as_ref(),
         hooks: &st.hooks,
@@ -464,9 +470,14 @@ async fn handle(
         Ok(r) => r,
         Err(e) => err_response(&e),
     };
-    let warnings = gate.warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    let mut warnings = gate.warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    // A recomputed patch finds the same problems again; each is reported once.
+    let mut seen = std::collections::HashSet::new();
+    warnings.retain(|w| seen.insert(w.clone()));
     for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        // A quoted-string (RFC 9110): quotes and backslashes are escaped.
+        let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+        let text = format!("299 - \"{quoted}\"");
         if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
             resp.headers_mut().append("warning", value);
         }
@@ -588,6 +599,13 @@ pub(crate) struct Gate<'a> {
 }
 
 impl Gate<'_> {
+    /// Adds warnings to send back as `Warning` headers.
+    fn warn(&self, warnings: Vec<String>) {
+        if let Ok(mut w) = self.warnings.lock() {
+            w.extend(warnings);
+        }
+    }
+
     /// Stores a new object (or, under `dryRun=All`, only computes it).
     fn create(&self, obj: Value) -> Result<Value, ApiError> {
         let (store, t) = (self.store, self.t);
@@ -770,7 +788,7 @@ async fn serve_verb(
                     q.get("labelSelector")
                         .is_none_or(|s| selector_matches(s, labels))
                         && q.get("fieldSelector")
-                            .is_none_or(|s| field_selector_matches(s, o))
+                            .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
                 })
                 .collect();
             // Continue tokens are the offset into the (name-ordered) result;
@@ -822,20 +840,38 @@ async fn serve_verb(
             q,
         ),
         "create" => {
+            let directive = Directive::from_query(q, "CreateOptions")?;
             let mut obj = parse_body(headers, body)?;
+            let mut findings = Findings {
+                duplicate: duplicate_fields(body),
+                unknown: prune_metadata(&mut obj),
+            };
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            findings
+                .unknown
+                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+            gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
+            crate::schema::validate(store, rt, &obj)?;
             gate.record_update(None, &mut obj, q, headers);
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;
             Ok(json_response(201, &created))
         }
         "update" => {
+            let directive = Directive::from_query(q, "UpdateOptions")?;
             let mut obj = parse_body(headers, body)?;
+            let mut findings = Findings {
+                duplicate: duplicate_fields(body),
+                unknown: prune_metadata(&mut obj),
+            };
             let old = store.get(&t.group, &t.resource, ns, name)?;
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            findings
+                .unknown
+                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+            gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
+            crate::schema::validate(store, rt, &obj)?;
             gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
@@ -873,8 +909,18 @@ async fn serve_verb(
             if apply {
                 return server_side_apply(gate, name, q, patch).await;
             }
+            let directive = Directive::from_query(q, "PatchOptions")?;
             let old = store.get(&t.group, &t.resource, ns, name)?;
             let mut obj = old.clone();
+            // Merge patches are decoded strictly too; a JSON patch is a list of operations.
+            let mut findings = Findings {
+                duplicate: if merge || strategic {
+                    duplicate_fields(body)
+                } else {
+                    Vec::new()
+                },
+                unknown: Vec::new(),
+            };
             if merge {
                 merge_patch(&mut obj, &patch);
             } else if strategic {
@@ -882,9 +928,14 @@ async fn serve_verb(
             } else {
                 json_patch(&mut obj, &patch)?;
             }
+            findings.unknown = prune_metadata(&mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            findings
+                .unknown
+                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+            gate.warn(findings.enforce(directive, None)?);
+            crate::schema::validate(store, rt, &obj)?;
             gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
@@ -953,7 +1004,7 @@ async fn serve_verb(
             for o in store
                 .list_objects(&t.group, &t.resource, ns)
                 .into_iter()
-                .filter(|o| crate::selectors::selected(q, o))
+                .filter(|o| crate::selectors::selected(q, &t.group, &t.resource, o))
             {
                 if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
                     let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);

@@ -232,12 +232,8 @@ impl Inner {
         } else {
             String::new()
         };
-        let key = (
-            group.to_string(),
-            resource.to_string(),
-            ns,
-            name.to_string(),
-        );
+        let (sg, sr) = storage(group, resource);
+        let key = (sg.to_string(), sr.to_string(), ns, name.to_string());
         Ok((t, key))
     }
 }
@@ -295,6 +291,11 @@ impl Preconditions {
         }
         Ok(())
     }
+}
+
+/// Where objects of `group`/`resource` are stored: Events of both APIs share one key space.
+fn storage<'a>(group: &'a str, resource: &'a str) -> (&'a str, &'a str) {
+    crate::events::storage_of(group, resource).unwrap_or((group, resource))
 }
 
 fn now() -> String {
@@ -375,6 +376,14 @@ impl Store {
         self.lock().types.clone()
     }
 
+    /// The registered types that own their objects, leaving out another API's view of them
+    /// (events.k8s.io Events): walking these visits every stored object once.
+    pub(crate) fn storage_types(&self) -> Vec<ResourceType> {
+        let mut types = self.types();
+        types.retain(|t| crate::events::storage_of(&t.group, &t.plural).is_none());
+        types
+    }
+
     /// Looks up a type by group and plural (or short name / singular).
     pub fn resource_type(&self, group: &str, resource: &str) -> Option<ResourceType> {
         self.lock()
@@ -435,13 +444,12 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
     ) -> Vec<Value> {
+        let (sg, sr) = storage(api_group, resource);
         self.lock()
             .objects
             .iter()
-            .filter(|(k, _)| {
-                k.0 == api_group && k.1 == resource && namespace.is_none_or(|n| k.2 == n)
-            })
-            .map(|(_, v)| v.clone())
+            .filter(|(k, _)| k.0 == sg && k.1 == sr && namespace.is_none_or(|n| k.2 == n))
+            .map(|(_, v)| crate::events::to_view(api_group, resource, v.clone()))
             .collect()
     }
 
@@ -453,13 +461,15 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Value> {
+        let (sg, sr) = storage(group, resource);
         let key = (
-            group.to_string(),
-            resource.to_string(),
+            sg.to_string(),
+            sr.to_string(),
             namespace.unwrap_or("").to_string(),
             name.to_string(),
         );
-        self.lock().objects.get(&key).cloned()
+        let stored = self.lock().objects.get(&key).cloned();
+        stored.map(|o| crate::events::to_view(group, resource, o))
     }
 
     /// Gets an object or NotFound.
@@ -559,12 +569,8 @@ impl Store {
                 .collect();
             name = format!("{prefix}{suffix}");
         }
-        let key = (
-            group.to_string(),
-            resource.to_string(),
-            ns.clone(),
-            name.clone(),
-        );
+        let (sg, sr) = storage(group, resource);
+        let key = (sg.to_string(), sr.to_string(), ns.clone(), name.clone());
         if inner.objects.contains_key(&key) {
             return Err(ApiError::already_exists(group, resource, &name));
         }
@@ -592,24 +598,25 @@ impl Store {
             mm.remove("deletionGracePeriodSeconds");
             mm.remove("resourceVersion");
         }
+        let mut stored = crate::events::to_storage(group, resource, obj);
         if write == Write::DryRun {
-            return Ok(obj);
+            return Ok(crate::events::to_view(group, resource, stored));
         }
         inner.rv = rv;
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        inner.objects.insert(key, obj.clone());
+        stored["metadata"]["resourceVersion"] = json!(rv.to_string());
+        inner.objects.insert(key, stored.clone());
         self.emit(
             &mut inner,
             WatchEvent {
                 kind: "ADDED",
-                group: group.into(),
-                resource: resource.into(),
-                object: obj.clone(),
+                group: sg.into(),
+                resource: sr.into(),
+                object: stored.clone(),
                 previous: None,
                 rv,
             },
         );
-        Ok(obj)
+        Ok(crate::events::to_view(group, resource, stored))
     }
 
     /// Replaces an object. A resourceVersion in `obj` must match (409
@@ -640,7 +647,7 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let (t, key) = inner.locate(group, resource, namespace, name)?;
-        let old = inner
+        let stored_old = inner
             .objects
             .get(&key)
             .cloned()
@@ -648,6 +655,13 @@ impl Store {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the object is not a JSON object"));
         }
+        // Compare in the request's view, normalized the way it would be stored.
+        let old = crate::events::to_view(group, resource, stored_old.clone());
+        obj = crate::events::to_view(
+            group,
+            resource,
+            crate::events::to_storage(group, resource, obj),
+        );
         if let Some(body_name) = meta_str(&obj, "name")
             && body_name != name
         {
@@ -726,6 +740,8 @@ impl Store {
         inner.rv += 1;
         let rv = inner.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let (sg, sr) = (key.0.clone(), key.1.clone());
+        let stored = crate::events::to_storage(group, resource, obj.clone());
         let finalizers_empty = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -736,9 +752,9 @@ impl Store {
                 &mut inner,
                 WatchEvent {
                     kind: "DELETED",
-                    group: group.into(),
-                    resource: resource.into(),
-                    object: obj.clone(),
+                    group: sg,
+                    resource: sr,
+                    object: stored,
                     previous: None,
                     rv,
                 },
@@ -755,15 +771,15 @@ impl Store {
             }
             return Ok(obj);
         } else {
-            inner.objects.insert(key, obj.clone());
+            inner.objects.insert(key, stored.clone());
             self.emit(
                 &mut inner,
                 WatchEvent {
                     kind: "MODIFIED",
-                    group: group.into(),
-                    resource: resource.into(),
-                    object: obj.clone(),
-                    previous: Some(old),
+                    group: sg,
+                    resource: sr,
+                    object: stored,
+                    previous: Some(stored_old),
                     rv,
                 },
             );
@@ -772,8 +788,8 @@ impl Store {
     }
 
     /// Deletes an object. With finalizers it only gets a deletionTimestamp
-    /// (and `deletionGracePeriodSeconds: 0`); returns the object and whether
-    /// it is gone now.
+    /// (and `deletionGracePeriodSeconds: 0`, and its generation is bumped); returns the object
+    /// and whether it is gone now.
     pub fn delete(
         &self,
         group: &str,
@@ -784,12 +800,14 @@ impl Store {
     ) -> Result<(Value, bool), ApiError> {
         let mut inner = self.lock();
         let (_, key) = inner.locate(group, resource, namespace, name)?;
+        let (sg, sr) = (key.0.clone(), key.1.clone());
         let mut obj = inner
             .objects
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(group, resource, name))?;
         pre.check(&obj, group, resource, name)?;
+        let view = |o: Value| crate::events::to_view(group, resource, o);
         let has_finalizers = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -804,14 +822,24 @@ impl Store {
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
                 if group.is_empty() && resource == "namespaces" {
                     obj["status"]["phase"] = json!("Terminating");
+                } else if let Some(generation) = obj
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .filter(|g| *g > 0)
+                {
+                    // Marking an object as deleting is a change its controllers must see:
+                    // the real registry bumps the generation with the deletionTimestamp
+                    // (generation-based watch predicates rely on it). Namespaces have their
+                    // own deletion path, which does not.
+                    obj["metadata"]["generation"] = json!(generation + 1);
                 }
                 inner.objects.insert(key, obj.clone());
                 self.emit(
                     &mut inner,
                     WatchEvent {
                         kind: "MODIFIED",
-                        group: group.into(),
-                        resource: resource.into(),
+                        group: sg,
+                        resource: sr,
                         object: obj.clone(),
                         previous: None,
                         rv,
@@ -820,23 +848,23 @@ impl Store {
             } else {
                 // Already deleting: nothing changes, give back the stored RV.
                 inner.rv -= 1;
-                return Ok((inner.objects.get(&key).cloned().unwrap_or(obj), false));
+                return Ok((view(inner.objects.get(&key).cloned().unwrap_or(obj)), false));
             }
-            Ok((obj, false))
+            Ok((view(obj), false))
         } else {
             inner.objects.remove(&key);
             self.emit(
                 &mut inner,
                 WatchEvent {
                     kind: "DELETED",
-                    group: group.into(),
-                    resource: resource.into(),
+                    group: sg,
+                    resource: sr,
                     object: obj.clone(),
                     previous: None,
                     rv,
                 },
             );
-            Ok((obj, true))
+            Ok((view(obj), true))
         }
     }
 

@@ -56,6 +56,9 @@ pub(crate) fn render(
     objects: &[Value],
     list_meta: Value,
 ) -> Value {
+    if crate::events::has_field_labels(&t.group, &t.plural) {
+        return event_table(t, objects, list_meta);
+    }
     let cols = columns(store, t);
     let mut definitions = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
@@ -84,6 +87,136 @@ pub(crate) fn render(
             }
             json!({
                 "cells": cells,
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.get("metadata").cloned().unwrap_or(json!({})),
+                },
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}
+
+/// Events of either API print the real server's Event columns (`kubectl get events`): Last
+/// Seen, Type, Reason, Object, Message, and with `-o wide` Subobject, Source, First Seen,
+/// Count and Name.
+fn event_table(t: &ResourceType, objects: &[Value], list_meta: Value) -> Value {
+    let column = |name: &str, ty: &str, priority: i64, description: &str| {
+        json!({"name": name, "type": ty, "format": if name == "Name" { "name" } else { "" },
+            "priority": priority, "description": description})
+    };
+    let definitions = vec![
+        column(
+            "Last Seen",
+            "string",
+            0,
+            "The time at which the most recent occurrence of this event was recorded.",
+        ),
+        column(
+            "Type",
+            "string",
+            0,
+            "Type of this event (Normal, Warning), new types could be added in the future",
+        ),
+        column(
+            "Reason",
+            "string",
+            0,
+            "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+        ),
+        column(
+            "Object",
+            "string",
+            0,
+            "The object that this event is about.",
+        ),
+        column(
+            "Subobject",
+            "string",
+            1,
+            "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.",
+        ),
+        column(
+            "Source",
+            "string",
+            1,
+            "The component reporting this event. Should be a short machine understandable string.",
+        ),
+        column(
+            "Message",
+            "string",
+            0,
+            "A human-readable description of the status of this operation.",
+        ),
+        column(
+            "First Seen",
+            "string",
+            1,
+            "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+        ),
+        column(
+            "Count",
+            "string",
+            1,
+            "The number of times this event has occurred.",
+        ),
+        column(
+            "Name",
+            "string",
+            1,
+            "Name must be unique within a namespace.",
+        ),
+    ];
+    let now = jiff::Timestamp::now();
+    let since = |ts: Option<&Value>| -> Option<String> {
+        let at = ts?.as_str()?.parse::<jiff::Timestamp>().ok()?;
+        Some(human_age(now.as_second() - at.as_second()))
+    };
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            // Printed from the stored (core) shape, whichever API asked.
+            let e = crate::events::to_storage(&t.group, &t.plural, o.clone());
+            let text = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or_default();
+            let first = since(e.get("firstTimestamp"))
+                .or_else(|| since(e.get("eventTime")))
+                .unwrap_or_else(|| "<unknown>".to_owned());
+            let mut last = since(e.get("lastTimestamp")).unwrap_or_else(|| first.clone());
+            let mut count = e.get("count").and_then(Value::as_i64).unwrap_or(0);
+            if let Some(series) = e.get("series").filter(|s| s.is_object()) {
+                last =
+                    since(series.get("lastObservedTime")).unwrap_or_else(|| "<unknown>".to_owned());
+                count = series.get("count").and_then(Value::as_i64).unwrap_or(0);
+            } else if count == 0 {
+                count = 1;
+            }
+            let kind = text("/involvedObject/kind").to_lowercase();
+            let object = match text("/involvedObject/name") {
+                "" => kind,
+                name => format!("{kind}/{name}"),
+            };
+            let component = Some(text("/source/component"))
+                .filter(|c| !c.is_empty())
+                .unwrap_or(text("/reportingComponent"));
+            let instance = Some(text("/source/host"))
+                .filter(|h| !h.is_empty())
+                .unwrap_or(text("/reportingInstance"));
+            let source = if instance.is_empty() {
+                component.to_owned()
+            } else {
+                format!("{component}, {instance}")
+            };
+            json!({
+                "cells": [last, text("/type"), text("/reason"), object,
+                    text("/involvedObject/fieldPath"), source, text("/message").trim(), first,
+                    count, text("/metadata/name")],
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",

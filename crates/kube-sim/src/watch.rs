@@ -60,7 +60,7 @@ pub(crate) fn watch(
         None => {
             let rv = store.resource_version();
             for o in store.list_objects(&group, &resource, ns.as_deref()) {
-                if selected(q, &o) {
+                if selected(q, &group, &resource, &o) {
                     initial.push(json!({"type": "ADDED", "object": o}));
                 }
             }
@@ -86,9 +86,13 @@ pub(crate) fn watch(
     let project = {
         let (group, resource, ns) = (group.clone(), resource.clone(), ns.clone());
         let q = q.clone();
+        // Events of both APIs are stored (and reported by the store) as core Events.
+        let (stored_group, stored_resource) = crate::events::storage_of(&group, &resource)
+            .map(|(g, r)| (g.to_owned(), r.to_owned()))
+            .unwrap_or_else(|| (group.clone(), resource.clone()));
         move |e: &crate::store::WatchEvent| -> Option<Value> {
-            let in_scope = e.group == group
-                && e.resource == resource
+            let in_scope = e.group == stored_group
+                && e.resource == stored_resource
                 && ns.as_deref().is_none_or(|n| {
                     e.object
                         .pointer("/metadata/namespace")
@@ -98,16 +102,21 @@ pub(crate) fn watch(
             if !in_scope {
                 return None;
             }
-            let now = selected(&q, &e.object);
-            let before = e.previous.as_ref().map(|p| selected(&q, p));
+            let view = |o: &Value| crate::events::to_view(&group, &resource, o.clone());
+            let object = view(&e.object);
+            let previous = e.previous.as_ref().map(view);
+            let now = selected(&q, &group, &resource, &object);
+            let before = previous
+                .as_ref()
+                .map(|p| selected(&q, &group, &resource, p));
             match (before, now) {
-                (Some(false), true) => Some(json!({"type": "ADDED", "object": e.object})),
+                (Some(false), true) => Some(json!({"type": "ADDED", "object": object})),
                 (Some(true), false) => {
-                    let mut last = e.previous.clone().unwrap_or(Value::Null);
+                    let mut last = previous.unwrap_or(Value::Null);
                     last["metadata"]["resourceVersion"] = json!(e.rv.to_string());
                     Some(json!({"type": "DELETED", "object": last}))
                 }
-                (_, true) => Some(json!({"type": e.kind, "object": e.object})),
+                (_, true) => Some(json!({"type": e.kind, "object": object})),
                 (_, false) => None,
             }
         }

@@ -119,6 +119,43 @@ fn finalizers_hold_deletion_and_cannot_be_added_while_deleting() {
 }
 
 #[test]
+fn marking_an_object_as_deleting_bumps_its_generation_once() {
+    let s = Store::new(100);
+    s.create(
+        "",
+        "configmaps",
+        Some("default"),
+        json!({"metadata": {"name": "held", "finalizers": ["example.com/cleanup"]}}),
+    )
+    .unwrap();
+    let delete = || {
+        s.delete(
+            "",
+            "configmaps",
+            Some("default"),
+            "held",
+            &Preconditions::default(),
+        )
+        .unwrap()
+    };
+    let (deleting, gone) = delete();
+    assert!(!gone);
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(deleting["metadata"]["generation"], 2);
+    let stored = s
+        .get_object("", "configmaps", Some("default"), "held")
+        .unwrap();
+    assert_eq!(stored["metadata"]["generation"], 2);
+    // Deleting again changes nothing: same generation, same resourceVersion.
+    let (again, _) = delete();
+    assert_eq!(again["metadata"]["generation"], 2);
+    assert_eq!(
+        again["metadata"]["resourceVersion"],
+        deleting["metadata"]["resourceVersion"]
+    );
+}
+
+#[test]
 fn watch_history_resumes_after_a_version_and_expires_when_too_old() {
     let s = Store::new(3);
     let start = s.resource_version();
