@@ -87,6 +87,8 @@ pub struct Context {
     /// How often a synced OmniSecretSync re-checks its copy for drift in the workload cluster,
     /// which the operator does not watch.
     pub secret_sync_resync: Duration,
+    /// Which Secrets objects may use, and where exports may write.
+    pub secret_policy: crate::secret_policy::SecretPolicy,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -124,6 +126,7 @@ impl Context {
             metrics,
             helm: None,
             secret_sync_resync: secret_sync::RESYNC,
+            secret_policy: crate::secret_policy::SecretPolicy::default(),
             recorder,
             failures: Mutex::default(),
         }
@@ -139,6 +142,12 @@ impl Context {
     /// the periodic re-check off.
     pub fn with_secret_sync_resync(mut self, every: Duration) -> Self {
         self.secret_sync_resync = every;
+        self
+    }
+
+    /// Sets the Secret policy (`--require-secret-opt-in`, `--allow-cross-namespace-export`).
+    pub fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
+        self.secret_policy = policy;
         self
     }
 
