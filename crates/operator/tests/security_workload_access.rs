@@ -143,8 +143,8 @@ impl Env {
             assert!(Instant::now() < until, "CRDs never became servable");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // Without an authenticator, like the OmniHelmRelease tests: helm (client-go) does not
-        // authenticate to kube-sim's token authenticator over plain HTTP.
+                // Without an authenticator, like the OmniHelmRelease tests: helm (client-go) sends no
+        // credentials over plain HTTP.
         let (workload, workload_client) = kube().await;
         Api::<omni_operator::api::OmniCluster>::namespaced(client.clone(), NS)
             .create(
@@ -359,14 +359,14 @@ fn kubeconfig_with_user(server: &str, cluster_extra: &str, user_yaml: &str) -> S
 }
 
 /// A kubeconfig whose `exec` plugin would create `marker` (and then hand out a valid token).
-fn exec_kubeconfig(server: &str, marker: &Path) -> String {
+fn exec_kubeconfig(server: &str, cluster_extra: &str, marker: &Path) -> String {
     let credential = format!(
         r#"{{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{{"token":"{WORKLOAD_TOKEN}"}}}}"#
     );
     let script = format!("touch {}; echo '{credential}'", marker.display());
     kubeconfig_with_user(
         server,
-        "",
+        cluster_extra,
         &format!(
             "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: /bin/sh\n      args: [\"-c\", {}]\n      interactiveMode: Never\n",
             serde_json::to_string(&script).unwrap_or_default()
@@ -389,7 +389,7 @@ async fn secret_sync_never_runs_an_exec_kubeconfig() {
     let marker = dir.path().join("ran");
     env.secret(
         "exec-kubeconfig",
-        json!({"stringData": {"kubeconfig": exec_kubeconfig(&env.workload.base_url, &marker)}}),
+        json!({"stringData": {"kubeconfig": exec_kubeconfig(&env.workload.base_url, "", &marker)}}),
     )
     .await;
     env.sync("exec", "exec-kubeconfig", "registry").await;
@@ -417,9 +417,17 @@ async fn helm_release_never_hands_an_exec_kubeconfig_to_helm() {
     let env = Env::start(Scope::Namespace(NS.into()), SecretPolicy::default()).await;
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let marker = dir.path().join("ran");
+    // Over HTTPS: helm (client-go) uses credentials, exec plugins included, only over TLS.
+    let server = RecordingServer::start().await;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&server.ca_pem);
+    let kubeconfig = exec_kubeconfig(
+        &server.url,
+        &format!("    certificate-authority-data: {ca}\n"),
+        &marker,
+    );
     env.secret(
         "exec-kubeconfig",
-        json!({"stringData": {"kubeconfig": exec_kubeconfig(&env.workload.base_url, &marker)}}),
+        json!({"stringData": {"kubeconfig": kubeconfig}}),
     )
     .await;
     env.release(
@@ -432,6 +440,7 @@ async fn helm_release_never_hands_an_exec_kubeconfig_to_helm() {
         marker
             .exists()
             .then(|| "helm ran the exec plugin".to_string())
+            .or_else(|| server.reached())
     };
     let message = refused_without(&env.releases(), "exec", "ValidationFailed", &ran).await;
     assert!(message.contains("users[0].user.exec"), "{message}");
