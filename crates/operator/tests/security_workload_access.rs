@@ -143,7 +143,7 @@ impl Env {
             assert!(Instant::now() < until, "CRDs never became servable");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-                // Without an authenticator, like the OmniHelmRelease tests: helm (client-go) sends no
+        // Without an authenticator, like the OmniHelmRelease tests: helm (client-go) sends no
         // credentials over plain HTTP.
         let (workload, workload_client) = kube().await;
         Api::<omni_operator::api::OmniCluster>::namespaced(client.clone(), NS)
