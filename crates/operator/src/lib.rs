@@ -12,10 +12,13 @@
 pub mod api;
 pub mod cli;
 pub mod controllers;
+pub mod delete_guard;
 pub mod helm;
+pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod render;
+pub mod secret_policy;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook;

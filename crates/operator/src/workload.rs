@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
+
+use crate::secret_policy::{SecretPolicy, SecretUse, refusal};
 
 /// Why no workload client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +32,9 @@ pub enum WorkloadError {
         /// Key.
         key: String,
     },
-    /// The kubeconfig does not parse or cannot be turned into a client. The detail comes from
-    /// kube-rs' loader and names fields, not credential values.
+    /// The kubeconfig does not parse, uses a field the operator refuses (see
+    /// [`crate::kubeconfig`]) or cannot be turned into a client. The detail names fields and
+    /// positions, never credential values.
     #[error("kubeconfig in Secret {namespace}/{name} is unusable: {detail}")]
     Invalid {
         /// Namespace.
@@ -41,6 +43,12 @@ pub enum WorkloadError {
         name: String,
         /// Loader error.
         detail: String,
+    },
+    /// The Secret may not be used by this object (see [`crate::secret_policy`]).
+    #[error("{reason}")]
+    Refused {
+        /// Why, naming the Secret and the rule.
+        reason: String,
     },
     /// Reading the Secret failed.
     #[error("read kubeconfig Secret {namespace}/{name}: {detail}")]
@@ -54,14 +62,12 @@ pub enum WorkloadError {
     },
 }
 
-/// Builds a client from kubeconfig YAML bytes (current context).
+/// Builds a client from kubeconfig YAML bytes (current context). The kubeconfig is checked by
+/// [`crate::kubeconfig::parse`] first: one that asks for a command, a plugin or a file is
+/// refused before any client exists.
 pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "kubeconfig is not UTF-8".to_string())?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    Client::try_from(config).map_err(|e| e.to_string())
+    let kubeconfig = crate::kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
+    kubeconfig.client().await
 }
 
 /// Cache of workload clients keyed by `namespace/secret/key`.
@@ -85,12 +91,15 @@ impl WorkloadClients {
         }
     }
 
-    /// The client for the kubeconfig stored in `namespace/name` under `key`.
+    /// The client for the kubeconfig stored in `namespace/name` under `key`, used by an object
+    /// of `kind` under `policy`.
     pub async fn get(
         &self,
         namespace: &str,
         name: &str,
         key: &str,
+        policy: &SecretPolicy,
+        kind: &str,
     ) -> Result<Client, WorkloadError> {
         let ids = || (namespace.to_string(), name.to_string());
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
@@ -109,6 +118,9 @@ impl WorkloadClients {
                 });
             }
         };
+        if let Some(reason) = refusal(policy, &secret, kind, SecretUse::Kubeconfig, &[]) {
+            return Err(WorkloadError::Refused { reason });
+        }
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         let cache_key = format!("{namespace}/{name}/{key}");
         if let Some((v, c)) = self.lock().get(&cache_key)
@@ -200,6 +212,26 @@ mod tests {
         assert_eq!(version.git_version, "v1.35.0");
         let auth = seen.lock().map(|s| s.clone()).unwrap_or_default();
         assert_eq!(auth.as_deref(), Some("Bearer workload-token"));
+    }
+
+    /// The export's probe of a stored (possibly adopted) kubeconfig goes through here too.
+    #[tokio::test]
+    async fn exec_kubeconfig_is_refused_before_any_client_exists() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let marker = dir.path().join("ran");
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\n",
+            marker.display()
+        );
+        let result = client_from_kubeconfig(kubeconfig.as_bytes()).await;
+        if let Ok(client) = &result {
+            let _ = client.apiserver_version().await;
+        }
+        assert!(!marker.exists(), "the exec plugin ran");
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("an exec kubeconfig became a client"));
+        assert!(err.contains("users[0].user.exec"), "{err}");
     }
 
     #[tokio::test]

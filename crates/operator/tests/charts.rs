@@ -253,6 +253,11 @@ fn deployment_arguments_parse_as_run_flags() {
         &["watch.clusterWide=true"][..],
         &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
         &["helmMaxConcurrent=8", "secretSyncResyncInterval=0"][..],
+        &[
+            "watch.clusterWide=true",
+            "secretAccess.requireOptIn=true",
+            "secretAccess.allowCrossNamespaceExport=true",
+        ][..],
     ] {
         let docs = render(sets);
         let mut argv = vec!["omni-operator".to_string()];
@@ -269,6 +274,19 @@ fn deployment_arguments_parse_as_run_flags() {
             .subcommand(omni_operator::cli::run::Args::augment_args(
                 clap::Command::new("run"),
             ));
+        for (value, flag) in [
+            ("secretAccess.requireOptIn=true", "--require-secret-opt-in"),
+            (
+                "secretAccess.allowCrossNamespaceExport=true",
+                "--allow-cross-namespace-export",
+            ),
+        ] {
+            assert_eq!(
+                sets.contains(&value),
+                argv.contains(&flag.to_string()),
+                "{flag}"
+            );
+        }
         let cluster_wide = sets.contains(&"watch.clusterWide=true");
         if !cluster_wide {
             // The Deployment provides the namespace through POD_NAMESPACE (the flag's env var).

@@ -719,3 +719,90 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
         .unwrap_or_else(|e| panic!("Orphan policy removed the Secret: {e}"));
     assert_eq!(after.resource_version(), kept.resource_version());
 }
+
+/// An adopted target is anyone's Secret: its stored kubeconfig is checked before the usability
+/// probe, so an `exec` plugin planted in it (with annotations that make it look reusable) never
+/// runs; the export replaces it with a freshly minted kubeconfig instead (issue 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
+    let env = Env::start().await;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let marker = dir.path().join("ran");
+    let planted = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\n      interactiveMode: Never\n",
+        marker.display()
+    );
+    let export: OmniKubeconfigExport = serde_json::from_value(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniKubeconfigExport",
+        "metadata": {"name": "planted", "namespace": NS},
+        "spec": {
+            "clusterRef": {"name": "edge-sample"},
+            "targetSecretRef": {"name": "planted-kubeconfig"},
+            "serviceAccount": {"user": "automation", "groups": ["automation"]},
+            "ttl": "1h",
+            "renewBefore": "10m",
+            "deletionPolicy": "Delete",
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let cluster = env
+        .api::<OmniCluster>()
+        .get("edge-sample")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec_hash = export
+        .spec_hash(&cluster.effective_cluster_name())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let expires = env.clock.now() + jiff::SignedDuration::from_secs(3600);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": "planted-kubeconfig",
+            "namespace": NS,
+            "annotations": {
+                "omni.texashpc.com/adopt": "true",
+                "omni.texashpc.com/kubeconfig-export-spec-hash": spec_hash,
+                "omni.texashpc.com/kubeconfig-hash":
+                    omni_operator::controllers::kubeconfig_export::sha256_hex(planted.as_bytes()),
+                "omni.texashpc.com/kubeconfig-expiration-time": expires.to_string(),
+            },
+        },
+        "stringData": {"kubeconfig": planted},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.api::<OmniKubeconfigExport>()
+        .create(&PostParams::default(), &export)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    loop {
+        assert!(
+            !marker.exists(),
+            "the planted exec plugin ran in the operator"
+        );
+        let replaced = env
+            .api::<Secret>()
+            .get("planted-kubeconfig")
+            .await
+            .ok()
+            .and_then(|s| s.data?.get("kubeconfig").cloned())
+            .is_some_and(|k| k.0 != planted.as_bytes());
+        if replaced {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the planted kubeconfig was never replaced"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !marker.exists(),
+        "the planted exec plugin ran in the operator"
+    );
+}

@@ -27,6 +27,7 @@ async fn kubectl_describe_shows_the_operators_events_for_every_sample() {
         dir: dir.path().join("sandbox"),
         helm: find_helm(Some(&tool("helm"))).unwrap(),
         empty: false,
+        as_deployed: None,
     };
     let sandbox = Sandbox::start(&opts, |_| {}).await.unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;

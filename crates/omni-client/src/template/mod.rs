@@ -33,5 +33,5 @@ pub use translate::{
 };
 pub use validate::{
     CONTROL_PLANES, RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch,
-    inline_content, is_uuid,
+    inline_content, is_uuid, yaml_syntax_error,
 };

@@ -107,12 +107,26 @@ const FORBIDDEN_PATCH_FIELDS: [&[&str]; 13] = [
     &["machine", "acceptedCAs"],
 ];
 
+/// The message for YAML that does not parse: `what` and the position only. The parser's own
+/// text quotes up to 64 characters around the fault (and type errors quote the value), and
+/// the input may be a Secret's content, so none of it is passed on.
+pub fn yaml_syntax_error(what: &str, e: &serde_saphyr::Error) -> String {
+    match e.location() {
+        Some(at) => format!(
+            "{what} is not valid YAML (error at line {}, column {})",
+            at.line(),
+            at.column()
+        ),
+        None => format!("{what} is not valid YAML"),
+    }
+}
+
 /// Approximates Omni's config-patch check: YAML documents that are mappings and do not set
 /// fields Omni manages. The server re-checks with Talos' real loader.
 pub fn check_config_patch(content: &str) -> Result<(), String> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple_with_options(content, super::model::yaml_1_2_options())
-            .map_err(|e| format!("patch is not valid YAML: {e}"))?;
+            .map_err(|e| yaml_syntax_error("patch", &e))?;
     for doc in docs.iter().filter(|d| !d.is_null()) {
         if !doc.is_object() {
             return Err(format!(

@@ -21,6 +21,7 @@ use crate::controllers::{self, Clock, Context, Scope, SystemClock};
 use crate::helm::{Helm, HelmConfig};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
+use crate::secret_policy::SecretPolicy;
 use crate::webhook::{self, WebhookConfig};
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
@@ -85,6 +86,15 @@ pub struct Args {
     /// `$TMPDIR/omni-operator-helm`; the chart points it into its emptyDir.
     #[arg(long, env = "HELM_WORK_DIR", value_parser = parse_non_empty_path)]
     pub helm_work_dir: Option<PathBuf>,
+    /// Use a Secret as an OmniHelmRelease's or OmniSecretSync's kubeconfig, repository
+    /// credentials or sync source only when it carries the label `omni.texashpc.com/usable-by`
+    /// naming that kind (for clusters where those objects' authors may not read every Secret).
+    #[arg(long, env = "REQUIRE_SECRET_OPT_IN")]
+    pub require_secret_opt_in: bool,
+    /// With `--all-namespaces`, let an OmniKubeconfigExport write its Secret into a namespace
+    /// other than its own.
+    #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
+    pub allow_cross_namespace_export: bool,
 }
 
 fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
@@ -139,6 +149,8 @@ pub struct OperatorConfig {
     pub helm_max_concurrent: usize,
     /// OmniSecretSync drift re-check interval; zero turns it off.
     pub secret_sync_resync: Duration,
+    /// Which Secrets objects may use, and where exports may write.
+    pub secret_policy: SecretPolicy,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -176,6 +188,7 @@ impl OperatorConfig {
             min_interval: Duration::from_secs(1),
             helm_max_concurrent: DEFAULT_HELM_MAX_CONCURRENT,
             secret_sync_resync: controllers::secret_sync::RESYNC,
+            secret_policy: SecretPolicy::default(),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
         }
@@ -295,6 +308,10 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             .unwrap_or(Duration::from_secs(10)),
         helm_max_concurrent: usize::from(args.helm_max_concurrent),
         secret_sync_resync: args.secret_sync_resync_interval,
+        secret_policy: SecretPolicy {
+            require_opt_in: args.require_secret_opt_in,
+            allow_cross_namespace_export: args.allow_cross_namespace_export,
+        },
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
     })
@@ -469,7 +486,8 @@ async fn lead_and_reconcile(
         .with_helm(helm)
         .with_secret_sync_resync(config.secret_sync_resync)
         .with_template_root(config.template_root.clone())
-        .with_min_interval(config.min_interval),
+        .with_min_interval(config.min_interval)
+        .with_secret_policy(config.secret_policy),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
@@ -613,6 +631,27 @@ mod tests {
         assert_eq!(config.helm_binary, PathBuf::from("/usr/bin/helm"));
         assert_eq!(config.helm_max_concurrent, DEFAULT_HELM_MAX_CONCURRENT);
         assert_eq!(config.secret_sync_resync, Duration::from_secs(300));
+        assert_eq!(config.secret_policy, SecretPolicy::default());
+    }
+
+    #[test]
+    fn secret_policy_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "run",
+            "--namespace",
+            "omni",
+            "--require-secret-opt-in",
+            "--allow-cross-namespace-export",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            config.secret_policy,
+            SecretPolicy {
+                require_opt_in: true,
+                allow_cross_namespace_export: true,
+            }
+        );
     }
 
     #[test]

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::Kubeconfig;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
@@ -35,6 +34,9 @@ use crate::helm::{
     RepositoryAuth,
 };
 use crate::metrics::ResourceInfo;
+use crate::secret_policy::{self, SecretUse};
+
+const KIND: &str = "OmniHelmRelease";
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub const RETRY: Duration = Duration::from_secs(60);
@@ -310,16 +312,19 @@ async fn kubeconfig(ctx: &Context, r: &OmniHelmRelease) -> Result<Result<Vec<u8>
             format!("kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"),
         )));
     };
-    let parsed = std::str::from_utf8(&bytes)
-        .map_err(|_| "not UTF-8".to_string())
-        .and_then(|t| {
-            Kubeconfig::from_yaml(t)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        });
-    // The parse error names a YAML position, never the credential values.
-    Ok(match parsed {
-        Ok(()) => Ok(bytes),
+    if let Some(reason) = secret_policy::refusal(
+        &ctx.secret_policy,
+        &secret,
+        KIND,
+        SecretUse::Kubeconfig,
+        &[],
+    ) {
+        return Ok(Err((reasons::VALIDATION_FAILED, reason)));
+    }
+    // Helm gets the kubeconfig the operator writes from the checked fields, never these bytes:
+    // no exec, auth provider or file path reaches it. Errors name fields and positions only.
+    Ok(match crate::kubeconfig::parse(&bytes) {
+        Ok(checked) => Ok(checked.to_bytes()),
         Err(e) => Err((
             reasons::VALIDATION_FAILED,
             format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"),
@@ -345,6 +350,19 @@ async fn repository_auth(
             ),
         )));
     };
+    // Before anything is sent to the repository: the Omni key and service-account tokens never
+    // serve as credentials.
+    if let Some(reason) = secret_policy::check(
+        &ctx.client,
+        &ctx.secret_policy,
+        &secret,
+        KIND,
+        SecretUse::RepositoryCredentials,
+    )
+    .await?
+    {
+        return Ok(Err((reasons::VALIDATION_FAILED, reason)));
+    }
     let data = secret.data.unwrap_or_default();
     let text = |key: &str| -> Result<Option<String>, Problem> {
         match data.get(key).filter(|b| !b.0.is_empty()) {

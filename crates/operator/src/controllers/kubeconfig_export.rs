@@ -13,8 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use kube::config::Kubeconfig;
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
@@ -24,7 +23,8 @@ use sha2::{Digest, Sha256};
 use super::connection::status_str;
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
-    Context, Error, controller_for, drive, dyn_ref, finalizer, instrumented, referencing, status,
+    Context, Error, Scope, controller_for, drive, dyn_ref, finalizer, instrumented, referencing,
+    status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
@@ -32,6 +32,7 @@ use crate::api::common::{
 use crate::api::duration::GoDuration;
 use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
+use crate::delete_guard::{Deleted, delete_observed};
 use crate::metrics::{ResourceInfo, RpcOutcome};
 
 /// Re-check while a dependency is missing.
@@ -157,8 +158,7 @@ pub fn reusable(
 pub fn with_context_namespace(kubeconfig: &[u8], namespace: &str) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(kubeconfig)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
-    let mut kc =
-        Kubeconfig::from_yaml(text).map_err(|e| format!("generated kubeconfig is invalid: {e}"))?;
+    let mut kc = crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
     let current = kc.current_context.clone().unwrap_or_default();
     let Some(ctx) = kc
         .contexts
@@ -316,23 +316,47 @@ async fn delete_owned(
     name: &str,
 ) -> Result<(), Error> {
     let api = ctx.api::<Secret>(ns);
-    if let Some(s) = api.get_opt(name).await?
-        && is_owned(&s, e)
-    {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(err) => return Err(err.into()),
+    // Conditional on the checked object (uid and resourceVersion): a Secret replaced in between
+    // by one this export does not own survives. A changed one is read and judged again.
+    for _ in 0..3 {
+        let Some(observed) = api.get_opt(name).await?.filter(|s| is_owned(s, e)) else {
+            return Ok(());
+        };
+        match delete_observed(&api, &observed).await? {
+            Deleted::Deleted | Deleted::Gone => return Ok(()),
+            Deleted::Changed => continue,
         }
     }
-    Ok(())
+    Err(Error::Remote(format!(
+        "Secret \"{ns}/{name}\" keeps changing while it is being deleted; retrying"
+    )))
 }
 
-/// Whether the stored kubeconfig is rejected outright by the workload API server.
+/// Why the export may not write into its target namespace: in cluster-wide mode a target
+/// outside the export's own namespace needs `--allow-cross-namespace-export` (otherwise anyone
+/// who may create an export could plant or overwrite kubeconfigs in every namespace).
+fn cross_namespace_refusal(ctx: &Context, e: &OmniKubeconfigExport) -> Option<String> {
+    let own = e.namespace().unwrap_or_default();
+    let target = e.effective_target_namespace();
+    (ctx.scope == Scope::All && !ctx.secret_policy.allow_cross_namespace_export && target != own)
+        .then(|| {
+            format!(
+                "spec.targetSecretRef.namespace {target:?} is not the export's own namespace {own:?}; the operator allows that only with --allow-cross-namespace-export"
+            )
+        })
+}
+
+/// Whether the stored kubeconfig is rejected outright by the workload API server. The stored
+/// Secret may have been adopted or edited by anyone who can write Secrets, so its kubeconfig is
+/// checked like any other ([`crate::kubeconfig`]): one that asks for a command or a file is
+/// never used, only replaced.
 async fn probe_rejects(kubeconfig: &[u8]) -> bool {
     let client = match crate::workload::client_from_kubeconfig(kubeconfig).await {
         Ok(c) => c,
-        Err(_) => return true,
+        Err(err) => {
+            tracing::info!(error = %err, "stored kubeconfig is unusable; exporting a new one");
+            return true;
+        }
     };
     match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
         Ok(Err(kube::Error::Api(s))) if s.code == 401 || s.code == 403 => true,
@@ -392,6 +416,11 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
                 return Ok(Action::await_change());
             }
         };
+        if let Some(m) = cross_namespace_refusal(&ctx, &e) {
+            d.outcome(false, reasons::VALIDATION_FAILED, &m);
+            write(&ctx, &e, d).await?;
+            return Ok(Action::await_change());
+        }
         let cluster_ref = &e.spec.cluster_ref.name;
         let Some(cluster) = ctx.api::<OmniCluster>(&namespace).get_opt(cluster_ref).await? else {
             let m = format!("OmniCluster {cluster_ref:?} does not exist");
@@ -491,7 +520,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
         };
         let checked = std::str::from_utf8(&minted)
             .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())
-            .and_then(|t| Kubeconfig::from_yaml(t).map_err(|err| format!("generated kubeconfig is invalid: {err}")))
+            .and_then(|t| crate::kubeconfig::load_without_checks(t, "generated kubeconfig").map(|_| ()))
             .and_then(|_| match e.spec.context_namespace.as_deref().filter(|n| !n.is_empty()) {
                 Some(ns) => with_context_namespace(&minted, ns),
                 None => Ok(minted.clone()),
@@ -600,6 +629,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::config::Kubeconfig;
 
     fn at(s: i64) -> jiff::Timestamp {
         jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(s)

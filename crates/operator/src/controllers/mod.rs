@@ -93,6 +93,8 @@ pub struct Context {
     /// Floor for periodic intervals read from stored objects (`syncInterval`,
     /// `driftCheckInterval`, time between kubeconfig rotations) that bypassed admission.
     pub min_interval: Duration,
+    /// Which Secrets objects may use, and where exports may write.
+    pub secret_policy: crate::secret_policy::SecretPolicy,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -134,6 +136,7 @@ impl Context {
             min_interval: crate::api::duration::MIN_INTERVAL
                 .to_std()
                 .unwrap_or(Duration::from_secs(10)),
+            secret_policy: crate::secret_policy::SecretPolicy::default(),
             recorder,
             failures: Mutex::default(),
         }
@@ -161,6 +164,12 @@ impl Context {
     /// Replaces the floor for periodic intervals of stored objects (tests use a short one).
     pub fn with_min_interval(mut self, floor: Duration) -> Self {
         self.min_interval = floor;
+        self
+    }
+
+    /// Sets the Secret policy (`--require-secret-opt-in`, `--allow-cross-namespace-export`).
+    pub fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
+        self.secret_policy = policy;
         self
     }
 

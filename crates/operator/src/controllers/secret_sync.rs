@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -25,7 +25,9 @@ use crate::api::common::{
 };
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
+use crate::delete_guard::{Deleted, delete_observed};
 use crate::metrics::ResourceInfo;
+use crate::secret_policy::{self, SecretUse};
 use crate::workload::WorkloadError;
 
 /// Periodic re-check of a synced Secret (drift correction).
@@ -37,6 +39,7 @@ pub const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
 /// Condition reason for a target Secret that belongs to someone else.
 pub const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
 
+const KIND: &str = "OmniSecretSync";
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
 const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
 const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
@@ -284,14 +287,23 @@ async fn sync_target(
             true
         }
         Plan::Recreate(s) => {
-            api.delete(name, &DeleteParams::default())
-                .await
-                .map_err(|e| {
+            // Only the copy that was judged (same uid and resourceVersion) is deleted.
+            if let Some(observed) = existing.as_ref() {
+                let deleted = delete_observed(&api, observed).await.map_err(|e| {
                     fail(
                         reasons::SYNC_FAILED,
                         format!("delete workload Secret \"{ns}/{name}\" to change its type: {e}"),
                     )
                 })?;
+                if deleted == Deleted::Changed {
+                    return Err(fail(
+                        reasons::SYNC_FAILED,
+                        format!(
+                            "workload Secret \"{ns}/{name}\" changed while its type was being replaced; it was left alone and is checked again"
+                        ),
+                    ));
+                }
+            }
             api.create(&pp, &s).await.map_err(|e| {
                 fail(
                     reasons::SYNC_FAILED,
@@ -308,7 +320,9 @@ async fn sync_target(
     })
 }
 
-/// Deletes the workload Secret `ns/name` if it exists and this sync owns it.
+/// Deletes the workload Secret `ns/name` if it exists and this sync owns it. The delete is
+/// conditional on the checked object ([`delete_observed`]): a Secret replaced in between by one
+/// this sync does not own survives.
 async fn delete_owned(
     workload: &kube::Client,
     sync: &OmniSecretSync,
@@ -316,16 +330,22 @@ async fn delete_owned(
     name: &str,
 ) -> Result<(), String> {
     let api: Api<Secret> = Api::namespaced(workload.clone(), ns);
-    match api.get_opt(name).await {
-        Ok(Some(s)) if is_owned(&s, sync) => match api.delete(name, &DeleteParams::default()).await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(format!("delete workload Secret \"{ns}/{name}\": {e}")),
-        },
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("get workload Secret \"{ns}/{name}\": {e}")),
+    // A changed object is read and judged again; three rounds outlast any honest writer.
+    for _ in 0..3 {
+        let observed = match api.get_opt(name).await {
+            Ok(Some(s)) if is_owned(&s, sync) => s,
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(format!("get workload Secret \"{ns}/{name}\": {e}")),
+        };
+        match delete_observed(&api, &observed).await {
+            Ok(Deleted::Deleted | Deleted::Gone) => return Ok(()),
+            Ok(Deleted::Changed) => continue,
+            Err(e) => return Err(format!("delete workload Secret \"{ns}/{name}\": {e}")),
+        }
     }
+    Err(format!(
+        "workload Secret \"{ns}/{name}\" keeps changing while it is being deleted; retrying"
+    ))
 }
 
 fn kubeconfig_failure(sync: &OmniSecretSync, e: &WorkloadError) -> Failure {
@@ -345,6 +365,11 @@ fn kubeconfig_failure(sync: &OmniSecretSync, e: &WorkloadError) -> Failure {
             reasons::VALIDATION_FAILED,
             format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {detail}"),
         ),
+        WorkloadError::Refused { reason } => Failure {
+            reason: reasons::VALIDATION_FAILED,
+            message: reason.clone(),
+            retry: false,
+        },
         WorkloadError::Read { .. } => fail(
             reasons::SYNC_FAILED,
             format!("load workload kubeconfig: {e}"),
@@ -480,7 +505,11 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
     }
     if sync.deletion_policy() == Some(DeletionPolicy::Delete) {
         let k = &sync.spec.kubeconfig_secret_ref;
-        let workload = match ctx.workload.get(&namespace, &k.name, &k.key).await {
+        let workload = match ctx
+            .workload
+            .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+            .await
+        {
             Ok(c) => c,
             Err(e) => return finish(ctx, sync, Err(kubeconfig_failure(sync, &e)), None).await,
         };
@@ -547,8 +576,29 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             );
             return finish(&ctx, &sync, Err(f), Some(true)).await;
         };
+        // Before anything is copied: the Omni key and service-account tokens never leave.
+        if let Some(reason) = secret_policy::check(
+            &ctx.client,
+            &ctx.secret_policy,
+            &source,
+            KIND,
+            SecretUse::SyncSource,
+        )
+        .await?
+        {
+            let f = Failure {
+                reason: reasons::VALIDATION_FAILED,
+                message: reason,
+                retry: false,
+            };
+            return finish(&ctx, &sync, Err(f), Some(true)).await;
+        }
         let k = &sync.spec.kubeconfig_secret_ref;
-        let workload = match ctx.workload.get(&namespace, &k.name, &k.key).await {
+        let workload = match ctx
+            .workload
+            .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, &e)), Some(true)).await;
