@@ -1561,3 +1561,55 @@ async fn a_config_patch_with_a_colliding_id_is_not_overwritten() {
     assert_eq!(env.sim.get(ty::CONFIG_PATCH, "400-shared-patch"), theirs);
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_cluster_is_not_deleted_under_either_name() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    env.sim.add_machine(PoolMachine {
+        id: CP.into(),
+        labels: Default::default(),
+        disconnected: false,
+    });
+    env.cluster("edge", CP, json!({})).await;
+    wait_for(&clusters, "edge", "Synced", |c| {
+        has(c, "Synced", "True", "Synced")
+    })
+    .await;
+    // The webhook would refuse this; here it is bypassed (no webhook in this environment).
+    clusters
+        .patch(
+            "edge",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"clusterName": "elsewhere", "suspend": true}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("rename: {e}"));
+    clusters
+        .delete("edge", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    let c = wait_for(&clusters, "edge", "DeleteFailed", |c| {
+        has(c, "Ready", "False", "DeleteFailed")
+    })
+    .await;
+    let message = condition(&c, "Ready").map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains("spec.clusterName was changed from \"edge\" to \"elsewhere\""),
+        "{message}"
+    );
+    assert!(env.sim.get(ty::CLUSTER, "edge").is_some());
+    // Restoring the name lets the deletion finish (the cluster is ours).
+    clusters
+        .patch(
+            "edge",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"clusterName": "edge"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}"));
+    wait_gone(&clusters, "edge").await;
+    assert!(env.sim.get(ty::CLUSTER, "edge").is_none());
+    env.shutdown().await;
+}

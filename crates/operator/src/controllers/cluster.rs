@@ -682,6 +682,50 @@ mod tests {
     }
 
     #[test]
+    fn an_omni_cluster_is_ours_by_stamp_or_by_a_sync_recorded_before_stamps() {
+        let mut c: OmniCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "edge", "namespace": "ops", "uid": "u-1"},
+            "spec": {"connectionRef": {"name": "omni"}, "clusterName": "prod",
+                     "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(owner_stamp(&c), "ops/edge/u-1");
+        let stamp = |v: &str| {
+            std::collections::HashMap::from([(OMNI_OWNER_ANNOTATION.to_string(), v.to_string())])
+        };
+        let none = std::collections::HashMap::new();
+        assert_eq!(
+            omni_ownership(&c, &stamp("ops/edge/u-1")),
+            OmniOwnership::Owned
+        );
+        assert_eq!(
+            omni_ownership(&c, &stamp("ops/edge/u-0")),
+            OmniOwnership::OwnedByOther("ops/edge/u-0".into()),
+            "a re-created object of the same name is someone else"
+        );
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
+        // A status that only names the cluster (set before any sync) proves nothing...
+        c.status = Some(OmniClusterStatus {
+            cluster_name: Some("prod".into()),
+            ..OmniClusterStatus::default()
+        });
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
+        // ...a recorded successful sync of that name does (clusters synced before stamps).
+        if let Some(s) = c.status.as_mut() {
+            s.last_sync_time = Some(
+                "2026-01-01T00:00:00Z"
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::SyncedBeforeStamps);
+        c.spec.cluster_name = Some("other".into());
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
+    }
+
+    #[test]
     fn output_is_trimmed_and_cut_on_a_character_boundary() {
         assert_eq!(trim_output("  ok \n"), "ok");
         let long = "é".repeat(3000); // 6000 bytes
