@@ -294,3 +294,61 @@ async fn status_follows_omni() {
     );
     sim.shutdown().await;
 }
+
+fn patch_labelled(id: &str, cluster: Option<&str>) -> Resource {
+    omni_sim::store::resource(
+        types::CONFIG_PATCH,
+        id,
+        "",
+        cluster.map(|c| (keys::CLUSTER.to_string(), c.to_string())),
+        &specs::ConfigPatchSpec {
+            data: "machine:\n  network:\n    hostname: theirs\n".into(),
+            ..Default::default()
+        },
+    )
+}
+
+fn template_with_patch_id(id: &str) -> Template {
+    Template::parse(&format!(
+        "kind: Cluster\nname: demo\nkubernetes:\n  version: v1.32.3\ntalos:\n  version: v1.9.5\npatches:\n  - name: mine\n    idOverride: {id}\n    inline:\n      machine:\n        network:\n          hostname: mine\n---\nkind: ControlPlane\nmachines: [{A}]\n"
+    ))
+    .expect("parse")
+}
+
+#[tokio::test]
+async fn a_resource_found_by_id_is_taken_over_only_when_it_belongs_to_the_cluster() {
+    let (sim, client) = start().await;
+    // Unlike Omni's own client, a user-owned patch of another cluster, or of none, is a
+    // conflict rather than something to overwrite.
+    for (id, cluster, holder) in [
+        ("300-other-cluster", Some("other"), "\"other\""),
+        ("301-no-cluster", None, "\"\""),
+    ] {
+        sim.put(patch_labelled(id, cluster));
+        let before = sim.get(types::CONFIG_PATCH, id);
+        let err = plan_sync(
+            &client.raw_state(),
+            &template_with_patch_id(id),
+            &FileResolver::default(),
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{id}: planned a takeover"));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "resource ConfigPatches.omni.sidero.dev(default/{id}) already exists for cluster {holder}, cannot create a conflicting resource for a different cluster"
+            )
+        );
+        assert_eq!(sim.get(types::CONFIG_PATCH, id), before);
+    }
+    // One already labelled for this cluster (made in the UI for it) is the template's.
+    sim.put(patch_labelled("302-this-cluster", Some("demo")));
+    let p = plan(&client, &template_with_patch_id("302-this-cluster")).await;
+    assert!(
+        p.updates
+            .contains(&ResourceRef::new(types::CONFIG_PATCH, "302-this-cluster")),
+        "{p:?}"
+    );
+    sim.shutdown().await;
+}

@@ -922,3 +922,30 @@ fn unknown_kind_and_decode_failures_are_errors_not_panics() {
         .to_string();
     assert!(err.starts_with("cannot decode OmniWorkers: "), "{err}");
 }
+
+#[test]
+fn cluster_name_is_immutable_once_the_omni_cluster_is_managed() {
+    let mut old = with(cluster(), "clusterName", json!("prod"));
+    // Before the controller recorded a name, a change is still allowed.
+    let renamed = with(cluster(), "clusterName", json!("staging"));
+    assert!(run_update(&old, &renamed).errors.is_empty());
+    old["status"] = json!({"clusterName": "prod"});
+    let errors: Vec<String> = run_update(&old, &renamed)
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        errors,
+        vec![
+            "spec.clusterName: Forbidden: clusterName is immutable once the Omni cluster is managed (status.clusterName is \"prod\"); create a new OmniCluster instead"
+                .to_string()
+        ]
+    );
+    // Dropping clusterName falls back to metadata.name: also a rename.
+    let unnamed = with(cluster(), "clusterName", Value::Null);
+    assert_eq!(run_update(&old, &unnamed).errors.len(), 1);
+    // Unchanged name, other changes: fine.
+    let same = with(old.clone(), "syncInterval", json!("10m"));
+    assert!(run_update(&old, &same).errors.is_empty());
+}

@@ -1384,3 +1384,232 @@ async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
     env.assert_key_never_leaked().await;
     env.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Ownership: the operator never changes or deletes Omni resources it did not create.
+
+/// An Omni cluster made by someone else (the UI, omnictl, another tool): no owner stamp.
+fn foreign_cluster(name: &str) -> omni_client::proto::cosi::resource::Resource {
+    omni_sim::store::resource(
+        ty::CLUSTER,
+        name,
+        "",
+        Vec::new(),
+        &omni_client::proto::specs::ClusterSpec {
+            kubernetes_version: "1.34.0".into(),
+            talos_version: "1.12.0".into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// What a user-visible change would alter: phase, spec, labels and annotations as text (Omni's
+/// own controllers add a finalizer and bump the version by themselves).
+fn user_view(r: Option<omni_client::proto::cosi::resource::Resource>) -> Option<String> {
+    let r = r?;
+    let m = r.metadata?;
+    let labels: std::collections::BTreeMap<_, _> = m.labels.into_iter().collect();
+    let annotations: std::collections::BTreeMap<_, _> = m.annotations.into_iter().collect();
+    Some(format!(
+        "{} {:?} {labels:?} {annotations:?}",
+        m.phase,
+        r.spec.map(|s| s.proto_spec).unwrap_or_default()
+    ))
+}
+
+async fn events_of(env: &Env, name: &str) -> Vec<(String, String)> {
+    Api::<K8sEvent>::namespaced(env.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"))
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    wait_for(&env.api::<OmniConnection>(), "omni", "Ready", ready).await;
+    env.sim.put(foreign_cluster("prod"));
+    let untouched = user_view(env.sim.get(ty::CLUSTER, "prod"));
+
+    // Created suspended and deleted: the existing Omni cluster is not deleted.
+    env.cluster(
+        "prod-suspended",
+        "",
+        json!({"clusterName": "prod", "suspend": true}),
+    )
+    .await;
+    wait_for(&clusters, "prod-suspended", "Suspended", |c| {
+        has(c, "Ready", "False", "Suspended")
+    })
+    .await;
+    clusters
+        .delete("prod-suspended", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&clusters, "prod-suspended").await;
+    assert_eq!(user_view(env.sim.get(ty::CLUSTER, "prod")), untouched);
+    assert!(
+        events_of(&env, "prod-suspended")
+            .await
+            .iter()
+            .any(|(reason, note)| reason == "DeleteSkipped"
+                && note.contains("was not created by this OmniCluster")),
+    );
+
+    // Active: SyncFailed, nothing written to the existing cluster.
+    env.sim.add_machine(PoolMachine {
+        id: CP.into(),
+        labels: Default::default(),
+        disconnected: false,
+    });
+    env.cluster("prod", CP, json!({})).await;
+    let c = wait_for(&clusters, "prod", "SyncFailed", |c| {
+        has(c, "Synced", "False", "SyncFailed")
+    })
+    .await;
+    let message = condition(&c, "Synced").map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains(
+            "Omni cluster \"prod\" already exists and was not created by this OmniCluster"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("omni.texashpc.com/adopt"), "{message}");
+    assert_eq!(user_view(env.sim.get(ty::CLUSTER, "prod")), untouched);
+    assert!(
+        env.sim
+            .get(ty::MACHINE_SET, "prod-control-planes")
+            .is_none()
+    );
+
+    // Adopted: synced, and stamped with the owner.
+    clusters
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {"omni.texashpc.com/adopt": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotate: {e}"));
+    wait_for(&clusters, "prod", "Synced", |c| {
+        has(c, "Synced", "True", "Synced")
+    })
+    .await;
+    let stamped = env
+        .sim
+        .get(ty::CLUSTER, "prod")
+        .and_then(|r| r.metadata)
+        .map(|m| m.annotations)
+        .unwrap_or_default();
+    let uid = c.metadata.uid.clone().unwrap_or_default();
+    assert_eq!(
+        stamped.get("omni.texashpc.com/owner").map(String::as_str),
+        Some(format!("{NS}/prod/{uid}").as_str()),
+        "{stamped:?}"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_patch_with_a_colliding_id_is_not_overwritten() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    wait_for(&env.api::<OmniConnection>(), "omni", "Ready", ready).await;
+    env.sim.add_machine(PoolMachine {
+        id: CP.into(),
+        labels: Default::default(),
+        disconnected: false,
+    });
+    // Someone else's patch, with no cluster label (applies to no cluster of ours).
+    env.sim.put(omni_sim::store::resource(
+        ty::CONFIG_PATCH,
+        "400-shared-patch",
+        "",
+        Vec::new(),
+        &omni_client::proto::specs::ConfigPatchSpec {
+            data: "machine:\n  network:\n    hostname: theirs\n".into(),
+            ..Default::default()
+        },
+    ));
+    let theirs = env.sim.get(ty::CONFIG_PATCH, "400-shared-patch");
+    env.cluster(
+        "edge",
+        CP,
+        json!({"patches": [{"name": "mine", "idOverride": "400-shared-patch",
+                            "inline": {"machine": {"network": {"hostname": "mine"}}}}]}),
+    )
+    .await;
+    let c = wait_for(&clusters, "edge", "SyncFailed", |c| {
+        has(c, "Synced", "False", "SyncFailed")
+    })
+    .await;
+    let message = condition(&c, "Synced").map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains("ConfigPatches.omni.sidero.dev(default/400-shared-patch) already exists"),
+        "{message}"
+    );
+    assert_eq!(env.sim.get(ty::CONFIG_PATCH, "400-shared-patch"), theirs);
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_cluster_is_not_deleted_under_either_name() {
+    let env = Env::start().await;
+    env.connection("omni").await;
+    let clusters = env.api::<OmniCluster>();
+    env.sim.add_machine(PoolMachine {
+        id: CP.into(),
+        labels: Default::default(),
+        disconnected: false,
+    });
+    env.cluster("edge", CP, json!({})).await;
+    wait_for(&clusters, "edge", "Synced", |c| {
+        has(c, "Synced", "True", "Synced")
+    })
+    .await;
+    // The webhook would refuse this; here it is bypassed (no webhook in this environment).
+    clusters
+        .patch(
+            "edge",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"clusterName": "elsewhere", "suspend": true}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("rename: {e}"));
+    clusters
+        .delete("edge", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    let c = wait_for(&clusters, "edge", "DeleteFailed", |c| {
+        has(c, "Ready", "False", "DeleteFailed")
+    })
+    .await;
+    let message = condition(&c, "Ready").map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains("spec.clusterName was changed from \"edge\" to \"elsewhere\""),
+        "{message}"
+    );
+    assert!(env.sim.get(ty::CLUSTER, "edge").is_some());
+    // Restoring the name lets the deletion finish (the cluster is ours).
+    clusters
+        .patch(
+            "edge",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"clusterName": "edge"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}"));
+    wait_gone(&clusters, "edge").await;
+    assert!(env.sim.get(ty::CLUSTER, "edge").is_none());
+    env.shutdown().await;
+}

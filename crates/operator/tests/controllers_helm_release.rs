@@ -480,13 +480,14 @@ impl Env {
             ),
         });
         let encoded = base64::engine::general_purpose::STANDARD.encode(record.to_string());
-        let labels: BTreeMap<&str, String> = [
-            ("name", release.to_string()),
-            ("owner", "helm".to_string()),
-            ("status", "pending-upgrade".to_string()),
-            ("version", revision.to_string()),
-        ]
-        .into();
+        // Helm gives the new revision the previous one's custom labels (the ownership labels).
+        let mut labels = self.release_labels(release).await;
+        labels.extend([
+            ("name".to_string(), release.to_string()),
+            ("owner".to_string(), "helm".to_string()),
+            ("status".to_string(), "pending-upgrade".to_string()),
+            ("version".to_string(), revision.to_string()),
+        ]);
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": format!("sh.helm.release.v1.{release}.v{revision}"), "labels": labels},
             "type": "helm.sh/release.v1",
@@ -898,4 +899,211 @@ async fn stuck_and_deleted_releases_are_repaired() {
         "{events:#?}"
     );
     env.assert_nothing_leaked().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ownership: the operator never takes over a release it did not install.
+
+impl Env {
+    /// Runs helm by hand against the workload cluster (a person or another tool), with the
+    /// local copy of the demo chart at `./demo`.
+    fn helm_by_hand(&self, args: &[&str]) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, workload_kubeconfig(&self.workload, TOKEN_ONE))
+            .unwrap_or_else(|e| panic!("{e}"));
+        write_chart(dir.path(), "0.1.0");
+        let chart = dir.path().join("demo").display().to_string();
+        let kubeconfig = kubeconfig.display().to_string();
+        let mut full: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "./demo" { chart.as_str() } else { a })
+            .collect();
+        full.extend(["--kubeconfig", &kubeconfig, "--namespace", "default"]);
+        run_helm(&full, dir.path());
+    }
+
+    /// The labels helm keeps on the newest revision's storage Secret.
+    async fn release_labels(&self, release: &str) -> BTreeMap<String, String> {
+        let newest = self.helm_revisions(release).await.last().copied();
+        let Some(newest) = newest else {
+            return BTreeMap::new();
+        };
+        Api::<Secret>::namespaced(self.workload_client.clone(), "default")
+            .get(&format!("sh.helm.release.v1.{release}.v{newest}"))
+            .await
+            .unwrap_or_else(|e| panic!("release Secret: {e}"))
+            .labels()
+            .clone()
+    }
+}
+
+fn not_owned(r: &OmniHelmRelease) -> bool {
+    condition(r, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == "TargetNotOwned")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
+    let env = Env::start().await;
+    let api = env.releases();
+    env.helm_by_hand(&["install", "manual", "./demo", "--set", "greeting=by-hand"]);
+    assert_eq!(env.helm_revisions("manual").await, vec![1]);
+
+    // An OmniHelmRelease for it reports TargetNotOwned and changes nothing.
+    env.create_release("manual", json!({})).await;
+    let r = wait_for(&api, "manual", "TargetNotOwned", not_owned).await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("was not installed by this OmniHelmRelease"),
+        "{message}"
+    );
+    assert!(message.contains("omni.texashpc.com/adopt"), "{message}");
+    assert_eq!(
+        revision(&r),
+        None,
+        "someone else's revision is not recorded"
+    );
+    // A few more looks (any change of the object triggers one) still change nothing.
+    let before = env.reconciles();
+    env.patch_spec("manual", json!({"timeout": "4m"})).await;
+    reconciled_since(&env, before).await;
+    assert_eq!(env.helm_revisions("manual").await, vec![1]);
+    assert_eq!(env.greeting("manual").await.as_deref(), Some("by-hand"));
+
+    // Deleting it (deletionPolicy Uninstall, the default) leaves the release in place.
+    api.delete("manual", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&api, "manual").await;
+    assert_eq!(env.helm_revisions("manual").await, vec![1]);
+    assert_eq!(env.greeting("manual").await.as_deref(), Some("by-hand"));
+    let events = env.events("manual").await;
+    assert!(
+        events.iter().any(|(t, reason, note)| t == "Warning"
+            && reason == "UninstallSkipped"
+            && note.contains("left Helm release \"manual\"")),
+        "{events:#?}"
+    );
+
+    // With the adopt annotation: taken over with exactly one upgrade, which stamps ownership.
+    let mut obj = json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniHelmRelease",
+        "metadata": {"name": "manual", "namespace": NS,
+                     "annotations": {"omni.texashpc.com/adopt": "true"}},
+        "spec": {
+            "clusterRef": {"name": "workload"},
+            "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
+            "namespace": "default",
+            "chart": {
+                "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+                "values": {"greeting": "adopted"},
+                "credentialsSecretRef": {"name": "repo-credentials"},
+            },
+        }
+    });
+    let typed: OmniHelmRelease =
+        serde_json::from_value(obj.take()).unwrap_or_else(|e| panic!("{e}"));
+    let created = api
+        .create(&PostParams::default(), &typed)
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    let r = wait_for(&api, "manual", "adopted at revision 2", |r| ready_at(r, 2)).await;
+    assert_eq!(env.helm_revisions("manual").await, vec![1, 2]);
+    assert_eq!(env.greeting("manual").await.as_deref(), Some("adopted"));
+    let labels = env.release_labels("manual").await;
+    assert_eq!(
+        labels.get("omni.texashpc.com/owner-uid"),
+        created.metadata.uid.as_ref(),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels
+            .get("omni.texashpc.com/owner-name")
+            .map(String::as_str),
+        Some("manual")
+    );
+    assert!(
+        env.events("manual")
+            .await
+            .iter()
+            .any(|(_, reason, _)| reason == "Adopted")
+    );
+    drop(r);
+
+    // Now it is ours: an out-of-band `helm upgrade` keeps our labels (helm merges them), so
+    // the drift is repaired rather than refused...
+    env.helm_by_hand(&["upgrade", "manual", "./demo", "--set", "greeting=again"]);
+    env.patch_spec("manual", json!({"timeout": "3m"})).await;
+    wait_for(&api, "manual", "Ready at revision 4", |r| ready_at(r, 4)).await;
+    assert_eq!(env.greeting("manual").await.as_deref(), Some("adopted"));
+    // ...and deleting the object uninstalls it.
+    api.delete("manual", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&api, "manual").await;
+    assert_eq!(env.helm_revisions("manual").await, Vec::<i64>::new());
+    env.assert_nothing_leaked().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_objects_for_one_release_do_not_fight_over_it() {
+    let env = Env::start().await;
+    let api = env.releases();
+    env.create_release("first", json!({"releaseName": "shared"}))
+        .await;
+    let first = wait_for(&api, "first", "Ready at revision 1", |r| ready_at(r, 1)).await;
+
+    env.create_release(
+        "second",
+        json!({"releaseName": "shared", "driftCheckInterval": "1s",
+               "chart": {"repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+                         "values": {"greeting": "second"},
+                         "credentialsSecretRef": {"name": "repo-credentials"}}}),
+    )
+    .await;
+    let r = wait_for(&api, "second", "TargetNotOwned", not_owned).await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    let uid = first.metadata.uid.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "belongs to OmniHelmRelease {NS}/first (uid {uid})"
+        )),
+        "{message}"
+    );
+    // Several drift checks of the second object later, still the first object's revision.
+    let before = env.reconciles();
+    reconciled_since(&env, before + 3).await;
+    assert_eq!(env.helm_revisions("shared").await, vec![1]);
+    assert_eq!(env.greeting("shared").await.as_deref(), Some("hello"));
+    let first = api.get("first").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(ready_at(&first, 1), "{:#?}", first.status);
+
+    // Deleting the second object leaves the first one's release alone.
+    api.delete("second", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    wait_gone(&api, "second").await;
+    assert_eq!(env.helm_revisions("shared").await, vec![1]);
+    assert_eq!(env.greeting("shared").await.as_deref(), Some("hello"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_name_that_looks_like_a_flag_reaches_helm_as_a_name() {
+    let env = Env::start().await;
+    let api = env.releases();
+    // Without `--` helm would read "-g" as its `--generate-name` flag.
+    env.create_release("dash", json!({"releaseName": "-g"}))
+        .await;
+    let r = wait_for(&api, "dash", "a failure", |r| {
+        condition(r, "Ready")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("Release name is invalid: -g"),
+        "helm must have been given \"-g\" as the release name: {message}"
+    );
+    assert!(!message.contains("flag"), "{message}");
 }

@@ -373,11 +373,15 @@ pub async fn plan_sync<S: TemplateState>(
         if actual.contains_key(&r) {
             continue;
         }
+        // Unlike Omni's own client, a resource found by ID is taken over only when it already
+        // belongs to this cluster (KernelArgs carry no cluster label): an ID collision with
+        // another cluster's, or an unlabelled, resource is a conflict below, never an overwrite.
         if let Some(found) = state
             .get(&r.resource_type, &r.id)
             .await
             .map_err(state_err("get", &r))?
             && meta(&found).owner.is_empty()
+            && (r.resource_type == types::KERNEL_ARGS || cluster_label(&found) == cluster)
         {
             actual.insert(r, found);
         }

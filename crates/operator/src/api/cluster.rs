@@ -310,9 +310,23 @@ pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError
 }
 
 /// Admission rules for OmniCluster (create and update alike): [`validate_stored`] plus the
-/// bounds of `spec.syncInterval`.
-pub fn validate(new: &OmniCluster, _old: Option<&OmniCluster>) -> Validation {
+/// bounds of `spec.syncInterval` and the immutability of the Omni cluster's name.
+pub fn validate(new: &OmniCluster, old: Option<&OmniCluster>) -> Validation {
     let mut v = validate_stored(new);
+    // Renaming would point the object (and its deletion) at a different Omni cluster.
+    if let Some(previous) = old
+        .and_then(|o| o.status.as_ref())
+        .and_then(|s| s.cluster_name.as_deref())
+        .filter(|n| !n.is_empty())
+        && new.effective_cluster_name() != previous
+    {
+        v.push(FieldError::forbidden(
+            "spec.clusterName",
+            format!(
+                "clusterName is immutable once the Omni cluster is managed (status.clusterName is {previous:?}); create a new OmniCluster instead"
+            ),
+        ));
+    }
     if let Some(e) = short_interval_error(
         "spec.syncInterval",
         "syncInterval",

@@ -14,9 +14,14 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use omni_client::template::{DeleteProgress, apply, delete_cluster, plan_sync, status_cluster};
+use omni_client::template::TemplateState;
+use omni_client::template::types::CLUSTER as CLUSTER_TYPE;
+use omni_client::template::{
+    DeleteProgress, Document, apply, delete_cluster, plan_sync, status_cluster,
+};
 
 use super::connection::status_str;
+use super::secret_sync::ADOPT_ANNOTATION;
 use super::{
     Context, Error, controller_for, decoded, drive, dyn_ref, finalizer, instrumented, referencing,
     status,
@@ -36,6 +41,103 @@ pub const MAX_OUTPUT: usize = 4096;
 pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
 /// Re-check interval while Omni tears a cluster down.
 pub const DELETE_POLL: Duration = Duration::from_secs(5);
+
+/// Annotation the operator puts on the Omni `Cluster` resource it creates or adopts:
+/// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
+/// tells management clusters (and re-created objects) apart.
+pub const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+/// Event reason when a deletion left an Omni cluster alone because this object does not own it.
+pub const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
+
+/// The owner stamp of `cluster`.
+pub fn owner_stamp(cluster: &OmniCluster) -> String {
+    format!(
+        "{}/{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any(),
+        cluster.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whose an existing Omni cluster is, as far as this OmniCluster is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OmniOwnership {
+    /// Stamped with this object's owner annotation.
+    Owned,
+    /// Unstamped, but synced by this object before clusters were stamped: its status records a
+    /// successful sync of this very cluster name.
+    SyncedBeforeStamps,
+    /// Stamped by someone else (the stamp).
+    OwnedByOther(String),
+    /// No stamp: created by hand, by another tool or by another template.
+    Unowned,
+}
+
+impl OmniOwnership {
+    /// Whether this object may change or delete the Omni cluster unasked.
+    pub fn is_ours(&self) -> bool {
+        matches!(
+            self,
+            OmniOwnership::Owned | OmniOwnership::SyncedBeforeStamps
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            OmniOwnership::OwnedByOther(stamp) => {
+                format!("belongs to {stamp} ({OMNI_OWNER_ANNOTATION})")
+            }
+            _ => "was not created by this OmniCluster".to_string(),
+        }
+    }
+}
+
+/// Pure ownership decision from the Omni Cluster's annotations and this object's status.
+pub fn omni_ownership(
+    cluster: &OmniCluster,
+    annotations: &std::collections::HashMap<String, String>,
+) -> OmniOwnership {
+    match annotations.get(OMNI_OWNER_ANNOTATION) {
+        Some(stamp) if *stamp == owner_stamp(cluster) => OmniOwnership::Owned,
+        Some(stamp) => OmniOwnership::OwnedByOther(stamp.clone()),
+        None => {
+            let status = cluster.status.as_ref();
+            let synced = status.is_some_and(|s| {
+                s.last_sync_time.is_some()
+                    && s.cluster_name.as_deref() == Some(cluster.effective_cluster_name().as_str())
+            });
+            if synced {
+                OmniOwnership::SyncedBeforeStamps
+            } else {
+                OmniOwnership::Unowned
+            }
+        }
+    }
+}
+
+/// Reads the Omni Cluster `name`: `None` when it does not exist, else its ownership.
+async fn existing_ownership<S: TemplateState>(
+    state: &S,
+    cluster: &OmniCluster,
+    name: &str,
+) -> Result<Option<OmniOwnership>, String> {
+    let found = state
+        .get(CLUSTER_TYPE, name)
+        .await
+        .map_err(|e| format!("get Omni cluster {name:?}: {e}"))?;
+    Ok(found.map(|r| {
+        let annotations = r.metadata.map(|m| m.annotations).unwrap_or_default();
+        omni_ownership(cluster, &annotations)
+    }))
+}
+
+fn adopt_requested(cluster: &OmniCluster) -> bool {
+    cluster
+        .annotations()
+        .get(ADOPT_ANNOTATION)
+        .map(String::as_str)
+        == Some("true")
+}
 
 /// Trims whitespace and cuts to at most [`MAX_OUTPUT`] bytes on a character boundary (the
 /// original could split a UTF-8 character).
@@ -148,9 +250,41 @@ async fn delete(ctx: &Context, cluster: &OmniCluster) -> Result<Action, Error> {
                 return Err(Error::Remote(m));
             }
         };
+        let state = client.raw_state();
+        // Delete only what this object created: never a renamed target, never someone else's.
+        let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
+        if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
+            let m = format!(
+                "spec.clusterName was changed from {recorded:?} to {name:?}; refusing to delete either Omni cluster. Restore spec.clusterName, or set spec.deletePolicy.orphan to finish without deleting"
+            );
+            draft.failed(ct::READY, reasons::DELETE_FAILED, &m);
+            write(ctx, cluster, draft).await?;
+            return Ok(Action::await_change());
+        }
+        match existing_ownership(&state, cluster, &name).await {
+            Err(m) => {
+                draft.failed(ct::READY, reasons::DELETE_FAILED, &m);
+                write(ctx, cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+            Ok(Some(o)) if !o.is_ours() => {
+                ctx.event(
+                    cluster,
+                    kube::runtime::events::EventType::Warning,
+                    REASON_DELETE_SKIPPED,
+                    format!("left Omni cluster {name:?} in place: it {}", o.describe()),
+                )
+                .await;
+                finalizer::remove(&api, cluster, true).await?;
+                ctx.metrics
+                    .forget_resource("OmniCluster", &namespace, &cluster.name_any());
+                return Ok(Action::await_change());
+            }
+            Ok(_) => {}
+        }
         let mut output = Vec::new();
         let progress = delete_cluster(
-            &client.raw_state(),
+            &state,
             &name,
             cluster.destroy_machines_on_delete(),
             &mut output,
@@ -283,7 +417,16 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             }
         };
         draft.rendered(&conn, &name, &rendered);
+        let mut rendered = rendered;
+        // The owner stamp is added after hashing: it identifies the writer, not the template.
+        for doc in &mut rendered.template.documents {
+            if let Document::Cluster(c) = doc {
+                c.annotations
+                    .insert(OMNI_OWNER_ANNOTATION.to_string(), owner_stamp(&cluster));
+            }
+        }
         let files = render::file_resolver(&cluster, ctx.template_root.as_deref());
+
         if let Err(e) = rendered.template.validate(&files) {
             draft.failed(ct::VALIDATED, reasons::VALIDATION_FAILED, &e.to_string());
             write(&ctx, &cluster, draft).await?;
@@ -319,6 +462,24 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
         };
         let state = client.raw_state();
         let mut output = Vec::new();
+        // Never sync into an existing Omni cluster this object did not create, unless adopted.
+        match existing_ownership(&state, &cluster, &name).await {
+            Ok(Some(o)) if !o.is_ours() && !adopt_requested(&cluster) => {
+                let e = format!(
+                    "Omni cluster {name:?} already exists and {}; it was left unchanged (annotate this OmniCluster {ADOPT_ANNOTATION}=\"true\" to take it over)",
+                    o.describe()
+                );
+                sync_failed(&mut draft, e, &[]);
+                write(&ctx, &cluster, draft).await?;
+                return Ok(requeue);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let m = sync_failed(&mut draft, e, &[]);
+                write(&ctx, &cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+        }
         let applied = match plan_sync(&state, &rendered.template, &files).await {
             Ok(plan) if plan.is_empty() => Ok(false),
             Ok(plan) => {
@@ -523,6 +684,50 @@ mod tests {
         assert!(lists_child(&status, ChildKind::Machine, "m"));
         assert!(!lists_child(&status, ChildKind::Workers, "cp"));
         assert!(!lists_child(&status, ChildKind::Machine, "w1"));
+    }
+
+    #[test]
+    fn an_omni_cluster_is_ours_by_stamp_or_by_a_sync_recorded_before_stamps() {
+        let mut c: OmniCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "edge", "namespace": "ops", "uid": "u-1"},
+            "spec": {"connectionRef": {"name": "omni"}, "clusterName": "prod",
+                     "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(owner_stamp(&c), "ops/edge/u-1");
+        let stamp = |v: &str| {
+            std::collections::HashMap::from([(OMNI_OWNER_ANNOTATION.to_string(), v.to_string())])
+        };
+        let none = std::collections::HashMap::new();
+        assert_eq!(
+            omni_ownership(&c, &stamp("ops/edge/u-1")),
+            OmniOwnership::Owned
+        );
+        assert_eq!(
+            omni_ownership(&c, &stamp("ops/edge/u-0")),
+            OmniOwnership::OwnedByOther("ops/edge/u-0".into()),
+            "a re-created object of the same name is someone else"
+        );
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
+        // A status that only names the cluster (set before any sync) proves nothing...
+        c.status = Some(OmniClusterStatus {
+            cluster_name: Some("prod".into()),
+            ..OmniClusterStatus::default()
+        });
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
+        // ...a recorded successful sync of that name does (clusters synced before stamps).
+        if let Some(s) = c.status.as_mut() {
+            s.last_sync_time = Some(
+                "2026-01-01T00:00:00Z"
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::SyncedBeforeStamps);
+        c.spec.cluster_name = Some("other".into());
+        assert_eq!(omni_ownership(&c, &none), OmniOwnership::Unowned);
     }
 
     #[test]

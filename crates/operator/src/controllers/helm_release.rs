@@ -22,6 +22,7 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
+use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{Context, Error, controller_for, drive, finalizer, instrumented, referencing, status};
 use crate::api::common::{
     Condition, condition_types as ct, find_condition, reasons, set_condition,
@@ -54,8 +55,105 @@ pub const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
 pub const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
 /// Event reason when Helm rolled a failed upgrade back (`atomic`).
 pub const REASON_ROLLED_BACK: &str = "RolledBack";
+/// Event reason when a deletion left a release alone because this object does not own it.
+pub const REASON_UNINSTALL_SKIPPED: &str = "UninstallSkipped";
+/// Event reason when an existing release was taken over on the user's request.
+pub const REASON_ADOPTED: &str = "Adopted";
 /// Event reason when a healthy-looking release drifted and is repaired.
 pub const REASON_DRIFT: &str = "DriftDetected";
+
+/// Release label (helm `--labels`, kept on helm's storage Secret) holding the UID of the
+/// OmniHelmRelease that owns the release. UIDs are random per object and per management
+/// cluster, so this names both the object and the management cluster it lives in.
+pub const OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
+/// Release label with the owning OmniHelmRelease's namespace (for people; the UID decides).
+pub const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
+/// Release label with the owning OmniHelmRelease's name, when it fits a label value (63 chars).
+pub const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
+
+/// The ownership labels this object puts on every revision it installs or upgrades.
+pub fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
+    let Some(uid) = r.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return Vec::new();
+    };
+    let mut labels = vec![(OWNER_UID_LABEL.to_string(), uid.to_string())];
+    if let Some(ns) = r.metadata.namespace.as_deref() {
+        labels.push((OWNER_NAMESPACE_LABEL.to_string(), ns.to_string()));
+    }
+    let name = r.name_any();
+    // Object names may be 253 characters long, label values only 63.
+    if name.len() <= 63 {
+        labels.push((OWNER_NAME_LABEL.to_string(), name));
+    }
+    labels
+}
+
+/// Whose an existing release is, as far as this OmniHelmRelease is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// Labelled with this object's UID.
+    Owned,
+    /// Unlabelled, but installed by this object before releases were labelled: its stored
+    /// status records a successful Helm run for this very target at the current revision.
+    InstalledBeforeLabels,
+    /// Labelled as another OmniHelmRelease's (described for the message).
+    OwnedByOther(String),
+    /// Not installed by any OmniHelmRelease we know of (e.g. `helm install` by hand).
+    Unowned,
+}
+
+impl Ownership {
+    /// Whether this object may upgrade, roll back or uninstall the release unasked.
+    pub fn is_ours(&self) -> bool {
+        matches!(self, Ownership::Owned | Ownership::InstalledBeforeLabels)
+    }
+}
+
+/// Pure ownership decision from the release labels (`helm get metadata`), Helm's view of the
+/// release and this object's stored status.
+pub fn ownership(
+    r: &OmniHelmRelease,
+    labels: &std::collections::BTreeMap<String, String>,
+    info: &ReleaseInfo,
+) -> Ownership {
+    let own_uid = r.metadata.uid.as_deref().filter(|u| !u.is_empty());
+    match labels.get(OWNER_UID_LABEL) {
+        Some(uid) if Some(uid.as_str()) == own_uid => Ownership::Owned,
+        Some(uid) => Ownership::OwnedByOther(
+            match (
+                labels.get(OWNER_NAMESPACE_LABEL),
+                labels.get(OWNER_NAME_LABEL),
+            ) {
+                (Some(ns), Some(name)) => format!("OmniHelmRelease {ns}/{name} (uid {uid})"),
+                _ => format!("another OmniHelmRelease (uid {uid})"),
+            },
+        ),
+        None if installed_before_labels(r, info) => Ownership::InstalledBeforeLabels,
+        None => Ownership::Unowned,
+    }
+}
+
+/// Recognises a release this object installed with an operator version that did not label
+/// releases yet: the stored status must name the same target (release, namespace, kubeconfig
+/// Secret and key) and Helm's current revision, and record a successful apply (the digest).
+/// The status is only written by the operator (status subresource), and any refusal clears the
+/// digest, so an object pointed at someone else's release never matches.
+fn installed_before_labels(r: &OmniHelmRelease, info: &ReleaseInfo) -> bool {
+    let Some(s) = &r.status else {
+        return false;
+    };
+    s.last_applied_digest.is_some()
+        && s.release_name.as_deref() == Some(r.effective_release_name().as_str())
+        && s.namespace.as_deref() == Some(r.spec.namespace.as_str())
+        && s.kubeconfig_secret_ref.as_deref() == Some(r.spec.kubeconfig_secret_ref.name.as_str())
+        && s.kubeconfig_secret_key.as_deref() == Some(r.spec.kubeconfig_secret_ref.key.as_str())
+        && s.release_revision == Some(info.revision)
+}
+
+/// Whether the user allowed this object to take over a release it does not own.
+fn adopt_requested(r: &OmniHelmRelease) -> bool {
+    r.annotations().get(ADOPT_ANNOTATION).map(String::as_str) == Some("true")
+}
 
 /// What to do with the release, decided from Helm's view and the stored status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,6 +509,7 @@ fn request(r: &OmniHelmRelease, timeout: Duration) -> ReleaseRequest {
             .and_then(|h| u32::try_from(h).ok())
             .unwrap_or(0),
         replace: false,
+        owner_labels: owner_labels(r),
     }
 }
 
@@ -512,37 +611,127 @@ async fn delete(
         return Ok(Action::requeue(RETRY));
     };
     let result = match helm.session(&release_key(r), &kubeconfig).await {
-        Ok(session) => {
-            session
-                .uninstall(
-                    &name,
-                    &r.spec.namespace,
-                    timeout_of(r),
-                    r.spec.disable_hooks,
-                    r.spec.wait,
-                )
-                .await
-        }
+        Ok(session) => uninstall_if_owned(r, &session).await,
         Err(e) => Err(e),
     };
-    if let Err(err) = result {
-        let m = format!(
-            "{}; retrying, or {WAY_OUT}",
-            helm_failure("Uninstall", &name, &err)
-        );
-        d.s.last_action = Some("Uninstall".into());
-        d.failed(reasons::RECONCILE_FAILED, &m);
-        write(ctx, r, &d).await?;
-        return Err(Error::Remote(m));
+    match result {
+        Err(err) => {
+            let m = format!(
+                "{}; retrying, or {WAY_OUT}",
+                helm_failure("Uninstall", &name, &err)
+            );
+            d.s.last_action = Some("Uninstall".into());
+            d.failed(reasons::RECONCILE_FAILED, &m);
+            write(ctx, r, &d).await?;
+            return Err(Error::Remote(m));
+        }
+        Ok(Removal::NotOwned(o)) => {
+            ctx.event(
+                r,
+                EventType::Warning,
+                REASON_UNINSTALL_SKIPPED,
+                format!(
+                    "left Helm release {name:?} in namespace {:?} in place: it {}",
+                    r.spec.namespace,
+                    whose(&o)
+                ),
+            )
+            .await;
+        }
+        Ok(Removal::Missing) => {}
+        Ok(Removal::Uninstalled) => {
+            ctx.event(
+                r,
+                EventType::Normal,
+                reasons::HELM_UNINSTALLED,
+                format!("uninstalled Helm release {name:?}"),
+            )
+            .await;
+        }
     }
-    ctx.event(
-        r,
-        EventType::Normal,
-        reasons::HELM_UNINSTALLED,
-        format!("uninstalled Helm release {name:?}"),
-    )
-    .await;
     finish_deletion(ctx, r, api).await
+}
+
+/// What the deletion did with the release.
+enum Removal {
+    Uninstalled,
+    /// There was no release.
+    Missing,
+    /// The release is not this object's; it was left alone.
+    NotOwned(Ownership),
+}
+
+/// Uninstalls the release only when this object owns it (an adopt annotation alone is not
+/// enough: a release is ours once an install or upgrade by this object labelled it).
+async fn uninstall_if_owned(
+    r: &OmniHelmRelease,
+    session: &ReleaseSession,
+) -> Result<Removal, HelmError> {
+    let (name, ns) = (r.effective_release_name(), &r.spec.namespace);
+    let Some(info) = session.status(&name, ns).await? else {
+        return Ok(Removal::Missing);
+    };
+    let labels = session.labels(&name, ns).await?.unwrap_or_default();
+    let o = ownership(r, &labels, &info);
+    if !o.is_ours() {
+        return Ok(Removal::NotOwned(o));
+    }
+    session
+        .uninstall(&name, ns, timeout_of(r), r.spec.disable_hooks, r.spec.wait)
+        .await?;
+    Ok(Removal::Uninstalled)
+}
+
+/// "belongs to …" / "was not installed by this OmniHelmRelease".
+fn whose(o: &Ownership) -> String {
+    match o {
+        Ownership::OwnedByOther(who) => format!("belongs to {who}"),
+        _ => "was not installed by this OmniHelmRelease".to_string(),
+    }
+}
+
+/// Checks that this object may change the existing release. `Ok(Ok(adopting))`: go on
+/// (`adopting` when it is taken over on the user's request); `Ok(Err(action))`: refused, the
+/// status says why and nothing was changed.
+async fn claim(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    d: &mut Draft,
+    session: &ReleaseSession,
+    info: &ReleaseInfo,
+) -> Result<Result<bool, Action>, Error> {
+    let name = r.effective_release_name();
+    let labels = match session.labels(&name, &r.spec.namespace).await {
+        Ok(labels) => labels.unwrap_or_default(),
+        Err(err) => {
+            let m = format!("read labels of Helm release {name:?}: {err}");
+            d.failed(reasons::RECONCILE_FAILED, &m);
+            write(ctx, r, d).await?;
+            return Err(Error::Remote(m));
+        }
+    };
+    let o = ownership(r, &labels, info);
+    if o.is_ours() {
+        return Ok(Ok(false));
+    }
+    if adopt_requested(r) {
+        return Ok(Ok(true));
+    }
+    // Nothing in the status may describe someone else's release as ours: without a digest
+    // and revision the stored status can never pass for "installed before labels" later.
+    d.s.last_applied_digest = None;
+    d.s.release_revision = None;
+    d.s.release_status = None;
+    d.failed(
+        REASON_TARGET_NOT_OWNED,
+        &format!(
+            "Helm release {name:?} in namespace {:?} {}; it was left unchanged (annotate this OmniHelmRelease {ADOPT_ANNOTATION}=\"true\" to take it over)",
+            r.spec.namespace,
+            whose(&o)
+        ),
+    );
+    write(ctx, r, d).await?;
+    Ok(Err(drift_check(r, ctx.min_interval)))
 }
 
 async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -605,7 +794,7 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         let Some(helm) = &ctx.helm else {
             d.failed(
                 REASON_HELM_UNAVAILABLE,
-                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.8 or newer",
+                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer",
             );
             write(&ctx, &r, &d).await?;
             return Ok(Action::requeue(RETRY));
@@ -764,7 +953,13 @@ async fn apply(
     let name = r.effective_release_name();
     let mut current = observe(ctx, r, &mut d, session).await?;
     let mut recovered = false;
+    let mut adopting = false;
     if let Some(info) = &current {
+        // Before anything may change the release (recovery, upgrade): is it ours?
+        match claim(ctx, r, &mut d, session, info).await? {
+            Ok(adopt) => adopting = adopt,
+            Err(action) => return Ok(action),
+        }
         if let Some(action) = handle_pending(ctx, r, &mut d, session, info).await? {
             return Ok(action);
         }
@@ -775,7 +970,12 @@ async fn apply(
     }
     let stored = r.status.clone().unwrap_or_default();
     let digest = input_digest(r);
-    let verb = match plan(current.as_ref(), &stored, &digest) {
+    let mut planned = plan(current.as_ref(), &stored, &digest);
+    if adopting && planned == Plan::UpToDate {
+        // The upgrade is what stamps our ownership labels on the adopted release.
+        planned = Plan::Upgrade;
+    }
+    let verb = match planned {
         Plan::UpToDate => {
             if let Some(info) = &current {
                 d.record(info);
@@ -815,6 +1015,18 @@ async fn apply(
     req.replace = current.as_ref().is_some_and(|c| c.status == "uninstalled");
     match session.install_or_upgrade(verb, &req, auth).await {
         Ok(info) => {
+            if adopting {
+                ctx.event(
+                    r,
+                    EventType::Normal,
+                    REASON_ADOPTED,
+                    format!(
+                        "adopted Helm release {name:?} in namespace {:?} ({ADOPT_ANNOTATION})",
+                        r.spec.namespace
+                    ),
+                )
+                .await;
+            }
             d.record(&info);
             d.s.last_success_time = Some(d.now);
             d.s.last_error = None;
@@ -948,6 +1160,77 @@ mod tests {
             description: String::new(),
             last_deployed: None,
         }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_release_is_ours_by_uid_label_or_by_a_status_from_before_labels() {
+        let mut r = release(serde_json::json!({}));
+        r.metadata.uid = Some("uid-a".into());
+        let deployed = info("deployed", 2);
+        let stamped = labels(&[(OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
+        assert_eq!(ownership(&r, &stamped, &deployed), Ownership::Owned);
+        let other = labels(&[
+            (OWNER_UID_LABEL, "uid-b"),
+            (OWNER_NAMESPACE_LABEL, "ns"),
+            (OWNER_NAME_LABEL, "second"),
+        ]);
+        assert_eq!(
+            ownership(&r, &other, &deployed),
+            Ownership::OwnedByOther("OmniHelmRelease ns/second (uid uid-b)".into())
+        );
+        // `helm install` by hand: no label, no status.
+        assert_eq!(ownership(&r, &labels(&[]), &deployed), Ownership::Unowned);
+        // Installed by this object before releases were labelled.
+        r.status = Some(OmniHelmReleaseStatus {
+            last_applied_digest: Some(input_digest(&r)),
+            release_revision: Some(2),
+            release_name: Some("app".into()),
+            namespace: Some("default".into()),
+            kubeconfig_secret_ref: Some("kc".into()),
+            kubeconfig_secret_key: Some(r.spec.kubeconfig_secret_ref.key.clone()),
+            ..OmniHelmReleaseStatus::default()
+        });
+        assert_eq!(
+            ownership(&r, &labels(&[]), &deployed),
+            Ownership::InstalledBeforeLabels
+        );
+        // ...but not once Helm is at a revision the status never saw,
+        assert_eq!(
+            ownership(&r, &labels(&[]), &info("deployed", 3)),
+            Ownership::Unowned
+        );
+        // nor when the object now points at another release, nor for another owner's label.
+        let mut moved = r.clone();
+        moved.spec.release_name = Some("other".into());
+        assert_eq!(
+            ownership(&moved, &labels(&[]), &deployed),
+            Ownership::Unowned
+        );
+        assert!(!ownership(&r, &other, &deployed).is_ours());
+    }
+
+    #[test]
+    fn owner_labels_name_the_object_and_fit_label_values() {
+        let mut r = release(serde_json::json!({}));
+        assert!(owner_labels(&r).is_empty(), "no UID, nothing to claim with");
+        r.metadata.uid = Some("uid-a".into());
+        assert_eq!(
+            owner_labels(&r),
+            vec![
+                (OWNER_UID_LABEL.to_string(), "uid-a".to_string()),
+                (OWNER_NAMESPACE_LABEL.to_string(), "ns".to_string()),
+                (OWNER_NAME_LABEL.to_string(), "app".to_string()),
+            ]
+        );
+        r.metadata.name = Some("n".repeat(64));
+        assert!(owner_labels(&r).iter().all(|(k, _)| k != OWNER_NAME_LABEL));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub struct CallFiles<'a> {
     pub repository_cache: &'a Path,
     /// Private OCI registry credentials file for this call.
     pub registry_config: &'a Path,
+    /// CA bundle for the chart repository, when one is configured.
+    pub ca_file: Option<&'a Path>,
 }
 
 /// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
@@ -33,13 +35,13 @@ pub fn go_duration(duration: Duration) -> String {
     }
 }
 
-/// Flags every call that talks to the workload cluster shares.
+/// Flags every call that talks to the workload cluster shares. User-supplied values are joined
+/// to their flag with `=` so that a value starting with `-` can never be read as a flag.
 pub fn common_flags(files: &CallFiles<'_>, namespace: &str) -> Vec<String> {
     vec![
         "--kubeconfig".into(),
         files.kubeconfig.display().to_string(),
-        "--namespace".into(),
-        namespace.into(),
+        format!("--namespace={namespace}"),
         "--repository-config".into(),
         files.repository_config.display().to_string(),
         "--repository-cache".into(),
@@ -58,32 +60,45 @@ pub enum InstallVerb {
     Upgrade,
 }
 
-/// The chart argument and the flags that locate it. `repo_alias` is the name under which the
-/// repository was added to this call's private `repositories.yaml` (used when the repository
-/// needs credentials or a CA bundle); without it the chart is fetched with `--repo URL`.
+/// Ends the flags: every later argument is positional, so a release or chart name that starts
+/// with `-` (both come from the custom resource) is never parsed as a helm flag.
+pub const END_OF_FLAGS: &str = "--";
+
+/// The chart argument and the flags that locate it: `(flags, chart)`. `repo_alias` is the name
+/// under which the repository was added to this call's private `repositories.yaml` (used when
+/// the repository needs credentials or a CA bundle); without it the chart is fetched with
+/// `--repo=URL`.
 pub fn chart_arguments(
     chart: &ChartSource,
     version: &str,
     repo_alias: Option<&str>,
-) -> Vec<String> {
-    let mut args = Vec::new();
-    match chart {
-        ChartSource::Oci { reference } => args.push(reference.clone()),
+) -> (Vec<String>, String) {
+    let mut flags = Vec::new();
+    let positional = match chart {
+        ChartSource::Oci { reference } => reference.clone(),
         ChartSource::Repository { url, chart } => match repo_alias {
-            Some(alias) => args.push(format!("{alias}/{chart}")),
+            Some(alias) => format!("{alias}/{chart}"),
             None => {
-                args.push(chart.clone());
-                args.push("--repo".into());
-                args.push(url.clone());
+                flags.push(format!("--repo={url}"));
+                chart.clone()
             }
         },
-    }
-    args.push("--version".into());
-    args.push(version.into());
-    args
+    };
+    flags.push(format!("--version={version}"));
+    (flags, positional)
 }
 
-/// `helm install|upgrade NAME CHART ...` for the given flavor.
+/// `--labels` value for the release's ownership labels (`key=value` pairs joined by commas;
+/// keys and values are label-safe, so they contain neither `,` nor `=`).
+fn labels_flag(labels: &[(String, String)]) -> Option<String> {
+    if labels.is_empty() {
+        return None;
+    }
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Some(format!("--labels={}", pairs.join(",")))
+}
+
+/// `helm install|upgrade ... -- NAME CHART` for the given flavor.
 pub fn install_or_upgrade(
     verb: InstallVerb,
     flavor: HelmFlavor,
@@ -97,14 +112,13 @@ pub fn install_or_upgrade(
             InstallVerb::Upgrade => "upgrade",
         }
         .to_string(),
-        request.release_name.clone(),
     ];
-    args.extend(chart_arguments(
-        &request.chart,
-        &request.chart_version,
-        repo_alias,
-    ));
+    let (chart_flags, chart) = chart_arguments(&request.chart, &request.chart_version, repo_alias);
+    args.extend(chart_flags);
     args.extend(common_flags(files, &request.namespace));
+    // Helm merges these into the labels of the previous revision on upgrade, so they always
+    // name the current owner (see docs/helm.md, "Ownership").
+    args.extend(labels_flag(&request.owner_labels));
     args.extend([
         "--values".into(),
         files.values.display().to_string(),
@@ -136,6 +150,9 @@ pub fn install_or_upgrade(
     if request.skip_crds {
         args.push("--skip-crds".into());
     }
+    if let Some(ca) = files.ca_file {
+        args.extend(["--ca-file".into(), ca.display().to_string()]);
+    }
     args.extend(wait_flags(flavor, request.wait, request.wait_for_jobs));
     if request.atomic {
         args.push(
@@ -146,6 +163,7 @@ pub fn install_or_upgrade(
             .into(),
         );
     }
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone(), chart]);
     args
 }
 
@@ -175,7 +193,7 @@ pub fn uninstall(
     wait: bool,
     files: &CallFiles<'_>,
 ) -> Vec<String> {
-    let mut args = vec!["uninstall".to_string(), release.to_string()];
+    let mut args = vec!["uninstall".to_string()];
     args.extend(common_flags(files, namespace));
     args.extend(["--timeout".into(), go_duration(timeout)]);
     if disable_hooks {
@@ -191,6 +209,7 @@ pub fn uninstall(
     } else if wait {
         args.push("--wait".into());
     }
+    args.extend([END_OF_FLAGS.into(), release.to_string()]);
     args
 }
 
@@ -204,34 +223,56 @@ pub fn rollback(
     wait: bool,
     files: &CallFiles<'_>,
 ) -> Vec<String> {
-    let mut args = vec![
-        "rollback".to_string(),
-        release.to_string(),
-        revision.to_string(),
-    ];
+    let mut args = vec!["rollback".to_string()];
     args.extend(common_flags(files, namespace));
     args.extend(["--timeout".into(), go_duration(timeout)]);
     args.extend(wait_flags(flavor, wait, false));
+    args.extend([
+        END_OF_FLAGS.into(),
+        release.to_string(),
+        revision.to_string(),
+    ]);
     args
 }
 
-/// `helm status NAME -o json`.
+/// `helm status -o json -- NAME`.
 pub fn status(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
-    let mut args = vec!["status".to_string(), release.to_string()];
+    let mut args = vec!["status".to_string()];
     args.extend(common_flags(files, namespace));
-    args.extend(["--output".into(), "json".into()]);
+    args.extend([
+        "--output".into(),
+        "json".into(),
+        END_OF_FLAGS.into(),
+        release.to_string(),
+    ]);
     args
 }
 
-/// `helm history NAME -o json`.
+/// `helm get metadata -o json -- NAME`: the newest revision's metadata, including the release
+/// labels (helm keeps them as labels of its storage Secret, not in `status` output).
+pub fn metadata(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+    let mut args = vec!["get".to_string(), "metadata".into()];
+    args.extend(common_flags(files, namespace));
+    args.extend([
+        "--output".into(),
+        "json".into(),
+        END_OF_FLAGS.into(),
+        release.to_string(),
+    ]);
+    args
+}
+
+/// `helm history -o json -- NAME`.
 pub fn history(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
-    let mut args = vec!["history".to_string(), release.to_string()];
+    let mut args = vec!["history".to_string()];
     args.extend(common_flags(files, namespace));
     args.extend([
         "--output".into(),
         "json".into(),
         "--max".into(),
         "32".into(),
+        END_OF_FLAGS.into(),
+        release.to_string(),
     ]);
     args
 }
@@ -260,7 +301,17 @@ mod tests {
             skip_crds: true,
             max_history: 5,
             replace: false,
+            owner_labels: vec![("omni.texashpc.com/owner-uid".into(), "u-1".into())],
         }
+    }
+
+    /// The arguments after `--`: what helm reads as positional.
+    fn positionals(args: &[String]) -> &[String] {
+        let end = args
+            .iter()
+            .position(|a| a == END_OF_FLAGS)
+            .unwrap_or_else(|| panic!("no `--` in {args:?}"));
+        &args[end + 1..]
     }
 
     fn with_files<T>(f: impl FnOnce(&CallFiles<'_>) -> T) -> T {
@@ -277,6 +328,7 @@ mod tests {
             repository_config: &rc,
             repository_cache: &rca,
             registry_config: &reg,
+            ca_file: None,
         })
     }
 
@@ -296,11 +348,11 @@ mod tests {
             install_or_upgrade(InstallVerb::Install, HelmFlavor::V4, &request(), f, None)
         });
         assert_eq!(args[0], "install");
-        assert_eq!(args[1], "metrics-server");
-        assert_eq!(args[2], "metrics-server");
-        assert!(has_pair(&args, "--repo", "https://charts.example.com/"));
-        assert!(has_pair(&args, "--version", "3.13.0"));
-        assert!(has_pair(&args, "--namespace", "kube-system"));
+        assert_eq!(positionals(&args), ["metrics-server", "metrics-server"]);
+        assert!(args.contains(&"--repo=https://charts.example.com/".to_string()));
+        assert!(args.contains(&"--version=3.13.0".to_string()));
+        assert!(args.contains(&"--namespace=kube-system".to_string()));
+        assert!(args.contains(&"--labels=omni.texashpc.com/owner-uid=u-1".to_string()));
         assert!(has_pair(&args, "--kubeconfig", "/w/kubeconfig"));
         assert!(has_pair(&args, "--timeout", "300s"));
         assert!(args.contains(&"--wait=watcher".to_string()));
@@ -326,8 +378,8 @@ mod tests {
             )
         });
         assert_eq!(args[0], "upgrade");
-        assert_eq!(args[2], "r0/metrics-server");
-        assert!(!args.contains(&"--repo".to_string()));
+        assert_eq!(positionals(&args), ["metrics-server", "r0/metrics-server"]);
+        assert!(!args.iter().any(|a| a.starts_with("--repo=")));
         assert!(args.contains(&"--wait".to_string()));
         assert!(args.contains(&"--atomic".to_string()));
         assert!(args.contains(&"--cleanup-on-fail".to_string()));
@@ -353,8 +405,43 @@ mod tests {
         };
         assert_eq!(
             chart_arguments(&chart, "1.2.3", None),
-            vec!["oci://ghcr.io/org/charts/app", "--version", "1.2.3"]
+            (
+                vec!["--version=1.2.3".to_string()],
+                "oci://ghcr.io/org/charts/app".to_string()
+            )
         );
+    }
+
+    #[test]
+    fn names_from_the_spec_are_positional_even_when_they_look_like_flags() {
+        let mut hostile = request();
+        hostile.release_name = "--kubeconfig=/etc/operator".into();
+        hostile.chart = ChartSource::Repository {
+            url: "https://charts.example.com/".into(),
+            chart: "--post-renderer=sh".into(),
+        };
+        hostile.chart_version = "-1".into();
+        hostile.namespace = "--debug".into();
+        with_files(|f| {
+            for verb in [InstallVerb::Install, InstallVerb::Upgrade] {
+                let args = install_or_upgrade(verb, HelmFlavor::V4, &hostile, f, None);
+                assert_eq!(
+                    positionals(&args),
+                    ["--kubeconfig=/etc/operator", "--post-renderer=sh"]
+                );
+                assert!(args.contains(&"--version=-1".to_string()));
+                assert!(args.contains(&"--namespace=--debug".to_string()));
+            }
+            let name = "-x";
+            assert_eq!(positionals(&status(name, "ns", f)), ["-x"]);
+            assert_eq!(positionals(&metadata(name, "ns", f)), ["-x"]);
+            assert_eq!(positionals(&history(name, "ns", f)), ["-x"]);
+            let d = Duration::from_secs(1);
+            let rb = rollback(HelmFlavor::V4, name, "ns", 2, d, false, f);
+            assert_eq!(positionals(&rb), ["-x", "2"]);
+            let un = uninstall(HelmFlavor::V3, name, "ns", d, false, false, f);
+            assert_eq!(positionals(&un), ["-x"]);
+        });
     }
 
     #[test]
@@ -370,7 +457,8 @@ mod tests {
                 f,
             )
         });
-        assert_eq!(&args[..2], ["uninstall", "app"]);
+        assert_eq!(args[0], "uninstall");
+        assert_eq!(positionals(&args), ["app"]);
         assert!(args.contains(&"--ignore-not-found".to_string()));
         assert!(args.contains(&"--no-hooks".to_string()));
         let v3 = with_files(|f| {
@@ -401,7 +489,8 @@ mod tests {
                 true,
                 f,
             );
-            assert_eq!(&rb[..3], ["rollback", "app", "3"]);
+            assert_eq!(rb[0], "rollback");
+            assert_eq!(positionals(&rb), ["app", "3"]);
             assert!(rb.contains(&"--wait=watcher".to_string()));
         });
     }

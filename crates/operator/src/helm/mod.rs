@@ -1,6 +1,6 @@
 //! Driver for the `helm` binary, used by the OmniHelmRelease controller.
 //!
-//! Rust has no Helm SDK, so the operator runs the official helm CLI (v4, or v3.8+) as a
+//! Rust has no Helm SDK, so the operator runs the official helm CLI (v4, or v3.13+) as a
 //! subprocess. Every session gets a private working directory (mode 0700) holding the workload
 //! kubeconfig, the values file, a repositories file and a registry credentials file, all mode
 //! 0600 and removed when the session ends; nothing of it is ever logged. Helm's own cache,
@@ -30,7 +30,7 @@ use args::{CallFiles, InstallVerb};
 /// Which command-line dialect the helm binary speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HelmFlavor {
-    /// helm 3.8 or newer: `--atomic`, boolean `--wait`.
+    /// helm 3.13 or newer: `--atomic`, boolean `--wait`.
     V3,
     /// helm 4: `--rollback-on-failure`, `--wait=watcher|hookOnly`.
     V4,
@@ -102,6 +102,9 @@ pub struct ReleaseRequest {
     pub max_history: u32,
     /// Install over a release that was uninstalled with its history kept (`--replace`).
     pub replace: bool,
+    /// Release labels naming the owning OmniHelmRelease (`--labels`, helm 3.13+). Helm keeps
+    /// them as labels of its storage Secret and carries them over to later revisions.
+    pub owner_labels: Vec<(String, String)>,
 }
 
 /// Credentials for a chart repository or OCI registry, and a CA bundle to trust.
@@ -143,7 +146,7 @@ pub enum HelmError {
         message: String,
     },
     /// The binary is too old or reports an unknown version.
-    #[error("helm version {version:?} is not supported; helm 3.8 or newer is required")]
+    #[error("helm version {version:?} is not supported; helm 3.13 or newer is required")]
     Unsupported {
         /// What `helm version` printed.
         version: String,
@@ -438,6 +441,7 @@ impl ReleaseSession {
             repository_config: &self.repository_config,
             repository_cache: &self.repository_cache,
             registry_config: &self.registry_config,
+            ca_file: None,
         }
     }
 
@@ -494,6 +498,36 @@ impl ReleaseSession {
         }
     }
 
+    /// The release labels of the newest revision (helm's own `name`, `owner`, `status`,
+    /// `version`, `modifiedAt` included), or `None` when the release does not exist.
+    pub async fn labels(
+        &self,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, HelmError> {
+        match self
+            .run(
+                "get metadata",
+                args::metadata(release, namespace, &self.files()),
+                QUICK_CALL_LIMIT,
+                None,
+                &[],
+            )
+            .await
+        {
+            Ok(out) => output::parse_labels(&out)
+                .map(Some)
+                .map_err(|err| HelmError::Output {
+                    action: "get metadata",
+                    message: err.to_string(),
+                }),
+            Err(HelmError::Failed { message, .. }) if output::is_release_not_found(&message) => {
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// Release history, oldest first; empty when the release does not exist.
     pub async fn history(
         &self,
@@ -533,11 +567,11 @@ impl ReleaseSession {
         write_private(&self.values, &values)?;
         let secrets: Vec<&str> = auth.password.iter().map(String::as_str).collect();
         let alias = self.prepare_chart_access(request, auth, &secrets).await?;
-        let mut args =
-            args::install_or_upgrade(verb, self.helm.flavor(), request, &self.files(), alias);
-        if auth.ca_bundle.is_some() {
-            args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
-        }
+        let files = CallFiles {
+            ca_file: auth.ca_bundle.is_some().then_some(self.ca_file.as_path()),
+            ..self.files()
+        };
+        let args = args::install_or_upgrade(verb, self.helm.flavor(), request, &files, alias);
         let action = match verb {
             InstallVerb::Install => "install",
             InstallVerb::Upgrade => "upgrade",
@@ -577,8 +611,6 @@ impl ReleaseSession {
                 let mut args = vec![
                     "repo".to_string(),
                     "add".into(),
-                    ALIAS.into(),
-                    url.clone(),
                     "--force-update".into(),
                     "--repository-config".into(),
                     self.repository_config.display().to_string(),
@@ -594,6 +626,7 @@ impl ReleaseSession {
                 if auth.ca_bundle.is_some() {
                     args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
                 }
+                args.extend([args::END_OF_FLAGS.into(), ALIAS.into(), url.clone()]);
                 self.run(
                     "repo add",
                     args,
@@ -617,7 +650,6 @@ impl ReleaseSession {
                 let mut args = vec![
                     "registry".to_string(),
                     "login".into(),
-                    host,
                     "--registry-config".into(),
                     self.registry_config.display().to_string(),
                 ];
@@ -630,6 +662,7 @@ impl ReleaseSession {
                 if auth.ca_bundle.is_some() {
                     args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
                 }
+                args.extend([args::END_OF_FLAGS.into(), host]);
                 self.run(
                     "registry login",
                     args,
@@ -713,7 +746,9 @@ pub fn parse_flavor(version: &str) -> Result<HelmFlavor, HelmError> {
         .map_err(|_| unsupported())?;
     match numbers.as_slice() {
         [4, ..] => Ok(HelmFlavor::V4),
-        [3, minor] if *minor >= 8 => Ok(HelmFlavor::V3),
+        // 3.13 is the first helm 3 with release labels (`--labels`, `get metadata` labels),
+        // which the ownership check depends on.
+        [3, minor] if *minor >= 13 => Ok(HelmFlavor::V3),
         _ => Err(unsupported()),
     }
 }
@@ -828,8 +863,12 @@ mod tests {
     fn flavors() {
         assert_eq!(parse_flavor("v4.1.4").unwrap(), HelmFlavor::V4);
         assert_eq!(parse_flavor("v3.14.2").unwrap(), HelmFlavor::V3);
-        assert_eq!(parse_flavor("v3.8.0").unwrap(), HelmFlavor::V3);
-        assert!(parse_flavor("v3.7.2").is_err());
+        assert_eq!(parse_flavor("v3.13.0").unwrap(), HelmFlavor::V3);
+        assert!(
+            parse_flavor("v3.12.3").is_err(),
+            "no release labels before 3.13"
+        );
+        assert!(parse_flavor("v3.8.0").is_err());
         assert!(parse_flavor("v2.17.0").is_err());
         assert!(parse_flavor("garbage").is_err());
     }

@@ -109,6 +109,21 @@ pub fn parse_history(stdout: &str) -> Result<Vec<HistoryEntry>, serde_json::Erro
     serde_json::from_str(json.trim())
 }
 
+#[derive(Deserialize)]
+struct RawMetadata {
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// The `labels` of `helm get metadata -o json` (an absent field is no labels).
+pub fn parse_labels(
+    stdout: &str,
+) -> Result<std::collections::BTreeMap<String, String>, serde_json::Error> {
+    let json = stdout.find('{').map_or(stdout, |start| &stdout[start..]);
+    let raw: RawMetadata = serde_json::from_str(json.trim())?;
+    Ok(raw.labels)
+}
+
 /// Whether helm's error text says the release does not exist.
 pub fn is_release_not_found(stderr: &str) -> bool {
     let lower = stderr.to_ascii_lowercase();
@@ -154,6 +169,17 @@ mod tests {
         assert_eq!(history.len(), 2);
         assert_eq!(history[1].revision, 2);
         assert_eq!(history[1].status, "deployed");
+    }
+
+    #[test]
+    fn parses_metadata_labels() {
+        // As helm 4.1 prints it for a release installed with `--labels team=a`.
+        let out = r#"{"name":"demo","chart":"demo","version":"0.1.0","appVersion":"","labels":{"modifiedAt":"1795531857","name":"demo","owner":"helm","status":"deployed","team":"a","version":"1"},"namespace":"default","revision":1,"status":"deployed","deployedAt":"2026-11-24T14:50:57Z","applyMethod":"ssa"}"#;
+        let labels = parse_labels(out).unwrap();
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(labels.get("owner").map(String::as_str), Some("helm"));
+        assert!(parse_labels(r#"{"name":"x"}"#).unwrap().is_empty());
+        assert!(parse_labels("Error").is_err());
     }
 
     #[test]
