@@ -234,29 +234,41 @@ impl ReloadingCertResolver {
             .key
             .clone()
     }
+
+    /// The pair loaded last, without touching the disk.
+    pub fn loaded(&self) -> Arc<CertifiedKey> {
+        self.loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .key
+            .clone()
+    }
 }
 
 impl ResolvesServerCert for ReloadingCertResolver {
+    /// Serves the pair loaded last: a handshake never waits for file IO (a slow or hung volume
+    /// must not stall TLS). The owner refreshes it off the handshake path ([`Self::refresh`]).
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current())
+        Some(self.loaded())
     }
 }
 
 /// A rustls server configuration serving `files` (reloaded on change), without client
 /// authentication, offering the given ALPN protocols (e.g. `[b"http/1.1".to_vec()]`).
+/// The resolver is returned too: its owner calls [`ReloadingCertResolver::refresh`] periodically.
 pub fn reloading_server_config(
     files: CertFiles,
     alpn_protocols: Vec<Vec<u8>>,
-) -> Result<Arc<ServerConfig>, TlsError> {
+) -> Result<(Arc<ServerConfig>, Arc<ReloadingCertResolver>), TlsError> {
     let provider = crypto_provider();
     let resolver = Arc::new(ReloadingCertResolver::new(files, provider.clone())?);
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .with_cert_resolver(resolver.clone());
     config.alpn_protocols = alpn_protocols;
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), resolver))
 }
 
 #[cfg(test)]
@@ -320,6 +332,28 @@ mod tests {
             load_certified_key(&files, &crypto_provider()),
             Err(TlsError::NoCertificate { .. })
         ));
+    }
+
+    #[test]
+    fn a_handshake_never_reads_the_files() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (cert, key) = self_signed("webhook.example");
+        let files = write_pair(dir.path(), &cert, &key);
+        let resolver = ReloadingCertResolver::new(files.clone(), crypto_provider())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let first = resolver.loaded();
+        // Files gone (a volume being remounted): handshakes keep being served from memory.
+        std::fs::remove_file(&files.cert).unwrap_or_else(|e| panic!("{e}"));
+        let served = resolver.loaded();
+        assert!(Arc::ptr_eq(&first, &served));
+        assert!(
+            resolver.refresh().is_err(),
+            "a refresh does see the missing file"
+        );
+        assert!(
+            Arc::ptr_eq(&first, &resolver.loaded()),
+            "and keeps the old pair"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -48,6 +49,17 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long in-flight requests may run after shutdown was requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long one request may take from its headers to the answer, body upload included; a
+/// client trickling its body byte by byte is cut off (408) instead of holding a task.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Most connections served at once; further clients wait in the listen backlog. The API
+/// server keeps a few connections per replica; thousands only come from a flood.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How often the serving certificate files are re-read (off the handshake path).
+const CERT_REFRESH: Duration = Duration::from_secs(5);
 
 /// The webhook path of `kind` (e.g. `OmniCluster` → `/validate-omni-texashpc-com-v1alpha1-omnicluster`).
 pub fn path_for(kind: &str) -> String {
@@ -319,13 +331,32 @@ pub fn router() -> Router {
             post(move |body: Bytes| async move { handle(kind, &body) }),
         );
     }
-    router.layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    router
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(request_deadline))
+}
+
+/// Answers 408 when a request (reading its body included) takes longer than
+/// [`REQUEST_TIMEOUT`].
+async fn request_deadline(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            "the request was not completed in time",
+        )
+            .into_response(),
+    }
 }
 
 /// A bound but not yet running HTTPS webhook server.
 pub struct Server {
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    certificate: Arc<tls::ReloadingCertResolver>,
 }
 
 impl Server {
@@ -334,7 +365,7 @@ impl Server {
     pub async fn bind(config: &WebhookConfig) -> Result<Self, WebhookError> {
         // Kubernetes talks HTTP/1.1 to webhooks unless offered HTTP/2; offering only HTTP/1.1
         // keeps HTTP/2 stream-flood attacks off this port.
-        let tls_config =
+        let (tls_config, certificate) =
             tls::reloading_server_config(config.cert_files(), vec![b"http/1.1".to_vec()])?;
         let listener =
             TcpListener::bind(config.bind)
@@ -346,6 +377,7 @@ impl Server {
         Ok(Self {
             listener,
             acceptor: TlsAcceptor::from(tls_config),
+            certificate,
         })
     }
 
@@ -359,12 +391,13 @@ impl Server {
         let service = TowerToHyperService::new(router());
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
+        let refresher = tokio::spawn(refresh_certificate(self.certificate.clone()));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = self.listener.accept() => {
+                accepted = self.listener.accept(), if connections.len() < MAX_CONNECTIONS => {
                     let (tcp, peer) = match accepted {
                         Ok(accepted) => accepted,
                         Err(error) => {
@@ -385,6 +418,7 @@ impl Server {
             }
         }
         drop(self.listener);
+        refresher.abort();
         let _ = stop_tx.send(true);
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
             while connections.join_next().await.is_some() {}
@@ -393,6 +427,24 @@ impl Server {
         if drained.is_err() {
             tracing::warn!("webhook connections still open after the shutdown grace period");
             connections.abort_all();
+        }
+    }
+}
+
+/// Re-reads the serving certificate every [`CERT_REFRESH`] on a blocking thread, so handshakes
+/// never read files; a renewed certificate (cert-manager rewrites the Secret volume) is served
+/// within that period.
+async fn refresh_certificate(certificate: Arc<tls::ReloadingCertResolver>) {
+    loop {
+        tokio::time::sleep(CERT_REFRESH).await;
+        let c = certificate.clone();
+        match tokio::task::spawn_blocking(move || c.refresh()).await {
+            Ok(Ok(true)) => tracing::info!("serving certificate reloaded"),
+            Ok(Ok(false)) | Err(_) => {}
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "serving certificate changed but cannot be loaded; keeping the previous one"
+            ),
         }
     }
 }

@@ -384,9 +384,47 @@ async fn rotated_certificate_is_served_without_restart() {
     assert_ne!(first_leaf, second_der);
     install_cert(&server.dir_path, &cert, &key);
 
-    let (status, _, second_leaf) = server.post_raw(&path, review.to_string()).await;
-    assert_eq!(status, 200);
-    assert_eq!(second_leaf, second_der, "the new certificate is served");
+    // The files are re-read in the background (handshakes never read them), within seconds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, leaf) = server.post_raw(&path, review.to_string()).await;
+        assert_eq!(status, 200);
+        if leaf == second_der {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate is never served"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    server.stop().await;
+}
+
+/// A client that sends its headers and then trickles (here: stalls) its body is answered 408
+/// and cut off, instead of holding a connection task for ever. Before the request deadline the
+/// server waited indefinitely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_its_body_is_cut_off() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let server = Running::start().await;
+    let tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let name = ServerName::try_from("127.0.0.1").expect("server name");
+    let mut tls = server.connector.connect(name, tcp).await.expect("TLS");
+    let path = webhook::path_for("OmniConnection");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"kind\""
+    );
+    tls.write_all(head.as_bytes()).await.expect("write");
+    tls.flush().await.expect("flush");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(45), tls.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the server still waits for the body after 45 s"
+    );
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     server.stop().await;
 }
 
