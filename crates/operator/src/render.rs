@@ -4,13 +4,13 @@
 //! objects' content, never on list order from the API server: children are selected by
 //! `spec.clusterRef.name` and sorted by their effective Omni names.
 
+use std::path::Path;
+
 use omni_client::template::{
     BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install,
     KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size,
     TalosCluster, Template, UpdateStrategy,
 };
-use std::path::Path;
-
 use sha2::{Digest, Sha256};
 
 use crate::api::common::{self, MachineClassSize, MachineSetFields};
@@ -123,7 +123,9 @@ fn narrow(root: &Path, narrower: &str) -> FileResolver {
         }
     };
     match canonical_root.join(candidate).canonicalize() {
-        Ok(dir) if dir.starts_with(&canonical_root) => FileResolver::with_root(dir),
+        Ok(dir) if dir.starts_with(&canonical_root) => {
+            FileResolver::with_root(dir).also_inside(canonical_root)
+        }
         Ok(_) => refuse("is outside the operator's template root".to_string()),
         Err(e) => refuse(format!("cannot be used: {e}")),
     }

@@ -134,6 +134,10 @@ enum Access {
 pub struct FileResolver {
     base_dir: PathBuf,
     access: Access,
+    /// A directory that contains the root and that every file read must also lie in (the
+    /// operator's root when `spec.templateRoot` narrowed it), so swapping the narrower root
+    /// for a symlink after it was checked still cannot leave the outer one.
+    outer: Option<PathBuf>,
 }
 
 impl Default for FileResolver {
@@ -150,6 +154,7 @@ impl FileResolver {
         FileResolver {
             base_dir: base_dir.into(),
             access: Access::Unconfined,
+            outer: None,
         }
     }
 
@@ -159,6 +164,7 @@ impl FileResolver {
         FileResolver {
             base_dir: root.clone(),
             access: Access::Confined(root),
+            outer: None,
         }
     }
 
@@ -167,7 +173,15 @@ impl FileResolver {
         FileResolver {
             base_dir: PathBuf::new(),
             access: Access::Disabled(reason.into()),
+            outer: None,
         }
+    }
+
+    /// Additionally requires every file read to lie inside `outer` (a directory containing
+    /// the root), checked on the opened file like the root itself.
+    pub fn also_inside(mut self, outer: impl Into<PathBuf>) -> Self {
+        self.outer = Some(outer.into());
+        self
     }
 
     /// The directory reads are confined to, if any.
@@ -188,7 +202,8 @@ impl FileResolver {
                 reason: reason.clone(),
             }),
             Access::Unconfined => {
-                let full = self.base_dir.join(candidate);
+                // Symlinks are fine here; resolve them so the open below need not follow one.
+                let full = self.base_dir.join(candidate).canonicalize().map_err(io)?;
                 let file = open_regular(path, &full)?;
                 read_capped(path, file)
             }
@@ -207,14 +222,24 @@ impl FileResolver {
                 })?;
                 // An absolute path is accepted only when it lies inside the root.
                 let resolved = root.join(candidate).canonicalize().map_err(io)?;
-                if !resolved.starts_with(&root) {
+                let outer = match &self.outer {
+                    Some(outer) => Some(outer.canonicalize().map_err(|e| FileError::Io {
+                        path: path.to_string(),
+                        message: format!("template root {}: {e}", outer.display()),
+                    })?),
+                    None => None,
+                };
+                let inside = |p: &Path| {
+                    p.starts_with(&root) && outer.as_ref().is_none_or(|o| p.starts_with(o))
+                };
+                if !inside(&resolved) {
                     return Err(FileError::OutsideRoot(path.to_string()));
                 }
                 let file = open_regular(path, &resolved)?;
                 // The path may have changed since canonicalisation (a directory swapped for a
                 // symlink): check where the opened file really is.
                 if let Some(opened) = opened_path(&file)
-                    && !opened.starts_with(&root)
+                    && !inside(&opened)
                 {
                     return Err(FileError::OutsideRoot(path.to_string()));
                 }
@@ -342,6 +367,29 @@ mod tests {
     }
 
     #[test]
+    fn a_narrowed_root_swapped_for_a_link_out_of_the_outer_root_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outer = dir.path().join("outer");
+        std::fs::create_dir_all(outer.join("narrow")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("elsewhere")).expect("mkdir");
+        std::fs::write(outer.join("narrow/p.yaml"), b"a: 1\n").expect("write");
+        std::fs::write(dir.path().join("elsewhere/p.yaml"), b"secret\n").expect("write");
+        let r = FileResolver::with_root(outer.join("narrow")).also_inside(&outer);
+        assert_eq!(r.read("p.yaml"), Ok(b"a: 1\n".to_vec()));
+        // After the operator checked `narrow`, someone replaces it with a link leaving `outer`.
+        std::fs::remove_dir_all(outer.join("narrow")).expect("rm");
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path().join("elsewhere"), outer.join("narrow"))
+                .expect("symlink");
+            assert_eq!(
+                r.read("p.yaml"),
+                Err(FileError::OutsideRoot("p.yaml".into()))
+            );
+        }
+    }
+
+    #[test]
     fn the_default_resolver_refuses_every_file() {
         assert_eq!(
             FileResolver::default().read("/etc/hostname"),
@@ -372,5 +420,11 @@ mod tests {
             Err(FileError::NotRegular("/dev/zero".into()))
         );
         assert_eq!(r.read("."), Err(FileError::NotRegular(".".into())));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path().join("p.yaml"), dir.path().join("link.yaml"))
+                .expect("symlink");
+            assert_eq!(r.read("link.yaml"), Ok(b"a: 1\n".to_vec()));
+        }
     }
 }
