@@ -63,6 +63,8 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     /// `readinessProbe.httpGet`: path and port.
     pub readiness: Option<(String, u16)>,
+    /// `livenessProbe.httpGet`: path and port.
+    pub liveness: Option<(String, u16)>,
     /// `runAsUser`/`runAsGroup` (container over pod security context).
     pub run_as: Option<(u32, u32)>,
     /// `readOnlyRootFilesystem`.
@@ -127,12 +129,13 @@ impl ContainerSpec {
                 .and_then(|n| u32::try_from(n).ok())
         };
         let run_as = security("runAsUser").map(|u| (u, security("runAsGroup").unwrap_or(u)));
-        let readiness = container["readinessProbe"]["httpGet"]
-            .as_object()
-            .and_then(|g| {
+        let http_probe = |probe: &str| {
+            container[probe]["httpGet"].as_object().and_then(|g| {
                 let path = g.get("path")?.as_str()?.to_string();
                 Some((path, probe_port(g.get("port")?, container)?))
-            });
+            })
+        };
+        let (readiness, liveness) = (http_probe("readinessProbe"), http_probe("livenessProbe"));
         let volumes: BTreeMap<&str, &Value> = pod["volumes"]
             .as_array()
             .into_iter()
@@ -179,6 +182,7 @@ impl ContainerSpec {
             args: str_list(&container["args"]),
             env,
             readiness,
+            liveness,
             run_as,
             read_only_root: container["securityContext"]["readOnlyRootFilesystem"] == true,
             termination_grace: Duration::from_secs(
@@ -315,12 +319,19 @@ impl Pod {
         self.isolated
     }
 
+    /// Whether the container's root filesystem is read-only (isolated, and the chart asks for
+    /// it): then nothing can be written outside its mounted volumes.
+    pub fn read_only_root(&self) -> bool {
+        self.isolated && self.spec.read_only_root
+    }
+
     /// What the container printed so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Polls the readiness probe until it answers 200 (fails early if the container exits).
+    /// Polls the readiness and liveness probes until both answer 200 (fails early if the
+    /// container exits).
     pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let (path, port) = self
             .spec
@@ -332,7 +343,11 @@ impl Pod {
             if let Some(status) = self.child.try_wait()? {
                 bail!("the container exited ({status}):\n{}", self.output());
             }
-            if http_status(port, &path).await == Some(200) {
+            let live = match &self.spec.liveness {
+                Some((path, port)) => http_status(*port, path).await == Some(200),
+                None => true,
+            };
+            if live && http_status(port, &path).await == Some(200) {
                 return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
@@ -541,6 +556,7 @@ mod tests {
             ]
         );
         assert_eq!(spec.readiness, Some(("/readyz".into(), 8081)));
+        assert_eq!(spec.liveness, None);
         assert_eq!(spec.run_as, Some((65532, 65533)));
         assert!(spec.read_only_root);
         assert_eq!(spec.termination_grace, Duration::from_secs(12));
