@@ -18,7 +18,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -29,13 +29,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
-use kube_sim::server::{KubeSim, RunningKubeSim};
+use kube_sim::server::RunningKubeSim;
 use omni_operator::api::{OmniCluster, OmniHelmRelease};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
-use support::{condition, wait_for, wait_gone};
+use support::{condition, helm_bin, kube_sim, wait_for, wait_gone};
 use tokio::time::Instant;
 
 const NS: &str = "apps";
@@ -48,15 +48,6 @@ const TOKEN_TWO: &str = "kubeconfig-token-two-88ab04";
 const SECRETS: [&str; 4] = [PASSWORD, WRONG_PASSWORD, TOKEN_ONE, TOKEN_TWO];
 /// Generous: the machine is shared and loaded, and helm is a subprocess.
 const WAIT: Duration = Duration::from_secs(300);
-
-fn helm_bin() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run scripts/install-test-tools"
-    );
-    path
-}
 
 // ---------------------------------------------------------------------------------------------
 // Operator logs, captured so the tests can check that no secret is ever logged.
@@ -272,17 +263,6 @@ impl Drop for Env {
     }
 }
 
-async fn kube() -> (RunningKubeSim, kube::Client) {
-    let sim = KubeSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
-    (sim, client)
-}
-
 fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
     Kubeconfig::new(
         sim.base_url.clone(),
@@ -297,7 +277,7 @@ impl Env {
     async fn start() -> Env {
         // Installs the capturing subscriber before the operator logs anything.
         operator_logs();
-        let (mgmt, client) = kube().await;
+        let (mgmt, client) = kube_sim().await;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in omni_operator::api::crds() {
             crds.create(&PostParams::default(), &crd)
@@ -317,7 +297,7 @@ impl Env {
             assert!(Instant::now() < until, "CRDs never became servable");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let (workload, workload_client) = kube().await;
+        let (workload, workload_client) = kube_sim().await;
         let repo = start_repo(None).await;
         let ca = kube_sim::tls::CertificateAuthority::generate("private chart repository CA")
             .unwrap_or_else(|e| panic!("{e}"));

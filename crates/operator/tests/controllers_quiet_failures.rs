@@ -22,7 +22,7 @@ use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
-use kube_sim::server::{KubeSim, RunningKubeSim};
+use kube_sim::server::RunningKubeSim;
 use omni_operator::api::OmniCluster;
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::{Scope, backoff_delay};
@@ -30,7 +30,7 @@ use omni_operator::metrics::Metrics;
 use omni_sim::types::ty;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde_json::{Value, json};
-use support::{condition, ready, wait_for};
+use support::{condition, helm_bin, kube_sim, ready, wait_for};
 
 const NS: &str = "quiet";
 const GROUP: &str = "omni.texashpc.com";
@@ -40,15 +40,6 @@ const UNAVAILABLE: i32 = 14;
 /// A loopback port nothing listens on.
 fn closed_port() -> u16 {
     support::free_addr().port()
-}
-
-fn helm_bin() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run scripts/install-test-tools"
-    );
-    path
 }
 
 /// A helm wrapper that logs each invocation's first argument (the command) to `log`, so the
@@ -74,17 +65,6 @@ fn helm_changes(log: &Path) -> usize {
         .lines()
         .filter(|l| matches!(*l, "install" | "upgrade" | "rollback" | "uninstall"))
         .count()
-}
-
-async fn start_kube() -> (RunningKubeSim, kube::Client) {
-    let sim = KubeSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
-    (sim, client)
 }
 
 async fn create(client: &kube::Client, obj: Value) {
@@ -249,7 +229,7 @@ struct Env {
 
 impl Env {
     async fn start() -> Env {
-        let (mgmt, client) = start_kube().await;
+        let (mgmt, client) = kube_sim().await;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in omni_operator::api::crds() {
             crds.create(&PostParams::default(), &crd)
@@ -276,7 +256,7 @@ impl Env {
         let key = omni
             .register_service_account("operator", Role::Operator)
             .unwrap_or_else(|e| panic!("register: {e}"));
-        let (workload, workload_client) = start_kube().await;
+        let (workload, workload_client) = kube_sim().await;
         let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
             .unwrap_or_else(|e| panic!("{e}"));
         Api::<Namespace>::all(workload_client.clone())

@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -20,13 +20,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
-use kube_sim::server::{KubeSim, RunningKubeSim};
+use kube_sim::server::RunningKubeSim;
 use omni_operator::api::{OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
 use serde_json::{Value, json};
-use support::{condition, wait_for, wait_gone};
+use support::{condition, helm_bin, kube_sim, wait_for, wait_gone};
 use tokio::time::Instant;
 
 const NS: &str = "tenant";
@@ -34,15 +34,6 @@ const WORKLOAD_TOKEN: &str = "workload-token-7f3a";
 /// Appears next to a YAML syntax error; must never be echoed anywhere.
 const SECRET_XYZ: &str = "SECRET-XYZ";
 const WAIT: Duration = Duration::from_secs(300);
-
-fn helm_bin() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run scripts/install-test-tools"
-    );
-    path
-}
 
 // ---------------------------------------------------------------------------------------------
 // Operator logs, captured so the tests can check that no secret is ever logged.
@@ -103,17 +94,6 @@ impl Drop for Env {
     }
 }
 
-async fn kube() -> (RunningKubeSim, kube::Client) {
-    let sim = KubeSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
-    (sim, client)
-}
-
 fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture: {e}"))
 }
@@ -121,7 +101,7 @@ fn object<K: serde::de::DeserializeOwned>(v: Value) -> K {
 impl Env {
     async fn start(scope: Scope, policy: SecretPolicy) -> Env {
         operator_logs();
-        let (mgmt, client) = kube().await;
+        let (mgmt, client) = kube_sim().await;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in omni_operator::api::crds() {
             crds.create(&PostParams::default(), &crd)
@@ -145,7 +125,7 @@ impl Env {
         }
         // Without an authenticator, like the OmniHelmRelease tests: helm (client-go) sends no
         // credentials over plain HTTP.
-        let (workload, workload_client) = kube().await;
+        let (workload, workload_client) = kube_sim().await;
         Api::<omni_operator::api::OmniCluster>::namespaced(client.clone(), NS)
             .create(
                 &PostParams::default(),

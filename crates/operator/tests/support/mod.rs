@@ -147,3 +147,26 @@ pub fn writes_to(sim: &kube_sim::server::RunningKubeSim, resources: &[&str]) -> 
         .map(|(_, n)| n)
         .sum()
 }
+
+/// The real helm binary the tests drive (`scripts/install-test-tools` puts it there).
+pub fn helm_bin() -> std::path::PathBuf {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
+    assert!(
+        path.exists(),
+        "{path:?} is missing: run scripts/install-test-tools"
+    );
+    path
+}
+
+/// A fresh kube-sim over plain HTTP and an admin client of it.
+pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
+    let sim = kube_sim::server::KubeSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
+    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
+    let client =
+        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
+    (sim, client)
+}
