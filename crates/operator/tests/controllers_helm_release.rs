@@ -19,7 +19,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -35,7 +35,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
-use support::{condition, helm_bin, kube_sim, wait_for, wait_gone};
+use support::{condition, helm_bin, kube_sim, operator_logs, wait_for, wait_gone};
 use tokio::time::Instant;
 
 const NS: &str = "apps";
@@ -48,45 +48,6 @@ const TOKEN_TWO: &str = "kubeconfig-token-two-88ab04";
 const SECRETS: [&str; 4] = [PASSWORD, WRONG_PASSWORD, TOKEN_ONE, TOKEN_TWO];
 /// Generous: the machine is shared and loaded, and helm is a subprocess.
 const WAIT: Duration = Duration::from_secs(300);
-
-// ---------------------------------------------------------------------------------------------
-// Operator logs, captured so the tests can check that no secret is ever logged.
-
-#[derive(Clone)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut b) => b.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Everything the operator logged so far (all tests of this binary share one subscriber).
-fn operator_logs() -> String {
-    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
-    let buffer = LOGS.get_or_init(|| {
-        let buffer = LogBuffer(Arc::new(Mutex::new(Vec::new())));
-        let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("omni_operator=trace"))
-            .with_writer(move || writer.clone())
-            .try_init();
-        buffer
-    });
-    let bytes = match buffer.0.lock() {
-        Ok(b) => b.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
-    };
-    String::from_utf8_lossy(&bytes).into_owned()
-}
 
 fn assert_no_secrets(what: &str, text: &str) {
     for secret in SECRETS {

@@ -10,7 +10,7 @@ mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
@@ -26,7 +26,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
 use serde_json::{Value, json};
-use support::{condition, helm_bin, kube_sim, wait_for, wait_gone};
+use support::{condition, helm_bin, kube_sim, operator_logs, wait_for, wait_gone};
 use tokio::time::Instant;
 
 const NS: &str = "tenant";
@@ -34,45 +34,6 @@ const WORKLOAD_TOKEN: &str = "workload-token-7f3a";
 /// Appears next to a YAML syntax error; must never be echoed anywhere.
 const SECRET_XYZ: &str = "SECRET-XYZ";
 const WAIT: Duration = Duration::from_secs(300);
-
-// ---------------------------------------------------------------------------------------------
-// Operator logs, captured so the tests can check that no secret is ever logged.
-
-#[derive(Clone)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut b) => b.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Everything the operator logged so far (all tests of this binary share one subscriber).
-fn operator_logs() -> String {
-    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
-    let buffer = LOGS.get_or_init(|| {
-        let buffer = LogBuffer(Arc::new(Mutex::new(Vec::new())));
-        let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("omni_operator=trace"))
-            .with_writer(move || writer.clone())
-            .try_init();
-        buffer
-    });
-    let bytes = match buffer.0.lock() {
-        Ok(b) => b.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
-    };
-    String::from_utf8_lossy(&bytes).into_owned()
-}
 
 // ---------------------------------------------------------------------------------------------
 // Environment.

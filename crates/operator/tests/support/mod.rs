@@ -170,3 +170,40 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
         kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
     (sim, client)
 }
+
+#[derive(Clone)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut b) => b.extend_from_slice(buf),
+            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything the operator logged so far at trace level, so tests can check that no secret is
+/// ever logged (all tests of one binary share one subscriber; the first call installs it).
+pub fn operator_logs() -> String {
+    static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+    let buffer = LOGS.get_or_init(|| {
+        let buffer = LogBuffer(std::sync::Arc::default());
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("omni_operator=trace"))
+            .with_writer(move || writer.clone())
+            .try_init();
+        buffer
+    });
+    let bytes = match buffer.0.lock() {
+        Ok(b) => b.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
