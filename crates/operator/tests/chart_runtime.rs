@@ -6,6 +6,8 @@
 //! Rendering uses the real helm binary: `$HELM_BIN`, else `<repo>/.cache/test-tools/bin/helm`
 //! (installed by `scripts/install-test-tools`).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,6 +15,7 @@ use clap::{Args as _, FromArgMatches as _};
 use omni_operator::cli::run::{Args, SHUTDOWN_GRACE, config_from_args};
 use omni_operator::helm::{Helm, HelmConfig};
 use serde_json::Value;
+use support::of_kind;
 
 const NAMESPACE: &str = "omni-cluster-operator-system";
 
@@ -23,42 +26,9 @@ fn repo() -> PathBuf {
         .expect("repository root")
 }
 
-fn helm() -> PathBuf {
-    let path = std::env::var_os("HELM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/test-tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "helm not found at {}: run scripts/install-test-tools (or set HELM_BIN)",
-        path.display()
-    );
-    path
-}
-
 /// `helm template` of the operator chart with `--set` arguments, as parsed documents.
 fn render(sets: &[&str]) -> Vec<Value> {
-    let mut command = Command::new(helm());
-    command
-        .arg("template")
-        .arg("omni-cluster-operator")
-        .arg(repo().join("charts/omni-cluster-operator"))
-        .args(["--namespace", NAMESPACE]);
-    for set in sets {
-        command.args(["--set", set]);
-    }
-    let output = command.output().expect("run helm");
-    assert!(
-        output.status.success(),
-        "helm template {sets:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8 output");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rendered YAML parses");
-    docs.into_iter().filter(|doc| !doc.is_null()).collect()
-}
-
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|doc| doc["kind"] == kind).collect()
+    support::render_operator_chart(NAMESPACE, sets)
 }
 
 fn pod_spec(docs: &[Value]) -> &Value {
@@ -176,7 +146,7 @@ fn grace_period_outlasts_the_shutdown_drain() {
         SHUTDOWN_GRACE.as_secs()
     );
     // The schema refuses a grace period the drain cannot fit in.
-    let output = Command::new(helm())
+    let output = Command::new(support::helm_bin())
         .arg("template")
         .arg("omni-cluster-operator")
         .arg(repo().join("charts/omni-cluster-operator"))
@@ -277,7 +247,7 @@ async fn helm_driver_removes_stale_sessions_at_start_up() {
     std::os::unix::fs::symlink(dir.path(), work_dir.join("sessions/link")).expect("symlink");
 
     let driver = Helm::new(HelmConfig {
-        binary: helm(),
+        binary: support::helm_bin(),
         work_dir: work_dir.clone(),
         max_concurrent: 1,
     })

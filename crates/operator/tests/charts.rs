@@ -5,12 +5,15 @@
 //! Rendering uses the real helm binary: `$HELM_BIN`, else `<repo>/.cache/test-tools/bin/helm`
 //! (installed by `scripts/install-test-tools`).
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use omni_operator::{api, webhook};
 use serde_json::Value;
+use support::of_kind;
 
 const NAMESPACE: &str = "omni-cluster-operator-system";
 
@@ -29,42 +32,9 @@ fn operator_chart() -> PathBuf {
     repo().join("charts/omni-cluster-operator")
 }
 
-fn helm() -> PathBuf {
-    let path = std::env::var_os("HELM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/test-tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "helm not found at {}: run scripts/install-test-tools (or set HELM_BIN)",
-        path.display()
-    );
-    path
-}
-
 /// `helm template` of the operator chart with `--set` arguments, as parsed documents.
 fn render(sets: &[&str]) -> Vec<Value> {
-    let mut command = Command::new(helm());
-    command
-        .arg("template")
-        .arg("omni-cluster-operator")
-        .arg(operator_chart())
-        .args(["--namespace", NAMESPACE]);
-    for set in sets {
-        command.args(["--set", set]);
-    }
-    let output = command.output().expect("run helm");
-    assert!(
-        output.status.success(),
-        "helm template {sets:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8 output");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rendered YAML parses");
-    docs.into_iter().filter(|doc| !doc.is_null()).collect()
-}
-
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|doc| doc["kind"] == kind).collect()
+    support::render_operator_chart(NAMESPACE, sets)
 }
 
 fn strings(value: &Value) -> Vec<String> {
@@ -378,7 +348,7 @@ fn the_values_schema_rejects_what_the_operator_would_refuse() {
         ("secretSyncResyncInterval=7", "secretSyncResyncInterval"),
         ("noSuchValue=1", "noSuchValue"),
     ] {
-        let output = Command::new(helm())
+        let output = Command::new(support::helm_bin())
             .arg("template")
             .arg("omni-cluster-operator")
             .arg(operator_chart())

@@ -5,6 +5,8 @@
 //!
 //! helm: `$HELM_BIN`, else `<repo>/.cache/test-tools/bin/helm` (run `scripts/install-test-tools`).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,22 +31,10 @@ fn repo() -> PathBuf {
         .expect("repository root")
 }
 
-fn helm() -> PathBuf {
-    let path = std::env::var_os("HELM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/test-tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "helm not found at {}: run scripts/install-test-tools (or set HELM_BIN)",
-        path.display()
-    );
-    path
-}
-
 /// The chart's webhook configuration for a user-provided certificate signed by `ca_pem`.
 fn rendered_configuration(ca_pem: &str, extra_sets: &[&str]) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let mut command = Command::new(helm());
+    let mut command = Command::new(support::helm_bin());
     command
         .arg("template")
         .arg("omni-cluster-operator")

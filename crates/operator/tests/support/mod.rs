@@ -148,15 +148,52 @@ pub fn writes_to(sim: &kube_sim::server::RunningKubeSim, resources: &[&str]) -> 
         .sum()
 }
 
-/// The real helm binary the tests drive (`scripts/install-test-tools` puts it there).
+/// The real helm binary the tests drive: `$HELM_BIN`, else the one `scripts/install-test-tools`
+/// puts in `.cache/test-tools/bin`.
 pub fn helm_bin() -> std::path::PathBuf {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/test-tools/bin/helm");
+    let path = std::env::var_os("HELM_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.cache/test-tools/bin/helm")
+        });
     assert!(
-        path.exists(),
-        "{path:?} is missing: run scripts/install-test-tools"
+        path.is_file(),
+        "helm not found at {}: run scripts/install-test-tools (or set HELM_BIN)",
+        path.display()
     );
     path
+}
+
+/// `helm template` of the operator chart as release `omni-cluster-operator` in `namespace` with
+/// `--set` arguments, as parsed documents.
+pub fn render_operator_chart(namespace: &str, sets: &[&str]) -> Vec<serde_json::Value> {
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/omni-cluster-operator");
+    let mut command = std::process::Command::new(helm_bin());
+    command
+        .arg("template")
+        .arg("omni-cluster-operator")
+        .arg(chart)
+        .args(["--namespace", namespace]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("run helm: {e}"));
+    assert!(
+        output.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap_or_else(|e| panic!("UTF-8 output: {e}"));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("rendered YAML parses: {e}"));
+    docs.into_iter().filter(|doc| !doc.is_null()).collect()
+}
+
+/// The documents of `kind` among rendered `docs`.
+pub fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    docs.iter().filter(|doc| doc["kind"] == kind).collect()
 }
 
 /// A fresh kube-sim over plain HTTP and an admin client of it.
