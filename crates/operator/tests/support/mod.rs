@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod leaks;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
