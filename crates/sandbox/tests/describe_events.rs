@@ -118,6 +118,9 @@ async fn kubectl_get_shows_when_an_exported_kubeconfig_expires() {
     let header = lines.next().unwrap_or_default();
     assert!(header.contains("EXPIRES"), "{table}");
     let row = lines.next().unwrap_or_default();
-    assert!(row.contains(&expiry), "EXPIRES must show {expiry}:\n{table}");
+    assert!(
+        row.contains(&expiry),
+        "EXPIRES must show {expiry}:\n{table}"
+    );
     sandbox.shutdown().await;
 }
