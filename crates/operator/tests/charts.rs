@@ -363,3 +363,90 @@ fn the_values_schema_rejects_what_the_operator_would_refuse() {
         render(&[good]);
     }
 }
+
+/// `helm <args>` with the real helm binary: (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(support::helm_bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run helm: {e}"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A values file written for the Go operator's chart, passed to ours unchanged: each key is
+/// accepted, mapped (with a deprecation note) or refused by name, as docs/migration.md says.
+#[test]
+fn original_chart_values_are_accepted_mapped_or_refused() {
+    let chart = operator_chart();
+    let chart = chart.to_string_lossy();
+    let fixture = repo().join("crates/operator/tests/fixtures/original-chart-values.yaml");
+    let original = std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("fixture: {e}"));
+
+    // Unchanged, it is refused, and the error names exactly the keys that cannot apply.
+    let path = fixture.to_string_lossy();
+    let (ok, _, stderr) = helm(&["template", "x", &chart, "-f", &path]);
+    assert!(
+        !ok,
+        "the original's terminationGracePeriodSeconds: 10 must be refused"
+    );
+    let complaints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("- at ")).collect();
+    assert_eq!(
+        complaints,
+        [
+            "- at '/metrics': additional properties 'rbac', 'secure' not allowed",
+            "- at '/terminationGracePeriodSeconds': minimum: got 10, want 11",
+        ],
+        "{stderr}"
+    );
+
+    // With the refused keys changed as migration.md says, it installs; the deprecated
+    // healthProbe.bindAddress is mapped onto the flag and the notes warn about it.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let fixed = original
+        .replace(
+            "terminationGracePeriodSeconds: 10",
+            "terminationGracePeriodSeconds: 30",
+        )
+        .replace("  secure: true\n", "")
+        .replace("  rbac:\n    enabled: true\nwebhook:", "webhook:");
+    let fixed_path = dir.path().join("values.yaml");
+    std::fs::write(&fixed_path, fixed).unwrap_or_else(|e| panic!("write: {e}"));
+    let fixed_path = fixed_path.to_string_lossy();
+    let (ok, stdout, stderr) = helm(&[
+        "install",
+        "x",
+        &chart,
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        &fixed_path,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("- --health-probe-bind-address=:8081"),
+        "bindAddress is passed on"
+    );
+    assert!(
+        stdout.contains("DEPRECATED: healthProbe.bindAddress"),
+        "the notes warn about the deprecated key"
+    );
+    // A bindAddress that disagrees with the probe port would make every probe fail: refused.
+    let (ok, _, stderr) = helm(&[
+        "template",
+        "x",
+        &chart,
+        "-f",
+        &fixed_path,
+        "--set",
+        "healthProbe.bindAddress=:9999",
+    ]);
+    assert!(
+        !ok && stderr.contains("healthProbe.bindAddress"),
+        "{stderr}"
+    );
+}
