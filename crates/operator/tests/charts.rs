@@ -403,16 +403,36 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
         "{stderr}"
     );
 
-    // With the refused keys changed as migration.md says, it installs; the deprecated
-    // healthProbe.bindAddress is mapped onto the flag and the notes warn about it.
+    // With the schema satisfied, the Go operator's image is still refused, by name.
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let fixed = original
+    let schema_ok = original
         .replace(
             "terminationGracePeriodSeconds: 10",
             "terminationGracePeriodSeconds: 30",
         )
         .replace("  secure: true\n", "")
         .replace("  rbac:\n    enabled: true\nwebhook:", "webhook:");
+    let schema_ok_path = dir.path().join("schema-ok.yaml");
+    std::fs::write(&schema_ok_path, &schema_ok).unwrap_or_else(|e| panic!("write: {e}"));
+    let (ok, _, stderr) = helm(&[
+        "template",
+        "x",
+        &chart,
+        "-f",
+        &schema_ok_path.to_string_lossy(),
+    ]);
+    assert!(
+        !ok && stderr
+            .contains("ghcr.io/texas-hpc/omni-cluster-operator is the Go operator's image"),
+        "{stderr}"
+    );
+
+    // With the refused keys changed as migration.md says, it installs; the deprecated
+    // healthProbe.bindAddress is mapped onto the flag and the notes warn about it.
+    let fixed = schema_ok.replace(
+        "  repository: ghcr.io/texas-hpc/omni-cluster-operator\n",
+        "",
+    );
     let fixed_path = dir.path().join("values.yaml");
     std::fs::write(&fixed_path, fixed).unwrap_or_else(|e| panic!("write: {e}"));
     let fixed_path = fixed_path.to_string_lossy();
@@ -449,4 +469,27 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
         !ok && stderr.contains("healthProbe.bindAddress"),
         "{stderr}"
     );
+}
+
+/// The release workflow cannot run here, but what it names must exist: the Dockerfile, both
+/// chart directories, the binary, and a CHANGELOG section it publishes as release notes.
+#[test]
+fn the_release_workflow_builds_what_a_release_ships() {
+    let path = repo().join(".github/workflows/release.yml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let workflow: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("YAML: {e}"));
+    assert_eq!(workflow["on"]["push"]["tags"][0], "v*.*.*");
+    let jobs = workflow["jobs"].as_object().unwrap_or_else(|| panic!("jobs"));
+    for job in ["test", "image", "charts", "binaries", "github-release"] {
+        assert!(jobs.contains_key(job), "job {job}");
+    }
+    assert!(repo().join("Dockerfile").is_file());
+    for chart in ["omni-cluster-operator-crds", "omni-cluster-operator"] {
+        assert!(text.contains(chart) && repo().join("charts").join(chart).is_dir(), "{chart}");
+    }
+    assert!(text.contains("-p omni-operator --bin omni-operator"));
+    assert!(text.contains("platforms: linux/amd64,linux/arm64"));
+    assert!(text.contains("sbom: true") && text.contains("cosign sign"));
+    let changelog = std::fs::read_to_string(repo().join("CHANGELOG.md")).unwrap_or_default();
+    assert!(changelog.contains("\n## "), "CHANGELOG has version sections");
 }
