@@ -16,9 +16,15 @@
 //! registry the test or sandbox fills ([`WebhookDispatcher::register_service`]); TLS still
 //! verifies the server name `<service>.<namespace>.svc`, like the real server.
 //!
+//! `matchConditions` are CEL expressions over `object`, `oldObject` and `request` (the
+//! AdmissionRequest), evaluated after the rules and selectors match: any `false` skips the
+//! webhook; otherwise an evaluation error skips it under `failurePolicy: Ignore` and refuses the
+//! request (403 Forbidden) under `Fail`, as the real server does. Only kube-sim's CEL subset is
+//! understood (see `cel.rs`); an expression beyond it counts as an evaluation error, so it is
+//! noticed rather than silently skipped. The `authorizer` variable is not emulated.
+//!
 //! Webhooks are never called for webhook configuration objects themselves, so a broken webhook
-//! can always be removed. `matchConditions` (CEL) and `matchPolicy: Equivalent` version
-//! conversion are not emulated.
+//! can always be removed. `matchPolicy: Equivalent` version conversion is not emulated.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -219,6 +225,14 @@ impl WebhookDispatcher {
             })
             .filter(|w| webhook_applies(w, request))
             .collect();
+        let mut called = Vec::with_capacity(hooks.len());
+        let review = review_for(request, "");
+        for hook in &hooks {
+            if match_conditions_call(hook, request, &review["request"])? {
+                called.push(hook);
+            }
+        }
+        let hooks = called;
 
         // The real server calls validating webhooks in parallel and reports the first error.
         let outcomes =
@@ -490,6 +504,64 @@ fn default_failure_policy() -> String {
     "Fail".to_owned()
 }
 
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct MatchCondition {
+    name: String,
+    expression: String,
+}
+
+/// Whether `hook`'s `matchConditions` let it be called for `request` (`review_request` is the
+/// AdmissionRequest as the webhook would receive it, bound to the CEL variable `request`).
+fn match_conditions_call(
+    hook: &Webhook,
+    request: &AdmissionRequest,
+    review_request: &Value,
+) -> Result<bool, Rejection> {
+    let null = Value::Null;
+    let vars = [
+        ("object", request.object.as_ref().unwrap_or(&null)),
+        ("oldObject", request.old_object.as_ref().unwrap_or(&null)),
+        ("request", review_request),
+    ];
+    let mut first_error = None;
+    for condition in &hook.match_conditions {
+        match crate::cel::holds_with(&condition.expression, &vars) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                let detail = match e {
+                    crate::cel::CelError::Runtime(m) => m,
+                    crate::cel::CelError::Unsupported(m) => {
+                        format!("kube-sim cannot evaluate this expression ({m})")
+                    }
+                };
+                first_error.get_or_insert((condition.name.clone(), detail));
+            }
+        }
+    }
+    match first_error {
+        None => Ok(true),
+        Some(_) if hook.failure_policy == "Ignore" => Ok(false),
+        Some((name, detail)) => {
+            let resource = if request.group.is_empty() {
+                request.resource.clone()
+            } else {
+                format!("{}.{}", request.resource, request.group)
+            };
+            Err(Rejection {
+                code: 403,
+                reason: "Forbidden".to_owned(),
+                message: format!(
+                    "{resource} \"{}\" is forbidden: failed to evaluate match condition {name:?} of webhook {:?}: {detail}",
+                    request.name, hook.name
+                ),
+                details: None,
+            })
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Webhook {
@@ -508,6 +580,8 @@ struct Webhook {
     side_effects: String,
     #[serde(default)]
     timeout_seconds: Option<u32>,
+    #[serde(default)]
+    match_conditions: Vec<MatchCondition>,
 }
 
 fn webhook_applies(hook: &Webhook, req: &AdmissionRequest) -> bool {
@@ -735,6 +809,55 @@ mod tests {
             }
         }
         serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn match_conditions_skip_call_or_refuse_as_the_failure_policy_says() {
+        let spec_changed = json!({"matchConditions": [{"name": "spec-changed",
+            "expression": "request.operation != 'UPDATE' || object.spec != oldObject.spec"}]});
+        let mut update = request(Operation::Update, "omniclusters", "a", json!({}));
+        update.object = Some(json!({"metadata": {"finalizers": []}, "spec": {"x": 1}}));
+        update.old_object = Some(json!({"metadata": {"finalizers": ["f"]}, "spec": {"x": 1}}));
+        let review = review_for(&update, "");
+        let h = hook(spec_changed.clone());
+        assert_eq!(
+            match_conditions_call(&h, &update, &review["request"]),
+            Ok(false)
+        );
+        update.object = Some(json!({"metadata": {}, "spec": {"x": 2}}));
+        let review = review_for(&update, "");
+        assert_eq!(
+            match_conditions_call(&h, &update, &review["request"]),
+            Ok(true)
+        );
+        let create = request(Operation::Create, "omniclusters", "a", json!({}));
+        let review = review_for(&create, "");
+        assert_eq!(
+            match_conditions_call(&h, &create, &review["request"]),
+            Ok(true)
+        );
+
+        // An expression that fails to evaluate: refused under Fail, skipped under Ignore.
+        let broken = json!({"matchConditions": [{"name": "broken",
+            "expression": "object.nothing.here == 1"}]});
+        let err = match_conditions_call(&hook(broken.clone()), &create, &review["request"])
+            .expect_err("Fail refuses");
+        assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+        assert!(err.message.contains("\"broken\""), "{}", err.message);
+        let mut ignore = broken;
+        ignore["failurePolicy"] = json!("Ignore");
+        assert_eq!(
+            match_conditions_call(&hook(ignore), &create, &review["request"]),
+            Ok(false)
+        );
+        // A false condition wins over an error in another one.
+        let mixed = json!({"matchConditions": [
+            {"name": "broken", "expression": "object.nothing.here == 1"},
+            {"name": "never", "expression": "request.operation == 'DELETE'"}]});
+        assert_eq!(
+            match_conditions_call(&hook(mixed), &create, &review["request"]),
+            Ok(false)
+        );
     }
 
     #[test]

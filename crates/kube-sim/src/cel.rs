@@ -1,8 +1,10 @@
-//! A small subset of CEL for CRD `x-kubernetes-validations` rules: `self` and field selection,
-//! `has(...)`, `size(...)`, `!`, `&&`, `||`, `==`, `!=`, `<`, `<=`, `>`, `>=`, parentheses and
-//! literals (booleans, integers, strings, `null`). That covers the rules CRDs commonly use for
-//! mutual exclusion and presence; a rule outside the subset is not evaluated (the README says
-//! so) rather than guessed at.
+//! A small subset of CEL for CRD `x-kubernetes-validations` rules (variable `self`) and webhook
+//! `matchConditions` (variables `object`, `oldObject`, `request`): variables and field
+//! selection, `has(...)`, `size(...)`, `!`, `&&`, `||`, `==`, `!=` (deep equality, also of maps
+//! and lists), `<`, `<=`, `>`, `>=`, parentheses and literals (booleans, integers, strings,
+//! `null`). That covers the rules CRDs commonly use for mutual exclusion and presence and the
+//! usual "did this part change" match conditions; an expression outside the subset is not
+//! evaluated (the README says so) rather than guessed at.
 
 use serde_json::Value;
 
@@ -96,7 +98,7 @@ fn tokenize(src: &str) -> Result<Vec<Token>, CelError> {
 #[derive(Debug, Clone)]
 enum Expr {
     Lit(Value),
-    /// `self` followed by field selections.
+    /// A variable followed by field selections (the variable name first).
     Path(Vec<String>),
     Has(Vec<String>),
     Size(Box<Expr>),
@@ -106,12 +108,14 @@ enum Expr {
     Cmp(&'static str, Box<Expr>, Box<Expr>),
 }
 
-struct Parser {
+struct Parser<'v> {
     tokens: Vec<Token>,
     pos: usize,
+    /// The variables an expression may name.
+    variables: &'v [&'v str],
 }
 
-impl Parser {
+impl Parser<'_> {
     fn peek(&self) -> Option<&Token> {
         self.tokens.get(self.pos)
     }
@@ -167,11 +171,11 @@ impl Parser {
     }
 
     fn path(&mut self) -> Result<Vec<String>, CelError> {
-        match self.peek() {
-            Some(Token::Ident(s)) if s == "self" => self.pos += 1,
-            _ => return Err(CelError::Unsupported("only paths from self".into())),
-        }
-        let mut fields = Vec::new();
+        let mut fields = match self.peek() {
+            Some(Token::Ident(s)) if self.variables.contains(&s.as_str()) => vec![s.clone()],
+            _ => return Err(CelError::Unsupported("only paths from variables".into())),
+        };
+        self.pos += 1;
         while self.eat(".") {
             match self.peek().cloned() {
                 Some(Token::Ident(name)) => {
@@ -216,7 +220,7 @@ impl Parser {
                     self.pos += 1;
                     self.expect("(")?;
                     let path = self.path()?;
-                    if path.is_empty() {
+                    if path.len() < 2 {
                         return Err(CelError::Unsupported("has() needs a field".into()));
                     }
                     self.expect(")")?;
@@ -229,7 +233,7 @@ impl Parser {
                     self.expect(")")?;
                     Ok(Expr::Size(Box::new(inner)))
                 }
-                "self" => Ok(Expr::Path(self.path()?)),
+                v if self.variables.contains(&v) => Ok(Expr::Path(self.path()?)),
                 other => Err(CelError::Unsupported(format!("identifier {other}"))),
             },
             other => Err(CelError::Unsupported(format!("token {other:?}"))),
@@ -237,8 +241,19 @@ impl Parser {
     }
 }
 
-fn select<'a>(root: &'a Value, path: &[String]) -> Result<&'a Value, CelError> {
-    path.iter().try_fold(root, |v, k| {
+/// Bound variables: name → value.
+type Vars<'a> = [(&'a str, &'a Value)];
+
+fn select<'a>(vars: &'a Vars<'a>, path: &[String]) -> Result<&'a Value, CelError> {
+    let (variable, fields) = path
+        .split_first()
+        .ok_or_else(|| CelError::Unsupported("empty path".into()))?;
+    let root = vars
+        .iter()
+        .find(|(name, _)| name == variable)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| CelError::Runtime(format!("undeclared reference to {variable}")))?;
+    fields.iter().try_fold(root, |v, k| {
         v.get(k)
             .ok_or_else(|| CelError::Runtime(format!("no such key: {k}")))
     })
@@ -249,7 +264,7 @@ fn truth(v: &Value) -> Result<bool, CelError> {
         .ok_or_else(|| CelError::Runtime("no matching overload: expected a bool".into()))
 }
 
-fn eval(e: &Expr, root: &Value) -> Result<Value, CelError> {
+fn eval(e: &Expr, root: &Vars<'_>) -> Result<Value, CelError> {
     Ok(match e {
         Expr::Lit(v) => v.clone(),
         Expr::Path(p) => select(root, p)?.clone(),
@@ -300,15 +315,22 @@ fn eval(e: &Expr, root: &Value) -> Result<Value, CelError> {
 
 /// Evaluates `rule` with `self` bound to `value`: `Ok(true)` when the rule holds.
 pub(crate) fn holds(rule: &str, value: &Value) -> Result<bool, CelError> {
+    holds_with(rule, &[("self", value)])
+}
+
+/// Evaluates the boolean expression `rule` over the variables `vars`.
+pub(crate) fn holds_with(rule: &str, vars: &Vars<'_>) -> Result<bool, CelError> {
+    let names: Vec<&str> = vars.iter().map(|(name, _)| *name).collect();
     let mut parser = Parser {
         tokens: tokenize(rule)?,
         pos: 0,
+        variables: &names,
     };
     let expr = parser.or()?;
     if parser.pos != parser.tokens.len() {
         return Err(CelError::Unsupported("trailing input".into()));
     }
-    truth(&eval(&expr, value)?)
+    truth(&eval(&expr, vars)?)
 }
 
 #[cfg(test)]
@@ -343,6 +365,51 @@ mod tests {
             holds(one_of, &json!({"machines": [], "machineClass": {}})),
             Ok(false)
         );
+    }
+
+    #[test]
+    fn match_conditions_see_object_old_object_and_request() {
+        let changed_spec = "request.operation != 'UPDATE' || (!has(object.metadata.deletionTimestamp) && (!has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec))";
+        let old = json!({"metadata": {"finalizers": ["f"]}, "spec": {"a": [1, {"b": 2}]}});
+        let request = |op: &str| json!({"operation": op});
+        let check = |op: &str, object: &Value| {
+            let request = request(op);
+            holds_with(
+                changed_spec,
+                &[
+                    ("request", &request),
+                    ("object", object),
+                    ("oldObject", &old),
+                ],
+            )
+        };
+        let mut finalizer_removed = old.clone();
+        finalizer_removed["metadata"]["finalizers"] = json!([]);
+        assert_eq!(check("UPDATE", &finalizer_removed), Ok(false));
+        let mut spec_edited = old.clone();
+        spec_edited["spec"]["a"][1]["b"] = json!(3);
+        assert_eq!(check("UPDATE", &spec_edited), Ok(true));
+        let mut deleting = spec_edited.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(check("UPDATE", &deleting), Ok(false));
+        // A create has no old object: the guard on the operation comes first.
+        let request = request("CREATE");
+        assert_eq!(
+            holds_with(
+                changed_spec,
+                &[
+                    ("request", &request),
+                    ("object", &old),
+                    ("oldObject", &Value::Null)
+                ],
+            ),
+            Ok(true)
+        );
+        // `self` is not a match-condition variable.
+        assert!(matches!(
+            holds_with("self.x == 1", &[("object", &old)]),
+            Err(CelError::Unsupported(_))
+        ));
     }
 
     #[test]

@@ -479,17 +479,25 @@ fn the_release_workflow_builds_what_a_release_ships() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
     let workflow: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("YAML: {e}"));
     assert_eq!(workflow["on"]["push"]["tags"][0], "v*.*.*");
-    let jobs = workflow["jobs"].as_object().unwrap_or_else(|| panic!("jobs"));
+    let jobs = workflow["jobs"]
+        .as_object()
+        .unwrap_or_else(|| panic!("jobs"));
     for job in ["test", "image", "charts", "binaries", "github-release"] {
         assert!(jobs.contains_key(job), "job {job}");
     }
     assert!(repo().join("Dockerfile").is_file());
     for chart in ["omni-cluster-operator-crds", "omni-cluster-operator"] {
-        assert!(text.contains(chart) && repo().join("charts").join(chart).is_dir(), "{chart}");
+        assert!(
+            text.contains(chart) && repo().join("charts").join(chart).is_dir(),
+            "{chart}"
+        );
     }
     assert!(text.contains("-p omni-operator --bin omni-operator"));
     assert!(text.contains("platforms: linux/amd64,linux/arm64"));
     assert!(text.contains("sbom: true") && text.contains("cosign sign"));
     let changelog = std::fs::read_to_string(repo().join("CHANGELOG.md")).unwrap_or_default();
-    assert!(changelog.contains("\n## "), "CHANGELOG has version sections");
+    assert!(
+        changelog.contains("\n## "),
+        "CHANGELOG has version sections"
+    );
 }

@@ -150,7 +150,8 @@ impl Cluster {
             .expect("admission answered in time")
     }
 
-    async fn stop(mut self) {
+    /// Stops the webhook server (the operator is down); the API server keeps the configuration.
+    async fn stop_server(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -158,6 +159,12 @@ impl Cluster {
             .await
             .expect("server stops")
             .expect("server task");
+    }
+
+    async fn stop(mut self) {
+        if self.stop.is_some() {
+            self.stop_server().await;
+        }
     }
 }
 
@@ -292,4 +299,55 @@ async fn chart_webhook_admits_every_sample() {
     }
     assert!(admitted >= 8, "{admitted} sample objects");
     cluster.stop().await;
+}
+
+/// The documented last resort for a stuck deletion: with the operator down, remove the finalizer
+/// by hand. failurePolicy is `Fail`, so a webhook call would be refused while its server is
+/// unreachable; the chart's matchConditions keep updates that change no spec away from it, so
+/// finalizer and label edits go through and only spec edits still need the (absent) webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_operator_down_finalizers_and_labels_can_still_be_edited() {
+    let mut cluster = Cluster::start(&[]).await;
+    cluster.stop_server().await;
+    let mut stored = connection(NAMESPACE, "omni-key", false);
+    stored["metadata"]["finalizers"] = json!(["omni.texashpc.com/finalizer"]);
+    stored["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+
+    let mut released = stored.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    cluster
+        .admit(Operation::Update, Some(released), Some(stored.clone()))
+        .await
+        .expect("finalizer removal needs no webhook");
+
+    let mut relabelled = stored.clone();
+    relabelled["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("deletionTimestamp"));
+    let unlabelled = relabelled.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "platform"});
+    cluster
+        .admit(
+            Operation::Update,
+            Some(relabelled),
+            Some(unlabelled.clone()),
+        )
+        .await
+        .expect("a label edit needs no webhook");
+
+    let mut edited = unlabelled.clone();
+    edited["spec"]["endpoint"] = json!("https://other.example.com");
+    let refused = cluster
+        .admit(Operation::Update, Some(edited), Some(unlabelled))
+        .await
+        .expect_err("a spec edit still goes to the webhook, which is down");
+    assert_eq!(refused.code, 500, "{refused:?}");
+    cluster
+        .admit(
+            Operation::Create,
+            Some(connection(NAMESPACE, "x", false)),
+            None,
+        )
+        .await
+        .expect_err("creates always go to the webhook");
 }
