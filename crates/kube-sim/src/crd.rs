@@ -144,20 +144,18 @@ pub(crate) fn crd_established(
 /// The stored CustomResourceDefinition serving `group`/`plural`, if any.
 pub(crate) fn find(store: &Store, group: &str, plural: &str) -> Option<Value> {
     store
-        .list_objects("apiextensions.k8s.io", "customresourcedefinitions", None)
+        .list_shared("apiextensions.k8s.io", "customresourcedefinitions", None)
         .into_iter()
         .find(|c| {
             c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
                 && c.pointer("/spec/names/plural").and_then(Value::as_str) == Some(plural)
         })
+        .map(std::sync::Arc::unwrap_or_clone)
 }
 
 /// The entry of `spec.versions` of the CRD serving `t`, when `t` is a custom resource.
 pub(crate) fn served_version(store: &Store, t: &ResourceType) -> Option<Value> {
-    find(store, &t.group, &t.plural)?
-        .pointer("/spec/versions")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))
-        .cloned()
+    store
+        .crd_version(t)
+        .map(|v| std::sync::Arc::unwrap_or_clone(v.version))
 }

@@ -27,8 +27,17 @@ pub(crate) fn purge_namespace(store: &Store, ns: &str) {
 /// `ownerReferences` are deleted (recursively), or with `Orphan` lose that
 /// reference.
 pub(crate) fn collect_dependents(store: &Store, owner_uid: &str, orphan: bool) {
+    let dependents = store.dependents_of(owner_uid);
+    if dependents.is_empty() {
+        return;
+    }
+    // In the order of the type registry, as a walk over every type would find them.
     for rt in store.storage_types() {
-        for o in store.list_objects(&rt.group, &rt.plural, None) {
+        let of_type = dependents
+            .iter()
+            .filter(|(g, r, _)| *g == rt.group && *r == rt.plural);
+        for (_, _, o) in of_type {
+            let o = crate::events::to_view(&rt.group, &rt.plural, Value::clone(o));
             let refs = o
                 .pointer("/metadata/ownerReferences")
                 .and_then(Value::as_array)
@@ -114,20 +123,14 @@ pub(crate) fn prepare_foreground(
 
 /// Whether any live object names `owner_uid` with `blockOwnerDeletion: true`.
 fn blocking_dependents(store: &Store, owner_uid: &str) -> bool {
-    store.storage_types().iter().any(|rt| {
-        store
-            .list_objects(&rt.group, &rt.plural, None)
-            .iter()
-            .any(|o| {
-                o.pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| {
-                        refs.iter().any(|r| {
-                            r.get("uid").and_then(Value::as_str) == Some(owner_uid)
-                                && r.get("blockOwnerDeletion").and_then(Value::as_bool)
-                                    == Some(true)
-                        })
-                    })
+    store.dependents_of(owner_uid).iter().any(|(_, _, o)| {
+        o.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r.get("uid").and_then(Value::as_str) == Some(owner_uid)
+                        && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+                })
             })
     })
 }
@@ -148,11 +151,15 @@ pub(crate) fn release_foreground_owners(store: &Store, removed: &Value) {
         if blocking_dependents(store, &uid) {
             continue;
         }
-        for rt in store.storage_types() {
-            for o in store.list_objects(&rt.group, &rt.plural, None) {
-                if o.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str())
-                    || o.pointer("/metadata/deletionTimestamp").is_none()
-                {
+        // The owner itself, wherever it is stored.
+        if let Some((group, resource, o)) = store.by_uid(&uid) {
+            let rt = Owner {
+                group,
+                plural: resource,
+            };
+            let o = crate::events::to_view(&rt.group, &rt.plural, Value::clone(&o));
+            {
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
                     continue;
                 }
                 let Some(fins) = o.pointer("/metadata/finalizers").and_then(Value::as_array) else {
@@ -180,4 +187,10 @@ pub(crate) fn release_foreground_owners(store: &Store, removed: &Value) {
             }
         }
     }
+}
+
+/// Where an owner found by uid is stored.
+struct Owner {
+    group: String,
+    plural: String,
 }

@@ -5,6 +5,8 @@
 //! per field, worded like the real server. CEL rules (`x-kubernetes-validations`) are evaluated
 //! for the subset `cel.rs` implements; others are not evaluated (see the README).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::error::{ApiError, Cause};
@@ -12,9 +14,12 @@ use crate::store::{ResourceType, Store};
 
 /// The `openAPIV3Schema` of the CRD version serving `t`, when `t` is a custom resource.
 pub(crate) fn crd_schema(store: &Store, t: &ResourceType) -> Option<Value> {
-    crate::crd::served_version(store, t)?
-        .pointer("/schema/openAPIV3Schema")
-        .cloned()
+    shared_schema(store, t).map(Arc::unwrap_or_clone)
+}
+
+/// [`crd_schema`] without a copy: looked up once per CRD change and shared by every write.
+fn shared_schema(store: &Store, t: &ResourceType) -> Option<Arc<Value>> {
+    store.crd_version(t)?.schema
 }
 
 /// Prunes, defaults and validates `obj` against its CRD schema; built-ins pass untouched.
@@ -32,7 +37,7 @@ pub(crate) fn prune_and_default_object(
     obj: &mut Value,
 ) -> Vec<String> {
     let mut pruned = Vec::new();
-    let Some(schema) = crd_schema(store, t) else {
+    let Some(schema) = shared_schema(store, t) else {
         return pruned;
     };
     let Some(root) = obj.as_object_mut() else {
@@ -84,7 +89,7 @@ pub(crate) fn prune_and_default_object(
 /// Validates `obj` against the CRD schema of `t` (after [`prune_and_default_object`]): one 422
 /// Invalid with a cause per failing field. Built-ins pass.
 pub(crate) fn validate(store: &Store, t: &ResourceType, obj: &Value) -> Result<(), ApiError> {
-    let Some(schema) = crd_schema(store, t) else {
+    let Some(schema) = shared_schema(store, t) else {
         return Ok(());
     };
     let mut causes = Vec::new();

@@ -39,7 +39,7 @@ pub enum StartError {
 /// Configures a [`KubeSim`] before starting it.
 pub struct KubeSimBuilder {
     addr: SocketAddr,
-    history: usize,
+    history: crate::store::HistoryLimit,
     authenticator: Option<Arc<dyn Authenticator>>,
     authorizer: Option<Arc<dyn Authorizer>>,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -51,11 +51,17 @@ pub struct KubeSimBuilder {
 pub struct KubeSim;
 
 impl KubeSim {
-    /// A builder listening on `127.0.0.1:0` with a 1000-event watch history.
+    /// A builder listening on `127.0.0.1:0` with the real API server's watch history: per
+    /// resource type at least 1000 events and everything from the last 75 seconds, up to
+    /// 102,400 events.
     pub fn builder() -> KubeSimBuilder {
         KubeSimBuilder {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            history: 1000,
+            history: crate::store::HistoryLimit {
+                min: 1000,
+                max: 102_400,
+                fresh: std::time::Duration::from_secs(75),
+            },
             authenticator: None,
             authorizer: None,
             tls: None,
@@ -140,9 +146,9 @@ impl KubeSimBuilder {
         self
     }
 
-    /// Number of events kept for watch resumption.
+    /// Number of events kept per resource type for watch resumption, whatever their age.
     pub fn watch_history(mut self, n: usize) -> Self {
-        self.history = n;
+        self.history = crate::store::HistoryLimit::fixed(n);
         self
     }
 
@@ -160,7 +166,7 @@ impl KubeSimBuilder {
 
     /// Binds and serves plain HTTP.
     pub async fn start(self) -> Result<RunningKubeSim, StartError> {
-        let store = Store::new(self.history);
+        let store = Store::with_history(self.history);
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
             .map_err(|source| StartError::Bind {
@@ -777,56 +783,89 @@ async fn serve_verb(
         "list" => {
             let rv = store.resource_version();
             let empty = serde_json::Map::new();
-            let items: Vec<Value> = store
-                .list_objects(&t.group, &t.resource, ns)
-                .into_iter()
-                .filter(|o| {
-                    let labels = o
-                        .pointer("/metadata/labels")
-                        .and_then(Value::as_object)
-                        .unwrap_or(&empty);
-                    q.get("labelSelector")
-                        .is_none_or(|s| selector_matches(s, labels))
-                        && q.get("fieldSelector")
-                            .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
-                })
-                .collect();
-            // Continue tokens are the offset into the (name-ordered) result;
-            // objects created between pages may shift it, as a compacted
-            // real server's inconsistent continuation would.
-            let offset: usize = match q.get("continue").map(String::as_str) {
-                None | Some("") => 0,
-                Some(c) => c
-                    .parse()
-                    .map_err(|_| ApiError::bad_request(&format!("invalid continue token {c:?}")))?,
+            let after = match q.get("continue").map(String::as_str) {
+                None | Some("") => None,
+                Some(token) => Some(decode_continue(token, rt.namespaced)?),
             };
             let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
-            let total = items.len();
-            let end = if limit == 0 {
-                total
-            } else {
-                (offset + limit).min(total)
-            };
-            let page: Vec<Value> = items
-                .into_iter()
-                .skip(offset)
-                .take(end.saturating_sub(offset))
-                .collect();
+            let label_selector = q.get("labelSelector").filter(|s| !s.is_empty());
+            let field_selector = q.get("fieldSelector").filter(|s| !s.is_empty());
+            // Selectors are evaluated on the view the client asked for.
+            let as_stored = crate::events::storage_of(&t.group, &t.resource).is_none();
+            let page = store.page(&t.group, &t.resource, ns, after.as_ref(), limit, |stored| {
+                let viewed;
+                let o = if as_stored {
+                    stored
+                } else {
+                    viewed = crate::events::to_view(&t.group, &t.resource, stored.clone());
+                    &viewed
+                };
+                let labels = o
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .unwrap_or(&empty);
+                label_selector.is_none_or(|s| selector_matches(s, labels))
+                    && field_selector
+                        .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
+            });
+            // Continue tokens name the last key served, as the real server's do: the next
+            // page walks on from there (objects created meanwhile behind it are not seen,
+            // like a compacted real server's inconsistent continuation).
             let mut meta = json!({"resourceVersion": rv.to_string()});
-            if end < total {
-                meta["continue"] = json!(end.to_string());
-                meta["remainingItemCount"] = json!(total - end);
+            if let Some(last) = &page.next {
+                meta["continue"] = json!(encode_continue(rv, last, rt.namespaced));
+                // The real server can count what follows only without selectors.
+                if label_selector.is_none() && field_selector.is_none() {
+                    meta["remainingItemCount"] = json!(page.remaining);
+                }
+            }
+            fn view<'v>(
+                t: &Target,
+                as_stored: bool,
+                o: &'v std::sync::Arc<Value>,
+            ) -> std::borrow::Cow<'v, Value> {
+                if as_stored {
+                    std::borrow::Cow::Borrowed(&**o)
+                } else {
+                    std::borrow::Cow::Owned(crate::events::to_view(
+                        &t.group,
+                        &t.resource,
+                        Value::clone(o),
+                    ))
+                }
             }
             if crate::table::wanted(headers) {
+                let objects: Vec<Value> = page
+                    .items
+                    .iter()
+                    .map(|o| view(t, as_stored, o).into_owned())
+                    .collect();
                 return Ok(json_response(
                     200,
-                    &crate::table::render(store, rt, &page, meta),
+                    &crate::table::render(store, rt, &objects, meta),
                 ));
             }
-            Ok(json_response(
-                200,
-                &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": meta, "items": page}),
-            ))
+            // Serialised straight from the stored objects: a list copies no object.
+            let mut out = Vec::with_capacity(64 + page.items.len() * 512);
+            out.extend_from_slice(b"{\"apiVersion\":");
+            let write = |out: &mut Vec<u8>, v: &Value| {
+                // Serialising a Value into memory cannot fail.
+                let _ = serde_json::to_writer(out, v);
+            };
+            write(&mut out, &json!(rt.api_version()));
+            out.extend_from_slice(b",\"items\":[");
+            for (i, o) in page.items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(&mut out, &view(t, as_stored, o));
+            }
+            out.extend_from_slice(b"],\"kind\":");
+            write(&mut out, &json!(format!("{}List", rt.kind)));
+            out.extend_from_slice(b",\"metadata\":");
+            write(&mut out, &meta);
+            out.push(b'}');
+            Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
         }
         "watch" => watch(
             store,
@@ -1020,6 +1059,43 @@ async fn serve_verb(
             ))
         }
         _ => Err(ApiError::method_not_allowed("unsupported verb")),
+    }
+}
+
+/// A continue token like the real server's: base64 of `{"v":"meta.k8s.io/v1","rv":..,
+/// "start":..}`, where `start` is the key after which the next page begins.
+fn encode_continue(rv: u64, last: &(String, String), namespaced: bool) -> String {
+    use base64::Engine;
+    let key = if namespaced {
+        format!("{}/{}\u{0}", last.0, last.1)
+    } else {
+        format!("{}\u{0}", last.1)
+    };
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": key});
+    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
+}
+
+/// The (namespace, name) a continue token resumes after; 400 when it is not one of ours.
+fn decode_continue(token: &str, namespaced: bool) -> Result<(String, String), ApiError> {
+    use base64::Engine;
+    let invalid = || ApiError::bad_request(&format!("continue key is not valid: {token:?}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .map_err(|_| invalid())?;
+    let parsed: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    if parsed.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(invalid());
+    }
+    let start = parsed
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(invalid)?;
+    let key = start.strip_suffix('\u{0}').unwrap_or(start);
+    if namespaced {
+        let (ns, name) = key.split_once('/').ok_or_else(invalid)?;
+        Ok((ns.to_string(), name.to_string()))
+    } else {
+        Ok((String::new(), key.to_string()))
     }
 }
 

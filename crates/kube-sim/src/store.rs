@@ -2,9 +2,11 @@
 //! (group, resource, namespace, name), a cluster-wide resourceVersion and a
 //! bounded event history for watches.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -183,7 +185,8 @@ pub fn builtin_types() -> Vec<ResourceType> {
     ]
 }
 
-/// A change to an object, as a watch sees it.
+/// A change to an object, as a watch sees it. Shared (`Arc`) between the history and every
+/// watcher; its JSON line is serialised once, on first use, for all of them.
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
     /// ADDED, MODIFIED or DELETED.
@@ -193,22 +196,150 @@ pub struct WatchEvent {
     /// Plural resource of the object.
     pub resource: String,
     /// The object after the change (for DELETED: its last state, with the deletion RV).
-    pub object: Value,
+    pub object: Arc<Value>,
     /// For MODIFIED by an update: the object before it, so a watch with a selector can tell
     /// an object entering (ADDED) or leaving (DELETED) its selection.
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
     /// resourceVersion of the change.
     pub rv: u64,
+    /// `{"type":..,"object":..}\n` in the stored form, built by the first watcher that needs it.
+    line: OnceLock<Bytes>,
 }
 
+impl WatchEvent {
+    fn new(
+        kind: &'static str,
+        group: String,
+        resource: String,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
+        rv: u64,
+    ) -> Self {
+        WatchEvent {
+            kind,
+            group,
+            resource,
+            object,
+            previous,
+            rv,
+            line: OnceLock::new(),
+        }
+    }
+
+    /// The watch line of this event as stored: one serialisation shared by every watcher
+    /// that reports the event unchanged.
+    pub(crate) fn line(&self) -> Bytes {
+        self.line
+            .get_or_init(|| {
+                let mut out = Vec::with_capacity(256);
+                out.extend_from_slice(b"{\"type\":\"");
+                out.extend_from_slice(self.kind.as_bytes());
+                out.extend_from_slice(b"\",\"object\":");
+                // Serialising a Value into memory cannot fail.
+                let _ = serde_json::to_writer(&mut out, &*self.object);
+                out.extend_from_slice(b"}\n");
+                Bytes::from(out)
+            })
+            .clone()
+    }
+}
+
+/// Events after a resourceVersion and a receiver of the later ones.
+pub type Resumed = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
+
+/// Full key of a stored object: storage group, resource, namespace (empty when cluster-scoped)
+/// and name.
 type Key = (String, String, String, String);
+/// Storage group and resource.
+type TypeKey = (String, String);
+/// Namespace and name, the order of a list.
+type ObjectKey = (String, String);
+
+const CRD_GROUP: &str = "apiextensions.k8s.io";
+const CRD_RESOURCE: &str = "customresourcedefinitions";
+
+/// How long watch history is kept for resumption. Like the real API server's watch cache, each
+/// resource type keeps at least `min` events and everything younger than `fresh` (up to `max`),
+/// so a briefly slow watcher resumes where it was instead of re-listing; older versions get
+/// 410 Gone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HistoryLimit {
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+    pub(crate) fresh: Duration,
+}
+
+impl HistoryLimit {
+    /// Exactly `n` events per type, whatever their age.
+    pub(crate) fn fixed(n: usize) -> Self {
+        let n = n.max(1);
+        HistoryLimit {
+            min: n,
+            max: n,
+            fresh: Duration::ZERO,
+        }
+    }
+}
+
+/// The watch side of one resource type: its own channel (watchers of other types never see
+/// its events) and its history.
+struct TypeFeed {
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+    history: VecDeque<(Instant, Arc<WatchEvent>)>,
+    /// resourceVersion of the newest event dropped from `history` (0: none yet): a watch from
+    /// an older version cannot be served.
+    compacted: u64,
+}
+
+impl TypeFeed {
+    fn new() -> Self {
+        TypeFeed {
+            tx: broadcast::channel(WATCH_CHANNEL).0,
+            history: VecDeque::new(),
+            compacted: 0,
+        }
+    }
+}
+
+/// Events buffered per watcher before it counts as lagging (it then resumes from history).
+const WATCH_CHANNEL: usize = 4096;
+
+/// The compiled view of one served CRD version, cached until a CRD or type changes.
+#[derive(Clone)]
+pub(crate) struct CrdVersion {
+    /// The `spec.versions` entry.
+    pub(crate) version: Arc<Value>,
+    /// Its `schema.openAPIV3Schema`.
+    pub(crate) schema: Option<Arc<Value>>,
+}
 
 struct Inner {
     types: Vec<ResourceType>,
-    objects: BTreeMap<Key, Value>,
+    /// Objects per stored type, in list order; objects are shared with watch events.
+    objects: HashMap<TypeKey, BTreeMap<ObjectKey, Arc<Value>>>,
+    /// Where each uid is stored.
+    by_uid: HashMap<String, Key>,
+    /// Objects naming a uid in `ownerReferences`, for the garbage collector.
+    dependents: HashMap<String, BTreeSet<Key>>,
     rv: u64,
-    history: VecDeque<WatchEvent>,
+    /// Every type's events, for [`Store::history_since`].
+    history: VecDeque<Arc<WatchEvent>>,
     history_size: usize,
+    feeds: HashMap<TypeKey, TypeFeed>,
+    limit: HistoryLimit,
+    crd_versions: HashMap<(String, String, String), Option<CrdVersion>>,
+}
+
+fn uid_of(obj: &Value) -> Option<&str> {
+    meta_str(obj, "uid")
+}
+
+fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
 }
 
 impl Inner {
@@ -236,13 +367,116 @@ impl Inner {
         let key = (sg.to_string(), sr.to_string(), ns, name.to_string());
         Ok((t, key))
     }
+
+    fn get(&self, key: &Key) -> Option<&Arc<Value>> {
+        self.objects
+            .get(&(key.0.clone(), key.1.clone()))?
+            .get(&(key.2.clone(), key.3.clone()))
+    }
+
+    fn unindex(&mut self, key: &Key, obj: &Value) {
+        if let Some(uid) = uid_of(obj)
+            && self.by_uid.get(uid) == Some(key)
+        {
+            self.by_uid.remove(uid);
+        }
+        for owner in owner_uids(obj) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+    }
+
+    fn schema_changed(&mut self, key: &Key) {
+        if key.0 == CRD_GROUP && key.1 == CRD_RESOURCE {
+            self.crd_versions.clear();
+        }
+    }
+
+    /// Stores `obj` under `key`, keeping the uid and owner indexes current.
+    fn insert(&mut self, key: Key, obj: Arc<Value>) {
+        if let Some(old) = self.get(&key).cloned() {
+            self.unindex(&key, &old);
+        }
+        if let Some(uid) = uid_of(&obj) {
+            self.by_uid.insert(uid.to_string(), key.clone());
+        }
+        for owner in owner_uids(&obj) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.schema_changed(&key);
+        self.objects
+            .entry((key.0.clone(), key.1.clone()))
+            .or_default()
+            .insert((key.2.clone(), key.3.clone()), obj);
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
+        let objects = self.objects.get_mut(&(key.0.clone(), key.1.clone()))?;
+        let old = objects.remove(&(key.2.clone(), key.3.clone()))?;
+        self.unindex(key, &old);
+        self.schema_changed(key);
+        Some(old)
+    }
+
+    /// Whether any namespaced object lives in `ns`.
+    fn namespace_in_use(&self, ns: &str) -> bool {
+        self.objects.values().any(|objects| {
+            objects
+                .range((ns.to_string(), String::new())..)
+                .next()
+                .is_some_and(|((n, _), _)| n == ns)
+        })
+    }
+
+    fn feed(&mut self, group: &str, resource: &str) -> &mut TypeFeed {
+        self.feeds
+            .entry((group.to_string(), resource.to_string()))
+            .or_insert_with(TypeFeed::new)
+    }
+
+    /// The served version `version` of the CRD for `group`/`plural`, found once per CRD change.
+    fn crd_version(&mut self, group: &str, plural: &str, version: &str) -> Option<CrdVersion> {
+        let cache_key = (group.to_string(), plural.to_string(), version.to_string());
+        if let Some(hit) = self.crd_versions.get(&cache_key) {
+            return hit.clone();
+        }
+        let found = self
+            .objects
+            .get(&(CRD_GROUP.to_string(), CRD_RESOURCE.to_string()))
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .find(|c| {
+                c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                    && c.pointer("/spec/names/plural").and_then(Value::as_str) == Some(plural)
+            })
+            .and_then(|crd| {
+                crd.pointer("/spec/versions")?
+                    .as_array()?
+                    .iter()
+                    .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+                    .cloned()
+            })
+            .map(|v| CrdVersion {
+                schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
+                version: Arc::new(v),
+            });
+        self.crd_versions.insert(cache_key, found.clone());
+        found
+    }
 }
 
 /// The shared object store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Mutex<Inner>>,
-    events: broadcast::Sender<WatchEvent>,
+    inner: Arc<RwLock<Inner>>,
+    events: broadcast::Sender<Arc<WatchEvent>>,
 }
 
 /// Optimistic-concurrency check requested by the caller.
@@ -310,30 +544,56 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-/// Spec-like content: everything except metadata and status, used for generation bumps.
-fn spec_part(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
-        m.remove("apiVersion");
-        m.remove("kind");
+/// Whether two objects differ in spec-like content: everything except metadata, status,
+/// apiVersion and kind (a change there bumps the generation). Compared in place, no copies.
+fn spec_differs(a: &Value, b: &Value) -> bool {
+    const NOT_SPEC: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            let spec_len = |m: &serde_json::Map<String, Value>| {
+                m.keys().filter(|k| !NOT_SPEC.contains(&k.as_str())).count()
+            };
+            spec_len(a) != spec_len(b)
+                || a.iter()
+                    .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+                    .any(|(k, v)| b.get(k) != Some(v))
+        }
+        _ => a != b,
     }
-    v
+}
+
+/// A page of a list, in stored form, and where the next one starts.
+pub(crate) struct Page {
+    /// The objects of the page.
+    pub(crate) items: Vec<Arc<Value>>,
+    /// Namespace and name of the last object looked at, when more objects follow.
+    pub(crate) next: Option<(String, String)>,
+    /// Objects after the page (without a filter: exact; with one: those not yet looked at).
+    pub(crate) remaining: usize,
 }
 
 impl Store {
     /// A store with the built-in types, the four standard namespaces and the
-    /// given watch-history size.
+    /// given watch-history size (per resource type).
     pub fn new(history_size: usize) -> Self {
-        let (events, _) = broadcast::channel(4096);
+        Self::with_history(HistoryLimit::fixed(history_size))
+    }
+
+    /// A store keeping watch history as `limit` says.
+    pub(crate) fn with_history(limit: HistoryLimit) -> Self {
+        let (events, _) = broadcast::channel(WATCH_CHANNEL);
         let store = Store {
-            inner: Arc::new(Mutex::new(Inner {
+            inner: Arc::new(RwLock::new(Inner {
                 types: builtin_types(),
-                objects: BTreeMap::new(),
+                objects: HashMap::new(),
+                by_uid: HashMap::new(),
+                dependents: HashMap::new(),
                 rv: 1,
                 history: VecDeque::new(),
-                history_size: history_size.max(1),
+                history_size: limit.min.max(1),
+                feeds: HashMap::new(),
+                limit,
+                crd_versions: HashMap::new(),
             })),
             events,
         };
@@ -345,10 +605,14 @@ impl Store {
         store
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> RwLockWriteGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent data (every
         // mutation is applied at once), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers (or replaces) a resource type.
@@ -358,6 +622,7 @@ impl Store {
             .types
             .retain(|x| !(x.group == t.group && x.plural == t.plural));
         inner.types.push(t);
+        inner.crd_versions.clear();
     }
 
     /// Removes a resource type and all its objects.
@@ -366,14 +631,32 @@ impl Store {
         inner
             .types
             .retain(|x| !(x.group == group && x.plural == plural));
+        let keys: Vec<Key> = inner
+            .objects
+            .get(&(group.to_string(), plural.to_string()))
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .map(|(ns, name)| {
+                (
+                    group.to_string(),
+                    plural.to_string(),
+                    ns.clone(),
+                    name.clone(),
+                )
+            })
+            .collect();
+        for key in keys {
+            inner.remove(&key);
+        }
         inner
             .objects
-            .retain(|k, _| !(k.0 == group && k.1 == plural));
+            .remove(&(group.to_string(), plural.to_string()));
+        inner.crd_versions.clear();
     }
 
     /// All registered types.
     pub fn types(&self) -> Vec<ResourceType> {
-        self.lock().types.clone()
+        self.read().types.clone()
     }
 
     /// The registered types that own their objects, leaving out another API's view of them
@@ -386,20 +669,30 @@ impl Store {
 
     /// Looks up a type by group and plural (or short name / singular).
     pub fn resource_type(&self, group: &str, resource: &str) -> Option<ResourceType> {
-        self.lock()
+        self.read()
             .types
             .iter()
             .find(|t| t.group == group && t.plural == resource)
             .cloned()
     }
 
-    /// The current cluster-wide resourceVersion.
-    pub fn resource_version(&self) -> u64 {
-        self.lock().rv
+    /// The served CRD version behind `t` (with its schema), when `t` is a custom resource;
+    /// looked up once per CRD change.
+    pub(crate) fn crd_version(&self, t: &ResourceType) -> Option<CrdVersion> {
+        let key = (t.group.clone(), t.plural.clone(), t.version.clone());
+        if let Some(hit) = self.read().crd_versions.get(&key) {
+            return hit.clone();
+        }
+        self.lock().crd_version(&t.group, &t.plural, &t.version)
     }
 
-    /// Subscribes to changes; pair with [`Store::history_since`] to resume.
-    pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
+    /// The current cluster-wide resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.read().rv
+    }
+
+    /// Subscribes to changes of every type; pair with [`Store::history_since`] to resume.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
         self.events.subscribe()
     }
 
@@ -409,7 +702,7 @@ impl Store {
     pub fn history_since(
         &self,
         rv: u64,
-    ) -> Result<(Vec<WatchEvent>, broadcast::Receiver<WatchEvent>), ApiError> {
+    ) -> Result<Resumed, ApiError> {
         let inner = self.lock();
         let rx = self.events.subscribe();
         let oldest = inner.history.front().map(|e| e.rv).unwrap_or(inner.rv);
@@ -428,12 +721,55 @@ impl Store {
         Ok((events, rx))
     }
 
+    /// [`Store::history_since`] for one resource type: its events after `rv` and a receiver
+    /// of its later events only, or Gone when its history no longer reaches back to `rv`.
+    pub(crate) fn type_history_since(
+        &self,
+        group: &str,
+        resource: &str,
+        rv: u64,
+    ) -> Result<Resumed, ApiError> {
+        let (sg, sr) = storage(group, resource);
+        let mut inner = self.lock();
+        let feed = inner.feed(sg, sr);
+        let rx = feed.tx.subscribe();
+        if rv < feed.compacted {
+            return Err(ApiError::gone(&format!(
+                "too old resource version: {rv} ({})",
+                feed.compacted
+            )));
+        }
+        let start = feed.history.partition_point(|(_, e)| e.rv <= rv);
+        let events = feed
+            .history
+            .range(start..)
+            .map(|(_, e)| e.clone())
+            .collect();
+        Ok((events, rx))
+    }
+
     fn emit(&self, inner: &mut Inner, ev: WatchEvent) {
+        let ev = Arc::new(ev);
         inner.history.push_back(ev.clone());
         while inner.history.len() > inner.history_size {
             inner.history.pop_front();
         }
+        let limit = inner.limit;
+        let now = Instant::now();
+        let feed = inner.feed(&ev.group, &ev.resource);
+        feed.history.push_back((now, ev.clone()));
+        while let Some((at, oldest)) = feed.history.front() {
+            let len = feed.history.len();
+            let too_many = len > limit.max;
+            let stale = len > limit.min && now.duration_since(*at) > limit.fresh;
+            if !(too_many || stale) {
+                break;
+            }
+            feed.compacted = oldest.rv;
+            feed.history.pop_front();
+        }
         // No receivers is fine: nobody is watching.
+        let _ = feed.tx.send(ev.clone());
         let _ = self.events.send(ev);
     }
 
@@ -444,13 +780,95 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
     ) -> Vec<Value> {
-        let (sg, sr) = storage(api_group, resource);
-        self.lock()
-            .objects
-            .iter()
-            .filter(|(k, _)| k.0 == sg && k.1 == sr && namespace.is_none_or(|n| k.2 == n))
-            .map(|(_, v)| crate::events::to_view(api_group, resource, v.clone()))
+        self.list_shared(api_group, resource, namespace)
+            .into_iter()
+            .map(|v| crate::events::to_view(api_group, resource, Value::clone(&v)))
             .collect()
+    }
+
+    /// [`Store::list_objects`] in stored form, sharing the stored objects (no copies).
+    pub(crate) fn list_shared(
+        &self,
+        api_group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<Value>> {
+        self.page(api_group, resource, namespace, None, 0, |_| true)
+            .items
+    }
+
+    /// Up to `limit` (0: all) objects of a resource passing `keep`, in list order, starting
+    /// after `after` (namespace, name): a continued list walks on from its last key instead
+    /// of scanning from the start.
+    pub(crate) fn page(
+        &self,
+        api_group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+        limit: usize,
+        mut keep: impl FnMut(&Value) -> bool,
+    ) -> Page {
+        use std::ops::Bound;
+        let (sg, sr) = storage(api_group, resource);
+        let inner = self.read();
+        let mut page = Page {
+            items: Vec::new(),
+            next: None,
+            remaining: 0,
+        };
+        let Some(objects) = inner.objects.get(&(sg.to_string(), sr.to_string())) else {
+            return page;
+        };
+        let lower = match (after, namespace) {
+            (Some(key), _) => Bound::Excluded(key.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut range = objects
+            .range((lower, Bound::Unbounded))
+            .take_while(|((ns, _), _)| namespace.is_none_or(|n| n == ns));
+        for (key, obj) in range.by_ref() {
+            if !keep(obj) {
+                continue;
+            }
+            page.items.push(obj.clone());
+            if limit != 0 && page.items.len() == limit {
+                page.next = Some(key.clone());
+                break;
+            }
+        }
+        if page.next.is_some() {
+            page.remaining = range.count();
+            if page.remaining == 0 {
+                page.next = None;
+            }
+        }
+        page
+    }
+
+    /// Objects naming `owner_uid` in their `ownerReferences`, as (group, resource, stored
+    /// object), in store order.
+    pub(crate) fn dependents_of(&self, owner_uid: &str) -> Vec<(String, String, Arc<Value>)> {
+        let inner = self.read();
+        inner
+            .dependents
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| {
+                let obj = inner.get(key)?.clone();
+                Some((key.0.clone(), key.1.clone(), obj))
+            })
+            .collect()
+    }
+
+    /// The stored object with `uid`, as (group, resource, stored object).
+    pub(crate) fn by_uid(&self, uid: &str) -> Option<(String, String, Arc<Value>)> {
+        let inner = self.read();
+        let key = inner.by_uid.get(uid)?;
+        let obj = inner.get(key)?.clone();
+        Some((key.0.clone(), key.1.clone(), obj))
     }
 
     /// One object.
@@ -468,8 +886,8 @@ impl Store {
             namespace.unwrap_or("").to_string(),
             name.to_string(),
         );
-        let stored = self.lock().objects.get(&key).cloned();
-        stored.map(|o| crate::events::to_view(group, resource, o))
+        let stored = self.read().get(&key).cloned();
+        stored.map(|o| crate::events::to_view(group, resource, Value::clone(&o)))
     }
 
     /// Gets an object or NotFound.
@@ -530,7 +948,7 @@ impl Store {
                 String::new(),
                 ns.clone(),
             );
-            match inner.objects.get(&key) {
+            match inner.get(&key) {
                 None => return Err(ApiError::not_found("", "namespaces", &ns)),
                 Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
                     return Err(ApiError::forbidden(
@@ -571,7 +989,7 @@ impl Store {
         }
         let (sg, sr) = storage(group, resource);
         let key = (sg.to_string(), sr.to_string(), ns.clone(), name.clone());
-        if inner.objects.contains_key(&key) {
+        if inner.get(&key).is_some() {
             return Err(ApiError::already_exists(group, resource, &name));
         }
         let rv = inner.rv + 1;
@@ -604,19 +1022,18 @@ impl Store {
         }
         inner.rv = rv;
         stored["metadata"]["resourceVersion"] = json!(rv.to_string());
-        inner.objects.insert(key, stored.clone());
+        let shared = Arc::new(stored);
+        inner.insert(key, shared.clone());
         self.emit(
             &mut inner,
-            WatchEvent {
-                kind: "ADDED",
-                group: sg.into(),
-                resource: sr.into(),
-                object: stored.clone(),
-                previous: None,
-                rv,
-            },
+            WatchEvent::new("ADDED", sg.into(), sr.into(), shared.clone(), None, rv),
         );
-        Ok(crate::events::to_view(group, resource, stored))
+        drop(inner);
+        Ok(crate::events::to_view(
+            group,
+            resource,
+            Arc::unwrap_or_clone(shared),
+        ))
     }
 
     /// Replaces an object. A resourceVersion in `obj` must match (409
@@ -648,7 +1065,6 @@ impl Store {
         let mut inner = self.lock();
         let (t, key) = inner.locate(group, resource, namespace, name)?;
         let stored_old = inner
-            .objects
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(group, resource, name))?;
@@ -656,7 +1072,7 @@ impl Store {
             return Err(ApiError::bad_request("the object is not a JSON object"));
         }
         // Compare in the request's view, normalized the way it would be stored.
-        let old = crate::events::to_view(group, resource, stored_old.clone());
+        let old = crate::events::to_view(group, resource, Value::clone(&stored_old));
         obj = crate::events::to_view(
             group,
             resource,
@@ -721,7 +1137,7 @@ impl Store {
                 }
             }
         }
-        if spec_part(&obj) != spec_part(&old) {
+        if spec_differs(&obj, &old) {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -747,17 +1163,10 @@ impl Store {
             .and_then(Value::as_array)
             .is_none_or(|a| a.is_empty());
         if deleting && finalizers_empty {
-            inner.objects.remove(&key);
+            inner.remove(&key);
             self.emit(
                 &mut inner,
-                WatchEvent {
-                    kind: "DELETED",
-                    group: sg,
-                    resource: sr,
-                    object: stored,
-                    previous: None,
-                    rv,
-                },
+                WatchEvent::new("DELETED", sg, sr, Arc::new(stored), None, rv),
             );
             drop(inner);
             // The object is really gone now: the garbage collector removes its
@@ -771,17 +1180,11 @@ impl Store {
             }
             return Ok(obj);
         } else {
-            inner.objects.insert(key, stored.clone());
+            let shared = Arc::new(stored);
+            inner.insert(key, shared.clone());
             self.emit(
                 &mut inner,
-                WatchEvent {
-                    kind: "MODIFIED",
-                    group: sg,
-                    resource: sr,
-                    object: stored,
-                    previous: Some(stored_old),
-                    rv,
-                },
+                WatchEvent::new("MODIFIED", sg, sr, shared, Some(stored_old), rv),
             );
         }
         Ok(obj)
@@ -802,9 +1205,8 @@ impl Store {
         let (_, key) = inner.locate(group, resource, namespace, name)?;
         let (sg, sr) = (key.0.clone(), key.1.clone());
         let mut obj = inner
-            .objects
             .get(&key)
-            .cloned()
+            .map(|o| Value::clone(o))
             .ok_or_else(|| ApiError::not_found(group, resource, name))?;
         pre.check(&obj, group, resource, name)?;
         let view = |o: Value| crate::events::to_view(group, resource, o);
@@ -833,36 +1235,24 @@ impl Store {
                     // own deletion path, which does not.
                     obj["metadata"]["generation"] = json!(generation + 1);
                 }
-                inner.objects.insert(key, obj.clone());
+                let shared = Arc::new(obj.clone());
+                inner.insert(key, shared.clone());
                 self.emit(
                     &mut inner,
-                    WatchEvent {
-                        kind: "MODIFIED",
-                        group: sg,
-                        resource: sr,
-                        object: obj.clone(),
-                        previous: None,
-                        rv,
-                    },
+                    WatchEvent::new("MODIFIED", sg, sr, shared, None, rv),
                 );
             } else {
                 // Already deleting: nothing changes, give back the stored RV.
                 inner.rv -= 1;
-                return Ok((view(inner.objects.get(&key).cloned().unwrap_or(obj)), false));
+                let current = inner.get(&key).map(|o| Value::clone(o)).unwrap_or(obj);
+                return Ok((view(current), false));
             }
             Ok((view(obj), false))
         } else {
-            inner.objects.remove(&key);
+            inner.remove(&key);
             self.emit(
                 &mut inner,
-                WatchEvent {
-                    kind: "DELETED",
-                    group: sg,
-                    resource: sr,
-                    object: obj.clone(),
-                    previous: None,
-                    rv,
-                },
+                WatchEvent::new("DELETED", sg, sr, Arc::new(obj.clone()), None, rv),
             );
             Ok((view(obj), true))
         }
@@ -872,7 +1262,7 @@ impl Store {
     /// whether it was removed.
     pub fn finish_namespace(&self, name: &str) -> bool {
         let mut inner = self.lock();
-        if inner.objects.keys().any(|k| k.2 == name && !k.2.is_empty()) {
+        if !name.is_empty() && inner.namespace_in_use(name) {
             return false;
         }
         let key = (
@@ -881,26 +1271,26 @@ impl Store {
             String::new(),
             name.to_string(),
         );
-        let Some(mut obj) = inner.objects.get(&key).cloned() else {
+        let Some(mut obj) = inner.get(&key).map(|o| Value::clone(o)) else {
             return false;
         };
         if obj.pointer("/metadata/deletionTimestamp").is_none() {
             return false;
         }
-        inner.objects.remove(&key);
+        inner.remove(&key);
         inner.rv += 1;
         let rv = inner.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.emit(
             &mut inner,
-            WatchEvent {
-                kind: "DELETED",
-                group: String::new(),
-                resource: "namespaces".into(),
-                object: obj,
-                previous: None,
+            WatchEvent::new(
+                "DELETED",
+                String::new(),
+                "namespaces".into(),
+                Arc::new(obj),
+                None,
                 rv,
-            },
+            ),
         );
         true
     }

@@ -49,9 +49,11 @@ pub(crate) fn watch(
     let mut initial: Vec<Value> = Vec::new();
     let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
     let since = if initial_events { None } else { since };
-    let (backlog, rx) = match since {
-        Some(rv) => match store.history_since(rv) {
-            Ok(x) => x,
+    // `resume_rv` is where this stream stands in its type's history: a watcher that falls
+    // behind the live channel resumes from there instead of ending.
+    let (backlog, rx, mut resume_rv) = match since {
+        Some(rv) => match store.type_history_since(&group, &resource, rv) {
+            Ok((backlog, rx)) => (backlog, rx, rv),
             Err(e) => {
                 let line = json!({"type": "ERROR", "object": e.to_status()});
                 return Ok(json_response(200, &line));
@@ -77,7 +79,8 @@ pub(crate) fn watch(
                     "metadata": {"resourceVersion": rv.to_string(),
                         "annotations": {"k8s.io/initial-events-end": "true"}}}}));
             }
-            store.history_since(rv)?
+            let (backlog, rx) = store.type_history_since(&group, &resource, rv)?;
+            (backlog, rx, rv)
         }
     };
     // What this watch reports for a store event, if anything. With a selector, an update
@@ -90,7 +93,10 @@ pub(crate) fn watch(
         let (stored_group, stored_resource) = crate::events::storage_of(&group, &resource)
             .map(|(g, r)| (g.to_owned(), r.to_owned()))
             .unwrap_or_else(|| (group.clone(), resource.clone()));
-        move |e: &crate::store::WatchEvent| -> Option<Value> {
+        // Objects of this resource are served as stored (all but events.k8s.io Events): an
+        // event reported unchanged is the line serialised once for every watcher.
+        let as_stored = crate::events::storage_of(&group, &resource).is_none();
+        move |e: &crate::store::WatchEvent| -> Option<Bytes> {
             let in_scope = e.group == stored_group
                 && e.resource == stored_resource
                 && ns.as_deref().is_none_or(|n| {
@@ -102,40 +108,61 @@ pub(crate) fn watch(
             if !in_scope {
                 return None;
             }
+            let line = |v: Value| Bytes::from(format!("{v}\n"));
+            if as_stored {
+                let now = selected(&q, &group, &resource, &e.object);
+                let before = e
+                    .previous
+                    .as_ref()
+                    .map(|p| selected(&q, &group, &resource, p));
+                return match (before, now) {
+                    (Some(false), true) => {
+                        Some(line(json!({"type": "ADDED", "object": &*e.object})))
+                    }
+                    (Some(true), false) => {
+                        let mut last = e.previous.as_deref().cloned().unwrap_or(Value::Null);
+                        last["metadata"]["resourceVersion"] = json!(e.rv.to_string());
+                        Some(line(json!({"type": "DELETED", "object": last})))
+                    }
+                    (_, true) => Some(e.line()),
+                    (_, false) => None,
+                };
+            }
             let view = |o: &Value| crate::events::to_view(&group, &resource, o.clone());
             let object = view(&e.object);
-            let previous = e.previous.as_ref().map(view);
+            let previous = e.previous.as_deref().map(view);
             let now = selected(&q, &group, &resource, &object);
             let before = previous
                 .as_ref()
                 .map(|p| selected(&q, &group, &resource, p));
             match (before, now) {
-                (Some(false), true) => Some(json!({"type": "ADDED", "object": object})),
+                (Some(false), true) => Some(line(json!({"type": "ADDED", "object": object}))),
                 (Some(true), false) => {
                     let mut last = previous.unwrap_or(Value::Null);
                     last["metadata"]["resourceVersion"] = json!(e.rv.to_string());
-                    Some(json!({"type": "DELETED", "object": last}))
+                    Some(line(json!({"type": "DELETED", "object": last})))
                 }
-                (_, true) => Some(json!({"type": e.kind, "object": object})),
+                (_, true) => Some(line(json!({"type": e.kind, "object": object}))),
                 (_, false) => None,
             }
         }
     };
     let mut last_rv = store.resource_version();
+    let mut lines: Vec<Bytes> = initial
+        .into_iter()
+        .map(|v| Bytes::from(format!("{v}\n")))
+        .collect();
     for e in backlog.iter() {
         last_rv = last_rv.max(e.rv);
+        resume_rv = resume_rv.max(e.rv);
         if let Some(line) = project(e) {
-            initial.push(line);
+            lines.push(line);
         }
     }
     if let Some(rv) = since {
         last_rv = last_rv.max(rv);
     }
-    let first = futures::stream::iter(
-        initial
-            .into_iter()
-            .map(|v| Ok::<_, std::io::Error>(Bytes::from(format!("{v}\n")))),
-    );
+    let first = futures::stream::iter(lines.into_iter().map(Ok::<_, std::io::Error>));
     let api_version = rt.api_version();
     let kind = rt.kind.clone();
     let bookmark = move |rv: u64| {
@@ -144,6 +171,11 @@ pub(crate) fn watch(
     };
     let state = Stream {
         rx,
+        store: store.clone(),
+        group: group.clone(),
+        pending: std::collections::VecDeque::new(),
+        resume_rv,
+        ended: false,
         cut: hooks.subscribe_cuts(),
         resource: resource.clone(),
         deadline: timeout.map(|t| tokio::time::Instant::now() + t),
@@ -159,6 +191,17 @@ pub(crate) fn watch(
         (state, project, bookmark),
         |(mut st, project, bookmark)| async move {
             loop {
+                if st.ended {
+                    return None;
+                }
+                if let Some(e) = st.pending.pop_front() {
+                    st.last_rv = st.last_rv.max(e.rv);
+                    st.resume_rv = st.resume_rv.max(e.rv);
+                    if let Some(line) = project(&e) {
+                        return Some((Ok(line), (st, project, bookmark)));
+                    }
+                    continue;
+                }
                 let deadline = async {
                     match st.deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -178,13 +221,28 @@ pub(crate) fn watch(
                     event = st.rx.recv() => match event {
                         Ok(e) => {
                             st.last_rv = st.last_rv.max(e.rv);
+                            st.resume_rv = st.resume_rv.max(e.rv);
                             if let Some(line) = project(&e) {
-                                return Some((Ok(Bytes::from(format!("{line}\n"))), (st, project, bookmark)));
+                                return Some((Ok(line), (st, project, bookmark)));
                             }
                         }
-                        // A lagging watcher ends its stream; the client re-lists, as after a real
-                        // server's timeout.
-                        Err(_) => return None,
+                        // A watcher that fell behind the live channel catches up from the
+                        // type's history; only when that no longer reaches back does it get
+                        // 410 Gone (and re-lists), as from the real server's watch cache.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            match st.store.type_history_since(&st.group, &st.resource, st.resume_rv) {
+                                Ok((missed, rx)) => {
+                                    st.rx = rx;
+                                    st.pending = missed.into();
+                                }
+                                Err(e) => {
+                                    st.ended = true;
+                                    let line = json!({"type": "ERROR", "object": e.to_status()});
+                                    return Some((Ok(Bytes::from(format!("{line}\n"))), (st, project, bookmark)));
+                                }
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                     },
                     cut = st.cut.recv() => match cut {
                         Ok(Some(r)) if r != st.resource => {}
@@ -210,7 +268,16 @@ pub(crate) fn watch(
 
 /// The live part of a watch stream.
 struct Stream {
-    rx: tokio::sync::broadcast::Receiver<crate::store::WatchEvent>,
+    rx: tokio::sync::broadcast::Receiver<std::sync::Arc<crate::store::WatchEvent>>,
+    store: Store,
+    /// Group of the watched resource (with `resource`, what history to resume from).
+    group: String,
+    /// Events recovered from history after falling behind, delivered before the channel.
+    pending: std::collections::VecDeque<std::sync::Arc<crate::store::WatchEvent>>,
+    /// The newest resourceVersion of this type taken from the channel or history.
+    resume_rv: u64,
+    /// Set after a final ERROR line.
+    ended: bool,
     cut: tokio::sync::broadcast::Receiver<Option<String>>,
     resource: String,
     deadline: Option<tokio::time::Instant>,
