@@ -6,8 +6,8 @@ use std::time::Duration;
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs;
 use omni_client::template::{
-    DeleteProgress, FileResolver, Plan, ResourceRef, StatusError, Template, apply, delete_cluster,
-    keys, plan_sync, status_cluster, types,
+    DeleteProgress, FileResolver, Plan, ResourceRef, StateError, StatusError, SyncError, Template,
+    apply, delete_cluster, keys, plan_sync, status_cluster, types,
 };
 use omni_client::transport::{Client, ClientConfig};
 use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
@@ -350,5 +350,65 @@ async fn a_resource_found_by_id_is_taken_over_only_when_it_belongs_to_the_cluste
             .contains(&ResourceRef::new(types::CONFIG_PATCH, "302-this-cluster")),
         "{p:?}"
     );
+    sim.shutdown().await;
+}
+
+/// A State error of a failed sync or delete step, if that is what failed.
+fn state_source(err: &SyncError) -> Option<&StateError> {
+    match err {
+        SyncError::State { source, .. } => Some(source),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_hung_omni_ends_plan_delete_and_status_at_their_deadlines() {
+    let (sim, _) = start().await;
+    let key = sim
+        .register_service_account("impatient", Role::Operator)
+        .expect("register");
+    let mut config = ClientConfig::from_encoded_key(sim.endpoint(), &key).expect("key");
+    config.request_timeout = Duration::from_millis(300);
+    let client = Client::new(config).expect("client");
+    let t = template(false, "/dev/sda");
+    sim.set_outage(Some(omni_sim::Outage::Hang));
+
+    let state = client.template_state(deadline());
+    let planned = plan_sync(&state, &t, &FileResolver::default()).await;
+    let err = planned.expect_err("a plan against a hung Omni succeeded");
+    assert!(
+        matches!(state_source(&err), Some(StateError::DeadlineExceeded(_))),
+        "{err}"
+    );
+    let deleted = delete_cluster(&state, "demo", false, &mut Vec::new()).await;
+    let err = deleted.expect_err("a delete step against a hung Omni succeeded");
+    assert!(
+        matches!(state_source(&err), Some(StateError::DeadlineExceeded(_))),
+        "{err}"
+    );
+    let status = status_cluster(&state, "demo", deadline()).await;
+    assert!(
+        matches!(
+            status,
+            Err(StatusError::State {
+                source: StateError::DeadlineExceeded(_),
+                ..
+            })
+        ),
+        "{status:?}"
+    );
+    assert!(sim.outage_calls() >= 3);
+
+    // Once Omni answers again, the same client syncs and nothing from the hung calls was applied.
+    sim.set_outage(None);
+    let state = client.template_state(deadline());
+    let plan = plan_sync(&state, &t, &FileResolver::default())
+        .await
+        .expect("plan after the outage");
+    assert!(sim.applied_writes().is_empty());
+    apply(&state, &plan, deadline(), &mut Vec::new())
+        .await
+        .expect("apply after the outage");
+    assert!(sim.get(types::CLUSTER, "demo").is_some());
     sim.shutdown().await;
 }

@@ -44,7 +44,7 @@ use tonic::codec::CompressionEncoding;
 pub use auth::Identity;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use controllers::{ControllerConfig, PoolMachine};
-pub use server::{CallCounts, Outcome, methods};
+pub use server::{AppliedWrites, CallCounts, Outage, Outcome, methods};
 pub use store::{Store, StoreError};
 pub use types::Role;
 
@@ -468,6 +468,23 @@ impl RunningOmniSim {
     /// Delays every call of `method`.
     pub fn set_latency(&self, method: &str, delay: Duration) {
         self.shared.hooks.set_latency(method, delay);
+    }
+
+    /// Starts (`Some`) or ends (`None`) an outage of every method: see [`Outage`]. Off by
+    /// default; a test-only fault.
+    pub fn set_outage(&self, outage: Option<Outage>) {
+        self.shared.hooks.set_outage(outage);
+    }
+
+    /// Calls that met an outage so far (the faults injected by [`RunningOmniSim::set_outage`]).
+    pub fn outage_calls(&self) -> u64 {
+        self.shared.hooks.outage_calls()
+    }
+
+    /// Client writes the store applied, per (verb, type, ID), for "one write per change"
+    /// assertions: failed calls and repeated teardowns are not counted.
+    pub fn applied_writes(&self) -> AppliedWrites {
+        self.shared.hooks.applied_writes()
     }
 
     /// Calls per (method, outcome).

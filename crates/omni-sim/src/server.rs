@@ -1,7 +1,7 @@
 //! The gRPC services: `cosi.resource.State` and `management.ManagementService`, each call going
 //! through fault injection, signature verification, role checks and validation in Omni's order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,16 +60,113 @@ pub enum Outcome {
 /// Calls per (method, outcome).
 pub type CallCounts = HashMap<(String, Outcome), u64>;
 
-/// Per-method instrumentation: call counts, injected failures and latency.
-#[derive(Debug, Default)]
+/// Client writes the store applied, per (verb, resource type, resource ID): the verbs are
+/// `create`, `update`, `teardown` (only the call that started the teardown) and `destroy`.
+pub type AppliedWrites = BTreeMap<(String, String, String), u64>;
+
+/// An outage of the whole API, every method at once (a test-only fault; off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// Every call is answered `UNAVAILABLE` before it reaches authentication or the store, and
+    /// open watches are cut with `UNAVAILABLE`, as when Omni is down behind its load balancer.
+    Unavailable,
+    /// Every call hangs: it is neither answered nor processed until the outage ends (a client
+    /// with a deadline gives up first), and open watches deliver nothing meanwhile.
+    Hang,
+}
+
+/// Per-method instrumentation: call counts, injected failures, latency and outages.
+#[derive(Debug)]
 pub struct Hooks {
     counts: Mutex<CallCounts>,
     failures: Mutex<HashMap<String, (Code, u32)>>,
     latency: Mutex<HashMap<String, Duration>>,
     writes: AtomicU64,
+    applied: Mutex<AppliedWrites>,
+    outage: watch::Sender<Option<Outage>>,
+    outage_calls: AtomicU64,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            counts: Mutex::default(),
+            failures: Mutex::default(),
+            latency: Mutex::default(),
+            writes: AtomicU64::new(0),
+            applied: Mutex::default(),
+            outage: watch::Sender::new(None),
+            outage_calls: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Hooks {
+    /// Starts (`Some`) or ends (`None`) an outage of every method. Calls hung by
+    /// [`Outage::Hang`] go on normally once it ends, if their client still waits.
+    pub fn set_outage(&self, outage: Option<Outage>) {
+        self.outage.send_replace(outage);
+    }
+
+    /// The outage in force, if any.
+    pub fn outage(&self) -> Option<Outage> {
+        *self.outage.borrow()
+    }
+
+    /// Calls that met an outage (answered `UNAVAILABLE`, or hung), whatever became of them.
+    pub fn outage_calls(&self) -> u64 {
+        self.outage_calls.load(Ordering::SeqCst)
+    }
+
+    /// A copy of the applied-write counters.
+    pub fn applied_writes(&self) -> AppliedWrites {
+        self.applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn applied(&self, verb: &str, resource_type: &str, id: &str) {
+        *self
+            .applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((verb.to_string(), resource_type.to_string(), id.to_string()))
+            .or_default() += 1;
+    }
+
+    /// Holds a call while an outage is in force: `Err(UNAVAILABLE)` for
+    /// [`Outage::Unavailable`]; for [`Outage::Hang`], waits until the outage ends (or the
+    /// simulator shuts down), then checks again.
+    async fn pass_outage(&self, shutdown: &watch::Receiver<bool>) -> Result<(), Status> {
+        let mut outage = self.outage.subscribe();
+        let mut shutdown = shutdown.clone();
+        let mut counted = false;
+        loop {
+            let current = *outage.borrow_and_update();
+            if current.is_some() && !counted {
+                self.outage_calls.fetch_add(1, Ordering::SeqCst);
+                counted = true;
+            }
+            match current {
+                None => return Ok(()),
+                Some(Outage::Unavailable) => return Err(outage_status()),
+                Some(Outage::Hang) => {
+                    tokio::select! {
+                        changed = outage.changed() => {
+                            if changed.is_err() {
+                                return Err(outage_status());
+                            }
+                        }
+                        _ = shutdown.wait_for(|s| *s) => {
+                            return Err(Status::unavailable("server is shutting down"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Makes the next `count` calls of `method` fail with `code` (after authentication).
     pub fn inject_failure(&self, method: &str, code: Code, count: u32) {
         self.failures
@@ -148,8 +245,15 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// What a client sees of an [`Outage::Unavailable`].
+fn outage_status() -> Status {
+    Status::unavailable("connection refused: Omni is unavailable (injected outage)")
+}
+
 impl Shared {
     async fn begin(&self, method: &str, md: &MetadataMap, write: bool) -> Result<Identity, Status> {
+        // An outage stops the call before anything else: it never reached Omni.
+        self.hooks.pass_outage(&self.shutdown).await?;
         let delay = self
             .hooks
             .latency
@@ -343,7 +447,7 @@ impl StateService {
             .ok_or_else(|| Status::invalid_argument("resource is missing"))?;
         let md = resource
             .metadata
-            .as_ref()
+            .clone()
             .ok_or_else(|| Status::invalid_argument("metadata is missing"))?;
         authorize(&ident, &md.r#type, Verb::Write)?;
         if resource.spec.is_none() {
@@ -352,6 +456,7 @@ impl StateService {
         validate(&self.0.store, Op::Create(&resource)).map_err(invalid)?;
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         let stored = self.0.store.create(resource, &owner)?;
+        self.0.hooks.applied("create", &md.r#type, &md.id);
         Ok(Response::new(CreateResponse {
             resource: Some(stored),
         }))
@@ -398,16 +503,25 @@ impl StateService {
             .0
             .store
             .update(resource, &opts.owner, opts.expected_phase.as_deref())?;
+        self.0.hooks.applied("update", &md.r#type, &md.id);
         Ok(Response::new(UpdateResponse {
             resource: Some(stored),
         }))
     }
 
-    /// Shared checks of Destroy and Teardown: role, existence, destroy validations.
-    fn removal_checks(&self, ident: &Identity, ns: &str, t: &str, id: &str) -> Result<(), Status> {
+    /// Shared checks of Destroy and Teardown: role, existence, destroy validations. Returns
+    /// the resource as it was.
+    fn removal_checks(
+        &self,
+        ident: &Identity,
+        ns: &str,
+        t: &str,
+        id: &str,
+    ) -> Result<Resource, Status> {
         authorize(ident, t, Verb::Remove)?;
         let old = self.0.store.get(ns, t, id)?;
-        validate(&self.0.store, Op::Destroy(&old)).map_err(invalid)
+        validate(&self.0.store, Op::Destroy(&old)).map_err(invalid)?;
+        Ok(old)
     }
 
     async fn destroy_inner(
@@ -421,6 +535,7 @@ impl StateService {
         self.0
             .store
             .destroy(&r.namespace, &r.r#type, &r.id, &owner)?;
+        self.0.hooks.applied("destroy", &r.r#type, &r.id);
         Ok(Response::new(DestroyResponse {}))
     }
 
@@ -433,12 +548,16 @@ impl StateService {
             .begin(methods::TEARDOWN, req.metadata(), true)
             .await?;
         let r = req.into_inner();
-        self.removal_checks(&ident, &r.namespace, &r.r#type, &r.id)?;
+        let old = self.removal_checks(&ident, &r.namespace, &r.r#type, &r.id)?;
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         let destroy_ready = self
             .0
             .store
             .teardown(&r.namespace, &r.r#type, &r.id, &owner)?;
+        // Repeating a teardown changes nothing; only the first one counts as a write.
+        if meta(&old).phase != crate::store::PHASE_TEARING_DOWN {
+            self.0.hooks.applied("teardown", &r.r#type, &r.id);
+        }
         Ok(Response::new(TeardownResponse { destroy_ready }))
     }
 
@@ -455,7 +574,11 @@ impl StateService {
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         let store = &self.0.store;
         let mut rx = store.subscribe();
-        if store.teardown(&r.namespace, &r.r#type, &r.id, &owner)? {
+        let ready = store.teardown(&r.namespace, &r.r#type, &r.id, &owner)?;
+        self.0
+            .hooks
+            .applied("teardown_and_destroy", &r.r#type, &r.id);
+        if ready {
             store.destroy(&r.namespace, &r.r#type, &r.id, &owner)?;
             return Ok(Response::new(TeardownAndDestroyResponse {}));
         }
@@ -511,6 +634,7 @@ impl StateService {
             bootstrap: opts.bootstrap_contents,
             tx,
             shutdown: self.0.shutdown.clone(),
+            outage: self.0.hooks.outage.subscribe(),
         };
         tokio::spawn(task.run(snapshot, rx));
         Ok(Response::new(Box::pin(
@@ -536,6 +660,7 @@ struct WatchTask {
     bootstrap: bool,
     tx: mpsc::Sender<Result<WatchResponse, Status>>,
     shutdown: watch::Receiver<bool>,
+    outage: watch::Receiver<Option<Outage>>,
 }
 
 impl WatchTask {
@@ -606,6 +731,32 @@ impl WatchTask {
         }
     }
 
+    /// Waits out an [`Outage::Hang`]; `false` when the stream must end: the outage is
+    /// [`Outage::Unavailable`] (the client is told so), the client left or the server stops.
+    async fn survives_outage(&mut self) -> bool {
+        loop {
+            let current = *self.outage.borrow_and_update();
+            match current {
+                None => return true,
+                Some(Outage::Unavailable) => {
+                    let _ = self.tx.send(Err(outage_status())).await;
+                    return false;
+                }
+                Some(Outage::Hang) => {
+                    tokio::select! {
+                        changed = self.outage.changed() => {
+                            if changed.is_err() {
+                                return false;
+                            }
+                        }
+                        _ = self.shutdown.changed() => return false,
+                        _ = self.tx.closed() => return false,
+                    }
+                }
+            }
+        }
+    }
+
     async fn run(mut self, snapshot: Vec<Resource>, mut rx: broadcast::Receiver<Arc<StoreEvent>>) {
         // The empty first response tells the client the watch is established.
         if self
@@ -647,8 +798,18 @@ impl WatchTask {
             let ev = tokio::select! {
                 _ = self.shutdown.changed() => return,
                 _ = self.tx.closed() => return,
+                changed = self.outage.changed() => {
+                    if changed.is_err() || !self.survives_outage().await {
+                        return;
+                    }
+                    continue;
+                }
                 ev = rx.recv() => ev,
             };
+            // A hung server delivers nothing until it recovers.
+            if !self.survives_outage().await {
+                return;
+            }
             match ev {
                 Ok(ev) => {
                     if let Some(e) = self.translate(&ev)

@@ -5,6 +5,7 @@
 //! The pure parts (model, validation, translation, planning) do no I/O besides reading the
 //! files a template refers to, so they can be tested without a server.
 
+mod deadline;
 mod delete;
 mod files;
 mod model;
@@ -15,6 +16,7 @@ mod translate;
 mod validate;
 mod yaml;
 
+pub use deadline::DeadlineState;
 pub use delete::{DeleteProgress, delete_cluster};
 pub use files::{DurationError, FileError, FileResolver, MAX_FILE_BYTES, parse_go_duration};
 pub use model::{

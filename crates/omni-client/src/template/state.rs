@@ -47,6 +47,10 @@ pub enum StateError {
     /// A watch stream reported an error event.
     #[error("watch failed: {0}")]
     Watch(String),
+    /// The call did not finish in time (Omni's `DEADLINE_EXCEEDED`, or the caller's own
+    /// deadline: see [`DeadlineState`](super::DeadlineState)).
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
 }
 
 impl From<tonic::Status> for StateError {
@@ -60,6 +64,7 @@ impl From<tonic::Status> for StateError {
             tonic::Code::PermissionDenied => StateError::PermissionDenied(message),
             tonic::Code::InvalidArgument => StateError::Invalid(message),
             tonic::Code::Unauthenticated => StateError::Unauthenticated(message),
+            tonic::Code::DeadlineExceeded => StateError::DeadlineExceeded(message),
             code => StateError::Rpc {
                 code: format!("{code:?}"),
                 message,

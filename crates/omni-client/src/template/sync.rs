@@ -354,7 +354,10 @@ pub(crate) fn release_kernel_args(r: &Resource) -> Option<Resource> {
 }
 
 /// Validates and translates `template`, reads Omni's state and computes the change set.
-/// Nothing is written.
+/// Nothing is written. How long it may take is bounded by `state`: over
+/// [`Client::template_state`](crate::transport::Client::template_state) (a
+/// [`DeadlineState`](super::DeadlineState)) every read has a deadline, so a hung Omni ends the
+/// plan with [`StateError::DeadlineExceeded`] instead of blocking its caller forever.
 pub async fn plan_sync<S: TemplateState>(
     state: &S,
     template: &Template,

@@ -160,10 +160,11 @@ pub async fn run_with_output(
         Command::Sync(a) => {
             let (template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
-            let state = client.raw_state();
+            let until = deadline(&a.connection)?;
+            let state = client.template_state(until);
             let plan = plan_sync(&state, &template, &files).await?;
             let mut output = Vec::new();
-            let result = apply(&state, &plan, deadline(&a.connection)?, &mut output).await;
+            let result = apply(&state, &plan, until, &mut output).await;
             for line in &output {
                 writeln!(out, "{line}")?;
             }
@@ -173,7 +174,8 @@ pub async fn run_with_output(
         Command::Diff(a) => {
             let (template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
-            let plan = plan_sync(&client.raw_state(), &template, &files).await?;
+            let state = client.template_state(deadline(&a.connection)?);
+            let plan = plan_sync(&state, &template, &files).await?;
             if plan.is_empty() {
                 writeln!(out, "no changes")?;
             }
@@ -185,7 +187,8 @@ pub async fn run_with_output(
         Command::Status(a) => {
             let name = cluster_name(&a)?;
             let client = client(&a.connection)?;
-            match status_cluster(&client.raw_state(), &name, deadline(&a.connection)?).await {
+            let until = deadline(&a.connection)?;
+            match status_cluster(&client.template_state(until), &name, until).await {
                 Ok(health) => {
                     writeln!(out, "{}", health.summary)?;
                     Ok(if health.healthy {
@@ -204,8 +207,8 @@ pub async fn run_with_output(
         Command::Delete(a) => {
             let name = cluster_name(&a.target)?;
             let client = client(&a.target.connection)?;
-            let state = client.raw_state();
             let until = deadline(&a.target.connection)?;
+            let state = client.template_state(until);
             loop {
                 let mut output = Vec::new();
                 let progress = delete_cluster(&state, &name, a.destroy_machines, &mut output).await;

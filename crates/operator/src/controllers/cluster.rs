@@ -37,7 +37,10 @@ use kube::api::DynamicObject;
 
 /// Longest Omni output kept in status.
 pub const MAX_OUTPUT: usize = 4096;
-/// How long one Omni status read or apply may take.
+/// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
+/// the status read; one delete step. Each call is bounded by the client's request timeout
+/// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
+/// the pass (and the object retries with backoff) instead of wedging the object.
 pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
 /// Re-check interval while Omni tears a cluster down.
 pub const DELETE_POLL: Duration = Duration::from_secs(5);
@@ -250,7 +253,7 @@ async fn delete(ctx: &Context, cluster: &OmniCluster) -> Result<Action, Error> {
                 return Err(Error::Remote(m));
             }
         };
-        let state = client.raw_state();
+        let state = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
         // Delete only what this object created: never a renamed target, never someone else's.
         let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
         if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
@@ -460,7 +463,8 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
                 return Err(Error::Remote(m));
             }
         };
-        let state = client.raw_state();
+        let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+        let state = client.template_state(deadline);
         let mut output = Vec::new();
         // Never sync into an existing Omni cluster this object did not create, unless adopted.
         match existing_ownership(&state, &cluster, &name).await {
@@ -483,7 +487,6 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
         let applied = match plan_sync(&state, &rendered.template, &files).await {
             Ok(plan) if plan.is_empty() => Ok(false),
             Ok(plan) => {
-                let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
                 apply(&state, &plan, deadline, &mut output)
                     .await
                     .map(|()| true)
@@ -531,7 +534,7 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
 
         // status from Omni
         let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-        match status_cluster(&state, &name, deadline).await {
+        match status_cluster(&client.template_state(deadline), &name, deadline).await {
             Ok(health) => {
                 ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged);
                 draft.status.last_status_output = Some(trim_output(&health.summary));

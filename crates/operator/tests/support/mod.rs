@@ -246,3 +246,83 @@ pub fn operator_logs() -> String {
     };
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+/// Installs the operator's CRDs in a fresh API server, creates `namespace` and waits until the
+/// custom resources are servable.
+pub async fn install_operator_api(client: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ListParams, PostParams};
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for crd in omni_operator::api::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|e| panic!("create CRD: {e}"));
+    }
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+    kube::Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("namespace: {e}"));
+    let clusters: kube::Api<omni_operator::api::OmniCluster> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let until = tokio::time::Instant::now() + WAIT;
+    while clusters.list(&ListParams::default()).await.is_err() {
+        assert!(tokio::time::Instant::now() < until, "CRDs never servable");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates any object given as JSON (`apiVersion`, `kind`, `metadata.namespace` set; the plural
+/// is the lower-cased kind plus `s`, true of every kind the tests create this way).
+pub async fn create_json(client: &kube::Client, obj: serde_json::Value) {
+    use kube::api::{DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let namespace = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.clone()),
+    };
+    let ar = ApiResource {
+        group,
+        version,
+        api_version,
+        kind: kind.clone(),
+        plural: format!("{}s", kind.to_lowercase()),
+    };
+    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), &namespace, &ar);
+    let typed: DynamicObject =
+        serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+    api.create(&PostParams::default(), &typed)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
+}
+
+/// A clock for the operator that the test moves by hand (rotation deadlines).
+#[derive(Debug)]
+pub struct TestClock(std::sync::Mutex<jiff::Timestamp>);
+
+impl TestClock {
+    /// A clock reading `start`.
+    pub fn new(start: jiff::Timestamp) -> Self {
+        Self(std::sync::Mutex::new(start))
+    }
+
+    /// Sets the time.
+    pub fn set(&self, t: jiff::Timestamp) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+}
+
+impl omni_operator::controllers::Clock for TestClock {
+    fn now(&self) -> jiff::Timestamp {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
