@@ -717,7 +717,12 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
         .get("keep-kubeconfig")
         .await
         .unwrap_or_else(|e| panic!("Orphan policy removed the Secret: {e}"));
-    assert_eq!(after.resource_version(), kept.resource_version());
+    // Unchanged but for the export's hold, which an orphaned Secret must not keep: nothing
+    // would ever lift it.
+    assert!(after.finalizers().is_empty(), "{:?}", after.finalizers());
+    assert_eq!(after.data, kept.data);
+    assert_eq!(after.metadata.labels, kept.metadata.labels);
+    assert_eq!(after.metadata.annotations, kept.metadata.annotations);
 }
 
 /// An adopted target is anyone's Secret: its stored kubeconfig is checked before the usability

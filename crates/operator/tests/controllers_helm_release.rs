@@ -17,8 +17,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +33,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
+use support::chart_repo::{Repo, run_helm, start_repo, write_chart};
 use support::{condition, helm_bin, kube_sim, operator_logs, wait_for, wait_gone};
 use tokio::time::Instant;
 
@@ -52,151 +51,6 @@ const WAIT: Duration = Duration::from_secs(300);
 fn assert_no_secrets(what: &str, text: &str) {
     for secret in SECRETS {
         assert!(!text.contains(secret), "{what} contains a secret: {text}");
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Chart repository: `index.yaml` and packaged charts, behind basic auth.
-
-/// A chart whose ConfigMap carries `greeting`; `brokenNamespace` adds a ConfigMap in a namespace
-/// that does not exist, so an upgrade with it fails while applying (after Helm recorded the
-/// revision), which is what `atomic` rolls back.
-fn write_chart(dir: &Path, version: &str) {
-    let chart = dir.join("demo");
-    std::fs::create_dir_all(chart.join("templates")).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        format!("apiVersion: v2\nname: demo\nversion: {version}\nappVersion: \"1\"\n"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(chart.join("values.yaml"), "greeting: hello\n")
-        .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        chart.join("templates/configmap.yaml"),
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ .Release.Name }}-config
-data:
-  greeting: {{ .Values.greeting | quote }}
-{{- if .Values.brokenNamespace }}
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ .Release.Name }}-broken
-  namespace: {{ .Values.brokenNamespace }}
-data: {}
-{{- end }}
-"#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-}
-
-fn run_helm(args: &[&str], home: &Path) {
-    let out = std::process::Command::new(helm_bin())
-        .args(args)
-        .env("HOME", home)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap_or_else(|e| panic!("run helm: {e}"));
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Repo {
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-/// Starts a chart repository; with `tls`, over HTTPS with that server configuration.
-async fn start_repo(tls: Option<Arc<rustls::ServerConfig>>) -> Repo {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let addr: SocketAddr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let url = format!("{scheme}://{addr}");
-    let src = dir.path().join("src");
-    let public = dir.path().join("public");
-    std::fs::create_dir_all(&public).unwrap_or_else(|e| panic!("{e}"));
-    write_chart(&src, "0.1.0");
-    let (chart, out, home) = (
-        src.join("demo"),
-        public.display().to_string(),
-        dir.path().join("home"),
-    );
-    run_helm(
-        &["package", &chart.display().to_string(), "-d", &out],
-        &home,
-    );
-    run_helm(&["repo", "index", &out, "--url", &url], &home);
-
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
-    );
-    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-        let (public, expected) = (public.clone(), expected.clone());
-        async move {
-            let authorized = req
-                .headers()
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                == Some(expected.as_str());
-            if !authorized {
-                return (http::StatusCode::UNAUTHORIZED, Vec::new());
-            }
-            let name = req.uri().path().trim_start_matches('/').to_string();
-            if name.contains('/') || name.contains("..") {
-                return (http::StatusCode::NOT_FOUND, Vec::new());
-            }
-            match std::fs::read(public.join(name)) {
-                Ok(bytes) => (http::StatusCode::OK, bytes),
-                Err(_) => (http::StatusCode::NOT_FOUND, Vec::new()),
-            }
-        }
-    });
-    match tls {
-        None => {
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
-        }
-        Some(config) => {
-            tokio::spawn(serve_tls(listener, app, config));
-        }
-    }
-    Repo { url, _dir: dir }
-}
-
-async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    config: Arc<rustls::ServerConfig>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    while let Ok((stream, _)) = listener.accept().await {
-        let (acceptor, service) = (
-            acceptor.clone(),
-            hyper_util::service::TowerToHyperService::new(app.clone()),
-        );
-        tokio::spawn(async move {
-            // A client that rejects our certificate ends its handshake: nothing to serve.
-            let Ok(stream) = acceptor.accept(stream).await else {
-                return;
-            };
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-        });
     }
 }
 
@@ -259,15 +113,17 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let (workload, workload_client) = kube_sim().await;
-        let repo = start_repo(None).await;
+        let repo = start_repo(USER, PASSWORD, None).await;
         let ca = kube_sim::tls::CertificateAuthority::generate("private chart repository CA")
             .unwrap_or_else(|e| panic!("{e}"));
         let serving = ca
             .issue_server(&["127.0.0.1", "localhost"])
             .unwrap_or_else(|e| panic!("{e}"));
-        let tls_repo = start_repo(Some(
-            ca.server_config(&serving).unwrap_or_else(|e| panic!("{e}")),
-        ))
+        let tls_repo = start_repo(
+            USER,
+            PASSWORD,
+            Some(ca.server_config(&serving).unwrap_or_else(|e| panic!("{e}"))),
+        )
         .await;
 
         let env_secret = |name: &str, data: Value| -> Secret {

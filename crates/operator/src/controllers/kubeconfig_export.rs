@@ -4,6 +4,11 @@
 //! Fixes over the original: a target Secret this export does not own is never written or
 //! deleted (unless annotated `omni.texashpc.com/adopt: "true"`), and failures keep the last
 //! known hash and rotation times in status instead of clearing them.
+//!
+//! The export holds its Secret while OmniHelmReleases or OmniSecretSyncs use it as their
+//! kubeconfig ([`IN_USE_FINALIZER`] on the Secret, and a wait in the export's own deletion), so
+//! that deleting everything at once — a GitOps prune, a namespace deletion — lets the release
+//! be uninstalled and the copy removed before the kubeconfig disappears.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
@@ -23,15 +28,17 @@ use sha2::{Digest, Sha256};
 use super::connection::status_str;
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
-    Context, Error, Scope, controller_for, drive, dyn_ref, finalizer, instrumented, referencing,
-    status,
+    Context, Error, Scope, api_resource, controller_for, drive, dyn_ref, finalizer, instrumented,
+    referencing, status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
 use crate::api::duration::GoDuration;
 use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
-use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
+use crate::api::{
+    OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
+};
 use crate::delete_guard::{Deleted, delete_observed};
 use crate::metrics::{ResourceInfo, RpcOutcome};
 
@@ -49,6 +56,102 @@ const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-has
 const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
 const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
 const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
+
+/// Finalizer the export keeps on the Secret it writes. A Secret being deleted (by hand, by a
+/// namespace deletion) stays while an OmniHelmRelease or OmniSecretSync still needs it as its
+/// kubeconfig — for its own deletion above all: uninstalling the release and removing the copy
+/// need the workload cluster's credentials. Like `kubernetes.io/pvc-protection` for volumes.
+pub const IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
+
+/// Whether the export's hold is on `secret`.
+pub fn holds(secret: &Secret) -> bool {
+    secret.finalizers().iter().any(|f| f == IN_USE_FINALIZER)
+}
+
+/// Whether `consumer` (an OmniHelmRelease or OmniSecretSync, decoded loosely so one bad object
+/// cannot hide the others) uses the Secret `secret` of its namespace as its kubeconfig and may
+/// still need it: a live one to work, a deleting one until the operator has finished its
+/// cleanup (its finalizer is gone).
+pub fn needs_kubeconfig(consumer: &DynamicObject, secret: &str) -> bool {
+    consumer
+        .data
+        .pointer("/spec/kubeconfigSecretRef/name")
+        .and_then(serde_json::Value::as_str)
+        == Some(secret)
+        && (consumer.metadata.deletion_timestamp.is_none()
+            || finalizer::has_finalizer(consumer, false))
+}
+
+/// The OmniHelmReleases and OmniSecretSyncs in `ns` that still need Secret `secret`, named for
+/// a status message (`OmniHelmRelease "app"`).
+async fn consumers(ctx: &Context, ns: &str, secret: &str) -> Result<Vec<String>, Error> {
+    let mut found = Vec::new();
+    for ar in [
+        api_resource::<OmniHelmRelease>(),
+        api_resource::<OmniSecretSync>(),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+        for obj in api.list(&ListParams::default()).await? {
+            if needs_kubeconfig(&obj, secret) {
+                found.push(format!("{} {:?}", ar.kind, obj.name_any()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Puts the hold on `secret` (a Secret this export owns that is not being deleted: a deleting
+/// object takes no new finalizers).
+fn with_hold(secret: &mut Secret) {
+    if !holds(secret) {
+        secret
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(IN_USE_FINALIZER.to_string());
+    }
+}
+
+/// Changes the finalizers of `secret` to `finalizers`, conditional on the resourceVersion it
+/// was read at (a concurrent change fails the patch instead of dropping someone's finalizer).
+async fn set_secret_finalizers(
+    api: &Api<Secret>,
+    secret: &Secret,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": secret.metadata.resource_version,
+        }
+    });
+    match api
+        .patch(
+            &secret.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Lifts the hold from `secret`; a Secret already being deleted then goes.
+async fn release_hold(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
+    if !holds(secret) {
+        return Ok(());
+    }
+    let rest = secret
+        .finalizers()
+        .iter()
+        .filter(|f| *f != IN_USE_FINALIZER)
+        .cloned()
+        .collect();
+    set_secret_finalizers(api, secret, rest).await
+}
 
 fn signed(d: GoDuration) -> jiff::SignedDuration {
     jiff::SignedDuration::from_nanos(d.as_nanos())
@@ -236,6 +339,9 @@ pub fn build_target(
         data.remove(&old_key);
     }
     data.insert(key, ByteString(kubeconfig.to_vec()));
+    if secret.metadata.deletion_timestamp.is_none() {
+        with_hold(&mut secret);
+    }
     secret
 }
 
@@ -318,10 +424,19 @@ async fn delete_owned(
     let api = ctx.api::<Secret>(ns);
     // Conditional on the checked object (uid and resourceVersion): a Secret replaced in between
     // by one this export does not own survives. A changed one is read and judged again.
-    for _ in 0..3 {
+    for _ in 0..4 {
         let Some(observed) = api.get_opt(name).await?.filter(|s| is_owned(s, e)) else {
             return Ok(());
         };
+        if holds(&observed) {
+            // The hold comes off first, so the delete removes the Secret rather than marking it.
+            release_hold(&api, &observed).await?;
+            continue;
+        }
+        if observed.metadata.deletion_timestamp.is_some() {
+            // Already being deleted; what is left is someone else's finalizer.
+            return Ok(());
+        }
         match delete_observed(&api, &observed).await? {
             Deleted::Deleted | Deleted::Gone => return Ok(()),
             Deleted::Changed => continue,
@@ -382,6 +497,50 @@ fn requeue(now: jiff::Timestamp, next: jiff::Timestamp, floor: Duration) -> Acti
     )
 }
 
+/// The deleting export's part in its Secret's end: under `Delete` (or when the Secret is being
+/// deleted anyway) it waits while consumers still need the Secret, then removes it (`Delete`)
+/// or just lifts its hold (`Orphan`). `Some(action)`: still waiting, with the status saying for
+/// whom.
+async fn delete_target(
+    ctx: &Context,
+    e: &OmniKubeconfigExport,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Action>, Error> {
+    let api = ctx.api::<Secret>(ns);
+    let Some(secret) = api.get_opt(name).await?.filter(|s| is_owned(s, e)) else {
+        return Ok(None);
+    };
+    let delete = e.deletion_policy() == Some(DeletionPolicy::Delete);
+    if delete || secret.metadata.deletion_timestamp.is_some() {
+        let users = consumers(ctx, ns, name).await?;
+        if !users.is_empty() {
+            let m = if delete {
+                format!(
+                    "Secret \"{ns}/{name}\" is still used by {}; it is deleted once they are gone (or set spec.deletionPolicy to Orphan to keep it and finish now)",
+                    users.join(", ")
+                )
+            } else {
+                format!(
+                    "Secret \"{ns}/{name}\" is being deleted and is still used by {}; it is kept until they are gone",
+                    users.join(", ")
+                )
+            };
+            let mut d = Draft::new(e, whole_seconds(ctx.clock.now()));
+            d.outcome(false, reasons::DELETING, &m);
+            write(ctx, e, d).await?;
+            // Consumers finishing their deletion trigger this export; the requeue is a fallback.
+            return Ok(Some(Action::requeue(RETRY)));
+        }
+    }
+    if delete {
+        delete_owned(ctx, e, ns, name).await?;
+    } else {
+        release_hold(&api, &secret).await?;
+    }
+    Ok(None)
+}
+
 async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Action, Error> {
     instrumented(e.as_ref(), &ctx, async {
         let namespace = e.namespace().unwrap_or_default();
@@ -390,9 +549,11 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             if !finalizer::has_finalizer(e.as_ref(), false) {
                 return Ok(Action::await_change());
             }
-            if e.deletion_policy() == Some(DeletionPolicy::Delete) && !e.spec.target_secret_ref.name.is_empty() {
+            if !e.spec.target_secret_ref.name.is_empty() {
                 let (ns, name) = target_location(&e);
-                delete_owned(&ctx, &e, &ns, &name).await?;
+                if let Some(action) = delete_target(&ctx, &e, &ns, &name).await? {
+                    return Ok(action);
+                }
             }
             finalizer::remove(&api, e.as_ref(), false).await?;
             ctx.metrics.forget_resource("OmniKubeconfigExport", &namespace, &e.name_any());
@@ -465,6 +626,22 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
         let (target_ns, target_name) = (e.effective_target_namespace(), e.spec.target_secret_ref.name.clone());
         let secrets = ctx.api::<Secret>(&target_ns);
         let existing = secrets.get_opt(&target_name).await?;
+        if let Some(s) = existing.as_ref().filter(|s| is_owned(s, &e)) {
+            if s.metadata.deletion_timestamp.is_some() {
+                // Deleted by someone while this export lives: it goes once nothing needs it
+                // (its deletion event then re-exports); until then it keeps serving.
+                if consumers(&ctx, &target_ns, &target_name).await?.is_empty() {
+                    release_hold(&secrets, s).await?;
+                    return Ok(Action::requeue(RETRY));
+                }
+            } else if !holds(s) {
+                // Written before exports held their Secrets.
+                let mut list = s.finalizers().to_vec();
+                list.push(IN_USE_FINALIZER.to_string());
+                set_secret_finalizers(&secrets, s, list).await?;
+                return Ok(Action::requeue(Duration::ZERO));
+            }
+        }
         if let Some(s) = &existing {
             if !is_owned(s, &e) && s.annotations().get(ADOPT_ANNOTATION).map(String::as_str) != Some("true") {
                 let m = format!(
@@ -568,11 +745,35 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
     .await
 }
 
+/// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
+/// matter to them: live consumers hold a Secret without needing the export to act).
+fn deleting_consumer(
+    exports: &kube::runtime::reflector::Store<DynamicObject>,
+    consumer: &DynamicObject,
+) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> {
+    if consumer.metadata.deletion_timestamp.is_none() {
+        return Vec::new();
+    }
+    let ns = consumer.namespace().unwrap_or_default();
+    let Some(secret) = consumer
+        .data
+        .pointer("/spec/kubeconfigSecretRef/name")
+        .and_then(serde_json::Value::as_str)
+    else {
+        return Vec::new();
+    };
+    referencing::<OmniKubeconfigExport>(exports, |x| {
+        x.effective_target_namespace() == ns && x.spec.target_secret_ref.name == secret
+    })
+}
+
 /// Runs the OmniKubeconfigExport controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let controller = controller_for::<OmniKubeconfigExport>(&ctx);
     let by_cluster = controller.store();
     let by_conn = controller.store();
+    let by_release = controller.store();
+    let by_sync = controller.store();
     let clusters: Api<OmniCluster> = ctx.watch_api();
     let cluster_store = {
         let (reader, writer) = kube::runtime::reflector::store::<OmniCluster>();
@@ -607,6 +808,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
                 })
             },
+        )
+        // A consumer finishing (or starting) its deletion may let a held Secret go.
+        .watches_with(
+            ctx.dynamic_watch_api::<OmniHelmRelease>(),
+            api_resource::<OmniHelmRelease>(),
+            watcher::Config::default(),
+            move |r: DynamicObject| deleting_consumer(&by_release, &r),
+        )
+        .watches_with(
+            ctx.dynamic_watch_api::<OmniSecretSync>(),
+            api_resource::<OmniSecretSync>(),
+            watcher::Config::default(),
+            move |s: DynamicObject| deleting_consumer(&by_sync, &s),
         )
         // Editing or deleting the target re-exports it.
         .watches(
@@ -689,6 +903,55 @@ mod tests {
             None,
             "key missing"
         );
+    }
+
+    fn consumer(spec_secret: &str, deleting: bool, finalizers: &[&str]) -> DynamicObject {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniHelmRelease",
+            "metadata": {"name": "app", "namespace": "ns", "finalizers": finalizers},
+            "spec": {"kubeconfigSecretRef": {"name": spec_secret}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if deleting {
+            obj.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            );
+        }
+        obj
+    }
+
+    #[test]
+    fn a_consumer_needs_the_kubeconfig_until_its_own_cleanup_is_done() {
+        let ours = crate::api::FINALIZER;
+        assert!(needs_kubeconfig(&consumer("kc", false, &[]), "kc"), "live");
+        assert!(
+            needs_kubeconfig(&consumer("kc", true, &[ours]), "kc"),
+            "uninstalling"
+        );
+        assert!(
+            !needs_kubeconfig(&consumer("kc", true, &["other.example/x"]), "kc"),
+            "our cleanup is done; another finalizer is not ours to wait for"
+        );
+        assert!(!needs_kubeconfig(&consumer("other", false, &[]), "kc"));
+    }
+
+    #[test]
+    fn the_written_secret_carries_the_hold_once() {
+        let export: OmniKubeconfigExport = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": "e", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "clusterRef": {"name": "c"}, "targetSecretRef": {"name": "kc"},
+                "serviceAccount": {"user": "u", "groups": ["g"]}, "ttl": "1h", "deletionPolicy": "Delete",
+            },
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let first = build_target(&export, None, "c", "h", b"k", at(10), at(0));
+        assert!(holds(&first));
+        let again = build_target(&export, Some(&first), "c", "h", b"k", at(10), at(0));
+        assert_eq!(again.finalizers(), [IN_USE_FINALIZER.to_string()]);
     }
 
     #[test]
