@@ -328,11 +328,13 @@ impl OmniSimBuilder {
             .add_service(management)
             .prepare();
         let connections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let connect_latency = transport::ConnectLatency::default();
         let server_task = tokio::spawn(transport::serve(
             listener,
             routes,
             tls,
             connections.clone(),
+            connect_latency.clone(),
             shutdown_rx.clone(),
         ));
         let controller_task = tokio::spawn(controllers.clone().run(shutdown_rx));
@@ -344,6 +346,7 @@ impl OmniSimBuilder {
             controllers,
             shutdown: shutdown_tx,
             connections,
+            connect_latency,
             tasks: Mutex::new(vec![server_task, controller_task]),
         })
     }
@@ -388,6 +391,7 @@ pub struct RunningOmniSim {
     controllers: Arc<Controllers>,
     shutdown: watch::Sender<bool>,
     connections: Arc<std::sync::atomic::AtomicU64>,
+    connect_latency: transport::ConnectLatency,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -503,6 +507,13 @@ impl RunningOmniSim {
     /// Write RPCs received so far (for "no writes when idle" assertions).
     pub fn writes_total(&self) -> u64 {
         self.shared.hooks.writes_total()
+    }
+
+    /// Delays every connection accepted from now on by `delay` before serving it (zero
+    /// removes the delay); with [`RunningOmniSim::set_latency`] this models the network
+    /// distance to a real Omni.
+    pub fn set_connect_latency(&self, delay: Duration) {
+        self.connect_latency.set(delay);
     }
 
     /// TCP connections accepted so far (a client that reuses its channel opens one).

@@ -63,13 +63,39 @@ where
     }
 }
 
-/// Accepts connections (counting them in `connections`) until `shutdown` flips, then closes
+/// Delay added to every accepted connection before it is served (a test and benchmark knob,
+/// zero by default): a real Omni is a network round trip and a TLS handshake away, so a client
+/// that opens a connection per call pays for it there, and should here.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectLatency(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl ConnectLatency {
+    /// Sets the delay (zero removes it).
+    pub fn set(&self, delay: std::time::Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.0.store(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The current delay.
+    pub fn get(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+async fn delay_connection(delay: std::time::Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Accepts connections (counting them in `connections`, delaying each by `connect_latency`) until `shutdown` flips, then closes
 /// every open connection.
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
     tls: Option<tokio_rustls::TlsAcceptor>,
     connections: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    connect_latency: ConnectLatency,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let svc = tower::Layer::layer(&GrpcGateLayer, routes);
@@ -91,13 +117,18 @@ pub async fn serve(
         };
         connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let svc = svc.clone();
+        let delay = connect_latency.get();
         match &tls {
             None => {
-                conns.spawn(serve_conn(stream, svc));
+                conns.spawn(async move {
+                    delay_connection(delay).await;
+                    serve_conn(stream, svc).await;
+                });
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 conns.spawn(async move {
+                    delay_connection(delay).await;
                     match acceptor.accept(stream).await {
                         Ok(tls) => serve_conn(tls, svc).await,
                         Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),

@@ -117,3 +117,24 @@ async fn binary_writes_a_private_key_file_and_serves() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test]
+async fn a_connect_latency_delays_each_new_connection_before_it_is_served() {
+    let sim = OmniSim::builder().start().await.unwrap();
+    let signer = Signer::from_encoded(&sim.register_service_account("ci", Role::Reader).unwrap());
+    let delay = std::time::Duration::from_millis(300);
+    sim.set_connect_latency(delay);
+
+    let started = std::time::Instant::now();
+    let mut c = common::state(sim.endpoint(), signer.proper()).await;
+    let mut s = c.list(list_req()).await.unwrap().into_inner();
+    while s.message().await.unwrap().is_some() {}
+    // A lower bound only: the first answer cannot come before the connection is served.
+    assert!(
+        started.elapsed() >= delay,
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(sim.connections_accepted(), 1);
+    sim.shutdown().await;
+}

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod baseline;
 pub mod cli;
 pub mod controllers;
 pub mod delete_guard;

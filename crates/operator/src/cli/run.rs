@@ -95,6 +95,9 @@ pub struct Args {
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
     pub allow_cross_namespace_export: bool,
+    /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
+    #[arg(long, hide = true, value_parser = crate::baseline::parse)]
+    pub baseline_quirks: Option<crate::baseline::Quirks>,
 }
 
 fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
@@ -320,6 +323,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
 /// Runs the subcommand until SIGINT/SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let config = config_from_args(&args)?;
+    crate::baseline::install(args.baseline_quirks.unwrap_or_default());
     let client = kube::Client::try_default()
         .await
         .context("connect to the Kubernetes API")?;
@@ -632,6 +636,23 @@ mod tests {
         assert_eq!(config.helm_max_concurrent, DEFAULT_HELM_MAX_CONCURRENT);
         assert_eq!(config.secret_sync_resync, Duration::from_secs(300));
         assert_eq!(config.secret_policy, SecretPolicy::default());
+    }
+
+    #[test]
+    fn the_baseline_flag_parses_and_stays_out_of_the_help() {
+        use crate::baseline::Quirk;
+        use clap::CommandFactory as _;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("baseline"), "{help}");
+        let cli = Cli::try_parse_from(["run", "--namespace", "omni", "--baseline-quirks=all"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let quirks = cli.args.baseline_quirks.unwrap_or_default();
+        assert!(quirks.has(Quirk::ConnectionPerCall) && quirks.has(Quirk::StatusEveryReconcile));
+        let default = Cli::try_parse_from(["run", "--namespace", "omni"]).unwrap();
+        assert_eq!(default.args.baseline_quirks, None);
+        assert!(
+            Cli::try_parse_from(["run", "--namespace", "omni", "--baseline-quirks=turbo"]).is_err()
+        );
     }
 
     #[test]

@@ -179,6 +179,9 @@ pub async fn run<K: Child>(
         ctx.watch_api::<OmniCluster>(),
         watcher::Config::default(),
         move |cluster: OmniCluster| {
+            if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
+                return Vec::new();
+            }
             let name = cluster.name_any();
             let namespace = cluster.namespace();
             referencing::<K>(&store, |c| {

@@ -618,6 +618,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             ctx.watch_api::<OmniConnection>(),
             wc(),
             move |conn: OmniConnection| {
+                if !crate::baseline::mapped_event_passes("connection→cluster", &conn.metadata) {
+                    return Vec::new();
+                }
                 let name = conn.name_any();
                 let namespace = conn.namespace();
                 referencing::<OmniCluster>(&clusters, |c| {

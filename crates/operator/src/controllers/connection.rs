@@ -250,6 +250,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
             |cluster: OmniCluster| {
+                crate::baseline::mapped_event_passes("cluster→connection", &cluster.metadata)
+                    .then_some(())?;
                 let name = cluster.spec.connection_ref.name.clone();
                 let namespace = cluster.namespace();
                 (!name.is_empty()).then(|| dyn_ref::<OmniConnection>(&name, namespace.as_deref()))

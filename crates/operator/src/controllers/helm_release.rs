@@ -970,7 +970,8 @@ async fn apply(
     }
     let stored = r.status.clone().unwrap_or_default();
     let digest = input_digest(r);
-    let mut planned = plan(current.as_ref(), &stored, &digest);
+    let mut planned =
+        crate::baseline::upgrade_every_trigger(plan(current.as_ref(), &stored, &digest));
     if adopting && planned == Plan::UpToDate {
         // The upgrade is what stamps our ownership labels on the adopted release.
         planned = Plan::Upgrade;

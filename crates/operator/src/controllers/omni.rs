@@ -242,6 +242,7 @@ impl OmniClients {
         let cache_key = format!("{namespace}/{conn_name}");
         if let Some((fp, client)) = self.lock().get(&cache_key)
             && *fp == fingerprint
+            && !crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall)
         {
             return Ok(client.clone());
         }

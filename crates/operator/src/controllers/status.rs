@@ -69,11 +69,13 @@ where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
     S: Serialize,
 {
-    let current = serde_json::to_value(obj)?
+    let object = serde_json::to_value(obj)?;
+    let current = object
         .get("status")
         .cloned()
         .unwrap_or(Value::Object(Map::new()));
-    let desired = serde_json::to_value(new_status)?;
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let desired = crate::baseline::stamp_status(kind, serde_json::to_value(new_status)?);
     let Some(patch) = status_patch(&current, &desired) else {
         return Ok(false);
     };

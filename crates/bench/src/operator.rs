@@ -1,0 +1,195 @@
+//! The operator under test as a child process (`omni-operator run`, leader election off, no
+//! webhook or probe servers), measured from `/proc` alone: CPU time and resident memory.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::fleet;
+
+/// A running operator process.
+pub struct OperatorProcess {
+    child: tokio::process::Child,
+    pid: u32,
+    /// Where its log goes.
+    pub log: PathBuf,
+}
+
+/// CPU and memory of a process at one moment, from `/proc/<pid>/stat` and `status`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ProcSample {
+    /// User + system CPU time so far, in seconds.
+    pub cpu_secs: f64,
+    /// Resident set size now, in bytes.
+    pub rss_bytes: u64,
+    /// Peak resident set size so far, in bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// Finds the `omni-operator` binary: the given path, or the one beside this executable (after
+/// `cargo build [--release] -p omni-operator`, which `omni-bench` runs itself when started by
+/// cargo so the binary is never stale).
+pub fn locate_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        anyhow::ensure!(
+            p.is_file(),
+            "--operator-binary {} does not exist",
+            p.display()
+        );
+        return Ok(p.to_path_buf());
+    }
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("this executable has no directory")?;
+    // Test executables live one level deeper, in target/<profile>/deps.
+    let profile_dir = if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    let binary = profile_dir.join("omni-operator");
+    anyhow::ensure!(
+        binary.is_file(),
+        "{} is missing: build it with `cargo build --release -p omni-operator` or pass --operator-binary",
+        binary.display()
+    );
+    Ok(binary)
+}
+
+impl OperatorProcess {
+    /// Starts `binary run` against the kubeconfig, watching the fleet's namespace.
+    pub fn start(
+        binary: &Path,
+        kubeconfig: &Path,
+        work_dir: &Path,
+        helm: Option<&Path>,
+        baseline_quirks: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let log = work_dir.join("operator.log");
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let helm_dir = work_dir.join("helm");
+        std::fs::create_dir_all(&helm_dir)?;
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.arg("run")
+            .arg("--namespace")
+            .arg(fleet::NAMESPACE)
+            .args(["--metrics-bind-address", "0"])
+            .args(["--health-probe-bind-address", "0"])
+            .arg("--webhook-enabled=false")
+            .arg("--helm-work-dir")
+            .arg(&helm_dir)
+            .arg("--helm-binary")
+            .arg(helm.unwrap_or(Path::new("helm")));
+        if let Some(quirks) = baseline_quirks {
+            cmd.arg(format!("--baseline-quirks={quirks}"));
+        }
+        cmd.env_clear()
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "warn")
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TMPDIR", work_dir)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().context("the operator exited at once")?;
+        Ok(Self { child, pid, log })
+    }
+
+    /// CPU and memory now.
+    pub fn sample(&self) -> anyhow::Result<ProcSample> {
+        proc_sample(self.pid)
+    }
+
+    /// Fails when the process has exited (with the end of its log).
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            anyhow::bail!("the operator exited with {status}:\n{}", tail.join("\n"));
+        }
+        Ok(())
+    }
+
+    /// Stops it with SIGTERM, then SIGKILL after 10 s.
+    pub async fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Reads one process's CPU time and memory from `/proc`.
+pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("malformed /proc/pid/stat")?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5); `after` starts at field 3.
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i - 3)
+            .context("short /proc/pid/stat")?
+            .parse::<f64>()?)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let cpu_secs = (ticks(14)? + ticks(15)?) / hz;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    Ok(ProcSample {
+        cpu_secs,
+        rss_bytes: kib("VmRSS:"),
+        peak_rss_bytes: kib("VmHWM:"),
+    })
+}
+
+/// CPU time this process (the bench with its emulators) has used, in seconds.
+pub fn own_cpu_secs() -> f64 {
+    proc_sample(std::process::id())
+        .map(|s| s.cpu_secs)
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_its_own_cpu_and_memory() {
+        // Burn a little CPU so the figure cannot be zero at 100 Hz accounting.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(50) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        let s = proc_sample(std::process::id()).unwrap();
+        assert!(s.cpu_secs > 0.0, "{s:?}");
+        assert!(s.rss_bytes > 0 && s.peak_rss_bytes >= s.rss_bytes, "{s:?}");
+    }
+}
