@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -20,29 +20,13 @@ use omni_operator::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::{condition, ready, sample, wait_for, writes_to};
+use support::{TestClock, condition, ready, sample, wait_for, writes_to};
 use tokio::time::Instant;
 
 const NS: &str = "omni-cluster-operator-system";
 /// gRPC status code 14 (Unavailable); the operator crate does not depend on tonic directly.
 const UNAVAILABLE: i32 = 14;
 const WAIT: Duration = Duration::from_secs(120);
-
-/// A clock the test moves by hand.
-#[derive(Debug)]
-struct TestClock(Mutex<jiff::Timestamp>);
-
-impl TestClock {
-    fn set(&self, t: jiff::Timestamp) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = t;
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> jiff::Timestamp {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 struct Env {
     _kube: kube_sim::server::RunningKubeSim,
@@ -96,7 +80,7 @@ impl Env {
 
         let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
             .unwrap_or_else(|e| panic!("{e}"));
-        let clock = Arc::new(TestClock(Mutex::new(start)));
+        let clock = Arc::new(TestClock::new(start));
         let metrics = Arc::new(Metrics::new());
         let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
         config.clock = clock.clone();

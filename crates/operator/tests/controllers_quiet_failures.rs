@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
@@ -30,7 +29,7 @@ use omni_operator::metrics::Metrics;
 use omni_sim::types::ty;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde_json::{Value, json};
-use support::{condition, helm_bin, kube_sim, ready, wait_for};
+use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
 
 const NS: &str = "quiet";
 const GROUP: &str = "omni.texashpc.com";
@@ -65,32 +64,6 @@ fn helm_changes(log: &Path) -> usize {
         .lines()
         .filter(|l| matches!(*l, "install" | "upgrade" | "rollback" | "uninstall"))
         .count()
-}
-
-async fn create(client: &kube::Client, obj: Value) {
-    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
-    let (group, version) = match obj["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .split_once('/')
-    {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), "v1".to_string()),
-    };
-    let plural = format!("{}s", kind.to_lowercase());
-    let ar = ApiResource {
-        group: group.clone(),
-        version: version.clone(),
-        api_version: obj["apiVersion"].as_str().unwrap_or_default().to_string(),
-        kind: kind.clone(),
-        plural,
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    let typed: DynamicObject =
-        serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
-    api.create(&PostParams::default(), &typed)
-        .await
-        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
 }
 
 fn ours(kind: &str, name: &str, spec: Value) -> Value {
@@ -230,24 +203,7 @@ struct Env {
 impl Env {
     async fn start() -> Env {
         let (mgmt, client) = kube_sim().await;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in omni_operator::api::crds() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .unwrap_or_else(|e| panic!("create CRD: {e}"));
-        }
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap_or_else(|e| panic!("namespace: {e}"));
-        let clusters: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
-        let until = tokio::time::Instant::now() + support::WAIT;
-        while clusters.list(&ListParams::default()).await.is_err() {
-            assert!(tokio::time::Instant::now() < until, "CRDs never servable");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        support::install_operator_api(&client, NS).await;
         let omni = OmniSim::builder()
             .status_step(Duration::from_millis(20))
             .start()
@@ -296,7 +252,7 @@ impl Env {
             // An export target that the operator did not create.
             secret("grabby-target", json!({"kubeconfig": "hand-made"})),
         ] {
-            create(&client, s).await;
+            create_json(&client, s).await;
         }
 
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -325,7 +281,7 @@ impl Env {
     async fn fail_everything(&self) {
         let c = &self.client;
         let auth = json!({"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}});
-        create(
+        create_json(
             c,
             ours(
                 "OmniConnection",
@@ -334,7 +290,7 @@ impl Env {
             ),
         )
         .await;
-        create(
+        create_json(
             c,
             ours(
                 "OmniConnection",
@@ -345,7 +301,7 @@ impl Env {
             ),
         )
         .await;
-        create(c, ours("OmniConnection", "keyless", json!({
+        create_json(c, ours("OmniConnection", "keyless", json!({
             "endpoint": self.omni.endpoint(),
             "auth": {"serviceAccountSecretRef": {"name": "no-such-secret", "key": "serviceAccountKey"}},
         }))).await;
@@ -371,36 +327,36 @@ impl Env {
                 }),
             )
         };
-        create(c, cluster("healthy", json!({}))).await;
-        create(
+        create_json(c, cluster("healthy", json!({}))).await;
+        create_json(
             c,
             control_plane("healthy", "aaaaaaaa-0000-4000-8000-000000000001"),
         )
         .await;
-        create(
+        create_json(
             c,
             cluster("lonely", json!({"connectionRef": {"name": "nope"}})),
         )
         .await;
-        create(c, cluster("negative", json!({"syncInterval": "-1m"}))).await;
-        create(c, cluster("typo", json!({"talos": {"version": "v1.99.0"}}))).await;
-        create(
+        create_json(c, cluster("negative", json!({"syncInterval": "-1m"}))).await;
+        create_json(c, cluster("typo", json!({"talos": {"version": "v1.99.0"}}))).await;
+        create_json(
             c,
             control_plane("typo", "aaaaaaaa-0000-4000-8000-000000000002"),
         )
         .await;
-        create(c, cluster("unreadable", json!({"syncInterval": "1s"}))).await;
-        create(
+        create_json(c, cluster("unreadable", json!({"syncInterval": "1s"}))).await;
+        create_json(
             c,
             control_plane("unreadable", "aaaaaaaa-0000-4000-8000-000000000003"),
         )
         .await;
-        create(
+        create_json(
             c,
             cluster("stranded", json!({"connectionRef": {"name": "gone"}})),
         )
         .await;
-        create(c, ours("OmniControlPlane", "astray-cp", json!({
+        create_json(c, ours("OmniControlPlane", "astray-cp", json!({
             "clusterRef": {"name": "ghost"}, "machines": ["aaaaaaaa-0000-4000-8000-000000000009"],
         }))).await;
 
@@ -418,8 +374,8 @@ impl Env {
                 }),
             )
         };
-        create(c, export("lost", "ghost", "lost-target")).await;
-        create(c, export("grabby", "healthy", "grabby-target")).await;
+        create_json(c, export("lost", "ghost", "lost-target")).await;
+        create_json(c, export("grabby", "healthy", "grabby-target")).await;
 
         let sync = |name: &str, cluster: &str, source: &str, kubeconfig: &str| {
             ours(
@@ -434,7 +390,7 @@ impl Env {
                 }),
             )
         };
-        create(
+        create_json(
             c,
             sync(
                 "sourceless",
@@ -444,22 +400,22 @@ impl Env {
             ),
         )
         .await;
-        create(
+        create_json(
             c,
             sync("clusterless", "ghost", "source", "workload-kubeconfig"),
         )
         .await;
-        create(
+        create_json(
             c,
             sync("offline", "healthy", "source", "offline-kubeconfig"),
         )
         .await;
-        create(
+        create_json(
             c,
             sync("squatted", "healthy", "source", "workload-kubeconfig"),
         )
         .await;
-        create(
+        create_json(
             c,
             sync("garbage", "healthy", "source", "garbage-kubeconfig"),
         )
@@ -481,17 +437,17 @@ impl Env {
             }
             ours("OmniHelmRelease", name, spec)
         };
-        create(
+        create_json(
             c,
             release("waiting", "healthy", "not-yet-exported", json!({})),
         )
         .await;
-        create(
+        create_json(
             c,
             release("homeless", "ghost", "workload-kubeconfig", json!({})),
         )
         .await;
-        create(
+        create_json(
             c,
             release(
                 "malformed",
@@ -501,12 +457,12 @@ impl Env {
             ),
         )
         .await;
-        create(
+        create_json(
             c,
             release("unfetchable", "healthy", "workload-kubeconfig", json!({})),
         )
         .await;
-        create(
+        create_json(
             c,
             release("undeletable", "healthy", "vanished-kubeconfig", json!({})),
         )
@@ -537,7 +493,7 @@ impl Env {
         self.omni
             .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
         wait_for(&clusters, "healthy", "Ready", ready).await;
-        create(c, export("refused", "healthy", "refused-target")).await;
+        create_json(c, export("refused", "healthy", "refused-target")).await;
 
         // Blocked deletions: the cluster's connection and the release's kubeconfig are missing.
         for (resource, name) in [
