@@ -95,6 +95,10 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
             int_part.parse().map_err(|_| overflow())?
         };
         let mut value = whole.checked_mul(unit_nanos).ok_or_else(overflow)?;
+        // Checked before the fraction is added, so that addition cannot overflow.
+        if value > MAX_NANOS {
+            return Err(overflow());
+        }
         // Fractions: Go truncates toward zero at nanosecond precision.
         let mut scale = unit_nanos;
         for digit in frac_part.bytes().take(30) {
@@ -118,6 +122,18 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole part just below u128's limit left no room for the fraction: adding it overflowed
+    /// (a panic in debug builds, a wrapped value in release ones) instead of reporting a
+    /// duration out of range.
+    #[test]
+    fn huge_whole_part_with_a_fraction_is_out_of_range() {
+        let input = "340282366920938463463374607431768211.999us";
+        assert_eq!(
+            parse_go_duration(input),
+            Err(DurationError::Overflow(input.to_string()))
+        );
+    }
 
     #[test]
     fn accepts_go_syntax() {

@@ -59,6 +59,10 @@ pub fn parse_go_duration(text: &str) -> Result<i128, DurationError> {
             int_part.parse().map_err(|_| err())?
         };
         let mut value = whole.checked_mul(unit).ok_or_else(err)?;
+        // Checked before the fraction is added, so that addition cannot overflow.
+        if value > i128::from(i64::MAX) {
+            return Err(err());
+        }
         let mut scale = unit;
         for digit in frac_part.bytes().take(18) {
             scale /= 10;
@@ -323,6 +327,17 @@ fn read_capped(path: &str, file: std::fs::File) -> Result<Vec<u8>, FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole part just below i128's limit left no room for the fraction: adding it overflowed
+    /// (a panic in debug builds; in release builds a wrapped, negative duration was accepted).
+    #[test]
+    fn huge_whole_part_with_a_fraction_is_refused() {
+        let input = "170141183460469231731687303715884105.999us";
+        assert_eq!(
+            parse_go_duration(input),
+            Err(DurationError(input.to_string()))
+        );
+    }
 
     #[test]
     fn go_durations() {

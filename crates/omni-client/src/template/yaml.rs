@@ -110,7 +110,16 @@ impl Emitter {
             if i > 0 || !inline_first {
                 pad(out, col);
             }
-            out.push_str(&scalar_text(key, true));
+            if simple_key(key) {
+                out.push_str(&scalar_text(key, true));
+            } else {
+                // An explicit `? key` line, then `:` at the key's column, as libyaml (Go's
+                // encoder) writes it: YAML readers refuse implicit keys over 1024 characters.
+                out.push_str("? ");
+                out.push_str(&scalar_text(key, true));
+                out.push('\n');
+                pad(out, col);
+            }
             out.push(':');
             self.after_key(out, value, col);
         }
@@ -183,6 +192,12 @@ impl Emitter {
             Node::Map(_) => out.push_str("{}"),
         }
     }
+}
+
+/// Whether a key may be written implicitly (`key: value`): libyaml's rule, at most 128 bytes
+/// and on one line.
+fn simple_key(key: &str) -> bool {
+    key.len() <= 128 && !key.contains('\n')
 }
 
 /// Writes `|`, `|-` or `|+` and the indented lines; the caller appends the final newline.
@@ -605,6 +620,31 @@ mod tests {
         assert_eq!(emit_document(&doc, 2), "data: |-\n  a\n  b\n");
         let doc = map(vec![("data", Node::Str("a \nb".into()))]);
         assert_eq!(emit_document(&doc, 2), "data: \"a \\nb\"\n");
+    }
+
+    /// Found by `fuzz_input::render_output_parses_back_and_matches_its_hash`: an annotation key
+    /// of 1,100 characters was written as an implicit key, which no YAML reader accepts.
+    #[test]
+    fn long_and_multiline_keys_are_written_as_explicit_keys() {
+        let long = "k".repeat(1100);
+        let doc = map(vec![
+            (long.as_str(), Node::Str("v".into())),
+            ("a\nb", map(vec![("c", Node::Int(1))])),
+            ("short", Node::Int(2)),
+        ]);
+        let text = emit_document(&doc, 2);
+        assert_eq!(
+            text,
+            format!("? {long}\n: v\n? \"a\\nb\"\n:\n  c: 1\nshort: 2\n")
+        );
+        let back: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({ long.as_str(): "v", "a\nb": {"c": 1}, "short": 2 })
+        );
+        let in_list = emit_document(&Node::Seq(vec![doc]), 2);
+        let back: serde_json::Value = serde_saphyr::from_str(&in_list).unwrap();
+        assert_eq!(back[0][long.as_str()], "v");
     }
 
     #[test]
