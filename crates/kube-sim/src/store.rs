@@ -699,10 +699,7 @@ impl Store {
     /// Events after `rv` from the bounded history, or Gone when `rv` is older
     /// than the oldest retained event. Also returns a receiver subscribed
     /// under the same lock, so no event is missed or duplicated.
-    pub fn history_since(
-        &self,
-        rv: u64,
-    ) -> Result<Resumed, ApiError> {
+    pub fn history_since(&self, rv: u64) -> Result<Resumed, ApiError> {
         let inner = self.lock();
         let rx = self.events.subscribe();
         let oldest = inner.history.front().map(|e| e.rv).unwrap_or(inner.rv);
