@@ -169,10 +169,34 @@ pub type AdmissionResult = Result<Vec<String>, Rejection>;
 type ServiceKey = (String, String, u16);
 
 /// Calls validating webhooks; holds the service-name registry used in place of cluster DNS.
+/// Like the real API server's webhook client, it keeps connections open and reuses them (and
+/// each `caBundle`'s TLS configuration) instead of dialling and handshaking for every call.
 #[derive(Debug, Default, Clone)]
 pub struct WebhookDispatcher {
     services: Arc<RwLock<HashMap<ServiceKey, SocketAddr>>>,
+    pool: Arc<std::sync::Mutex<Pool>>,
 }
+
+/// Where a connection leads and whom it trusts: a connection is reused only for the same.
+type ConnectionKey = (String, String, Vec<u8>);
+
+/// Idle webhook connections and the TLS configurations built so far.
+#[derive(Default)]
+struct Pool {
+    idle: HashMap<ConnectionKey, Vec<hyper::client::conn::http1::SendRequest<Full<Bytes>>>>,
+    tls: HashMap<Vec<u8>, Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("targets", &self.idle.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Idle connections kept per webhook target.
+const IDLE_PER_TARGET: usize = 8;
 
 impl WebhookDispatcher {
     /// A dispatcher with no registered services.
@@ -288,7 +312,9 @@ impl WebhookDispatcher {
         }
     }
 
-    /// POSTs the review and returns the response body.
+    /// POSTs the review and returns the response body, over an idle connection to the same
+    /// target when there is one; a reused connection the server has closed meanwhile is
+    /// replaced by a fresh one (the request was never received), as Go's HTTP client does.
     async fn post(&self, hook: &Webhook, review: &Value) -> Result<Bytes, CallError> {
         let target = self.target(hook)?;
         let ca = match hook.client_config.ca_bundle.as_deref() {
@@ -301,18 +327,123 @@ impl WebhookDispatcher {
                 ));
             }
         };
-        let tls_config =
-            tls::client_config_from_pem(&ca).map_err(|e| CallError::Config(e.to_string()))?;
-        let server_name = rustls::pki_types::ServerName::try_from(target.server_name.clone())
-            .map_err(|_| {
-                CallError::Config(format!("invalid server name {}", target.server_name))
-            })?;
         let url = target.url.clone();
         let wrap = |e: String| CallError::Post {
             url: url.clone(),
             error: e,
         };
+        let body = Bytes::from(serde_json::to_vec(review).map_err(|e| wrap(e.to_string()))?);
+        let key: ConnectionKey = (target.addr.clone(), target.server_name.clone(), ca.clone());
+        let request = || {
+            http::Request::post(&target.path_and_query)
+                .header(http::header::HOST, &target.host_header)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::ACCEPT, "application/json")
+                .body(Full::new(body.clone()))
+                .map_err(|e| wrap(e.to_string()))
+        };
+        let (mut sender, response) = match self.idle_connection(&key) {
+            Some(mut sender) => match sender.send_request(request()?).await {
+                Ok(response) => (sender, response),
+                Err(e) if e.is_canceled() || e.is_closed() || sender.is_closed() => {
+                    let mut fresh = self.connect(&target, &ca).await?;
+                    let response = fresh
+                        .send_request(request()?)
+                        .await
+                        .map_err(|e| wrap(e.to_string()))?;
+                    (fresh, response)
+                }
+                Err(e) => return Err(wrap(e.to_string())),
+            },
+            None => {
+                let mut fresh = self.connect(&target, &ca).await?;
+                let response = fresh
+                    .send_request(request()?)
+                    .await
+                    .map_err(|e| wrap(e.to_string()))?;
+                (fresh, response)
+            }
+        };
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| wrap(e.to_string()))?
+            .to_bytes();
+        // The connection is free again once the response is read.
+        if sender.ready().await.is_ok() {
+            self.keep_idle(key, sender);
+        }
+        if !status.is_success() {
+            return Err(CallError::Status(status.as_u16()));
+        }
+        Ok(bytes)
+    }
 
+    fn idle_connection(
+        &self,
+        key: &ConnectionKey,
+    ) -> Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = pool.idle.get_mut(key)?;
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn keep_idle(
+        &self,
+        key: ConnectionKey,
+        sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    ) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = pool.idle.entry(key).or_default();
+        idle.retain(|s| !s.is_closed());
+        if idle.len() < IDLE_PER_TARGET {
+            idle.push(sender);
+        }
+    }
+
+    /// The TLS configuration trusting `ca`, built once per bundle.
+    fn tls_config(&self, ca: &[u8]) -> Result<Arc<rustls::ClientConfig>, CallError> {
+        if let Some(config) = self
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tls
+            .get(ca)
+        {
+            return Ok(config.clone());
+        }
+        let config =
+            tls::client_config_from_pem(ca).map_err(|e| CallError::Config(e.to_string()))?;
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tls
+            .insert(ca.to_vec(), config.clone());
+        Ok(config)
+    }
+
+    /// Dials, verifies the server against `ca` and starts an HTTP/1.1 connection.
+    async fn connect(
+        &self,
+        target: &Target,
+        ca: &[u8],
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, CallError> {
+        let tls_config = self.tls_config(ca)?;
+        let server_name = rustls::pki_types::ServerName::try_from(target.server_name.clone())
+            .map_err(|_| {
+                CallError::Config(format!("invalid server name {}", target.server_name))
+            })?;
+        let wrap = |e: String| CallError::Post {
+            url: target.url.clone(),
+            error: e,
+        };
         let tcp = tokio::net::TcpStream::connect(target.addr.as_str())
             .await
             .map_err(|e| wrap(format!("dial tcp {}: {e}", target.addr)))?;
@@ -320,34 +451,13 @@ impl WebhookDispatcher {
             .connect(server_name, tcp)
             .await
             .map_err(|e| wrap(format!("tls: {e}")))?;
-        let (mut sender, conn) =
+        let (sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                 .await
                 .map_err(|e| wrap(e.to_string()))?;
-        let driver = tokio::spawn(conn);
-        let body = serde_json::to_vec(review).map_err(|e| wrap(e.to_string()))?;
-        let req = http::Request::post(&target.path_and_query)
-            .header(http::header::HOST, &target.host_header)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| wrap(e.to_string()))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| wrap(e.to_string()))?;
-        let status = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| wrap(e.to_string()))?
-            .to_bytes();
-        driver.abort();
-        if !status.is_success() {
-            return Err(CallError::Status(status.as_u16()));
-        }
-        Ok(bytes)
+        // The connection task ends when the server closes it or the last sender is dropped.
+        tokio::spawn(conn);
+        Ok(sender)
     }
 
     fn target(&self, hook: &Webhook) -> Result<Target, CallError> {

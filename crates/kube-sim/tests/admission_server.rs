@@ -151,6 +151,39 @@ async fn denied_writes_are_not_persisted_and_allowed_ones_carry_warnings() {
 }
 
 #[tokio::test]
+async fn webhook_calls_reuse_one_connection_like_the_real_api_server() {
+    let (_sim, webhook, client) = start("Fail").await;
+    for name in ["a", "b", "c"] {
+        let (code, _, body) = client
+            .send("POST", CM, "application/json", &configmap(name, json!({})))
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    assert_eq!(webhook.seen().len(), 3);
+    assert_eq!(webhook.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_webhook_that_went_away_after_a_call_fails_the_next_write_closed() {
+    let (sim, webhook, client) = start("Fail").await;
+    let (code, _, body) = client
+        .send("POST", CM, "application/json", &configmap("a", json!({})))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    // Its open connection goes with it: the kept connection must not hide that.
+    webhook.stop();
+    let (code, _, body) = client
+        .send("POST", CM, "application/json", &configmap("b", json!({})))
+        .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        sim.store()
+            .get("", "configmaps", Some("default"), "b")
+            .is_err()
+    );
+}
+
+#[tokio::test]
 async fn an_unreachable_webhook_fails_closed_or_open_by_policy() {
     let (sim, webhook, client) = start("Fail").await;
     webhook.stop();

@@ -77,6 +77,78 @@ pub struct Controllers {
     pinned: Mutex<HashSet<(String, String)>>,
     /// Machines removed through their Link; never auto-registered again.
     removed: Mutex<HashSet<String>>,
+    /// Which clusters a pass may skip; also serialises passes.
+    dirty: Mutex<Dirty>,
+}
+
+/// Dirty tracking: a cluster whose last progressing pass changed nothing is *settled* and
+/// skipped until a change touches it, so an idle fleet costs nothing per tick instead of a walk
+/// over every cluster. Changes are read from the store's own feed, so every writer counts.
+struct Dirty {
+    feed: tokio::sync::broadcast::Receiver<Arc<crate::store::StoreEvent>>,
+    settled: HashSet<String>,
+    /// Whether the last pass left every cluster settled (and nothing else to do).
+    all_settled: bool,
+}
+
+impl Dirty {
+    /// Reads the changes since the last pass; returns whether there were any.
+    fn absorb(&mut self) -> bool {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut changed = false;
+        loop {
+            match self.feed.try_recv() {
+                Ok(ev) => {
+                    changed = true;
+                    match touched_cluster(&ev) {
+                        Touched::Clusters(names) => {
+                            for name in names {
+                                self.settled.remove(name);
+                            }
+                        }
+                        Touched::Shared => self.settled.clear(),
+                    }
+                }
+                Err(TryRecvError::Lagged(_)) => {
+                    changed = true;
+                    self.settled.clear();
+                }
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return changed,
+            }
+        }
+    }
+}
+
+/// What a change may affect.
+enum Touched<'a> {
+    /// Only the named clusters.
+    Clusters(Vec<&'a str>),
+    /// Anything: the machine pool, classes, links and unlabelled resources are shared.
+    Shared,
+}
+
+fn touched_cluster(ev: &crate::store::StoreEvent) -> Touched<'_> {
+    use crate::store::StoreEvent;
+    let sides: Vec<&Resource> = match ev {
+        StoreEvent::Created(r) | StoreEvent::Destroyed(r) => vec![r],
+        StoreEvent::Updated { old, new } => vec![old, new],
+    };
+    let mut names = Vec::new();
+    for r in sides {
+        let ty = meta(r).r#type.as_str();
+        if ty == ty::CLUSTER {
+            names.push(id(r));
+            continue;
+        }
+        if matches!(ty, ty::MACHINE_STATUS | ty::MACHINE_CLASS | ty::LINK) {
+            return Touched::Shared;
+        }
+        match label(r, l::CLUSTER) {
+            Some(name) => names.push(name),
+            None => return Touched::Shared,
+        }
+    }
+    Touched::Clusters(names)
 }
 
 impl std::fmt::Debug for Controllers {
@@ -102,10 +174,15 @@ impl Controllers {
     /// Controllers over `store`.
     pub fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
         Self {
-            store,
             cfg,
             pinned: Mutex::new(HashSet::new()),
             removed: Mutex::new(HashSet::new()),
+            dirty: Mutex::new(Dirty {
+                feed: store.subscribe(),
+                settled: HashSet::new(),
+                all_settled: false,
+            }),
+            store,
         }
     }
 
@@ -115,6 +192,7 @@ impl Controllers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert((ty.to_string(), id.to_string()));
+        self.unsettle();
     }
 
     /// Resumes status progression for a pinned resource.
@@ -123,6 +201,14 @@ impl Controllers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(ty.to_string(), id.to_string()));
+        self.unsettle();
+    }
+
+    /// Forgets which clusters are settled (after a change outside the store).
+    fn unsettle(&self) {
+        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        dirty.settled.clear();
+        dirty.all_settled = false;
     }
 
     fn is_pinned(&self, ty: &str, id: &str) -> bool {
@@ -196,15 +282,35 @@ impl Controllers {
 
     /// One reconciliation pass; with `progress`, statuses advance one step.
     pub fn reconcile(&self, progress: bool) {
+        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = dirty.absorb();
+        if !changed && dirty.all_settled {
+            // Nothing changed since a pass that changed nothing: this one would change nothing.
+            return;
+        }
+        let start = self.store.revision();
         self.links();
+        let mut all_settled = progress;
         for cluster in self.store.list(DEFAULT_NS, ty::CLUSTER, &[]) {
+            let name = id(&cluster).to_string();
             if tearing_down(&cluster) {
                 self.cluster_teardown(&cluster);
+                all_settled = false;
+                continue;
+            }
+            if dirty.settled.contains(&name) {
+                continue;
+            }
+            let before = self.store.revision();
+            self.cluster_running(&cluster, progress);
+            if progress && self.store.revision() == before {
+                dirty.settled.insert(name);
             } else {
-                self.cluster_running(&cluster, progress);
+                all_settled = false;
             }
         }
         self.orphans();
+        dirty.all_settled = all_settled && self.store.revision() == start;
     }
 
     fn ensure<M: prost::Message>(
@@ -940,5 +1046,103 @@ mod tests {
         assert!(!m(&["arch notin (amd64)"]));
         assert!(m(&["zone != eu"]));
         assert!(!m(&[]));
+    }
+}
+
+#[cfg(test)]
+mod dirty_tracking {
+    use std::sync::Arc;
+
+    use omni_client::proto::specs::{
+        ClusterSpec, KubernetesUpgradeStatusSpec, MachineSetNodeSpec, MachineSetSpec,
+        kubernetes_upgrade_status_spec,
+    };
+
+    use super::{ControllerConfig, Controllers};
+    use crate::store::{Store, decode_spec, resource};
+    use crate::types::{DEFAULT_NS, label as l, ty};
+
+    fn cluster_spec(kubernetes: &str) -> ClusterSpec {
+        ClusterSpec {
+            talos_version: "1.9.0".into(),
+            kubernetes_version: kubernetes.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Progress passes until one changes nothing (bounded: the fleet has one short chain).
+    fn settle(controllers: &Controllers, store: &Store) {
+        for _ in 0..50 {
+            let before = store.revision();
+            controllers.reconcile(true);
+            if store.revision() == before {
+                return;
+            }
+        }
+        panic!("the simulator never settled");
+    }
+
+    fn upgrade(store: &Store) -> KubernetesUpgradeStatusSpec {
+        decode_spec(
+            &store
+                .try_get(DEFAULT_NS, ty::KUBERNETES_UPGRADE_STATUS, "c1")
+                .expect("upgrade status"),
+        )
+        .expect("spec")
+    }
+
+    #[test]
+    fn a_settled_cluster_still_follows_a_later_change() {
+        let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
+        let controllers = Controllers::new(store.clone(), ControllerConfig::default());
+        store.put(resource(
+            ty::CLUSTER,
+            "c1",
+            "",
+            Vec::new(),
+            &cluster_spec("1.31.0"),
+        ));
+        let cluster_label = vec![(l::CLUSTER.to_string(), "c1".to_string())];
+        let mut set_labels = cluster_label.clone();
+        set_labels.push((l::ROLE_CONTROLPLANE.to_string(), String::new()));
+        store.put(resource(
+            ty::MACHINE_SET,
+            "c1-control-planes",
+            "",
+            set_labels.clone(),
+            &MachineSetSpec::default(),
+        ));
+        set_labels.push((l::MACHINE_SET.to_string(), "c1-control-planes".to_string()));
+        store.put(resource(
+            ty::MACHINE_SET_NODE,
+            "m1",
+            "",
+            set_labels,
+            &MachineSetNodeSpec::default(),
+        ));
+        settle(&controllers, &store);
+        assert_eq!(
+            upgrade(&store).phase,
+            kubernetes_upgrade_status_spec::Phase::Done as i32
+        );
+        // Settled: further ticks change nothing ...
+        let idle = store.revision();
+        controllers.reconcile(true);
+        assert_eq!(store.revision(), idle);
+        // ... until the cluster changes: the upgrade runs through to the new version.
+        store.put(resource(
+            ty::CLUSTER,
+            "c1",
+            "",
+            Vec::new(),
+            &cluster_spec("1.32.0"),
+        ));
+        settle(&controllers, &store);
+        let done = upgrade(&store);
+        assert_eq!(
+            done.phase,
+            kubernetes_upgrade_status_spec::Phase::Done as i32
+        );
+        assert_eq!(done.last_upgrade_version, "1.32.0");
     }
 }

@@ -220,6 +220,8 @@ pub struct Store {
     inner: Mutex<Inner>,
     feed: broadcast::Sender<Arc<StoreEvent>>,
     clock: Arc<dyn Clock>,
+    /// Number of changes so far: equal before and after some work means it changed nothing.
+    revision: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -236,6 +238,7 @@ impl Store {
             inner: Mutex::new(Inner::default()),
             feed,
             clock,
+            revision: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -244,8 +247,15 @@ impl Store {
     }
 
     fn emit(&self, ev: StoreEvent) {
+        self.revision
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // No receivers is normal (nobody watching).
         let _ = self.feed.send(Arc::new(ev));
+    }
+
+    /// How many changes the store has seen (every create, update and destroy counts one).
+    pub fn revision(&self) -> u64 {
+        self.revision.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Subscribes to the change feed without a snapshot.
