@@ -202,7 +202,7 @@ name: {B}
         "Cluster \"bad name\" (document 0): kubernetes.version: invalid Kubernetes version \"nope\"",
         "Cluster \"bad name\" (document 0): talos.version: invalid Talos version \"1.9.5\"",
         "Cluster \"bad name\" (document 0): patches[0].name: inline patch requires name or idOverride",
-        "Cluster \"bad name\" (document 0): patches[0]: patch must not set cluster.clusterName",
+        "Cluster \"bad name\" (document 0): patches[0]: overriding \"cluster.clusterName\" is not allowed in the config patch",
         "ControlPlane \"cp\" (document 1): name: control plane must not have a name",
         "ControlPlane \"cp\" (document 1): machineClass: machines and machineClass are mutually exclusive",
         "Workers \"\" (document 2): machines[1]: machine ID \"not-a-uuid\" is not a UUID",

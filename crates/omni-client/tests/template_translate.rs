@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use omni_client::template::{
-    DesiredResource, FileResolver, Spec, Template, TranslateError, keys, sort_for_apply, translate,
-    types,
+    BackendApi, DesiredResource, FileResolver, Spec, Template, TranslateError, keys,
+    sort_for_apply, translate, types,
 };
 
 const A: &str = "11111111-1111-1111-1111-111111111111";
@@ -279,4 +279,113 @@ fn unlimited_machine_class_and_duplicate_ids() {
     };
     let alloc = ms.machine_allocation.as_ref().expect("allocation");
     assert_eq!((alloc.machine_count, alloc.allocation_type), (0, 1));
+}
+
+#[test]
+fn on_backend_api_3_the_install_disk_is_its_own_resource() {
+    let (template, files) = load("worked-example");
+    let mut resources =
+        omni_client::template::translate_for(&template, &files, BackendApi::V3).expect("translate");
+    sort_for_apply(&mut resources);
+    let refs: Vec<String> = resources
+        .iter()
+        .map(|r| r.reference().to_string())
+        .collect();
+    assert!(
+        !refs.iter().any(|r| r.contains("install-disk")),
+        "no install-disk patch on API 3: {refs:?}"
+    );
+    // Right after the config patches, before the node that makes the machine installable.
+    let disk = refs
+        .iter()
+        .position(|r| *r == format!("MachineInstallDiskConfigs.omni.sidero.dev({B})"))
+        .expect("install-disk config");
+    let last_patch = refs
+        .iter()
+        .rposition(|r| r.starts_with("ConfigPatches"))
+        .expect("patches");
+    let first_manifest_or_set = refs
+        .iter()
+        .position(|r| r.starts_with("MachineSets"))
+        .expect("sets");
+    assert!(
+        last_patch < disk && disk < first_manifest_or_set,
+        "{refs:?}"
+    );
+    let Spec::MachineInstallDiskConfig(spec) = &resources[disk].spec else {
+        panic!("install-disk config spec")
+    };
+    assert_eq!(
+        (spec.disk.as_str(), spec.disk_selector.as_str()),
+        ("/dev/sda", "")
+    );
+    assert!(
+        resources[disk].labels.is_empty(),
+        "machine-scoped: no cluster label"
+    );
+    assert_eq!(
+        resources[disk].annotations.get(keys::MANAGED_BY_TEMPLATES),
+        Some(&String::new())
+    );
+}
+
+#[test]
+fn a_disk_selector_needs_backend_api_3() {
+    let text = format!(
+        "kind: Cluster\nname: demo\nkubernetes:\n  version: v1.32.3\ntalos:\n  version: v1.9.5\n---\nkind: ControlPlane\nmachines: [{A}]\n---\nkind: Machine\nname: {A}\ninstall:\n  diskSelector: disk.transport == \"nvme\"\n"
+    );
+    let template = Template::parse(&text).expect("parse");
+    let files = FileResolver::default();
+    template.validate(&files).expect("valid");
+    let err = translate(&template, &files).expect_err("API 2 cannot express a selector");
+    assert_eq!(
+        err.to_string(),
+        "install.diskSelector: needs Omni backend API version 3; the connected Omni speaks version 2"
+    );
+    let resources =
+        omni_client::template::translate_for(&template, &files, BackendApi::V3).expect("API 3");
+    assert!(resources.iter().any(|r| matches!(
+        &r.spec,
+        Spec::MachineInstallDiskConfig(s) if s.disk_selector == "disk.transport == \"nvme\"" && s.disk.is_empty()
+    )));
+
+    let both = text.replace("install:\n", "install:\n  disk: /dev/sda\n");
+    let err = Template::parse(&both)
+        .expect("parse")
+        .validate(&files)
+        .expect_err("disk and selector together");
+    assert!(
+        err.to_string().contains(
+            "install.diskSelector: install.disk and install.diskSelector are mutually exclusive"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn omni_1_10_patch_rules_apply_before_anything_is_sent() {
+    use omni_client::template::{check_config_patch, check_config_patch_for};
+    assert_eq!(
+        check_config_patch("cluster:\n  ca:\n    crt: x\n"),
+        Err(r#"overriding "cluster.ca" is not allowed in the config patch"#.to_string())
+    );
+    assert_eq!(
+        check_config_patch("apiVersion: v1alpha1\nkind: KubeAggregatorCAConfig\n"),
+        Err(
+            r#"the "KubeAggregatorCAConfig" document is not allowed in the config patch"#
+                .to_string()
+        )
+    );
+    assert_eq!(
+        check_config_patch(
+            "apiVersion: v1alpha1\nkind: KubeServiceAccountConfig\nissuer:\n  privateKey: x\n"
+        ),
+        Err(r#"overriding "issuer.privateKey" is not allowed in the config patch"#.to_string())
+    );
+    let disk = "machine:\n  install:\n    disk: /dev/sda\n";
+    assert!(check_config_patch(disk).is_ok(), "allowed on API 2");
+    assert_eq!(
+        check_config_patch_for(disk, true),
+        Err(r#"overriding "machine.install.disk" is not allowed in the config patch"#.to_string())
+    );
 }

@@ -19,6 +19,7 @@ pub mod clock;
 pub mod controllers;
 pub mod server;
 pub mod store;
+pub mod sysversion;
 pub mod token;
 pub mod transport;
 pub mod types;
@@ -188,6 +189,7 @@ impl OmniSim {
             machine_classes: Vec::new(),
             talos_versions: default_talos_versions(),
             workload: Arc::new(FixedWorkloadProvider::default()),
+            backend_api_version: sysversion::DEFAULT_BACKEND_API_VERSION,
         }
     }
 }
@@ -202,6 +204,7 @@ pub struct OmniSimBuilder {
     machine_classes: Vec<(String, Vec<String>)>,
     talos_versions: Vec<TalosVersionSeed>,
     workload: Arc<dyn WorkloadProvider>,
+    backend_api_version: u32,
 }
 
 impl std::fmt::Debug for OmniSimBuilder {
@@ -272,9 +275,17 @@ impl OmniSimBuilder {
         self
     }
 
+    /// The backend API version published in `SysVersions` (default 2, Omni v1.10's; 3 is
+    /// Omni's main branch: `machine.install.disk` refused in patches, `MachineInstallDiskConfig`).
+    pub fn backend_api_version(mut self, version: u32) -> Self {
+        self.backend_api_version = version;
+        self
+    }
+
     /// Binds, seeds the store and starts serving.
     pub async fn start(self) -> Result<RunningOmniSim, SimError> {
         let store = Arc::new(Store::new(self.clock.clone()));
+        sysversion::publish(&store, self.backend_api_version);
         seed_versions(&store, &self.talos_versions);
         let controllers = Arc::new(Controllers::new(store.clone(), self.controllers.clone()));
         for m in &self.machines {
@@ -539,6 +550,11 @@ impl RunningOmniSim {
     /// Stores a resource as a controller would (no checks).
     pub fn put(&self, r: Resource) -> Resource {
         self.shared.store.put(r)
+    }
+
+    /// Publishes another backend API version, as an Omni upgrade would.
+    pub fn set_backend_api_version(&self, version: u32) {
+        sysversion::publish(&self.shared.store, version);
     }
 
     /// Adds or refreshes a pool machine (MachineStatus + Link).

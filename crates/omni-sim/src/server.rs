@@ -300,7 +300,8 @@ fn access(t: &str) -> Access {
         | ty::EXTENSIONS_CONFIGURATION
         | ty::MANIFEST_GROUP
         | ty::HEALTH_CHECK
-        | ty::MACHINE_CLASS => Access::UserWritable,
+        | ty::MACHINE_CLASS
+        | ty::MACHINE_INSTALL_DISK_CONFIG => Access::UserWritable,
         ty::CLUSTER_STATUS
         | ty::MACHINE_SET_STATUS
         | ty::CONTROL_PLANE_STATUS
@@ -311,9 +312,11 @@ fn access(t: &str) -> Access {
         | ty::MACHINE_STATUS
         | ty::CLUSTER_UUID => Access::ReadOnly,
         ty::LINK => Access::Link,
-        ty::TALOS_VERSION | ty::KUBERNETES_VERSION | ty::NAMESPACE | ty::RESOURCE_DEFINITION => {
-            Access::Public
-        }
+        ty::TALOS_VERSION
+        | ty::KUBERNETES_VERSION
+        | ty::NAMESPACE
+        | ty::RESOURCE_DEFINITION
+        | ty::SYS_VERSION => Access::Public,
         ty::IDENTITY | ty::USER => Access::AdminRead,
         _ => Access::Forbidden,
     }

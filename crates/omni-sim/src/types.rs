@@ -5,6 +5,10 @@ use std::str::FromStr;
 
 /// The namespace every template resource lives in.
 pub const DEFAULT_NS: &str = "default";
+/// The namespace of Omni's runtime-only resources (SysVersions).
+pub const EPHEMERAL_NS: &str = "ephemeral";
+/// ID of the single SysVersions resource.
+pub const SYS_VERSION_ID: &str = "current";
 
 /// COSI type strings.
 #[allow(missing_docs)]
@@ -35,6 +39,8 @@ pub mod ty {
     pub const PUBLIC_KEY: &str = "PublicKeys.omni.sidero.dev";
     pub const USER: &str = "Users.omni.sidero.dev";
     pub const IDENTITY: &str = "Identities.omni.sidero.dev";
+    pub const SYS_VERSION: &str = "SysVersions.system.sidero.dev";
+    pub const MACHINE_INSTALL_DISK_CONFIG: &str = "MachineInstallDiskConfigs.omni.sidero.dev";
 }
 
 /// Label and annotation keys.
@@ -53,6 +59,7 @@ pub mod label {
     pub const LOCKED: &str = "omni.sidero.dev/locked";
     pub const CLUSTER_LOCKED: &str = "omni.sidero.dev/cluster-locked";
     pub const USER_ID: &str = "user-id";
+    pub const MANAGED_BY_TEMPLATES: &str = "omni.sidero.dev/managed-by-cluster-templates";
 }
 
 /// Access levels, ordered from least to most privileged (omni-wire §2.6).

@@ -4,16 +4,19 @@
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
     ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
-    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec, MachineSetSpec,
-    TalosVersionSpec, kubernetes_manifest_group_spec, machine_set_spec,
+    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec,
+    MachineInstallDiskConfigSpec, MachineSetSpec, TalosVersionSpec, kubernetes_manifest_group_spec,
+    machine_set_spec,
 };
 use serde_json::Value;
 
 use crate::store::{Store, decode_spec, id, label, meta, tearing_down};
 use crate::types::{DEFAULT_NS, label as l, ty};
 
-/// Config-patch paths users may not set (omni-wire §3.8).
-pub const FORBIDDEN_PATCH_FIELDS: [&str; 13] = [
+/// Config-patch paths users may not set in the legacy (kind-less) document: Omni v1.10's list
+/// (`client/pkg/omni/resources/omni/config_patch.go`), which added `cluster.ca` and
+/// `cluster.serviceAccount` to omni-wire §3.8.
+pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
     "cluster.clusterName",
     "cluster.id",
     "cluster.controlPlane.endpoint",
@@ -21,13 +24,26 @@ pub const FORBIDDEN_PATCH_FIELDS: [&str; 13] = [
     "cluster.secret",
     "cluster.aescbcEncryptionSecret",
     "cluster.secretboxEncryptionSecret",
+    "cluster.ca",
     "cluster.acceptedCAs",
+    "cluster.serviceAccount",
     "machine.token",
     "machine.ca",
     "machine.type",
     "machine.install.extensions",
     "machine.acceptedCAs",
 ];
+
+/// Multi-document config kinds a patch may not contain (Omni v1.10: they carry CA keys).
+pub const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] =
+    ["KubeAPIServerCAConfig", "KubeAggregatorCAConfig"];
+
+/// Fields refused inside documents of a kind (Omni v1.10).
+pub const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &str); 1] =
+    [("KubeServiceAccountConfig", "issuer.privateKey")];
+
+/// Refused in patches from backend API 3 on: the install disk is a resource of its own there.
+pub const API3_FORBIDDEN_PATCH_FIELD: &str = "machine.install.disk";
 
 /// A write being validated.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +81,7 @@ pub fn validate(store: &Store, op: Op<'_>) -> V {
         ty::EXTENSIONS_CONFIGURATION => extensions(store, op),
         ty::MANIFEST_GROUP => manifest_group(op),
         ty::HEALTH_CHECK => health_check(op),
+        ty::MACHINE_INSTALL_DISK_CONFIG => install_disk_config(store, op),
         _ => Ok(()),
     }
 }
@@ -257,8 +274,9 @@ fn get_cluster(store: &Store, name: &str) -> Option<Resource> {
     store.try_get(DEFAULT_NS, ty::CLUSTER, name)
 }
 
-/// Checks a Talos config patch: YAML documents that are mappings, none setting a forbidden field.
-pub fn check_config_patch(data: &str) -> V {
+/// Checks a Talos config patch for a backend speaking `api_version`: YAML documents that are
+/// mappings, no forbidden document, none setting a forbidden field. Messages are Omni's.
+pub fn check_config_patch_for(data: &str, api_version: u32) -> V {
     let docs: Vec<Value> = serde_saphyr::from_multiple(data)
         .map_err(|e| format!("config patch is not valid YAML: {e}"))?;
     for doc in &docs {
@@ -267,7 +285,26 @@ pub fn check_config_patch(data: &str) -> V {
             Value::Object(_) => {}
             _ => return Err("config patch document must be a mapping".into()),
         }
-        for path in FORBIDDEN_PATCH_FIELDS {
+        let kind = doc.get("kind").and_then(Value::as_str);
+        if let Some(kind) = kind
+            && FORBIDDEN_PATCH_DOCUMENTS.contains(&kind)
+        {
+            return Err(format!(
+                "the {kind:?} document is not allowed in the config patch"
+            ));
+        }
+        let paths: Vec<&str> = match kind {
+            None => FORBIDDEN_PATCH_FIELDS
+                .into_iter()
+                .chain((api_version >= 3).then_some(API3_FORBIDDEN_PATCH_FIELD))
+                .collect(),
+            Some(kind) => FORBIDDEN_DOCUMENT_FIELDS
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, path)| *path)
+                .collect(),
+        };
+        for path in paths {
             let mut cur = doc;
             let mut found = true;
             for part in path.split('.') {
@@ -295,6 +332,11 @@ pub fn check_config_patch(data: &str) -> V {
         }
     }
     Ok(())
+}
+
+/// [`check_config_patch_for`] at backend API 2.
+pub fn check_config_patch(data: &str) -> V {
+    check_config_patch_for(data, 2)
 }
 
 fn config_patch(store: &Store, op: Op<'_>) -> V {
@@ -327,7 +369,28 @@ fn config_patch(store: &Store, op: Op<'_>) -> V {
     if !spec.compressed_data.is_empty() {
         return Ok(());
     }
-    check_config_patch(&spec.data)
+    check_config_patch_for(&spec.data, crate::sysversion::backend_api_version(store))
+}
+
+/// MachineInstallDiskConfig (backend API 3 only): exactly one of `disk` and `diskSelector`.
+/// The CEL selector is evaluated against real disks by Omni; here only its presence counts.
+fn install_disk_config(store: &Store, op: Op<'_>) -> V {
+    let (Op::Create(new) | Op::Update { new, .. }) = op else {
+        return Ok(());
+    };
+    let api = crate::sysversion::backend_api_version(store);
+    if api < 3 {
+        return Err(format!(
+            "resource type {:?} is not supported by backend API version {api}",
+            ty::MACHINE_INSTALL_DISK_CONFIG
+        ));
+    }
+    let spec: MachineInstallDiskConfigSpec = decode(new)?;
+    match (spec.disk.is_empty(), spec.disk_selector.is_empty()) {
+        (true, true) => Err("either disk or disk selector must be set".into()),
+        (false, false) => Err("disk and disk selector are mutually exclusive".into()),
+        _ => Ok(()),
+    }
 }
 
 fn role_labels(r: &Resource) -> (bool, bool) {
@@ -629,5 +692,54 @@ mod tests {
             check_config_patch("cluster:\n  controlPlane:\n    localAPIServerPort: 1\n").is_ok()
         );
         assert!(check_config_patch("a: 1\n---\nmachine:\n  ca: {}\n").is_err());
+    }
+
+    #[test]
+    fn omni_1_10_refuses_cluster_keys_in_patches() {
+        for (patch, message) in [
+            (
+                "cluster:\n  ca:\n    crt: x\n",
+                r#"overriding "cluster.ca" is not allowed in the config patch"#,
+            ),
+            (
+                "cluster:\n  serviceAccount:\n    key: x\n",
+                r#"overriding "cluster.serviceAccount" is not allowed in the config patch"#,
+            ),
+            (
+                "apiVersion: v1alpha1\nkind: KubeAPIServerCAConfig\n",
+                r#"the "KubeAPIServerCAConfig" document is not allowed in the config patch"#,
+            ),
+            (
+                "machine: {}\n---\napiVersion: v1alpha1\nkind: KubeAggregatorCAConfig\n",
+                r#"the "KubeAggregatorCAConfig" document is not allowed in the config patch"#,
+            ),
+            (
+                "apiVersion: v1alpha1\nkind: KubeServiceAccountConfig\nissuer:\n  privateKey: x\n",
+                r#"overriding "issuer.privateKey" is not allowed in the config patch"#,
+            ),
+        ] {
+            assert_eq!(
+                check_config_patch(patch),
+                Err(message.to_string()),
+                "{patch}"
+            );
+        }
+        // The same document without the key, and `cluster.ca` outside the v1alpha1 document.
+        assert!(
+            check_config_patch(
+                "apiVersion: v1alpha1\nkind: KubeServiceAccountConfig\nissuer:\n  url: https://x\n"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn install_disk_in_a_patch_is_refused_from_api_3_on() {
+        let patch = "machine:\n  install:\n    disk: /dev/sda\n";
+        assert!(check_config_patch_for(patch, 2).is_ok());
+        assert_eq!(
+            check_config_patch_for(patch, 3),
+            Err(r#"overriding "machine.install.disk" is not allowed in the config patch"#.into())
+        );
     }
 }

@@ -350,7 +350,8 @@ pub fn render(
             annotations: s.annotations.clone().unwrap_or_default(),
             locked: s.locked,
             install: s.install.as_ref().map(|i| Install {
-                disk: i.disk.clone(),
+                disk: i.disk.clone().unwrap_or_default(),
+                disk_selector: i.disk_selector.clone().unwrap_or_default(),
             }),
             patches: patches(s.patches.as_ref()),
             system_extensions: non_empty(s.system_extensions.as_ref()),

@@ -949,3 +949,68 @@ fn cluster_name_is_immutable_once_the_omni_cluster_is_managed() {
     let same = with(old.clone(), "syncInterval", json!("10m"));
     assert!(run_update(&old, &same).errors.is_empty());
 }
+
+#[test]
+fn patches_omni_refuses_are_refused_at_admission_with_omnis_reason() {
+    let secret_key = "LS0tLS1CRUdJTiBQUklWQVRF";
+    assert_eq!(
+        errors(&with(
+            cluster(),
+            "patches",
+            json!([
+                {"name": "ca", "inline": {"cluster": {"ca": {"crt": "x", "key": secret_key}}}},
+                {"name": "sa", "inline": {"cluster": {"serviceAccount": {"key": secret_key}}}},
+                {"name": "apiserver-ca", "inline": "apiVersion: v1alpha1\nkind: KubeAPIServerCAConfig\n"},
+                {"name": "aggregator-ca", "inline": [{"machine": {}}, {"apiVersion": "v1alpha1", "kind": "KubeAggregatorCAConfig"}]},
+                {"name": "issuer", "inline": {"apiVersion": "v1alpha1", "kind": "KubeServiceAccountConfig", "issuer": {"privateKey": secret_key}}},
+            ])
+        )),
+        vec![
+            r#"spec.patches[0].inline: Forbidden: overriding "cluster.ca" is not allowed in the config patch"#,
+            r#"spec.patches[1].inline: Forbidden: overriding "cluster.serviceAccount" is not allowed in the config patch"#,
+            r#"spec.patches[2].inline: Forbidden: the "KubeAPIServerCAConfig" document is not allowed in the config patch"#,
+            r#"spec.patches[3].inline: Forbidden: the "KubeAggregatorCAConfig" document is not allowed in the config patch"#,
+            r#"spec.patches[4].inline: Forbidden: overriding "issuer.privateKey" is not allowed in the config patch"#,
+        ]
+    );
+    // Machine sets and machines follow the same rules; allowed neighbours pass.
+    assert_eq!(
+        errors(&with(
+            machine(),
+            "patches",
+            json!([{"name": "ca", "inline": {"cluster": {"ca": {"crt": "x"}}}}])
+        )),
+        vec![
+            r#"spec.patches[0].inline: Forbidden: overriding "cluster.ca" is not allowed in the config patch"#
+        ]
+    );
+    assert_clean(&with(
+        cluster(),
+        "patches",
+        json!([{"name": "sa-issuer", "inline": {"apiVersion": "v1alpha1", "kind": "KubeServiceAccountConfig", "issuer": {"url": "https://x"}}}]),
+    ));
+}
+
+#[test]
+fn machine_install_needs_exactly_one_of_disk_and_selector() {
+    assert_clean(&with(machine(), "install", json!({"disk": "/dev/sda"})));
+    assert_clean(&with(
+        machine(),
+        "install",
+        json!({"diskSelector": "disk.transport == \"nvme\""}),
+    ));
+    assert_eq!(
+        errors(&with(machine(), "install", json!({}))),
+        vec!["spec.install: Required value: install requires exactly one of disk or diskSelector"]
+    );
+    assert_eq!(
+        errors(&with(
+            machine(),
+            "install",
+            json!({"disk": "/dev/sda", "diskSelector": "true"})
+        )),
+        vec![
+            r#"spec.install.diskSelector: Invalid value: "true": install.disk and install.diskSelector are mutually exclusive"#
+        ]
+    );
+}

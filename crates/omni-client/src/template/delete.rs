@@ -4,6 +4,7 @@
 //! long, so [`delete_cluster`] advances as far as it can without waiting and reports what it is
 //! still waiting for; calling it again continues where the previous call stopped.
 
+use super::api::BackendApi;
 use super::state::{LabelCondition, StateError, TemplateState};
 use super::sync::{SyncError, collect_owned, delete_phases_for, release_kernel_args};
 use super::translate::{ResourceRef, keys, types};
@@ -89,15 +90,29 @@ pub async fn delete_cluster<S: TemplateState>(
     destroy_machines: bool,
     output: &mut Vec<String>,
 ) -> Result<DeleteProgress, SyncError> {
+    delete_cluster_for(state, cluster, destroy_machines, BackendApi::V2, output).await
+}
+
+/// [`delete_cluster`] against a backend speaking API version `api` (on API 3 the machines'
+/// install-disk configs written by templates are released like their KernelArgs).
+pub async fn delete_cluster_for<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    destroy_machines: bool,
+    api: BackendApi,
+    output: &mut Vec<String>,
+) -> Result<DeleteProgress, SyncError> {
     let mut phases = if destroy_machines {
         destroy_machine_phases(state, cluster).await?
     } else {
         Vec::new()
     };
-    let owned = collect_owned(state, cluster).await?;
+    let owned = collect_owned(state, cluster, api).await?;
     let mut deletes = Vec::new();
     for (r, resource) in &owned {
-        if r.resource_type == types::KERNEL_ARGS {
+        if r.resource_type == types::KERNEL_ARGS
+            || r.resource_type == types::MACHINE_INSTALL_DISK_CONFIG
+        {
             if let Some(released) = release_kernel_args(resource) {
                 output.push(format!("* updating {r}"));
                 state

@@ -5,6 +5,7 @@
 //! The pure parts (model, validation, translation, planning) do no I/O besides reading the
 //! files a template refers to, so they can be tested without a server.
 
+mod api;
 mod deadline;
 mod delete;
 mod files;
@@ -16,8 +17,12 @@ mod translate;
 mod validate;
 mod yaml;
 
+pub use api::{
+    ApiVersionError, BackendApi, EPHEMERAL_NAMESPACE, SUPPORTED_BACKEND_API_VERSIONS,
+    SYS_VERSION_ID, SYS_VERSION_TYPE, read_backend_api_version, unsupported_message,
+};
 pub use deadline::DeadlineState;
-pub use delete::{DeleteProgress, delete_cluster};
+pub use delete::{DeleteProgress, delete_cluster, delete_cluster_for};
 pub use files::{DurationError, FileError, FileResolver, MAX_FILE_BYTES, parse_go_duration};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
@@ -28,12 +33,12 @@ pub use state::{EventStream, LabelCondition, StateError, TemplateState};
 pub use status::{
     ClusterHealth, MachineCounts, MachineSetHealth, StatusError, Upgrades, status_cluster,
 };
-pub use sync::{Plan, SyncError, apply, plan_sync, sync, to_wire};
+pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync, to_wire};
 pub use translate::{
     DesiredResource, NAMESPACE, ResourceRef, Spec, SpecDecodeError, TranslateError, keys,
-    sort_for_apply, translate, type_rank, types,
+    sort_for_apply, translate, translate_for, type_rank, types,
 };
 pub use validate::{
     CONTROL_PLANES, RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch,
-    inline_content, is_uuid, yaml_syntax_error,
+    check_config_patch_for, inline_content, is_uuid, yaml_syntax_error,
 };

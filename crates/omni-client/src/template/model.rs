@@ -283,6 +283,9 @@ pub struct Install {
     /// Install disk path, e.g. `/dev/sda`.
     #[serde(default, deserialize_with = "nullable")]
     pub disk: String,
+    /// CEL expression choosing the install disk (Omni backend API 3); exclusive with `disk`.
+    #[serde(default, deserialize_with = "nullable")]
+    pub disk_selector: String,
 }
 
 /// A config patch.

@@ -10,11 +10,12 @@ use futures::StreamExt;
 use futures::stream::SelectAll;
 use tokio::time::Instant;
 
+use super::api::BackendApi;
 use super::files::FileResolver;
 use super::model::Template;
 use super::state::{LabelCondition, StateError, TemplateState, event_type};
 use super::translate::{
-    DesiredResource, NAMESPACE, ResourceRef, Spec, TranslateError, keys, translate, type_rank,
+    DesiredResource, NAMESPACE, ResourceRef, Spec, TranslateError, keys, translate_for, type_rank,
     types,
 };
 use super::validate::ValidationErrors;
@@ -219,6 +220,7 @@ impl Plan {
 pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
     cluster: &str,
+    api: BackendApi,
 ) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
     let mut actual = BTreeMap::new();
     let cluster_ref = ResourceRef::new(types::CLUSTER, cluster);
@@ -256,14 +258,19 @@ pub(crate) async fn collect_owned<S: TemplateState>(
             }
             actual.insert(ResourceRef::new(t, m.id), r);
         }
+        // Machine-scoped resources carry no cluster label: found by the node's ID. The install
+        // disk is a resource only on backend API 3 (older backends do not know the type).
+        let machine_scoped: &[&str] = if api.install_disk_is_resource() {
+            &[types::KERNEL_ARGS, types::MACHINE_INSTALL_DISK_CONFIG]
+        } else {
+            &[types::KERNEL_ARGS]
+        };
         for node in nodes {
-            let r = ResourceRef::new(types::KERNEL_ARGS, node.clone());
-            if let Some(found) = state
-                .get(types::KERNEL_ARGS, &node)
-                .await
-                .map_err(state_err("get", &r))?
-            {
-                actual.insert(r, found);
+            for t in machine_scoped {
+                let r = ResourceRef::new(*t, node.clone());
+                if let Some(found) = state.get(t, &node).await.map_err(state_err("get", &r))? {
+                    actual.insert(r, found);
+                }
             }
         }
     }
@@ -279,7 +286,10 @@ pub(crate) fn delete_phases_for(
     for res in &deletes {
         let r = reference_of(res);
         let label = cluster_label(res);
-        if r.resource_type != types::CLUSTER && label != cluster {
+        if r.resource_type != types::CLUSTER
+            && !machine_scoped(&r.resource_type)
+            && label != cluster
+        {
             return Err(SyncError::ForeignResource {
                 resource_type: r.resource_type,
                 id: r.id,
@@ -346,6 +356,13 @@ fn sort_refs(refs: &mut [ResourceRef]) {
     });
 }
 
+/// Types scoped to a machine rather than a cluster: they carry no cluster label.
+fn machine_scoped(resource_type: &str) -> bool {
+    resource_type == types::KERNEL_ARGS || resource_type == types::MACHINE_INSTALL_DISK_CONFIG
+}
+
+/// Removes the managed-by-templates annotation (KernelArgs and install-disk configs are released,
+/// never deleted, when a machine leaves a template); `None` when it is not there.
 pub(crate) fn release_kernel_args(r: &Resource) -> Option<Resource> {
     let mut released = r.clone();
     let m = released.metadata.as_mut()?;
@@ -354,7 +371,8 @@ pub(crate) fn release_kernel_args(r: &Resource) -> Option<Resource> {
 }
 
 /// Validates and translates `template`, reads Omni's state and computes the change set.
-/// Nothing is written. How long it may take is bounded by `state`: over
+/// Nothing is written. Translates for backend API 2; see [`plan_sync_for`]. How long it may
+/// take is bounded by `state`: over
 /// [`Client::template_state`](crate::transport::Client::template_state) (a
 /// [`DeadlineState`](super::DeadlineState)) every read has a deadline, so a hung Omni ends the
 /// plan with [`StateError::DeadlineExceeded`] instead of blocking its caller forever.
@@ -363,14 +381,39 @@ pub async fn plan_sync<S: TemplateState>(
     template: &Template,
     files: &FileResolver,
 ) -> Result<Plan, SyncError> {
+    plan_sync_for(state, template, files, &SyncOptions::default()).await
+}
+
+/// How a sync translates and stamps what it writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// The backend API version to translate for.
+    pub api: BackendApi,
+    /// Annotations added to every resource written, e.g. Omni's
+    /// [`keys::MANAGED_BY_GITOPS_TOOLS`]. Unlike template descriptors they may use Omni's
+    /// reserved prefix: they describe the writer, not the template.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// [`plan_sync`] with options (backend API version, writer annotations).
+pub async fn plan_sync_for<S: TemplateState>(
+    state: &S,
+    template: &Template,
+    files: &FileResolver,
+    options: &SyncOptions,
+) -> Result<Plan, SyncError> {
     template.validate(files)?;
-    let desired = translate(template, files)?;
+    let api = options.api;
+    let mut desired = translate_for(template, files, api)?;
+    for d in &mut desired {
+        d.annotations.extend(options.annotations.clone());
+    }
     let cluster = template
         .cluster()
         .map(|c| c.name.clone())
         .ok_or(TranslateError::NoCluster)?;
 
-    let mut actual = collect_owned(state, &cluster).await?;
+    let mut actual = collect_owned(state, &cluster, api).await?;
     for d in &desired {
         let r = d.reference();
         if actual.contains_key(&r) {
@@ -384,7 +427,7 @@ pub async fn plan_sync<S: TemplateState>(
             .await
             .map_err(state_err("get", &r))?
             && meta(&found).owner.is_empty()
-            && (r.resource_type == types::KERNEL_ARGS || cluster_label(&found) == cluster)
+            && (machine_scoped(&r.resource_type) || cluster_label(&found) == cluster)
         {
             actual.insert(r, found);
         }
@@ -412,7 +455,7 @@ pub async fn plan_sync<S: TemplateState>(
                 }
             }
             None => {
-                if r.resource_type != types::KERNEL_ARGS
+                if !machine_scoped(&r.resource_type)
                     && let Some(existing) = state
                         .get(&r.resource_type, &r.id)
                         .await
@@ -435,6 +478,23 @@ pub async fn plan_sync<S: TemplateState>(
         if r.resource_type == types::KERNEL_ARGS {
             if let Some(released) = release_kernel_args(current) {
                 updates.push(released);
+            }
+            continue;
+        }
+        if r.resource_type == types::MACHINE_INSTALL_DISK_CONFIG {
+            // Only what templates wrote is touched. A machine still in the template went back
+            // to automatic disk selection, which only deleting expresses; a machine that left
+            // keeps its selection (a machine property) and is merely released, as Omni does.
+            if meta(current)
+                .annotations
+                .contains_key(keys::MANAGED_BY_TEMPLATES)
+            {
+                let node = ResourceRef::new(types::MACHINE_SET_NODE, r.id.clone());
+                if desired_refs.contains(&node) {
+                    deletes.push(current.clone());
+                } else if let Some(released) = release_kernel_args(current) {
+                    updates.push(released);
+                }
             }
             continue;
         }

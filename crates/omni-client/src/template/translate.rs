@@ -5,6 +5,7 @@ use std::fmt;
 
 use prost::Message as _;
 
+use super::api::BackendApi;
 use super::files::{FileError, FileResolver, parse_go_duration};
 use super::model::{Descriptors, Document, MachineSet, Patch, Template, UpdateStrategy};
 use super::validate::{CONTROL_PLANES, allocation, healthcheck_id, inline_content, workers_name};
@@ -32,6 +33,8 @@ pub mod types {
     pub const KUBERNETES_MANIFEST_GROUP: &str = "KubernetesManifestGroups.omni.sidero.dev";
     /// `KubernetesHealthCheck`.
     pub const KUBERNETES_HEALTH_CHECK: &str = "KubernetesHealthChecks.omni.sidero.dev";
+    /// `MachineInstallDiskConfig` (backend API 3).
+    pub const MACHINE_INSTALL_DISK_CONFIG: &str = "MachineInstallDiskConfigs.omni.sidero.dev";
     /// `Link` (SideroLink), torn down when machines are destroyed.
     pub const LINK: &str = "Links.omni.sidero.dev";
     /// `MachineStatus`.
@@ -75,6 +78,8 @@ pub mod keys {
     pub const DISCONNECTED: &str = "omni.sidero.dev/disconnected";
     /// Annotation marking resources written by templates.
     pub const MANAGED_BY_TEMPLATES: &str = "omni.sidero.dev/managed-by-cluster-templates";
+    /// Annotation naming the GitOps tool that manages a resource; Omni's UI shows it.
+    pub const MANAGED_BY_GITOPS_TOOLS: &str = "omni.sidero.dev/managed-by-gitops-tools";
     /// Annotation locking a machine.
     pub const LOCKED: &str = "omni.sidero.dev/locked";
     /// Patch / manifest name annotation.
@@ -100,6 +105,8 @@ pub enum Spec {
     KubernetesManifestGroup(specs::KubernetesManifestGroupSpec),
     /// `KubernetesHealthChecks.omni.sidero.dev`.
     KubernetesHealthCheck(specs::KubernetesHealthCheckSpec),
+    /// `MachineInstallDiskConfigs.omni.sidero.dev` (backend API 3).
+    MachineInstallDiskConfig(specs::MachineInstallDiskConfigSpec),
 }
 
 /// A stored spec could not be decoded.
@@ -130,6 +137,7 @@ impl Spec {
             Spec::ExtensionsConfiguration(_) => types::EXTENSIONS_CONFIGURATION,
             Spec::KubernetesManifestGroup(_) => types::KUBERNETES_MANIFEST_GROUP,
             Spec::KubernetesHealthCheck(_) => types::KUBERNETES_HEALTH_CHECK,
+            Spec::MachineInstallDiskConfig(_) => types::MACHINE_INSTALL_DISK_CONFIG,
         }
     }
 
@@ -144,6 +152,7 @@ impl Spec {
             Spec::ExtensionsConfiguration(m) => m.encode_to_vec(),
             Spec::KubernetesManifestGroup(m) => m.encode_to_vec(),
             Spec::KubernetesHealthCheck(m) => m.encode_to_vec(),
+            Spec::MachineInstallDiskConfig(m) => m.encode_to_vec(),
         }
     }
 
@@ -175,6 +184,9 @@ impl Spec {
             ),
             types::KUBERNETES_HEALTH_CHECK => Spec::KubernetesHealthCheck(
                 specs::KubernetesHealthCheckSpec::decode(bytes).map_err(err)?,
+            ),
+            types::MACHINE_INSTALL_DISK_CONFIG => Spec::MachineInstallDiskConfig(
+                specs::MachineInstallDiskConfigSpec::decode(bytes).map_err(err)?,
             ),
             other => return Err(SpecDecodeError::UnknownType(other.to_string())),
         })
@@ -231,18 +243,20 @@ impl DesiredResource {
     }
 }
 
-/// Rank of a type in apply order (Omni's order: clusters first, nodes and kernel args last).
+/// Rank of a type in apply order (Omni's order: clusters first, nodes and kernel args last;
+/// the install disk before the node that makes the machine installable).
 pub fn type_rank(resource_type: &str) -> u8 {
     match resource_type {
         types::CLUSTER => 1,
         types::EXTENSIONS_CONFIGURATION => 2,
         types::CONFIG_PATCH => 3,
-        types::KUBERNETES_MANIFEST_GROUP => 4,
-        types::KUBERNETES_HEALTH_CHECK => 5,
-        types::MACHINE_SET => 6,
-        types::MACHINE_SET_NODE => 7,
-        types::KERNEL_ARGS => 8,
-        _ => 9,
+        types::MACHINE_INSTALL_DISK_CONFIG => 4,
+        types::KUBERNETES_MANIFEST_GROUP => 5,
+        types::KUBERNETES_HEALTH_CHECK => 6,
+        types::MACHINE_SET => 7,
+        types::MACHINE_SET_NODE => 8,
+        types::KERNEL_ARGS => 9,
+        _ => 10,
     }
 }
 
@@ -444,6 +458,17 @@ fn strategy_config(s: &UpdateStrategy) -> Option<specs::machine_set_spec::Update
 pub fn translate(
     template: &Template,
     files: &FileResolver,
+) -> Result<Vec<DesiredResource>, TranslateError> {
+    translate_for(template, files, BackendApi::V2)
+}
+
+/// [`translate`] for a given backend API version: on API 3 a machine's install disk becomes a
+/// `MachineInstallDiskConfig` (ID = machine) instead of a config patch, and only there can it be
+/// chosen by `install.diskSelector`.
+pub fn translate_for(
+    template: &Template,
+    files: &FileResolver,
+    api: BackendApi,
 ) -> Result<Vec<DesiredResource>, TranslateError> {
     let cluster = template.cluster().ok_or(TranslateError::NoCluster)?;
     let name = cluster.name.as_str();
@@ -652,6 +677,29 @@ pub fn translate(
                 let machine_labels =
                     labels(&[(keys::CLUSTER, name), (keys::CLUSTER_MACHINE, &m.name)]);
                 if let Some(install) = &m.install
+                    && api.install_disk_is_resource()
+                    && (!install.disk.is_empty() || !install.disk_selector.is_empty())
+                {
+                    t.out.push(DesiredResource {
+                        id: m.name.clone(),
+                        labels: BTreeMap::new(),
+                        annotations: labels(&[(keys::MANAGED_BY_TEMPLATES, "")]),
+                        spec: Spec::MachineInstallDiskConfig(specs::MachineInstallDiskConfigSpec {
+                            disk_selector: install.disk_selector.clone(),
+                            disk: install.disk.clone(),
+                        }),
+                    });
+                } else if let Some(install) = &m.install
+                    && !install.disk_selector.is_empty()
+                {
+                    return Err(TranslateError::Invalid {
+                        field: "install.diskSelector".into(),
+                        message: format!(
+                            "needs Omni backend API version 3; the connected Omni speaks version {}",
+                            api.version()
+                        ),
+                    });
+                } else if let Some(install) = &m.install
                     && !install.disk.is_empty()
                 {
                     let doc = Node::Map(vec![(

@@ -90,8 +90,9 @@ fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Talos machine-config fields Omni owns; a patch setting them is refused by the server.
-const FORBIDDEN_PATCH_FIELDS: [&[&str]; 13] = [
+/// Talos machine-config fields Omni owns (Omni v1.10's list); a patch setting them is refused
+/// by the server. `machine.install.disk` joins them on backend API 3 (see [`super::api`]).
+const FORBIDDEN_PATCH_FIELDS: [&[&str]; 15] = [
     &["cluster", "clusterName"],
     &["cluster", "id"],
     &["cluster", "controlPlane", "endpoint"],
@@ -99,13 +100,23 @@ const FORBIDDEN_PATCH_FIELDS: [&[&str]; 13] = [
     &["cluster", "secret"],
     &["cluster", "aescbcEncryptionSecret"],
     &["cluster", "secretboxEncryptionSecret"],
+    &["cluster", "ca"],
     &["cluster", "acceptedCAs"],
+    &["cluster", "serviceAccount"],
     &["machine", "token"],
     &["machine", "ca"],
     &["machine", "type"],
     &["machine", "install", "extensions"],
     &["machine", "acceptedCAs"],
 ];
+
+/// Multi-document config kinds Omni v1.10 refuses in a patch: they carry the cluster's CAs
+/// with their private keys.
+const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] = ["KubeAPIServerCAConfig", "KubeAggregatorCAConfig"];
+
+/// Fields refused inside a document of a given kind (Omni v1.10).
+const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &[&str]); 1] =
+    [("KubeServiceAccountConfig", &["issuer", "privateKey"])];
 
 /// The message for YAML that does not parse: `what` and the position only. The parser's own
 /// text quotes up to 64 characters around the fault (and type errors quote the value), and
@@ -124,6 +135,15 @@ pub fn yaml_syntax_error(what: &str, e: &serde_saphyr::Error) -> String {
 /// Approximates Omni's config-patch check: YAML documents that are mappings and do not set
 /// fields Omni manages. The server re-checks with Talos' real loader.
 pub fn check_config_patch(content: &str) -> Result<(), String> {
+    check_config_patch_for(content, false)
+}
+
+/// `machine.install.disk`: refused in patches by Omni backend API 3.
+const INSTALL_DISK: &[&str] = &["machine", "install", "disk"];
+
+/// [`check_config_patch`], also refusing `machine.install.disk` when `forbid_install_disk`
+/// (the rule of Omni backend API 3, where the install disk is a resource of its own).
+pub fn check_config_patch_for(content: &str, forbid_install_disk: bool) -> Result<(), String> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple_with_options(content, super::model::yaml_1_2_options())
             .map_err(|e| yaml_syntax_error("patch", &e))?;
@@ -134,14 +154,35 @@ pub fn check_config_patch(content: &str) -> Result<(), String> {
                 json_type(doc)
             ));
         }
-        for path in FORBIDDEN_PATCH_FIELDS {
+        // Omni checks the legacy v1alpha1 document (no `kind`) against the field list, and
+        // each multi-document config by its kind. Messages are Omni's own.
+        let fields: Vec<&[&str]> = match doc.get("kind").and_then(|k| k.as_str()) {
+            None => {
+                let mut fields = FORBIDDEN_PATCH_FIELDS.to_vec();
+                if forbid_install_disk {
+                    fields.push(INSTALL_DISK);
+                }
+                fields
+            }
+            Some(kind) if FORBIDDEN_PATCH_DOCUMENTS.contains(&kind) => {
+                return Err(format!(
+                    "the {kind:?} document is not allowed in the config patch"
+                ));
+            }
+            Some(kind) => FORBIDDEN_DOCUMENT_FIELDS
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, path)| *path)
+                .collect(),
+        };
+        for path in fields {
             let mut cur = Some(doc);
             for key in path {
                 cur = cur.and_then(|v| v.get(key));
             }
             if cur.is_some() {
                 return Err(format!(
-                    "patch must not set {} (managed by Omni)",
+                    "overriding {:?} is not allowed in the config patch",
                     path.join(".")
                 ));
             }
@@ -536,10 +577,18 @@ impl Ctx<'_> {
             );
         }
         self.descriptors(doc, "", &m.labels, &m.annotations);
-        if let Some(i) = &m.install
-            && i.disk.is_empty()
-        {
-            self.push(doc, "install.disk", "install disk must not be empty");
+        if let Some(i) = &m.install {
+            match (i.disk.is_empty(), i.disk_selector.is_empty()) {
+                (true, true) => {
+                    self.push(doc, "install.disk", "install disk must not be empty");
+                }
+                (false, false) => self.push(
+                    doc,
+                    "install.diskSelector",
+                    "install.disk and install.diskSelector are mutually exclusive",
+                ),
+                _ => {}
+            }
         }
         self.patches(doc, &m.patches);
     }

@@ -299,6 +299,7 @@ pub mod reasons {
     pub const SUSPENDED: &str = "Suspended";
     pub const SYNC_FAILED: &str = "SyncFailed";
     pub const SYNCED: &str = "Synced";
+    pub const UNSUPPORTED_OMNI_API: &str = "UnsupportedOmniAPI";
     pub const VALIDATED: &str = "Validated";
     pub const VALIDATION_FAILED: &str = "ValidationFailed";
 }
@@ -413,6 +414,16 @@ pub fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validat
         }
         if let Some(file) = patch.file.as_deref().filter(|f| !f.is_empty()) {
             validate_file_reference(&format!("{path}.file"), file, out);
+        }
+        // Omni's config-patch rules (fields and documents it owns, such as the cluster CAs and
+        // the service-account key) are enforced here so such a patch never reaches Omni. The
+        // content may hold keys, so the message names the field, never the value.
+        if !has_file
+            && let Some(inline) = &patch.inline
+            && let Ok(content) = omni_client::template::inline_content(inline)
+            && let Err(why) = omni_client::template::check_config_patch(&content)
+        {
+            out.push(FieldError::forbidden(format!("{path}.inline"), why));
         }
     }
 }

@@ -79,12 +79,20 @@ pub struct OmniMachineSpec {
     pub kernel_args: Option<Vec<String>>,
 }
 
-/// Talos installation settings.
+/// Talos installation settings: exactly one of `disk` and `diskSelector`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct MachineInstall {
     /// Disk to install Talos on, e.g. `/dev/nvme0n1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub disk: String,
+    pub disk: Option<String>,
+    /// CEL expression choosing the install disk among the machine's disks, e.g.
+    /// `disk.transport == "nvme"`. Needs an Omni speaking backend API 3 (the OmniConnection
+    /// reports which); mutually exclusive with `disk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub disk_selector: Option<String>,
 }
 
 /// Observed state of an OmniMachine.
@@ -126,6 +134,20 @@ pub fn validate(new: &OmniMachine, _old: Option<&OmniMachine>) -> Validation {
             id,
             "machineID must be a UUID; set spec.machineID when metadata.name is not the Omni machine ID",
         ));
+    }
+    if let Some(install) = &new.spec.install {
+        match (install.disk.as_deref(), install.disk_selector.as_deref()) {
+            (None, None) => v.push(FieldError::required(
+                "spec.install",
+                "install requires exactly one of disk or diskSelector",
+            )),
+            (Some(_), Some(selector)) => v.push(FieldError::invalid(
+                "spec.install.diskSelector",
+                selector,
+                "install.disk and install.diskSelector are mutually exclusive",
+            )),
+            _ => {}
+        }
     }
     validate_patches(new.spec.patches.as_deref(), "spec.patches", &mut v);
     v

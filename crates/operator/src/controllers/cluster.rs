@@ -5,6 +5,7 @@
 //! nothing: the change set is computed (reads only) and applied only when non-empty, and
 //! status timestamps move only when something was applied.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,8 @@ use kube::runtime::watcher;
 use omni_client::template::TemplateState;
 use omni_client::template::types::CLUSTER as CLUSTER_TYPE;
 use omni_client::template::{
-    DeleteProgress, Document, apply, delete_cluster, plan_sync, status_cluster,
+    BackendApi, DeleteProgress, Document, SyncOptions, apply, delete_cluster_for, keys,
+    plan_sync_for, status_cluster,
 };
 
 use super::connection::status_str;
@@ -49,6 +51,10 @@ pub const DELETE_POLL: Duration = Duration::from_secs(5);
 /// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
 /// tells management clusters (and re-created objects) apart.
 pub const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+
+/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
+/// operator writes: Omni's UI then tells people who manages the resource.
+pub const GITOPS_TOOL: &str = "omni-operator";
 /// Event reason when a deletion left an Omni cluster alone because this object does not own it.
 pub const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
 
@@ -238,9 +244,9 @@ async fn delete(ctx: &Context, cluster: &OmniCluster) -> Result<Action, Error> {
             Ok(None) => Err(not_found("omniconnections.omni.texashpc.com", conn_name)),
             Err(e) => Err(e.to_string()),
         };
-        let client = match conn {
-            Ok(c) => ctx.omni.get(&c).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e),
+        let client = match &conn {
+            Ok(c) => ctx.omni.get(c).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
         };
         let client = match client {
             Ok(c) => c,
@@ -285,11 +291,19 @@ async fn delete(ctx: &Context, cluster: &OmniCluster) -> Result<Action, Error> {
             }
             Ok(_) => {}
         }
+        // On API 3 the machines' install-disk configs are released too; a version that cannot
+        // be read or is unknown still lets the cluster go (API 2 touches only what every
+        // version has).
+        let api = match &conn {
+            Ok(c) => ctx.omni.backend_api(c, &client).await.unwrap_or_default(),
+            Err(_) => BackendApi::default(),
+        };
         let mut output = Vec::new();
-        let progress = delete_cluster(
+        let progress = delete_cluster_for(
             &state,
             &name,
             cluster.destroy_machines_on_delete(),
+            api,
             &mut output,
         )
         .await;
@@ -484,7 +498,23 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
                 return Err(Error::Remote(m));
             }
         }
-        let applied = match plan_sync(&state, &rendered.template, &files).await {
+        // The install disk is translated for the backend API version Omni speaks.
+        let api = match ctx.omni.backend_api(&conn, &client).await {
+            Ok(api) => api,
+            Err(e) => {
+                let m = sync_failed(&mut draft, e.to_string(), &[]);
+                write(&ctx, &cluster, draft).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let options = SyncOptions {
+            api,
+            annotations: BTreeMap::from([(
+                keys::MANAGED_BY_GITOPS_TOOLS.to_string(),
+                GITOPS_TOOL.to_string(),
+            )]),
+        };
+        let applied = match plan_sync_for(&state, &rendered.template, &files, &options).await {
             Ok(plan) if plan.is_empty() => Ok(false),
             Ok(plan) => {
                 apply(&state, &plan, deadline, &mut output)

@@ -18,6 +18,7 @@ use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, s
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
 use crate::metrics::{ResourceInfo, RpcOutcome};
+use omni_client::template::BackendApi;
 
 /// Re-check interval of a reachable connection.
 pub const RECHECK: Duration = Duration::from_secs(300);
@@ -38,6 +39,13 @@ pub enum Outcome {
         reason: &'static str,
         /// User-facing message.
         message: String,
+    },
+    /// Omni answered but speaks a backend API version this operator cannot translate for.
+    UnsupportedApi {
+        /// Endpoint as the Omni client reports it.
+        endpoint: String,
+        /// The version Omni reported (0 = none).
+        version: u32,
     },
     /// Deletion waits for these clusters (sorted).
     Deleting {
@@ -105,6 +113,31 @@ pub fn desired_status(
                 ConditionStatus::True,
                 reason,
                 message,
+            );
+        }
+        Outcome::UnsupportedApi { endpoint, version } => {
+            let m = format!(
+                "connected to {endpoint}, but {}",
+                omni_client::template::unsupported_message(*version)
+            );
+            set(
+                condition_types::REACHABLE,
+                ConditionStatus::True,
+                reasons::CONNECTION_READY,
+                &format!("connected to {endpoint}"),
+            );
+            set(
+                condition_types::READY,
+                ConditionStatus::False,
+                reasons::UNSUPPORTED_OMNI_API,
+                &m,
+            );
+            // Nothing this operator does will fix it: only an Omni or operator upgrade will.
+            set(
+                condition_types::STALLED,
+                ConditionStatus::True,
+                reasons::UNSUPPORTED_OMNI_API,
+                &m,
             );
         }
         Outcome::Deleting { clusters } => {
@@ -220,7 +253,16 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
             Ok(client) => match client.ping().await {
                 Ok(endpoint) => {
                     ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
-                    Outcome::Reachable { endpoint }
+                    match ctx.omni.refresh_backend_api(&conn, &client).await {
+                        Ok(version) if BackendApi::from_version(version).is_some() => {
+                            Outcome::Reachable { endpoint }
+                        }
+                        Ok(version) => Outcome::UnsupportedApi { endpoint, version },
+                        Err(e) => Outcome::Failed {
+                            reason: reasons::CONNECTION_FAILED,
+                            message: format!("failed to connect to Omni: {e}"),
+                        },
+                    }
                 }
                 Err(e) => {
                     ctx.metrics.omni_rpc("ping", RpcOutcome::Error);

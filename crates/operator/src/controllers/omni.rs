@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use omni_client::template::BackendApi;
 use omni_client::{Client as OmniClient, ClientConfig};
 
 use crate::api::OmniConnection;
@@ -177,10 +178,23 @@ struct Fingerprint {
     insecure: bool,
 }
 
-/// Cache of Omni clients keyed by `namespace/connection`.
+/// Cache of Omni clients keyed by `namespace/connection`, with the backend API version each
+/// connection's Omni reported.
 pub struct OmniClients {
     client: kube::Client,
     cache: Mutex<HashMap<String, (Fingerprint, OmniClient)>>,
+    api_versions: Mutex<HashMap<String, u32>>,
+}
+
+/// Why templates cannot be synced to a connection's Omni because of its API version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiVersionError {
+    /// The version could not be read.
+    #[error("read Omni backend API version: {0}")]
+    Read(String),
+    /// Omni speaks a version this operator cannot translate templates for.
+    #[error("{}", omni_client::template::unsupported_message(*.0))]
+    Unsupported(u32),
 }
 
 impl std::fmt::Debug for OmniClients {
@@ -195,6 +209,7 @@ impl OmniClients {
         Self {
             client,
             cache: Mutex::default(),
+            api_versions: Mutex::default(),
         }
     }
 
@@ -250,13 +265,45 @@ impl OmniClients {
             .map_err(|e| ConnectionError::Client(e.to_string()))?;
         config.insecure_skip_tls_verify = conn.spec.insecure_skip_tls_verify;
         let client = OmniClient::new(config).map_err(|e| ConnectionError::Client(e.to_string()))?;
+        // Another endpoint may speak another API version.
+        lock(&self.api_versions).remove(&cache_key);
         self.lock().insert(cache_key, (fingerprint, client.clone()));
         Ok(client)
+    }
+
+    /// Reads the backend API version of `conn`'s Omni (the connection controller does this on
+    /// every check, so an Omni upgrade is noticed) and remembers it.
+    pub async fn refresh_backend_api(
+        &self,
+        conn: &OmniConnection,
+        client: &OmniClient,
+    ) -> Result<u32, ApiVersionError> {
+        let version = omni_client::template::read_backend_api_version(client)
+            .await
+            .map_err(|e| ApiVersionError::Read(e.to_string()))?;
+        lock(&self.api_versions).insert(cache_key(conn), version);
+        Ok(version)
+    }
+
+    /// The backend API to translate templates for: the remembered version, read first when
+    /// none is known yet.
+    pub async fn backend_api(
+        &self,
+        conn: &OmniConnection,
+        client: &OmniClient,
+    ) -> Result<BackendApi, ApiVersionError> {
+        let known = lock(&self.api_versions).get(&cache_key(conn)).copied();
+        let version = match known {
+            Some(v) => v,
+            None => self.refresh_backend_api(conn, client).await?,
+        };
+        BackendApi::from_version(version).ok_or(ApiVersionError::Unsupported(version))
     }
 
     /// Drops the cached client of a deleted connection.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
+        lock(&self.api_versions).remove(&format!("{namespace}/{name}"));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Fingerprint, OmniClient)>> {
@@ -264,6 +311,21 @@ impl OmniClients {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+}
+
+fn cache_key(conn: &OmniConnection) -> String {
+    format!(
+        "{}/{}",
+        conn.metadata.namespace.as_deref().unwrap_or_default(),
+        conn.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }
 

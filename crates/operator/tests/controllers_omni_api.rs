@@ -1,0 +1,396 @@
+//! The operator against Omni backend API versions 2 and 3 (omni-sim configured for each): the
+//! install disk is a config patch on API 2 and a `MachineInstallDiskConfig` on API 3, a disk
+//! selector needs API 3, an unknown version stalls the OmniConnection, and everything written
+//! carries Omni's managed-by-gitops-tools annotation.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use omni_client::proto::specs::{ConfigPatchSpec, MachineInstallDiskConfigSpec};
+use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine};
+use omni_operator::cli::run::{OperatorConfig, run_operator};
+use omni_operator::controllers::Scope;
+use omni_sim::store::decode_spec;
+use omni_sim::types::ty;
+use omni_sim::{OmniSim, Role, RunningOmniSim};
+use serde_json::json;
+use support::{condition, wait_for};
+use tokio::time::Instant;
+
+const NS: &str = "omni-api";
+const MACHINE: &str = "22222222-2222-4222-8222-222222222222";
+const GITOPS_ANNOTATION: &str = "omni.sidero.dev/managed-by-gitops-tools";
+const WAIT: Duration = Duration::from_secs(240);
+
+/// kube-sim with our CRDs, omni-sim at `api_version`, the key Secret, an OmniConnection and
+/// the embedded operator.
+struct Env {
+    kube: kube_sim::server::RunningKubeSim,
+    client: kube::Client,
+    sim: RunningOmniSim,
+    key: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    operator: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Env {
+    async fn start(api_version: u32) -> Env {
+        support::operator_logs();
+        let (kube, client) = support::kube_sim().await;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in omni_operator::api::crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .unwrap_or_else(|e| panic!("create CRD: {e}"));
+        }
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace: {e}"));
+        let clusters: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
+        let until = Instant::now() + WAIT;
+        while clusters.list(&ListParams::default()).await.is_err() {
+            assert!(Instant::now() < until, "CRDs never became servable");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let sim = OmniSim::builder()
+            .status_step(Duration::from_millis(20))
+            .backend_api_version(api_version)
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+        let key = sim
+            .register_service_account("operator", Role::Operator)
+            .unwrap_or_else(|e| panic!("register: {e}"));
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "omni-key", "namespace": NS},
+            "stringData": {"serviceAccountKey": key},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("create Secret: {e}"));
+        let config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let operator = tokio::spawn(run_operator(config, client.clone(), async move {
+            let _ = rx.await;
+        }));
+        let env = Env {
+            kube,
+            client,
+            sim,
+            key,
+            stop: Some(tx),
+            operator: Some(operator),
+        };
+        env.create::<OmniConnection>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniConnection",
+            "metadata": {"name": "omni", "namespace": NS},
+            "spec": {
+                "endpoint": env.sim.endpoint(),
+                "auth": {"serviceAccountSecretRef": {"name": "omni-key", "key": "serviceAccountKey"}},
+            },
+        }))
+        .await;
+        env
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    async fn create<K>(&self, obj: serde_json::Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let typed: K = serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+        self.api::<K>()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", typed.name_any()))
+    }
+
+    /// Cluster `demo` with one control-plane machine and its OmniMachine with `install`.
+    async fn cluster_with_install(&self, install: serde_json::Value) {
+        self.create::<OmniCluster>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "demo", "namespace": NS},
+            "spec": {
+                "connectionRef": {"name": "omni"},
+                "kubernetes": {"version": "v1.35.0"},
+                "talos": {"version": "v1.13.2"},
+                "syncInterval": "1s",
+            },
+        }))
+        .await;
+        self.create::<OmniControlPlane>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniControlPlane",
+            "metadata": {"name": "demo-cp", "namespace": NS},
+            "spec": {"clusterRef": {"name": "demo"}, "machines": [MACHINE]},
+        }))
+        .await;
+        self.create::<OmniMachine>(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniMachine",
+            "metadata": {"name": MACHINE, "namespace": NS},
+            "spec": {"clusterRef": {"name": "demo"}, "install": install},
+        }))
+        .await;
+    }
+
+    async fn set_install(&self, install: serde_json::Value) {
+        self.api::<OmniMachine>()
+            .patch(
+                MACHINE,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"install": install}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("patch OmniMachine: {e}"));
+    }
+
+    async fn synced(&self, status: &str) -> OmniCluster {
+        wait_for(&self.api::<OmniCluster>(), "demo", "Synced", |c| {
+            condition(c, "Synced").is_some_and(|(s, _, _)| s == status)
+        })
+        .await
+    }
+
+    async fn shutdown(mut self) {
+        let logs = support::operator_logs();
+        assert!(!logs.contains(&self.key), "the key appears in the logs");
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.operator.take() {
+            let joined = tokio::time::timeout(WAIT, task)
+                .await
+                .unwrap_or_else(|_| panic!("operator did not stop"));
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("operator failed: {e:#}"),
+                Err(e) => panic!("operator task: {e}"),
+            }
+        }
+        self.sim.shutdown().await;
+        self.kube.shutdown();
+    }
+}
+
+async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while !pred() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn install_disk_patch_id() -> String {
+    format!("000-cm-{MACHINE}-install-disk")
+}
+
+fn annotation(r: &omni_client::proto::cosi::resource::Resource, key: &str) -> Option<String> {
+    r.metadata.as_ref()?.annotations.get(key).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_api_2_the_install_disk_is_a_config_patch_and_a_selector_is_refused() {
+    let env = Env::start(2).await;
+    env.cluster_with_install(json!({"disk": "/dev/vda"})).await;
+    env.synced("True").await;
+
+    let patch = env
+        .sim
+        .get(ty::CONFIG_PATCH, &install_disk_patch_id())
+        .unwrap_or_else(|| panic!("no install-disk ConfigPatch on API 2"));
+    let spec: ConfigPatchSpec = decode_spec(&patch).unwrap_or_else(|e| panic!("{e}"));
+    assert!(spec.data.contains("disk: /dev/vda"), "{}", spec.data);
+    assert!(env.sim.list(ty::MACHINE_INSTALL_DISK_CONFIG).is_empty());
+    // Everything the operator wrote names it as the managing tool, for Omni's UI.
+    for t in [
+        ty::CLUSTER,
+        ty::MACHINE_SET,
+        ty::MACHINE_SET_NODE,
+        ty::CONFIG_PATCH,
+    ] {
+        for r in env.sim.list(t) {
+            assert_eq!(
+                annotation(&r, GITOPS_ANNOTATION).as_deref(),
+                Some("omni-operator"),
+                "{t} {:?}",
+                r.metadata.as_ref().map(|m| &m.id)
+            );
+        }
+    }
+
+    // A CEL selector cannot be expressed on API 2: the sync fails naming the field, and the
+    // install disk Omni has stays as it was.
+    env.set_install(json!({"disk": null, "diskSelector": "disk.transport == \"nvme\""}))
+        .await;
+    let failed = env.synced("False").await;
+    let (_, reason, message) = condition(&failed, "Synced").unwrap_or_default();
+    assert_eq!(reason, "SyncFailed");
+    assert!(
+        message.contains("install.diskSelector")
+            && message.contains("needs Omni backend API version 3"),
+        "{message}"
+    );
+    assert!(
+        env.sim
+            .get(ty::CONFIG_PATCH, &install_disk_patch_id())
+            .is_some()
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_api_3_the_install_disk_is_a_machine_install_disk_config() {
+    let env = Env::start(3).await;
+    env.cluster_with_install(json!({"disk": "/dev/vda"})).await;
+    env.synced("True").await;
+
+    let config = env
+        .sim
+        .get(ty::MACHINE_INSTALL_DISK_CONFIG, MACHINE)
+        .unwrap_or_else(|| panic!("no MachineInstallDiskConfig on API 3"));
+    let spec: MachineInstallDiskConfigSpec = decode_spec(&config).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (spec.disk.as_str(), spec.disk_selector.as_str()),
+        ("/dev/vda", "")
+    );
+    assert!(
+        annotation(&config, "omni.sidero.dev/managed-by-cluster-templates").is_some(),
+        "templates own it"
+    );
+    assert_eq!(
+        annotation(&config, GITOPS_ANNOTATION).as_deref(),
+        Some("omni-operator")
+    );
+    // API 3 refuses `machine.install.disk` in patches: none was written.
+    assert!(
+        env.sim
+            .get(ty::CONFIG_PATCH, &install_disk_patch_id())
+            .is_none()
+    );
+
+    // Switching to a selector updates the same resource (exclusive with `disk`).
+    env.set_install(json!({"disk": null, "diskSelector": "disk.transport == \"nvme\""}))
+        .await;
+    eventually("the selector reaches Omni", || {
+        env.sim
+            .get(ty::MACHINE_INSTALL_DISK_CONFIG, MACHINE)
+            .and_then(|r| decode_spec::<MachineInstallDiskConfigSpec>(&r).ok())
+            .is_some_and(|s| s.disk.is_empty() && s.disk_selector == "disk.transport == \"nvme\"")
+    })
+    .await;
+
+    // Dropping `install` returns the machine to automatic selection: the resource goes.
+    env.api::<OmniMachine>()
+        .patch(
+            MACHINE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"install": null}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch OmniMachine: {e}"));
+    eventually("the install-disk config is deleted", || {
+        env.sim
+            .get(ty::MACHINE_INSTALL_DISK_CONFIG, MACHINE)
+            .is_none()
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_disk_patch_is_refused_by_omni_on_api_3() {
+    let env = Env::start(3).await;
+    // Written by hand through a cluster-wide patch instead of `install.disk`.
+    env.create::<OmniCluster>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniCluster",
+        "metadata": {"name": "demo", "namespace": NS},
+        "spec": {
+            "connectionRef": {"name": "omni"},
+            "kubernetes": {"version": "v1.35.0"},
+            "talos": {"version": "v1.13.2"},
+            "syncInterval": "1s",
+            "patches": [{"name": "disk", "inline": {"machine": {"install": {"disk": "/dev/sdb"}}}}],
+        },
+    }))
+    .await;
+    env.create::<OmniControlPlane>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniControlPlane",
+        "metadata": {"name": "demo-cp", "namespace": NS},
+        "spec": {"clusterRef": {"name": "demo"}, "machines": [MACHINE]},
+    }))
+    .await;
+    let failed = env.synced("False").await;
+    let (_, _, message) = condition(&failed, "Synced").unwrap_or_default();
+    assert!(
+        message.contains(r#"overriding "machine.install.disk" is not allowed in the config patch"#),
+        "{message}"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_backend_api_version_stalls_the_connection() {
+    let env = Env::start(4).await;
+    let conn = wait_for(&env.api::<OmniConnection>(), "omni", "Stalled", |c| {
+        condition(c, "Stalled").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let (_, reason, message) = condition(&conn, "Stalled").unwrap_or_default();
+    assert_eq!(reason, "UnsupportedOmniAPI");
+    assert!(
+        message.contains("Omni backend API version 4 is not supported")
+            && message.contains("supported backend API versions: 2 and 3"),
+        "{message}"
+    );
+    // Omni answered: reachable, just not usable.
+    assert_eq!(
+        condition(&conn, "Reachable").map(|(s, _, _)| s).as_deref(),
+        Some("True")
+    );
+    assert_eq!(
+        condition(&conn, "Ready").map(|(s, r, _)| (s, r)),
+        Some(("False".to_string(), "UnsupportedOmniAPI".to_string()))
+    );
+
+    // An Omni upgrade to a supported version is picked up at the next check (a Secret touch
+    // triggers one at once).
+    env.sim.set_backend_api_version(3);
+    env.api::<Secret>()
+        .patch(
+            "omni-key",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("touch Secret: {e}"));
+    wait_for(&env.api::<OmniConnection>(), "omni", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    env.shutdown().await;
+}
