@@ -155,7 +155,26 @@ async fn wait_all_gone(stack: &Stack) {
             if let Some((_, reason, message)) = condition(&obj, "Ready")
                 && reason == "MissingSecret"
             {
-                panic!("{kind} {name} is stranded: {message}");
+                let export = stack
+                    .api("OmniKubeconfigExport")
+                    .get_opt(EXPORT)
+                    .await
+                    .ok()
+                    .flatten();
+                panic!(
+                    "{kind} {name} is stranded: {message}\nexport: {:?} {:?}\nsecret writes: {:?}",
+                    export
+                        .as_ref()
+                        .map(|e| e.metadata.deletion_timestamp.clone()),
+                    export.as_ref().and_then(|e| condition(e, "Ready")),
+                    stack
+                        .mgmt
+                        .hooks()
+                        .counts()
+                        .iter()
+                        .filter(|(k, _)| k.resource == "secrets")
+                        .collect::<Vec<_>>()
+                );
             }
             left.push(format!("{kind} {name}: {:?}", condition(&obj, "Ready")));
         }
@@ -276,6 +295,39 @@ async fn a_gitops_prune_of_an_export_and_its_consumers_uninstalls_before_the_sec
     );
     operator.stop().await;
     finish(stack, "dependents: GitOps prune", &token, deletion).await;
+}
+
+/// Open race: intermittently (1 run in 2 here) the release finds its kubeconfig Secret gone
+/// and is stranded with `MissingSecret` although the export holds the Secret for it; the
+/// stranded panic prints the export's state and the Secret writes to narrow it down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open race: the release is sometimes stranded when deleted before its export"]
+async fn a_gitops_prune_in_the_other_order_also_uninstalls_first() {
+    let stack = Stack::start("prune-reverse").await;
+    let operator = stack.start_operator();
+    let token = converge(&stack).await;
+    let started = tokio::time::Instant::now();
+    for (kind, name) in [
+        ("OmniHelmRelease", RELEASE),
+        ("OmniSecretSync", SYNC),
+        ("OmniKubeconfigExport", EXPORT),
+    ] {
+        stack
+            .api(kind)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {kind}: {e}"));
+    }
+    wait_all_gone(&stack).await;
+    let deletion = started.elapsed();
+    operator.stop().await;
+    finish(
+        stack,
+        "dependents: GitOps prune, consumers first",
+        &token,
+        deletion,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
