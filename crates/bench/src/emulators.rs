@@ -228,8 +228,13 @@ impl Emulators {
         })
     }
 
-    /// Stops the servers.
+    /// Stops the servers (the workload clusters too, so runs do not accumulate them).
     pub async fn shutdown(self) {
+        for (name, _) in self.workloads.clusters() {
+            if let Some(sim) = self.workloads.get(&name) {
+                sim.handle.abort();
+            }
+        }
         self.management.shutdown();
         self.omni.shutdown().await;
     }

@@ -13,7 +13,6 @@ use omni_bench::{RunConfig, report, run_once};
 /// models, one at a time; `all` is every one together.
 const QUIRKS: &[&str] = &[
     "status-every-reconcile",
-    "full-resync",
     "connection-per-call",
     "helm-upgrade-every-trigger",
 ];
