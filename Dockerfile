@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # Image for omni-operator: the Rust binary plus the helm CLI it drives for OmniHelmRelease, on a
-# distroless non-root base. Build: docker build -t ghcr.io/texas-hpc/omni-cluster-operator:<version> .
+# distroless non-root base. Build: docker build -t ghcr.io/texas-hpc/omni-operator:<version> .
+# (multi-arch: docker buildx build --platform linux/amd64,linux/arm64; see docs/install.md).
 
 ARG RUST_VERSION=1.95
 # helm release and the SHA-256 of its linux tarballs, from the release notes on

@@ -44,6 +44,9 @@ app.kubernetes.io/part-of: omni-cluster-operator
 {{- end }}
 
 {{- define "omni-cluster-operator.image" -}}
+{{- if eq .Values.image.repository "ghcr.io/texas-hpc/omni-cluster-operator" }}
+{{- fail "image.repository ghcr.io/texas-hpc/omni-cluster-operator is the Go operator's image, which cannot run this chart; remove the key (a values file copied from the Go operator's chart has it) or name your own build" }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 

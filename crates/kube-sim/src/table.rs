@@ -279,9 +279,13 @@ fn select(array: &Value, selector: &str) -> Option<Value> {
         .cloned()
 }
 
-/// An age the way kubectl prints one (`45s`, `3m20s`, `15m`, `2h5m`, `30h`, `3d4h`, `40d`,
-/// `2y3d`).
+/// An age the way the API server prints one (`45s`, `3m20s`, `15m`, `2h5m`, `30h`, `3d4h`,
+/// `40d`, `2y3d`). Like apimachinery's `HumanDuration`, a time more than a second in the future
+/// is `<invalid>` (clock skew of one second still reads `0s`).
 pub(crate) fn human_age(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
     let s = seconds.max(0);
     let (m, h, d) = (s / 60, s / 3600, s / 86400);
     match () {
@@ -328,6 +332,8 @@ mod tests {
         assert_eq!(human_age(30 * 3600), "30h");
         assert_eq!(human_age(3 * 86400 + 4 * 3600), "3d4h");
         assert_eq!(human_age(40 * 86400), "40d");
+        assert_eq!(human_age(-1), "0s");
+        assert_eq!(human_age(-3600), "<invalid>");
     }
 
     #[test]

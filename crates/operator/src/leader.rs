@@ -11,8 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-/// Name of the Lease.
-pub const LEASE_NAME: &str = "omni-operator-leader";
+/// Name of the Lease: the original Go operator's (controller-runtime's `LeaderElectionID`), so
+/// that an instance of each in one namespace, during a migration or by accident, never
+/// reconcile at the same time: both honour the one Lease.
+pub const LEASE_NAME: &str = "5dc6398d.texashpc.com";
 
 /// Leader-election settings.
 #[derive(Debug, Clone)]

@@ -168,7 +168,7 @@ fn printer_columns() {
     assert!(
         columns("OmniKubeconfigExport")
             .iter()
-            .any(|c| c.0 == "Expires" && c.1 == "date")
+            .any(|c| c.0 == "Expires" && c.1 == "string" && c.2 == ".status.expirationTime")
     );
     assert!(
         columns("OmniHelmRelease")

@@ -363,3 +363,133 @@ fn the_values_schema_rejects_what_the_operator_would_refuse() {
         render(&[good]);
     }
 }
+
+/// `helm <args>` with the real helm binary: (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(support::helm_bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run helm: {e}"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A values file written for the Go operator's chart, passed to ours unchanged: each key is
+/// accepted, mapped (with a deprecation note) or refused by name, as docs/migration.md says.
+#[test]
+fn original_chart_values_are_accepted_mapped_or_refused() {
+    let chart = operator_chart();
+    let chart = chart.to_string_lossy();
+    let fixture = repo().join("crates/operator/tests/fixtures/original-chart-values.yaml");
+    let original = std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("fixture: {e}"));
+
+    // Unchanged, it is refused, and the error names exactly the keys that cannot apply.
+    let path = fixture.to_string_lossy();
+    let (ok, _, stderr) = helm(&["template", "x", &chart, "-f", &path]);
+    assert!(
+        !ok,
+        "the original's terminationGracePeriodSeconds: 10 must be refused"
+    );
+    let complaints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("- at ")).collect();
+    assert_eq!(
+        complaints,
+        [
+            "- at '/metrics': additional properties 'rbac', 'secure' not allowed",
+            "- at '/terminationGracePeriodSeconds': minimum: got 10, want 11",
+        ],
+        "{stderr}"
+    );
+
+    // With the schema satisfied, the Go operator's image is still refused, by name.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let schema_ok = original
+        .replace(
+            "terminationGracePeriodSeconds: 10",
+            "terminationGracePeriodSeconds: 30",
+        )
+        .replace("  secure: true\n", "")
+        .replace("  rbac:\n    enabled: true\nwebhook:", "webhook:");
+    let schema_ok_path = dir.path().join("schema-ok.yaml");
+    std::fs::write(&schema_ok_path, &schema_ok).unwrap_or_else(|e| panic!("write: {e}"));
+    let (ok, _, stderr) = helm(&[
+        "template",
+        "x",
+        &chart,
+        "-f",
+        &schema_ok_path.to_string_lossy(),
+    ]);
+    assert!(
+        !ok && stderr
+            .contains("ghcr.io/texas-hpc/omni-cluster-operator is the Go operator's image"),
+        "{stderr}"
+    );
+
+    // With the refused keys changed as migration.md says, it installs; the deprecated
+    // healthProbe.bindAddress is mapped onto the flag and the notes warn about it.
+    let fixed = schema_ok.replace(
+        "  repository: ghcr.io/texas-hpc/omni-cluster-operator\n",
+        "",
+    );
+    let fixed_path = dir.path().join("values.yaml");
+    std::fs::write(&fixed_path, fixed).unwrap_or_else(|e| panic!("write: {e}"));
+    let fixed_path = fixed_path.to_string_lossy();
+    let (ok, stdout, stderr) = helm(&[
+        "install",
+        "x",
+        &chart,
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        &fixed_path,
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("- --health-probe-bind-address=:8081"),
+        "bindAddress is passed on"
+    );
+    assert!(
+        stdout.contains("DEPRECATED: healthProbe.bindAddress"),
+        "the notes warn about the deprecated key"
+    );
+    // A bindAddress that disagrees with the probe port would make every probe fail: refused.
+    let (ok, _, stderr) = helm(&[
+        "template",
+        "x",
+        &chart,
+        "-f",
+        &fixed_path,
+        "--set",
+        "healthProbe.bindAddress=:9999",
+    ]);
+    assert!(
+        !ok && stderr.contains("healthProbe.bindAddress"),
+        "{stderr}"
+    );
+}
+
+/// The release workflow cannot run here, but what it names must exist: the Dockerfile, both
+/// chart directories, the binary, and a CHANGELOG section it publishes as release notes.
+#[test]
+fn the_release_workflow_builds_what_a_release_ships() {
+    let path = repo().join(".github/workflows/release.yml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let workflow: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("YAML: {e}"));
+    assert_eq!(workflow["on"]["push"]["tags"][0], "v*.*.*");
+    let jobs = workflow["jobs"].as_object().unwrap_or_else(|| panic!("jobs"));
+    for job in ["test", "image", "charts", "binaries", "github-release"] {
+        assert!(jobs.contains_key(job), "job {job}");
+    }
+    assert!(repo().join("Dockerfile").is_file());
+    for chart in ["omni-cluster-operator-crds", "omni-cluster-operator"] {
+        assert!(text.contains(chart) && repo().join("charts").join(chart).is_dir(), "{chart}");
+    }
+    assert!(text.contains("-p omni-operator --bin omni-operator"));
+    assert!(text.contains("platforms: linux/amd64,linux/arm64"));
+    assert!(text.contains("sbom: true") && text.contains("cosign sign"));
+    let changelog = std::fs::read_to_string(repo().join("CHANGELOG.md")).unwrap_or_default();
+    assert!(changelog.contains("\n## "), "CHANGELOG has version sections");
+}

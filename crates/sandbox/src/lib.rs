@@ -625,16 +625,11 @@ async fn register_webhook(client: &kube::Client, ca: &CertificateAuthority) -> a
     Ok(())
 }
 
-/// Finds helm: the given path if it exists, `HELM_BIN`, the repository's test tools, `PATH`;
-/// `None` when there is none.
+/// Finds helm: the given path (`--helm-binary` or `HELM_BINARY`, the operator's own names), the
+/// repository's test tools, `PATH`; `None` when there is none.
 pub fn find_helm(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(p.to_path_buf());
-    }
-    if let Ok(p) = std::env::var("HELM_BIN")
-        && !p.is_empty()
-    {
-        return Some(PathBuf::from(p));
     }
     let tools = repo_root().join(".cache/test-tools/bin/helm");
     if tools.is_file() {

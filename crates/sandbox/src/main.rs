@@ -29,8 +29,9 @@ struct Args {
     /// How long --exit-when-ready waits.
     #[arg(long, default_value = "120s", value_parser = parse_seconds)]
     timeout: Duration,
-    /// Helm executable (default: HELM_BIN, .cache/test-tools/bin/helm, then PATH).
-    #[arg(long)]
+    /// Helm executable (default: .cache/test-tools/bin/helm, then PATH). The same flag and
+    /// variable as `omni-operator run`.
+    #[arg(long, env = "HELM_BINARY")]
     helm_binary: Option<PathBuf>,
     /// Run the operator as the Helm chart deploys it (a pod with a read-only root, the chart's
     /// RBAC, volumes and security context) instead of in this process. Needs root and
@@ -174,5 +175,26 @@ async fn main() -> anyhow::Result<()> {
             sandbox.shutdown().await;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Args;
+
+    #[test]
+    fn helm_binary_reads_the_same_variable_as_the_operator() {
+        let command = Args::command();
+        let helm = command
+            .get_arguments()
+            .find(|a| a.get_id() == "helm_binary")
+            .unwrap_or_else(|| panic!("--helm-binary exists"));
+        assert_eq!(helm.get_long(), Some("helm-binary"));
+        assert_eq!(
+            helm.get_env().map(|e| e.to_string_lossy().into_owned()),
+            Some("HELM_BINARY".to_string())
+        );
     }
 }

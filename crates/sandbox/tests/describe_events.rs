@@ -1,6 +1,7 @@
 //! What docs/sandbox.md promises a new user: once the samples are Ready, `kubectl describe`
 //! of each of them ends with the Events the operator recorded (it writes them through
-//! events.k8s.io/v1; kubectl reads core v1 Events). Needs `scripts/install-test-tools`.
+//! events.k8s.io/v1; kubectl reads core v1 Events), and `kubectl get` shows each printer column
+//! meaningfully. Needs `scripts/install-test-tools`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,9 +20,7 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_describe_shows_the_operators_events_for_every_sample() {
-    let dir = tempfile::tempdir().unwrap();
+async fn ready_sandbox(dir: &tempfile::TempDir) -> Sandbox {
     let opts = Options {
         listen: "127.0.0.1:0".parse().unwrap(),
         dir: dir.path().join("sandbox"),
@@ -43,23 +42,34 @@ async fn kubectl_describe_shows_the_operators_events_for_every_sample() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    sandbox
+}
+
+fn kubectl(sandbox: &Sandbox, args: &[&str]) -> String {
+    let out = std::process::Command::new(tool("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&sandbox.kubeconfig)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_the_operators_events_for_every_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = ready_sandbox(&dir).await;
 
     let kinds: std::collections::BTreeSet<&str> =
         sandbox.applied.iter().map(|(k, _)| k.as_str()).collect();
     assert!(kinds.len() >= 5, "{kinds:?}");
     for (kind, name) in &sandbox.applied {
-        let out = std::process::Command::new(tool("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&sandbox.kubeconfig)
-            .args(["describe", kind, name, "-n", NAMESPACE])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = kubectl(&sandbox, &["describe", kind, name, "-n", NAMESPACE]);
         let events = text
             .split("\nEvents:")
             .nth(1)
@@ -82,5 +92,35 @@ async fn kubectl_describe_shows_the_operators_events_for_every_sample() {
             "{kind}/{name}:\n{text}"
         );
     }
+    sandbox.shutdown().await;
+}
+
+/// An exported kubeconfig expires in the future; `kubectl get` must say when (it showed `0s`,
+/// an age column clamped at zero, before the column became the expiry timestamp).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_shows_when_an_exported_kubeconfig_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = ready_sandbox(&dir).await;
+    let expiry = kubectl(
+        &sandbox,
+        &[
+            "get",
+            "omnikubeconfigexport",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.items[0].status.expirationTime}",
+        ],
+    );
+    assert!(expiry.parse::<jiff::Timestamp>().is_ok(), "{expiry:?}");
+    let table = kubectl(&sandbox, &["get", "omnikubeconfigexport", "-n", NAMESPACE]);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(header.contains("EXPIRES"), "{table}");
+    let row = lines.next().unwrap_or_default();
+    assert!(
+        row.contains(&expiry),
+        "EXPIRES must show {expiry}:\n{table}"
+    );
     sandbox.shutdown().await;
 }

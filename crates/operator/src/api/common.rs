@@ -267,7 +267,6 @@ pub mod condition_types {
     /// A child found its parent cluster.
     pub const ACCEPTED: &str = "Accepted";
     /// Declared for completeness; not set by controllers.
-    pub const RENDERED: &str = "Rendered";
     /// The rendered template passed validation.
     pub const VALIDATED: &str = "Validated";
     /// Desired state was written to its destination.
@@ -296,8 +295,6 @@ pub mod reasons {
     pub const HELM_UNINSTALLED: &str = "HelmUninstalled";
     pub const HELM_UPGRADED: &str = "HelmUpgraded";
     pub const RECONCILE_FAILED: &str = "ReconcileFailed";
-    pub const RENDERED: &str = "Rendered";
-    pub const RENDER_FAILED: &str = "RenderFailed";
     pub const STATUS_FAILED: &str = "StatusFailed";
     pub const SUSPENDED: &str = "Suspended";
     pub const SYNC_FAILED: &str = "SyncFailed";

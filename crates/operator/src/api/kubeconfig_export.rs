@@ -44,7 +44,13 @@ pub const CLUSTER_ADMIN_GROUP: &str = "system:masters";
         type_ = "string",
         json_path = ".status.targetSecretRef"
     ),
-    printcolumn(name = "Expires", type_ = "date", json_path = ".status.expirationTime"),
+    // A `date` column prints the time since, which for a future expiry is `<invalid>`; the
+    // timestamp itself is what a reader needs.
+    printcolumn(
+        name = "Expires",
+        type_ = "string",
+        json_path = ".status.expirationTime"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",

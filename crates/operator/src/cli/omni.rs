@@ -54,9 +54,13 @@ pub struct KubeconfigArgs {
     /// Kubernetes user name the token is issued for.
     #[arg(long)]
     pub user: String,
-    /// Kubernetes group (repeatable); defaults to `system:masters` like omnictl.
-    #[arg(long = "group")]
+    /// Kubernetes group (repeatable, at least one). `system:masters` (cluster admin) also needs
+    /// `--allow-cluster-admin`, as an OmniKubeconfigExport needs `allowClusterAdmin`.
+    #[arg(long = "group", required = true)]
     pub groups: Vec<String>,
+    /// Allow requesting the `system:masters` group.
+    #[arg(long)]
+    pub allow_cluster_admin: bool,
     /// Token lifetime as a Go duration (`1h`, `24h`, `8760h`).
     #[arg(long, default_value = "1h")]
     pub ttl: String,
@@ -86,6 +90,18 @@ impl Connection {
     }
 }
 
+/// The groups to request. There is no default: omnictl's is `system:masters`, and a debugging
+/// command should not hand out cluster admin unless asked to in so many words.
+fn requested_groups(groups: Vec<String>, allow_cluster_admin: bool) -> anyhow::Result<Vec<String>> {
+    if groups.is_empty() || groups.iter().any(|g| g.trim().is_empty()) {
+        anyhow::bail!("--group: give at least one non-blank Kubernetes group");
+    }
+    if groups.iter().any(|g| g == "system:masters") && !allow_cluster_admin {
+        anyhow::bail!("--group system:masters grants cluster admin; add --allow-cluster-admin");
+    }
+    Ok(groups)
+}
+
 /// Runs the subcommand.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
@@ -102,11 +118,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<ExitCode> {
     let ttl = omni_client::duration::parse_go_duration(&args.ttl).context("--ttl")?;
-    let groups = if args.groups.is_empty() {
-        vec!["system:masters".to_owned()]
-    } else {
-        args.groups
-    };
+    let groups = requested_groups(args.groups, args.allow_cluster_admin)?;
     let client = args.connection.client()?;
     let kubeconfig = client
         .kubeconfig(&args.cluster, ttl, &args.user, &groups)
@@ -177,6 +189,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn kubeconfig_needs_a_group_and_cluster_admin_needs_consent() {
+        let base = [
+            "x",
+            "kubeconfig",
+            "--endpoint",
+            "https://h",
+            "--cluster",
+            "prod",
+            "--user",
+            "ci",
+        ];
+        // No silent default group (it used to be system:masters).
+        assert!(Cli::try_parse_from(base).is_err());
+        let err = requested_groups(vec!["system:masters".into()], false).expect_err("refused");
+        assert!(err.to_string().contains("--allow-cluster-admin"), "{err}");
+        assert_eq!(
+            requested_groups(vec!["system:masters".into()], true).expect("consented"),
+            ["system:masters"]
+        );
+        assert!(requested_groups(vec![" ".into()], false).is_err());
+        assert_eq!(
+            requested_groups(vec!["viewers".into()], false).expect("plain group"),
+            ["viewers"]
+        );
     }
 
     #[test]
@@ -264,7 +303,8 @@ mod tests {
                 connection: connection(&sim, &key_file),
                 cluster: "cli-demo".into(),
                 user: "ci".into(),
-                groups: vec![],
+                groups: vec!["ci".into()],
+                allow_cluster_admin: false,
                 ttl: "2h".into(),
                 output: Some(output.clone()),
             }),
@@ -280,7 +320,8 @@ mod tests {
                 connection: connection(&sim, &key_file),
                 cluster: "cli-demo".into(),
                 user: "ci".into(),
-                groups: vec![],
+                groups: vec!["ci".into()],
+                allow_cluster_admin: false,
                 ttl: "2 hours".into(),
                 output: None,
             }),
