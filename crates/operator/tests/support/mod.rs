@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod chart_repo;
 pub mod leaks;
+pub mod stack;
 
 use std::net::SocketAddr;
 use std::time::Duration;
