@@ -49,6 +49,10 @@ pub(crate) fn watch(
     let mut initial: Vec<Value> = Vec::new();
     let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
     let since = if initial_events { None } else { since };
+    if since.is_some() && hooks.take_expired_resume(&t.resource) {
+        let gone = ApiError::gone("too old resource version (kube-sim test hook)");
+        return Ok(error_event(&gone));
+    }
     // `resume_rv` is where this stream stands in its type's history: a watcher that falls
     // behind the live channel resumes from there instead of ending.
     let (backlog, rx, mut resume_rv) = match since {
@@ -285,4 +289,15 @@ struct Stream {
     /// The newest resourceVersion this stream has seen (matching or not): a bookmark may
     /// promise no more than that.
     last_rv: u64,
+}
+
+/// A watch response holding one ERROR event, newline-terminated like every event of a real
+/// server's stream.
+fn error_event(e: &ApiError) -> Response {
+    let line = json!({"type": "ERROR", "object": e.to_status()});
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(Body::from(format!("{line}\n")))
+        .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response")))
 }

@@ -302,3 +302,65 @@ async fn a_controller_with_a_finalizer_survives_a_cut_watch() {
     assert_eq!(cleanups.load(Ordering::SeqCst), 1);
     task.abort();
 }
+
+#[tokio::test]
+async fn a_resumed_watch_can_be_expired_and_a_reflector_lists_again() {
+    let (sim, client) = start(Duration::from_secs(60)).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &cm("before"))
+        .await
+        .unwrap();
+    let rv = api
+        .get("before")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    sim.hooks().expire_watch_resumes(Some("configmaps"), 1.0);
+    // Resuming from a resourceVersion is answered with a 410 ERROR event, as by a server whose
+    // watch cache has moved on; a watch without one still starts.
+    let mut resumed = raw_watch(&sim, &format!("resourceVersion={rv}")).await;
+    let gone = tokio::time::timeout(WAIT, resumed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(gone["type"], "ERROR", "{gone}");
+    assert_eq!(gone["object"]["code"], 410, "{gone}");
+    let mut fresh = raw_watch(&sim, "").await;
+    let added = tokio::time::timeout(WAIT, fresh.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(added["type"], "ADDED", "{added}");
+
+    // A reflector whose watches keep expiring still converges by listing again.
+    sim.hooks().clear_random_faults();
+    sim.hooks().expire_watch_resumes(Some("configmaps"), 0.5);
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api.clone(), watcher::Config::default()));
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    for round in 0..5 {
+        sim.hooks().cut_watches(None);
+        api.create(&PostParams::default(), &cm(&format!("after-{round}")))
+            .await
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while reader.state().len() < 6 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reflector stuck at {} objects",
+            reader.state().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        sim.hooks()
+            .injected_failures()
+            .get(&410)
+            .is_some_and(|n| *n >= 1)
+    );
+    task.abort();
+}

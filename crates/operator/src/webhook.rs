@@ -48,7 +48,7 @@ const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long in-flight requests may run after shutdown was requested.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// How long one request may take from its headers to the answer, body upload included; a
 /// client trickling its body byte by byte is cut off (408) instead of holding a task.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::{Args as _, FromArgMatches as _};
-use omni_operator::cli::run::{Args, SHUTDOWN_GRACE, config_from_args};
+use omni_operator::cli::run::{Args, SHUTDOWN_MAX, config_from_args};
 use omni_operator::helm::{Helm, HelmConfig};
 use serde_json::Value;
 use support::of_kind;
@@ -141,9 +141,10 @@ fn grace_period_outlasts_the_shutdown_drain() {
         .as_u64()
         .expect("terminationGracePeriodSeconds");
     assert!(
-        grace > SHUTDOWN_GRACE.as_secs(),
-        "the kubelet kills the pod after {grace}s, before the {}s drain and the Lease release",
-        SHUTDOWN_GRACE.as_secs()
+        grace > SHUTDOWN_MAX.as_secs(),
+        "the kubelet kills the pod after {grace}s, before the operator's {}s shutdown (drain, \
+         Lease release, servers' drain)",
+        SHUTDOWN_MAX.as_secs()
     );
     // The schema refuses a grace period the drain cannot fit in.
     let output = Command::new(support::helm_bin())
@@ -151,10 +152,16 @@ fn grace_period_outlasts_the_shutdown_drain() {
         .arg("omni-cluster-operator")
         .arg(repo().join("charts/omni-cluster-operator"))
         .args(["--namespace", NAMESPACE])
-        .args(["--set", "terminationGracePeriodSeconds=10"])
+        .args([
+            "--set",
+            &format!("terminationGracePeriodSeconds={}", SHUTDOWN_MAX.as_secs()),
+        ])
         .output()
         .expect("run helm");
-    assert!(!output.status.success(), "a 10s grace period was accepted");
+    assert!(
+        !output.status.success(),
+        "a grace period no longer than the shutdown was accepted"
+    );
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("terminationGracePeriodSeconds"),
         "{}",

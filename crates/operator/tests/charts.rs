@@ -398,7 +398,7 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
         complaints,
         [
             "- at '/metrics': additional properties 'rbac', 'secure' not allowed",
-            "- at '/terminationGracePeriodSeconds': minimum: got 10, want 11",
+            "- at '/terminationGracePeriodSeconds': minimum: got 10, want 23",
         ],
         "{stderr}"
     );

@@ -27,6 +27,17 @@ use crate::webhook::{self, WebhookConfig};
 /// How long controllers may take to finish in-flight reconciles on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long releasing the Lease on shutdown may take.
+pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest a shutdown takes: the controllers' drain, the Lease release, then the servers'
+/// (webhook, probes, metrics) drain. The pod's termination grace period must exceed it.
+pub const SHUTDOWN_MAX: Duration = Duration::from_secs(
+    SHUTDOWN_GRACE.as_secs()
+        + LEASE_RELEASE_TIMEOUT.as_secs()
+        + crate::webhook::SHUTDOWN_GRACE.as_secs(),
+);
+
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Arguments of `omni-operator run` (the Helm chart passes exactly these).
@@ -462,21 +473,34 @@ async fn lead_and_reconcile(
         .leader
         .clone()
         .map(|c| LeaderElector::new(client.clone(), c));
+    // Start of the last successful renewal (or of the acquisition): what the renewal deadline
+    // and the write fence count from.
+    let mut renewed_at = tokio::time::Instant::now();
     if let Some(elector) = &elector {
-        tracing::info!(identity = %elector.config().identity, "waiting for leadership");
+        let leader = elector.config();
+        tracing::info!(identity = %leader.identity, "waiting for leadership");
         loop {
-            match elector.try_acquire_or_renew().await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "leader election"),
+            let started = tokio::time::Instant::now();
+            let attempt = elector.try_acquire_or_renew(leader.renew_deadline);
+            tokio::select! {
+                _ = shutdown.clone() => return Ok(()),
+                result = attempt => match result {
+                    Ok(true) => {
+                        renewed_at = started;
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "leader election"),
+                },
             }
             tokio::select! {
                 _ = shutdown.clone() => return Ok(()),
-                _ = tokio::time::sleep(elector.config().retry_period) => {}
+                _ = tokio::time::sleep(leader.retry_period) => {}
             }
         }
         tracing::info!("acquired leadership");
     }
+    let renewed = Arc::new(std::sync::Mutex::new(renewed_at));
     let pod = std::env::var("POD_NAME").ok();
     let helm = start_helm(config).await;
     let ctx = Arc::new(
@@ -528,24 +552,22 @@ async fn lead_and_reconcile(
         let Some(elector) = &elector else {
             return std::future::pending::<()>().await;
         };
-        let mut last_renewal = tokio::time::Instant::now();
+        let leader = elector.config();
         loop {
-            tokio::time::sleep(elector.config().retry_period).await;
-            match elector.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = tokio::time::Instant::now(),
+            tokio::time::sleep(leader.retry_period).await;
+            let started = tokio::time::Instant::now();
+            let last = *renewed.lock().unwrap_or_else(|p| p.into_inner());
+            let stop_at = leader.stop_leading_at(last);
+            if started >= stop_at {
+                tracing::warn!("no renewal within the renew deadline; stepping down");
+                return;
+            }
+            // The attempt has only the time left until the deadline: a hung API server must
+            // not keep the leader writing past the point where a standby may take over.
+            match elector.try_acquire_or_renew(stop_at - started).await {
+                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = started,
                 Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not renew leadership");
-                    // Stop before the Lease can expire under us, so two leaders never overlap.
-                    if last_renewal.elapsed() + elector.config().retry_period
-                        >= elector
-                            .config()
-                            .lease_duration
-                            .saturating_sub(Duration::from_secs(2))
-                    {
-                        return;
-                    }
-                }
+                Err(e) => tracing::warn!(error = %e, "could not renew leadership"),
             }
         }
     };
@@ -557,18 +579,33 @@ async fn lead_and_reconcile(
     };
     ready.store(false, Ordering::SeqCst);
     let _ = ctl_tx.send(true);
-    // In-flight reconciles get a grace period; a controller still waiting on its watches
-    // after that is aborted so shutdown (and Lease release) is never held up.
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+    // In-flight reconciles get a grace period, but never past the write fence of the last
+    // renewal: by then every task writing on our behalf (Omni calls, helm processes, workload
+    // writes) is aborted, before a standby can take the Lease over.
+    let mut drain_until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    if let Some(elector) = &elector {
+        let last = *renewed.lock().unwrap_or_else(|p| p.into_inner());
+        drain_until = drain_until.min(elector.config().write_fence(last));
+    }
+    let drained = tokio::time::timeout_at(drain_until, async {
         while controllers.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
+        tracing::warn!("in-flight reconciles did not finish in time; aborting them");
         controllers.abort_all();
         while controllers.join_next().await.is_some() {}
     }
+    // From here on nothing writes on this replica's behalf (tests order this line against the
+    // successor's takeover).
+    match &elector {
+        Some(elector) => {
+            tracing::info!(identity = %elector.config().identity, "controllers stopped")
+        }
+        None => tracing::info!("controllers stopped"),
+    }
     if let Some(elector) = &elector
-        && let Err(e) = elector.release().await
+        && let Err(e) = elector.release(LEASE_RELEASE_TIMEOUT).await
     {
         tracing::warn!(error = %e, "could not release the leader Lease");
     }
