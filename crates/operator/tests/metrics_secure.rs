@@ -1,7 +1,8 @@
 //! `--metrics-secure`: `/metrics` over HTTPS (here the self-signed certificate generated at
 //! start), only for bearer tokens whose user the cluster allows `get` on `/metrics` — checked
-//! with TokenReview and SubjectAccessReview against kube-sim with RBAC on, as a Prometheus
-//! bound to the chart's metrics-reader ClusterRole would be.
+//! with TokenReview and SubjectAccessReview against kube-sim with RBAC on. The operator holds
+//! only the chart's metrics-auth ClusterRole, and the scraper is bound to the chart's
+//! metrics-reader ClusterRole, so the chart's RBAC is what makes it work.
 
 mod support;
 
@@ -18,17 +19,46 @@ use omni_operator::controllers::Scope;
 use omni_operator::secure_metrics::SecureMetricsConfig;
 use serde_json::json;
 
+const ADMIN_TOKEN: &str = "admin-token-7c20d1";
 const OPERATOR_TOKEN: &str = "operator-token-5b1f0c";
 const SCRAPER_TOKEN: &str = "prometheus-token-93ad7e";
 const STRANGER_TOKEN: &str = "stranger-token-0e44b2";
 
-/// kube-sim with RBAC and the three tokens; the Prometheus service account is bound to a
-/// metrics-reader ClusterRole (`get` on the URL `/metrics`), the stranger to nothing.
-async fn cluster() -> (RunningKubeSim, kube::Client) {
+/// Release namespace of the rendered chart, where the operator's service account lives.
+const NS: &str = "omni-system";
+
+/// kube-sim with RBAC and the chart's metrics RBAC (`metrics.secure=true`): the operator runs as
+/// the chart's service account with nothing but the metrics-auth ClusterRole, the Prometheus
+/// service account is bound to the chart's metrics-reader ClusterRole, the stranger to nothing.
+async fn cluster() -> (RunningKubeSim, kube::Client, kube::Client) {
+    let chart = support::render_operator_chart(NS, &["metrics.secure=true"]);
+    let named = |kind: &str, suffix: &str| {
+        support::of_kind(&chart, kind)
+            .into_iter()
+            .find(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(suffix))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("the chart renders no {kind} *{suffix}"))
+    };
+    let reader = named("ClusterRole", "-metrics-reader");
+    let auth_role = named("ClusterRole", "-metrics-auth-role");
+    let auth_binding = named("ClusterRoleBinding", "-metrics-auth-rolebinding");
+    let operator_account = auth_binding["subjects"][0]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("binding subject"))
+        .to_string();
+
     let auth = Arc::new(StaticAuthenticator::new().without_anonymous());
+    auth.add_token(ADMIN_TOKEN, Identity::new("admin", &["system:masters"]));
     auth.add_token(
         OPERATOR_TOKEN,
-        Identity::new("operator", &["system:masters"]),
+        Identity::new(
+            format!("system:serviceaccount:{NS}:{operator_account}"),
+            &[],
+        ),
     );
     auth.add_token(
         SCRAPER_TOKEN,
@@ -41,29 +71,36 @@ async fn cluster() -> (RunningKubeSim, kube::Client) {
         .start()
         .await
         .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let mut config = kube::Config::new(sim.base_url.parse().unwrap_or_else(|e| panic!("{e}")));
-    config.auth_info.token = Some(OPERATOR_TOKEN.to_string().into());
-    let client = kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"));
-    let reader = serde_json::from_value(json!({
-        "metadata": {"name": "metrics-reader"},
-        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
-    }))
-    .unwrap_or_else(|e| panic!("{e}"));
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &reader)
-        .await
-        .unwrap_or_else(|e| panic!("create ClusterRole: {e}"));
-    let binding = serde_json::from_value(json!({
+    let base_url = sim.base_url.clone();
+    let client_with = |token: &str| {
+        let mut config = kube::Config::new(base_url.parse().unwrap_or_else(|e| panic!("{e}")));
+        config.auth_info.token = Some(token.to_string().into());
+        kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    };
+    let admin = client_with(ADMIN_TOKEN);
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    for role in [&reader, &auth_role] {
+        let role = serde_json::from_value(role.clone()).unwrap_or_else(|e| panic!("{e}"));
+        roles
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap_or_else(|e| panic!("create ClusterRole: {e}"));
+    }
+    let scraper_binding = json!({
         "metadata": {"name": "prometheus-metrics-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": reader["metadata"]["name"]},
         "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
-    }))
-    .unwrap_or_else(|e| panic!("{e}"));
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap_or_else(|e| panic!("create ClusterRoleBinding: {e}"));
-    (sim, client)
+    });
+    for binding in [auth_binding, scraper_binding] {
+        let binding = serde_json::from_value(binding).unwrap_or_else(|e| panic!("{e}"));
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|e| panic!("create ClusterRoleBinding: {e}"));
+    }
+    (sim, admin, client_with(OPERATOR_TOKEN))
 }
 
 /// GET `/metrics` over HTTPS, trusting any certificate (the endpoint's is self-signed), with
@@ -98,9 +135,9 @@ fn token_reviews(sim: &RunningKubeSim) -> u64 {
 #[tokio::test]
 async fn only_tokens_allowed_to_get_metrics_can_scrape_and_none_is_logged() {
     support::operator_logs();
-    let (sim, client) = cluster().await;
+    let (sim, admin, operator_client) = cluster().await;
     let addr = support::free_addr();
-    let mut config = OperatorConfig::embedded(Scope::Namespace("monitoring".into()));
+    let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
     config.metrics_bind = Some(addr);
     config.metrics_secure = Some(SecureMetricsConfig {
         cert_dir: None,
@@ -108,7 +145,7 @@ async fn only_tokens_allowed_to_get_metrics_can_scrape_and_none_is_logged() {
         key_name: "tls.key".into(),
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(run_operator(config, client.clone(), async move {
+    let operator = tokio::spawn(run_operator(config, operator_client, async move {
         let _ = stopped.await;
     }));
 
@@ -159,9 +196,9 @@ async fn only_tokens_allowed_to_get_metrics_can_scrape_and_none_is_logged() {
     // The log was captured (so the scan below is not vacuous).
     assert!(support::operator_logs().contains("secure metrics server listening"));
     support::leaks::assert_no_secret_leaks(
-        &client,
+        &admin,
         &answers,
-        &[OPERATOR_TOKEN, SCRAPER_TOKEN, STRANGER_TOKEN],
+        &[ADMIN_TOKEN, OPERATOR_TOKEN, SCRAPER_TOKEN, STRANGER_TOKEN],
     )
     .await;
 }
