@@ -55,6 +55,10 @@ app.kubernetes.io/part-of: omni-cluster-operator
 {{- end }}
 
 {{/* Service names are DNS labels: at most 63 characters. */}}
+{{- define "omni-cluster-operator.metricsPortName" -}}
+{{- ternary "https" "http-metrics" .Values.metrics.secure }}
+{{- end }}
+
 {{- define "omni-cluster-operator.metricsServiceName" -}}
 {{- printf "%s-controller-manager-metrics-service" (include "omni-cluster-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -19,6 +19,7 @@ mod patch;
 mod protobuf;
 pub mod rbac;
 pub mod request;
+mod reviews;
 mod schema;
 mod selectors;
 pub mod server;

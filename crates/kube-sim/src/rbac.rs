@@ -508,6 +508,17 @@ pub fn bootstrap_policy() -> (Vec<Value>, Vec<Value>) {
                  "verbs": ["create"]}
             ]),
         ),
+        // Unbound by default: servers that delegate authentication and authorization to the
+        // API server (such as a secured metrics endpoint) are bound to it.
+        cluster_role(
+            "system:auth-delegator",
+            json!([
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                 "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+                 "verbs": ["create"]}
+            ]),
+        ),
     ];
     let bindings = vec![
         binding("cluster-admin", "cluster-admin", &[SYSTEM_MASTERS]),

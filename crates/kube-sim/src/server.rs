@@ -421,6 +421,14 @@ async fn handle(
     if t.group == "authorization.k8s.io" && t.resource == "selfsubjectaccessreviews" {
         return self_subject_access_review(&st, verb, &user, &headers, &body);
     }
+    let reviewers = crate::reviews::Reviewers {
+        authenticator: st.authenticator.as_deref(),
+        authorizer: st.authorizer.as_deref(),
+        store: &st.store,
+    };
+    if let Some(resp) = crate::reviews::serve(&t.group, &t.resource, verb, &body, &reviewers) {
+        return resp;
+    }
     let delay = st.hooks.take_latency(verb, &t.resource);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

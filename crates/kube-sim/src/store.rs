@@ -109,6 +109,20 @@ pub fn builtin_types() -> Vec<ResourceType> {
             "SelfSubjectAccessReview",
             false,
         ),
+        ResourceType::new(
+            "authentication.k8s.io",
+            "v1",
+            "tokenreviews",
+            "TokenReview",
+            false,
+        ),
+        ResourceType::new(
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+        ),
         ResourceType::new("", "v1", "configmaps", "ConfigMap", true).short(&["cm"]),
         ResourceType::new("", "v1", "serviceaccounts", "ServiceAccount", true).short(&["sa"]),
         ResourceType::new("", "v1", "services", "Service", true)

@@ -20,6 +20,7 @@ pub mod leader;
 pub mod metrics;
 pub mod render;
 pub mod secret_policy;
+pub mod secure_metrics;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook;

@@ -9,6 +9,15 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -61,6 +70,9 @@ pub enum TlsError {
         #[source]
         source: rustls::Error,
     },
+    /// A self-signed certificate could not be generated.
+    #[error("cannot generate a self-signed serving certificate: {0}")]
+    Generate(String),
     /// rustls refused the server configuration (protocol versions).
     #[error("cannot build the TLS server configuration: {0}")]
     Config(#[source] rustls::Error),
@@ -269,6 +281,192 @@ pub fn reloading_server_config(
         .with_cert_resolver(resolver.clone());
     config.alpn_protocols = alpn_protocols;
     Ok((Arc::new(config), resolver))
+}
+
+/// How long a client may take to complete the TLS handshake or send request headers; keeps a
+/// stalled connection from holding a task forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long in-flight requests may run after shutdown was requested.
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Most connections served at once; further clients wait in the listen backlog. The API
+/// server and Prometheus keep a few connections each; thousands only come from a flood.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How often the serving certificate files are re-read (off the handshake path).
+const CERT_REFRESH: Duration = Duration::from_secs(5);
+
+/// A rustls server configuration with one fixed, freshly generated self-signed certificate for
+/// `localhost` and `127.0.0.1` (what a server without a certificate directory serves, as the
+/// original operator's metrics endpoint did). Clients must skip verification or pin it.
+pub fn self_signed_server_config(
+    alpn_protocols: Vec<Vec<u8>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let generated = || -> Result<(String, String), rcgen::Error> {
+        let key = rcgen::KeyPair::generate()?;
+        let cert =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?
+                .self_signed(&key)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let (cert_pem, key_pem) = generated().map_err(|e| TlsError::Generate(e.to_string()))?;
+    let provider = crypto_provider();
+    let names = CertFiles {
+        cert: PathBuf::from("<generated certificate>"),
+        key: PathBuf::from("<generated key>"),
+    };
+    let key = parse_certified_key(cert_pem.as_bytes(), key_pem.as_bytes(), &names, &provider)?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+    config.alpn_protocols = alpn_protocols;
+    Ok(Arc::new(config))
+}
+
+/// An HTTPS/1.1 server of an axum router: bounded connections, handshake and header timeouts,
+/// a bounded drain on shutdown, and (when serving files) the certificate re-read every few
+/// seconds off the handshake path. The admission webhook and the secure metrics endpoint use
+/// it.
+pub struct HttpsServer {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    certificate: Option<Arc<ReloadingCertResolver>>,
+    name: &'static str,
+}
+
+impl HttpsServer {
+    /// A server on the bound `listener`; `certificate` is refreshed while it runs. `name`
+    /// (e.g. `webhook`) labels its log lines.
+    pub fn new(
+        listener: TcpListener,
+        config: Arc<ServerConfig>,
+        certificate: Option<Arc<ReloadingCertResolver>>,
+        name: &'static str,
+    ) -> Self {
+        Self {
+            listener,
+            acceptor: TlsAcceptor::from(config),
+            certificate,
+            name,
+        }
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<std::net::SocketAddr, io::Error> {
+        self.listener.local_addr()
+    }
+
+    /// Serves `router` until `shutdown` completes, then lets in-flight requests finish
+    /// (bounded).
+    pub async fn run(self, router: Router, shutdown: impl Future<Output = ()>) {
+        let service = TowerToHyperService::new(router);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        let refresher = self
+            .certificate
+            .clone()
+            .map(|certificate| tokio::spawn(refresh_certificate(certificate)));
+        let name = self.name;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                accepted = self.listener.accept(), if connections.len() < MAX_CONNECTIONS => {
+                    let (tcp, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            // Usually descriptor exhaustion; back off instead of spinning.
+                            tracing::warn!(%error, server = name, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    connections.spawn(serve_connection(
+                        self.acceptor.clone(),
+                        tcp,
+                        peer,
+                        service.clone(),
+                        stop_rx.clone(),
+                        name,
+                    ));
+                }
+            }
+        }
+        drop(self.listener);
+        if let Some(refresher) = refresher {
+            refresher.abort();
+        }
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                server = name,
+                "connections still open after the shutdown grace period"
+            );
+            connections.abort_all();
+        }
+    }
+}
+
+/// Re-reads the serving certificate every [`CERT_REFRESH`] on a blocking thread, so handshakes
+/// never read files; a renewed certificate (cert-manager rewrites the Secret volume) is served
+/// within that period.
+async fn refresh_certificate(certificate: Arc<ReloadingCertResolver>) {
+    loop {
+        tokio::time::sleep(CERT_REFRESH).await;
+        let c = certificate.clone();
+        match tokio::task::spawn_blocking(move || c.refresh()).await {
+            Ok(Ok(true)) => tracing::info!("serving certificate reloaded"),
+            Ok(Ok(false)) | Err(_) => {}
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "serving certificate changed but cannot be loaded; keeping the previous one"
+            ),
+        }
+    }
+}
+
+async fn serve_connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    service: TowerToHyperService<Router>,
+    mut stop: watch::Receiver<bool>,
+    name: &'static str,
+) {
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, server = name, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, server = name, "TLS handshake timed out");
+            return;
+        }
+    };
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%peer, %error, server = name, "connection ended with an error");
+    }
 }
 
 #[cfg(test)]

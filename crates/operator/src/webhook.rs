@@ -13,7 +13,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -22,16 +21,11 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
 use serde_json::Value;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 
 use crate::api::{self, ValidateError, Validation};
 use crate::tls::{self, CertFiles, TlsError};
@@ -43,23 +37,9 @@ pub const PATH_PREFIX: &str = "/validate-omni-texashpc-com-v1alpha1-";
 /// each of which may approach the API server's 1.5 MiB object limit.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// How long a client may take to complete the TLS handshake or send request headers; keeps a
-/// stalled connection from holding a task forever.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long in-flight requests may run after shutdown was requested.
-pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 /// How long one request may take from its headers to the answer, body upload included; a
 /// client trickling its body byte by byte is cut off (408) instead of holding a task.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Most connections served at once; further clients wait in the listen backlog. The API
-/// server keeps a few connections per replica; thousands only come from a flood.
-const MAX_CONNECTIONS: usize = 256;
-
-/// How often the serving certificate files are re-read (off the handshake path).
-const CERT_REFRESH: Duration = Duration::from_secs(5);
 
 /// The webhook path of `kind` (e.g. `OmniCluster` → `/validate-omni-texashpc-com-v1alpha1-omnicluster`).
 pub fn path_for(kind: &str) -> String {
@@ -354,9 +334,7 @@ async fn request_deadline(
 
 /// A bound but not yet running HTTPS webhook server.
 pub struct Server {
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    certificate: Arc<tls::ReloadingCertResolver>,
+    https: tls::HttpsServer,
 }
 
 impl Server {
@@ -375,112 +353,18 @@ impl Server {
                     source,
                 })?;
         Ok(Self {
-            listener,
-            acceptor: TlsAcceptor::from(tls_config),
-            certificate,
+            https: tls::HttpsServer::new(listener, tls_config, Some(certificate), "webhook"),
         })
     }
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, std::io::Error> {
-        self.listener.local_addr()
+        self.https.local_addr()
     }
 
     /// Serves until `shutdown` completes, then lets in-flight requests finish (bounded).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let service = TowerToHyperService::new(router());
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut connections = JoinSet::new();
-        let refresher = tokio::spawn(refresh_certificate(self.certificate.clone()));
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = self.listener.accept(), if connections.len() < MAX_CONNECTIONS => {
-                    let (tcp, peer) = match accepted {
-                        Ok(accepted) => accepted,
-                        Err(error) => {
-                            // Usually descriptor exhaustion; back off instead of spinning.
-                            tracing::warn!(%error, "webhook accept failed");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    };
-                    connections.spawn(serve_connection(
-                        self.acceptor.clone(),
-                        tcp,
-                        peer,
-                        service.clone(),
-                        stop_rx.clone(),
-                    ));
-                }
-            }
-        }
-        drop(self.listener);
-        refresher.abort();
-        let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-            while connections.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!("webhook connections still open after the shutdown grace period");
-            connections.abort_all();
-        }
-    }
-}
-
-/// Re-reads the serving certificate every [`CERT_REFRESH`] on a blocking thread, so handshakes
-/// never read files; a renewed certificate (cert-manager rewrites the Secret volume) is served
-/// within that period.
-async fn refresh_certificate(certificate: Arc<tls::ReloadingCertResolver>) {
-    loop {
-        tokio::time::sleep(CERT_REFRESH).await;
-        let c = certificate.clone();
-        match tokio::task::spawn_blocking(move || c.refresh()).await {
-            Ok(Ok(true)) => tracing::info!("serving certificate reloaded"),
-            Ok(Ok(false)) | Err(_) => {}
-            Ok(Err(error)) => tracing::warn!(
-                %error,
-                "serving certificate changed but cannot be loaded; keeping the previous one"
-            ),
-        }
-    }
-}
-
-async fn serve_connection(
-    acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    service: TowerToHyperService<Router>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
-            tracing::debug!(%peer, %error, "webhook TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "webhook TLS handshake timed out");
-            return;
-        }
-    };
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(error) = result {
-        tracing::debug!(%peer, %error, "webhook connection ended with an error");
+        self.https.run(router(), shutdown).await;
     }
 }
 

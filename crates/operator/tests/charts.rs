@@ -223,6 +223,8 @@ fn deployment_arguments_parse_as_run_flags() {
         &["watch.clusterWide=true"][..],
         &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
         &["helmMaxConcurrent=8", "secretSyncResyncInterval=0"][..],
+        &["metrics.secure=true"][..],
+        &["metrics.secure=true", "metrics.certSecretName=metrics-tls"][..],
         &[
             "watch.clusterWide=true",
             "secretAccess.requireOptIn=true",
@@ -396,10 +398,7 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
     let complaints: Vec<&str> = stderr.lines().filter(|l| l.starts_with("- at ")).collect();
     assert_eq!(
         complaints,
-        [
-            "- at '/metrics': additional properties 'rbac', 'secure' not allowed",
-            "- at '/terminationGracePeriodSeconds': minimum: got 10, want 23",
-        ],
+        ["- at '/terminationGracePeriodSeconds': minimum: got 10, want 23"],
         "{stderr}"
     );
 
@@ -410,8 +409,7 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
             "terminationGracePeriodSeconds: 10",
             "terminationGracePeriodSeconds: 30",
         )
-        .replace("  secure: true\n", "")
-        .replace("  rbac:\n    enabled: true\nwebhook:", "webhook:");
+;
     let schema_ok_path = dir.path().join("schema-ok.yaml");
     std::fs::write(&schema_ok_path, &schema_ok).unwrap_or_else(|e| panic!("write: {e}"));
     let (ok, _, stderr) = helm(&[
@@ -455,6 +453,9 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
         stdout.contains("DEPRECATED: healthProbe.bindAddress"),
         "the notes warn about the deprecated key"
     );
+    // The original's secure metrics on :8443 stay what they were.
+    assert!(stdout.contains("- --metrics-secure=true"), "metrics.secure is honoured");
+    assert!(stdout.contains("- --metrics-bind-address=:8443"));
     // A bindAddress that disagrees with the probe port would make every probe fail: refused.
     let (ok, _, stderr) = helm(&[
         "template",
@@ -500,4 +501,229 @@ fn the_release_workflow_builds_what_a_release_ships() {
         changelog.contains("\n## "),
         "CHANGELOG has version sections"
     );
+
+/// The metric families the operator registers (`# TYPE` lines of an empty registry).
+fn registered_metrics() -> BTreeSet<String> {
+    let text = omni_operator::metrics::Metrics::new()
+        .encode()
+        .expect("encode metrics");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `omni_operator_*` name in `text`, reduced to its family (without the `_total`,
+/// `_bucket`, `_sum` and `_count` sample suffixes).
+fn metric_families_in(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("omni_operator_") {
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(&name);
+        found.insert(family.to_string());
+    }
+    found
+}
+
+fn named<'a>(docs: &'a [Value], kind: &str, suffix: &str) -> Option<&'a Value> {
+    of_kind(docs, kind).into_iter().find(|d| {
+        d["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with(suffix))
+    })
+}
+
+#[test]
+fn metrics_are_plain_by_default_and_the_monitoring_objects_are_opt_in() {
+    let docs = render(&[]);
+    assert!(
+        !manager_args(&docs)
+            .iter()
+            .any(|a| a.starts_with("--metrics-secure")),
+        "plain HTTP unless asked for"
+    );
+    let service = named(&docs, "Service", "-metrics-service").expect("metrics Service");
+    assert_eq!(service["spec"]["ports"][0]["name"], "http-metrics");
+    let reader = named(&docs, "ClusterRole", "-metrics-reader").expect("metrics-reader role");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    assert!(named(&docs, "ClusterRole", "-metrics-auth-role").is_none());
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(of_kind(&docs, kind).is_empty(), "{kind} is opt-in");
+    }
+    assert!(named(&docs, "ConfigMap", "-dashboard").is_none());
+    let without_rbac = render(&["metrics.rbac.enabled=false", "metrics.secure=true"]);
+    assert!(named(&without_rbac, "ClusterRole", "-metrics-reader").is_none());
+    assert!(named(&without_rbac, "ClusterRole", "-metrics-auth-role").is_none());
+}
+
+#[test]
+fn secure_metrics_let_the_operator_review_tokens_and_the_service_monitor_use_https() {
+    let docs = render(&["metrics.secure=true", "metrics.serviceMonitor.enabled=true"]);
+    let args = manager_args(&docs);
+    assert!(
+        args.contains(&"--metrics-secure=true".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--metrics-cert-dir")),
+        "self-signed without a Secret: {args:?}"
+    );
+    let auth = named(&docs, "ClusterRole", "-metrics-auth-role").expect("metrics-auth role");
+    assert_eq!(
+        auth["rules"],
+        serde_json::json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+        ])
+    );
+    let binding = named(&docs, "ClusterRoleBinding", "-metrics-auth-rolebinding").expect("binding");
+    assert_eq!(binding["roleRef"]["name"], auth["metadata"]["name"]);
+    let account = of_kind(&docs, "ServiceAccount")[0]["metadata"]["name"].clone();
+    assert_eq!(binding["subjects"][0]["name"], account);
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+
+    let service = named(&docs, "Service", "-metrics-service").expect("metrics Service");
+    let monitor = &of_kind(&docs, "ServiceMonitor")[0];
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], service["spec"]["ports"][0]["name"]);
+    assert_eq!(endpoint["port"], "https");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["interval"], "30s");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true);
+    // The selector picks the metrics Service only (the webhook Service has the same app labels).
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    for (key, value) in selector {
+        assert_eq!(&service["metadata"]["labels"][key], value, "{key}");
+    }
+    let webhook = named(&docs, "Service", "-webhook-service").expect("webhook Service");
+    assert!(
+        selector
+            .iter()
+            .any(|(k, v)| &webhook["metadata"]["labels"][k] != v),
+        "the ServiceMonitor must not select the webhook Service"
+    );
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"][0],
+        NAMESPACE
+    );
+}
+
+#[test]
+fn a_metrics_certificate_secret_is_mounted_and_verified_by_the_service_monitor() {
+    let docs = render(&[
+        "metrics.secure=true",
+        "metrics.certSecretName=operator-metrics-tls",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.interval=15s",
+        "metrics.serviceMonitor.labels.release=kube-prometheus",
+    ]);
+    let args = manager_args(&docs);
+    let dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--metrics-cert-dir="))
+        .expect("--metrics-cert-dir");
+    let pod = &of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .and_then(|v| {
+            v.iter()
+                .find(|v| v["secret"]["secretName"] == "operator-metrics-tls")
+        })
+        .expect("metrics certificate volume");
+    let mounts = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts");
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == volume["name"] && m["mountPath"] == dir),
+        "{mounts:?}"
+    );
+    let monitor = &of_kind(&docs, "ServiceMonitor")[0];
+    assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["interval"], "15s");
+    assert_eq!(
+        endpoint["tlsConfig"]["ca"]["secret"],
+        serde_json::json!({"name": "operator-metrics-tls", "key": "ca.crt"})
+    );
+    assert!(endpoint["tlsConfig"]["insecureSkipVerify"].is_null());
+}
+
+/// The alerts of docs/operations.md, over metrics the operator really exports.
+#[test]
+fn the_prometheus_rule_holds_the_documented_alerts() {
+    let docs = render(&[
+        "metrics.prometheusRule.enabled=true",
+        "metrics.prometheusRule.labels.release=kube-prometheus",
+    ]);
+    let rule = &of_kind(&docs, "PrometheusRule")[0];
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus");
+    let alerts = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    let exprs: Vec<String> = alerts
+        .iter()
+        .map(|a| a["expr"].as_str().expect("expr").to_string())
+        .collect();
+    for documented in [
+        "omni_operator_resource_info{ready=\"False\"} == 1",
+        "rate(omni_operator_reconcile_errors_total[15m])",
+        "omni_operator_kubeconfig_expiry_seconds < 3600",
+    ] {
+        assert!(
+            exprs.iter().any(|e| e.contains(documented)),
+            "{documented} in {exprs:?}"
+        );
+    }
+    for alert in alerts {
+        assert!(alert["for"].is_string(), "{alert}");
+        // Helm must leave Prometheus's own templating in the annotations alone.
+        let summary = alert["annotations"]["summary"].as_str().expect("summary");
+        assert!(summary.contains("{{ $labels."), "{summary}");
+    }
+    let registered = registered_metrics();
+    for family in metric_families_in(&exprs.join("\n")) {
+        assert!(registered.contains(&family), "{family} is not exported");
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_charts_every_operator_metric() {
+    let docs = render(&["metrics.grafanaDashboard.enabled=true"]);
+    let config_map = named(&docs, "ConfigMap", "-dashboard").expect("dashboard ConfigMap");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let data = config_map["data"].as_object().expect("data");
+    assert_eq!(data.len(), 1);
+    let (file, text) = data.iter().next().expect("one file");
+    assert!(file.ends_with(".json"), "{file}");
+    let dashboard: Value = serde_json::from_str(text.as_str().expect("text"))
+        .unwrap_or_else(|e| panic!("the dashboard is not JSON: {e}"));
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut queries = String::new();
+    for panel in panels {
+        assert!(panel["title"].is_string(), "{panel}");
+        for target in panel["targets"].as_array().expect("targets") {
+            queries.push_str(target["expr"].as_str().expect("expr"));
+            queries.push('\n');
+        }
+    }
+    assert_eq!(metric_families_in(&queries), registered_metrics());
 }

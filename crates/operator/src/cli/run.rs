@@ -22,6 +22,7 @@ use crate::helm::{Helm, HelmConfig};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
 use crate::secret_policy::SecretPolicy;
+use crate::secure_metrics::{self, SecureMetricsConfig};
 use crate::webhook::{self, WebhookConfig};
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
@@ -35,7 +36,7 @@ pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const SHUTDOWN_MAX: Duration = Duration::from_secs(
     SHUTDOWN_GRACE.as_secs()
         + LEASE_RELEASE_TIMEOUT.as_secs()
-        + crate::webhook::SHUTDOWN_GRACE.as_secs(),
+        + crate::tls::SHUTDOWN_GRACE.as_secs(),
 );
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -60,6 +61,22 @@ pub struct Args {
     /// Address of `/metrics`; `0` disables.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: String,
+    /// Serve `/metrics` over HTTPS, only to callers whose bearer token (TokenReview) belongs to
+    /// a user allowed `get` on the URL `/metrics` (SubjectAccessReview). Off: plain HTTP for
+    /// everyone.
+    #[arg(long, env = "METRICS_SECURE", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_secure: bool,
+    /// Directory with the secure metrics serving certificate; unset serves a self-signed one
+    /// generated at start.
+    #[arg(long, value_parser = parse_non_empty_path)]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Certificate file name in the metrics cert directory.
+    #[arg(long, default_value = "tls.crt")]
+    pub metrics_cert_name: String,
+    /// Key file name in the metrics cert directory.
+    #[arg(long, default_value = "tls.key")]
+    pub metrics_key_name: String,
     /// Address of `/healthz` and `/readyz`; `0` disables.
     #[arg(long, default_value = "0.0.0.0:8081")]
     pub health_probe_bind_address: String,
@@ -145,6 +162,8 @@ pub struct OperatorConfig {
     pub leader: Option<LeaderConfig>,
     /// `/metrics` address.
     pub metrics_bind: Option<SocketAddr>,
+    /// Serve `/metrics` over HTTPS to authorised callers only; `None` serves plain HTTP.
+    pub metrics_secure: Option<SecureMetricsConfig>,
     /// Probe address.
     pub health_bind: Option<SocketAddr>,
     /// Webhook server settings when enabled.
@@ -177,6 +196,7 @@ impl std::fmt::Debug for OperatorConfig {
             .field("scope", &self.scope)
             .field("leader", &self.leader)
             .field("metrics_bind", &self.metrics_bind)
+            .field("metrics_secure", &self.metrics_secure)
             .field("health_bind", &self.health_bind)
             .field("webhook", &self.webhook.as_ref().map(|w| w.bind))
             .field("helm_binary", &self.helm_binary)
@@ -193,6 +213,7 @@ impl OperatorConfig {
             scope,
             leader: None,
             metrics_bind: None,
+            metrics_secure: None,
             health_bind: None,
             webhook: None,
             helm_binary: PathBuf::from("helm"),
@@ -304,6 +325,11 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         scope,
         leader,
         metrics_bind: optional_addr("metrics-bind-address", &args.metrics_bind_address)?,
+        metrics_secure: args.metrics_secure.then(|| SecureMetricsConfig {
+            cert_dir: args.metrics_cert_dir.clone(),
+            cert_name: args.metrics_cert_name.clone(),
+            key_name: args.metrics_key_name.clone(),
+        }),
         health_bind: optional_addr("health-probe-bind-address", &args.health_probe_bind_address)?,
         webhook: args.webhook_enabled.then(|| WebhookConfig {
             bind: args.webhook_bind_address,
@@ -412,30 +438,22 @@ pub async fn run_operator(
     }
     if let Some(addr) = config.metrics_bind {
         let metrics = config.metrics.clone();
-        let router = Router::new().route(
-            "/metrics",
-            get(move || {
-                let body = metrics.encode();
-                async move {
-                    match body {
-                        Ok(text) => (
-                            StatusCode::OK,
-                            [(
-                                http::header::CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            text,
-                        ),
-                        Err(_) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(http::header::CONTENT_TYPE, "text/plain")],
-                            "metrics encoding failed".to_string(),
-                        ),
-                    }
-                }
-            }),
-        );
-        servers.spawn(serve_http(addr, router, stop.clone(), "metrics"));
+        match config.metrics_secure.clone() {
+            None => servers.spawn(serve_http(
+                addr,
+                secure_metrics::plain_router(metrics),
+                stop.clone(),
+                "metrics",
+            )),
+            Some(secure) => {
+                let (client, s) = (client.clone(), stop.clone());
+                servers.spawn(async move {
+                    secure_metrics::serve(addr, &secure, metrics, client, s)
+                        .await
+                        .context("metrics server")
+                })
+            }
+        };
     }
     if let Some(wh) = config.webhook.clone() {
         let s = stop.clone();
@@ -689,6 +707,39 @@ mod tests {
         assert_eq!(default.args.baseline_quirks, None);
         assert!(
             Cli::try_parse_from(["run", "--namespace", "omni", "--baseline-quirks=turbo"]).is_err()
+        );
+    }
+
+    #[test]
+    fn metrics_are_plain_unless_secure_is_asked_for_in_either_spelling() {
+        let config_of = |flags: &[&str]| {
+            let cli = Cli::try_parse_from([&["run", "--namespace", "omni"], flags].concat())
+                .unwrap_or_else(|e| panic!("{e}"));
+            config_from_args(&cli.args).unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(config_of(&[]).metrics_secure, None);
+        assert_eq!(config_of(&["--metrics-secure=false"]).metrics_secure, None);
+        let self_signed = SecureMetricsConfig {
+            cert_dir: None,
+            cert_name: "tls.crt".into(),
+            key_name: "tls.key".into(),
+        };
+        assert_eq!(
+            config_of(&["--metrics-secure"]).metrics_secure,
+            Some(self_signed.clone())
+        );
+        // The original operator's chart passes the value explicitly.
+        assert_eq!(
+            config_of(&["--metrics-secure=true"]).metrics_secure,
+            Some(self_signed)
+        );
+        assert_eq!(
+            config_of(&["--metrics-secure", "--metrics-cert-dir", "/certs"]).metrics_secure,
+            Some(SecureMetricsConfig {
+                cert_dir: Some(PathBuf::from("/certs")),
+                cert_name: "tls.crt".into(),
+                key_name: "tls.key".into(),
+            })
         );
     }
 
