@@ -404,12 +404,10 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
 
     // With the schema satisfied, the Go operator's image is still refused, by name.
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let schema_ok = original
-        .replace(
-            "terminationGracePeriodSeconds: 10",
-            "terminationGracePeriodSeconds: 30",
-        )
-;
+    let schema_ok = original.replace(
+        "terminationGracePeriodSeconds: 10",
+        "terminationGracePeriodSeconds: 30",
+    );
     let schema_ok_path = dir.path().join("schema-ok.yaml");
     std::fs::write(&schema_ok_path, &schema_ok).unwrap_or_else(|e| panic!("write: {e}"));
     let (ok, _, stderr) = helm(&[
@@ -454,7 +452,10 @@ fn original_chart_values_are_accepted_mapped_or_refused() {
         "the notes warn about the deprecated key"
     );
     // The original's secure metrics on :8443 stay what they were.
-    assert!(stdout.contains("- --metrics-secure=true"), "metrics.secure is honoured");
+    assert!(
+        stdout.contains("- --metrics-secure=true"),
+        "metrics.secure is honoured"
+    );
     assert!(stdout.contains("- --metrics-bind-address=:8443"));
     // A bindAddress that disagrees with the probe port would make every probe fail: refused.
     let (ok, _, stderr) = helm(&[
@@ -501,6 +502,7 @@ fn the_release_workflow_builds_what_a_release_ships() {
         changelog.contains("\n## "),
         "CHANGELOG has version sections"
     );
+}
 
 /// The metric families the operator registers (`# TYPE` lines of an empty registry).
 fn registered_metrics() -> BTreeSet<String> {
