@@ -19,7 +19,8 @@ pub enum LogFormat {
 /// it does about it, so the duplicate only misleads. `RUST_LOG` brings it back when wanted.
 pub(crate) const DEFAULT_FILTER: &str = "info,kube_client::client::builder=off";
 
-/// Installs the global tracing subscriber. `RUST_LOG` overrides [`DEFAULT_FILTER`].
+/// Installs the global tracing subscriber. `RUST_LOG` overrides the default filter: `info`,
+/// without kube-client's duplicate per-request error log.
 /// Logs go to stderr so that commands printing YAML on stdout stay machine-readable.
 pub fn init(format: LogFormat) {
     let filter =
