@@ -12,7 +12,7 @@
 #[path = "support/fuzz.rs"]
 mod fuzz_support;
 
-use fuzz_support::{config, leaf_string, wild_json, yaml_text};
+use fuzz_support::{config, duration_text, leaf_string, wild_json, yaml_text};
 use omni_client::duration;
 use omni_client::template::{self, FileResolver, Template};
 use proptest::prelude::*;
@@ -314,38 +314,6 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // Durations
 // ---------------------------------------------------------------------------------------------
-
-/// Text that looks like a Go duration often enough to reach every branch: signs, long digit
-/// runs (past u64 and u128), fractions, known and unknown units.
-fn duration_text() -> BoxedStrategy<String> {
-    let number = prop_oneof![
-        "[0-9]{1,3}",
-        "[0-9]{15,45}",
-        "[0-9]{0,3}\\.[0-9]{0,25}",
-        "[0-9]{15,40}\\.[0-9]{1,25}",
-    ];
-    let unit = prop_oneof![
-        8 => proptest::sample::select(vec!["ns", "us", "µs", "μs", "ms", "s", "m", "h"]),
-        1 => proptest::sample::select(vec!["", "d", "H", "sec", "µ", "\u{0}", "é", "🦀"]),
-    ];
-    prop_oneof![
-        8 => (
-            proptest::sample::select(vec!["", "", "", "-", "+"]),
-            proptest::collection::vec((number, unit), 1..5)
-        )
-            .prop_map(|(sign, parts)| {
-                let mut s = sign.to_string();
-                for (n, u) in parts {
-                    s.push_str(&n);
-                    s.push_str(u);
-                }
-                s
-            }),
-        1 => leaf_string(),
-        1 => "\\PC{0,12}",
-    ]
-    .boxed()
-}
 
 /// Go's `Duration.String()` for non-negative nanoseconds (`1h2m3.5s`, `1.5ms`, `0s`).
 fn go_format(nanos: u64) -> String {

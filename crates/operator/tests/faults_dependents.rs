@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::stack::{CLUSTER, Stack, ours};
+use support::stack::{Dependants, Stack};
 use support::{condition, ready, wait_for};
 
 const EXPORT: &str = "prod-kubeconfig";
@@ -32,59 +32,14 @@ const DELETION_LIMIT: Duration = Duration::from_secs(60);
 async fn converge(stack: &Stack) -> String {
     let ns = stack.ns.as_str();
     stack
-        .create_secret(
-            "registry-credentials",
-            json!({"password": REGISTRY_PASSWORD}),
+        .create_export_with_consumers(
+            Dependants {
+                export: EXPORT,
+                release: RELEASE,
+                sync: SYNC,
+            },
+            REGISTRY_PASSWORD,
         )
-        .await;
-    stack
-        .create(ours(
-            "OmniKubeconfigExport",
-            ns,
-            EXPORT,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "targetSecretRef": {"name": EXPORT},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h",
-                "renewBefore": "4h",
-                "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
-    stack
-        .create(ours(
-            "OmniHelmRelease",
-            ns,
-            RELEASE,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": EXPORT},
-                "namespace": "default",
-                "chart": {
-                    "repository": stack.repo.url,
-                    "chart": "demo",
-                    "version": "0.1.0",
-                    "values": {"greeting": "hello"},
-                    "credentialsSecretRef": {"name": "repo-credentials"},
-                },
-            }),
-        ))
-        .await;
-    stack
-        .create(ours(
-            "OmniSecretSync",
-            ns,
-            SYNC,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": EXPORT, "key": "kubeconfig"},
-                "sourceSecretRef": {"name": "registry-credentials"},
-                "targetSecretRef": {"name": "registry-credentials", "namespace": "apps"},
-                "createNamespace": true,
-                "deletionPolicy": "Delete",
-            }),
-        ))
         .await;
     for (kind, name) in [
         ("OmniKubeconfigExport", EXPORT),

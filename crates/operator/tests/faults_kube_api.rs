@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::json;
-use support::stack::{CLUSTER, CONNECTION, REPO_PASSWORD, Stack, ours};
+use support::stack::{CLUSTER, CONNECTION, Dependants, REPO_PASSWORD, Stack};
 use support::{ready, wait_for};
 
 const NS: &str = "conflicts";
@@ -55,56 +55,14 @@ fn soak() -> bool {
 
 async fn create_fleet(stack: &Stack) {
     stack
-        .create_secret("registry-credentials", json!({"password": SYNCED_PASSWORD}))
-        .await;
-    stack
-        .create(ours(
-            "OmniKubeconfigExport",
-            NS,
-            EXPORT,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "targetSecretRef": {"name": EXPORT},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h",
-                "renewBefore": "4h",
-                "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
-    stack
-        .create(ours(
-            "OmniSecretSync",
-            NS,
-            SYNC,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": EXPORT, "key": "kubeconfig"},
-                "sourceSecretRef": {"name": "registry-credentials"},
-                "targetSecretRef": {"name": "registry-credentials", "namespace": "apps"},
-                "createNamespace": true,
-                "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
-    stack
-        .create(ours(
-            "OmniHelmRelease",
-            NS,
-            RELEASE,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": EXPORT},
-                "namespace": "default",
-                "chart": {
-                    "repository": stack.repo.url,
-                    "chart": "demo",
-                    "version": "0.1.0",
-                    "values": {"greeting": "hello"},
-                    "credentialsSecretRef": {"name": "repo-credentials"},
-                },
-            }),
-        ))
+        .create_export_with_consumers(
+            Dependants {
+                export: EXPORT,
+                release: RELEASE,
+                sync: SYNC,
+            },
+            SYNCED_PASSWORD,
+        )
         .await;
 }
 

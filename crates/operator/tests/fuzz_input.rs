@@ -15,7 +15,7 @@ mod fuzz_support;
 
 use std::collections::BTreeMap;
 
-use fuzz_support::{config, leaf_string, wild_json};
+use fuzz_support::{config, duration_text, leaf_string, wild_json};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
@@ -347,37 +347,6 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // Durations
 // ---------------------------------------------------------------------------------------------
-
-/// Text that looks like a Go duration often enough to reach every branch: signs, long digit
-/// runs, fractions, known and unknown units (including the two micro signs).
-fn duration_text() -> impl Strategy<Value = String> {
-    let number = prop_oneof![
-        "[0-9]{1,3}",
-        "[0-9]{15,45}",
-        "[0-9]{0,3}\\.[0-9]{0,25}",
-        "[0-9]{15,40}\\.[0-9]{1,25}",
-    ];
-    let unit = prop_oneof![
-        8 => proptest::sample::select(vec!["ns", "us", "µs", "μs", "ms", "s", "m", "h"]),
-        1 => proptest::sample::select(vec!["", "d", "H", "sec", "µ", "\u{0}", "é", "🦀"]),
-    ];
-    prop_oneof![
-        8 => (
-            proptest::sample::select(vec!["", "", "", "-", "+"]),
-            proptest::collection::vec((number, unit), 1..5)
-        )
-            .prop_map(|(sign, parts)| {
-                let mut s = sign.to_string();
-                for (n, u) in parts {
-                    s.push_str(&n);
-                    s.push_str(u);
-                }
-                s
-            }),
-        1 => leaf_string(),
-        1 => "\\PC{0,12}",
-    ]
-}
 
 proptest! {
     #![proptest_config(config())]

@@ -224,6 +224,70 @@ impl Stack {
             .unwrap_or_else(|e| panic!("create Secret {name}: {e}"));
     }
 
+    /// The usual dependants of an export, in the stack's namespace: the OmniKubeconfigExport
+    /// `names.export` (its Secret has the same name), an OmniHelmRelease `names.release` of the
+    /// stack's chart and an OmniSecretSync `names.sync` copying the Secret
+    /// `registry-credentials` (created here with `registry_password`) into `apps`, both using the
+    /// exported kubeconfig. Nothing is awaited beyond the creates.
+    pub async fn create_export_with_consumers(
+        &self,
+        names: Dependants<'_>,
+        registry_password: &str,
+    ) {
+        let ns = self.ns.as_str();
+        self.create_secret(
+            "registry-credentials",
+            json!({"password": registry_password}),
+        )
+        .await;
+        self.create(ours(
+            "OmniKubeconfigExport",
+            ns,
+            names.export,
+            json!({
+                "clusterRef": {"name": CLUSTER},
+                "targetSecretRef": {"name": names.export},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "24h",
+                "renewBefore": "4h",
+                "deletionPolicy": "Delete",
+            }),
+        ))
+        .await;
+        self.create(ours(
+            "OmniHelmRelease",
+            ns,
+            names.release,
+            json!({
+                "clusterRef": {"name": CLUSTER},
+                "kubeconfigSecretRef": {"name": names.export},
+                "namespace": "default",
+                "chart": {
+                    "repository": self.repo.url,
+                    "chart": "demo",
+                    "version": "0.1.0",
+                    "values": {"greeting": "hello"},
+                    "credentialsSecretRef": {"name": "repo-credentials"},
+                },
+            }),
+        ))
+        .await;
+        self.create(ours(
+            "OmniSecretSync",
+            ns,
+            names.sync,
+            json!({
+                "clusterRef": {"name": CLUSTER},
+                "kubeconfigSecretRef": {"name": names.export, "key": "kubeconfig"},
+                "sourceSecretRef": {"name": "registry-credentials"},
+                "targetSecretRef": {"name": "registry-credentials", "namespace": "apps"},
+                "createNamespace": true,
+                "deletionPolicy": "Delete",
+            }),
+        ))
+        .await;
+    }
+
     /// Objects of one of the operator's kinds in the stack's namespace.
     pub fn api(&self, kind: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), &self.ns, &resource(kind))
@@ -355,4 +419,12 @@ impl Operator {
             Err(e) => panic!("operator task failed: {e}"),
         }
     }
+}
+
+/// Names of an export and the release and sync that use its Secret.
+#[derive(Debug, Clone, Copy)]
+pub struct Dependants<'a> {
+    pub export: &'a str,
+    pub release: &'a str,
+    pub sync: &'a str,
 }
