@@ -249,9 +249,16 @@ impl WebhookDispatcher {
             })
             .filter(|w| webhook_applies(w, request))
             .collect();
+        // The `request` variable is built only when some matching webhook has conditions:
+        // this runs on every write.
+        let mut review: Option<Value> = None;
         let mut called = Vec::with_capacity(hooks.len());
-        let review = review_for(request, "");
         for hook in &hooks {
+            if hook.match_conditions.is_empty() {
+                called.push(hook);
+                continue;
+            }
+            let review = review.get_or_insert_with(|| review_for(request, ""));
             if match_conditions_call(hook, request, &review["request"])? {
                 called.push(hook);
             }
