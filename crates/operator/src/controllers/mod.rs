@@ -306,6 +306,10 @@ pub enum Error {
     /// A remote operation failed; the message is also in the object's conditions.
     #[error("{0}")]
     Remote(String),
+    /// The cached copy a status was computed from is older than the stored object; nothing
+    /// was written (see [`status::write`]).
+    #[error("the cached copy of the object is older than the stored one")]
+    StaleCache,
 }
 
 /// Condition reason for an object whose stored data does not decode as its kind.
@@ -396,11 +400,33 @@ pub async fn reconcile_decoded<K, F, Fut>(
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
-    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy,
     Fut: Future<Output = Result<Action, Error>>,
 {
+    let mut obj = obj;
     let err = match decode::<K>(&obj) {
-        Ok(k) => return inner(Arc::new(k), ctx).await,
+        Ok(k) => match inner(Arc::new(k), ctx.clone()).await {
+            // The watch cache lagged behind the server: once more on the server's copy, rather
+            // than waiting for the cache (its watcher may be backing off) or a backoff.
+            Err(Error::StaleCache) => {
+                let ar = api_resource::<K>();
+                let api: Api<DynamicObject> = match obj.namespace() {
+                    Some(ns) => Api::namespaced_with(ctx.client.clone(), &ns, &ar),
+                    None => Api::all_with(ctx.client.clone(), &ar),
+                };
+                let Some(stored) = api.get_opt(&obj.name_any()).await? else {
+                    return Ok(Action::await_change());
+                };
+                match decode::<K>(&stored) {
+                    Ok(k) => return inner(Arc::new(k), ctx).await,
+                    Err(e) => {
+                        obj = Arc::new(stored);
+                        e
+                    }
+                }
+            }
+            other => return other,
+        },
         Err(e) => e,
     };
     let kind = K::kind(&());
@@ -475,8 +501,12 @@ where
     let kind = K::kind(&());
     let started = Instant::now();
     let result = fut.await;
+    // A stale cache is no failure: the reconcile runs again at once on the stored object.
+    let failed = result
+        .as_ref()
+        .is_err_and(|e| !matches!(e, Error::StaleCache));
     ctx.metrics
-        .reconciled(&kind, started.elapsed().as_secs_f64(), result.is_err());
+        .reconciled(&kind, started.elapsed().as_secs_f64(), failed);
     if result.is_ok() {
         ctx.reset_backoff(&object_key(obj));
     }
