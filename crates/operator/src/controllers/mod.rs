@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod connection;
 pub mod finalizer;
 pub mod helm_release;
+pub mod index;
 pub mod kubeconfig_export;
 pub mod omni;
 pub mod secret_sync;
@@ -325,34 +326,6 @@ pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, serde_json:
     serde_json::from_value(serde_json::to_value(obj)?)
 }
 
-/// The typed objects of a `DynamicObject` store (undecodable ones are skipped), for mappers.
-pub fn decoded<K: Resource<DynamicType = ()> + DeserializeOwned>(
-    store: &kube::runtime::reflector::Store<DynamicObject>,
-) -> Vec<(K, ObjectRef<DynamicObject>)> {
-    let ar = api_resource::<K>();
-    store
-        .state()
-        .into_iter()
-        .filter_map(|o| {
-            let k = decode::<K>(&o).ok()?;
-            Some((k, ObjectRef::from_obj_with(o.as_ref(), ar.clone())))
-        })
-        .collect()
-}
-
-/// References to the objects of `store` (decoded as `K`) for which `refers` holds: the body of
-/// every mapper that turns a change of a referenced object into reconciles of its referrers.
-pub fn referencing<K: Resource<DynamicType = ()> + DeserializeOwned>(
-    store: &kube::runtime::reflector::Store<DynamicObject>,
-    refers: impl Fn(&K) -> bool,
-) -> Vec<ObjectRef<DynamicObject>> {
-    decoded::<K>(store)
-        .into_iter()
-        .filter(|(k, _)| refers(k))
-        .map(|(_, r)| r)
-        .collect()
-}
-
 /// A reference to the object `name` in `namespace` of kind `K`, for mappers.
 pub fn dyn_ref<K: Resource<DynamicType = ()>>(
     name: &str,
@@ -524,6 +497,32 @@ where
 pub fn controller_for<K: Resource<DynamicType = ()>>(
     ctx: &Context,
 ) -> kube::runtime::Controller<DynamicObject> {
+    controller_with::<K>(ctx, |_| {})
+}
+
+/// [`controller_for`] with a [`RefIndex`](index::RefIndex) of its objects by what they refer
+/// to (`keys`), kept from the same watch, for the controller's mapped watches.
+pub fn indexed_controller_for<K>(
+    ctx: &Context,
+    keys: fn(&K) -> Vec<index::RefKey>,
+) -> (
+    kube::runtime::Controller<DynamicObject>,
+    Arc<index::RefIndex<K>>,
+)
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+{
+    let index = Arc::new(index::RefIndex::new(keys));
+    let kept = index.clone();
+    let controller = controller_with::<K>(ctx, move |event| kept.apply(event));
+    (controller, index)
+}
+
+fn controller_with<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    mut on_event: impl FnMut(&kube::runtime::watcher::Event<DynamicObject>) + Send + 'static,
+) -> kube::runtime::Controller<DynamicObject> {
+    use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
     let ar = api_resource::<K>();
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
@@ -531,6 +530,11 @@ pub fn controller_for<K: Resource<DynamicType = ()>>(
     let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                on_event(event);
+            }
+        })
         .applied_objects()
         .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
     kube::runtime::Controller::for_stream_with(triggers, reader, ar)
