@@ -4,7 +4,7 @@
 //! rotated kubeconfig). No temporary files are written.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
@@ -70,10 +70,18 @@ pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
     kubeconfig.client().await
 }
 
+/// The cached client of one kubeconfig Secret key, with the Secret's resourceVersion it was
+/// built from. Its async lock makes the cache single-flight: concurrent users of one kubeconfig
+/// (hundreds of OmniSecretSyncs of one workload cluster at cold start) wait for one client to
+/// be built instead of each building its own (TLS configuration, connection pool).
+type Slot = Arc<tokio::sync::Mutex<Option<(String, Client)>>>;
+
 /// Cache of workload clients keyed by `namespace/secret/key`.
 pub struct WorkloadClients {
     client: Client,
-    cache: Mutex<HashMap<String, (String, Client)>>,
+    cache: Mutex<HashMap<String, Slot>>,
+    /// Clients built so far (each a TLS configuration and a connection pool).
+    built: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for WorkloadClients {
@@ -88,6 +96,7 @@ impl WorkloadClients {
         Self {
             client,
             cache: Mutex::default(),
+            built: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -122,8 +131,13 @@ impl WorkloadClients {
             return Err(WorkloadError::Refused { reason });
         }
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let cache_key = format!("{namespace}/{name}/{key}");
-        if let Some((v, c)) = self.lock().get(&cache_key)
+        let slot = self
+            .lock()
+            .entry(format!("{namespace}/{name}/{key}"))
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some((v, c)) = slot.as_ref()
             && *v == version
         {
             return Ok(c.clone());
@@ -150,11 +164,13 @@ impl WorkloadClients {
                 detail,
             }
         })?;
-        self.lock().insert(cache_key, (version, client.clone()));
+        self.built
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot = Some((version, client.clone()));
         Ok(client)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Client)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
         match self.cache.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -212,6 +228,44 @@ mod tests {
         assert_eq!(version.git_version, "v1.35.0");
         let auth = seen.lock().map(|s| s.clone()).unwrap_or_default();
         assert_eq!(auth.as_deref(), Some("Bearer workload-token"));
+    }
+
+    /// Hundreds of OmniSecretSyncs of one workload cluster reconcile at once at cold start: they
+    /// share one client, built once. Before the cache was single-flight each concurrent caller
+    /// built its own (this test counted 50 builds), which at 3,000 syncs cost gigabytes.
+    #[tokio::test]
+    async fn concurrent_users_of_one_kubeconfig_share_one_client() {
+        let sim = kube_sim::server::KubeSim::builder()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("{e}"));
+        let management = Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: workload-token\n";
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "prod-kubeconfig", "namespace": "default"},
+            "stringData": {"kubeconfig": kubeconfig}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(management.clone(), "default")
+            .create(&Default::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let clients = WorkloadClients::new(management);
+        let policy = SecretPolicy::default();
+        let users = (0..50).map(|_| {
+            clients.get(
+                "default",
+                "prod-kubeconfig",
+                "kubeconfig",
+                &policy,
+                "OmniSecretSync",
+            )
+        });
+        for result in futures::future::join_all(users).await {
+            assert!(result.is_ok(), "{:?}", result.err());
+        }
+        assert_eq!(clients.built.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     /// The export's probe of a stored (possibly adopted) kubeconfig goes through here too.
