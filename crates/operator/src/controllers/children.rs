@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -177,9 +176,8 @@ pub async fn run<K: Child>(
     let (controller, index) = indexed_controller_for::<K>(&ctx, |c| {
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });
-    let controller = controller.watches(
-        ctx.watch_api::<OmniCluster>(),
-        watcher::Config::default(),
+    let controller = controller.watches_stream(
+        super::spec_changes(ctx.watch_api::<OmniCluster>()),
         move |cluster: OmniCluster| {
             if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
                 return Vec::new();

@@ -789,9 +789,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         reader
     };
     let controller = controller
-        .watches(
-            ctx.watch_api::<OmniCluster>(),
-            watcher::Config::default(),
+        .watches_stream(
+            super::spec_changes(ctx.watch_api::<OmniCluster>()),
             move |c: OmniCluster| {
                 by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },

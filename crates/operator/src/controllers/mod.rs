@@ -540,6 +540,55 @@ fn controller_with<K: Resource<DynamicType = ()>>(
     kube::runtime::Controller::for_stream_with(triggers, reader, ar)
 }
 
+/// The watch events of `K` that can matter to objects which refer to a `K` without reading its
+/// status: its first sighting, a change of what [`own_change`] covers (spec generation, labels,
+/// annotations, finalizers, the deletion mark) and its deletion. A dependant's mapped watch of
+/// `K` built on this is not woken by `K`'s status writes: an OmniCluster's status moving with
+/// Omni would otherwise re-run every secret sync, release, export and child of the cluster.
+pub fn spec_changes<K>(
+    api: Api<K>,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut relisted: Option<std::collections::HashSet<String>> = None;
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
+            let out = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let id = uid(&o);
+                    if let Some(listed) = relisted.as_mut() {
+                        listed.insert(id.clone());
+                    }
+                    let state = own_change(&o).unwrap_or_default();
+                    (seen.insert(id, state) != Some(state)).then_some(Ok(o))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.remove(&uid(&o));
+                    Some(Ok(o))
+                }
+                Ok(watcher::Event::Init) => {
+                    relisted = Some(std::collections::HashSet::new());
+                    None
+                }
+                // Objects gone while the watch was down are forgotten.
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(listed) = relisted.take() {
+                        seen.retain(|id, _| listed.contains(id));
+                    }
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        })
+}
+
 /// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
 /// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
 /// `status` and `resourceVersion` are deliberately left out.

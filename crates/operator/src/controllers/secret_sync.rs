@@ -641,9 +641,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     });
     let by_secret = index.clone();
     let controller = controller
-        .watches(
-            ctx.watch_api::<OmniCluster>(),
-            watcher::Config::default(),
+        .watches_stream(
+            super::spec_changes(ctx.watch_api::<OmniCluster>()),
             move |c: OmniCluster| {
                 index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
