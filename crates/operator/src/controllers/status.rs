@@ -42,24 +42,42 @@ fn differs_beyond_timestamps(old: &Value, new: &Value) -> bool {
 }
 
 /// The JSON merge patch turning status `old` into `new`: changed and new fields are set,
-/// fields absent from `new` are nulled (merge-patch deletion). `None` when they are equal or
+/// fields absent from `new` are nulled (merge-patch deletion) at every depth, since a merge
+/// patch merges nested objects rather than replacing them. `None` when they are equal or
 /// differ only in [`TIMESTAMP_ONLY_FIELDS`].
 pub fn status_patch(old: &Value, new: &Value) -> Option<Value> {
     if !differs_beyond_timestamps(old, new) {
         return None;
     }
-    let mut patch = match new {
-        Value::Object(m) => m.clone(),
-        _ => Map::new(),
+    let empty = Value::Object(Map::new());
+    let new = if new.is_object() { new } else { &empty };
+    Some(serde_json::json!({ "status": merge_patch(old, new) }))
+}
+
+/// The merge patch from `old` to `new` (RFC 7386): objects are diffed key by key, recursively,
+/// with removed keys nulled; anything else is replaced whole.
+fn merge_patch(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
     };
-    if let Value::Object(old) = old {
-        for key in old.keys() {
-            if !patch.contains_key(key) {
-                patch.insert(key.clone(), Value::Null);
+    let mut patch = Map::new();
+    for (key, value) in new {
+        match old.get(key) {
+            Some(before) if before == value => {}
+            Some(before) if before.is_object() && value.is_object() => {
+                patch.insert(key.clone(), merge_patch(before, value));
+            }
+            _ => {
+                patch.insert(key.clone(), value.clone());
             }
         }
     }
-    Some(serde_json::json!({ "status": Value::Object(patch) }))
+    for key in old.keys() {
+        if !new.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    Value::Object(patch)
 }
 
 /// Writes `new_status` if it differs from the status stored in `obj`. Returns whether a
@@ -146,6 +164,18 @@ mod tests {
             Some(
                 json!({"status": {"observedGeneration": 2, "lastAttemptTime": "2026-01-01T00:05:00Z"}})
             )
+        );
+    }
+
+    /// A merge patch merges nested objects: a field removed inside one must be nulled there.
+    /// Before, only top-level fields were, so `manifests.lastError` outlived the error.
+    #[test]
+    fn fields_removed_inside_nested_objects_are_nulled() {
+        let old = json!({"manifests": {"applied": 1, "lastError": "boom"}, "phase": "RUNNING"});
+        let new = json!({"manifests": {"applied": 2}, "phase": "RUNNING"});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(json!({"status": {"manifests": {"applied": 2, "lastError": null}}}))
         );
     }
 
