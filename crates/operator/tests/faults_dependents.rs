@@ -376,13 +376,11 @@ async fn a_namespace_deletion_uninstalls_and_removes_copies_before_the_kubeconfi
     finish(stack, "dependents: namespace deletion", &token, deletion).await;
 }
 
-/// Known gap outside the export/release/sync hold: the OmniCluster's deletion needs the Omni
-/// key Secret of its OmniConnection, which a namespace deletion removes at once (Secrets have
-/// no finalizer), so the cluster stays `DeleteFailed` ("MissingSecret") and the namespace never
-/// finishes. Run it with `--ignored` once the connection holds its key Secret the way exports
-/// hold theirs.
+/// The OmniCluster's deletion needs the Omni key Secret of its OmniConnection, which a namespace
+/// deletion deletes at once. The connection holds its key Secret while clusters use it (the
+/// finalizer `omni.texashpc.com/omni-key-in-use`); before that hold the cluster stayed
+/// `DeleteFailed` ("MissingSecret") and the namespace never finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "OmniConnection does not hold its key Secret yet: the OmniCluster deletion strands"]
 async fn a_namespace_deletion_with_a_cluster_in_it_finishes() {
     let stack = Stack::start("doomed-whole").await;
     let operator = stack.start_operator();
