@@ -734,6 +734,20 @@ async fn claim(
     Ok(Err(drift_check(r, ctx.min_interval)))
 }
 
+/// The release object as stored now, when it has been deleted since `r` was read. A namespace
+/// deletion or prune deletes it together with the Secrets and cluster it uses; a pass that
+/// read it a moment before then finds them gone, and must do the deletion rather than report
+/// the object stranded with `MissingSecret` or `MissingCluster`.
+async fn deleted_meanwhile(
+    api: &Api<OmniHelmRelease>,
+    r: &OmniHelmRelease,
+) -> Result<Option<OmniHelmRelease>, Error> {
+    Ok(api
+        .get_opt(&r.name_any())
+        .await?
+        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some()))
+}
+
 async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
     instrumented(obj.as_ref(), &ctx, async {
         let namespace = obj.namespace().unwrap_or_default();
@@ -763,6 +777,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
             .await?
             .is_none()
         {
+            if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                return delete(&ctx, &fresh, &api).await;
+            }
             let m = format!("OmniCluster {cluster_ref:?} does not exist");
             d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
             d.failed(reasons::MISSING_CLUSTER, &m);
@@ -778,6 +795,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         let kubeconfig = match kubeconfig(&ctx, &r).await? {
             Ok(k) => k,
             Err((reason, m)) => {
+                if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                    return delete(&ctx, &fresh, &api).await;
+                }
                 d.failed(reason, &m);
                 write(&ctx, &r, &d).await?;
                 return Ok(Action::requeue(RETRY));
@@ -786,6 +806,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         let auth = match repository_auth(&ctx, &r).await? {
             Ok(a) => a,
             Err((reason, m)) => {
+                if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                    return delete(&ctx, &fresh, &api).await;
+                }
                 d.failed(reason, &m);
                 write(&ctx, &r, &d).await?;
                 return Ok(Action::requeue(RETRY));
