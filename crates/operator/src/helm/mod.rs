@@ -102,8 +102,9 @@ pub struct ReleaseRequest {
     pub max_history: u32,
     /// Install over a release that was uninstalled with its history kept (`--replace`).
     pub replace: bool,
-    /// Release labels naming the owning OmniHelmRelease (`--labels`, helm 3.13+). Helm keeps
-    /// them as labels of its storage Secret and carries them over to later revisions.
+    /// Release labels naming the owning OmniHelmRelease and the operator process that starts
+    /// the revision (`--labels`, helm 3.13+). Helm keeps them as labels of its storage Secret
+    /// and carries them over to later revisions.
     pub owner_labels: Vec<(String, String)>,
 }
 
@@ -219,6 +220,7 @@ struct Inner {
     flavor: HelmFlavor,
     version: String,
     processes: Semaphore,
+    run_id: String,
     release_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -256,10 +258,21 @@ impl Helm {
                 flavor,
                 version,
                 processes,
+                // Random per driver, so per operator process (and per start of an embedded
+                // operator): revisions are marked with it to tell whose helm run left them.
+                run_id: uuid::Uuid::new_v4().simple().to_string(),
                 release_locks: Mutex::new(HashMap::new()),
                 config,
             }),
         })
+    }
+
+    /// This driver's run id: 32 hex digits, random per [`Helm::new`], so per operator process.
+    /// Revisions this process starts carry it as a release label, so that a `pending-*`
+    /// revision can later be told apart as this process's own, an earlier process's (gone,
+    /// since leader election fences every earlier leader) or someone else's.
+    pub fn run_id(&self) -> &str {
+        &self.inner.run_id
     }
 
     /// The detected dialect.
@@ -414,6 +427,13 @@ pub struct ReleaseSession {
     ca_file: PathBuf,
     /// Credential strings of the kubeconfig, scrubbed from every error text of this session.
     kubeconfig_secrets: Vec<String>,
+}
+
+impl ReleaseSession {
+    /// The run id of the driver this session belongs to (see [`Helm::run_id`]).
+    pub fn run_id(&self) -> &str {
+        self.helm.run_id()
+    }
 }
 
 impl fmt::Debug for ReleaseSession {
