@@ -252,11 +252,10 @@ async fn a_gitops_prune_of_an_export_and_its_consumers_uninstalls_before_the_sec
     finish(stack, "dependents: GitOps prune", &token, deletion).await;
 }
 
-/// Open race: intermittently (1 run in 2 here) the release finds its kubeconfig Secret gone
-/// and is stranded with `MissingSecret` although the export holds the Secret for it; the
-/// stranded panic prints the export's state and the Secret writes to narrow it down.
+/// The consumers are deleted first, the export last. A consumer's pass that read it live just
+/// before its deletion must not report it stranded when it then finds a dependency gone: the
+/// release and the sync re-read themselves and do the deletion instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open race: the release is sometimes stranded when deleted before its export"]
 async fn a_gitops_prune_in_the_other_order_also_uninstalls_first() {
     let stack = Stack::start("prune-reverse").await;
     let operator = stack.start_operator();
@@ -376,13 +375,11 @@ async fn a_namespace_deletion_uninstalls_and_removes_copies_before_the_kubeconfi
     finish(stack, "dependents: namespace deletion", &token, deletion).await;
 }
 
-/// Known gap outside the export/release/sync hold: the OmniCluster's deletion needs the Omni
-/// key Secret of its OmniConnection, which a namespace deletion removes at once (Secrets have
-/// no finalizer), so the cluster stays `DeleteFailed` ("MissingSecret") and the namespace never
-/// finishes. Run it with `--ignored` once the connection holds its key Secret the way exports
-/// hold theirs.
+/// The OmniCluster's deletion needs the Omni key Secret of its OmniConnection, which a namespace
+/// deletion deletes at once. The connection holds its key Secret while clusters use it (the
+/// finalizer `omni.texashpc.com/omni-key-in-use`); before that hold the cluster stayed
+/// `DeleteFailed` ("MissingSecret") and the namespace never finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "OmniConnection does not hold its key Secret yet: the OmniCluster deletion strands"]
 async fn a_namespace_deletion_with_a_cluster_in_it_finishes() {
     let stack = Stack::start("doomed-whole").await;
     let operator = stack.start_operator();

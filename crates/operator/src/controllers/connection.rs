@@ -1,6 +1,12 @@
 //! OmniConnection: check that Omni is reachable with the configured key, and hold deletion
 //! while OmniClusters still use the connection.
+//!
+//! The connection also holds its service-account key Secret while OmniClusters use it
+//! ([`KEY_IN_USE_FINALIZER`] on the Secret): deleting an OmniCluster needs Omni, so a namespace
+//! deletion, which deletes the Secret together with everything else, must leave the key in
+//! place until the clusters are gone from Omni.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +31,68 @@ use omni_client::template::BackendApi;
 pub const RECHECK: Duration = Duration::from_secs(300);
 /// Re-check interval while deletion waits for clusters.
 pub const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// Finalizer on an OmniConnection's service-account key Secret while OmniClusters use the
+/// connection: a deletion of the Secret (by hand, by a namespace deletion) then waits until
+/// the clusters no longer need Omni. Only Secrets a connection references get it, and it is
+/// lifted as soon as no connection with clusters references the Secret.
+pub const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
+
+/// Whether a connection's hold is on `secret`.
+pub fn holds_key(secret: &Secret) -> bool {
+    secret
+        .finalizers()
+        .iter()
+        .any(|f| f == KEY_IN_USE_FINALIZER)
+}
+
+/// Pure: the key Secrets of `connections` that clusters need (those of connections that at
+/// least one of `clusters` references).
+pub fn needed_keys(connections: &[OmniConnection], clusters: &[OmniCluster]) -> BTreeSet<String> {
+    connections
+        .iter()
+        .filter(|conn| {
+            clusters.iter().any(|c| {
+                c.spec.connection_ref.name == conn.name_any() && c.namespace() == conn.namespace()
+            })
+        })
+        .map(|conn| conn.spec.auth.service_account_secret_ref.name.clone())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Puts the hold on the key Secrets of `ns` that its clusters need and lifts it from those no
+/// longer needed (the last cluster went, a connection now names another Secret, the connection
+/// is gone). A Secret being deleted takes no new finalizer; one held goes once it is released.
+async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let lp = ListParams::default();
+    let connections = ctx.api::<OmniConnection>(ns).list(&lp).await?.items;
+    let clusters = ctx.api::<OmniCluster>(ns).list(&lp).await?.items;
+    let needed = needed_keys(&connections, &clusters);
+    let secrets = ctx.api::<Secret>(ns);
+    for name in &needed {
+        if let Some(secret) = secrets.get_opt(name).await?
+            && secret.metadata.deletion_timestamp.is_none()
+            && !holds_key(&secret)
+        {
+            let mut list = secret.finalizers().to_vec();
+            list.push(KEY_IN_USE_FINALIZER.to_string());
+            super::kubeconfig_export::set_secret_finalizers(&secrets, &secret, list).await?;
+        }
+    }
+    for secret in secrets.list(&lp).await? {
+        if holds_key(&secret) && !needed.contains(&secret.name_any()) {
+            let rest = secret
+                .finalizers()
+                .iter()
+                .filter(|f| *f != KEY_IN_USE_FINALIZER)
+                .cloned()
+                .collect();
+            super::kubeconfig_export::set_secret_finalizers(&secrets, &secret, rest).await?;
+        }
+    }
+    Ok(())
+}
 
 /// The outcome of one check, before it becomes conditions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,9 +291,13 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
             }
             let clusters = referencing_clusters(&ctx, &conn).await?;
             if !clusters.is_empty() {
+                sync_key_holds(&ctx, &namespace).await?;
                 finish(&ctx, &conn, &Outcome::Deleting { clusters }).await?;
                 return Ok(Action::requeue(DELETE_WAIT));
             }
+            // The hold comes off before the finalizer: once this object is gone, nothing
+            // would reconcile it any more.
+            sync_key_holds(&ctx, &namespace).await?;
             finalizer::remove(&api, conn.as_ref(), true).await?;
             ctx.omni.forget(&namespace, &conn.name_any());
             ctx.metrics
@@ -236,6 +308,7 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
             finalizer::add(&api, conn.as_ref()).await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
+        sync_key_holds(&ctx, &namespace).await?;
         // validate: the webhook's rules, in case admission was bypassed.
         let validation = crate::api::connection::validate(&conn, None);
         if !validation.is_valid() {
@@ -363,6 +436,35 @@ mod tests {
             later, s,
             "an unchanged result must not produce a status write"
         );
+    }
+
+    fn cluster(name: &str, connection: &str) -> OmniCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"connectionRef": {"name": connection}, "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_key_secrets_of_connections_that_clusters_use_are_needed() {
+        let used = conn();
+        let mut idle = conn();
+        idle.metadata.name = Some("idle".into());
+        idle.spec.auth.service_account_secret_ref.name = "idle-key".into();
+        let clusters = [cluster("a", "omni"), cluster("b", "omni")];
+        assert_eq!(
+            needed_keys(&[used.clone(), idle.clone()], &clusters),
+            BTreeSet::from(["k".to_string()])
+        );
+        // The last cluster gone: nothing needs a key any more.
+        assert!(needed_keys(&[used.clone(), idle], &[]).is_empty());
+        // A cluster of another namespace does not count.
+        let mut elsewhere = cluster("c", "omni");
+        elsewhere.metadata.namespace = Some("other".into());
+        assert!(needed_keys(&[used], &[elsewhere]).is_empty());
     }
 
     #[test]

@@ -72,6 +72,56 @@ pub const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
 /// Release label with the owning OmniHelmRelease's name, when it fits a label value (63 chars).
 pub const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
 
+/// Release label naming the operator process that started the revision: its helm driver's
+/// run id ([`crate::helm::Helm::run_id`]), random per process.
+pub const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
+/// Release label with the revision number that process started. Helm merges release labels
+/// into later revisions, so a revision someone else starts on top of ours (a `helm upgrade` by
+/// hand, a rollback) inherits our run label but not a matching revision number.
+pub const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
+
+/// The labels marking the revision `revision` as started by the operator process `run_id`.
+pub fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
+    vec![
+        (STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
+        (STARTED_REVISION_LABEL.to_string(), revision.to_string()),
+    ]
+}
+
+/// Who started the newest revision of a release, as its labels tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Starter {
+    /// This operator process.
+    ThisRun,
+    /// An earlier operator process. Leader election fences every earlier leader before a new
+    /// one starts, and its helm processes die with it, so nothing still works on the revision.
+    EarlierRun,
+    /// Unmarked or inherited marks: someone else (a person, another tool, a rollback), or an
+    /// operator version that did not mark revisions.
+    Unknown,
+}
+
+/// Pure decision of [`Starter`] from the newest revision's labels and Helm's view of it.
+pub fn starter(
+    labels: &std::collections::BTreeMap<String, String>,
+    info: &ReleaseInfo,
+    run_id: &str,
+) -> Starter {
+    match (
+        labels.get(STARTED_BY_RUN_LABEL),
+        labels.get(STARTED_REVISION_LABEL),
+    ) {
+        (Some(run), Some(revision)) if *revision == info.revision.to_string() => {
+            if run == run_id {
+                Starter::ThisRun
+            } else {
+                Starter::EarlierRun
+            }
+        }
+        _ => Starter::Unknown,
+    }
+}
+
 /// The ownership labels this object puts on every revision it installs or upgrades.
 pub fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
     let Some(uid) = r.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
@@ -219,19 +269,27 @@ pub enum Pending {
     Stuck,
     /// Older than its timeout, and `spec.recoverStuckRelease` allows recovering it.
     Recover,
+    /// Started by an earlier operator process, which is gone: recovered at once.
+    Abandoned,
 }
 
-/// Pure decision for a release in `pending-*` (`None` when it is not pending). The age counts
-/// from the pending revision's `last_deployed`, which Helm stamps when the operation starts; a
-/// record without it is treated as old, since no running operation writes such a record.
+/// Pure decision for a release in `pending-*` (`None` when it is not pending). A revision an
+/// earlier operator process started (and this object owns, see [`starter`]) was abandoned when
+/// that process ended. Otherwise the age counts from the pending revision's `last_deployed`,
+/// which Helm stamps when the operation starts; a record without it is treated as old, since no
+/// running operation writes such a record.
 pub fn pending(
     info: &ReleaseInfo,
     now: jiff::Timestamp,
     timeout: Duration,
     recover_allowed: bool,
+    started_by: Starter,
 ) -> Option<Pending> {
     if !info.is_pending() {
         return None;
+    }
+    if started_by == Starter::EarlierRun {
+        return Some(Pending::Abandoned);
     }
     let started = info
         .last_deployed
@@ -700,7 +758,7 @@ async fn claim(
     d: &mut Draft,
     session: &ReleaseSession,
     info: &ReleaseInfo,
-) -> Result<Result<bool, Action>, Error> {
+) -> Result<Result<(bool, std::collections::BTreeMap<String, String>), Action>, Error> {
     let name = r.effective_release_name();
     let labels = match session.labels(&name, &r.spec.namespace).await {
         Ok(labels) => labels.unwrap_or_default(),
@@ -713,10 +771,10 @@ async fn claim(
     };
     let o = ownership(r, &labels, info);
     if o.is_ours() {
-        return Ok(Ok(false));
+        return Ok(Ok((false, labels)));
     }
     if adopt_requested(r) {
-        return Ok(Ok(true));
+        return Ok(Ok((true, labels)));
     }
     // Nothing in the status may describe someone else's release as ours: without a digest
     // and revision the stored status can never pass for "installed before labels" later.
@@ -733,6 +791,20 @@ async fn claim(
     );
     write(ctx, r, d).await?;
     Ok(Err(drift_check(r, ctx.min_interval)))
+}
+
+/// The release object as stored now, when it has been deleted since `r` was read. A namespace
+/// deletion or prune deletes it together with the Secrets and cluster it uses; a pass that
+/// read it a moment before then finds them gone, and must do the deletion rather than report
+/// the object stranded with `MissingSecret` or `MissingCluster`.
+async fn deleted_meanwhile(
+    api: &Api<OmniHelmRelease>,
+    r: &OmniHelmRelease,
+) -> Result<Option<OmniHelmRelease>, Error> {
+    Ok(api
+        .get_opt(&r.name_any())
+        .await?
+        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some()))
 }
 
 async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -764,6 +836,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
             .await?
             .is_none()
         {
+            if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                return delete(&ctx, &fresh, &api).await;
+            }
             let m = format!("OmniCluster {cluster_ref:?} does not exist");
             d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
             d.failed(reasons::MISSING_CLUSTER, &m);
@@ -779,6 +854,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         let kubeconfig = match kubeconfig(&ctx, &r).await? {
             Ok(k) => k,
             Err((reason, m)) => {
+                if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                    return delete(&ctx, &fresh, &api).await;
+                }
                 d.failed(reason, &m);
                 write(&ctx, &r, &d).await?;
                 return Ok(Action::requeue(RETRY));
@@ -787,6 +865,9 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         let auth = match repository_auth(&ctx, &r).await? {
             Ok(a) => a,
             Err((reason, m)) => {
+                if let Some(fresh) = deleted_meanwhile(&api, &r).await? {
+                    return delete(&ctx, &fresh, &api).await;
+                }
                 d.failed(reason, &m);
                 write(&ctx, &r, &d).await?;
                 return Ok(Action::requeue(RETRY));
@@ -844,9 +925,16 @@ async fn handle_pending(
     d: &mut Draft,
     session: &ReleaseSession,
     info: &ReleaseInfo,
+    started_by: Starter,
 ) -> Result<Option<Action>, Error> {
     let timeout = timeout_of(r);
-    let Some(verdict) = pending(info, d.now, timeout, r.spec.recover_stuck_release) else {
+    let Some(verdict) = pending(
+        info,
+        d.now,
+        timeout,
+        r.spec.recover_stuck_release,
+        started_by,
+    ) else {
         return Ok(None);
     };
     let name = r.effective_release_name();
@@ -886,7 +974,12 @@ async fn handle_pending(
             write(ctx, r, d).await?;
             Ok(Some(Action::requeue(RETRY)))
         }
-        Pending::Recover => {
+        Pending::Recover | Pending::Abandoned => {
+            let why = if verdict == Pending::Abandoned {
+                "left by an earlier operator process that ended while Helm ran".to_string()
+            } else {
+                format!("longer than its timeout {}", r.spec.timeout)
+            };
             let history = match session.history(&name, &r.spec.namespace).await {
                 Ok(h) => h,
                 Err(err) => {
@@ -935,7 +1028,7 @@ async fn handle_pending(
                 r,
                 EventType::Warning,
                 REASON_STUCK_RECOVERED,
-                format!("{what}, longer than its timeout {}; {done}", r.spec.timeout),
+                format!("{what}, {why}; {done}"),
             )
             .await;
             Ok(None)
@@ -957,11 +1050,21 @@ async fn apply(
     let mut adopting = false;
     if let Some(info) = &current {
         // Before anything may change the release (recovery, upgrade): is it ours?
-        match claim(ctx, r, &mut d, session, info).await? {
-            Ok(adopt) => adopting = adopt,
+        let labels = match claim(ctx, r, &mut d, session, info).await? {
+            Ok((adopt, labels)) => {
+                adopting = adopt;
+                labels
+            }
             Err(action) => return Ok(action),
-        }
-        if let Some(action) = handle_pending(ctx, r, &mut d, session, info).await? {
+        };
+        // Only a release this object owns may be recovered at once; one being adopted is
+        // someone else's until our upgrade has labelled it.
+        let started_by = if adopting {
+            Starter::Unknown
+        } else {
+            starter(&labels, info, session.run_id())
+        };
+        if let Some(action) = handle_pending(ctx, r, &mut d, session, info, started_by).await? {
             return Ok(action);
         }
         if info.is_pending() {
@@ -1015,6 +1118,11 @@ async fn apply(
     let mut req = request(r, timeout_of(r));
     // A release uninstalled with its history kept can only be installed again over it.
     req.replace = current.as_ref().is_some_and(|c| c.status == "uninstalled");
+    // Mark the revision Helm is about to create (the next after the newest) as this process's,
+    // so that a `pending-*` revision left by a kill is recognised and recovered at once.
+    let next_revision = current.as_ref().map_or(1, |c| c.revision + 1);
+    req.owner_labels
+        .extend(run_labels(session.run_id(), next_revision));
     match session.install_or_upgrade(verb, &req, auth).await {
         Ok(info) => {
             if adopting {
@@ -1295,19 +1403,89 @@ mod tests {
         let five_min = Duration::from_secs(300);
         let young = at("pending-upgrade", 3, Some("2026-11-23T01:58:00.5+00:00"));
         assert_eq!(
-            pending(&young, now, five_min, true),
+            pending(&young, now, five_min, true, Starter::Unknown),
             Some(Pending::Wait(Duration::from_millis(180_500 + 5_000)))
         );
         let old = at("pending-upgrade", 3, Some("2026-11-23T01:54:59Z"));
-        assert_eq!(pending(&old, now, five_min, false), Some(Pending::Stuck));
-        assert_eq!(pending(&old, now, five_min, true), Some(Pending::Recover));
+        assert_eq!(
+            pending(&old, now, five_min, false, Starter::Unknown),
+            Some(Pending::Stuck)
+        );
+        assert_eq!(
+            pending(&old, now, five_min, true, Starter::Unknown),
+            Some(Pending::Recover)
+        );
         let unknown = at("pending-install", 1, None);
         assert_eq!(
-            pending(&unknown, now, five_min, false),
+            pending(&unknown, now, five_min, false, Starter::Unknown),
             Some(Pending::Stuck)
         );
         let deployed = at("deployed", 3, Some("2020-01-01T00:00:00Z"));
-        assert_eq!(pending(&deployed, now, five_min, true), None);
+        assert_eq!(
+            pending(&deployed, now, five_min, true, Starter::EarlierRun),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pending_revision_of_an_earlier_operator_process_is_recovered_at_once() {
+        let now: jiff::Timestamp = "2026-11-23T02:00:00Z".parse().unwrap();
+        let five_min = Duration::from_secs(300);
+        // Started a second ago by a process that is gone: no wait, with or without the opt-in.
+        let fresh = at("pending-install", 1, Some("2026-11-23T01:59:59Z"));
+        for allowed in [false, true] {
+            assert_eq!(
+                pending(&fresh, now, five_min, allowed, Starter::EarlierRun),
+                Some(Pending::Abandoned)
+            );
+        }
+        // This process's own pending revision, or an unmarked one, waits as before.
+        for started_by in [Starter::ThisRun, Starter::Unknown] {
+            assert!(matches!(
+                pending(&fresh, now, five_min, true, started_by),
+                Some(Pending::Wait(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn the_starter_of_a_revision_is_told_by_its_run_and_revision_labels() {
+        let pending_rev = info("pending-upgrade", 4);
+        let marked = |run: &str, revision: &str| {
+            labels(&[
+                (OWNER_UID_LABEL, "uid-a"),
+                (STARTED_BY_RUN_LABEL, run),
+                (STARTED_REVISION_LABEL, revision),
+            ])
+        };
+        assert_eq!(
+            starter(&marked("run-b", "4"), &pending_rev, "run-b"),
+            Starter::ThisRun
+        );
+        assert_eq!(
+            starter(&marked("run-a", "4"), &pending_rev, "run-b"),
+            Starter::EarlierRun
+        );
+        // Helm carried revision 3's labels into revision 4 (someone else's upgrade, a rollback).
+        assert_eq!(
+            starter(&marked("run-a", "3"), &pending_rev, "run-b"),
+            Starter::Unknown
+        );
+        assert_eq!(
+            starter(
+                &labels(&[(OWNER_UID_LABEL, "uid-a")]),
+                &pending_rev,
+                "run-b"
+            ),
+            Starter::Unknown
+        );
+        assert_eq!(
+            run_labels("run-b", 5),
+            [
+                (STARTED_BY_RUN_LABEL.to_string(), "run-b".to_string()),
+                (STARTED_REVISION_LABEL.to_string(), "5".to_string()),
+            ]
+        );
     }
 
     #[test]

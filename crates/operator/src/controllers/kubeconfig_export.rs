@@ -115,7 +115,7 @@ fn with_hold(secret: &mut Secret) {
 
 /// Changes the finalizers of `secret` to `finalizers`, conditional on the resourceVersion it
 /// was read at (a concurrent change fails the patch instead of dropping someone's finalizer).
-async fn set_secret_finalizers(
+pub(crate) async fn set_secret_finalizers(
     api: &Api<Secret>,
     secret: &Secret,
     finalizers: Vec<String>,

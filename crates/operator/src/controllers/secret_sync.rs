@@ -539,6 +539,21 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
+/// The sync as stored now, when it is being deleted although `sync` (from the watch cache)
+/// is not. A namespace deletion or prune deletes the sync together with the Secrets it reads;
+/// a reconcile started from a cache that has not seen the deletion yet then finds them gone,
+/// and must do the deletion rather than report the sync stranded with `MissingSecret`.
+async fn deleted_meanwhile(
+    ctx: &Context,
+    sync: &OmniSecretSync,
+) -> Result<Option<OmniSecretSync>, Error> {
+    let api = ctx.api::<OmniSecretSync>(&sync.namespace().unwrap_or_default());
+    Ok(api
+        .get_opt(&sync.name_any())
+        .await?
+        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some()))
+}
+
 async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Action, Error> {
     instrumented(sync.as_ref(), &ctx, async {
         if sync.metadata.deletion_timestamp.is_some() {
@@ -563,6 +578,9 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             .get_opt(cluster_name)
             .await?
         else {
+            if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
+                return delete(&ctx, &fresh).await;
+            }
             let f = fail(
                 reasons::MISSING_CLUSTER,
                 format!("OmniCluster {cluster_name:?} does not exist"),
@@ -571,6 +589,9 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
         };
         let source_name = &sync.spec.source_secret_ref.name;
         let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+            if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
+                return delete(&ctx, &fresh).await;
+            }
             let f = fail(
                 reasons::MISSING_SECRET,
                 format!("source Secret \"{namespace}/{source_name}\" does not exist"),
@@ -602,6 +623,9 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
         {
             Ok(c) => c,
             Err(e) => {
+                if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
+                    return delete(&ctx, &fresh).await;
+                }
                 return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, &e)), Some(true)).await;
             }
         };

@@ -102,8 +102,9 @@ pub struct ReleaseRequest {
     pub max_history: u32,
     /// Install over a release that was uninstalled with its history kept (`--replace`).
     pub replace: bool,
-    /// Release labels naming the owning OmniHelmRelease (`--labels`, helm 3.13+). Helm keeps
-    /// them as labels of its storage Secret and carries them over to later revisions.
+    /// Release labels naming the owning OmniHelmRelease and the operator process that starts
+    /// the revision (`--labels`, helm 3.13+). Helm keeps them as labels of its storage Secret
+    /// and carries them over to later revisions.
     pub owner_labels: Vec<(String, String)>,
 }
 
@@ -219,6 +220,7 @@ struct Inner {
     flavor: HelmFlavor,
     version: String,
     processes: Semaphore,
+    run_id: String,
     release_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -228,9 +230,42 @@ const PROCESS_GRACE: Duration = Duration::from_secs(90);
 /// Limit for quick read-only calls (status, history, version, login).
 const QUICK_CALL_LIMIT: Duration = Duration::from_secs(120);
 
+/// Start-up attempts before helm is declared unavailable, and the pause after each failure.
+/// Without them one transient failure (a file of the previous process's sessions vanishing
+/// while `sessions/` is emptied, a spawn refused with "text file busy") disabled every
+/// OmniHelmRelease for the life of the process.
+const START_ATTEMPTS: u32 = 3;
+const START_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Whether a start-up failure may pass on its own. A too-old helm, unreadable version output
+/// or a hung `helm version` (which already took its full limit) are not retried.
+fn transient_at_start(err: &HelmError) -> bool {
+    matches!(
+        err,
+        HelmError::Spawn { .. } | HelmError::Io(_) | HelmError::Failed { .. }
+    )
+}
+
 impl Helm {
-    /// Prepares helm's directories (see [`prepare_work_dir`]) and detects the helm version.
+    /// Prepares helm's directories (see [`prepare_work_dir`]) and detects the helm version,
+    /// retrying failures that may be transient ([`START_ATTEMPTS`]).
     pub async fn new(config: HelmConfig) -> Result<Self, HelmError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start(&config).await {
+                Ok(helm) => return Ok(helm),
+                Err(err) if attempt < START_ATTEMPTS && transient_at_start(&err) => {
+                    tracing::info!(error = %err, attempt, "helm driver start failed; retrying");
+                    tokio::time::sleep(START_RETRY_PAUSE * attempt).await;
+                    attempt += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    async fn start(config: &HelmConfig) -> Result<Self, HelmError> {
+        let config = config.clone();
         prepare_work_dir(&config.work_dir)?;
         let processes = Semaphore::new(config.max_concurrent.max(1));
         let version_args = [
@@ -256,10 +291,21 @@ impl Helm {
                 flavor,
                 version,
                 processes,
+                // Random per driver, so per operator process (and per start of an embedded
+                // operator): revisions are marked with it to tell whose helm run left them.
+                run_id: uuid::Uuid::new_v4().simple().to_string(),
                 release_locks: Mutex::new(HashMap::new()),
                 config,
             }),
         })
+    }
+
+    /// This driver's run id: 32 hex digits, random per [`Helm::new`], so per operator process.
+    /// Revisions this process starts carry it as a release label, so that a `pending-*`
+    /// revision can later be told apart as this process's own, an earlier process's (gone,
+    /// since leader election fences every earlier leader) or someone else's.
+    pub fn run_id(&self) -> &str {
+        &self.inner.run_id
     }
 
     /// The detected dialect.
@@ -414,6 +460,13 @@ pub struct ReleaseSession {
     ca_file: PathBuf,
     /// Credential strings of the kubeconfig, scrubbed from every error text of this session.
     kubeconfig_secrets: Vec<String>,
+}
+
+impl ReleaseSession {
+    /// The run id of the driver this session belongs to (see [`Helm::run_id`]).
+    pub fn run_id(&self) -> &str {
+        self.helm.run_id()
+    }
 }
 
 impl fmt::Debug for ReleaseSession {
@@ -858,6 +911,67 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), HelmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake helm that fails its first `version` call and answers the later ones.
+    fn flaky_helm(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let script = dir.join("helm");
+        let marker = dir.join("called-once");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nif [ ! -e '{m}' ]; then : > '{m}'; echo 'transient' >&2; exit 1; fi\necho v4.1.4\n",
+                m = marker.display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        script
+    }
+
+    #[tokio::test]
+    async fn a_transient_start_failure_does_not_disable_helm() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = HelmConfig {
+            binary: flaky_helm(dir.path()),
+            work_dir: dir.path().join("work"),
+            max_concurrent: 1,
+        };
+        let helm = Helm::new(config)
+            .await
+            .unwrap_or_else(|e| panic!("the second attempt succeeds: {e}"));
+        assert_eq!(helm.version(), "v4.1.4");
+        assert_eq!(helm.run_id().len(), 32);
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_helm_is_not_retried() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (script, calls) = (dir.path().join("helm"), dir.path().join("calls"));
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho call >> '{}'\necho v3.12.0\n",
+                calls.display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = HelmConfig {
+            binary: script,
+            work_dir: dir.path().join("work"),
+            max_concurrent: 1,
+        };
+        assert!(matches!(
+            Helm::new(config).await,
+            Err(HelmError::Unsupported { .. })
+        ));
+        let text = std::fs::read_to_string(&calls).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(text.lines().count(), 1, "asked once, not retried");
+    }
 
     #[test]
     fn flavors() {
