@@ -7,9 +7,8 @@
 use std::path::Path;
 
 use omni_client::template::{
-    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install,
-    KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size,
-    TalosCluster, Template, UpdateStrategy,
+    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch,
+    RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
 };
 use sha2::{Digest, Sha256};
 
@@ -140,8 +139,22 @@ fn same_scope(
         && Some(&cluster_ref.name) == cluster.metadata.name.as_ref()
 }
 
-fn non_empty<T: Clone>(list: Option<&Vec<T>>) -> Option<Vec<T>> {
-    list.filter(|l| !l.is_empty()).cloned()
+/// `systemExtensions` and `kernelArgs` are optional lists in Omni's template: left out, Omni
+/// keeps what the machines have; an explicit `[]` clears. The field's presence in the custom
+/// resource is passed through unchanged (see docs/decisions.md).
+fn optional_list(list: Option<&Vec<String>>) -> Option<Vec<String>> {
+    list.cloned()
+}
+
+/// `kernelArgs: []` where Omni allows no kernel arguments at all (a machine-class set, or the
+/// cluster level of a cluster with a machine-class set) has nothing to clear, and Omni would
+/// refuse the whole template for it; the original operator dropped it, so it stays dropped
+/// and such manifests keep applying. A non-empty list there is still refused by validation.
+fn kernel_args_where_allowed(list: Option<&Vec<String>>, allowed: bool) -> Option<Vec<String>> {
+    match list {
+        Some(args) if args.is_empty() && !allowed => None,
+        other => optional_list(other),
+    }
 }
 
 fn patches(list: Option<&Vec<common::Patch>>) -> Vec<Patch> {
@@ -173,8 +186,11 @@ fn machine_set(fields: &MachineSetFields) -> MachineSet {
             },
         }),
         patches: patches(fields.patches.as_ref()),
-        system_extensions: non_empty(fields.system_extensions.as_ref()),
-        kernel_args: non_empty(fields.kernel_args.as_ref()),
+        system_extensions: optional_list(fields.system_extensions.as_ref()),
+        kernel_args: kernel_args_where_allowed(
+            fields.kernel_args.as_ref(),
+            fields.machine_class.is_none(),
+        ),
         ..MachineSet::default()
     }
 }
@@ -272,6 +288,11 @@ pub fn render(
         }
     }
 
+    let any_machine_class = control_plane.spec.machine_set.machine_class.is_some()
+        || selected_workers
+            .iter()
+            .any(|(_, w)| w.spec.machine_set.machine_class.is_some());
+
     let mut documents = Vec::with_capacity(2 + selected_workers.len() + selected_machines.len());
     documents.push(Document::Cluster(Cluster {
         name: cluster.effective_cluster_name(),
@@ -312,8 +333,8 @@ pub fn render(
                 }),
         }),
         patches: patches(spec.patches.as_ref()),
-        system_extensions: non_empty(spec.system_extensions.as_ref()),
-        kernel_args: non_empty(spec.kernel_args.as_ref()),
+        system_extensions: optional_list(spec.system_extensions.as_ref()),
+        kernel_args: kernel_args_where_allowed(spec.kernel_args.as_ref(), !any_machine_class),
     }));
 
     let mut cp = machine_set(&control_plane.spec.machine_set);
@@ -354,8 +375,8 @@ pub fn render(
                 disk_selector: i.disk_selector.clone().unwrap_or_default(),
             }),
             patches: patches(s.patches.as_ref()),
-            system_extensions: non_empty(s.system_extensions.as_ref()),
-            kernel_args: non_empty(s.kernel_args.as_ref()),
+            system_extensions: optional_list(s.system_extensions.as_ref()),
+            kernel_args: optional_list(s.kernel_args.as_ref()),
         }));
     }
 

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use omni_client::proto::specs::{ConfigPatchSpec, MachineInstallDiskConfigSpec};
+use omni_client::proto::specs::{
+    ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec, MachineInstallDiskConfigSpec,
+};
 use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
@@ -390,6 +392,97 @@ async fn an_unknown_backend_api_version_stalls_the_connection() {
         .unwrap_or_else(|e| panic!("touch Secret: {e}"));
     wait_for(&env.api::<OmniConnection>(), "omni", "Ready", |c| {
         condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    env.shutdown().await;
+}
+
+/// Cluster `demo` with one static control-plane machine and `extra` merged into its spec.
+async fn static_cluster(env: &Env, extra: serde_json::Value) {
+    let mut spec = json!({
+        "connectionRef": {"name": "omni"},
+        "kubernetes": {"version": "v1.35.0"},
+        "talos": {"version": "v1.13.2"},
+        "syncInterval": "1s",
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    env.create::<OmniCluster>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniCluster",
+        "metadata": {"name": "demo", "namespace": NS},
+        "spec": spec,
+    }))
+    .await;
+    env.create::<OmniControlPlane>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniControlPlane",
+        "metadata": {"name": "demo-cp", "namespace": NS},
+        "spec": {"clusterRef": {"name": "demo"}, "machines": [MACHINE]},
+    }))
+    .await;
+}
+
+async fn patch_cluster_spec(env: &Env, spec: serde_json::Value) {
+    env.api::<OmniCluster>()
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch OmniCluster: {e}"));
+}
+
+fn extensions_of(env: &Env, id: &str) -> Option<Vec<String>> {
+    env.sim
+        .get(ty::EXTENSIONS_CONFIGURATION, id)
+        .and_then(|r| decode_spec::<ExtensionsConfigurationSpec>(&r).ok())
+        .map(|s| s.extensions)
+}
+
+fn kernel_args_of(env: &Env, machine: &str) -> Option<(Vec<String>, bool)> {
+    let r = env.sim.get(ty::KERNEL_ARGS, machine)?;
+    let managed = annotation(&r, "omni.sidero.dev/managed-by-cluster-templates").is_some();
+    decode_spec::<KernelArgsSpec>(&r)
+        .ok()
+        .map(|s| (s.args, managed))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_empty_list_clears_extensions_and_kernel_args_and_an_omitted_one_keeps_them() {
+    let env = Env::start(2).await;
+    static_cluster(
+        &env,
+        json!({"systemExtensions": ["siderolabs/iscsi-tools"], "kernelArgs": ["console=ttyS0"]}),
+    )
+    .await;
+    env.synced("True").await;
+    assert_eq!(
+        extensions_of(&env, "schematic-demo"),
+        Some(vec!["siderolabs/iscsi-tools".to_string()])
+    );
+    assert_eq!(
+        kernel_args_of(&env, MACHINE),
+        Some((vec!["console=ttyS0".to_string()], true))
+    );
+
+    // `[]` is "defined and empty": Omni is told to install no extension and no argument.
+    patch_cluster_spec(&env, json!({"systemExtensions": [], "kernelArgs": []})).await;
+    eventually("the empty lists reach Omni", || {
+        extensions_of(&env, "schematic-demo") == Some(Vec::new())
+            && kernel_args_of(&env, MACHINE) == Some((Vec::new(), true))
+    })
+    .await;
+
+    // Leaving the fields out (the original operator's only form) makes the template stop
+    // managing them: the extensions configuration goes and the kernel arguments are released,
+    // so Omni keeps what the machines have.
+    patch_cluster_spec(&env, json!({"systemExtensions": null, "kernelArgs": null})).await;
+    eventually("the lists are released", || {
+        extensions_of(&env, "schematic-demo").is_none()
+            && kernel_args_of(&env, MACHINE) == Some((Vec::new(), false))
     })
     .await;
     env.shutdown().await;

@@ -632,6 +632,7 @@ fn machine_node(m: &Machine) -> Node {
     if let Some(install) = &m.install {
         let mut ib = MapBuilder::empty();
         ib.str("disk", &install.disk);
+        ib.str("diskSelector", &install.disk_selector);
         b.put("install", ib.build());
     }
     b.patches(&m.patches);

@@ -85,10 +85,13 @@ pub struct OmniClusterSpec {
     /// Machine-configuration patches applied to every machine of the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<Patch>>,
-    /// Talos system extensions for every machine.
+    /// Talos system extensions for every machine. Left out, Omni keeps the extensions the
+    /// machines have; an explicit `[]` removes them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_extensions: Option<Vec<String>>,
     /// Kernel arguments for every machine; only valid when all machine sets list static machines.
+    /// Left out, Omni keeps the machines' arguments; an explicit `[]` clears them (ignored, as
+    /// before, when a machine set uses a machine class).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<Vec<String>>,
     /// Subdirectory of the operator's template root (`--template-root`) that file-backed
