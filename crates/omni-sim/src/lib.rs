@@ -44,7 +44,7 @@ use tonic::codec::CompressionEncoding;
 
 pub use auth::Identity;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use controllers::{ControllerConfig, PoolMachine};
+pub use controllers::{ControllerConfig, HealthCheckOutcome, PoolMachine};
 pub use server::{AppliedWrites, CallCounts, Outage, Outcome, methods};
 pub use store::{Store, StoreError};
 pub use types::Role;
@@ -550,6 +550,23 @@ impl RunningOmniSim {
     /// Stores a resource as a controller would (no checks).
     pub fn put(&self, r: Resource) -> Resource {
         self.shared.store.put(r)
+    }
+
+    /// What the runner Job of health check `id` does from its next run on (default: it
+    /// passes). A failing check holds the cluster's Talos upgrade, as in Omni.
+    pub fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
+        self.controllers.set_health_check_outcome(id, outcome);
+    }
+
+    /// The `KubernetesHealthCheckStatus` of health check `id` (namespace `ephemeral`).
+    pub fn health_check_status(
+        &self,
+        id: &str,
+    ) -> Option<omni_client::proto::specs::KubernetesHealthCheckStatusSpec> {
+        self.shared
+            .store
+            .try_get(types::EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, id)
+            .and_then(|r| store::decode_spec(&r).ok())
     }
 
     /// Publishes another backend API version, as an Omni upgrade would.

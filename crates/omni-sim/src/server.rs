@@ -309,6 +309,7 @@ fn access(t: &str) -> Access {
         | ty::KUBERNETES_UPGRADE_STATUS
         | ty::TALOS_UPGRADE_STATUS
         | ty::CLUSTER_MACHINE_STATUS
+        | ty::HEALTH_CHECK_STATUS
         | ty::MACHINE_STATUS
         | ty::CLUSTER_UUID => Access::ReadOnly,
         ty::LINK => Access::Link,

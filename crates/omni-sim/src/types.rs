@@ -21,6 +21,7 @@ pub mod ty {
     pub const EXTENSIONS_CONFIGURATION: &str = "ExtensionsConfigurations.omni.sidero.dev";
     pub const MANIFEST_GROUP: &str = "KubernetesManifestGroups.omni.sidero.dev";
     pub const HEALTH_CHECK: &str = "KubernetesHealthChecks.omni.sidero.dev";
+    pub const HEALTH_CHECK_STATUS: &str = "KubernetesHealthCheckStatuses.omni.sidero.dev";
     pub const MACHINE_CLASS: &str = "MachineClasses.omni.sidero.dev";
     pub const LINK: &str = "Links.omni.sidero.dev";
     pub const MACHINE_STATUS: &str = "MachineStatuses.omni.sidero.dev";

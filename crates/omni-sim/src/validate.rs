@@ -637,24 +637,28 @@ fn health_check(op: Op<'_>) -> V {
     let (Op::Create(new) | Op::Update { new, .. }) = op else {
         return Ok(());
     };
+    // Omni's wording (`internal/backend/runtime/omni/validations/kubernetes_healthchecks.go`).
     let spec: KubernetesHealthCheckSpec = decode(new)?;
     if spec.job.trim().is_empty() {
-        return Err("health check job must not be empty".into());
-    }
-    let doc: Value =
-        serde_saphyr::from_str(&spec.job).map_err(|e| format!("invalid job manifest: {e}"))?;
-    if doc.get("kind").and_then(Value::as_str) != Some("Job") {
-        return Err("health check job must be a Job manifest".into());
+        return Err("healthcheck job manifest must be set".into());
     }
     let name = format!("omni-healthcheck-{}", id(new));
     if !is_dns1123_subdomain(&name) {
-        return Err(format!("{name:?} is not a valid DNS-1123 subdomain"));
+        return Err(format!(
+            "healthcheck ID {:?} cannot be used to build the runner name {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            id(new)
+        ));
+    }
+    let doc: Value = serde_saphyr::from_str(&spec.job)
+        .map_err(|e| format!("healthcheck job manifest is invalid: {e}"))?;
+    if doc.get("kind").and_then(Value::as_str) != Some("Job") {
+        return Err("healthcheck job manifest is invalid: kind must be Job".into());
     }
     if let Some(interval) = &spec.interval
         && (interval.seconds > 0 || interval.nanos > 0)
         && interval.seconds < 5
     {
-        return Err("health check interval must be 0 or at least 5s".into());
+        return Err("healthcheck interval must be at least 5s".into());
     }
     Ok(())
 }

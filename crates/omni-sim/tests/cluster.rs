@@ -302,7 +302,7 @@ async fn validations() {
                 interval: None,
             },
         ),
-        "DNS-1123",
+        "cannot be used to build the runner name \"omni-healthcheck-Bad_ID\"",
     )
     .await;
     invalid(

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use omni_client::template::{
-    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch,
+    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, HealthCheck,
+    Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch,
     RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
 };
 use sha2::{Digest, Sha256};
@@ -316,7 +317,22 @@ pub fn render(
                     }
                 })
                 .collect(),
-            healthchecks: Vec::new(),
+            healthchecks: spec
+                .kubernetes
+                .health_checks
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|h| HealthCheck {
+                    name: h.name.clone().unwrap_or_default(),
+                    id_override: h.id_override.clone().unwrap_or_default(),
+                    job: h.job.clone(),
+                    file: h.file.clone().unwrap_or_default(),
+                    interval: h.interval.clone().unwrap_or_default(),
+                    labels: h.labels.clone().unwrap_or_default(),
+                    annotations: h.annotations.clone().unwrap_or_default(),
+                })
+                .collect(),
         },
         talos: TalosCluster {
             version: spec.talos.version.clone(),

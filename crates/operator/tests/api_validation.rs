@@ -1014,3 +1014,49 @@ fn machine_install_needs_exactly_one_of_disk_and_selector() {
         ]
     );
 }
+
+fn job(namespace: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": namespace},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+               "containers": [{"name": "check", "image": "busybox", "command": ["true"]}]}}}})
+}
+
+#[test]
+fn cluster_health_checks_follow_omni_rules() {
+    assert_clean(&with(
+        cluster(),
+        "kubernetes.healthChecks",
+        json!([
+            {"name": "dns", "job": job("checks"), "interval": "1m"},
+            {"idOverride": "custom-check", "file": "checks/etcd.yaml"},
+            {"name": "text", "job": "apiVersion: batch/v1\nkind: Job\n", "interval": "0"},
+        ]),
+    ));
+    assert_eq!(
+        errors(&with(
+            cluster(),
+            "kubernetes.healthChecks",
+            json!([
+                {"job": job("checks")},
+                {"name": "both", "job": job("checks"), "file": "a.yaml"},
+                {"name": "neither"},
+                {"name": "pod", "job": {"apiVersion": "v1", "kind": "Pod"}},
+                {"name": "fast", "job": job("checks"), "interval": "2s"},
+                {"name": "Upper", "job": job("checks")},
+                {"name": "dns", "job": job("checks")},
+                {"idOverride": "cluster-edge-dns", "job": job("checks")},
+                {"name": "up", "file": "../etc/passwd"},
+            ])
+        )),
+        vec![
+            "spec.kubernetes.healthChecks[0].name: Required value: health check requires name or idOverride",
+            r#"spec.kubernetes.healthChecks[1]: Invalid value: "a.yaml": health check must not set both job and file"#,
+            "spec.kubernetes.healthChecks[2]: Required value: health check requires exactly one of job or file",
+            r#"spec.kubernetes.healthChecks[3].job.kind: Invalid value: "Pod": healthcheck job manifest must be a Kubernetes Job (kind: Job)"#,
+            r#"spec.kubernetes.healthChecks[4].interval: Invalid value: "2s": healthcheck interval must be at least 5s"#,
+            r#"spec.kubernetes.healthChecks[5].name: Invalid value: "cluster-edge-Upper": healthcheck ID "cluster-edge-Upper" cannot be used to build the runner name "omni-healthcheck-cluster-edge-Upper": it must be a lowercase RFC 1123 subdomain"#,
+            r#"spec.kubernetes.healthChecks[7].name: Duplicate value: "cluster-edge-dns""#,
+            r#"spec.kubernetes.healthChecks[8].file: Invalid value: "../etc/passwd": must not contain ".." segments: files are read only inside the operator's template root"#,
+        ]
+    );
+}

@@ -12,14 +12,15 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use omni_client::proto::specs::{
-    ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec, MachineInstallDiskConfigSpec,
+    ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec, KubernetesHealthCheckSpec,
+    MachineInstallDiskConfigSpec, TalosUpgradeStatusSpec, talos_upgrade_status_spec,
 };
 use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_sim::store::decode_spec;
 use omni_sim::types::ty;
-use omni_sim::{OmniSim, Role, RunningOmniSim};
+use omni_sim::{HealthCheckOutcome, OmniSim, Role, RunningOmniSim};
 use serde_json::json;
 use support::{condition, wait_for};
 use tokio::time::Instant;
@@ -485,5 +486,126 @@ async fn an_explicit_empty_list_clears_extensions_and_kernel_args_and_an_omitted
             && kernel_args_of(&env, MACHINE) == Some((Vec::new(), false))
     })
     .await;
+    env.shutdown().await;
+}
+
+fn health_checks(c: &OmniCluster) -> Vec<omni_operator::api::cluster::HealthCheckStatus> {
+    c.status
+        .as_ref()
+        .map(|s| s.health_checks.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_health_check_holds_the_talos_upgrade_and_is_reported_until_it_passes() {
+    const CHECK: &str = "cluster-demo-dns";
+    let env = Env::start(2).await;
+    static_cluster(
+        &env,
+        json!({"kubernetes": {"version": "v1.35.0", "healthChecks": [{
+            "name": "dns",
+            "interval": "5s",
+            "job": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "checks"},
+                    "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "dig", "image": "busybox", "command": ["nslookup", "kubernetes"]}]}}}},
+        }]}}),
+    )
+    .await;
+    env.synced("True").await;
+    let check = env
+        .sim
+        .get(ty::HEALTH_CHECK, CHECK)
+        .unwrap_or_else(|| panic!("no KubernetesHealthCheck in Omni"));
+    let spec: KubernetesHealthCheckSpec = decode_spec(&check).unwrap_or_else(|e| panic!("{e}"));
+    assert!(spec.job.contains("kind: Job"), "{}", spec.job);
+    assert_eq!(spec.interval.map(|d| d.seconds), Some(5));
+    // Omni runs checks only while it upgrades Talos: creating the cluster runs none.
+    assert!(env.sim.health_check_status(CHECK).is_none());
+
+    env.sim.set_health_check_outcome(
+        CHECK,
+        HealthCheckOutcome::Fail {
+            error: "job failed: BackoffLimitExceeded".into(),
+            output: ";; connection timed out; no servers could be reached".into(),
+        },
+    );
+    patch_cluster_spec(&env, json!({"talos": {"version": "v1.13.3"}})).await;
+    let failed = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "a FAILED health check",
+        |c| health_checks(c).iter().any(|h| h.state == "FAILED"),
+    )
+    .await;
+    let reported = health_checks(&failed);
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].id, CHECK);
+    assert_eq!(
+        reported[0].error.as_deref(),
+        Some("job failed: BackoffLimitExceeded")
+    );
+    assert_eq!(
+        reported[0].output.as_deref(),
+        Some(";; connection timed out; no servers could be reached")
+    );
+    assert_eq!(reported[0].job_namespace.as_deref(), Some("checks"));
+    assert_eq!(
+        reported[0].job_name.as_deref(),
+        Some("omni-healthcheck-cluster-demo-dns")
+    );
+    // The failing check holds the upgrade; Omni says why in the upgrade's step.
+    let upgrade = env
+        .sim
+        .get(ty::TALOS_UPGRADE_STATUS, "demo")
+        .and_then(|r| decode_spec::<TalosUpgradeStatusSpec>(&r).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        upgrade.phase,
+        talos_upgrade_status_spec::Phase::Upgrading as i32
+    );
+    assert!(
+        upgrade
+            .step
+            .starts_with("waiting for healthchecks to pass: \"cluster-demo-dns\""),
+        "{}",
+        upgrade.step
+    );
+    let summary = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.last_status_output.clone())
+        .unwrap_or_default();
+    assert!(
+        summary.contains("not healthy") && summary.contains("health check cluster-demo-dns"),
+        "{summary}"
+    );
+
+    // Once the check passes (re-run after its 5s interval) the upgrade completes.
+    env.sim
+        .set_health_check_outcome(CHECK, HealthCheckOutcome::Pass);
+    let passed = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "a PASSED health check",
+        |c| {
+            health_checks(c).iter().any(|h| h.state == "PASSED")
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.last_status_output.as_deref())
+                    .is_some_and(|o| o.contains("is healthy"))
+        },
+    )
+    .await;
+    let reported = health_checks(&passed);
+    assert_eq!(reported[0].error, None, "a pass clears the failure");
+    let upgrade = env
+        .sim
+        .get(ty::TALOS_UPGRADE_STATUS, "demo")
+        .and_then(|r| decode_spec::<TalosUpgradeStatusSpec>(&r).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        (upgrade.phase, upgrade.last_upgrade_version.as_str()),
+        (talos_upgrade_status_spec::Phase::Done as i32, "1.13.3")
+    );
     env.shutdown().await;
 }

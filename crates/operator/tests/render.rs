@@ -611,3 +611,36 @@ fn install_disk_selector_is_part_of_the_rendered_template_and_its_hash() {
     let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
     assert_eq!(reparsed.to_yaml(), rendered.yaml);
 }
+
+#[test]
+fn health_checks_are_rendered_as_omni_healthchecks() {
+    let mut c = cluster();
+    c.spec.kubernetes.health_checks = Some(vec![
+        parse(
+            r#"
+name: dns
+interval: 1m
+labels:
+  team: net
+job:
+  apiVersion: batch/v1
+  kind: Job
+  metadata:
+    namespace: checks
+"#,
+        ),
+        parse("idOverride: etcd-check\nfile: checks/etcd.yaml\n"),
+    ]);
+    let rendered = render(&c, &[control_plane("cp", "demo")], &[], &[]).expect("render");
+    assert!(
+        rendered.yaml.contains(
+            "      file: manifests/crds.yaml\n  healthchecks:\n    - name: dns\n      job:\n        apiVersion: batch/v1\n        kind: Job\n        metadata:\n          namespace: checks\n      interval: 1m\n      labels:\n        team: net\n    - idOverride: etcd-check\n      file: checks/etcd.yaml\ntalos:\n"
+        ),
+        "{}",
+        rendered.yaml
+    );
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+    let without = render(&cluster(), &[control_plane("cp", "demo")], &[], &[]).expect("render");
+    assert!(!without.yaml.contains("healthchecks"), "{}", without.yaml);
+}

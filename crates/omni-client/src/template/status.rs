@@ -94,6 +94,23 @@ pub struct Upgrades {
     pub talos_error: String,
 }
 
+/// The last run of one Kubernetes health check (Omni's `KubernetesHealthCheckStatus`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckResult {
+    /// Health-check ID (`cluster-<cluster>-<name>` or its `idOverride`).
+    pub id: String,
+    /// `UNKNOWN`, `RUNNING`, `FAILED` or `PASSED`.
+    pub state: String,
+    /// One line: why the last run failed.
+    pub error: String,
+    /// Tail of the failing container's output.
+    pub output: String,
+    /// Namespace of the runner Job in the workload cluster.
+    pub job_namespace: String,
+    /// Name of the runner Job.
+    pub job_name: String,
+}
+
 /// A cluster's health as Omni reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterHealth {
@@ -114,6 +131,8 @@ pub struct ClusterHealth {
     pub machines: MachineCounts,
     /// Upgrade state.
     pub upgrades: Upgrades,
+    /// Health-check results, sorted by ID (Omni runs the checks while it upgrades Talos).
+    pub health_checks: Vec<HealthCheckResult>,
     /// One line for humans and status fields.
     pub summary: String,
 }
@@ -166,6 +185,11 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         .await
         .map_err(err)?;
 
+    let checks = state
+        .list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster)
+        .await
+        .map_err(err)?;
+
     let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, &status)?;
     let phase = cs.phase();
     let mut machine_sets = Vec::new();
@@ -195,6 +219,20 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
         upgrades.talos_error = s.error.clone();
     }
+    let mut health_checks = Vec::new();
+    for r in &checks {
+        let s: specs::KubernetesHealthCheckStatusSpec =
+            decode(cluster, types::KUBERNETES_HEALTH_CHECK_STATUS, r)?;
+        health_checks.push(HealthCheckResult {
+            id: id(r),
+            state: s.state().as_str_name().to_string(),
+            error: s.error.clone(),
+            output: s.output.clone(),
+            job_namespace: s.job_namespace.clone(),
+            job_name: s.job_name.clone(),
+        });
+    }
+    health_checks.sort_by(|a, b| a.id.cmp(&b.id));
     let healthy = phase == specs::cluster_status_spec::Phase::Running
         && cs.ready
         && machine_sets
@@ -211,6 +249,7 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         machine_sets,
         machines,
         upgrades,
+        health_checks,
         summary: String::new(),
     };
     health.summary = summary(&health);
@@ -242,6 +281,12 @@ fn summary(h: &ClusterHealth) -> String {
     }
     if let Some(p) = &h.upgrades.talos_phase {
         s.push_str(&format!("; Talos upgrade {p}"));
+    }
+    for check in &h.health_checks {
+        s.push_str(&format!("; health check {} {}", check.id, check.state));
+        if !check.error.is_empty() {
+            s.push_str(&format!(" ({})", check.error.replace('\n', " ")));
+        }
     }
     s
 }

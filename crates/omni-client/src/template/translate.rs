@@ -33,6 +33,9 @@ pub mod types {
     pub const KUBERNETES_MANIFEST_GROUP: &str = "KubernetesManifestGroups.omni.sidero.dev";
     /// `KubernetesHealthCheck`.
     pub const KUBERNETES_HEALTH_CHECK: &str = "KubernetesHealthChecks.omni.sidero.dev";
+    /// `KubernetesHealthCheckStatus` (namespace `ephemeral`, read-only).
+    pub const KUBERNETES_HEALTH_CHECK_STATUS: &str =
+        "KubernetesHealthCheckStatuses.omni.sidero.dev";
     /// `MachineInstallDiskConfig` (backend API 3).
     pub const MACHINE_INSTALL_DISK_CONFIG: &str = "MachineInstallDiskConfigs.omni.sidero.dev";
     /// `Link` (SideroLink), torn down when machines are destroyed.

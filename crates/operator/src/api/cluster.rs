@@ -129,6 +129,42 @@ pub struct KubernetesSpec {
     /// Manifests Omni applies to the workload cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<Vec<KubernetesManifest>>,
+    /// Health checks Omni runs in the workload cluster while it upgrades Talos (Omni v1.9): a
+    /// failing check holds the upgrade until it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_checks: Option<Vec<KubernetesHealthCheck>>,
+}
+
+/// A health check: a Kubernetes Job Omni runs in the workload cluster; the Job succeeding
+/// means healthy. Exactly one of `job` and `file`; at least one of `name` and `idOverride`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesHealthCheck {
+    /// Name of the check; the Omni resource is `cluster-<cluster>-<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Replaces the Omni resource ID derived from `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_override: Option<String>,
+    /// The Job manifest, inline (`kind: Job`). Omni names the Job `omni-healthcheck-<id>`
+    /// and runs it in the manifest's namespace (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::any_json_schema")]
+    pub job: Option<serde_json::Value>,
+    /// Path of a file holding the Job manifest (at most 1 MiB), relative to `spec.templateRoot`
+    /// or the operator's template root; `..` segments are rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// How often Omni re-runs the check while it holds an upgrade, in Go duration syntax;
+    /// Omni's default is `30s`, and a set value must be at least `5s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Labels for the health-check resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the health-check resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// A manifest Omni applies to the workload cluster, inline or from a file.
@@ -269,6 +305,32 @@ pub struct OmniClusterStatus {
     /// Names of the OmniMachines in the rendered template, in template order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_refs: Vec<String>,
+    /// The last run of each health check (`spec.kubernetes.healthChecks`) as Omni reports it,
+    /// sorted by ID. Omni runs them while it upgrades Talos; a `FAILED` one holds the upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheckStatus>,
+}
+
+/// The last run of one health check (Omni's `KubernetesHealthCheckStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckStatus {
+    /// Omni health-check ID (`cluster-<cluster>-<name>`, or the `idOverride`).
+    pub id: String,
+    /// `RUNNING`, `FAILED`, `PASSED`, or `UNKNOWN` (not run, or no longer watched).
+    pub state: String,
+    /// One line: why the last run failed (kept while the next run is `RUNNING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tail of the failing Job's output (at most 4096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Namespace of the runner Job in the workload cluster, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_namespace: Option<String>,
+    /// Name of the runner Job (`omni-healthcheck-<id>`), while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
 }
 
 impl OmniCluster {
@@ -417,6 +479,7 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
             validate_file_reference(&format!("{path}.file"), file, &mut v);
         }
     }
+    validate_health_checks(new, &mut v);
     if let Some(root) = spec.template_root.as_deref()
         && has_parent_segment(root)
     {
@@ -432,4 +495,124 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
         );
     }
     v
+}
+
+/// Omni refuses a health-check re-check interval below this (`kubernetes_healthchecks.go`).
+pub const MIN_HEALTH_CHECK_INTERVAL: GoDuration = GoDuration::from_secs(5);
+
+/// Omni's rules for `spec.kubernetes.healthChecks[]`, checked before anything reaches Omni:
+/// a name or ID, exactly one of `job` and `file`, a Job manifest, an interval of at least 5s
+/// (or none: Omni's 30s), unique IDs that make a valid runner Job name.
+fn validate_health_checks(cluster: &OmniCluster, v: &mut Validation) {
+    let cluster_name = cluster.effective_cluster_name();
+    let mut ids = std::collections::BTreeSet::new();
+    let checks = cluster.spec.kubernetes.health_checks.as_deref();
+    for (i, check) in checks.unwrap_or_default().iter().enumerate() {
+        let path = format!("spec.kubernetes.healthChecks[{i}]");
+        let name = check.name.as_deref().filter(|n| !n.is_empty());
+        let id_override = check.id_override.as_deref().filter(|n| !n.is_empty());
+        let id = match (id_override, name) {
+            (Some(id), _) => Some(id.to_string()),
+            (None, Some(name)) => Some(format!("cluster-{cluster_name}-{name}")),
+            (None, None) => {
+                v.push(FieldError::required(
+                    format!("{path}.name"),
+                    "health check requires name or idOverride",
+                ));
+                None
+            }
+        };
+        if let Some(id) = id {
+            let runner = format!("omni-healthcheck-{id}");
+            if !is_dns1123_subdomain(&runner) {
+                v.push(FieldError::invalid(
+                    format!("{path}.{}", if id_override.is_some() { "idOverride" } else { "name" }),
+                    &id,
+                    format!(
+                        "healthcheck ID {id:?} cannot be used to build the runner name {runner:?}: it must be a lowercase RFC 1123 subdomain"
+                    ),
+                ));
+            }
+            if !ids.insert(id.clone()) {
+                v.push(FieldError::duplicate(format!("{path}.name"), id));
+            }
+        }
+        let file = check.file.as_deref().filter(|f| !f.is_empty());
+        match (file, &check.job) {
+            (None, None) => v.push(FieldError::required(
+                &path,
+                "health check requires exactly one of job or file",
+            )),
+            (Some(file), Some(_)) => v.push(FieldError::invalid(
+                &path,
+                file,
+                "health check must not set both job and file",
+            )),
+            (Some(file), None) => validate_file_reference(&format!("{path}.file"), file, v),
+            (None, Some(job)) => {
+                if let Some(kind) = job_kind(job)
+                    && kind != "Job"
+                {
+                    v.push(FieldError::invalid(
+                        format!("{path}.job.kind"),
+                        &kind,
+                        "healthcheck job manifest must be a Kubernetes Job (kind: Job)",
+                    ));
+                }
+            }
+        }
+        if let Some(interval) = check.interval.as_deref() {
+            let field = format!("{path}.interval");
+            match GoDuration::parse(interval) {
+                Err(_) => v.push(duration_error(&field, "interval", interval)),
+                Ok(d) if d.is_negative() => v.push(FieldError::invalid(
+                    &field,
+                    interval,
+                    "interval must not be negative",
+                )),
+                Ok(d) if d.is_positive() && d < MIN_HEALTH_CHECK_INTERVAL => {
+                    v.push(FieldError::invalid(
+                        &field,
+                        interval,
+                        "healthcheck interval must be at least 5s",
+                    ))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// The `kind` of an inline Job manifest (a mapping, or YAML text holding one); `None` when
+/// it cannot be told (Omni's own check then decides).
+fn job_kind(job: &serde_json::Value) -> Option<String> {
+    let parsed;
+    let manifest = match job {
+        serde_json::Value::String(text) => {
+            parsed = serde_saphyr::from_str::<serde_json::Value>(text).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    Some(
+        manifest
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// Kubernetes' DNS-1123 subdomain rule (Omni names the runner Job after the health check).
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }

@@ -159,6 +159,24 @@ pub fn trim_output(text: &str) -> String {
     t[..end].to_string()
 }
 
+/// Omni's health-check results as status entries (empty strings left out).
+fn health_check_statuses(
+    results: &[omni_client::template::HealthCheckResult],
+) -> Vec<crate::api::cluster::HealthCheckStatus> {
+    let text = |s: &str| (!s.is_empty()).then(|| trim_output(s));
+    results
+        .iter()
+        .map(|r| crate::api::cluster::HealthCheckStatus {
+            id: r.id.clone(),
+            state: r.state.clone(),
+            error: text(&r.error),
+            output: text(&r.output),
+            job_namespace: text(&r.job_namespace),
+            job_name: text(&r.job_name),
+        })
+        .collect()
+}
+
 /// Status builder: a copy of the stored status with the generation stamped.
 struct StatusDraft {
     status: OmniClusterStatus,
@@ -568,6 +586,7 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             Ok(health) => {
                 ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged);
                 draft.status.last_status_output = Some(trim_output(&health.summary));
+                draft.status.health_checks = health_check_statuses(&health.health_checks);
                 draft.set(
                     ct::READY,
                     ConditionStatus::True,
