@@ -230,6 +230,29 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             spec.kubernetes_version, spec.talos_version
         ));
     }
+    // Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off
+    // only for clusters created with Talos 1.14+ (here: the version before this update, which
+    // minor downgrades keep at or below the creation version), and only with the embedded one.
+    if spec
+        .features
+        .as_ref()
+        .is_some_and(|f| f.disable_public_discovery_service)
+    {
+        let created = old_spec
+            .as_ref()
+            .and_then(|o| parse_semver(&o.talos_version))
+            .unwrap_or(talos);
+        if (created.major, created.minor) < (1, 14) {
+            return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
+        }
+        if !spec
+            .features
+            .as_ref()
+            .is_some_and(|f| f.use_embedded_discovery_service)
+        {
+            return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
+        }
+    }
     let encryption = spec.features.as_ref().is_some_and(|f| f.disk_encryption);
     if encryption
         && talos

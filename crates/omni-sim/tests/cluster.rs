@@ -105,6 +105,28 @@ async fn validations() {
     invalid(&mut c, cluster("x", "1.9", "1.32.3"), "talos version").await;
     invalid(&mut c, cluster("x", "1.8.0", "1.32.3"), "not supported").await;
     invalid(&mut c, cluster("x", "1.9.5", "1.35.0"), "not compatible").await;
+    // Omni v1.10: the public discovery service can be turned off only for clusters created
+    // with Talos 1.14 or newer.
+    invalid(
+        &mut c,
+        res(
+            CLUSTER,
+            "x",
+            &[],
+            &ClusterSpec {
+                talos_version: "1.13.3".into(),
+                kubernetes_version: "1.35.1".into(),
+                features: Some(cluster_spec::Features {
+                    use_embedded_discovery_service: true,
+                    disable_public_discovery_service: true,
+                    ..Default::default()
+                }),
+                backup_configuration: None,
+            },
+        ),
+        "the public discovery service can only be configured for clusters created with Talos 1.14 or newer",
+    )
+    .await;
     c.create(create_req(cluster("demo", "1.13.3", "1.35.1")))
         .await
         .unwrap();

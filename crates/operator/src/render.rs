@@ -308,12 +308,17 @@ pub fn render(
                     Manifest {
                         name: m.name.clone(),
                         mode: m.mode.as_str().to_string(),
-                        // Without a file the inline list is always written, `[]` included.
-                        inline: file.is_empty().then(|| {
-                            serde_json::Value::Array(m.inline.clone().unwrap_or_default())
+                        // Without a file the inline content is always written, `[]` included;
+                        // a YAML string stays a string.
+                        inline: file.is_empty().then(|| match &m.inline {
+                            Some(serde_json::Value::Null) | None => {
+                                serde_json::Value::Array(Vec::new())
+                            }
+                            Some(content) => content.clone(),
                         }),
                         file,
-                        ..Manifest::default()
+                        labels: m.labels.clone().unwrap_or_default(),
+                        annotations: m.annotations.clone().unwrap_or_default(),
                     }
                 })
                 .collect(),
@@ -341,6 +346,8 @@ pub fn render(
             enable_workload_proxy: f.enable_workload_proxy,
             use_embedded_discovery_service: f.use_embedded_discovery_service,
             disk_encryption: f.disk_encryption,
+            enable_node_audit_skip: f.enable_node_audit_skip,
+            disable_public_discovery_service: f.disable_public_discovery_service,
             backup_configuration: f
                 .backup_configuration
                 .as_ref()
@@ -362,6 +369,15 @@ pub fn render(
             cluster_uuid: b.cluster_uuid.clone(),
             snapshot: b.snapshot.clone(),
         });
+    cp.upgrade_strategy = strategy(
+        &format!(
+            "OmniControlPlane {}/{}",
+            namespace,
+            control_plane.metadata.name.as_deref().unwrap_or_default()
+        ),
+        "upgradeStrategy",
+        control_plane.spec.upgrade_strategy.as_ref(),
+    )?;
     documents.push(Document::ControlPlane(cp));
 
     for (effective, w) in &selected_workers {

@@ -1060,3 +1060,72 @@ fn cluster_health_checks_follow_omni_rules() {
         ]
     );
 }
+
+#[test]
+fn cluster_manifests_take_labels_and_a_yaml_string() {
+    assert_clean(&with(
+        cluster(),
+        "kubernetes.manifests",
+        json!([{"name": "s", "labels": {"a": "b"}, "annotations": {"c": "d"},
+                "inline": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: b\n"}]),
+    ));
+    assert_eq!(
+        errors(&with(
+            cluster(),
+            "kubernetes.manifests",
+            json!([
+                {"name": "blank", "inline": "  "},
+                {"name": "secret", "inline": "apiVersion: v1\nkind: Secret\n---\nstringData: {password: hunter2}\n"},
+                {"name": "number", "inline": 3},
+                {"name": "list", "inline": [{"kind": "Namespace"}]},
+            ])
+        )),
+        vec![
+            "spec.kubernetes.manifests[0]: Required value: manifest requires exactly one of file or inline",
+            r#"spec.kubernetes.manifests[1].inline: Invalid value: "": document 1 is not a Kubernetes object (apiVersion and kind are required)"#,
+            r#"spec.kubernetes.manifests[2].inline: Invalid value: "": inline must be a list of Kubernetes objects or a multi-document YAML string"#,
+            r#"spec.kubernetes.manifests[3].inline: Invalid value: "": document 0 is not a Kubernetes object (apiVersion and kind are required)"#,
+        ]
+    );
+}
+
+#[test]
+fn a_patch_given_as_a_yaml_string_is_checked_like_a_mapping() {
+    assert_clean(&with(
+        cluster(),
+        "patches",
+        json!([{"name": "text", "inline": "machine:\n  network:\n    hostname: a\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: a\n"}]),
+    ));
+    assert_only_error(
+        &with(
+            cluster(),
+            "patches",
+            json!([{"name": "ca", "inline": "machine: {}\n---\napiVersion: v1alpha1\nkind: KubeAPIServerCAConfig\n"}]),
+        ),
+        r#"spec.patches[0].inline: Forbidden: the "KubeAPIServerCAConfig" document is not allowed in the config patch"#,
+    );
+}
+
+#[test]
+fn disabling_the_public_discovery_service_follows_omni_rules() {
+    let features = |talos: &str, embedded: bool| {
+        with(
+            with(cluster(), "talos.version", json!(talos)),
+            "features",
+            json!({"disablePublicDiscoveryService": true, "useEmbeddedDiscoveryService": embedded}),
+        )
+    };
+    assert_clean(&features("v1.14.0", true));
+    assert_clean(&with(
+        cluster(),
+        "features",
+        json!({"disablePublicDiscoveryService": false, "enableNodeAuditSkip": true}),
+    ));
+    assert_eq!(
+        errors(&features("v1.13.2", false)),
+        vec![
+            r#"spec.features.disablePublicDiscoveryService: Invalid value: "true": the public discovery service can only be configured for clusters created with Talos 1.14 or newer (spec.talos.version is v1.13.2)"#,
+            r#"spec.features.disablePublicDiscoveryService: Invalid value: "true": the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service"#,
+        ]
+    );
+}

@@ -12,8 +12,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use omni_client::proto::specs::{
-    ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec, KubernetesHealthCheckSpec,
-    MachineInstallDiskConfigSpec, TalosUpgradeStatusSpec, talos_upgrade_status_spec,
+    ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
+    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineInstallDiskConfigSpec,
+    MachineSetSpec, TalosUpgradeStatusSpec, machine_set_spec, talos_upgrade_status_spec,
 };
 use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
@@ -606,6 +607,77 @@ async fn a_failing_health_check_holds_the_talos_upgrade_and_is_reported_until_it
     assert_eq!(
         (upgrade.phase, upgrade.last_upgrade_version.as_str()),
         (talos_upgrade_status_spec::Phase::Done as i32, "1.13.3")
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_descriptors_string_manifests_new_features_and_a_control_plane_upgrade_strategy_reach_omni()
+ {
+    let env = Env::start(2).await;
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: apps\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: jobs\n";
+    env.create::<OmniCluster>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniCluster",
+        "metadata": {"name": "demo", "namespace": NS},
+        "spec": {
+            "connectionRef": {"name": "omni"},
+            "kubernetes": {"version": "v1.35.0", "manifests": [{
+                "name": "namespaces", "inline": text,
+                "labels": {"team": "apps"}, "annotations": {"owner": "platform"},
+            }]},
+            "talos": {"version": "v1.13.2"},
+            "features": {"enableNodeAuditSkip": true},
+            "syncInterval": "1s",
+        },
+    }))
+    .await;
+    env.create::<OmniControlPlane>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniControlPlane",
+        "metadata": {"name": "demo-cp", "namespace": NS},
+        "spec": {"clusterRef": {"name": "demo"}, "machines": [MACHINE],
+                 "upgradeStrategy": {"type": "Rolling", "rolling": {"maxParallelism": 1}}},
+    }))
+    .await;
+    env.synced("True").await;
+
+    let group = env
+        .sim
+        .get(ty::MANIFEST_GROUP, "200-cluster-demo-namespaces")
+        .unwrap_or_else(|| panic!("no manifest group"));
+    let meta = group.metadata.clone().unwrap_or_default();
+    assert_eq!(meta.labels.get("team").map(String::as_str), Some("apps"));
+    assert_eq!(
+        meta.annotations.get("owner").map(String::as_str),
+        Some("platform")
+    );
+    let spec: KubernetesManifestGroupSpec = decode_spec(&group).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spec.data, text, "a string manifest is stored byte for byte");
+
+    let cluster = env
+        .sim
+        .get(ty::CLUSTER, "demo")
+        .unwrap_or_else(|| panic!("no cluster"));
+    let spec: ClusterSpec = decode_spec(&cluster).unwrap_or_else(|e| panic!("{e}"));
+    let features = spec.features.unwrap_or_default();
+    assert!(features.enable_node_audit_skip);
+    assert!(!features.disable_public_discovery_service);
+
+    let set = env
+        .sim
+        .get(ty::MACHINE_SET, "demo-control-planes")
+        .unwrap_or_else(|| panic!("no control plane"));
+    let spec: MachineSetSpec = decode_spec(&set).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        spec.upgrade_strategy,
+        machine_set_spec::UpdateStrategy::Rolling as i32
+    );
+    assert_eq!(
+        spec.upgrade_strategy_config
+            .and_then(|c| c.rolling)
+            .map(|r| r.max_parallelism),
+        Some(1)
     );
     env.shutdown().await;
 }

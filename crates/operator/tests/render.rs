@@ -644,3 +644,46 @@ job:
     let without = render(&cluster(), &[control_plane("cp", "demo")], &[], &[]).expect("render");
     assert!(!without.yaml.contains("healthchecks"), "{}", without.yaml);
 }
+
+#[test]
+fn omni_2026_fields_are_rendered() {
+    let mut c = cluster();
+    c.spec.kubernetes.manifests = Some(vec![parse(
+        r#"
+name: apps
+labels:
+  team: apps
+annotations:
+  owner: platform
+inline: |
+  apiVersion: v1
+  kind: Namespace
+  metadata:
+    name: apps
+  ---
+  apiVersion: v1
+  kind: Namespace
+  metadata:
+    name: jobs
+"#,
+    )]);
+    c.spec.features = Some(parse(
+        "enableNodeAuditSkip: true\nuseEmbeddedDiscoveryService: true\ndisablePublicDiscoveryService: false\n",
+    ));
+    let mut cp = control_plane("cp", "demo");
+    cp.spec.upgrade_strategy = Some(parse("type: Rolling\nrolling:\n  maxParallelism: 1\n"));
+    let rendered = render(&c, &[cp], &[], &[]).expect("render");
+    for expected in [
+        "  manifests:\n    - name: apps\n      mode: full\n      inline: |\n        apiVersion: v1\n        kind: Namespace\n        metadata:\n          name: apps\n        ---\n        apiVersion: v1\n        kind: Namespace\n        metadata:\n          name: jobs\n      labels:\n        team: apps\n      annotations:\n        owner: platform\n",
+        "features:\n  useEmbeddedDiscoveryService: true\n  enableNodeAuditSkip: true\n  disablePublicDiscoveryService: false\n",
+        "bootstrapSpec:\n  clusterUUID: 0b7c9f2e-5a61-4c43-9a77-3c1f5b1d2e90\n  snapshot: snap.db\nupgradeStrategy:\n  type: Rolling\n  rolling:\n    maxParallelism: 1\n",
+    ] {
+        assert!(
+            rendered.yaml.contains(expected),
+            "{expected}\n--- in ---\n{}",
+            rendered.yaml
+        );
+    }
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+}

@@ -522,7 +522,10 @@ pub fn translate_for(
                             enable_workload_proxy: features.enable_workload_proxy,
                             disk_encryption: features.disk_encryption,
                             use_embedded_discovery_service: features.use_embedded_discovery_service,
-                            enable_node_audit_skip: false,
+                            enable_node_audit_skip: features.enable_node_audit_skip,
+                            disable_public_discovery_service: features
+                                .disable_public_discovery_service
+                                .unwrap_or(false),
                         }),
                         backup_configuration: backup,
                     }),

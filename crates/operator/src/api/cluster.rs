@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     Condition, LocalObjectReference, Patch, conditions_schema, date_time_schema,
-    has_parent_segment, object_list_schema, validate_file_reference, validate_patches,
+    has_parent_segment, validate_file_reference, validate_patches,
 };
 use super::duration::{GoDuration, short_interval_error};
 use super::validation::{FieldError, Validation};
@@ -177,14 +177,21 @@ pub struct KubernetesManifest {
     /// `full` keeps the objects in sync; `one-time` applies them once.
     #[serde(default)]
     pub mode: ManifestMode,
-    /// Kubernetes objects, inline.
+    /// The manifests, inline: a list of Kubernetes objects, or (Omni v1.8) a multi-document
+    /// YAML string of them, passed to Omni byte for byte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "object_list_schema")]
-    pub inline: Option<Vec<serde_json::Value>>,
+    #[schemars(schema_with = "super::common::any_json_schema")]
+    pub inline: Option<serde_json::Value>,
     /// Path of a manifest file (at most 1 MiB), relative to `spec.templateRoot` or the
     /// operator's template root; `..` segments are rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// Labels for the manifest group in Omni (Omni v1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the manifest group in Omni (Omni v1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// How Omni applies a manifest.
@@ -230,6 +237,15 @@ pub struct ClusterFeatures {
     /// Encrypt machine disks with keys held by Omni.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disk_encryption: bool,
+    /// Let the `omni.sidero.dev/node-audit-skip` annotation on Kubernetes nodes exempt them
+    /// from Omni's Kubernetes node audit (Omni v1.10).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_node_audit_skip: bool,
+    /// Turn the public discovery service off (Omni v1.10; on by default). Omni allows it only
+    /// for clusters created with Talos 1.14 or newer and only with
+    /// `useEmbeddedDiscoveryService`, so the cluster keeps a discovery service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_public_discovery_service: Option<bool>,
     /// etcd backups taken by Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_configuration: Option<BackupConfiguration>,
@@ -425,6 +441,7 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
             Err(_) => v.push(duration_error(path, "interval", &backup.interval)),
         }
     }
+    validate_discovery_features(new, &mut v);
     if let Some(policy) = &spec.delete_policy
         && policy.orphan
         && policy.destroy_machines
@@ -459,10 +476,22 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
     {
         let path = format!("spec.kubernetes.manifests[{i}]");
         let has_file = manifest.file.as_deref().is_some_and(|f| !f.is_empty());
-        let has_inline = manifest
-            .inline
-            .as_ref()
-            .is_some_and(|items| !items.is_empty());
+        let has_inline = match &manifest.inline {
+            Some(serde_json::Value::Array(items)) => !items.is_empty(),
+            Some(serde_json::Value::String(text)) => !text.trim().is_empty(),
+            Some(serde_json::Value::Null) | None => false,
+            Some(_) => {
+                v.push(FieldError::invalid(
+                    format!("{path}.inline"),
+                    "",
+                    "inline must be a list of Kubernetes objects or a multi-document YAML string",
+                ));
+                true
+            }
+        };
+        if !has_file && let Some(why) = manifest.inline.as_ref().and_then(inline_manifest_error) {
+            v.push(FieldError::invalid(format!("{path}.inline"), "", why));
+        }
         match (has_file, has_inline) {
             (false, false) => v.push(FieldError::required(
                 &path,
@@ -615,4 +644,70 @@ fn is_dns1123_subdomain(s: &str) -> bool {
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         })
+}
+
+/// Omni v1.10's rules for turning the public discovery service off (`validations/cluster.go`):
+/// Talos 1.14 or newer, and the embedded discovery service instead. Omni checks the Talos
+/// version the cluster was created with; a version below 1.14 in the spec means that one was
+/// too (Omni forbids minor downgrades).
+fn validate_discovery_features(cluster: &OmniCluster, v: &mut Validation) {
+    let Some(features) = cluster.spec.features.as_ref() else {
+        return;
+    };
+    if features.disable_public_discovery_service != Some(true) {
+        return;
+    }
+    let path = "spec.features.disablePublicDiscoveryService";
+    let talos = &cluster.spec.talos.version;
+    if talos_minor(talos).is_some_and(|version| version < (1, 14)) {
+        v.push(FieldError::invalid(
+            path,
+            "true",
+            format!(
+                "the public discovery service can only be configured for clusters created with Talos 1.14 or newer (spec.talos.version is {talos})"
+            ),
+        ));
+    }
+    if !features.use_embedded_discovery_service {
+        v.push(FieldError::invalid(
+            path,
+            "true",
+            "the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service",
+        ));
+    }
+}
+
+/// `(major, minor)` of a `vX.Y.Z` version.
+pub(crate) fn talos_minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.strip_prefix('v')?.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Why inline manifests cannot be Kubernetes objects, if they cannot. Never quotes the content
+/// (manifests may carry Secrets).
+fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
+    let documents: Vec<serde_json::Value> = match inline {
+        serde_json::Value::Array(items) => items.clone(),
+        serde_json::Value::String(text) => {
+            match serde_saphyr::from_multiple::<serde_json::Value>(text) {
+                Ok(docs) => docs.into_iter().filter(|d| !d.is_null()).collect(),
+                Err(_) => return Some("inline manifests are not valid YAML".to_string()),
+            }
+        }
+        _ => return None,
+    };
+    for (i, doc) in documents.iter().enumerate() {
+        let is_object = doc
+            .get("apiVersion")
+            .is_some_and(serde_json::Value::is_string)
+            && doc.get("kind").is_some_and(serde_json::Value::is_string);
+        if !is_object {
+            return Some(format!(
+                "document {i} is not a Kubernetes object (apiVersion and kind are required)"
+            ));
+        }
+    }
+    None
 }
