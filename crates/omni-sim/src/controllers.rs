@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
-    ClusterMachineStatusSpec, ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec,
-    KubernetesHealthCheckSpec, KubernetesHealthCheckStatusSpec, KubernetesUpgradeStatusSpec,
-    LoadBalancerStatusSpec, MachineClassSpec, MachineSetNodeSpec, MachineSetPhase, MachineSetSpec,
-    MachineSetStatusSpec, MachineStatusSpec, Machines, TalosUpgradeStatusSpec,
-    cluster_machine_status_spec, cluster_status_spec, control_plane_status_spec,
-    kubernetes_health_check_status_spec, kubernetes_upgrade_status_spec, machine_set_spec,
-    talos_upgrade_status_spec,
+    ClusterConfigVersionSpec, ClusterMachineStatusSpec, ClusterSpec, ClusterStatusSpec,
+    ClusterUuid, ControlPlaneStatusSpec, KubernetesHealthCheckSpec,
+    KubernetesHealthCheckStatusSpec, KubernetesUpgradeStatusSpec, LoadBalancerStatusSpec,
+    MachineClassSpec, MachineSetNodeSpec, MachineSetPhase, MachineSetSpec, MachineSetStatusSpec,
+    MachineStatusSpec, Machines, TalosUpgradeStatusSpec, cluster_machine_status_spec,
+    cluster_status_spec, control_plane_status_spec, kubernetes_health_check_status_spec,
+    kubernetes_upgrade_status_spec, machine_set_spec, talos_upgrade_status_spec,
 };
 use tokio::sync::watch;
 
@@ -32,6 +32,7 @@ pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
 
 const STATUS_OWNER: &str = "ClusterStatusController";
 const UUID_OWNER: &str = "ClusterUUIDController";
+const CONFIG_VERSION_OWNER: &str = "ClusterConfigVersionController";
 const MS_STATUS_OWNER: &str = "MachineSetStatusController";
 const CP_STATUS_OWNER: &str = "ControlPlaneStatusController";
 const LB_OWNER: &str = "LoadBalancerController";
@@ -438,6 +439,16 @@ impl Controllers {
             cl(),
             &ClusterUuid {
                 uuid: uuid::Uuid::new_v4().to_string(),
+            },
+        );
+        // The Talos version the cluster was created with; kept for its life.
+        self.ensure(
+            ty::CLUSTER_CONFIG_VERSION,
+            &name,
+            CONFIG_VERSION_OWNER,
+            cl(),
+            &ClusterConfigVersionSpec {
+                version: spec.talos_version.clone(),
             },
         );
         self.ensure(
@@ -1154,6 +1165,7 @@ impl Controllers {
         for t in [
             ty::CLUSTER_STATUS,
             ty::CLUSTER_UUID,
+            ty::CLUSTER_CONFIG_VERSION,
             ty::LOAD_BALANCER_STATUS,
             ty::KUBERNETES_UPGRADE_STATUS,
             ty::TALOS_UPGRADE_STATUS,

@@ -310,6 +310,7 @@ fn access(t: &str) -> Access {
         | ty::TALOS_UPGRADE_STATUS
         | ty::CLUSTER_MACHINE_STATUS
         | ty::HEALTH_CHECK_STATUS
+        | ty::CLUSTER_CONFIG_VERSION
         | ty::MACHINE_STATUS
         | ty::CLUSTER_UUID => Access::ReadOnly,
         ty::LINK => Access::Link,

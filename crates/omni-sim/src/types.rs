@@ -33,6 +33,7 @@ pub mod ty {
     pub const TALOS_UPGRADE_STATUS: &str = "TalosUpgradeStatuses.omni.sidero.dev";
     pub const CLUSTER_MACHINE_STATUS: &str = "ClusterMachineStatuses.omni.sidero.dev";
     pub const CLUSTER_UUID: &str = "ClusterUUIDs.omni.sidero.dev";
+    pub const CLUSTER_CONFIG_VERSION: &str = "ClusterConfigVersions.omni.sidero.dev";
     pub const TALOS_VERSION: &str = "TalosVersions.omni.sidero.dev";
     pub const KUBERNETES_VERSION: &str = "KubernetesVersions.omni.sidero.dev";
     pub const NAMESPACE: &str = "Namespaces.meta.cosi.dev";

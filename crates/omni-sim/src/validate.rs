@@ -3,8 +3,8 @@
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
-    ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
-    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec,
+    ClusterConfigVersionSpec, ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec,
+    KernelArgsSpec, KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec,
     MachineInstallDiskConfigSpec, MachineSetSpec, TalosVersionSpec, kubernetes_manifest_group_spec,
     machine_set_spec,
 };
@@ -196,9 +196,13 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     let kube = parse_semver(&spec.kubernetes_version)
         .ok_or_else(|| format!("invalid kubernetes version {:?}", spec.kubernetes_version))?;
     let old_spec: Option<ClusterSpec> = old.map(decode).transpose()?;
-    let talos_changed = old_spec
-        .as_ref()
-        .is_none_or(|o| o.talos_version != spec.talos_version);
+    // Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
+    // changes (always on create); a deprecated target (below Omni's minimum) only from a
+    // deprecated current version (patch upgrades within it), never for a new cluster; an
+    // `unsupported` one (beyond the newest Talos this Omni supports) never.
+    let versions_changed = old_spec.as_ref().is_none_or(|o| {
+        o.talos_version != spec.talos_version || o.kubernetes_version != spec.kubernetes_version
+    });
     let tv = store
         .try_get(DEFAULT_NS, ty::TALOS_VERSION, &spec.talos_version)
         .ok_or_else(|| {
@@ -208,15 +212,20 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             )
         })?;
     let tv: TalosVersionSpec = decode(&tv)?;
-    if talos_changed && tv.deprecated {
+    let current_deprecated = old_spec
+        .as_ref()
+        .and_then(|o| store.try_get(DEFAULT_NS, ty::TALOS_VERSION, &o.talos_version))
+        .and_then(|r| decode::<TalosVersionSpec>(&r).ok())
+        .is_some_and(|v| v.deprecated);
+    if versions_changed && tv.deprecated && !current_deprecated {
         return Err(format!(
-            "talos version {:?} is deprecated",
+            "talos version {:?} is no longer supported",
             spec.talos_version
         ));
     }
-    if tv.unsupported {
+    if versions_changed && tv.unsupported {
         return Err(format!(
-            "talos version {:?} is no longer supported",
+            "talos version {:?} is not supported by this Omni release",
             spec.talos_version
         ));
     }
@@ -281,12 +290,16 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
                 old_spec.kubernetes_version, spec.kubernetes_version
             ));
         }
-        if let Some(old_talos) = parse_semver(&old_spec.talos_version)
-            && (talos.major, talos.minor) < (old_talos.major, old_talos.minor)
+        // No minor downgrade below the version the cluster was created with.
+        if let Some(initial) = store
+            .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
+            .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
+            && let Some(initial_version) = parse_semver(&initial.version)
+            && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
         {
             return Err(format!(
-                "downgrading Talos from {} to {} is not supported",
-                old_spec.talos_version, spec.talos_version
+                "downgrading from version {:?} to {:?} is not supported",
+                initial.version, spec.talos_version
             ));
         }
     }

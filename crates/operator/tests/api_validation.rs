@@ -1129,3 +1129,36 @@ fn disabling_the_public_discovery_service_follows_omni_rules() {
         ]
     );
 }
+
+#[test]
+fn talos_version_rules_of_omni_1_10() {
+    // A new cluster needs Talos 1.9.0 or newer (Omni v1.10's minimum).
+    assert_clean(&with(cluster(), "talos.version", json!("v1.9.0")));
+    assert_only_error(
+        &with(cluster(), "talos.version", json!("v1.8.3")),
+        r#"spec.talos.version: Invalid value: "v1.8.3": talos version "1.8.3" is no longer supported: Omni refuses Talos releases older than v1.9.0 for new clusters"#,
+    );
+    // Adopting an existing Omni cluster that runs an old release only warns.
+    let mut adopting = with(cluster(), "talos.version", json!("v1.8.3"));
+    adopting["metadata"]["annotations"] = json!({"omni.texashpc.com/adopt": "true"});
+    let v = run(&adopting);
+    assert!(v.is_valid(), "{:?}", v.errors);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    // Updates keep a deprecated release (Omni allows patch upgrades within it) ...
+    let old = with(cluster(), "talos.version", json!("v1.8.2"));
+    let new = with(cluster(), "talos.version", json!("v1.8.3"));
+    assert!(run_update(&old, &new).is_valid());
+    // ... and a lower minor only warns: Omni decides against the version the cluster was
+    // created with, which the operator cannot see.
+    let old = with(cluster(), "talos.version", json!("v1.13.2"));
+    let new = with(cluster(), "talos.version", json!("v1.10.6"));
+    let v = run_update(&old, &new);
+    assert!(v.is_valid(), "{:?}", v.errors);
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("lowers the Talos minor version")),
+        "{:?}",
+        v.warnings
+    );
+}

@@ -394,6 +394,7 @@ pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError
 /// bounds of `spec.syncInterval` and the immutability of the Omni cluster's name.
 pub fn validate(new: &OmniCluster, old: Option<&OmniCluster>) -> Validation {
     let mut v = validate_stored(new);
+    validate_talos_version(new, old, &mut v);
     // Renaming would point the object (and its deletion) at a different Omni cluster.
     if let Some(previous) = old
         .and_then(|o| o.status.as_ref())
@@ -710,4 +711,65 @@ fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
         }
     }
     None
+}
+
+/// Omni v1.10's oldest Talos release for new clusters (`MinTalosVersion`): the catalogue marks
+/// older ones deprecated and Omni refuses them unless the cluster already runs a deprecated one.
+pub const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
+
+/// Annotation that lets an OmniCluster take over an existing Omni cluster.
+const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
+
+/// Omni's Talos version rules that can be checked without Omni: a new OmniCluster may not ask
+/// for a release below [`MIN_TALOS_VERSION`] (refused; a warning when it adopts an existing
+/// Omni cluster, which Omni lets keep its version), and lowering the Talos minor warns: Omni
+/// refuses it below the version the cluster was created with, which only Omni knows. The cap
+/// at the newest release an Omni supports is Omni's own; the sync reports it.
+fn validate_talos_version(new: &OmniCluster, old: Option<&OmniCluster>, v: &mut Validation) {
+    let version = &new.spec.talos.version;
+    let Some(parsed) = talos_semver(version) else {
+        return;
+    };
+    match old {
+        None if parsed < MIN_TALOS_VERSION => {
+            let (major, minor, patch) = MIN_TALOS_VERSION;
+            let bare = version.trim_start_matches('v');
+            let why = format!(
+                "talos version {bare:?} is no longer supported: Omni refuses Talos releases older than v{major}.{minor}.{patch} for new clusters"
+            );
+            let adopting = new
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ADOPT_ANNOTATION))
+                .is_some_and(|value| value == "true");
+            if adopting {
+                v.warn(format!(
+                    "spec.talos.version: {why} (the adopted Omni cluster may keep the release it runs)"
+                ));
+            } else {
+                v.push(FieldError::invalid("spec.talos.version", version, why));
+            }
+        }
+        None => {}
+        Some(old) => {
+            let before = &old.spec.talos.version;
+            if let (Some(from), Some(to)) = (talos_minor(before), talos_minor(version))
+                && to < from
+            {
+                v.warn(format!(
+                    "spec.talos.version: {before} -> {version} lowers the Talos minor version; Omni refuses it (downgrading from version ... is not supported) if the cluster was created with a newer minor"
+                ));
+            }
+        }
+    }
+}
+
+/// `(major, minor, patch)` of a `vX.Y.Z` version.
+fn talos_semver(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version.strip_prefix('v')?.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    let patch = parts.next()?.parse().ok()?;
+    Some((major, minor, patch))
 }
