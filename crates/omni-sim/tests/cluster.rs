@@ -778,3 +778,34 @@ async fn talos_minor_downgrades_are_refused_below_the_version_the_cluster_was_cr
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_public_discovery_service_can_be_turned_off_only_with_the_embedded_one() {
+    // An Omni release that supports Talos 1.14.
+    let (sim, mut c, _) = setup(OmniSim::builder().latest_supported_talos(1, 14)).await;
+    let without_public = |embedded: bool| {
+        res(
+            CLUSTER,
+            "d",
+            &[],
+            &ClusterSpec {
+                talos_version: "1.14.0".into(),
+                kubernetes_version: "1.35.1".into(),
+                features: Some(cluster_spec::Features {
+                    use_embedded_discovery_service: embedded,
+                    disable_public_discovery_service: true,
+                    ..Default::default()
+                }),
+                backup_configuration: None,
+            },
+        )
+    };
+    invalid(
+        &mut c,
+        without_public(false),
+        "the discovery service cannot be disabled entirely",
+    )
+    .await;
+    c.create(create_req(without_public(true))).await.unwrap();
+    sim.shutdown().await;
+}

@@ -681,3 +681,30 @@ async fn manifest_descriptors_string_manifests_new_features_and_a_control_plane_
     );
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_talos_target_beyond_what_omni_supports_fails_the_sync_with_omnis_reason() {
+    let env = Env::start(2).await;
+    static_cluster(&env, json!({})).await;
+    env.synced("True").await;
+    // 1.14.0 is in Omni's catalogue, but beyond the newest minor this Omni release supports;
+    // nothing offline can know that, so Omni's refusal is what the user sees.
+    patch_cluster_spec(&env, json!({"talos": {"version": "v1.14.0"}})).await;
+    let failed = env.synced("False").await;
+    let (_, reason, message) = condition(&failed, "Synced").unwrap_or_default();
+    assert_eq!(reason, "SyncFailed");
+    assert!(
+        message.contains(r#"talos version "1.14.0" is not supported by this Omni release"#),
+        "{message}"
+    );
+    let cluster = env
+        .sim
+        .get(ty::CLUSTER, "demo")
+        .unwrap_or_else(|| panic!("no cluster"));
+    let spec: ClusterSpec = decode_spec(&cluster).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        spec.talos_version, "1.13.2",
+        "Omni kept the cluster as it was"
+    );
+    env.shutdown().await;
+}
