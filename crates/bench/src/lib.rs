@@ -11,6 +11,7 @@
 
 pub mod emulators;
 pub mod fleet;
+pub mod null_operator;
 pub mod operator;
 pub mod phases;
 pub mod report;

@@ -75,6 +75,11 @@ struct Args {
     /// Helm, for --helm-releases (default: HELM_BIN, .cache/test-tools/bin/helm, PATH).
     #[arg(long)]
     helm_binary: Option<PathBuf>,
+    /// After the operator's run, serve the same fleet to the null operator (only the operator's
+    /// watches, nothing else) and compare what the emulators spend on it with the operator's
+    /// own CPU.
+    #[arg(long)]
+    null_operator: bool,
 }
 
 /// With `cargo run`, brings the operator binary beside this one up to date, so a benchmark never
@@ -138,6 +143,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if std::env::var_os(omni_bench::null_operator::ENV).is_some() {
+        return omni_bench::null_operator::serve().await;
+    }
     let args = Args::parse();
     if args.operator_binary.is_none() {
         build_operator_when_run_by_cargo()?;
@@ -218,6 +226,15 @@ async fn main() -> anyhow::Result<()> {
             let r = run_once(&config, &spec, "none").await?;
             print!("{}", report::run_table(&r));
             runs.push(r);
+        }
+        if args.null_operator {
+            let spec = spec_for(&args, args.clusters);
+            eprintln!("==> null operator, {} clusters", spec.clusters);
+            let null =
+                omni_bench::null_operator::run(&config, &spec, &std::env::current_exe()?).await?;
+            let operator = runs.iter().find(|r| r.fleet == spec);
+            print!("\n{}", report::null_table(&null, operator));
+            output.insert("null_operator".into(), serde_json::to_value(&null)?);
         }
         if runs.len() > 1 {
             let sweep = report::sweep(runs);

@@ -85,6 +85,33 @@ impl OperatorProcess {
         if let Some(quirks) = baseline_quirks {
             cmd.arg(format!("--baseline-quirks={quirks}"));
         }
+        Self::spawn(cmd, None, kubeconfig, work_dir, log_file, log)
+    }
+
+    /// Starts `bench_binary` (`omni-bench`) as the null operator ([`crate::null_operator`]),
+    /// measured the same way.
+    pub fn start_null(
+        bench_binary: &Path,
+        kubeconfig: &Path,
+        work_dir: &Path,
+    ) -> anyhow::Result<Self> {
+        let log = work_dir.join("null-operator.log");
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let cmd = tokio::process::Command::new(bench_binary);
+        let role = Some((crate::null_operator::ENV, "1"));
+        Self::spawn(cmd, role, kubeconfig, work_dir, log_file, log)
+    }
+
+    /// Spawns `cmd` with only the environment a measured process needs (plus `extra`).
+    fn spawn(
+        mut cmd: tokio::process::Command,
+        extra: Option<(&str, &str)>,
+        kubeconfig: &Path,
+        work_dir: &Path,
+        log_file: std::fs::File,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         cmd.env_clear()
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "warn")
@@ -94,10 +121,14 @@ impl OperatorProcess {
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
             .kill_on_drop(true);
+        if let Some((key, value)) = extra {
+            cmd.env(key, value);
+        }
+        let program = cmd.as_std().get_program().to_owned();
         let child = cmd
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let pid = child.id().context("the operator exited at once")?;
+            .with_context(|| format!("starting {}", program.to_string_lossy()))?;
+        let pid = child.id().context("the process exited at once")?;
         Ok(Self { child, pid, log })
     }
 

@@ -286,6 +286,19 @@ pub fn run_table(r: &RunResult) -> String {
             r.end_state.omni_resources, r.end_state.workload_secrets, r.end_state.digest
         ),
     ));
+    aligned(&mut t, &rows);
+    if !r.idle.management_writes.is_empty() {
+        let _ = writeln!(
+            t,
+            "  idle management writes: {:?}",
+            r.idle.management_writes
+        );
+    }
+    t
+}
+
+/// Writes `rows` as two aligned columns.
+fn aligned(t: &mut String, rows: &[(&str, String)]) {
     let width = rows
         .iter()
         .map(|(k, _)| k.chars().count())
@@ -294,13 +307,49 @@ pub fn run_table(r: &RunResult) -> String {
     for (k, v) in rows {
         let _ = writeln!(t, "  {k:<width$}  {v}");
     }
-    if !r.idle.management_writes.is_empty() {
-        let _ = writeln!(
-            t,
-            "  idle management writes: {:?}",
-            r.idle.management_writes
-        );
+}
+
+/// The null operator's figures, beside the operator's own CPU at the same fleet when known.
+pub fn null_table(n: &crate::null_operator::NullResult, operator: Option<&RunResult>) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "null operator ({} watches, nothing else): {} clusters, {} syncs ({} objects)",
+        n.watches,
+        n.fleet.clusters,
+        n.fleet.syncs,
+        n.fleet.objects()
+    );
+    let mut rows: Vec<(&str, String)> = vec![
+        ("every watch listed", format!("{:.1} s", n.listed_secs)),
+        (
+            "emulator CPU until then",
+            format!("{:.2} s", n.emulator_cpu_secs_cold),
+        ),
+        (
+            "null operator CPU until then",
+            format!("{:.2} s", n.null_cpu_secs_cold),
+        ),
+        (
+            "null operator peak RSS",
+            format!("{:.0} MiB", n.null_peak_rss_mib),
+        ),
+        (
+            "emulator CPU, watches held",
+            format!("{:.2} s/min", n.emulator_cpu_secs_per_minute_idle),
+        ),
+    ];
+    if let Some(r) = operator {
+        rows.push((
+            "operator CPU, its cold start",
+            format!("{:.2} s", r.cold_start.operator_cpu_secs),
+        ));
+        rows.push((
+            "emulator CPU, operator's cold start",
+            format!("{:.2} s", r.cold_start.emulator_cpu_secs),
+        ));
     }
+    aligned(&mut t, &rows);
     t
 }
 

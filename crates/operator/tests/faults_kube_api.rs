@@ -159,27 +159,34 @@ async fn the_fleet_converges_through_conflicts_errors_and_cut_watches() {
     };
     // Let reconciles queued before the last status write run out.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Versions are read before the write counts: a write landing between the two readings then
+    // shows as a change without a counted write, never as a write without a change.
+    let stored_version = |kind: &str, name: &str| {
+        stack
+            .mgmt
+            .store()
+            .get(GROUP, &format!("{}s", kind.to_lowercase()), Some(NS), name)
+            .ok()
+            .and_then(|o| {
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap_or_default()
+    };
+    let mut versions: BTreeMap<String, (String, u64)> = FLEET
+        .iter()
+        .map(|(kind, _, name)| (format!("{kind}/{name}"), (stored_version(kind, name), 0)))
+        .collect();
     let before = writes_per_object(&stack);
-    let mut versions: BTreeMap<String, (String, u64)> = BTreeMap::new();
     let until = tokio::time::Instant::now() + hold;
     while tokio::time::Instant::now() < until {
         cutter.tick(&stack);
         for (kind, _, name) in FLEET {
-            let rv = stack
-                .mgmt
-                .store()
-                .get(GROUP, &format!("{}s", kind.to_lowercase()), Some(NS), name)
-                .ok()
-                .and_then(|o| {
-                    o["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .unwrap_or_default();
-            let seen = versions
-                .entry(format!("{kind}/{name}"))
-                .or_insert_with(|| (rv.clone(), 0));
-            if seen.0 != rv {
+            let rv = stored_version(kind, name);
+            if let Some(seen) = versions.get_mut(&format!("{kind}/{name}"))
+                && seen.0 != rv
+            {
                 *seen = (rv, seen.1 + 1);
             }
         }

@@ -13,7 +13,8 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Context, Error, controller_for, drive, instrumented, referencing, status};
+use super::index::{RefKey, namespace_of};
+use super::{Context, Error, drive, indexed_controller_for, instrumented, status};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
@@ -173,8 +174,9 @@ pub async fn run<K: Child>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let controller = controller_for::<K>(&ctx);
-    let store = controller.store();
+    let (controller, index) = indexed_controller_for::<K>(&ctx, |c| {
+        vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
+    });
     let controller = controller.watches(
         ctx.watch_api::<OmniCluster>(),
         watcher::Config::default(),
@@ -182,11 +184,11 @@ pub async fn run<K: Child>(
             if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
                 return Vec::new();
             }
-            let name = cluster.name_any();
-            let namespace = cluster.namespace();
-            referencing::<K>(&store, |c| {
-                c.cluster_ref() == name && c.namespace() == namespace
-            })
+            index.get(&RefKey::new(
+                "cluster",
+                &namespace_of(&cluster),
+                &cluster.name_any(),
+            ))
         },
     );
     drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>).await;

@@ -23,10 +23,10 @@ use omni_client::template::{
 };
 
 use super::connection::status_str;
+use super::index::{RefIndex, RefKey, namespace_of};
 use super::secret_sync::ADOPT_ANNOTATION;
 use super::{
-    Context, Error, controller_for, decoded, drive, dyn_ref, finalizer, instrumented, referencing,
-    status,
+    Context, Error, drive, dyn_ref, finalizer, indexed_controller_for, instrumented, status,
 };
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
@@ -619,48 +619,72 @@ enum ChildKind {
     Machine,
 }
 
-/// Pure: whether `status` lists the child `name` of `kind` (so it was rendered from it).
-fn lists_child(status: &OmniClusterStatus, kind: ChildKind, name: &str) -> bool {
-    match kind {
-        ChildKind::ControlPlane => status.control_plane_ref.as_deref() == Some(name),
-        ChildKind::Workers => status.workers_refs.iter().any(|w| w == name),
-        ChildKind::Machine => status.machine_refs.iter().any(|m| m == name),
+impl ChildKind {
+    /// The index key of a child of this kind named `name` in `namespace`, under which the
+    /// clusters that rendered it are found.
+    fn key(self, namespace: &str, name: &str) -> RefKey {
+        let what = match self {
+            ChildKind::ControlPlane => "rendered-control-plane",
+            ChildKind::Workers => "rendered-workers",
+            ChildKind::Machine => "rendered-machine",
+        };
+        RefKey::new(what, namespace, name)
     }
+}
+
+/// What a cluster refers to: its connection, and the children its last render used (listed in
+/// its status), so a child moved to another cluster finds the cluster it left.
+fn cluster_keys(cluster: &OmniCluster) -> Vec<RefKey> {
+    let ns = namespace_of(cluster);
+    let mut keys = vec![RefKey::new(
+        "connection",
+        &ns,
+        &cluster.spec.connection_ref.name,
+    )];
+    if let Some(s) = &cluster.status {
+        keys.extend(
+            s.control_plane_ref
+                .iter()
+                .map(|n| ChildKind::ControlPlane.key(&ns, n)),
+        );
+        keys.extend(
+            s.workers_refs
+                .iter()
+                .map(|n| ChildKind::Workers.key(&ns, n)),
+        );
+        keys.extend(
+            s.machine_refs
+                .iter()
+                .map(|n| ChildKind::Machine.key(&ns, n)),
+        );
+    }
+    keys
 }
 
 /// Clusters to re-render after a change to a child: the one it references now and any that
 /// rendered it before. Watches only see the new object, so a child moved to another cluster
 /// would otherwise linger in its old cluster's template until the next resync.
 fn child_targets(
-    clusters: &kube::runtime::reflector::Store<DynamicObject>,
+    clusters: &RefIndex<OmniCluster>,
     namespace: Option<String>,
     cluster_ref: &str,
     child: &str,
     kind: ChildKind,
 ) -> Vec<ObjectRef<DynamicObject>> {
-    let mut out: Vec<ObjectRef<DynamicObject>> = Vec::new();
-    if !cluster_ref.is_empty() {
-        out.push(dyn_ref::<OmniCluster>(cluster_ref, namespace.as_deref()));
-    }
-    for (cluster, r) in decoded::<OmniCluster>(clusters) {
-        if cluster.namespace() == namespace
-            && cluster.name_any() != cluster_ref
-            && cluster
-                .status
-                .as_ref()
-                .is_some_and(|s| lists_child(s, kind, child))
-        {
-            out.push(r);
-        }
-    }
-    out
+    let ns = namespace.unwrap_or_default();
+    let current = (!cluster_ref.is_empty())
+        .then(|| dyn_ref::<OmniCluster>(cluster_ref, Some(ns.as_str()).filter(|n| !n.is_empty())));
+    let rendered = clusters
+        .get(&kind.key(&ns, child))
+        .into_iter()
+        .filter(|r| r.name != cluster_ref);
+    current.into_iter().chain(rendered).collect()
 }
 
 /// Runs the OmniCluster controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller_for::<OmniCluster>(&ctx);
-    let clusters = controller.store();
-    let (by_cp, by_workers, by_machine) = (clusters.clone(), clusters.clone(), clusters.clone());
+    let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, cluster_keys);
+    let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
     let wc = watcher::Config::default;
     let controller = controller
         .watches(
@@ -670,11 +694,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 if !crate::baseline::mapped_event_passes("connection→cluster", &conn.metadata) {
                     return Vec::new();
                 }
-                let name = conn.name_any();
-                let namespace = conn.namespace();
-                referencing::<OmniCluster>(&clusters, |c| {
-                    c.spec.connection_ref.name == name && c.namespace() == namespace
-                })
+                index.get(&RefKey::new(
+                    "connection",
+                    &namespace_of(&conn),
+                    &conn.name_any(),
+                ))
             },
         )
         .watches(
@@ -726,19 +750,53 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 mod tests {
     use super::*;
 
+    fn cluster_object(name: &str, status: OmniClusterStatus) -> DynamicObject {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"connectionRef": {"name": "omni"},
+                     "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        obj.data["status"] = serde_json::to_value(status).unwrap_or_default();
+        obj
+    }
+
     #[test]
-    fn previous_cluster_is_found_from_rendered_refs() {
-        let status = OmniClusterStatus {
+    fn a_moved_child_re_renders_its_new_and_its_previous_cluster() {
+        let index = RefIndex::new(cluster_keys);
+        let old = OmniClusterStatus {
             control_plane_ref: Some("cp".into()),
             workers_refs: vec!["w1".into(), "w2".into()],
             machine_refs: vec!["m".into()],
             ..OmniClusterStatus::default()
         };
-        assert!(lists_child(&status, ChildKind::ControlPlane, "cp"));
-        assert!(lists_child(&status, ChildKind::Workers, "w2"));
-        assert!(lists_child(&status, ChildKind::Machine, "m"));
-        assert!(!lists_child(&status, ChildKind::Workers, "cp"));
-        assert!(!lists_child(&status, ChildKind::Machine, "w1"));
+        index.apply(&kube::runtime::watcher::Event::Apply(cluster_object(
+            "old", old,
+        )));
+        index.apply(&kube::runtime::watcher::Event::Apply(cluster_object(
+            "new",
+            OmniClusterStatus::default(),
+        )));
+        let targets = |child: &str, kind: ChildKind| -> Vec<String> {
+            let mut names: Vec<String> =
+                child_targets(&index, Some("ns".into()), "new", child, kind)
+                    .into_iter()
+                    .map(|r| r.name)
+                    .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(targets("cp", ChildKind::ControlPlane), ["new", "old"]);
+        assert_eq!(targets("w2", ChildKind::Workers), ["new", "old"]);
+        assert_eq!(targets("m", ChildKind::Machine), ["new", "old"]);
+        assert_eq!(
+            targets("cp", ChildKind::Workers),
+            ["new"],
+            "a control plane name is no workers name"
+        );
+        assert_eq!(targets("w1", ChildKind::Machine), ["new"]);
     }
 
     #[test]

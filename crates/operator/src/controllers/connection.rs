@@ -11,8 +11,9 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
+use super::index::{RefKey, namespace_of};
 use super::{
-    Context, Error, controller_for, drive, dyn_ref, finalizer, instrumented, referencing, status,
+    Context, Error, drive, dyn_ref, finalizer, indexed_controller_for, instrumented, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
@@ -284,8 +285,13 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniConnection controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller_for::<OmniConnection>(&ctx);
-    let by_secret = controller.store();
+    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, |c| {
+        vec![RefKey::new(
+            "secret",
+            &namespace_of(c),
+            &c.spec.auth.service_account_secret_ref.name,
+        )]
+    });
     let controller = controller
         // Cluster create/delete re-triggers the connection: this releases a waiting deletion.
         .watches(
@@ -304,12 +310,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             ctx.watch_api::<Secret>(),
             watcher::Config::default(),
             move |secret: Secret| {
-                let name = secret.name_any();
-                let namespace = secret.namespace();
-                referencing::<OmniConnection>(&by_secret, |c| {
-                    c.spec.auth.service_account_secret_ref.name == name
-                        && c.namespace() == namespace
-                })
+                by_secret.get(&RefKey::new(
+                    "secret",
+                    &namespace_of(&secret),
+                    &secret.name_any(),
+                ))
             },
         );
     drive::<OmniConnection, _, _>(controller, ctx, shutdown, reconcile).await;

@@ -22,8 +22,9 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
+use super::index::{RefKey, namespace_of};
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
-use super::{Context, Error, controller_for, drive, finalizer, instrumented, referencing, status};
+use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
 use crate::api::common::{
     Condition, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -1097,18 +1098,24 @@ async fn apply(
 
 /// Runs the OmniHelmRelease controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller_for::<OmniHelmRelease>(&ctx);
-    let by_cluster = controller.store();
-    let by_secret = controller.store();
+    let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, |x| {
+        let ns = namespace_of(x);
+        let mut keys = vec![
+            RefKey::new("cluster", &ns, &x.spec.cluster_ref.name),
+            RefKey::new("secret", &ns, &x.spec.kubeconfig_secret_ref.name),
+        ];
+        if let Some(c) = &x.spec.chart.credentials_secret_ref {
+            keys.push(RefKey::new("secret", &ns, &c.name));
+        }
+        keys
+    });
+    let by_secret = index.clone();
     let controller = controller
         .watches(
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
             move |c: OmniCluster| {
-                let (name, ns) = (c.name_any(), c.namespace());
-                referencing::<OmniHelmRelease>(&by_cluster, |x| {
-                    x.spec.cluster_ref.name == name && x.namespace() == ns
-                })
+                index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
         )
         // A kubeconfig or credentials change re-checks the release (a rotation alone does
@@ -1117,16 +1124,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             ctx.watch_api::<Secret>(),
             watcher::Config::default(),
             move |s: Secret| {
-                let (name, ns) = (s.name_any(), s.namespace());
-                referencing::<OmniHelmRelease>(&by_secret, |x| {
-                    x.namespace() == ns
-                        && (x.spec.kubeconfig_secret_ref.name == name
-                            || x.spec
-                                .chart
-                                .credentials_secret_ref
-                                .as_ref()
-                                .is_some_and(|c| c.name == name))
-                })
+                by_secret.get(&RefKey::new("secret", &namespace_of(&s), &s.name_any()))
             },
         );
     drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, reconcile).await;

@@ -26,10 +26,11 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
+use super::index::{RefIndex, RefKey, namespace_of};
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
-    Context, Error, Scope, api_resource, controller_for, drive, dyn_ref, finalizer, instrumented,
-    referencing, status,
+    Context, Error, Scope, api_resource, drive, dyn_ref, finalizer, indexed_controller_for,
+    instrumented, status,
 };
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
@@ -748,7 +749,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
 /// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
 /// matter to them: live consumers hold a Secret without needing the export to act).
 fn deleting_consumer(
-    exports: &kube::runtime::reflector::Store<DynamicObject>,
+    exports: &RefIndex<OmniKubeconfigExport>,
     consumer: &DynamicObject,
 ) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> {
     if consumer.metadata.deletion_timestamp.is_none() {
@@ -762,18 +763,23 @@ fn deleting_consumer(
     else {
         return Vec::new();
     };
-    referencing::<OmniKubeconfigExport>(exports, |x| {
-        x.effective_target_namespace() == ns && x.spec.target_secret_ref.name == secret
-    })
+    exports.get(&RefKey::new("target", &ns, secret))
 }
 
 /// Runs the OmniKubeconfigExport controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller_for::<OmniKubeconfigExport>(&ctx);
-    let by_cluster = controller.store();
-    let by_conn = controller.store();
-    let by_release = controller.store();
-    let by_sync = controller.store();
+    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, |x| {
+        vec![
+            RefKey::new("cluster", &namespace_of(x), &x.spec.cluster_ref.name),
+            RefKey::new(
+                "target",
+                &x.effective_target_namespace(),
+                &x.spec.target_secret_ref.name,
+            ),
+        ]
+    });
+    let (by_cluster, by_conn, by_release, by_sync) =
+        (index.clone(), index.clone(), index.clone(), index);
     let clusters: Api<OmniCluster> = ctx.watch_api();
     let cluster_store = {
         let (reader, writer) = kube::runtime::reflector::store::<OmniCluster>();
@@ -787,10 +793,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
             move |c: OmniCluster| {
-                let (name, ns) = (c.name_any(), c.namespace());
-                referencing::<OmniKubeconfigExport>(&by_cluster, |x| {
-                    x.spec.cluster_ref.name == name && x.namespace() == ns
-                })
+                by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
         )
         .watches(
@@ -798,15 +801,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             watcher::Config::default(),
             move |conn: OmniConnection| {
                 let (name, ns) = (conn.name_any(), conn.namespace());
-                let cluster_names: Vec<String> = cluster_store
+                let clusters: Vec<RefKey> = cluster_store
                     .state()
                     .into_iter()
                     .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
-                    .map(|c| c.name_any())
+                    .map(|c| RefKey::new("cluster", &namespace_of(c.as_ref()), &c.name_any()))
                     .collect();
-                referencing::<OmniKubeconfigExport>(&by_conn, |x| {
-                    x.namespace() == ns && cluster_names.contains(&x.spec.cluster_ref.name)
-                })
+                by_conn.get_any(&clusters)
             },
         )
         // A consumer finishing (or starting) its deletion may let a held Secret go.

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod connection;
 pub mod finalizer;
 pub mod helm_release;
+pub mod index;
 pub mod kubeconfig_export;
 pub mod omni;
 pub mod secret_sync;
@@ -306,6 +307,10 @@ pub enum Error {
     /// A remote operation failed; the message is also in the object's conditions.
     #[error("{0}")]
     Remote(String),
+    /// The cached copy a status was computed from is older than the stored object; nothing
+    /// was written (see [`status::write`]).
+    #[error("the cached copy of the object is older than the stored one")]
+    StaleCache,
 }
 
 /// Condition reason for an object whose stored data does not decode as its kind.
@@ -319,34 +324,6 @@ pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
 /// Decodes a watched `DynamicObject` as kind `K`.
 pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, serde_json::Error> {
     serde_json::from_value(serde_json::to_value(obj)?)
-}
-
-/// The typed objects of a `DynamicObject` store (undecodable ones are skipped), for mappers.
-pub fn decoded<K: Resource<DynamicType = ()> + DeserializeOwned>(
-    store: &kube::runtime::reflector::Store<DynamicObject>,
-) -> Vec<(K, ObjectRef<DynamicObject>)> {
-    let ar = api_resource::<K>();
-    store
-        .state()
-        .into_iter()
-        .filter_map(|o| {
-            let k = decode::<K>(&o).ok()?;
-            Some((k, ObjectRef::from_obj_with(o.as_ref(), ar.clone())))
-        })
-        .collect()
-}
-
-/// References to the objects of `store` (decoded as `K`) for which `refers` holds: the body of
-/// every mapper that turns a change of a referenced object into reconciles of its referrers.
-pub fn referencing<K: Resource<DynamicType = ()> + DeserializeOwned>(
-    store: &kube::runtime::reflector::Store<DynamicObject>,
-    refers: impl Fn(&K) -> bool,
-) -> Vec<ObjectRef<DynamicObject>> {
-    decoded::<K>(store)
-        .into_iter()
-        .filter(|(k, _)| refers(k))
-        .map(|(_, r)| r)
-        .collect()
 }
 
 /// A reference to the object `name` in `namespace` of kind `K`, for mappers.
@@ -396,11 +373,33 @@ pub async fn reconcile_decoded<K, F, Fut>(
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
-    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy,
     Fut: Future<Output = Result<Action, Error>>,
 {
+    let mut obj = obj;
     let err = match decode::<K>(&obj) {
-        Ok(k) => return inner(Arc::new(k), ctx).await,
+        Ok(k) => match inner(Arc::new(k), ctx.clone()).await {
+            // The watch cache lagged behind the server: once more on the server's copy, rather
+            // than waiting for the cache (its watcher may be backing off) or a backoff.
+            Err(Error::StaleCache) => {
+                let ar = api_resource::<K>();
+                let api: Api<DynamicObject> = match obj.namespace() {
+                    Some(ns) => Api::namespaced_with(ctx.client.clone(), &ns, &ar),
+                    None => Api::all_with(ctx.client.clone(), &ar),
+                };
+                let Some(stored) = api.get_opt(&obj.name_any()).await? else {
+                    return Ok(Action::await_change());
+                };
+                match decode::<K>(&stored) {
+                    Ok(k) => return inner(Arc::new(k), ctx).await,
+                    Err(e) => {
+                        obj = Arc::new(stored);
+                        e
+                    }
+                }
+            }
+            other => return other,
+        },
         Err(e) => e,
     };
     let kind = K::kind(&());
@@ -475,8 +474,12 @@ where
     let kind = K::kind(&());
     let started = Instant::now();
     let result = fut.await;
+    // A stale cache is no failure: the reconcile runs again at once on the stored object.
+    let failed = result
+        .as_ref()
+        .is_err_and(|e| !matches!(e, Error::StaleCache));
     ctx.metrics
-        .reconciled(&kind, started.elapsed().as_secs_f64(), result.is_err());
+        .reconciled(&kind, started.elapsed().as_secs_f64(), failed);
     if result.is_ok() {
         ctx.reset_backoff(&object_key(obj));
     }
@@ -494,6 +497,32 @@ where
 pub fn controller_for<K: Resource<DynamicType = ()>>(
     ctx: &Context,
 ) -> kube::runtime::Controller<DynamicObject> {
+    controller_with::<K>(ctx, |_| {})
+}
+
+/// [`controller_for`] with a [`RefIndex`](index::RefIndex) of its objects by what they refer
+/// to (`keys`), kept from the same watch, for the controller's mapped watches.
+pub fn indexed_controller_for<K>(
+    ctx: &Context,
+    keys: fn(&K) -> Vec<index::RefKey>,
+) -> (
+    kube::runtime::Controller<DynamicObject>,
+    Arc<index::RefIndex<K>>,
+)
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+{
+    let index = Arc::new(index::RefIndex::new(keys));
+    let kept = index.clone();
+    let controller = controller_with::<K>(ctx, move |event| kept.apply(event));
+    (controller, index)
+}
+
+fn controller_with<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    mut on_event: impl FnMut(&kube::runtime::watcher::Event<DynamicObject>) + Send + 'static,
+) -> kube::runtime::Controller<DynamicObject> {
+    use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
     let ar = api_resource::<K>();
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
@@ -501,6 +530,11 @@ pub fn controller_for<K: Resource<DynamicType = ()>>(
     let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                on_event(event);
+            }
+        })
         .applied_objects()
         .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
     kube::runtime::Controller::for_stream_with(triggers, reader, ar)

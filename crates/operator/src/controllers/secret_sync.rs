@@ -19,7 +19,8 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::connection::status_str;
-use super::{Context, Error, controller_for, drive, finalizer, instrumented, referencing, status};
+use super::index::{RefKey, namespace_of};
+use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -630,30 +631,32 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
 
 /// Runs the OmniSecretSync controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller_for::<OmniSecretSync>(&ctx);
-    let by_cluster = controller.store();
-    let by_secret = controller.store();
+    let (controller, index) = indexed_controller_for::<OmniSecretSync>(&ctx, |s| {
+        let ns = namespace_of(s);
+        vec![
+            RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
+            RefKey::new("secret", &ns, &s.spec.source_secret_ref.name),
+            RefKey::new("secret", &ns, &s.spec.kubeconfig_secret_ref.name),
+        ]
+    });
+    let by_secret = index.clone();
     let controller = controller
         .watches(
             ctx.watch_api::<OmniCluster>(),
             watcher::Config::default(),
             move |c: OmniCluster| {
-                let (name, ns) = (c.name_any(), c.namespace());
-                referencing::<OmniSecretSync>(&by_cluster, |s| {
-                    s.spec.cluster_ref.name == name && s.namespace() == ns
-                })
+                index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
         )
         .watches(
             ctx.watch_api::<Secret>(),
             watcher::Config::default(),
             move |secret: Secret| {
-                let (name, ns) = (secret.name_any(), secret.namespace());
-                referencing::<OmniSecretSync>(&by_secret, |s| {
-                    s.namespace() == ns
-                        && (s.spec.source_secret_ref.name == name
-                            || s.spec.kubeconfig_secret_ref.name == name)
-                })
+                by_secret.get(&RefKey::new(
+                    "secret",
+                    &namespace_of(&secret),
+                    &secret.name_any(),
+                ))
             },
         );
     drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, reconcile).await;

@@ -64,6 +64,14 @@ pub fn status_patch(old: &Value, new: &Value) -> Option<Value> {
 
 /// Writes `new_status` if it differs from the status stored in `obj`. Returns whether a
 /// write happened.
+///
+/// `obj` comes from the watch cache, which can lag behind the server (a watcher backing off
+/// after cut streams or `410 Gone` can stay seconds behind). A status computed from a stale
+/// copy would rewrite what a previous reconcile already wrote, with fresh transition times.
+/// So a needed write is first checked against the server's copy: when that is newer,
+/// [`Error::StaleCache`] asks the caller to reconcile again on it ([`super::reconcile_decoded`]
+/// does), and nothing is written. The write itself carries the checked `resourceVersion`, so
+/// a change landing in between is refused with `409 Conflict` rather than overwritten.
 pub async fn write<K, S>(api: &Api<K>, obj: &K, new_status: &S) -> Result<bool, Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
@@ -76,10 +84,18 @@ where
         .unwrap_or(Value::Object(Map::new()));
     let kind = object["kind"].as_str().unwrap_or_default();
     let desired = crate::baseline::stamp_status(kind, serde_json::to_value(new_status)?);
-    let Some(patch) = status_patch(&current, &desired) else {
+    let Some(mut patch) = status_patch(&current, &desired) else {
         return Ok(false);
     };
     let name = obj.meta().name.clone().unwrap_or_default();
+    let cached = obj.meta().resource_version.clone();
+    let stored = api.get(&name).await?;
+    if stored.meta().resource_version != cached {
+        return Err(Error::StaleCache);
+    }
+    if let Some(rv) = cached {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(true)

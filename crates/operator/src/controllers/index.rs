@@ -1,0 +1,255 @@
+//! Reverse indexes over the objects of one kind: for each thing an object names (its cluster,
+//! its Secrets, its connection), the objects naming it. A mapped watch event (a Secret or an
+//! OmniCluster changed) then costs one lookup, where scanning the kind's cache decoded every
+//! object of the kind per event: quadratic at cold start, when every Secret and every cluster
+//! arrives once and thousands of objects refer to them.
+//!
+//! An index is kept from the same watch as the kind's cache ([`super::indexed_controller_for`]):
+//! each object of the kind is decoded once per event of its own, and a re-list rebuilds the
+//! index the way it rebuilds the cache.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{PoisonError, RwLock};
+
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// What an object refers to: a kind of reference and the referenced object's namespace and
+/// name, e.g. `RefKey::new("secret", "apps", "registry")`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RefKey(String);
+
+impl RefKey {
+    /// The key of a `what` reference to `name` in `namespace`.
+    pub fn new(what: &str, namespace: &str, name: &str) -> Self {
+        // NUL cannot occur in a Kubernetes name, so the parts cannot run into each other.
+        Self(format!("{what}\0{namespace}\0{name}"))
+    }
+}
+
+type Refs = HashSet<ObjectRef<DynamicObject>>;
+
+#[derive(Default)]
+struct Entries {
+    by_key: HashMap<RefKey, Refs>,
+    keys_of: HashMap<ObjectRef<DynamicObject>, Vec<RefKey>>,
+}
+
+impl Entries {
+    fn insert(&mut self, obj: ObjectRef<DynamicObject>, keys: Vec<RefKey>) {
+        self.remove(&obj);
+        for key in &keys {
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(obj.clone());
+        }
+        self.keys_of.insert(obj, keys);
+    }
+
+    fn remove(&mut self, obj: &ObjectRef<DynamicObject>) {
+        for key in self.keys_of.remove(obj).unwrap_or_default() {
+            if let Some(refs) = self.by_key.get_mut(&key) {
+                refs.remove(obj);
+                if refs.is_empty() {
+                    self.by_key.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    live: Entries,
+    /// Entries being listed after a watch (re)start, swapped in when the list is complete.
+    relisting: Option<Entries>,
+}
+
+/// The objects of kind `K` by what they refer to, kept from `K`'s watch events.
+pub struct RefIndex<K> {
+    keys: fn(&K) -> Vec<RefKey>,
+    state: RwLock<State>,
+}
+
+impl<K> RefIndex<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    /// An empty index whose entries for an object are `keys(object)`.
+    pub fn new(keys: fn(&K) -> Vec<RefKey>) -> Self {
+        Self {
+            keys,
+            state: RwLock::default(),
+        }
+    }
+
+    /// Objects of `K` that refer to `key`.
+    pub fn get(&self, key: &RefKey) -> Vec<ObjectRef<DynamicObject>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        state
+            .live
+            .by_key
+            .get(key)
+            .map(|refs| refs.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Objects of `K` that refer to any of `keys`, each once.
+    pub fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<DynamicObject>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Refs = HashSet::new();
+        for key in keys {
+            if let Some(refs) = state.live.by_key.get(key) {
+                out.extend(refs.iter().cloned());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    fn entry(&self, obj: &DynamicObject) -> (ObjectRef<DynamicObject>, Vec<RefKey>) {
+        let r = ObjectRef::from_obj_with(obj, super::api_resource::<K>());
+        // An object that does not decode refers to nothing we can read; it is reported on
+        // by its own reconcile (`InvalidObject`).
+        let keys = super::decode::<K>(obj)
+            .map(|k| (self.keys)(&k))
+            .unwrap_or_default();
+        (r, keys)
+    }
+
+    /// Applies one event of `K`'s watch.
+    pub fn apply(&self, event: &watcher::Event<DynamicObject>) {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Apply(obj) => {
+                let (r, keys) = self.entry(obj);
+                state.live.insert(r, keys);
+            }
+            watcher::Event::Delete(obj) => {
+                let r = ObjectRef::from_obj_with(obj, super::api_resource::<K>());
+                state.live.remove(&r);
+            }
+            watcher::Event::Init => state.relisting = Some(Entries::default()),
+            watcher::Event::InitApply(obj) => {
+                let (r, keys) = self.entry(obj);
+                state
+                    .relisting
+                    .get_or_insert_with(Entries::default)
+                    .insert(r, keys);
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = state.relisting.take() {
+                    state.live = listed;
+                }
+            }
+        }
+    }
+}
+
+/// The namespace of `obj` (empty for cluster-scoped objects), for building [`RefKey`]s.
+pub fn namespace_of(obj: &impl ResourceExt) -> String {
+    obj.namespace().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::OmniSecretSync;
+
+    fn sync(name: &str, cluster: &str, source: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniSecretSync",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+            "spec": {
+                "clusterRef": {"name": cluster},
+                "kubeconfigSecretRef": {"name": "kc", "key": "kubeconfig"},
+                "sourceSecretRef": {"name": source},
+                "targetSecretRef": {"name": "dst", "namespace": "apps"},
+                "deletionPolicy": "Delete"
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn index() -> RefIndex<OmniSecretSync> {
+        RefIndex::new(|s| {
+            let ns = namespace_of(s);
+            vec![
+                RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
+                RefKey::new("secret", &ns, &s.spec.source_secret_ref.name),
+            ]
+        })
+    }
+
+    fn names(refs: Vec<ObjectRef<DynamicObject>>) -> Vec<String> {
+        let mut names: Vec<String> = refs.into_iter().map(|r| r.name).collect();
+        names.sort();
+        names
+    }
+
+    fn cluster(name: &str) -> RefKey {
+        RefKey::new("cluster", "ns", name)
+    }
+
+    #[test]
+    fn objects_are_found_by_what_they_refer_to() {
+        let index = index();
+        index.apply(&watcher::Event::Apply(sync("a", "prod", "src-a", "1")));
+        index.apply(&watcher::Event::Apply(sync("b", "prod", "src-b", "2")));
+        index.apply(&watcher::Event::Apply(sync("c", "dev", "src-a", "3")));
+        assert_eq!(names(index.get(&cluster("prod"))), ["a", "b"]);
+        assert_eq!(
+            names(index.get(&RefKey::new("secret", "ns", "src-a"))),
+            ["a", "c"]
+        );
+        assert_eq!(
+            names(index.get(&RefKey::new("secret", "other", "src-a"))),
+            Vec::<String>::new(),
+            "references are namespaced"
+        );
+        assert_eq!(
+            names(index.get_any(&[cluster("prod"), cluster("dev")])),
+            ["a", "b", "c"]
+        );
+    }
+
+    #[test]
+    fn a_changed_reference_moves_the_object_and_a_deletion_removes_it() {
+        let index = index();
+        index.apply(&watcher::Event::Apply(sync("a", "prod", "src-a", "1")));
+        index.apply(&watcher::Event::Apply(sync("a", "dev", "src-a", "2")));
+        assert!(index.get(&cluster("prod")).is_empty());
+        assert_eq!(names(index.get(&cluster("dev"))), ["a"]);
+        index.apply(&watcher::Event::Delete(sync("a", "dev", "src-a", "3")));
+        assert!(index.get(&cluster("dev")).is_empty());
+        assert!(index.get(&RefKey::new("secret", "ns", "src-a")).is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_entries_when_it_is_complete() {
+        let index = index();
+        index.apply(&watcher::Event::Apply(sync("gone", "prod", "src", "1")));
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(sync("new", "prod", "src", "5")));
+        assert_eq!(
+            names(index.get(&cluster("prod"))),
+            ["gone"],
+            "until the list is complete the previous entries answer"
+        );
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(names(index.get(&cluster("prod"))), ["new"]);
+    }
+
+    #[test]
+    fn an_undecodable_object_refers_to_nothing() {
+        let index = index();
+        let mut bad = sync("bad", "prod", "src", "1");
+        bad.data["spec"]["clusterRef"] = serde_json::json!(7);
+        index.apply(&watcher::Event::Apply(bad));
+        assert!(index.get(&cluster("prod")).is_empty());
+    }
+}
