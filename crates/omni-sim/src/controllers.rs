@@ -80,8 +80,9 @@ pub struct PoolMachine {
 pub struct ControllerConfig {
     /// Interval of status progression steps.
     pub step: Duration,
-    /// Add unknown machines named by manual MachineSetNodes to the pool, as if they had
-    /// connected, so manual sets become ready without seeding the pool.
+    /// Test convenience (default off): add unknown machines named by manual MachineSetNodes to
+    /// the pool, as if they had connected, so manual sets become ready without seeding the pool.
+    /// Off, a node naming a machine Omni has never seen stays not ready, as in Omni.
     pub auto_register_machines: bool,
 }
 
@@ -89,7 +90,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
             step: Duration::from_millis(200),
-            auto_register_machines: true,
+            auto_register_machines: false,
         }
     }
 }
@@ -1382,7 +1383,13 @@ mod dirty_tracking {
     #[test]
     fn a_settled_cluster_still_follows_a_later_change() {
         let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
-        let controllers = Controllers::new(store.clone(), ControllerConfig::default());
+        let controllers = Controllers::new(
+            store.clone(),
+            ControllerConfig {
+                auto_register_machines: true,
+                ..ControllerConfig::default()
+            },
+        );
         store.put(resource(
             ty::CLUSTER,
             "c1",
@@ -1445,7 +1452,13 @@ mod dirty_tracking {
         use crate::types::EPHEMERAL_NS;
 
         let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
-        let controllers = Controllers::new(store.clone(), ControllerConfig::default());
+        let controllers = Controllers::new(
+            store.clone(),
+            ControllerConfig {
+                auto_register_machines: true,
+                ..ControllerConfig::default()
+            },
+        );
         let cluster_label = vec![(l::CLUSTER.to_string(), "c1".to_string())];
         store.put(resource(
             ty::CLUSTER,

@@ -254,8 +254,9 @@ impl OmniSimBuilder {
         self
     }
 
-    /// Whether machines named by manual MachineSetNodes join the pool automatically (default
-    /// true). When false, only seeded machines become healthy.
+    /// Test convenience: whether machines named by manual MachineSetNodes join the pool as if
+    /// they had connected (default false). Omni accepts a node naming a machine it has never
+    /// seen but never gets it ready, so by default only seeded machines become healthy.
     pub fn auto_register_machines(mut self, on: bool) -> Self {
         self.controllers.auto_register_machines = on;
         self

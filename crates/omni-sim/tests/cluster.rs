@@ -28,7 +28,8 @@ const L_CP: &str = "omni.sidero.dev/role-controlplane";
 const L_W: &str = "omni.sidero.dev/role-worker";
 
 async fn setup(b: omni_sim::OmniSimBuilder) -> (RunningOmniSim, StateClient<common::Svc>, Signer) {
-    let sim = b.start().await.unwrap();
+    // Machine IDs in these tests are not seeded: let them connect.
+    let sim = b.auto_register_machines(true).start().await.unwrap();
     let signer = Signer::from_encoded(&sim.register_service_account("ci", Role::Operator).unwrap());
     let client = common::state(sim.endpoint(), signer.proper()).await;
     (sim, client, signer)

@@ -21,7 +21,7 @@ use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
 use omni_sim::store::decode_spec;
 use omni_sim::types::ty;
-use omni_sim::{HealthCheckOutcome, OmniSim, Role, RunningOmniSim};
+use omni_sim::{HealthCheckOutcome, OmniSim, PoolMachine, Role, RunningOmniSim};
 use serde_json::json;
 use support::{condition, wait_for};
 use tokio::time::Instant;
@@ -44,6 +44,12 @@ struct Env {
 
 impl Env {
     async fn start(api_version: u32) -> Env {
+        // Static machine IDs in these tests are not seeded: let them connect.
+        Env::start_with(api_version, true).await
+    }
+
+    /// `auto_register`: whether machines named by static IDs connect without being seeded.
+    async fn start_with(api_version: u32, auto_register: bool) -> Env {
         support::operator_logs();
         let (kube, client) = support::kube_sim().await;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -65,6 +71,7 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let sim = OmniSim::builder()
+            .auto_register_machines(auto_register)
             .status_step(Duration::from_millis(20))
             .backend_api_version(api_version)
             .start()
@@ -705,6 +712,51 @@ async fn a_talos_target_beyond_what_omni_supports_fails_the_sync_with_omnis_reas
     assert_eq!(
         spec.talos_version, "1.13.2",
         "Omni kept the cluster as it was"
+    );
+    env.shutdown().await;
+}
+
+fn status_output(c: &OmniCluster) -> String {
+    c.status
+        .as_ref()
+        .and_then(|s| s.last_status_output.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_machine_omni_has_never_seen_keeps_the_cluster_unhealthy_until_it_connects() {
+    // Omni accepts a MachineSetNode naming an unknown machine, but the machine never runs, so
+    // neither its machine set nor the cluster counts it ready.
+    let env = Env::start_with(2, false).await;
+    static_cluster(&env, json!({})).await;
+    env.synced("True").await;
+    let unknown = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "Omni's status of a cluster whose machine does not exist",
+        |c| status_output(c).contains("machines 0/1 healthy"),
+    )
+    .await;
+    let output = status_output(&unknown);
+    assert!(output.contains("is not healthy"), "{output}");
+    assert!(output.contains("SCALING_UP"), "{output}");
+
+    // The machine connects: the same cluster becomes healthy.
+    env.sim.add_machine(PoolMachine {
+        id: MACHINE.into(),
+        ..Default::default()
+    });
+    let healthy = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "a healthy cluster once the machine connected",
+        |c| status_output(c).contains("machines 1/1 healthy"),
+    )
+    .await;
+    assert!(
+        status_output(&healthy).contains("is healthy"),
+        "{}",
+        status_output(&healthy)
     );
     env.shutdown().await;
 }
