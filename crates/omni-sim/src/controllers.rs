@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
-    ClusterConfigVersionSpec, ClusterMachineStatusSpec, ClusterSpec, ClusterStatusSpec,
-    ClusterUuid, ControlPlaneStatusSpec, KubernetesHealthCheckSpec,
+    ClusterConfigVersionSpec, ClusterKubernetesManifestsStatusSpec, ClusterMachineStatusSpec,
+    ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec, KubernetesHealthCheckSpec,
     KubernetesHealthCheckStatusSpec, KubernetesUpgradeStatusSpec, LoadBalancerStatusSpec,
     MachineClassSpec, MachineSetNodeSpec, MachineSetPhase, MachineSetSpec, MachineSetStatusSpec,
     MachineStatusSpec, Machines, TalosUpgradeStatusSpec, cluster_machine_status_spec,
@@ -31,6 +31,7 @@ pub const CLUSTER_FINALIZER: &str = "ClusterController";
 pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
 
 const STATUS_OWNER: &str = "ClusterStatusController";
+const MANIFESTS_OWNER: &str = "ClusterKubernetesManifestsStatusController";
 const UUID_OWNER: &str = "ClusterUUIDController";
 const CONFIG_VERSION_OWNER: &str = "ClusterConfigVersionController";
 const MS_STATUS_OWNER: &str = "MachineSetStatusController";
@@ -110,6 +111,32 @@ pub struct Controllers {
     health_runs: Mutex<HashMap<String, std::time::Instant>>,
     /// The Talos upgrade target each health check last passed for: a later upgrade runs it again.
     health_passed_for: Mutex<HashMap<String, String>>,
+}
+
+/// One Kubernetes object of a manifest group, as Omni names it in its sync status.
+struct ManifestDocument {
+    kind: String,
+    name: String,
+    namespace: String,
+    group: String,
+}
+
+/// The objects of a manifest group's YAML (documents without a kind are skipped).
+fn manifest_documents(data: &str) -> Vec<ManifestDocument> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(data).unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    docs.iter()
+        .filter(|d| d.get("kind").is_some())
+        .map(|d| ManifestDocument {
+            kind: text(&d["kind"]),
+            name: text(&d["metadata"]["name"]),
+            namespace: text(&d["metadata"]["namespace"]),
+            group: text(&d["apiVersion"])
+                .rsplit_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// Dirty tracking: a cluster whose last progressing pass changed nothing is *settled* and
@@ -463,6 +490,13 @@ impl Controllers {
                 kubernetes_version: spec.kubernetes_version.clone(),
                 ..Default::default()
             },
+        );
+        self.ensure(
+            ty::MANIFESTS_STATUS,
+            &name,
+            MANIFESTS_OWNER,
+            cl(),
+            &ClusterKubernetesManifestsStatusSpec::default(),
         );
         self.ensure(
             ty::LOAD_BALANCER_STATUS,
@@ -1057,7 +1091,66 @@ impl Controllers {
             s.talos_version = spec.talos_version.clone();
             s.kubernetes_version = spec.kubernetes_version.clone();
         });
+        self.progress_manifests(name, cp_ready);
         hold.is_some_and(|(_, only_waiting)| only_waiting)
+    }
+
+    /// Omni applies a cluster's manifest groups once its Kubernetes API answers: until then
+    /// every manifest is PENDING and counted out of sync.
+    fn progress_manifests(&self, cluster: &str, api_ready: bool) {
+        use omni_client::proto::specs::KubernetesManifestGroupSpec;
+        use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
+            GroupStatus, ManifestStatus, group_status, manifest_status,
+        };
+
+        let mut groups = BTreeMap::new();
+        let (mut total, mut out_of_sync) = (0, 0);
+        for group in self
+            .store
+            .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
+        {
+            let spec: KubernetesManifestGroupSpec = spec_of(&group);
+            let phase = if api_ready {
+                manifest_status::Phase::Applied
+            } else {
+                manifest_status::Phase::Pending
+            };
+            let mut manifests = BTreeMap::new();
+            for doc in manifest_documents(&spec.data) {
+                total += 1;
+                if !api_ready {
+                    out_of_sync += 1;
+                }
+                let key = format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
+                manifests.insert(
+                    key,
+                    ManifestStatus {
+                        phase: phase as i32,
+                        kind: doc.kind,
+                        name: doc.name,
+                        namespace: doc.namespace,
+                        group: doc.group,
+                    },
+                );
+            }
+            groups.insert(
+                id(&group).to_string(),
+                GroupStatus {
+                    phase: if api_ready {
+                        group_status::Phase::Applied
+                    } else {
+                        group_status::Phase::Pending
+                    } as i32,
+                    mode: spec.mode,
+                    manifests,
+                },
+            );
+        }
+        self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {
+            s.groups = groups;
+            s.total = total;
+            s.out_of_sync = out_of_sync;
+        });
     }
 
     /// A set being torn down: remove its nodes and statuses, then release the finalizer. When
@@ -1165,6 +1258,7 @@ impl Controllers {
         }
         for t in [
             ty::CLUSTER_STATUS,
+            ty::MANIFESTS_STATUS,
             ty::CLUSTER_UUID,
             ty::CLUSTER_CONFIG_VERSION,
             ty::LOAD_BALANCER_STATUS,

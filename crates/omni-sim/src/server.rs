@@ -303,6 +303,7 @@ fn access(t: &str) -> Access {
         | ty::MACHINE_CLASS
         | ty::MACHINE_INSTALL_DISK_CONFIG => Access::UserWritable,
         ty::CLUSTER_STATUS
+        | ty::MANIFESTS_STATUS
         | ty::MACHINE_SET_STATUS
         | ty::CONTROL_PLANE_STATUS
         | ty::LOAD_BALANCER_STATUS

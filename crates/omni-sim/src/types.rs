@@ -26,6 +26,7 @@ pub mod ty {
     pub const LINK: &str = "Links.omni.sidero.dev";
     pub const MACHINE_STATUS: &str = "MachineStatuses.omni.sidero.dev";
     pub const CLUSTER_STATUS: &str = "ClusterStatuses.omni.sidero.dev";
+    pub const MANIFESTS_STATUS: &str = "ClusterKubernetesManifestsStatuses.omni.sidero.dev";
     pub const MACHINE_SET_STATUS: &str = "MachineSetStatuses.omni.sidero.dev";
     pub const CONTROL_PLANE_STATUS: &str = "ControlPlaneStatuses.omni.sidero.dev";
     pub const LOAD_BALANCER_STATUS: &str = "LoadBalancerStatuses.omni.sidero.dev";

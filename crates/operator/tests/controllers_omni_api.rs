@@ -760,3 +760,95 @@ async fn a_static_machine_omni_has_never_seen_keeps_the_cluster_unhealthy_until_
     );
     env.shutdown().await;
 }
+
+fn typed(c: &OmniCluster) -> omni_operator::api::cluster::OmniClusterStatus {
+    c.status.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_carries_omnis_phase_machine_counts_versions_and_manifest_sync_and_stays_quiet()
+{
+    use omni_operator::api::cluster::{MachineSetState, ManifestGroupState};
+
+    // The machine is not known to Omni at first: the cluster scales up and its manifests wait.
+    let env = Env::start_with(2, false).await;
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: apps\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: jobs\n";
+    static_cluster(
+        &env,
+        json!({"kubernetes": {"version": "v1.35.0", "manifests": [{"name": "namespaces", "inline": text}]}}),
+    )
+    .await;
+    let waiting = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "a scaling-up cluster with pending manifests",
+        |c| {
+            typed(c).ready_machines.as_deref() == Some("0/1")
+                && typed(c).manifests.is_some_and(|m| m.total == 2)
+        },
+    )
+    .await;
+    let status = typed(&waiting);
+    assert_eq!(status.omni_phase.as_deref(), Some("SCALING_UP"));
+    assert_eq!(
+        status.machine_sets,
+        vec![MachineSetState {
+            id: "demo-control-planes".into(),
+            phase: "ScalingUp".into(),
+            ready: false,
+            ready_machines: 0,
+            total_machines: 1,
+        }]
+    );
+    let manifests = status.manifests.unwrap_or_default();
+    assert!(!manifests.applied);
+    assert_eq!(manifests.out_of_sync, 2);
+    assert_eq!(
+        manifests.groups,
+        vec![ManifestGroupState {
+            id: "200-cluster-demo-namespaces".into(),
+            phase: "PENDING".into(),
+        }]
+    );
+
+    // The machine connects: Omni runs the cluster and applies the manifests.
+    env.sim.add_machine(PoolMachine {
+        id: MACHINE.into(),
+        ..Default::default()
+    });
+    let running = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "a running cluster with applied manifests",
+        |c| {
+            typed(c).omni_phase.as_deref() == Some("RUNNING")
+                && typed(c).manifests.is_some_and(|m| m.applied)
+        },
+    )
+    .await;
+    let status = typed(&running);
+    assert_eq!(status.ready_machines.as_deref(), Some("1/1"));
+    assert_eq!(status.talos_version.as_deref(), Some("1.13.2"));
+    assert_eq!(status.kubernetes_version.as_deref(), Some("1.35.0"));
+    assert_eq!(status.machine_sets[0].phase, "Running");
+    assert!(status.machine_sets[0].ready);
+    let manifests = status.manifests.unwrap_or_default();
+    assert_eq!((manifests.total, manifests.out_of_sync), (2, 0));
+    assert_eq!(manifests.groups[0].phase, "APPLIED");
+    assert_eq!(manifests.last_error, None);
+
+    // Quiet: more status reads that find nothing new write nothing.
+    let writes = support::writes_to(&env.kube, &["omniclusters"]);
+    let reads = || {
+        env.sim
+            .call_count(omni_sim::methods::GET, omni_sim::Outcome::Ok)
+    };
+    let before = reads();
+    eventually("three more status reads", || reads() >= before + 3).await;
+    assert_eq!(
+        support::writes_to(&env.kube, &["omniclusters"]),
+        writes,
+        "an unchanged Omni status wrote the OmniCluster"
+    );
+    env.shutdown().await;
+}

@@ -111,6 +111,19 @@ pub struct HealthCheckResult {
     pub job_name: String,
 }
 
+/// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestsSync {
+    /// Manifest groups by ID with their phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
+    pub groups: Vec<(String, String)>,
+    /// Manifests in all groups.
+    pub total: u32,
+    /// Manifests not yet applied as declared.
+    pub out_of_sync: u32,
+    /// Omni's last error applying them.
+    pub last_error: String,
+}
+
 /// A cluster's health as Omni reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterHealth {
@@ -122,6 +135,12 @@ pub struct ClusterHealth {
     pub ready: bool,
     /// Whether the Kubernetes API is reachable.
     pub kubernetes_api_ready: bool,
+    /// Talos version Omni reports for the cluster (empty when it reports none).
+    pub talos_version: String,
+    /// Kubernetes version Omni reports for the cluster (empty when it reports none).
+    pub kubernetes_version: String,
+    /// Manifest sync state; `None` when Omni has no such status for the cluster.
+    pub manifests: Option<ManifestsSync>,
     /// Omni's rule: cluster RUNNING and ready, every machine set Running and ready, every
     /// upgrade status Done.
     pub healthy: bool,
@@ -185,6 +204,11 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         .await
         .map_err(err)?;
 
+    let manifests_status = state
+        .get(types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, cluster)
+        .await
+        .map_err(err)?;
+
     let checks = state
         .list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster)
         .await
@@ -233,6 +257,25 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         });
     }
     health_checks.sort_by(|a, b| a.id.cmp(&b.id));
+    let manifests = match &manifests_status {
+        Some(r) => {
+            let s: specs::ClusterKubernetesManifestsStatusSpec =
+                decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;
+            let mut groups: Vec<(String, String)> = s
+                .groups
+                .iter()
+                .map(|(id, g)| (id.clone(), g.phase().as_str_name().to_string()))
+                .collect();
+            groups.sort();
+            Some(ManifestsSync {
+                groups,
+                total: u32::try_from(s.total).unwrap_or_default(),
+                out_of_sync: u32::try_from(s.out_of_sync).unwrap_or_default(),
+                last_error: s.last_error.clone(),
+            })
+        }
+        None => None,
+    };
     let healthy = phase == specs::cluster_status_spec::Phase::Running
         && cs.ready
         && machine_sets
@@ -245,6 +288,9 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         phase: phase.as_str_name().to_string(),
         ready: cs.ready,
         kubernetes_api_ready: cs.kubernetes_api_ready,
+        talos_version: cs.talos_version.clone(),
+        kubernetes_version: cs.kubernetes_version.clone(),
+        manifests,
         healthy,
         machine_sets,
         machines,

@@ -44,6 +44,9 @@ pub mod types {
     pub const MACHINE_STATUS: &str = "MachineStatuses.omni.sidero.dev";
     /// `ClusterStatus`.
     pub const CLUSTER_STATUS: &str = "ClusterStatuses.omni.sidero.dev";
+    /// `ClusterKubernetesManifestsStatus` (ID: the cluster name).
+    pub const CLUSTER_KUBERNETES_MANIFESTS_STATUS: &str =
+        "ClusterKubernetesManifestsStatuses.omni.sidero.dev";
     /// `MachineSetStatus`.
     pub const MACHINE_SET_STATUS: &str = "MachineSetStatuses.omni.sidero.dev";
     /// `ControlPlaneStatus`.

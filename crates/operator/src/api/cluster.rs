@@ -31,16 +31,22 @@ use super::validation::{FieldError, Validation};
     category = "omni",
     doc = "A Sidero Omni cluster managed through an Omni cluster template.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".status.clusterName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.omniPhase"),
+    printcolumn(
+        name = "Ready Machines",
+        type_ = "string",
+        json_path = ".status.readyMachines"
+    ),
     printcolumn(
         name = "Kubernetes",
         type_ = "string",
-        json_path = ".spec.kubernetes.version",
+        json_path = ".status.kubernetesVersion",
         priority = 1
     ),
     printcolumn(
         name = "Talos",
         type_ = "string",
-        json_path = ".spec.talos.version",
+        json_path = ".status.talosVersion",
         priority = 1
     ),
     printcolumn(
@@ -325,6 +331,68 @@ pub struct OmniClusterStatus {
     /// sorted by ID. Omni runs them while it upgrades Talos; a `FAILED` one holds the upgrade.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health_checks: Vec<HealthCheckStatus>,
+    /// Omni's cluster phase (`SCALING_UP`, `SCALING_DOWN`, `RUNNING`, `DESTROYING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omni_phase: Option<String>,
+    /// Healthy/total machines as Omni counts them, e.g. `2/3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_machines: Option<String>,
+    /// Talos version Omni reports for the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub talos_version: Option<String>,
+    /// Kubernetes version Omni reports for the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Each Omni machine set with its phase and machine counts, sorted by ID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_sets: Vec<MachineSetState>,
+    /// Sync state of the cluster's Kubernetes manifests in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests: Option<ManifestsState>,
+}
+
+/// One Omni machine set as Omni last reported it (`MachineSetStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSetState {
+    /// Omni machine-set ID (`<cluster>-control-planes`, `<cluster>-<workers name>`).
+    pub id: String,
+    /// Omni's phase (`ScalingUp`, `Running`, `Upgrading`, ...).
+    pub phase: String,
+    /// Whether Omni reports the set ready.
+    pub ready: bool,
+    /// Machines Omni counts healthy.
+    pub ready_machines: u32,
+    /// Machines in the set.
+    pub total_machines: u32,
+}
+
+/// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestsState {
+    /// Whether every manifest is applied as declared (`outOfSync` is 0).
+    pub applied: bool,
+    /// Manifests in all groups.
+    pub total: u32,
+    /// Manifests not yet applied as declared.
+    pub out_of_sync: u32,
+    /// Omni's last error applying them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Each manifest group with Omni's phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<ManifestGroupState>,
+}
+
+/// One manifest group's phase in Omni.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestGroupState {
+    /// Omni manifest-group ID.
+    pub id: String,
+    /// `PENDING`, `PROGRESSING`, `APPLIED` or `DELETING`.
+    pub phase: String,
 }
 
 /// The last run of one health check (Omni's `KubernetesHealthCheckStatus`).
