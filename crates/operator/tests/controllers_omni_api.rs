@@ -852,3 +852,58 @@ async fn the_status_carries_omnis_phase_machine_counts_versions_and_manifest_syn
     );
     env.shutdown().await;
 }
+
+/// `key` with its `name` replaced: the same OpenPGP key claiming another account.
+fn renamed_key(key: &str, name: &str) -> String {
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let bytes = engine
+        .decode(key.trim())
+        .unwrap_or_else(|e| panic!("key is not base64: {e}"));
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("key is not JSON: {e}"));
+    json["name"] = json!(name);
+    engine.encode(json.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_claiming_another_account_name_connects_as_the_account_it_is_registered_to() {
+    // Omni authenticates by the key's fingerprint; the name the key carries is sent in the
+    // signature header but never checked. The connection works, with the registered account.
+    let env = Env::start(2).await;
+    let renamed = renamed_key(&env.key, "someone-else");
+    assert_ne!(renamed, env.key);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "renamed-key", "namespace": NS},
+        "stringData": {"serviceAccountKey": renamed},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("create Secret: {e}"));
+    env.create::<OmniConnection>(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniConnection",
+        "metadata": {"name": "renamed", "namespace": NS},
+        "spec": {
+            "endpoint": env.sim.endpoint(),
+            "auth": {"serviceAccountSecretRef": {"name": "renamed-key", "key": "serviceAccountKey"}},
+        },
+    }))
+    .await;
+    let conn = wait_for(&env.api::<OmniConnection>(), "renamed", "Ready", |c| {
+        condition(c, "Ready").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        condition(&conn, "Reachable").map(|(s, _, _)| s).as_deref(),
+        Some("True")
+    );
+    let logs = support::operator_logs();
+    assert!(
+        !logs.contains(&renamed),
+        "the renamed key appears in the logs"
+    );
+    env.shutdown().await;
+}
