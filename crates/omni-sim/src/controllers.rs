@@ -111,6 +111,8 @@ pub struct Controllers {
     health_runs: Mutex<HashMap<String, std::time::Instant>>,
     /// The Talos upgrade target each health check last passed for: a later upgrade runs it again.
     health_passed_for: Mutex<HashMap<String, String>>,
+    /// Test hook (default none): the error applying a cluster's manifests fails with, by cluster.
+    manifest_errors: Mutex<HashMap<String, String>>,
 }
 
 /// One Kubernetes object of a manifest group, as Omni names it in its sync status.
@@ -243,6 +245,7 @@ impl Controllers {
             health_outcomes: Mutex::new(HashMap::new()),
             health_runs: Mutex::new(HashMap::new()),
             health_passed_for: Mutex::new(HashMap::new()),
+            manifest_errors: Mutex::new(HashMap::new()),
             store,
         }
     }
@@ -253,6 +256,20 @@ impl Controllers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), outcome);
+        self.unsettle();
+    }
+
+    /// Test hook: applying `cluster`'s manifests fails with `error` (`None`: succeeds again).
+    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+        let mut errors = self
+            .manifest_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match error {
+            Some(e) => errors.insert(cluster.to_string(), e),
+            None => errors.remove(cluster),
+        };
+        drop(errors);
         self.unsettle();
     }
 
@@ -1098,6 +1115,14 @@ impl Controllers {
     /// Omni applies a cluster's manifest groups once its Kubernetes API answers: until then
     /// every manifest is PENDING and counted out of sync.
     fn progress_manifests(&self, cluster: &str, api_ready: bool) {
+        let error = self
+            .manifest_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster)
+            .cloned();
+        // A failed apply leaves the manifests pending, its error in `last_error`.
+        let api_ready = api_ready && error.is_none();
         use omni_client::proto::specs::KubernetesManifestGroupSpec;
         use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
             GroupStatus, ManifestStatus, group_status, manifest_status,
@@ -1150,6 +1175,7 @@ impl Controllers {
             s.groups = groups;
             s.total = total;
             s.out_of_sync = out_of_sync;
+            s.last_error = error.unwrap_or_default();
         });
     }
 

@@ -584,6 +584,13 @@ impl RunningOmniSim {
         self.controllers.set_health_check_outcome(id, outcome);
     }
 
+    /// Test hook (default off): applying `cluster`'s manifests fails with `error`, as Omni
+    /// reports it in `ClusterKubernetesManifestsStatus.last_error` (a fatal apply error's text,
+    /// or `retryable error occurred while applying manifests`); `None` lets them apply again.
+    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+        self.controllers.set_manifests_error(cluster, error);
+    }
+
     /// The `KubernetesHealthCheckStatus` of health check `id` (namespace `ephemeral`).
     pub fn health_check_status(
         &self,

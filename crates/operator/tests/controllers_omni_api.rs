@@ -835,7 +835,7 @@ async fn the_status_carries_omnis_phase_machine_counts_versions_and_manifest_syn
     let manifests = status.manifests.unwrap_or_default();
     assert_eq!((manifests.total, manifests.out_of_sync), (2, 0));
     assert_eq!(manifests.groups[0].phase, "APPLIED");
-    assert_eq!(manifests.last_error, None);
+    assert_eq!(manifests.last_error, "");
 
     // Quiet: more status reads that find nothing new write nothing.
     let writes = support::writes_to(&env.kube, &["omniclusters"]);
@@ -904,6 +904,50 @@ async fn a_key_claiming_another_account_name_connects_as_the_account_it_is_regis
     assert!(
         !logs.contains(&renamed),
         "the renamed key appears in the logs"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_apply_error_is_reported_until_omni_applies_them() {
+    let env = Env::start(2).await;
+    env.sim.set_manifests_error(
+        "demo",
+        Some("retryable error occurred while applying manifests".into()),
+    );
+    static_cluster(
+        &env,
+        json!({"kubernetes": {"version": "v1.35.0", "manifests": [{"name": "ns",
+            "inline": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: apps\n"}]}}),
+    )
+    .await;
+    let failing = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "Omni's manifest apply error",
+        |c| typed(c).manifests.is_some_and(|m| !m.last_error.is_empty()),
+    )
+    .await;
+    let manifests = typed(&failing).manifests.unwrap_or_default();
+    assert_eq!(
+        manifests.last_error,
+        "retryable error occurred while applying manifests"
+    );
+    assert!(!manifests.applied);
+    assert_eq!((manifests.total, manifests.out_of_sync), (1, 1));
+
+    env.sim.set_manifests_error("demo", None);
+    let applied = wait_for(
+        &env.api::<OmniCluster>(),
+        "demo",
+        "applied manifests without an error",
+        |c| typed(c).manifests.is_some_and(|m| m.applied),
+    )
+    .await;
+    // The error is gone from the stored status, not only from what the operator computed.
+    assert_eq!(
+        typed(&applied).manifests.map(|m| m.last_error).as_deref(),
+        Some("")
     );
     env.shutdown().await;
 }

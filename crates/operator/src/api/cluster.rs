@@ -377,11 +377,13 @@ pub struct ManifestsState {
     pub total: u32,
     /// Manifests not yet applied as declared.
     pub out_of_sync: u32,
-    /// Omni's last error applying them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
+    /// Omni's last error applying them (empty when the last apply succeeded). Always written:
+    /// a status write is a merge patch, which would keep a left-out nested field.
+    #[serde(default)]
+    pub last_error: String,
     /// Each manifest group with Omni's phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Always written, for the same reason.
+    #[serde(default)]
     pub groups: Vec<ManifestGroupState>,
 }
 

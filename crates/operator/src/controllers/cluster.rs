@@ -205,7 +205,7 @@ fn omni_state(status: &mut OmniClusterStatus, health: &omni_client::template::Cl
         applied: m.out_of_sync == 0,
         total: m.total,
         out_of_sync: m.out_of_sync,
-        last_error: text(&trim_output(&m.last_error)),
+        last_error: trim_output(&m.last_error),
         groups: m
             .groups
             .iter()
