@@ -165,6 +165,20 @@ fn printer_columns() {
             .iter()
             .any(|c| c.0 == "Cluster" && c.2 == ".status.clusterName")
     );
+    // Omni's view of the cluster: phase and machines by default, versions with -o wide.
+    for (name, path) in [
+        ("Phase", ".status.omniPhase"),
+        ("Ready Machines", ".status.readyMachines"),
+        ("Kubernetes", ".status.kubernetesVersion"),
+        ("Talos", ".status.talosVersion"),
+    ] {
+        assert!(
+            columns("OmniCluster")
+                .iter()
+                .any(|c| c.0 == name && c.2 == path),
+            "OmniCluster column {name}"
+        );
+    }
     assert!(
         columns("OmniKubeconfigExport")
             .iter()
