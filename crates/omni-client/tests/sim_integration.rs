@@ -25,7 +25,11 @@ fn client(sim: &RunningOmniSim, key: &str) -> Client {
 }
 
 async fn sim() -> RunningOmniSim {
-    OmniSim::builder().start().await.unwrap()
+    OmniSim::builder()
+        .auto_register_machines(true)
+        .start()
+        .await
+        .unwrap()
 }
 
 fn cluster(name: &str) -> TypedResource<specs::ClusterSpec> {

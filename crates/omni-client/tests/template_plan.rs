@@ -134,6 +134,15 @@ impl TemplateState for Fake {
             .collect())
     }
 
+    /// The fake holds only template resources (namespace `default`): no runtime status.
+    async fn list_ephemeral(
+        &self,
+        _: &str,
+        _: &[LabelCondition],
+    ) -> Result<Vec<Resource>, StateError> {
+        Ok(Vec::new())
+    }
+
     async fn create(&self, mut r: Resource) -> Result<(), StateError> {
         let mut inner = self.inner.lock().expect("lock");
         let m = r.metadata.as_mut().expect("metadata");
@@ -814,6 +823,13 @@ impl TemplateState for Hanging {
         futures::future::pending().await
     }
     async fn list(&self, _: &str, _: &[LabelCondition]) -> Result<Vec<Resource>, StateError> {
+        futures::future::pending().await
+    }
+    async fn list_ephemeral(
+        &self,
+        _: &str,
+        _: &[LabelCondition],
+    ) -> Result<Vec<Resource>, StateError> {
         futures::future::pending().await
     }
     async fn create(&self, _: Resource) -> Result<(), StateError> {

@@ -22,6 +22,8 @@ fn deadline() -> Instant {
 
 async fn start() -> (RunningOmniSim, Client) {
     let sim = OmniSim::builder()
+        // Static machine IDs in these tests are not seeded: let them connect.
+        .auto_register_machines(true)
         .status_step(Duration::from_millis(20))
         .start()
         .await

@@ -6,23 +6,24 @@
 //! advances one step per tick, so clients see realistic intermediate states. Every write goes
 //! through [`Store::put`], which skips no-op writes: an idle simulator writes nothing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
-    ClusterMachineStatusSpec, ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec,
-    KubernetesUpgradeStatusSpec, LoadBalancerStatusSpec, MachineClassSpec, MachineSetNodeSpec,
-    MachineSetPhase, MachineSetSpec, MachineSetStatusSpec, MachineStatusSpec, Machines,
-    TalosUpgradeStatusSpec, cluster_machine_status_spec, cluster_status_spec,
-    control_plane_status_spec, kubernetes_upgrade_status_spec, machine_set_spec,
-    talos_upgrade_status_spec,
+    ClusterConfigVersionSpec, ClusterKubernetesManifestsStatusSpec, ClusterMachineStatusSpec,
+    ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec, KubernetesHealthCheckSpec,
+    KubernetesHealthCheckStatusSpec, KubernetesUpgradeStatusSpec, LoadBalancerStatusSpec,
+    MachineClassSpec, MachineSetNodeSpec, MachineSetPhase, MachineSetSpec, MachineSetStatusSpec,
+    MachineStatusSpec, Machines, TalosUpgradeStatusSpec, cluster_machine_status_spec,
+    cluster_status_spec, control_plane_status_spec, kubernetes_health_check_status_spec,
+    kubernetes_upgrade_status_spec, machine_set_spec, talos_upgrade_status_spec,
 };
 use tokio::sync::watch;
 
 use crate::store::{Store, decode_spec, id, label, meta, resource, tearing_down};
-use crate::types::{DEFAULT_NS, label as l, ty};
+use crate::types::{DEFAULT_NS, EPHEMERAL_NS, label as l, ty};
 
 /// Finalizer the simulated cluster controller puts on Clusters.
 pub const CLUSTER_FINALIZER: &str = "ClusterController";
@@ -30,7 +31,9 @@ pub const CLUSTER_FINALIZER: &str = "ClusterController";
 pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
 
 const STATUS_OWNER: &str = "ClusterStatusController";
+const MANIFESTS_OWNER: &str = "ClusterKubernetesManifestsStatusController";
 const UUID_OWNER: &str = "ClusterUUIDController";
+const CONFIG_VERSION_OWNER: &str = "ClusterConfigVersionController";
 const MS_STATUS_OWNER: &str = "MachineSetStatusController";
 const CP_STATUS_OWNER: &str = "ControlPlaneStatusController";
 const LB_OWNER: &str = "LoadBalancerController";
@@ -39,6 +42,28 @@ const TALOS_UPGRADE_OWNER: &str = "TalosUpgradeStatusController";
 const CMS_OWNER: &str = "ClusterMachineStatusController";
 const MSN_OWNER: &str = "MachineSetNodeController";
 const MACHINE_OWNER: &str = "MachineStatusController";
+
+/// Omni's re-check interval of a failing health check that sets none.
+pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// Omni names a health check's runner Job `omni-healthcheck-<health check ID>`.
+pub const HEALTH_CHECK_JOB_PREFIX: &str = "omni-healthcheck-";
+/// Omni keeps at most this many characters of a failure in `error` (one line).
+const HEALTH_CHECK_ERROR_LIMIT: usize = 256;
+
+/// What the runner Job of a health check does in the (simulated) workload cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HealthCheckOutcome {
+    /// The Job succeeds (the default for every check).
+    #[default]
+    Pass,
+    /// The Job fails: `error` is the reason, `output` the container's last output.
+    Fail {
+        /// Why the Job failed.
+        error: String,
+        /// The failing container's output.
+        output: String,
+    },
+}
 
 /// A machine in the simulated pool.
 #[derive(Debug, Clone, Default)]
@@ -56,8 +81,9 @@ pub struct PoolMachine {
 pub struct ControllerConfig {
     /// Interval of status progression steps.
     pub step: Duration,
-    /// Add unknown machines named by manual MachineSetNodes to the pool, as if they had
-    /// connected, so manual sets become ready without seeding the pool.
+    /// Test convenience (default off): add unknown machines named by manual MachineSetNodes to
+    /// the pool, as if they had connected, so manual sets become ready without seeding the pool.
+    /// Off, a node naming a machine Omni has never seen stays not ready, as in Omni.
     pub auto_register_machines: bool,
 }
 
@@ -65,7 +91,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
             step: Duration::from_millis(200),
-            auto_register_machines: true,
+            auto_register_machines: false,
         }
     }
 }
@@ -79,6 +105,40 @@ pub struct Controllers {
     removed: Mutex<HashSet<String>>,
     /// Which clusters a pass may skip; also serialises passes.
     dirty: Mutex<Dirty>,
+    /// Outcome of each health check's runner Job, by health-check ID (default: passes).
+    health_outcomes: Mutex<HashMap<String, HealthCheckOutcome>>,
+    /// When each health check last finished a run, to honour its re-check interval.
+    health_runs: Mutex<HashMap<String, std::time::Instant>>,
+    /// The Talos upgrade target each health check last passed for: a later upgrade runs it again.
+    health_passed_for: Mutex<HashMap<String, String>>,
+    /// Test hook (default none): the error applying a cluster's manifests fails with, by cluster.
+    manifest_errors: Mutex<HashMap<String, String>>,
+}
+
+/// One Kubernetes object of a manifest group, as Omni names it in its sync status.
+struct ManifestDocument {
+    kind: String,
+    name: String,
+    namespace: String,
+    group: String,
+}
+
+/// The objects of a manifest group's YAML (documents without a kind are skipped).
+fn manifest_documents(data: &str) -> Vec<ManifestDocument> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(data).unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    docs.iter()
+        .filter(|d| d.get("kind").is_some())
+        .map(|d| ManifestDocument {
+            kind: text(&d["kind"]),
+            name: text(&d["metadata"]["name"]),
+            namespace: text(&d["metadata"]["namespace"]),
+            group: text(&d["apiVersion"])
+                .rsplit_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// Dirty tracking: a cluster whose last progressing pass changed nothing is *settled* and
@@ -182,8 +242,35 @@ impl Controllers {
                 settled: HashSet::new(),
                 all_settled: false,
             }),
+            health_outcomes: Mutex::new(HashMap::new()),
+            health_runs: Mutex::new(HashMap::new()),
+            health_passed_for: Mutex::new(HashMap::new()),
+            manifest_errors: Mutex::new(HashMap::new()),
             store,
         }
+    }
+
+    /// Sets what the runner Job of health check `id` does from its next run on.
+    pub fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
+        self.health_outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), outcome);
+        self.unsettle();
+    }
+
+    /// Test hook: applying `cluster`'s manifests fails with `error` (`None`: succeeds again).
+    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+        let mut errors = self
+            .manifest_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match error {
+            Some(e) => errors.insert(cluster.to_string(), e),
+            None => errors.remove(cluster),
+        };
+        drop(errors);
+        self.unsettle();
     }
 
     /// Stops status progression for one resource, so a test's manual phase flip sticks.
@@ -302,8 +389,8 @@ impl Controllers {
                 continue;
             }
             let before = self.store.revision();
-            self.cluster_running(&cluster, progress);
-            if progress && self.store.revision() == before {
+            let waiting = self.cluster_running(&cluster, progress);
+            if progress && !waiting && self.store.revision() == before {
                 dirty.settled.insert(name);
             } else {
                 all_settled = false;
@@ -383,7 +470,9 @@ impl Controllers {
         }
     }
 
-    fn cluster_running(&self, cluster: &Resource, progress: bool) {
+    /// Returns whether the cluster waits for time to pass (a failing health check's interval),
+    /// so it must not be skipped as settled.
+    fn cluster_running(&self, cluster: &Resource, progress: bool) -> bool {
         let name = id(cluster).to_string();
         let spec: ClusterSpec = spec_of(cluster);
         self.add_finalizer(ty::CLUSTER, &name, CLUSTER_FINALIZER);
@@ -397,6 +486,16 @@ impl Controllers {
                 uuid: uuid::Uuid::new_v4().to_string(),
             },
         );
+        // The Talos version the cluster was created with; kept for its life.
+        self.ensure(
+            ty::CLUSTER_CONFIG_VERSION,
+            &name,
+            CONFIG_VERSION_OWNER,
+            cl(),
+            &ClusterConfigVersionSpec {
+                version: spec.talos_version.clone(),
+            },
+        );
         self.ensure(
             ty::CLUSTER_STATUS,
             &name,
@@ -408,6 +507,13 @@ impl Controllers {
                 kubernetes_version: spec.kubernetes_version.clone(),
                 ..Default::default()
             },
+        );
+        self.ensure(
+            ty::MANIFESTS_STATUS,
+            &name,
+            MANIFESTS_OWNER,
+            cl(),
+            &ClusterKubernetesManifestsStatusSpec::default(),
         );
         self.ensure(
             ty::LOAD_BALANCER_STATUS,
@@ -464,8 +570,209 @@ impl Controllers {
                 self.machine_set_running(&name, set, progress);
             }
         }
+        self.health_check_statuses(&name);
         if progress {
-            self.progress_cluster(&name, &spec, &sets);
+            return self.progress_cluster(&name, &spec, &sets);
+        }
+        false
+    }
+
+    /// Omni keeps one `KubernetesHealthCheckStatus` per health check (namespace `ephemeral`,
+    /// same ID, the cluster label): statuses of removed checks go, and outside a gated upgrade
+    /// a check left `RUNNING` becomes `UNKNOWN` without its Job (nobody polls it any more),
+    /// keeping the last failure readable.
+    fn health_check_statuses(&self, cluster: &str) {
+        let checks: HashSet<String> = self
+            .store
+            .list_labeled(ty::HEALTH_CHECK, l::CLUSTER, cluster)
+            .iter()
+            .filter(|r| !tearing_down(r))
+            .map(|r| id(r).to_string())
+            .collect();
+        let gated = self.talos_upgrade_gated(cluster);
+        for status in self.health_check_status_list(cluster) {
+            let check = id(&status).to_string();
+            if !checks.contains(&check) {
+                self.store
+                    .remove(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, &check);
+                self.health_runs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&check);
+                continue;
+            }
+            let spec: KubernetesHealthCheckStatusSpec = spec_of(&status);
+            if !gated && spec.state == kubernetes_health_check_status_spec::State::Running as i32 {
+                self.put_health_check_status(cluster, &check, |s| {
+                    s.state = kubernetes_health_check_status_spec::State::Unknown as i32;
+                    s.job_namespace = String::new();
+                    s.job_name = String::new();
+                });
+            }
+        }
+    }
+
+    fn health_check_status_list(&self, cluster: &str) -> Vec<Resource> {
+        self.store
+            .list_labeled_in(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, l::CLUSTER, cluster)
+    }
+
+    /// Whether Omni gates the cluster's Talos upgrade on its health checks: only a real
+    /// upgrade (from a version reached before) in progress; the first install is not one.
+    fn talos_upgrade_gated(&self, cluster: &str) -> bool {
+        self.store
+            .try_get(DEFAULT_NS, ty::TALOS_UPGRADE_STATUS, cluster)
+            .is_some_and(|r| {
+                let s: TalosUpgradeStatusSpec = spec_of(&r);
+                s.phase == talos_upgrade_status_spec::Phase::Upgrading as i32
+                    && !s.last_upgrade_version.is_empty()
+            })
+    }
+
+    fn put_health_check_status(
+        &self,
+        cluster: &str,
+        check: &str,
+        f: impl FnOnce(&mut KubernetesHealthCheckStatusSpec),
+    ) {
+        let existing = self
+            .store
+            .try_get(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, check);
+        let mut spec: KubernetesHealthCheckStatusSpec =
+            existing.as_ref().map(spec_of).unwrap_or_default();
+        let before = spec.clone();
+        f(&mut spec);
+        if existing.is_some() && spec == before {
+            return;
+        }
+        let mut r = resource(
+            ty::HEALTH_CHECK_STATUS,
+            check,
+            TALOS_UPGRADE_OWNER,
+            labels([(l::CLUSTER, cluster)]),
+            &spec,
+        );
+        if let Some(m) = r.metadata.as_mut() {
+            m.namespace = EPHEMERAL_NS.into();
+        }
+        self.store.put(r);
+    }
+
+    /// One step of Omni's health-check gate: every check runs (its Job is created: `RUNNING`),
+    /// finishes on the next step (`PASSED`, or `FAILED` with the error and output), and a
+    /// failed check runs again once its interval (default 30s) has passed. Returns `None`
+    /// when every check passed, else the upgrade's step text (Omni's wording) and whether the
+    /// gate waits only for time to pass.
+    fn run_health_checks(&self, cluster: &str) -> Option<(String, bool)> {
+        use kubernetes_health_check_status_spec::State;
+        let checks = self
+            .store
+            .list_labeled(ty::HEALTH_CHECK, l::CLUSTER, cluster);
+        let target = self
+            .store
+            .try_get(DEFAULT_NS, ty::TALOS_UPGRADE_STATUS, cluster)
+            .map(|r| spec_of::<TalosUpgradeStatusSpec>(&r).current_upgrade_version)
+            .unwrap_or_default();
+        let mut failures = Vec::new();
+        let mut only_waiting = true;
+        for check in checks.iter().filter(|r| !tearing_down(r)) {
+            let check_id = id(check).to_string();
+            let spec: KubernetesHealthCheckSpec = spec_of(check);
+            let status: KubernetesHealthCheckStatusSpec = self
+                .store
+                .try_get(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, &check_id)
+                .as_ref()
+                .map(spec_of)
+                .unwrap_or_default();
+            let state = status.state;
+            let passed_now = self
+                .health_passed_for
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&check_id)
+                == Some(&target);
+            if state == State::Passed as i32 && passed_now {
+                continue;
+            }
+            if state == State::Running as i32 {
+                let outcome = self
+                    .health_outcomes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&check_id)
+                    .cloned()
+                    .unwrap_or_default();
+                self.health_runs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(check_id.clone(), std::time::Instant::now());
+                only_waiting = false;
+                match outcome {
+                    HealthCheckOutcome::Pass => {
+                        self.health_passed_for
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(check_id.clone(), target.clone());
+                        self.put_health_check_status(cluster, &check_id, |s| {
+                            s.state = State::Passed as i32;
+                            s.error = String::new();
+                            s.output = String::new();
+                        });
+                    }
+                    HealthCheckOutcome::Fail { error, output } => {
+                        let line: String = error
+                            .replace('\n', " ")
+                            .chars()
+                            .take(HEALTH_CHECK_ERROR_LIMIT)
+                            .collect();
+                        failures.push(format!("{check_id:?}: {line}"));
+                        self.put_health_check_status(cluster, &check_id, |s| {
+                            s.state = State::Failed as i32;
+                            s.error = line.clone();
+                            s.output = output;
+                        });
+                    }
+                }
+                continue;
+            }
+            let interval = spec
+                .interval
+                .as_ref()
+                .map(|d| {
+                    Duration::from_secs(u64::try_from(d.seconds).unwrap_or(0))
+                        + Duration::from_nanos(u64::try_from(d.nanos).unwrap_or(0))
+                })
+                .filter(|d| !d.is_zero())
+                .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL);
+            let last_run = self
+                .health_runs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&check_id)
+                .copied();
+            let due =
+                state != State::Failed as i32 || last_run.is_none_or(|at| at.elapsed() >= interval);
+            if due {
+                // A new attempt: the Job is created fresh; the last failure stays readable.
+                let job_namespace = job_namespace(&spec.job);
+                self.put_health_check_status(cluster, &check_id, |s| {
+                    s.state = State::Running as i32;
+                    s.job_namespace = job_namespace;
+                    s.job_name = format!("{HEALTH_CHECK_JOB_PREFIX}{check_id}");
+                });
+                only_waiting = false;
+                failures.push(format!("{check_id:?}: waiting to complete"));
+            } else {
+                failures.push(format!("{check_id:?}: {}", status.error));
+            }
+        }
+        if failures.is_empty() {
+            None
+        } else {
+            Some((
+                format!("waiting for healthchecks to pass: {}", failures.join("; ")),
+                only_waiting,
+            ))
         }
     }
 
@@ -717,7 +1024,14 @@ impl Controllers {
         }
     }
 
-    fn progress_cluster(&self, name: &str, spec: &ClusterSpec, sets: &[Resource]) {
+    /// Returns whether the cluster waits only for time to pass (a failed health check's
+    /// re-check interval).
+    fn progress_cluster(&self, name: &str, spec: &ClusterSpec, sets: &[Resource]) -> bool {
+        let hold = if self.talos_upgrade_gated(name) {
+            self.run_health_checks(name)
+        } else {
+            None
+        };
         self.set_spec::<KubernetesUpgradeStatusSpec>(ty::KUBERNETES_UPGRADE_STATUS, name, |s| {
             if s.phase == kubernetes_upgrade_status_spec::Phase::Upgrading as i32 {
                 s.phase = kubernetes_upgrade_status_spec::Phase::Done as i32;
@@ -726,11 +1040,18 @@ impl Controllers {
             }
         });
         self.set_spec::<TalosUpgradeStatusSpec>(ty::TALOS_UPGRADE_STATUS, name, |s| {
-            if s.phase == talos_upgrade_status_spec::Phase::Upgrading as i32 {
-                s.phase = talos_upgrade_status_spec::Phase::Done as i32;
-                s.last_upgrade_version = spec.talos_version.clone();
-                s.current_upgrade_version = String::new();
+            if s.phase != talos_upgrade_status_spec::Phase::Upgrading as i32 {
+                return;
             }
+            // A failing health check holds the upgrade, its reason in `step`.
+            if let Some((reason, _)) = &hold {
+                s.step = reason.clone();
+                return;
+            }
+            s.phase = talos_upgrade_status_spec::Phase::Done as i32;
+            s.last_upgrade_version = spec.talos_version.clone();
+            s.current_upgrade_version = String::new();
+            s.step = String::new();
         });
         let status = |t: &str, i: &str| self.store.try_get(DEFAULT_NS, t, i);
         let sets_ready = sets.iter().all(|s| {
@@ -786,6 +1107,75 @@ impl Controllers {
             s.use_embedded_discovery_service = embedded;
             s.talos_version = spec.talos_version.clone();
             s.kubernetes_version = spec.kubernetes_version.clone();
+        });
+        self.progress_manifests(name, cp_ready);
+        hold.is_some_and(|(_, only_waiting)| only_waiting)
+    }
+
+    /// Omni applies a cluster's manifest groups once its Kubernetes API answers: until then
+    /// every manifest is PENDING and counted out of sync.
+    fn progress_manifests(&self, cluster: &str, api_ready: bool) {
+        let error = self
+            .manifest_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster)
+            .cloned();
+        // A failed apply leaves the manifests pending, its error in `last_error`.
+        let api_ready = api_ready && error.is_none();
+        use omni_client::proto::specs::KubernetesManifestGroupSpec;
+        use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
+            GroupStatus, ManifestStatus, group_status, manifest_status,
+        };
+
+        let mut groups = BTreeMap::new();
+        let (mut total, mut out_of_sync) = (0, 0);
+        for group in self
+            .store
+            .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
+        {
+            let spec: KubernetesManifestGroupSpec = spec_of(&group);
+            let phase = if api_ready {
+                manifest_status::Phase::Applied
+            } else {
+                manifest_status::Phase::Pending
+            };
+            let mut manifests = BTreeMap::new();
+            for doc in manifest_documents(&spec.data) {
+                total += 1;
+                if !api_ready {
+                    out_of_sync += 1;
+                }
+                let key = format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
+                manifests.insert(
+                    key,
+                    ManifestStatus {
+                        phase: phase as i32,
+                        kind: doc.kind,
+                        name: doc.name,
+                        namespace: doc.namespace,
+                        group: doc.group,
+                    },
+                );
+            }
+            groups.insert(
+                id(&group).to_string(),
+                GroupStatus {
+                    phase: if api_ready {
+                        group_status::Phase::Applied
+                    } else {
+                        group_status::Phase::Pending
+                    } as i32,
+                    mode: spec.mode,
+                    manifests,
+                },
+            );
+        }
+        self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {
+            s.groups = groups;
+            s.total = total;
+            s.out_of_sync = out_of_sync;
+            s.last_error = error.unwrap_or_default();
         });
     }
 
@@ -888,9 +1278,15 @@ impl Controllers {
         {
             self.set_machine_cluster(id(&m), None);
         }
+        for status in self.health_check_status_list(&name) {
+            self.store
+                .remove(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, id(&status));
+        }
         for t in [
             ty::CLUSTER_STATUS,
+            ty::MANIFESTS_STATUS,
             ty::CLUSTER_UUID,
+            ty::CLUSTER_CONFIG_VERSION,
             ty::LOAD_BALANCER_STATUS,
             ty::KUBERNETES_UPGRADE_STATUS,
             ty::TALOS_UPGRADE_STATUS,
@@ -957,6 +1353,19 @@ impl Controllers {
             }
         }
     }
+}
+
+/// The namespace a health check's Job runs in: the manifest's own, else `default` (Omni's).
+fn job_namespace(job: &str) -> String {
+    serde_saphyr::from_str::<serde_json::Value>(job)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/metadata/namespace")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        })
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
 }
 
 /// Whether machine labels satisfy a MachineClass: any entry of `match_labels` may match; an
@@ -1094,7 +1503,13 @@ mod dirty_tracking {
     #[test]
     fn a_settled_cluster_still_follows_a_later_change() {
         let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
-        let controllers = Controllers::new(store.clone(), ControllerConfig::default());
+        let controllers = Controllers::new(
+            store.clone(),
+            ControllerConfig {
+                auto_register_machines: true,
+                ..ControllerConfig::default()
+            },
+        );
         store.put(resource(
             ty::CLUSTER,
             "c1",
@@ -1144,5 +1559,112 @@ mod dirty_tracking {
             kubernetes_upgrade_status_spec::Phase::Done as i32
         );
         assert_eq!(done.last_upgrade_version, "1.32.0");
+    }
+
+    #[test]
+    fn a_failing_health_check_holds_a_talos_upgrade_until_it_passes() {
+        use omni_client::proto::specs::{
+            KubernetesHealthCheckSpec, KubernetesHealthCheckStatusSpec, TalosUpgradeStatusSpec,
+            kubernetes_health_check_status_spec::State, talos_upgrade_status_spec,
+        };
+
+        use super::HealthCheckOutcome;
+        use crate::types::EPHEMERAL_NS;
+
+        let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
+        let controllers = Controllers::new(
+            store.clone(),
+            ControllerConfig {
+                auto_register_machines: true,
+                ..ControllerConfig::default()
+            },
+        );
+        let cluster_label = vec![(l::CLUSTER.to_string(), "c1".to_string())];
+        store.put(resource(
+            ty::CLUSTER,
+            "c1",
+            "",
+            Vec::new(),
+            &cluster_spec("1.31.0"),
+        ));
+        store.put(resource(
+            ty::HEALTH_CHECK,
+            "cluster-c1-dns",
+            "",
+            cluster_label,
+            &KubernetesHealthCheckSpec {
+                job: "apiVersion: batch/v1\nkind: Job\n".into(),
+                // Shorter than Omni allows, so the test need not wait 5s for the re-run.
+                interval: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 200_000_000,
+                }),
+            },
+        ));
+        settle(&controllers, &store);
+        let status = || -> Option<KubernetesHealthCheckStatusSpec> {
+            store
+                .try_get(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, "cluster-c1-dns")
+                .map(|r| decode_spec(&r).expect("spec"))
+        };
+        let talos = || -> TalosUpgradeStatusSpec {
+            decode_spec(
+                &store
+                    .try_get(DEFAULT_NS, ty::TALOS_UPGRADE_STATUS, "c1")
+                    .expect("talos upgrade status"),
+            )
+            .expect("spec")
+        };
+        // Installing the cluster is no upgrade: no check ran.
+        assert_eq!(status(), None);
+        assert_eq!(talos().phase, talos_upgrade_status_spec::Phase::Done as i32);
+
+        controllers.set_health_check_outcome(
+            "cluster-c1-dns",
+            HealthCheckOutcome::Fail {
+                error: "job failed".into(),
+                output: "no answer".into(),
+            },
+        );
+        let mut upgraded = cluster_spec("1.31.0");
+        upgraded.talos_version = "1.9.1".into();
+        store.put(resource(ty::CLUSTER, "c1", "", Vec::new(), &upgraded));
+        settle(&controllers, &store);
+        let failed = status().expect("status");
+        assert_eq!(failed.state, State::Failed as i32);
+        assert_eq!(
+            (failed.error.as_str(), failed.output.as_str()),
+            ("job failed", "no answer")
+        );
+        assert_eq!(
+            (failed.job_namespace.as_str(), failed.job_name.as_str()),
+            ("default", "omni-healthcheck-cluster-c1-dns")
+        );
+        let held = talos();
+        assert_eq!(
+            held.phase,
+            talos_upgrade_status_spec::Phase::Upgrading as i32
+        );
+        assert_eq!(
+            held.step,
+            "waiting for healthchecks to pass: \"cluster-c1-dns\": job failed"
+        );
+
+        controllers.set_health_check_outcome("cluster-c1-dns", HealthCheckOutcome::Pass);
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        settle(&controllers, &store);
+        let passed = status().expect("status");
+        assert_eq!(passed.state, State::Passed as i32);
+        assert_eq!(passed.error, "");
+        let done = talos();
+        assert_eq!(
+            (done.phase, done.last_upgrade_version.as_str()),
+            (talos_upgrade_status_spec::Phase::Done as i32, "1.9.1")
+        );
+
+        // Removing the check removes its status.
+        store.remove(DEFAULT_NS, ty::HEALTH_CHECK, "cluster-c1-dns");
+        settle(&controllers, &store);
+        assert_eq!(status(), None);
     }
 }

@@ -44,7 +44,7 @@ use tonic::codec::CompressionEncoding;
 
 pub use auth::Identity;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use controllers::{ControllerConfig, PoolMachine};
+pub use controllers::{ControllerConfig, HealthCheckOutcome, PoolMachine};
 pub use server::{AppliedWrites, CallCounts, Outage, Outcome, methods};
 pub use store::{Store, StoreError};
 pub use types::Role;
@@ -110,9 +110,16 @@ pub struct TalosVersionSeed {
     pub version: String,
     /// Kubernetes versions compatible with it.
     pub kubernetes: Vec<String>,
-    /// Deprecated versions are refused for new clusters.
+    /// Deprecated versions are refused for new clusters. Versions below
+    /// [`MIN_TALOS_VERSION`] are deprecated whatever this says, as in Omni.
     pub deprecated: bool,
 }
+
+/// Omni v1.10's `MinTalosVersion`: older releases are deprecated in the catalogue, so new
+/// clusters cannot use them (`client/pkg/constants/constants.go`).
+pub const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
+/// Omni v1.10's `LatestSupportedTalosVersion`: newer minors are `unsupported` upgrade targets.
+pub const LATEST_SUPPORTED_TALOS: (u64, u64) = (1, 13);
 
 impl TalosVersionSeed {
     fn new(version: &str, kubernetes: &[&str]) -> Self {
@@ -127,11 +134,15 @@ impl TalosVersionSeed {
 /// The default version catalogue.
 pub fn default_talos_versions() -> Vec<TalosVersionSeed> {
     vec![
+        // Below Omni v1.10's minimum: deprecated, refused for new clusters.
+        TalosVersionSeed::new("1.8.3", &["1.29.3", "1.30.11", "1.31.7"]),
         TalosVersionSeed::new("1.9.5", &["1.29.3", "1.30.11", "1.31.7", "1.32.3"]),
         TalosVersionSeed::new("1.10.0", &["1.30.11", "1.31.7", "1.32.3", "1.33.0"]),
         TalosVersionSeed::new("1.10.6", &["1.30.11", "1.31.7", "1.32.3", "1.33.3"]),
         TalosVersionSeed::new("1.13.2", &["1.33.5", "1.34.3", "1.35.0", "1.35.1"]),
         TalosVersionSeed::new("1.13.3", &["1.33.5", "1.34.3", "1.35.0", "1.35.1"]),
+        // Beyond Omni v1.10's newest supported minor: listed, but `unsupported`.
+        TalosVersionSeed::new("1.14.0", &["1.34.3", "1.35.0", "1.35.1"]),
     ]
 }
 
@@ -188,6 +199,7 @@ impl OmniSim {
             machines: Vec::new(),
             machine_classes: Vec::new(),
             talos_versions: default_talos_versions(),
+            latest_supported_talos: LATEST_SUPPORTED_TALOS,
             workload: Arc::new(FixedWorkloadProvider::default()),
             backend_api_version: sysversion::DEFAULT_BACKEND_API_VERSION,
         }
@@ -203,6 +215,7 @@ pub struct OmniSimBuilder {
     machines: Vec<PoolMachine>,
     machine_classes: Vec<(String, Vec<String>)>,
     talos_versions: Vec<TalosVersionSeed>,
+    latest_supported_talos: (u64, u64),
     workload: Arc<dyn WorkloadProvider>,
     backend_api_version: u32,
 }
@@ -241,8 +254,9 @@ impl OmniSimBuilder {
         self
     }
 
-    /// Whether machines named by manual MachineSetNodes join the pool automatically (default
-    /// true). When false, only seeded machines become healthy.
+    /// Test convenience: whether machines named by manual MachineSetNodes join the pool as if
+    /// they had connected (default false). Omni accepts a node naming a machine it has never
+    /// seen but never gets it ready, so by default only seeded machines become healthy.
     pub fn auto_register_machines(mut self, on: bool) -> Self {
         self.controllers.auto_register_machines = on;
         self
@@ -269,6 +283,13 @@ impl OmniSimBuilder {
         self
     }
 
+    /// The newest Talos minor this "Omni release" supports (default
+    /// [`LATEST_SUPPORTED_TALOS`], Omni v1.10's); newer catalogue entries are `unsupported`.
+    pub fn latest_supported_talos(mut self, major: u64, minor: u64) -> Self {
+        self.latest_supported_talos = (major, minor);
+        self
+    }
+
     /// Sets the workload provider used for kubeconfigs.
     pub fn workload_provider(mut self, p: Arc<dyn WorkloadProvider>) -> Self {
         self.workload = p;
@@ -286,7 +307,7 @@ impl OmniSimBuilder {
     pub async fn start(self) -> Result<RunningOmniSim, SimError> {
         let store = Arc::new(Store::new(self.clock.clone()));
         sysversion::publish(&store, self.backend_api_version);
-        seed_versions(&store, &self.talos_versions);
+        seed_versions(&store, &self.talos_versions, self.latest_supported_talos);
         let controllers = Arc::new(Controllers::new(store.clone(), self.controllers.clone()));
         for m in &self.machines {
             controllers.add_machine(m);
@@ -363,15 +384,20 @@ impl OmniSimBuilder {
     }
 }
 
-fn seed_versions(store: &Store, versions: &[TalosVersionSeed]) {
+/// Seeds `TalosVersions` with Omni's flags: below [`MIN_TALOS_VERSION`] deprecated, above
+/// `latest_supported` unsupported (Omni's versions controller).
+fn seed_versions(store: &Store, versions: &[TalosVersionSeed], latest_supported: (u64, u64)) {
     let mut kube = std::collections::BTreeSet::new();
     for v in versions {
+        let parsed = validate::parse_semver(&v.version);
+        let below_minimum = parsed.is_some_and(|s| (s.major, s.minor, s.patch) < MIN_TALOS_VERSION);
+        let beyond_cap = parsed.is_some_and(|s| (s.major, s.minor) > latest_supported);
         let spec = TalosVersionSpec {
             version: v.version.clone(),
             compatible_kubernetes_versions: v.kubernetes.clone(),
-            deprecated: v.deprecated,
+            deprecated: v.deprecated || below_minimum,
             upgradable_talos_versions: versions.iter().map(|o| o.version.clone()).collect(),
-            unsupported: false,
+            unsupported: beyond_cap,
         };
         store.put(resource(
             ty::TALOS_VERSION,
@@ -550,6 +576,30 @@ impl RunningOmniSim {
     /// Stores a resource as a controller would (no checks).
     pub fn put(&self, r: Resource) -> Resource {
         self.shared.store.put(r)
+    }
+
+    /// What the runner Job of health check `id` does from its next run on (default: it
+    /// passes). A failing check holds the cluster's Talos upgrade, as in Omni.
+    pub fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
+        self.controllers.set_health_check_outcome(id, outcome);
+    }
+
+    /// Test hook (default off): applying `cluster`'s manifests fails with `error`, as Omni
+    /// reports it in `ClusterKubernetesManifestsStatus.last_error` (a fatal apply error's text,
+    /// or `retryable error occurred while applying manifests`); `None` lets them apply again.
+    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+        self.controllers.set_manifests_error(cluster, error);
+    }
+
+    /// The `KubernetesHealthCheckStatus` of health check `id` (namespace `ephemeral`).
+    pub fn health_check_status(
+        &self,
+        id: &str,
+    ) -> Option<omni_client::proto::specs::KubernetesHealthCheckStatusSpec> {
+        self.shared
+            .store
+            .try_get(types::EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, id)
+            .and_then(|r| store::decode_spec(&r).ok())
     }
 
     /// Publishes another backend API version, as an Omni upgrade would.

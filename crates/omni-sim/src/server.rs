@@ -303,12 +303,15 @@ fn access(t: &str) -> Access {
         | ty::MACHINE_CLASS
         | ty::MACHINE_INSTALL_DISK_CONFIG => Access::UserWritable,
         ty::CLUSTER_STATUS
+        | ty::MANIFESTS_STATUS
         | ty::MACHINE_SET_STATUS
         | ty::CONTROL_PLANE_STATUS
         | ty::LOAD_BALANCER_STATUS
         | ty::KUBERNETES_UPGRADE_STATUS
         | ty::TALOS_UPGRADE_STATUS
         | ty::CLUSTER_MACHINE_STATUS
+        | ty::HEALTH_CHECK_STATUS
+        | ty::CLUSTER_CONFIG_VERSION
         | ty::MACHINE_STATUS
         | ty::CLUSTER_UUID => Access::ReadOnly,
         ty::LINK => Access::Link,

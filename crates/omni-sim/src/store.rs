@@ -311,8 +311,13 @@ impl Store {
 
     /// Lists a kind in the default namespace whose `label` equals `value`.
     pub fn list_labeled(&self, ty: &str, label: &str, value: &str) -> Vec<Resource> {
+        self.list_labeled_in(crate::types::DEFAULT_NS, ty, label, value)
+    }
+
+    /// Lists a kind in namespace `ns` whose `label` equals `value`.
+    pub fn list_labeled_in(&self, ns: &str, ty: &str, label: &str, value: &str) -> Vec<Resource> {
         self.list(
-            crate::types::DEFAULT_NS,
+            ns,
             ty,
             &[LabelQuery {
                 terms: vec![LabelTerm {

@@ -21,10 +21,12 @@ pub mod ty {
     pub const EXTENSIONS_CONFIGURATION: &str = "ExtensionsConfigurations.omni.sidero.dev";
     pub const MANIFEST_GROUP: &str = "KubernetesManifestGroups.omni.sidero.dev";
     pub const HEALTH_CHECK: &str = "KubernetesHealthChecks.omni.sidero.dev";
+    pub const HEALTH_CHECK_STATUS: &str = "KubernetesHealthCheckStatuses.omni.sidero.dev";
     pub const MACHINE_CLASS: &str = "MachineClasses.omni.sidero.dev";
     pub const LINK: &str = "Links.omni.sidero.dev";
     pub const MACHINE_STATUS: &str = "MachineStatuses.omni.sidero.dev";
     pub const CLUSTER_STATUS: &str = "ClusterStatuses.omni.sidero.dev";
+    pub const MANIFESTS_STATUS: &str = "ClusterKubernetesManifestsStatuses.omni.sidero.dev";
     pub const MACHINE_SET_STATUS: &str = "MachineSetStatuses.omni.sidero.dev";
     pub const CONTROL_PLANE_STATUS: &str = "ControlPlaneStatuses.omni.sidero.dev";
     pub const LOAD_BALANCER_STATUS: &str = "LoadBalancerStatuses.omni.sidero.dev";
@@ -32,6 +34,7 @@ pub mod ty {
     pub const TALOS_UPGRADE_STATUS: &str = "TalosUpgradeStatuses.omni.sidero.dev";
     pub const CLUSTER_MACHINE_STATUS: &str = "ClusterMachineStatuses.omni.sidero.dev";
     pub const CLUSTER_UUID: &str = "ClusterUUIDs.omni.sidero.dev";
+    pub const CLUSTER_CONFIG_VERSION: &str = "ClusterConfigVersions.omni.sidero.dev";
     pub const TALOS_VERSION: &str = "TalosVersions.omni.sidero.dev";
     pub const KUBERNETES_VERSION: &str = "KubernetesVersions.omni.sidero.dev";
     pub const NAMESPACE: &str = "Namespaces.meta.cosi.dev";

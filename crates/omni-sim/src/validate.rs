@@ -3,8 +3,8 @@
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
-    ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
-    KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec,
+    ClusterConfigVersionSpec, ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec,
+    KernelArgsSpec, KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineClassSpec,
     MachineInstallDiskConfigSpec, MachineSetSpec, TalosVersionSpec, kubernetes_manifest_group_spec,
     machine_set_spec,
 };
@@ -196,9 +196,13 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     let kube = parse_semver(&spec.kubernetes_version)
         .ok_or_else(|| format!("invalid kubernetes version {:?}", spec.kubernetes_version))?;
     let old_spec: Option<ClusterSpec> = old.map(decode).transpose()?;
-    let talos_changed = old_spec
-        .as_ref()
-        .is_none_or(|o| o.talos_version != spec.talos_version);
+    // Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
+    // changes (always on create); a deprecated target (below Omni's minimum) only from a
+    // deprecated current version (patch upgrades within it), never for a new cluster; an
+    // `unsupported` one (beyond the newest Talos this Omni supports) never.
+    let versions_changed = old_spec.as_ref().is_none_or(|o| {
+        o.talos_version != spec.talos_version || o.kubernetes_version != spec.kubernetes_version
+    });
     let tv = store
         .try_get(DEFAULT_NS, ty::TALOS_VERSION, &spec.talos_version)
         .ok_or_else(|| {
@@ -208,15 +212,20 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             )
         })?;
     let tv: TalosVersionSpec = decode(&tv)?;
-    if talos_changed && tv.deprecated {
+    let current_deprecated = old_spec
+        .as_ref()
+        .and_then(|o| store.try_get(DEFAULT_NS, ty::TALOS_VERSION, &o.talos_version))
+        .and_then(|r| decode::<TalosVersionSpec>(&r).ok())
+        .is_some_and(|v| v.deprecated);
+    if versions_changed && tv.deprecated && !current_deprecated {
         return Err(format!(
-            "talos version {:?} is deprecated",
+            "talos version {:?} is no longer supported",
             spec.talos_version
         ));
     }
-    if tv.unsupported {
+    if versions_changed && tv.unsupported {
         return Err(format!(
-            "talos version {:?} is no longer supported",
+            "talos version {:?} is not supported by this Omni release",
             spec.talos_version
         ));
     }
@@ -229,6 +238,29 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             "invalid kubernetes version {:?}: is not compatible with Talos version {:?}",
             spec.kubernetes_version, spec.talos_version
         ));
+    }
+    // Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off
+    // only for clusters created with Talos 1.14+ (here: the version before this update, which
+    // minor downgrades keep at or below the creation version), and only with the embedded one.
+    if spec
+        .features
+        .as_ref()
+        .is_some_and(|f| f.disable_public_discovery_service)
+    {
+        let created = old_spec
+            .as_ref()
+            .and_then(|o| parse_semver(&o.talos_version))
+            .unwrap_or(talos);
+        if (created.major, created.minor) < (1, 14) {
+            return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
+        }
+        if !spec
+            .features
+            .as_ref()
+            .is_some_and(|f| f.use_embedded_discovery_service)
+        {
+            return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
+        }
     }
     let encryption = spec.features.as_ref().is_some_and(|f| f.disk_encryption);
     if encryption
@@ -258,12 +290,16 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
                 old_spec.kubernetes_version, spec.kubernetes_version
             ));
         }
-        if let Some(old_talos) = parse_semver(&old_spec.talos_version)
-            && (talos.major, talos.minor) < (old_talos.major, old_talos.minor)
+        // No minor downgrade below the version the cluster was created with.
+        if let Some(initial) = store
+            .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
+            .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
+            && let Some(initial_version) = parse_semver(&initial.version)
+            && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
         {
             return Err(format!(
-                "downgrading Talos from {} to {} is not supported",
-                old_spec.talos_version, spec.talos_version
+                "downgrading from version {:?} to {:?} is not supported",
+                initial.version, spec.talos_version
             ));
         }
     }
@@ -637,24 +673,28 @@ fn health_check(op: Op<'_>) -> V {
     let (Op::Create(new) | Op::Update { new, .. }) = op else {
         return Ok(());
     };
+    // Omni's wording (`internal/backend/runtime/omni/validations/kubernetes_healthchecks.go`).
     let spec: KubernetesHealthCheckSpec = decode(new)?;
     if spec.job.trim().is_empty() {
-        return Err("health check job must not be empty".into());
-    }
-    let doc: Value =
-        serde_saphyr::from_str(&spec.job).map_err(|e| format!("invalid job manifest: {e}"))?;
-    if doc.get("kind").and_then(Value::as_str) != Some("Job") {
-        return Err("health check job must be a Job manifest".into());
+        return Err("healthcheck job manifest must be set".into());
     }
     let name = format!("omni-healthcheck-{}", id(new));
     if !is_dns1123_subdomain(&name) {
-        return Err(format!("{name:?} is not a valid DNS-1123 subdomain"));
+        return Err(format!(
+            "healthcheck ID {:?} cannot be used to build the runner name {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            id(new)
+        ));
+    }
+    let doc: Value = serde_saphyr::from_str(&spec.job)
+        .map_err(|e| format!("healthcheck job manifest is invalid: {e}"))?;
+    if doc.get("kind").and_then(Value::as_str) != Some("Job") {
+        return Err("healthcheck job manifest is invalid: kind must be Job".into());
     }
     if let Some(interval) = &spec.interval
         && (interval.seconds > 0 || interval.nanos > 0)
         && interval.seconds < 5
     {
-        return Err("health check interval must be 0 or at least 5s".into());
+        return Err("healthcheck interval must be at least 5s".into());
     }
     Ok(())
 }

@@ -383,3 +383,45 @@ async fn injected_clock_drives_key_expiry_and_skew() {
 fn clock_now(c: &omni_sim::ManualClock) -> jiff::Timestamp {
     omni_sim::Clock::now(c)
 }
+
+#[tokio::test]
+async fn the_name_a_key_claims_is_ignored_the_registered_account_decides() {
+    // Omni identifies the caller by the key's fingerprint alone; the name in the signature
+    // header (a key's `name`) is not checked against the account the key is registered to.
+    let sim = OmniSim::builder().start().await.unwrap();
+    let mut reader =
+        Signer::from_encoded(&sim.register_service_account("r", Role::Reader).unwrap());
+    let mut operator =
+        Signer::from_encoded(&sim.register_service_account("o", Role::Operator).unwrap());
+    // Each key claims to be the other account.
+    reader.name = "o".into();
+    operator.name = "r".into();
+    let ep = sim.endpoint().to_string();
+    let cluster = |name: &str| {
+        common::res(
+            "Clusters.omni.sidero.dev",
+            name,
+            &[],
+            &omni_client::proto::specs::ClusterSpec {
+                kubernetes_version: "1.32.3".into(),
+                talos_version: "1.9.5".into(),
+                ..Default::default()
+            },
+        )
+    };
+    let mut c = common::state(&ep, operator.proper()).await;
+    c.create(common::create_req(cluster("by-operator")))
+        .await
+        .expect("the Operator's key writes whatever name it claims");
+    let mut c = common::state(&ep, reader.proper()).await;
+    let e = c
+        .create(common::create_req(cluster("by-reader")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(
+        e.message().ends_with("insufficient role: \"Reader\""),
+        "{e:?}"
+    );
+    sim.shutdown().await;
+}

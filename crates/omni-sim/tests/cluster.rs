@@ -28,7 +28,8 @@ const L_CP: &str = "omni.sidero.dev/role-controlplane";
 const L_W: &str = "omni.sidero.dev/role-worker";
 
 async fn setup(b: omni_sim::OmniSimBuilder) -> (RunningOmniSim, StateClient<common::Svc>, Signer) {
-    let sim = b.start().await.unwrap();
+    // Machine IDs in these tests are not seeded: let them connect.
+    let sim = b.auto_register_machines(true).start().await.unwrap();
     let signer = Signer::from_encoded(&sim.register_service_account("ci", Role::Operator).unwrap());
     let client = common::state(sim.endpoint(), signer.proper()).await;
     (sim, client, signer)
@@ -105,6 +106,42 @@ async fn validations() {
     invalid(&mut c, cluster("x", "1.9", "1.32.3"), "talos version").await;
     invalid(&mut c, cluster("x", "1.8.0", "1.32.3"), "not supported").await;
     invalid(&mut c, cluster("x", "1.9.5", "1.35.0"), "not compatible").await;
+    // Omni v1.10: the public discovery service can be turned off only for clusters created
+    // with Talos 1.14 or newer.
+    invalid(
+        &mut c,
+        res(
+            CLUSTER,
+            "x",
+            &[],
+            &ClusterSpec {
+                talos_version: "1.13.3".into(),
+                kubernetes_version: "1.35.1".into(),
+                features: Some(cluster_spec::Features {
+                    use_embedded_discovery_service: true,
+                    disable_public_discovery_service: true,
+                    ..Default::default()
+                }),
+                backup_configuration: None,
+            },
+        ),
+        "the public discovery service can only be configured for clusters created with Talos 1.14 or newer",
+    )
+    .await;
+    // Omni v1.10's version rules: below the minimum (deprecated) and beyond the newest
+    // supported minor (unsupported) are refused for new clusters.
+    invalid(
+        &mut c,
+        cluster("x", "1.8.3", "1.31.7"),
+        r#"talos version "1.8.3" is no longer supported"#,
+    )
+    .await;
+    invalid(
+        &mut c,
+        cluster("x", "1.14.0", "1.35.1"),
+        r#"talos version "1.14.0" is not supported by this Omni release"#,
+    )
+    .await;
     c.create(create_req(cluster("demo", "1.13.3", "1.35.1")))
         .await
         .unwrap();
@@ -302,7 +339,7 @@ async fn validations() {
                 interval: None,
             },
         ),
-        "DNS-1123",
+        "cannot be used to build the runner name \"omni-healthcheck-Bad_ID\"",
     )
     .await;
     invalid(
@@ -669,5 +706,107 @@ async fn create_service_account_needs_admin() {
     let e = m.create_service_account(req).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("expiration"), "{e:?}");
+    sim.shutdown().await;
+}
+
+/// Updates cluster `name` to the given versions.
+async fn update_versions(
+    c: &mut StateClient<common::Svc>,
+    name: &str,
+    talos: &str,
+    kube: &str,
+) -> Result<(), tonic::Status> {
+    let cur = c
+        .get(GetRequest {
+            namespace: "default".into(),
+            r#type: CLUSTER.into(),
+            id: name.into(),
+            options: None,
+        })
+        .await?
+        .into_inner()
+        .resource
+        .unwrap();
+    let mut next = cur.clone();
+    let mut spec: ClusterSpec = decode_spec(&next).unwrap();
+    spec.talos_version = talos.into();
+    spec.kubernetes_version = kube.into();
+    next.spec.as_mut().unwrap().proto_spec = prost::Message::encode_to_vec(&spec);
+    c.update(UpdateRequest {
+        new_resource: Some(next),
+        options: Some(UpdateOptions::default()),
+    })
+    .await
+    .map(|_| ())
+}
+
+#[tokio::test]
+async fn talos_minor_downgrades_are_refused_below_the_version_the_cluster_was_created_with() {
+    let (sim, mut c, _) = setup(OmniSim::builder()).await;
+    c.create(create_req(cluster("old", "1.9.5", "1.32.3")))
+        .await
+        .unwrap();
+    c.create(create_req(cluster("new", "1.10.6", "1.32.3")))
+        .await
+        .unwrap();
+    // Omni records the creation version (ClusterConfigVersion) once its controllers run.
+    for name in ["old", "new"] {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while sim
+            .get("ClusterConfigVersions.omni.sidero.dev", name)
+            .is_none()
+        {
+            assert!(std::time::Instant::now() < until, "no ClusterConfigVersion");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    // Created with 1.9: up to 1.10 and back is fine.
+    update_versions(&mut c, "old", "1.10.0", "1.32.3")
+        .await
+        .unwrap();
+    update_versions(&mut c, "old", "1.9.5", "1.32.3")
+        .await
+        .unwrap();
+    // Created with 1.10: 1.9 is a downgrade below it.
+    let e = update_versions(&mut c, "new", "1.9.5", "1.32.3")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message()
+            .contains(r#"downgrading from version "1.10.6" to "1.9.5" is not supported"#),
+        "{e:?}"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_public_discovery_service_can_be_turned_off_only_with_the_embedded_one() {
+    // An Omni release that supports Talos 1.14.
+    let (sim, mut c, _) = setup(OmniSim::builder().latest_supported_talos(1, 14)).await;
+    let without_public = |embedded: bool| {
+        res(
+            CLUSTER,
+            "d",
+            &[],
+            &ClusterSpec {
+                talos_version: "1.14.0".into(),
+                kubernetes_version: "1.35.1".into(),
+                features: Some(cluster_spec::Features {
+                    use_embedded_discovery_service: embedded,
+                    disable_public_discovery_service: true,
+                    ..Default::default()
+                }),
+                backup_configuration: None,
+            },
+        )
+    };
+    invalid(
+        &mut c,
+        without_public(false),
+        "the discovery service cannot be disabled entirely",
+    )
+    .await;
+    c.create(create_req(without_public(true))).await.unwrap();
     sim.shutdown().await;
 }

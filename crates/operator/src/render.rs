@@ -7,9 +7,9 @@
 use std::path::Path;
 
 use omni_client::template::{
-    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, Install,
-    KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch, RollingStrategy, Size,
-    TalosCluster, Template, UpdateStrategy,
+    BackupConfiguration, BootstrapSpec, Cluster, Document, Features, FileResolver, HealthCheck,
+    Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, Patch,
+    RollingStrategy, Size, TalosCluster, Template, UpdateStrategy,
 };
 use sha2::{Digest, Sha256};
 
@@ -140,8 +140,22 @@ fn same_scope(
         && Some(&cluster_ref.name) == cluster.metadata.name.as_ref()
 }
 
-fn non_empty<T: Clone>(list: Option<&Vec<T>>) -> Option<Vec<T>> {
-    list.filter(|l| !l.is_empty()).cloned()
+/// `systemExtensions` and `kernelArgs` are optional lists in Omni's template: left out, Omni
+/// keeps what the machines have; an explicit `[]` clears. The field's presence in the custom
+/// resource is passed through unchanged (see docs/decisions.md).
+fn optional_list(list: Option<&Vec<String>>) -> Option<Vec<String>> {
+    list.cloned()
+}
+
+/// `kernelArgs: []` where Omni allows no kernel arguments at all (a machine-class set, or the
+/// cluster level of a cluster with a machine-class set) has nothing to clear, and Omni would
+/// refuse the whole template for it; the original operator dropped it, so it stays dropped
+/// and such manifests keep applying. A non-empty list there is still refused by validation.
+fn kernel_args_where_allowed(list: Option<&Vec<String>>, allowed: bool) -> Option<Vec<String>> {
+    match list {
+        Some(args) if args.is_empty() && !allowed => None,
+        other => optional_list(other),
+    }
 }
 
 fn patches(list: Option<&Vec<common::Patch>>) -> Vec<Patch> {
@@ -173,8 +187,11 @@ fn machine_set(fields: &MachineSetFields) -> MachineSet {
             },
         }),
         patches: patches(fields.patches.as_ref()),
-        system_extensions: non_empty(fields.system_extensions.as_ref()),
-        kernel_args: non_empty(fields.kernel_args.as_ref()),
+        system_extensions: optional_list(fields.system_extensions.as_ref()),
+        kernel_args: kernel_args_where_allowed(
+            fields.kernel_args.as_ref(),
+            fields.machine_class.is_none(),
+        ),
         ..MachineSet::default()
     }
 }
@@ -272,6 +289,11 @@ pub fn render(
         }
     }
 
+    let any_machine_class = control_plane.spec.machine_set.machine_class.is_some()
+        || selected_workers
+            .iter()
+            .any(|(_, w)| w.spec.machine_set.machine_class.is_some());
+
     let mut documents = Vec::with_capacity(2 + selected_workers.len() + selected_machines.len());
     documents.push(Document::Cluster(Cluster {
         name: cluster.effective_cluster_name(),
@@ -286,16 +308,36 @@ pub fn render(
                     Manifest {
                         name: m.name.clone(),
                         mode: m.mode.as_str().to_string(),
-                        // Without a file the inline list is always written, `[]` included.
-                        inline: file.is_empty().then(|| {
-                            serde_json::Value::Array(m.inline.clone().unwrap_or_default())
+                        // Without a file the inline content is always written, `[]` included;
+                        // a YAML string stays a string.
+                        inline: file.is_empty().then(|| match &m.inline {
+                            Some(serde_json::Value::Null) | None => {
+                                serde_json::Value::Array(Vec::new())
+                            }
+                            Some(content) => content.clone(),
                         }),
                         file,
-                        ..Manifest::default()
+                        labels: m.labels.clone().unwrap_or_default(),
+                        annotations: m.annotations.clone().unwrap_or_default(),
                     }
                 })
                 .collect(),
-            healthchecks: Vec::new(),
+            healthchecks: spec
+                .kubernetes
+                .health_checks
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|h| HealthCheck {
+                    name: h.name.clone().unwrap_or_default(),
+                    id_override: h.id_override.clone().unwrap_or_default(),
+                    job: h.job.clone(),
+                    file: h.file.clone().unwrap_or_default(),
+                    interval: h.interval.clone().unwrap_or_default(),
+                    labels: h.labels.clone().unwrap_or_default(),
+                    annotations: h.annotations.clone().unwrap_or_default(),
+                })
+                .collect(),
         },
         talos: TalosCluster {
             version: spec.talos.version.clone(),
@@ -304,6 +346,8 @@ pub fn render(
             enable_workload_proxy: f.enable_workload_proxy,
             use_embedded_discovery_service: f.use_embedded_discovery_service,
             disk_encryption: f.disk_encryption,
+            enable_node_audit_skip: f.enable_node_audit_skip,
+            disable_public_discovery_service: f.disable_public_discovery_service,
             backup_configuration: f
                 .backup_configuration
                 .as_ref()
@@ -312,8 +356,8 @@ pub fn render(
                 }),
         }),
         patches: patches(spec.patches.as_ref()),
-        system_extensions: non_empty(spec.system_extensions.as_ref()),
-        kernel_args: non_empty(spec.kernel_args.as_ref()),
+        system_extensions: optional_list(spec.system_extensions.as_ref()),
+        kernel_args: kernel_args_where_allowed(spec.kernel_args.as_ref(), !any_machine_class),
     }));
 
     let mut cp = machine_set(&control_plane.spec.machine_set);
@@ -325,6 +369,15 @@ pub fn render(
             cluster_uuid: b.cluster_uuid.clone(),
             snapshot: b.snapshot.clone(),
         });
+    cp.upgrade_strategy = strategy(
+        &format!(
+            "OmniControlPlane {}/{}",
+            namespace,
+            control_plane.metadata.name.as_deref().unwrap_or_default()
+        ),
+        "upgradeStrategy",
+        control_plane.spec.upgrade_strategy.as_ref(),
+    )?;
     documents.push(Document::ControlPlane(cp));
 
     for (effective, w) in &selected_workers {
@@ -354,8 +407,8 @@ pub fn render(
                 disk_selector: i.disk_selector.clone().unwrap_or_default(),
             }),
             patches: patches(s.patches.as_ref()),
-            system_extensions: non_empty(s.system_extensions.as_ref()),
-            kernel_args: non_empty(s.kernel_args.as_ref()),
+            system_extensions: optional_list(s.system_extensions.as_ref()),
+            kernel_args: optional_list(s.kernel_args.as_ref()),
         }));
     }
 

@@ -165,6 +165,20 @@ fn printer_columns() {
             .iter()
             .any(|c| c.0 == "Cluster" && c.2 == ".status.clusterName")
     );
+    // Omni's view of the cluster: phase and machines by default, versions with -o wide.
+    for (name, path) in [
+        ("Phase", ".status.omniPhase"),
+        ("Ready Machines", ".status.readyMachines"),
+        ("Kubernetes", ".status.kubernetesVersion"),
+        ("Talos", ".status.talosVersion"),
+    ] {
+        assert!(
+            columns("OmniCluster")
+                .iter()
+                .any(|c| c.0 == name && c.2 == path),
+            "OmniCluster column {name}"
+        );
+    }
     assert!(
         columns("OmniKubeconfigExport")
             .iter()
@@ -461,16 +475,14 @@ fn kubernetes_specific_extensions() {
         policy["x-kubernetes-validations"][0]["message"],
         json!("orphan and destroyMachines cannot both be true")
     );
-    let manifest_items = node(
-        &schema("OmniCluster"),
-        "spec.kubernetes.manifests[].inline[]",
-    )
-    .clone();
-    assert_eq!(manifest_items["type"], json!("object"));
+    // A list of objects or (Omni v1.8) a YAML string: kept verbatim, checked by admission.
+    let manifest_inline =
+        node(&schema("OmniCluster"), "spec.kubernetes.manifests[].inline").clone();
     assert_eq!(
-        manifest_items["x-kubernetes-preserve-unknown-fields"],
+        manifest_inline["x-kubernetes-preserve-unknown-fields"],
         json!(true)
     );
+    assert_eq!(manifest_inline.get("type"), None);
     assert_eq!(
         node(&schema("OmniHelmRelease"), "spec.chart.values")["x-kubernetes-preserve-unknown-fields"],
         json!(true)

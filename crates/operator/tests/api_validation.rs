@@ -1014,3 +1014,151 @@ fn machine_install_needs_exactly_one_of_disk_and_selector() {
         ]
     );
 }
+
+fn job(namespace: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": namespace},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+               "containers": [{"name": "check", "image": "busybox", "command": ["true"]}]}}}})
+}
+
+#[test]
+fn cluster_health_checks_follow_omni_rules() {
+    assert_clean(&with(
+        cluster(),
+        "kubernetes.healthChecks",
+        json!([
+            {"name": "dns", "job": job("checks"), "interval": "1m"},
+            {"idOverride": "custom-check", "file": "checks/etcd.yaml"},
+            {"name": "text", "job": "apiVersion: batch/v1\nkind: Job\n", "interval": "0"},
+        ]),
+    ));
+    assert_eq!(
+        errors(&with(
+            cluster(),
+            "kubernetes.healthChecks",
+            json!([
+                {"job": job("checks")},
+                {"name": "both", "job": job("checks"), "file": "a.yaml"},
+                {"name": "neither"},
+                {"name": "pod", "job": {"apiVersion": "v1", "kind": "Pod"}},
+                {"name": "fast", "job": job("checks"), "interval": "2s"},
+                {"name": "Upper", "job": job("checks")},
+                {"name": "dns", "job": job("checks")},
+                {"idOverride": "cluster-edge-dns", "job": job("checks")},
+                {"name": "up", "file": "../etc/passwd"},
+            ])
+        )),
+        vec![
+            "spec.kubernetes.healthChecks[0].name: Required value: health check requires name or idOverride",
+            r#"spec.kubernetes.healthChecks[1]: Invalid value: "a.yaml": health check must not set both job and file"#,
+            "spec.kubernetes.healthChecks[2]: Required value: health check requires exactly one of job or file",
+            r#"spec.kubernetes.healthChecks[3].job.kind: Invalid value: "Pod": healthcheck job manifest must be a Kubernetes Job (kind: Job)"#,
+            r#"spec.kubernetes.healthChecks[4].interval: Invalid value: "2s": healthcheck interval must be at least 5s"#,
+            r#"spec.kubernetes.healthChecks[5].name: Invalid value: "cluster-edge-Upper": healthcheck ID "cluster-edge-Upper" cannot be used to build the runner name "omni-healthcheck-cluster-edge-Upper": it must be a lowercase RFC 1123 subdomain"#,
+            r#"spec.kubernetes.healthChecks[7].name: Duplicate value: "cluster-edge-dns""#,
+            r#"spec.kubernetes.healthChecks[8].file: Invalid value: "../etc/passwd": must not contain ".." segments: files are read only inside the operator's template root"#,
+        ]
+    );
+}
+
+#[test]
+fn cluster_manifests_take_labels_and_a_yaml_string() {
+    assert_clean(&with(
+        cluster(),
+        "kubernetes.manifests",
+        json!([{"name": "s", "labels": {"a": "b"}, "annotations": {"c": "d"},
+                "inline": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: b\n"}]),
+    ));
+    assert_eq!(
+        errors(&with(
+            cluster(),
+            "kubernetes.manifests",
+            json!([
+                {"name": "blank", "inline": "  "},
+                {"name": "secret", "inline": "apiVersion: v1\nkind: Secret\n---\nstringData: {password: hunter2}\n"},
+                {"name": "number", "inline": 3},
+                {"name": "list", "inline": [{"kind": "Namespace"}]},
+            ])
+        )),
+        vec![
+            "spec.kubernetes.manifests[0]: Required value: manifest requires exactly one of file or inline",
+            r#"spec.kubernetes.manifests[1].inline: Invalid value: "": document 1 is not a Kubernetes object (apiVersion and kind are required)"#,
+            r#"spec.kubernetes.manifests[2].inline: Invalid value: "": inline must be a list of Kubernetes objects or a multi-document YAML string"#,
+            r#"spec.kubernetes.manifests[3].inline: Invalid value: "": document 0 is not a Kubernetes object (apiVersion and kind are required)"#,
+        ]
+    );
+}
+
+#[test]
+fn a_patch_given_as_a_yaml_string_is_checked_like_a_mapping() {
+    assert_clean(&with(
+        cluster(),
+        "patches",
+        json!([{"name": "text", "inline": "machine:\n  network:\n    hostname: a\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: a\n"}]),
+    ));
+    assert_only_error(
+        &with(
+            cluster(),
+            "patches",
+            json!([{"name": "ca", "inline": "machine: {}\n---\napiVersion: v1alpha1\nkind: KubeAPIServerCAConfig\n"}]),
+        ),
+        r#"spec.patches[0].inline: Forbidden: the "KubeAPIServerCAConfig" document is not allowed in the config patch"#,
+    );
+}
+
+#[test]
+fn disabling_the_public_discovery_service_follows_omni_rules() {
+    let features = |talos: &str, embedded: bool| {
+        with(
+            with(cluster(), "talos.version", json!(talos)),
+            "features",
+            json!({"disablePublicDiscoveryService": true, "useEmbeddedDiscoveryService": embedded}),
+        )
+    };
+    assert_clean(&features("v1.14.0", true));
+    assert_clean(&with(
+        cluster(),
+        "features",
+        json!({"disablePublicDiscoveryService": false, "enableNodeAuditSkip": true}),
+    ));
+    assert_eq!(
+        errors(&features("v1.13.2", false)),
+        vec![
+            r#"spec.features.disablePublicDiscoveryService: Invalid value: "true": the public discovery service can only be configured for clusters created with Talos 1.14 or newer (spec.talos.version is v1.13.2)"#,
+            r#"spec.features.disablePublicDiscoveryService: Invalid value: "true": the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service"#,
+        ]
+    );
+}
+
+#[test]
+fn talos_version_rules_of_omni_1_10() {
+    // A new cluster needs Talos 1.9.0 or newer (Omni v1.10's minimum).
+    assert_clean(&with(cluster(), "talos.version", json!("v1.9.0")));
+    assert_only_error(
+        &with(cluster(), "talos.version", json!("v1.8.3")),
+        r#"spec.talos.version: Invalid value: "v1.8.3": talos version "1.8.3" is no longer supported: Omni refuses Talos releases older than v1.9.0 for new clusters"#,
+    );
+    // Adopting an existing Omni cluster that runs an old release only warns.
+    let mut adopting = with(cluster(), "talos.version", json!("v1.8.3"));
+    adopting["metadata"]["annotations"] = json!({"omni.texashpc.com/adopt": "true"});
+    let v = run(&adopting);
+    assert!(v.is_valid(), "{:?}", v.errors);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    // Updates keep a deprecated release (Omni allows patch upgrades within it) ...
+    let old = with(cluster(), "talos.version", json!("v1.8.2"));
+    let new = with(cluster(), "talos.version", json!("v1.8.3"));
+    assert!(run_update(&old, &new).is_valid());
+    // ... and a lower minor only warns: Omni decides against the version the cluster was
+    // created with, which the operator cannot see.
+    let old = with(cluster(), "talos.version", json!("v1.13.2"));
+    let new = with(cluster(), "talos.version", json!("v1.10.6"));
+    let v = run_update(&old, &new);
+    assert!(v.is_valid(), "{:?}", v.errors);
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("lowers the Talos minor version")),
+        "{:?}",
+        v.warnings
+    );
+}

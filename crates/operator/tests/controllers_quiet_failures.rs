@@ -205,6 +205,8 @@ impl Env {
         let (mgmt, client) = kube_sim().await;
         support::install_operator_api(&client, NS).await;
         let omni = OmniSim::builder()
+            // Static machine IDs in these tests are not seeded: let them connect.
+            .auto_register_machines(true)
             .status_step(Duration::from_millis(20))
             .start()
             .await

@@ -510,3 +510,180 @@ fn template_root_confines_file_references() {
     assert!(!text.contains("patches/cni.yaml"), "{text}");
     assert!(text.contains("manifests/crds.yaml"), "{text}");
 }
+
+/// A cluster of static sets only, each level spelling `systemExtensions: []` and `kernelArgs: []`.
+fn static_cluster_with_empty_lists() -> (OmniCluster, OmniControlPlane, OmniWorkers, OmniMachine) {
+    let mut c = cluster();
+    c.spec.system_extensions = Some(Vec::new());
+    c.spec.kernel_args = Some(Vec::new());
+    let mut cp = control_plane("cp", "demo");
+    cp.spec.machine_set.system_extensions = Some(Vec::new());
+    cp.spec.machine_set.kernel_args = Some(Vec::new());
+    let mut w = workers().remove(1);
+    w.spec.machine_set.kernel_args = Some(Vec::new());
+    w.spec.machine_set.system_extensions = Some(Vec::new());
+    let mut m = machines().remove(0);
+    m.spec.kernel_args = Some(Vec::new());
+    m.spec.system_extensions = Some(Vec::new());
+    (c, cp, w, m)
+}
+
+#[test]
+fn explicit_empty_extension_and_kernel_arg_lists_are_rendered_so_omni_clears_them() {
+    let (c, cp, w, m) = static_cluster_with_empty_lists();
+    let rendered = render(&c, &[cp], &[w], &[m]).expect("render");
+    let docs: Vec<&str> = rendered.yaml.split("---\n").collect();
+    assert_eq!(docs.len(), 4, "{}", rendered.yaml);
+    for doc in docs {
+        assert!(
+            doc.ends_with("systemExtensions: []\nkernelArgs: []\n"),
+            "every level keeps its explicit empty lists:\n{doc}"
+        );
+    }
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    let cluster = reparsed.cluster().expect("cluster document");
+    assert_eq!(cluster.system_extensions, Some(Vec::new()));
+    assert_eq!(cluster.kernel_args, Some(Vec::new()));
+}
+
+#[test]
+fn omitted_extension_and_kernel_arg_lists_are_not_rendered_so_omni_keeps_them() {
+    let (mut c, mut cp, mut w, mut m) = static_cluster_with_empty_lists();
+    c.spec.system_extensions = None;
+    c.spec.kernel_args = None;
+    cp.spec.machine_set.system_extensions = None;
+    cp.spec.machine_set.kernel_args = None;
+    w.spec.machine_set.system_extensions = None;
+    w.spec.machine_set.kernel_args = None;
+    m.spec.system_extensions = None;
+    m.spec.kernel_args = None;
+    let rendered = render(&c, &[cp], &[w], &[m]).expect("render");
+    assert!(
+        !rendered.yaml.contains("systemExtensions") && !rendered.yaml.contains("kernelArgs"),
+        "{}",
+        rendered.yaml
+    );
+}
+
+#[test]
+fn empty_kernel_args_where_omni_allows_none_are_dropped_as_the_original_did() {
+    // The golden cluster spells `kernelArgs: []` at cluster level and has machine-class sets:
+    // Omni refuses cluster-level kernelArgs there, so the empty list stays unrendered.
+    let mut ws = workers();
+    ws[0].spec.machine_set.kernel_args = Some(Vec::new());
+    let rendered = render(&cluster(), &[control_plane("cp", "demo")], &ws, &[]).expect("render");
+    let gpu = rendered
+        .yaml
+        .split("---\n")
+        .find(|d| d.contains("name: gpu\n"))
+        .expect("gpu document");
+    assert!(!gpu.contains("kernelArgs"), "{gpu}");
+    let cluster_doc = rendered.yaml.split("---\n").next().unwrap_or_default();
+    assert!(!cluster_doc.contains("kernelArgs"), "{cluster_doc}");
+    // Extensions are allowed everywhere, so their `[]` is kept even on a machine-class set.
+    ws[0].spec.machine_set.system_extensions = Some(Vec::new());
+    let rendered = render(&cluster(), &[control_plane("cp", "demo")], &ws, &[]).expect("render");
+    assert!(
+        rendered
+            .yaml
+            .contains("deleteStrategy:\n  type: Unset\nsystemExtensions: []\n"),
+        "{}",
+        rendered.yaml
+    );
+}
+
+#[test]
+fn install_disk_selector_is_part_of_the_rendered_template_and_its_hash() {
+    let mut ms = machines();
+    let plain = render(&cluster(), &[control_plane("cp", "demo")], &[], &ms).expect("render");
+    let install = ms[0].spec.install.as_mut().expect("install");
+    install.disk = None;
+    install.disk_selector = Some("disk.transport == \"nvme\"".into());
+    let rendered = render(&cluster(), &[control_plane("cp", "demo")], &[], &ms).expect("render");
+    assert!(
+        rendered
+            .yaml
+            .contains("install:\n  diskSelector: disk.transport == \"nvme\"\n"),
+        "{}",
+        rendered.yaml
+    );
+    assert_ne!(plain.hash, rendered.hash);
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+}
+
+#[test]
+fn health_checks_are_rendered_as_omni_healthchecks() {
+    let mut c = cluster();
+    c.spec.kubernetes.health_checks = Some(vec![
+        parse(
+            r#"
+name: dns
+interval: 1m
+labels:
+  team: net
+job:
+  apiVersion: batch/v1
+  kind: Job
+  metadata:
+    namespace: checks
+"#,
+        ),
+        parse("idOverride: etcd-check\nfile: checks/etcd.yaml\n"),
+    ]);
+    let rendered = render(&c, &[control_plane("cp", "demo")], &[], &[]).expect("render");
+    assert!(
+        rendered.yaml.contains(
+            "      file: manifests/crds.yaml\n  healthchecks:\n    - name: dns\n      job:\n        apiVersion: batch/v1\n        kind: Job\n        metadata:\n          namespace: checks\n      interval: 1m\n      labels:\n        team: net\n    - idOverride: etcd-check\n      file: checks/etcd.yaml\ntalos:\n"
+        ),
+        "{}",
+        rendered.yaml
+    );
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+    let without = render(&cluster(), &[control_plane("cp", "demo")], &[], &[]).expect("render");
+    assert!(!without.yaml.contains("healthchecks"), "{}", without.yaml);
+}
+
+#[test]
+fn omni_2026_fields_are_rendered() {
+    let mut c = cluster();
+    c.spec.kubernetes.manifests = Some(vec![parse(
+        r#"
+name: apps
+labels:
+  team: apps
+annotations:
+  owner: platform
+inline: |
+  apiVersion: v1
+  kind: Namespace
+  metadata:
+    name: apps
+  ---
+  apiVersion: v1
+  kind: Namespace
+  metadata:
+    name: jobs
+"#,
+    )]);
+    c.spec.features = Some(parse(
+        "enableNodeAuditSkip: true\nuseEmbeddedDiscoveryService: true\ndisablePublicDiscoveryService: false\n",
+    ));
+    let mut cp = control_plane("cp", "demo");
+    cp.spec.upgrade_strategy = Some(parse("type: Rolling\nrolling:\n  maxParallelism: 1\n"));
+    let rendered = render(&c, &[cp], &[], &[]).expect("render");
+    for expected in [
+        "  manifests:\n    - name: apps\n      mode: full\n      inline: |\n        apiVersion: v1\n        kind: Namespace\n        metadata:\n          name: apps\n        ---\n        apiVersion: v1\n        kind: Namespace\n        metadata:\n          name: jobs\n      labels:\n        team: apps\n      annotations:\n        owner: platform\n",
+        "features:\n  useEmbeddedDiscoveryService: true\n  enableNodeAuditSkip: true\n  disablePublicDiscoveryService: false\n",
+        "bootstrapSpec:\n  clusterUUID: 0b7c9f2e-5a61-4c43-9a77-3c1f5b1d2e90\n  snapshot: snap.db\nupgradeStrategy:\n  type: Rolling\n  rolling:\n    maxParallelism: 1\n",
+    ] {
+        assert!(
+            rendered.yaml.contains(expected),
+            "{expected}\n--- in ---\n{}",
+            rendered.yaml
+        );
+    }
+    let reparsed = omni_client::template::Template::parse(&rendered.yaml).expect("reparse");
+    assert_eq!(reparsed.to_yaml(), rendered.yaml);
+}

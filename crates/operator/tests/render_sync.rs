@@ -23,6 +23,8 @@ fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
 
 async fn start() -> (RunningOmniSim, String) {
     let sim = OmniSim::builder()
+        // Static machine IDs in these tests are not seeded: let them connect.
+        .auto_register_machines(true)
         .status_step(Duration::from_millis(20))
         .start()
         .await

@@ -389,6 +389,8 @@ mod system {
         }
 
         let sim = OmniSim::builder()
+            // Static machine IDs in these tests are not seeded: let them connect.
+            .auto_register_machines(true)
             .status_step(Duration::from_millis(20))
             .start()
             .await

@@ -77,6 +77,15 @@ impl<S: TemplateState> TemplateState for DeadlineState<S> {
             .await
     }
 
+    async fn list_ephemeral(
+        &self,
+        resource_type: &str,
+        labels: &[LabelCondition],
+    ) -> Result<Vec<Resource>, StateError> {
+        self.bounded("list", self.inner.list_ephemeral(resource_type, labels))
+            .await
+    }
+
     async fn create(&self, resource: Resource) -> Result<(), StateError> {
         self.bounded("create", self.inner.create(resource)).await
     }
@@ -123,6 +132,13 @@ mod tests {
             std::future::pending().await
         }
         async fn list(&self, _: &str, _: &[LabelCondition]) -> Result<Vec<Resource>, StateError> {
+            std::future::pending().await
+        }
+        async fn list_ephemeral(
+            &self,
+            _: &str,
+            _: &[LabelCondition],
+        ) -> Result<Vec<Resource>, StateError> {
             std::future::pending().await
         }
         async fn create(&self, _: Resource) -> Result<(), StateError> {

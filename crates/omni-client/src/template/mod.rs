@@ -31,7 +31,8 @@ pub use model::{
 };
 pub use state::{EventStream, LabelCondition, StateError, TemplateState};
 pub use status::{
-    ClusterHealth, MachineCounts, MachineSetHealth, StatusError, Upgrades, status_cluster,
+    ClusterHealth, HealthCheckResult, MachineCounts, MachineSetHealth, ManifestsSync, StatusError,
+    Upgrades, status_cluster,
 };
 pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync, to_wire};
 pub use translate::{

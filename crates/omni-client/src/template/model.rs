@@ -129,6 +129,13 @@ pub struct Features {
     /// Disk encryption (Talos ≥ 1.5.0).
     #[serde(default, deserialize_with = "nullable")]
     pub disk_encryption: bool,
+    /// Nodes annotated `omni.sidero.dev/node-audit-skip` skip the node audit (Omni v1.10).
+    #[serde(default, deserialize_with = "nullable")]
+    pub enable_node_audit_skip: bool,
+    /// Turns the public discovery service off (Omni v1.10): a pointer bool, so an explicit
+    /// `false` is kept.
+    #[serde(default)]
+    pub disable_public_discovery_service: Option<bool>,
     /// Etcd backups.
     #[serde(default)]
     pub backup_configuration: Option<BackupConfiguration>,
@@ -558,6 +565,10 @@ fn cluster_node(c: &Cluster) -> Node {
             f.use_embedded_discovery_service,
         );
         fb.bool("diskEncryption", f.disk_encryption);
+        fb.bool("enableNodeAuditSkip", f.enable_node_audit_skip);
+        if let Some(disabled) = f.disable_public_discovery_service {
+            fb.put("disablePublicDiscoveryService", Node::Bool(disabled));
+        }
         if let Some(backup) = &f.backup_configuration {
             let mut bb = MapBuilder::empty();
             bb.str("interval", &backup.interval);
@@ -632,6 +643,7 @@ fn machine_node(m: &Machine) -> Node {
     if let Some(install) = &m.install {
         let mut ib = MapBuilder::empty();
         ib.str("disk", &install.disk);
+        ib.str("diskSelector", &install.disk_selector);
         b.put("install", ib.build());
     }
     b.patches(&m.patches);

@@ -124,7 +124,8 @@ fn label_query(conditions: &[LabelCondition]) -> Vec<LabelQuery> {
 /// A stream of watch events (the server's empty "ready" message already consumed).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, StateError>> + Send>>;
 
-/// The State calls the template operations make; all in namespace `default`, owner `""`.
+/// The State calls the template operations make; all in namespace `default`, owner `""`,
+/// except [`TemplateState::list_ephemeral`] for Omni's runtime-only status resources.
 pub trait TemplateState: Send + Sync {
     /// Get one resource; `Ok(None)` when it does not exist.
     fn get(
@@ -135,6 +136,14 @@ pub trait TemplateState: Send + Sync {
 
     /// List resources of a type whose labels match every condition.
     fn list(
+        &self,
+        resource_type: &str,
+        labels: &[LabelCondition],
+    ) -> impl Future<Output = Result<Vec<Resource>, StateError>> + Send;
+
+    /// List resources of a type in namespace `ephemeral` (where Omni keeps runtime-only status
+    /// such as `KubernetesHealthCheckStatus`) whose labels match every condition.
+    fn list_ephemeral(
         &self,
         resource_type: &str,
         labels: &[LabelCondition],
@@ -194,24 +203,15 @@ where
         resource_type: &str,
         labels: &[LabelCondition],
     ) -> Result<Vec<Resource>, StateError> {
-        let request = ListRequest {
-            namespace: NAMESPACE.into(),
-            r#type: resource_type.into(),
-            options: Some(ListOptions {
-                label_query: label_query(labels),
-                id_query: None,
-            }),
-        };
-        let mut stream = StateClient::list(&mut self.clone(), request)
-            .await?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(item) = stream.message().await? {
-            if let Some(resource) = item.resource {
-                out.push(resource);
-            }
-        }
-        Ok(out)
+        list_in(self, NAMESPACE, resource_type, labels).await
+    }
+
+    async fn list_ephemeral(
+        &self,
+        resource_type: &str,
+        labels: &[LabelCondition],
+    ) -> Result<Vec<Resource>, StateError> {
+        list_in(self, super::api::EPHEMERAL_NAMESPACE, resource_type, labels).await
     }
 
     async fn create(&self, resource: Resource) -> Result<(), StateError> {
@@ -298,6 +298,40 @@ where
         let events = futures::stream::iter(first.into_iter().map(Ok)).chain(rest);
         Ok(Box::pin(events))
     }
+}
+
+/// `List` in `namespace`, collecting the stream.
+async fn list_in<T>(
+    client: &StateClient<T>,
+    namespace: &str,
+    resource_type: &str,
+    labels: &[LabelCondition],
+) -> Result<Vec<Resource>, StateError>
+where
+    T: tonic::client::GrpcService<tonic::body::Body> + Clone + Send + Sync + 'static,
+    T::Future: Send,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    let request = ListRequest {
+        namespace: namespace.into(),
+        r#type: resource_type.into(),
+        options: Some(ListOptions {
+            label_query: label_query(labels),
+            id_query: None,
+        }),
+    };
+    let mut stream = StateClient::list(&mut client.clone(), request)
+        .await?
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(item) = stream.message().await? {
+        if let Some(resource) = item.resource {
+            out.push(resource);
+        }
+    }
+    Ok(out)
 }
 
 /// Teardown for servers without the RPC: read, flip the phase to `tearingDown` with an

@@ -94,6 +94,36 @@ pub struct Upgrades {
     pub talos_error: String,
 }
 
+/// The last run of one Kubernetes health check (Omni's `KubernetesHealthCheckStatus`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckResult {
+    /// Health-check ID (`cluster-<cluster>-<name>` or its `idOverride`).
+    pub id: String,
+    /// `UNKNOWN`, `RUNNING`, `FAILED` or `PASSED`.
+    pub state: String,
+    /// One line: why the last run failed.
+    pub error: String,
+    /// Tail of the failing container's output.
+    pub output: String,
+    /// Namespace of the runner Job in the workload cluster.
+    pub job_namespace: String,
+    /// Name of the runner Job.
+    pub job_name: String,
+}
+
+/// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestsSync {
+    /// Manifest groups by ID with their phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
+    pub groups: Vec<(String, String)>,
+    /// Manifests in all groups.
+    pub total: u32,
+    /// Manifests not yet applied as declared.
+    pub out_of_sync: u32,
+    /// Omni's last error applying them.
+    pub last_error: String,
+}
+
 /// A cluster's health as Omni reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterHealth {
@@ -105,6 +135,12 @@ pub struct ClusterHealth {
     pub ready: bool,
     /// Whether the Kubernetes API is reachable.
     pub kubernetes_api_ready: bool,
+    /// Talos version Omni reports for the cluster (empty when it reports none).
+    pub talos_version: String,
+    /// Kubernetes version Omni reports for the cluster (empty when it reports none).
+    pub kubernetes_version: String,
+    /// Manifest sync state; `None` when Omni has no such status for the cluster.
+    pub manifests: Option<ManifestsSync>,
     /// Omni's rule: cluster RUNNING and ready, every machine set Running and ready, every
     /// upgrade status Done.
     pub healthy: bool,
@@ -114,6 +150,8 @@ pub struct ClusterHealth {
     pub machines: MachineCounts,
     /// Upgrade state.
     pub upgrades: Upgrades,
+    /// Health-check results, sorted by ID (Omni runs the checks while it upgrades Talos).
+    pub health_checks: Vec<HealthCheckResult>,
     /// One line for humans and status fields.
     pub summary: String,
 }
@@ -166,6 +204,16 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         .await
         .map_err(err)?;
 
+    let manifests_status = state
+        .get(types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, cluster)
+        .await
+        .map_err(err)?;
+
+    let checks = state
+        .list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster)
+        .await
+        .map_err(err)?;
+
     let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, &status)?;
     let phase = cs.phase();
     let mut machine_sets = Vec::new();
@@ -195,6 +243,39 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
         upgrades.talos_error = s.error.clone();
     }
+    let mut health_checks = Vec::new();
+    for r in &checks {
+        let s: specs::KubernetesHealthCheckStatusSpec =
+            decode(cluster, types::KUBERNETES_HEALTH_CHECK_STATUS, r)?;
+        health_checks.push(HealthCheckResult {
+            id: id(r),
+            state: s.state().as_str_name().to_string(),
+            error: s.error.clone(),
+            output: s.output.clone(),
+            job_namespace: s.job_namespace.clone(),
+            job_name: s.job_name.clone(),
+        });
+    }
+    health_checks.sort_by(|a, b| a.id.cmp(&b.id));
+    let manifests = match &manifests_status {
+        Some(r) => {
+            let s: specs::ClusterKubernetesManifestsStatusSpec =
+                decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;
+            let mut groups: Vec<(String, String)> = s
+                .groups
+                .iter()
+                .map(|(id, g)| (id.clone(), g.phase().as_str_name().to_string()))
+                .collect();
+            groups.sort();
+            Some(ManifestsSync {
+                groups,
+                total: u32::try_from(s.total).unwrap_or_default(),
+                out_of_sync: u32::try_from(s.out_of_sync).unwrap_or_default(),
+                last_error: s.last_error.clone(),
+            })
+        }
+        None => None,
+    };
     let healthy = phase == specs::cluster_status_spec::Phase::Running
         && cs.ready
         && machine_sets
@@ -207,10 +288,14 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         phase: phase.as_str_name().to_string(),
         ready: cs.ready,
         kubernetes_api_ready: cs.kubernetes_api_ready,
+        talos_version: cs.talos_version.clone(),
+        kubernetes_version: cs.kubernetes_version.clone(),
+        manifests,
         healthy,
         machine_sets,
         machines,
         upgrades,
+        health_checks,
         summary: String::new(),
     };
     health.summary = summary(&health);
@@ -242,6 +327,12 @@ fn summary(h: &ClusterHealth) -> String {
     }
     if let Some(p) = &h.upgrades.talos_phase {
         s.push_str(&format!("; Talos upgrade {p}"));
+    }
+    for check in &h.health_checks {
+        s.push_str(&format!("; health check {} {}", check.id, check.state));
+        if !check.error.is_empty() {
+            s.push_str(&format!(" ({})", check.error.replace('\n', " ")));
+        }
     }
     s
 }

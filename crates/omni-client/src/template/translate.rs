@@ -33,6 +33,9 @@ pub mod types {
     pub const KUBERNETES_MANIFEST_GROUP: &str = "KubernetesManifestGroups.omni.sidero.dev";
     /// `KubernetesHealthCheck`.
     pub const KUBERNETES_HEALTH_CHECK: &str = "KubernetesHealthChecks.omni.sidero.dev";
+    /// `KubernetesHealthCheckStatus` (namespace `ephemeral`, read-only).
+    pub const KUBERNETES_HEALTH_CHECK_STATUS: &str =
+        "KubernetesHealthCheckStatuses.omni.sidero.dev";
     /// `MachineInstallDiskConfig` (backend API 3).
     pub const MACHINE_INSTALL_DISK_CONFIG: &str = "MachineInstallDiskConfigs.omni.sidero.dev";
     /// `Link` (SideroLink), torn down when machines are destroyed.
@@ -41,6 +44,9 @@ pub mod types {
     pub const MACHINE_STATUS: &str = "MachineStatuses.omni.sidero.dev";
     /// `ClusterStatus`.
     pub const CLUSTER_STATUS: &str = "ClusterStatuses.omni.sidero.dev";
+    /// `ClusterKubernetesManifestsStatus` (ID: the cluster name).
+    pub const CLUSTER_KUBERNETES_MANIFESTS_STATUS: &str =
+        "ClusterKubernetesManifestsStatuses.omni.sidero.dev";
     /// `MachineSetStatus`.
     pub const MACHINE_SET_STATUS: &str = "MachineSetStatuses.omni.sidero.dev";
     /// `ControlPlaneStatus`.
@@ -519,7 +525,10 @@ pub fn translate_for(
                             enable_workload_proxy: features.enable_workload_proxy,
                             disk_encryption: features.disk_encryption,
                             use_embedded_discovery_service: features.use_embedded_discovery_service,
-                            enable_node_audit_skip: false,
+                            enable_node_audit_skip: features.enable_node_audit_skip,
+                            disable_public_discovery_service: features
+                                .disable_public_discovery_service
+                                .unwrap_or(false),
                         }),
                         backup_configuration: backup,
                     }),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     Condition, LocalObjectReference, Patch, conditions_schema, date_time_schema,
-    has_parent_segment, object_list_schema, validate_file_reference, validate_patches,
+    has_parent_segment, validate_file_reference, validate_patches,
 };
 use super::duration::{GoDuration, short_interval_error};
 use super::validation::{FieldError, Validation};
@@ -31,16 +31,22 @@ use super::validation::{FieldError, Validation};
     category = "omni",
     doc = "A Sidero Omni cluster managed through an Omni cluster template.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".status.clusterName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.omniPhase"),
+    printcolumn(
+        name = "Ready Machines",
+        type_ = "string",
+        json_path = ".status.readyMachines"
+    ),
     printcolumn(
         name = "Kubernetes",
         type_ = "string",
-        json_path = ".spec.kubernetes.version",
+        json_path = ".status.kubernetesVersion",
         priority = 1
     ),
     printcolumn(
         name = "Talos",
         type_ = "string",
-        json_path = ".spec.talos.version",
+        json_path = ".status.talosVersion",
         priority = 1
     ),
     printcolumn(
@@ -85,10 +91,13 @@ pub struct OmniClusterSpec {
     /// Machine-configuration patches applied to every machine of the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<Patch>>,
-    /// Talos system extensions for every machine.
+    /// Talos system extensions for every machine. Left out, Omni keeps the extensions the
+    /// machines have; an explicit `[]` removes them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_extensions: Option<Vec<String>>,
     /// Kernel arguments for every machine; only valid when all machine sets list static machines.
+    /// Left out, Omni keeps the machines' arguments; an explicit `[]` clears them (ignored, as
+    /// before, when a machine set uses a machine class).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<Vec<String>>,
     /// Subdirectory of the operator's template root (`--template-root`) that file-backed
@@ -126,6 +135,42 @@ pub struct KubernetesSpec {
     /// Manifests Omni applies to the workload cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<Vec<KubernetesManifest>>,
+    /// Health checks Omni runs in the workload cluster while it upgrades Talos (Omni v1.9): a
+    /// failing check holds the upgrade until it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_checks: Option<Vec<KubernetesHealthCheck>>,
+}
+
+/// A health check: a Kubernetes Job Omni runs in the workload cluster; the Job succeeding
+/// means healthy. Exactly one of `job` and `file`; at least one of `name` and `idOverride`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesHealthCheck {
+    /// Name of the check; the Omni resource is `cluster-<cluster>-<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Replaces the Omni resource ID derived from `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_override: Option<String>,
+    /// The Job manifest, inline (`kind: Job`). Omni names the Job `omni-healthcheck-<id>`
+    /// and runs it in the manifest's namespace (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::any_json_schema")]
+    pub job: Option<serde_json::Value>,
+    /// Path of a file holding the Job manifest (at most 1 MiB), relative to `spec.templateRoot`
+    /// or the operator's template root; `..` segments are rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// How often Omni re-runs the check while it holds an upgrade, in Go duration syntax;
+    /// Omni's default is `30s`, and a set value must be at least `5s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Labels for the health-check resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the health-check resource in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// A manifest Omni applies to the workload cluster, inline or from a file.
@@ -138,14 +183,21 @@ pub struct KubernetesManifest {
     /// `full` keeps the objects in sync; `one-time` applies them once.
     #[serde(default)]
     pub mode: ManifestMode,
-    /// Kubernetes objects, inline.
+    /// The manifests, inline: a list of Kubernetes objects, or (Omni v1.8) a multi-document
+    /// YAML string of them, passed to Omni byte for byte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "object_list_schema")]
-    pub inline: Option<Vec<serde_json::Value>>,
+    #[schemars(schema_with = "super::common::any_json_schema")]
+    pub inline: Option<serde_json::Value>,
     /// Path of a manifest file (at most 1 MiB), relative to `spec.templateRoot` or the
     /// operator's template root; `..` segments are rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// Labels for the manifest group in Omni (Omni v1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the manifest group in Omni (Omni v1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// How Omni applies a manifest.
@@ -191,6 +243,15 @@ pub struct ClusterFeatures {
     /// Encrypt machine disks with keys held by Omni.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disk_encryption: bool,
+    /// Let the `omni.sidero.dev/node-audit-skip` annotation on Kubernetes nodes exempt them
+    /// from Omni's Kubernetes node audit (Omni v1.10).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_node_audit_skip: bool,
+    /// Turn the public discovery service off (Omni v1.10; on by default). Omni allows it only
+    /// for clusters created with Talos 1.14 or newer and only with
+    /// `useEmbeddedDiscoveryService`, so the cluster keeps a discovery service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_public_discovery_service: Option<bool>,
     /// etcd backups taken by Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_configuration: Option<BackupConfiguration>,
@@ -266,6 +327,96 @@ pub struct OmniClusterStatus {
     /// Names of the OmniMachines in the rendered template, in template order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_refs: Vec<String>,
+    /// The last run of each health check (`spec.kubernetes.healthChecks`) as Omni reports it,
+    /// sorted by ID. Omni runs them while it upgrades Talos; a `FAILED` one holds the upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheckStatus>,
+    /// Omni's cluster phase (`SCALING_UP`, `SCALING_DOWN`, `RUNNING`, `DESTROYING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omni_phase: Option<String>,
+    /// Healthy/total machines as Omni counts them, e.g. `2/3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_machines: Option<String>,
+    /// Talos version Omni reports for the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub talos_version: Option<String>,
+    /// Kubernetes version Omni reports for the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Each Omni machine set with its phase and machine counts, sorted by ID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_sets: Vec<MachineSetState>,
+    /// Sync state of the cluster's Kubernetes manifests in Omni.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests: Option<ManifestsState>,
+}
+
+/// One Omni machine set as Omni last reported it (`MachineSetStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSetState {
+    /// Omni machine-set ID (`<cluster>-control-planes`, `<cluster>-<workers name>`).
+    pub id: String,
+    /// Omni's phase (`ScalingUp`, `Running`, `Upgrading`, ...).
+    pub phase: String,
+    /// Whether Omni reports the set ready.
+    pub ready: bool,
+    /// Machines Omni counts healthy.
+    pub ready_machines: u32,
+    /// Machines in the set.
+    pub total_machines: u32,
+}
+
+/// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestsState {
+    /// Whether every manifest is applied as declared (`outOfSync` is 0).
+    pub applied: bool,
+    /// Manifests in all groups.
+    pub total: u32,
+    /// Manifests not yet applied as declared.
+    pub out_of_sync: u32,
+    /// Omni's last error applying them (empty when the last apply succeeded). Always written:
+    /// a status write is a merge patch, which would keep a left-out nested field.
+    #[serde(default)]
+    pub last_error: String,
+    /// Each manifest group with Omni's phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
+    /// Always written, for the same reason.
+    #[serde(default)]
+    pub groups: Vec<ManifestGroupState>,
+}
+
+/// One manifest group's phase in Omni.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestGroupState {
+    /// Omni manifest-group ID.
+    pub id: String,
+    /// `PENDING`, `PROGRESSING`, `APPLIED` or `DELETING`.
+    pub phase: String,
+}
+
+/// The last run of one health check (Omni's `KubernetesHealthCheckStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckStatus {
+    /// Omni health-check ID (`cluster-<cluster>-<name>`, or the `idOverride`).
+    pub id: String,
+    /// `RUNNING`, `FAILED`, `PASSED`, or `UNKNOWN` (not run, or no longer watched).
+    pub state: String,
+    /// One line: why the last run failed (kept while the next run is `RUNNING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tail of the failing Job's output (at most 4096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Namespace of the runner Job in the workload cluster, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_namespace: Option<String>,
+    /// Name of the runner Job (`omni-healthcheck-<id>`), while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
 }
 
 impl OmniCluster {
@@ -313,6 +464,7 @@ pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError
 /// bounds of `spec.syncInterval` and the immutability of the Omni cluster's name.
 pub fn validate(new: &OmniCluster, old: Option<&OmniCluster>) -> Validation {
     let mut v = validate_stored(new);
+    validate_talos_version(new, old, &mut v);
     // Renaming would point the object (and its deletion) at a different Omni cluster.
     if let Some(previous) = old
         .and_then(|o| o.status.as_ref())
@@ -360,6 +512,7 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
             Err(_) => v.push(duration_error(path, "interval", &backup.interval)),
         }
     }
+    validate_discovery_features(new, &mut v);
     if let Some(policy) = &spec.delete_policy
         && policy.orphan
         && policy.destroy_machines
@@ -394,10 +547,22 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
     {
         let path = format!("spec.kubernetes.manifests[{i}]");
         let has_file = manifest.file.as_deref().is_some_and(|f| !f.is_empty());
-        let has_inline = manifest
-            .inline
-            .as_ref()
-            .is_some_and(|items| !items.is_empty());
+        let has_inline = match &manifest.inline {
+            Some(serde_json::Value::Array(items)) => !items.is_empty(),
+            Some(serde_json::Value::String(text)) => !text.trim().is_empty(),
+            Some(serde_json::Value::Null) | None => false,
+            Some(_) => {
+                v.push(FieldError::invalid(
+                    format!("{path}.inline"),
+                    "",
+                    "inline must be a list of Kubernetes objects or a multi-document YAML string",
+                ));
+                true
+            }
+        };
+        if !has_file && let Some(why) = manifest.inline.as_ref().and_then(inline_manifest_error) {
+            v.push(FieldError::invalid(format!("{path}.inline"), "", why));
+        }
         match (has_file, has_inline) {
             (false, false) => v.push(FieldError::required(
                 &path,
@@ -414,6 +579,7 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
             validate_file_reference(&format!("{path}.file"), file, &mut v);
         }
     }
+    validate_health_checks(new, &mut v);
     if let Some(root) = spec.template_root.as_deref()
         && has_parent_segment(root)
     {
@@ -429,4 +595,251 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
         );
     }
     v
+}
+
+/// Omni refuses a health-check re-check interval below this (`kubernetes_healthchecks.go`).
+pub const MIN_HEALTH_CHECK_INTERVAL: GoDuration = GoDuration::from_secs(5);
+
+/// Omni's rules for `spec.kubernetes.healthChecks[]`, checked before anything reaches Omni:
+/// a name or ID, exactly one of `job` and `file`, a Job manifest, an interval of at least 5s
+/// (or none: Omni's 30s), unique IDs that make a valid runner Job name.
+fn validate_health_checks(cluster: &OmniCluster, v: &mut Validation) {
+    let cluster_name = cluster.effective_cluster_name();
+    let mut ids = std::collections::BTreeSet::new();
+    let checks = cluster.spec.kubernetes.health_checks.as_deref();
+    for (i, check) in checks.unwrap_or_default().iter().enumerate() {
+        let path = format!("spec.kubernetes.healthChecks[{i}]");
+        let name = check.name.as_deref().filter(|n| !n.is_empty());
+        let id_override = check.id_override.as_deref().filter(|n| !n.is_empty());
+        let id = match (id_override, name) {
+            (Some(id), _) => Some(id.to_string()),
+            (None, Some(name)) => Some(format!("cluster-{cluster_name}-{name}")),
+            (None, None) => {
+                v.push(FieldError::required(
+                    format!("{path}.name"),
+                    "health check requires name or idOverride",
+                ));
+                None
+            }
+        };
+        if let Some(id) = id {
+            let runner = format!("omni-healthcheck-{id}");
+            if !is_dns1123_subdomain(&runner) {
+                v.push(FieldError::invalid(
+                    format!("{path}.{}", if id_override.is_some() { "idOverride" } else { "name" }),
+                    &id,
+                    format!(
+                        "healthcheck ID {id:?} cannot be used to build the runner name {runner:?}: it must be a lowercase RFC 1123 subdomain"
+                    ),
+                ));
+            }
+            if !ids.insert(id.clone()) {
+                v.push(FieldError::duplicate(format!("{path}.name"), id));
+            }
+        }
+        let file = check.file.as_deref().filter(|f| !f.is_empty());
+        match (file, &check.job) {
+            (None, None) => v.push(FieldError::required(
+                &path,
+                "health check requires exactly one of job or file",
+            )),
+            (Some(file), Some(_)) => v.push(FieldError::invalid(
+                &path,
+                file,
+                "health check must not set both job and file",
+            )),
+            (Some(file), None) => validate_file_reference(&format!("{path}.file"), file, v),
+            (None, Some(job)) => {
+                if let Some(kind) = job_kind(job)
+                    && kind != "Job"
+                {
+                    v.push(FieldError::invalid(
+                        format!("{path}.job.kind"),
+                        &kind,
+                        "healthcheck job manifest must be a Kubernetes Job (kind: Job)",
+                    ));
+                }
+            }
+        }
+        if let Some(interval) = check.interval.as_deref() {
+            let field = format!("{path}.interval");
+            match GoDuration::parse(interval) {
+                Err(_) => v.push(duration_error(&field, "interval", interval)),
+                Ok(d) if d.is_negative() => v.push(FieldError::invalid(
+                    &field,
+                    interval,
+                    "interval must not be negative",
+                )),
+                Ok(d) if d.is_positive() && d < MIN_HEALTH_CHECK_INTERVAL => {
+                    v.push(FieldError::invalid(
+                        &field,
+                        interval,
+                        "healthcheck interval must be at least 5s",
+                    ))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// The `kind` of an inline Job manifest (a mapping, or YAML text holding one); `None` when
+/// it cannot be told (Omni's own check then decides).
+fn job_kind(job: &serde_json::Value) -> Option<String> {
+    let parsed;
+    let manifest = match job {
+        serde_json::Value::String(text) => {
+            parsed = serde_saphyr::from_str::<serde_json::Value>(text).ok()?;
+            &parsed
+        }
+        other => other,
+    };
+    Some(
+        manifest
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// Kubernetes' DNS-1123 subdomain rule (Omni names the runner Job after the health check).
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// Omni v1.10's rules for turning the public discovery service off (`validations/cluster.go`):
+/// Talos 1.14 or newer, and the embedded discovery service instead. Omni checks the Talos
+/// version the cluster was created with; a version below 1.14 in the spec means that one was
+/// too (Omni forbids minor downgrades).
+fn validate_discovery_features(cluster: &OmniCluster, v: &mut Validation) {
+    let Some(features) = cluster.spec.features.as_ref() else {
+        return;
+    };
+    if features.disable_public_discovery_service != Some(true) {
+        return;
+    }
+    let path = "spec.features.disablePublicDiscoveryService";
+    let talos = &cluster.spec.talos.version;
+    if talos_minor(talos).is_some_and(|version| version < (1, 14)) {
+        v.push(FieldError::invalid(
+            path,
+            "true",
+            format!(
+                "the public discovery service can only be configured for clusters created with Talos 1.14 or newer (spec.talos.version is {talos})"
+            ),
+        ));
+    }
+    if !features.use_embedded_discovery_service {
+        v.push(FieldError::invalid(
+            path,
+            "true",
+            "the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service",
+        ));
+    }
+}
+
+/// `(major, minor)` of a `vX.Y.Z` version.
+pub(crate) fn talos_minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.strip_prefix('v')?.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Why inline manifests cannot be Kubernetes objects, if they cannot. Never quotes the content
+/// (manifests may carry Secrets).
+fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
+    let documents: Vec<serde_json::Value> = match inline {
+        serde_json::Value::Array(items) => items.clone(),
+        serde_json::Value::String(text) => {
+            match serde_saphyr::from_multiple::<serde_json::Value>(text) {
+                Ok(docs) => docs.into_iter().filter(|d| !d.is_null()).collect(),
+                Err(_) => return Some("inline manifests are not valid YAML".to_string()),
+            }
+        }
+        _ => return None,
+    };
+    for (i, doc) in documents.iter().enumerate() {
+        let is_object = doc
+            .get("apiVersion")
+            .is_some_and(serde_json::Value::is_string)
+            && doc.get("kind").is_some_and(serde_json::Value::is_string);
+        if !is_object {
+            return Some(format!(
+                "document {i} is not a Kubernetes object (apiVersion and kind are required)"
+            ));
+        }
+    }
+    None
+}
+
+/// Omni v1.10's oldest Talos release for new clusters (`MinTalosVersion`): the catalogue marks
+/// older ones deprecated and Omni refuses them unless the cluster already runs a deprecated one.
+pub const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
+
+/// Annotation that lets an OmniCluster take over an existing Omni cluster.
+const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
+
+/// Omni's Talos version rules that can be checked without Omni: a new OmniCluster may not ask
+/// for a release below [`MIN_TALOS_VERSION`] (refused; a warning when it adopts an existing
+/// Omni cluster, which Omni lets keep its version), and lowering the Talos minor warns: Omni
+/// refuses it below the version the cluster was created with, which only Omni knows. The cap
+/// at the newest release an Omni supports is Omni's own; the sync reports it.
+fn validate_talos_version(new: &OmniCluster, old: Option<&OmniCluster>, v: &mut Validation) {
+    let version = &new.spec.talos.version;
+    let Some(parsed) = talos_semver(version) else {
+        return;
+    };
+    match old {
+        None if parsed < MIN_TALOS_VERSION => {
+            let (major, minor, patch) = MIN_TALOS_VERSION;
+            let bare = version.trim_start_matches('v');
+            let why = format!(
+                "talos version {bare:?} is no longer supported: Omni refuses Talos releases older than v{major}.{minor}.{patch} for new clusters"
+            );
+            let adopting = new
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ADOPT_ANNOTATION))
+                .is_some_and(|value| value == "true");
+            if adopting {
+                v.warn(format!(
+                    "spec.talos.version: {why} (the adopted Omni cluster may keep the release it runs)"
+                ));
+            } else {
+                v.push(FieldError::invalid("spec.talos.version", version, why));
+            }
+        }
+        None => {}
+        Some(old) => {
+            let before = &old.spec.talos.version;
+            if let (Some(from), Some(to)) = (talos_minor(before), talos_minor(version))
+                && to < from
+            {
+                v.warn(format!(
+                    "spec.talos.version: {before} -> {version} lowers the Talos minor version; Omni refuses it (downgrading from version ... is not supported) if the cluster was created with a newer minor"
+                ));
+            }
+        }
+    }
+}
+
+/// `(major, minor, patch)` of a `vX.Y.Z` version.
+fn talos_semver(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version.strip_prefix('v')?.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    let patch = parts.next()?.parse().ok()?;
+    Some((major, minor, patch))
 }

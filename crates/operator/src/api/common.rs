@@ -135,10 +135,12 @@ pub struct MachineSetFields {
     /// Machine-configuration patches for every machine in the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<Patch>>,
-    /// Talos system extensions to install.
+    /// Talos system extensions to install. Left out, Omni keeps the extensions the machines
+    /// have; an explicit `[]` removes them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_extensions: Option<Vec<String>>,
-    /// Extra kernel arguments (static machine sets only).
+    /// Extra kernel arguments (static machine sets only). Left out, Omni keeps the machines'
+    /// arguments; an explicit `[]` clears them (ignored with `machineClass`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<Vec<String>>,
 }

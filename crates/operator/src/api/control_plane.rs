@@ -60,6 +60,10 @@ pub struct OmniControlPlaneSpec {
     /// Restore the cluster from an etcd backup when it is first created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_spec: Option<BootstrapSpec>,
+    /// How Talos/Kubernetes upgrades roll out across the control plane (Omni v1.6). Omni
+    /// accepts no update or delete strategy for the control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<super::workers::UpdateStrategy>,
 }
 
 /// Where to restore a new cluster's etcd from.

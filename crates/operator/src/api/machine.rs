@@ -71,10 +71,12 @@ pub struct OmniMachineSpec {
     /// Machine-configuration patches for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<Patch>>,
-    /// Talos system extensions for this machine.
+    /// Talos system extensions for this machine. Left out, the set's or cluster's apply (or
+    /// Omni keeps what the machine has); an explicit `[]` removes them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_extensions: Option<Vec<String>>,
-    /// Extra kernel arguments for this machine.
+    /// Extra kernel arguments for this machine. Left out, the set's or cluster's apply (or
+    /// Omni keeps what the machine has); an explicit `[]` clears them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_args: Option<Vec<String>>,
 }

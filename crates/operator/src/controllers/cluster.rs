@@ -159,6 +159,64 @@ pub fn trim_output(text: &str) -> String {
     t[..end].to_string()
 }
 
+/// Omni's health-check results as status entries (empty strings left out).
+fn health_check_statuses(
+    results: &[omni_client::template::HealthCheckResult],
+) -> Vec<crate::api::cluster::HealthCheckStatus> {
+    let text = |s: &str| (!s.is_empty()).then(|| trim_output(s));
+    results
+        .iter()
+        .map(|r| crate::api::cluster::HealthCheckStatus {
+            id: r.id.clone(),
+            state: r.state.clone(),
+            error: text(&r.error),
+            output: text(&r.output),
+            job_namespace: text(&r.job_namespace),
+            job_name: text(&r.job_name),
+        })
+        .collect()
+}
+
+/// Copies Omni's phase, machine counts, versions and manifest sync state into the typed
+/// status. Only Omni's values go in (no timestamps), so a status read that finds nothing new
+/// leaves the status as it was.
+fn omni_state(status: &mut OmniClusterStatus, health: &omni_client::template::ClusterHealth) {
+    use crate::api::cluster::{MachineSetState, ManifestGroupState, ManifestsState};
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    status.omni_phase = Some(health.phase.clone());
+    status.ready_machines = Some(format!(
+        "{}/{}",
+        health.machines.healthy, health.machines.total
+    ));
+    status.talos_version = text(&health.talos_version);
+    status.kubernetes_version = text(&health.kubernetes_version);
+    status.machine_sets = health
+        .machine_sets
+        .iter()
+        .map(|s| MachineSetState {
+            id: s.id.clone(),
+            phase: s.phase.clone(),
+            ready: s.ready,
+            ready_machines: s.machines.healthy,
+            total_machines: s.machines.total,
+        })
+        .collect();
+    status.manifests = health.manifests.as_ref().map(|m| ManifestsState {
+        applied: m.out_of_sync == 0,
+        total: m.total,
+        out_of_sync: m.out_of_sync,
+        last_error: trim_output(&m.last_error),
+        groups: m
+            .groups
+            .iter()
+            .map(|(id, phase)| ManifestGroupState {
+                id: id.clone(),
+                phase: phase.clone(),
+            })
+            .collect(),
+    });
+}
+
 /// Status builder: a copy of the stored status with the generation stamped.
 struct StatusDraft {
     status: OmniClusterStatus,
@@ -568,6 +626,8 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             Ok(health) => {
                 ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged);
                 draft.status.last_status_output = Some(trim_output(&health.summary));
+                draft.status.health_checks = health_check_statuses(&health.health_checks);
+                omni_state(&mut draft.status, &health);
                 draft.set(
                     ct::READY,
                     ConditionStatus::True,

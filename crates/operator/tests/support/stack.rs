@@ -114,6 +114,8 @@ impl Stack {
         }
         let (workload, workload_client) = kube_sim().await;
         let omni = OmniSim::builder()
+            // Static machine IDs in these tests are not seeded: let them connect.
+            .auto_register_machines(true)
             .status_step(Duration::from_millis(20))
             .workload_provider(Arc::new(Workload(workload.base_url.clone())))
             .start()
