@@ -45,7 +45,7 @@ pub const WATCHES: &[(&str, usize)] = &[
 ];
 
 /// The child side: opens [`WATCHES`] in the fleet's namespace with the operator's credentials
-/// (`KUBECONFIG`), prints [`LISTED`] once each has listed, and keeps them open until killed.
+/// (`KUBECONFIG`), prints `LISTED` once each has listed, and keeps them open until killed.
 pub async fn serve() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await

@@ -248,7 +248,7 @@ fn transient_at_start(err: &HelmError) -> bool {
 
 impl Helm {
     /// Prepares helm's directories (see [`prepare_work_dir`]) and detects the helm version,
-    /// retrying failures that may be transient ([`START_ATTEMPTS`]).
+    /// retrying failures that may be transient (`START_ATTEMPTS`).
     pub async fn new(config: HelmConfig) -> Result<Self, HelmError> {
         let mut attempt = 1;
         loop {
