@@ -96,3 +96,23 @@ pub trait Admission: Send + Sync + 'static {
         store: &'a crate::store::Store,
     ) -> futures::future::BoxFuture<'a, Result<Vec<String>, crate::error::ApiError>>;
 }
+
+/// The request an access review asks about (SubjectAccessReview and SelfSubjectAccessReview
+/// `spec.resourceAttributes` / `nonResourceAttributes`), for the authorizer.
+impl From<crate::rbac::Attributes> for RequestInfo {
+    fn from(attrs: crate::rbac::Attributes) -> Self {
+        let optional = |s: String| Some(s).filter(|s| !s.is_empty());
+        RequestInfo {
+            verb: attrs.verb,
+            api_group: attrs.api_group,
+            api_version: String::new(),
+            resource: attrs.resource,
+            subresource: optional(attrs.subresource),
+            namespace: optional(attrs.namespace),
+            name: optional(attrs.name),
+            kind: String::new(),
+            path: attrs.path,
+            is_resource_request: attrs.resource_request,
+        }
+    }
+}

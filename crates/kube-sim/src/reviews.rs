@@ -171,19 +171,7 @@ fn subject_access_review(review: &Value, reviewers: &Reviewers<'_>) -> Result<Va
     }
     let attrs = crate::rbac::review_attributes(review)
         .map_err(|e| invalid("spec.resourceAttributes", e.to_string()))?;
-    let optional = |s: String| Some(s).filter(|s| !s.is_empty());
-    let info = RequestInfo {
-        verb: attrs.verb,
-        api_group: attrs.api_group,
-        api_version: String::new(),
-        resource: attrs.resource,
-        subresource: optional(attrs.subresource),
-        namespace: optional(attrs.namespace),
-        name: optional(attrs.name),
-        kind: String::new(),
-        path: attrs.path,
-        is_resource_request: attrs.resource_request,
-    };
+    let info = RequestInfo::from(attrs);
     let subject = UserInfo {
         name: user.to_owned(),
         groups,

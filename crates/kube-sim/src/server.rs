@@ -553,19 +553,7 @@ fn self_subject_access_review(
             ));
         }
     };
-    let optional = |s: String| Some(s).filter(|s| !s.is_empty());
-    let info = RequestInfo {
-        verb: attrs.verb,
-        api_group: attrs.api_group,
-        api_version: String::new(),
-        resource: attrs.resource,
-        subresource: optional(attrs.subresource),
-        namespace: optional(attrs.namespace),
-        name: optional(attrs.name),
-        kind: String::new(),
-        path: attrs.path,
-        is_resource_request: attrs.resource_request,
-    };
+    let info = RequestInfo::from(attrs);
     let decision = match &st.authorizer {
         // A denial by RBAC carries no reason (it has no opinion); the 403 message is for
         // requests, not reviews.
