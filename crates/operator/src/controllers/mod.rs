@@ -307,10 +307,10 @@ pub enum Error {
     /// A remote operation failed; the message is also in the object's conditions.
     #[error("{0}")]
     Remote(String),
-    /// The cached copy a status was computed from is older than the stored object; nothing
-    /// was written (see [`status::write`]).
+    /// The cached copy a status was computed from is older than the stored object, which it
+    /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]
-    StaleCache,
+    StaleCache(Box<serde_json::Value>),
 }
 
 /// Condition reason for an object whose stored data does not decode as its kind.
@@ -381,15 +381,8 @@ where
         Ok(k) => match inner(Arc::new(k), ctx.clone()).await {
             // The watch cache lagged behind the server: once more on the server's copy, rather
             // than waiting for the cache (its watcher may be backing off) or a backoff.
-            Err(Error::StaleCache) => {
-                let ar = api_resource::<K>();
-                let api: Api<DynamicObject> = match obj.namespace() {
-                    Some(ns) => Api::namespaced_with(ctx.client.clone(), &ns, &ar),
-                    None => Api::all_with(ctx.client.clone(), &ar),
-                };
-                let Some(stored) = api.get_opt(&obj.name_any()).await? else {
-                    return Ok(Action::await_change());
-                };
+            Err(Error::StaleCache(stored)) => {
+                let stored: DynamicObject = serde_json::from_value(*stored)?;
                 match decode::<K>(&stored) {
                     Ok(k) => return inner(Arc::new(k), ctx).await,
                     Err(e) => {
@@ -477,7 +470,7 @@ where
     // A stale cache is no failure: the reconcile runs again at once on the stored object.
     let failed = result
         .as_ref()
-        .is_err_and(|e| !matches!(e, Error::StaleCache));
+        .is_err_and(|e| !matches!(e, Error::StaleCache(_)));
     ctx.metrics
         .reconciled(&kind, started.elapsed().as_secs_f64(), failed);
     if result.is_ok() {

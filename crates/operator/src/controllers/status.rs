@@ -87,8 +87,8 @@ fn merge_patch(old: &Value, new: &Value) -> Value {
 /// after cut streams or `410 Gone` can stay seconds behind). A status computed from a stale
 /// copy would rewrite what a previous reconcile already wrote, with fresh transition times.
 /// So a needed write is first checked against the server's copy: when that is newer,
-/// [`Error::StaleCache`] asks the caller to reconcile again on it ([`super::reconcile_decoded`]
-/// does), and nothing is written. The write itself carries the checked `resourceVersion`, so
+/// nothing is written and [`Error::StaleCache`] hands it to the caller to reconcile again on
+/// ([`super::reconcile_decoded`] does). The write itself carries the checked `resourceVersion`, so
 /// a change landing in between is refused with `409 Conflict` rather than overwritten.
 pub async fn write<K, S>(api: &Api<K>, obj: &K, new_status: &S) -> Result<bool, Error>
 where
@@ -109,7 +109,7 @@ where
     let cached = obj.meta().resource_version.clone();
     let stored = api.get(&name).await?;
     if stored.meta().resource_version != cached {
-        return Err(Error::StaleCache);
+        return Err(Error::StaleCache(Box::new(serde_json::to_value(&stored)?)));
     }
     if let Some(rv) = cached {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
