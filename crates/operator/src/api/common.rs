@@ -151,7 +151,7 @@ pub const MACHINE_SET_CEL_RULE: &str = "has(self.machines) != has(self.machineCl
 pub const MACHINE_SET_CEL_MESSAGE: &str = "exactly one of machines or machineClass is required";
 
 /// Status of a condition.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum ConditionStatus {
     /// The condition holds.
     True,

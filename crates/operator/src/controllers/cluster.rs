@@ -413,9 +413,8 @@ async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Actio
             return delete(&ctx, &cluster).await;
         }
         let namespace = cluster.namespace().unwrap_or_default();
-        if !finalizer::has_finalizer(cluster.as_ref(), true) {
-            finalizer::add(&ctx.api::<OmniCluster>(&namespace), cluster.as_ref()).await?;
-            return Ok(Action::requeue(Duration::ZERO));
+        if !finalizer::ensure(&ctx.api::<OmniCluster>(&namespace), cluster.as_ref(), true).await? {
+            return Ok(Action::await_change());
         }
         // A syncInterval below the floor was stored without admission: clamp, don't hot-loop.
         let interval = crate::api::duration::clamp_interval(

@@ -304,9 +304,8 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
                 .forget_resource("OmniConnection", &namespace, &conn.name_any());
             return Ok(Action::await_change());
         }
-        if !finalizer::has_finalizer(conn.as_ref(), true) {
-            finalizer::add(&api, conn.as_ref()).await?;
-            return Ok(Action::requeue(Duration::ZERO));
+        if !finalizer::ensure(&api, conn.as_ref(), true).await? {
+            return Ok(Action::await_change());
         }
         sync_key_holds(&ctx, &namespace).await?;
         // validate: the webhook's rules, in case admission was bypassed.

@@ -819,9 +819,8 @@ async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Actio
         if r.metadata.deletion_timestamp.is_some() {
             return delete(&ctx, &r, &api).await;
         }
-        if !finalizer::has_finalizer(&r, false) {
-            finalizer::add(&api, &r).await?;
-            return Ok(Action::requeue(Duration::ZERO));
+        if !finalizer::ensure(&api, &r, false).await? {
+            return Ok(Action::await_change());
         }
         let mut d = Draft::new(&r, ctx.clock.now());
         if let Some(problem) = r.spec_problem() {
@@ -1220,7 +1219,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            super::spec_changes(ctx.watch_api::<OmniCluster>()),
+            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
             move |c: OmniCluster| {
                 index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },

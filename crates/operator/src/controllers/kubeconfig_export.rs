@@ -560,9 +560,8 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             ctx.metrics.forget_resource("OmniKubeconfigExport", &namespace, &e.name_any());
             return Ok(Action::await_change());
         }
-        if !finalizer::has_finalizer(e.as_ref(), false) {
-            finalizer::add(&api, e.as_ref()).await?;
-            return Ok(Action::requeue(Duration::ZERO));
+        if !finalizer::ensure(&api, e.as_ref(), false).await? {
+            return Ok(Action::await_change());
         }
         let now = whole_seconds(ctx.clock.now());
         let mut d = Draft::new(&e, now);
@@ -790,7 +789,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     };
     let controller = controller
         .watches_stream(
-            super::spec_changes(ctx.watch_api::<OmniCluster>()),
+            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
             move |c: OmniCluster| {
                 by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },

@@ -37,6 +37,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use rand::Rng;
 use serde::de::DeserializeOwned;
 
+use crate::api::OmniCluster;
 use crate::api::common::{Condition, ConditionStatus};
 use crate::metrics::Metrics;
 
@@ -313,6 +314,18 @@ pub enum Error {
     StaleCache(Box<serde_json::Value>),
 }
 
+impl Error {
+    /// [`Error::StaleCache`] carrying `stored`, the object as the server holds it now.
+    pub fn stale_cache<K: serde::Serialize>(stored: &K) -> Result<Self, Error> {
+        Ok(Self::StaleCache(Box::new(serde_json::to_value(stored)?)))
+    }
+}
+
+/// How many times in a row one reconcile goes on from a newer stored copy
+/// ([`Error::StaleCache`]) before leaving the object to the error backoff: adding the
+/// finalizer takes one, a status write racing another writer one more.
+const STALE_CACHE_RERUNS: usize = 3;
+
 /// Condition reason for an object whose stored data does not decode as its kind.
 pub const REASON_INVALID_OBJECT: &str = "InvalidObject";
 
@@ -377,23 +390,22 @@ where
     Fut: Future<Output = Result<Action, Error>>,
 {
     let mut obj = obj;
-    let err = match decode::<K>(&obj) {
-        Ok(k) => match inner(Arc::new(k), ctx.clone()).await {
-            // The watch cache lagged behind the server: once more on the server's copy, rather
-            // than waiting for the cache (its watcher may be backing off) or a backoff.
-            Err(Error::StaleCache(stored)) => {
-                let stored: DynamicObject = serde_json::from_value(*stored)?;
-                match decode::<K>(&stored) {
-                    Ok(k) => return inner(Arc::new(k), ctx).await,
-                    Err(e) => {
-                        obj = Arc::new(stored);
-                        e
-                    }
-                }
+    let mut reruns = 0;
+    let err = loop {
+        let k = match decode::<K>(&obj) {
+            Ok(k) => k,
+            Err(e) => break e,
+        };
+        match inner(Arc::new(k), ctx.clone()).await {
+            // The watch cache lagged behind the server (or has not seen our own write yet):
+            // go on from the server's copy, rather than waiting for the cache (its watcher may
+            // be backing off) or a backoff.
+            Err(Error::StaleCache(stored)) if reruns < STALE_CACHE_RERUNS => {
+                reruns += 1;
+                obj = Arc::new(serde_json::from_value(*stored)?);
             }
             other => return other,
-        },
-        Err(e) => e,
+        }
     };
     let kind = K::kind(&());
     let name = obj.name_any();
@@ -533,16 +545,15 @@ fn controller_with<K: Resource<DynamicType = ()>>(
     kube::runtime::Controller::for_stream_with(triggers, reader, ar)
 }
 
-/// The watch events of `K` that can matter to objects which refer to a `K` without reading its
-/// status: its first sighting, a change of what [`own_change`] covers (spec generation, labels,
-/// annotations, finalizers, the deletion mark) and its deletion. A dependant's mapped watch of
-/// `K` built on this is not woken by `K`'s status writes: an OmniCluster's status moving with
-/// Omni would otherwise re-run every secret sync, release, export and child of the cluster.
-pub fn spec_changes<K>(
-    api: Api<K>,
-) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+/// The watch events of OmniClusters that can matter to the objects referring to one (its secret
+/// syncs, releases, exports and children): its first sighting, a change of what [`own_change`]
+/// covers (spec generation, labels, annotations, finalizers, the deletion mark), a condition
+/// turning (its type and status, e.g. `Synced` becoming `True` once Omni holds the cluster) and
+/// its deletion. The rest of its status moving with Omni (phase, machine counts, messages,
+/// timestamps) wakes nobody: it would re-run every dependant of the cluster on each write.
+pub fn cluster_changes(
+    api: Api<OmniCluster>,
+) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
 {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
@@ -551,14 +562,14 @@ where
     watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
-            let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
+            let uid = |o: &OmniCluster| o.meta().uid.clone().unwrap_or_default();
             let out = match event {
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                     let id = uid(&o);
                     if let Some(listed) = relisted.as_mut() {
                         listed.insert(id.clone());
                     }
-                    let state = own_change(&o).unwrap_or_default();
+                    let state = own_change(&o).unwrap_or_default() ^ condition_states(&o);
                     (seen.insert(id, state) != Some(state)).then_some(Ok(o))
                 }
                 Ok(watcher::Event::Delete(o)) => {
@@ -580,6 +591,17 @@ where
             };
             std::future::ready(out)
         })
+}
+
+/// A hash of `cluster`'s condition types and statuses (not their messages or times).
+fn condition_states(cluster: &OmniCluster) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in cluster.status.iter().flat_map(|s| &s.conditions) {
+        c.type_.hash(&mut h);
+        c.status.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The parts of an object of our own kinds whose change calls for a reconcile: `generation`

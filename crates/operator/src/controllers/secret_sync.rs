@@ -560,9 +560,8 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             return delete(&ctx, &sync).await;
         }
         let namespace = sync.namespace().unwrap_or_default();
-        if !finalizer::has_finalizer(sync.as_ref(), false) {
-            finalizer::add(&ctx.api::<OmniSecretSync>(&namespace), sync.as_ref()).await?;
-            return Ok(Action::requeue(Duration::ZERO));
+        if !finalizer::ensure(&ctx.api::<OmniSecretSync>(&namespace), sync.as_ref(), false).await? {
+            return Ok(Action::await_change());
         }
         if let Some(problem) = sync.spec_problem() {
             let f = Failure {
@@ -666,7 +665,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            super::spec_changes(ctx.watch_api::<OmniCluster>()),
+            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
             move |c: OmniCluster| {
                 index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },

@@ -89,7 +89,8 @@ fn merge_patch(old: &Value, new: &Value) -> Value {
 /// So a needed write is first checked against the server's copy: when that is newer,
 /// nothing is written and [`Error::StaleCache`] hands it to the caller to reconcile again on
 /// ([`super::reconcile_decoded`] does). The write itself carries the checked `resourceVersion`, so
-/// a change landing in between is refused with `409 Conflict` rather than overwritten.
+/// a change landing in between is refused with `409 Conflict` rather than overwritten, and
+/// handled like a stale cache.
 pub async fn write<K, S>(api: &Api<K>, obj: &K, new_status: &S) -> Result<bool, Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
@@ -109,14 +110,22 @@ where
     let cached = obj.meta().resource_version.clone();
     let stored = api.get(&name).await?;
     if stored.meta().resource_version != cached {
-        return Err(Error::StaleCache(Box::new(serde_json::to_value(&stored)?)));
+        return Err(Error::stale_cache(&stored)?);
     }
     if let Some(rv) = cached {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(true)
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        // Another writer landed between the check and the write: the same as a stale cache.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(Error::stale_cache(&api.get(&name).await?)?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]
