@@ -1113,3 +1113,50 @@ async fn a_format_change_rewrites_the_secret_in_the_new_shape() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_an_unknown_format_naming_the_field() {
+    let (_kube, client) = support::kube_sim().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in omni_operator::api::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|e| panic!("CRD: {e}"));
+    }
+    let exports: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &kube::discovery::ApiResource::erase::<OmniKubeconfigExport>(&()),
+    );
+    let export: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniKubeconfigExport",
+        "metadata": {"name": "typo", "namespace": "default"},
+        "spec": {
+            "clusterRef": {"name": "edge"},
+            "targetSecretRef": {"name": "edge-kc"},
+            "serviceAccount": {"user": "u", "groups": ["g"]},
+            "ttl": "1h",
+            "deletionPolicy": "Delete",
+            "format": "argocd",
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    let refusal = loop {
+        match exports.create(&PostParams::default(), &export).await {
+            Err(kube::Error::Api(s)) if s.code == 404 && Instant::now() < until => {
+                // The CRD is not served yet.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(kube::Error::Api(s)) => break s,
+            other => panic!("an unknown format was stored: {other:?}"),
+        }
+    };
+    assert_eq!(refusal.code, 422);
+    assert!(
+        refusal.message.contains("spec.format") && refusal.message.contains("ArgoCDCluster"),
+        "{}",
+        refusal.message
+    );
+}
