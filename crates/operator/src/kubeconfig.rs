@@ -86,18 +86,20 @@ fn forbidden_reason(key: &str) -> Option<&'static str> {
 
 /// A kubeconfig reduced to the current context's server and inline credentials.
 #[derive(Clone, PartialEq, Eq, Default)]
+// The fields are crate-visible for the export's other Secret shapes (`crate::export_format`);
+// base64 fields hold the compact base64 text, checked to decode.
 pub struct WorkloadKubeconfig {
-    server: String,
-    certificate_authority_data: Option<String>,
-    insecure_skip_tls_verify: bool,
-    tls_server_name: Option<String>,
-    disable_compression: bool,
-    namespace: Option<String>,
-    token: Option<String>,
-    client_certificate_data: Option<String>,
-    client_key_data: Option<String>,
-    username: Option<String>,
-    password: Option<String>,
+    pub(crate) server: String,
+    pub(crate) certificate_authority_data: Option<String>,
+    pub(crate) insecure_skip_tls_verify: bool,
+    pub(crate) tls_server_name: Option<String>,
+    pub(crate) disable_compression: bool,
+    pub(crate) namespace: Option<String>,
+    pub(crate) token: Option<String>,
+    pub(crate) client_certificate_data: Option<String>,
+    pub(crate) client_key_data: Option<String>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
 }
 
 impl std::fmt::Debug for WorkloadKubeconfig {

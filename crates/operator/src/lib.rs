@@ -14,6 +14,7 @@ pub mod baseline;
 pub mod cli;
 pub mod controllers;
 pub mod delete_guard;
+pub(crate) mod export_format;
 pub mod helm;
 pub mod kubeconfig;
 pub mod leader;

@@ -300,6 +300,14 @@ fn enums_patterns_and_bounds() {
         Some(json!(["Delete", "Orphan"]))
     );
     assert_eq!(
+        enum_of("OmniKubeconfigExport", "spec.format"),
+        Some(json!(["Kubeconfig", "ArgoCDCluster", "FluxValue"]))
+    );
+    assert!(
+        !required_of(&schema("OmniKubeconfigExport"), "spec").contains("format"),
+        "spec.format is optional: manifests without it keep today's Secret"
+    );
+    assert_eq!(
         enum_of("OmniSecretSync", "spec.deletionPolicy"),
         Some(json!(["Delete", "Orphan"]))
     );

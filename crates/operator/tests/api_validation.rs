@@ -578,6 +578,43 @@ fn export_deletion_policy() {
 }
 
 #[test]
+fn export_format_is_one_of_the_three_shapes_and_owns_its_keys() {
+    for format in ["Kubeconfig", "ArgoCDCluster", "FluxValue"] {
+        assert_clean(&with(export(), "format", json!(format)));
+    }
+    assert_only_error(
+        &with(export(), "format", json!("argocd")),
+        r#"spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#,
+    );
+    // The key names the kubeconfig in the Kubeconfig shape only.
+    let keyed = with(
+        export(),
+        "targetSecretRef.key",
+        json!("workload.kubeconfig"),
+    );
+    assert_clean(&with(keyed.clone(), "format", json!("Kubeconfig")));
+    assert_only_error(
+        &with(keyed.clone(), "format", json!("FluxValue")),
+        r#"spec.targetSecretRef.key: Invalid value: "workload.kubeconfig": targetSecretRef.key applies only to format Kubeconfig; format FluxValue writes the keys its consumer reads"#,
+    );
+    let problem = |obj: Value| {
+        serde_json::from_value::<api::OmniKubeconfigExport>(obj)
+            .unwrap()
+            .spec_problem()
+    };
+    assert_eq!(
+        problem(with(export(), "format", json!("argocd"))).as_deref(),
+        Some("format must be one of Kubeconfig, ArgoCDCluster, FluxValue")
+    );
+    assert_eq!(
+        problem(with(keyed, "format", json!("ArgoCDCluster"))).as_deref(),
+        Some(
+            "targetSecretRef.key applies only to format Kubeconfig; format ArgoCDCluster writes the keys its consumer reads"
+        )
+    );
+}
+
+#[test]
 fn export_controller_spec_check_reports_first_problem() {
     let problem = |obj: Value| {
         serde_json::from_value::<api::OmniKubeconfigExport>(obj)

@@ -34,12 +34,30 @@ struct Env {
     _sim: RunningOmniSim,
     clock: Arc<TestClock>,
     metrics: Arc<Metrics>,
+    /// The workload cluster minted kubeconfigs point at, when the test has one.
+    workload: Option<kube_sim::server::RunningKubeSim>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Env {
     /// kube-sim, omni-sim and the operator with a test clock; the sample cluster Ready.
+    /// Minted kubeconfigs point at an address that resolves nowhere.
     async fn start() -> Env {
+        Self::start_with(None).await
+    }
+
+    /// Like [`Env::start`], with minted kubeconfigs pointing at a workload kube-sim that
+    /// accepts only the tokens omni-sim mints for the sample cluster.
+    async fn with_workload() -> Env {
+        let workload = kube_sim::server::KubeSim::builder()
+            .authenticator(Arc::new(support::OmniTokens("edge-sample".into())))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("workload kube-sim: {e}"));
+        Self::start_with(Some(workload)).await
+    }
+
+    async fn start_with(workload: Option<kube_sim::server::RunningKubeSim>) -> Env {
         let kube = kube_sim::server::KubeSim::builder()
             .start()
             .await
@@ -60,10 +78,14 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("namespace: {e}"));
-        let sim = OmniSim::builder()
+        let mut sim = OmniSim::builder()
             // Static machine IDs in these tests are not seeded: let them connect.
             .auto_register_machines(true)
-            .status_step(Duration::from_millis(20))
+            .status_step(Duration::from_millis(20));
+        if let Some(w) = &workload {
+            sim = sim.workload_provider(Arc::new(support::WorkloadAt(w.base_url.clone())));
+        }
+        let sim = sim
             .start()
             .await
             .unwrap_or_else(|e| panic!("omni-sim: {e}"));
@@ -97,6 +119,7 @@ impl Env {
             _sim: sim,
             clock,
             metrics,
+            workload,
             _stop: stop,
         };
         for mut doc in sample("01-omniconnection.yaml") {
@@ -795,5 +818,345 @@ async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
     assert!(
         !marker.exists(),
         "the planted exec plugin ran in the operator"
+    );
+}
+
+// ---- spec.format: the Secret shapes Argo CD and Flux read ----
+
+/// Argo CD's `ClusterConfig` as its declarative-setup documentation lists it: a `config` with
+/// any field Argo CD does not know fails to decode.
+#[derive(serde::Deserialize, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)] // Fields are read through Debug and the asserts below.
+struct ArgoClusterConfig {
+    username: Option<String>,
+    password: Option<String>,
+    bearer_token: Option<String>,
+    tls_client_config: Option<ArgoTlsClientConfig>,
+    aws_auth_config: Option<Value>,
+    exec_provider_config: Option<Value>,
+    disable_compression: Option<bool>,
+    proxy_url: Option<String>,
+}
+
+/// Argo CD's `TLSClientConfig` (`[]byte` fields are base64 strings in JSON).
+#[derive(serde::Deserialize, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(dead_code)]
+struct ArgoTlsClientConfig {
+    insecure: bool,
+    server_name: Option<String>,
+    cert_data: Option<String>,
+    key_data: Option<String>,
+    ca_data: Option<String>,
+}
+
+fn data_keys(s: &Secret) -> Vec<String> {
+    s.data.iter().flatten().map(|(k, _)| k.clone()).collect()
+}
+
+fn data_text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .unwrap_or_default()
+}
+
+/// A client built from a kubeconfig as any kube-rs/client-go consumer builds it.
+async fn client_from(kubeconfig: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap_or_else(|e| panic!("{e}"));
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const ARGOCD_LABEL: &str = "argocd.argoproj.io/secret-type";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
+    let env = Env::with_workload().await;
+    let server = env
+        .workload
+        .as_ref()
+        .map(|w| w.base_url.clone())
+        .unwrap_or_default();
+    env.export_with("argo", json!({"format": "ArgoCDCluster"}))
+        .await;
+    let e = wait_for(&env.api::<OmniKubeconfigExport>(), "argo", "Ready", ready).await;
+    let secret = env
+        .api::<Secret>()
+        .get("argo-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    assert_eq!(data_keys(&secret), ["config", "name", "server"]);
+    assert_eq!(
+        secret.labels().get(ARGOCD_LABEL).map(String::as_str),
+        Some("cluster")
+    );
+    assert_eq!(
+        data_text(&secret, "name"),
+        "edge-sample",
+        "the Omni cluster name"
+    );
+    assert_eq!(data_text(&secret, "server"), server);
+    let config: ArgoClusterConfig = serde_json::from_str(&data_text(&secret, "config"))
+        .unwrap_or_else(|e| panic!("config is not an Argo CD ClusterConfig: {e}"));
+    assert!(config.exec_provider_config.is_none() && config.aws_auth_config.is_none());
+    let tls = config
+        .tls_client_config
+        .as_ref()
+        .unwrap_or_else(|| panic!("no tlsClientConfig: {config:?}"));
+    assert!(!tls.insecure);
+    let token = config
+        .bearer_token
+        .clone()
+        .unwrap_or_else(|| panic!("no bearerToken"));
+
+    // Argo CD connects with server + bearerToken: the workload cluster knows who that is.
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: argo\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: argo\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
+    );
+    let (user, groups) = support::whoami(&client_from(&kubeconfig).await)
+        .await
+        .unwrap_or_else(|e| panic!("whoami: {e}"));
+    assert_eq!(user, "automation");
+    assert!(groups.contains(&"automation".to_string()), "{groups:?}");
+
+    assert_eq!(status_str(&e, "targetSecretKey"), "config");
+    assert_eq!(
+        Some(&status_str(&e, "kubeconfigHash")),
+        secret
+            .annotations()
+            .get("omni.texashpc.com/kubeconfig-hash")
+    );
+    let (_, _, message) = condition(&e, "Ready").unwrap_or_default();
+    assert!(message.contains("ArgoCDCluster"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluster() {
+    let env = Env::with_workload().await;
+    env.export_with("flux", json!({"format": "FluxValue"}))
+        .await;
+    let e = wait_for(&env.api::<OmniKubeconfigExport>(), "flux", "Ready", ready).await;
+    let secret = env
+        .api::<Secret>()
+        .get("flux-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    assert_eq!(data_keys(&secret), ["value"]);
+    assert!(!secret.labels().contains_key(ARGOCD_LABEL));
+    assert_eq!(status_str(&e, "targetSecretKey"), "value");
+
+    // What Flux does with `spec.kubeConfig.secretRef`: a client from the `value` key.
+    let client = client_from(&data_text(&secret, "value")).await;
+    let (user, groups) = support::whoami(&client)
+        .await
+        .unwrap_or_else(|e| panic!("whoami: {e}"));
+    assert_eq!(user, "automation");
+    assert!(groups.contains(&"automation".to_string()), "{groups:?}");
+    // The workload cluster does check: without the token it answers 401.
+    let server = env
+        .workload
+        .as_ref()
+        .map(|w| w.base_url.clone())
+        .unwrap_or_default();
+    let anonymous = kube::Client::try_from(kube::Config::new(
+        server.parse().unwrap_or_else(|e| panic!("{e}")),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    match support::whoami(&anonymous).await {
+        Err(kube::Error::Api(s)) if s.code == 401 => {}
+        other => panic!("expected 401 without credentials, got {other:?}"),
+    }
+}
+
+/// Creates an export in `format`, checks that nothing is minted or written a second before
+/// `expiry − renewBefore`, and that at that moment the Secret is rewritten in the same shape
+/// (`keys`) with a `KubeconfigRotated` Event. Minted kubeconfigs reach a real workload
+/// kube-sim, so the reuse probe works on what the shape stored.
+async fn rotated_in_shape(format: &str, keys: &[&str]) {
+    let env = Env::with_workload().await;
+    let t0 = env.clock.now();
+    env.export_with("rot", json!({"format": format})).await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    let first = wait_for(&exports, "rot", "Ready", ready).await;
+    let next = t0 + jiff::SignedDuration::from_secs(50 * 60);
+    assert_eq!(status_time(&first, "lastRotationTime"), Some(t0));
+    assert_eq!(status_time(&first, "nextRotationTime"), Some(next));
+    let secrets = env.api::<Secret>();
+    let before = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(data_keys(&before), keys);
+
+    env.clock.set(next - jiff::SignedDuration::from_secs(1));
+    env.poke("rot", 1).await;
+    env.poke("rot", 2).await;
+    let unchanged = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        unchanged.resource_version(),
+        before.resource_version(),
+        "the stored {format} Secret was not reused before its rotation"
+    );
+    assert_eq!(env.rotated_events("rot").await, 0);
+
+    env.clock.set(next);
+    env.poke("rot", 3).await;
+    let rotated = wait_for(&exports, "rot", "rotated at the planned time", |e| {
+        status_time(e, "lastRotationTime") == Some(next)
+    })
+    .await;
+    assert_eq!(
+        status_time(&rotated, "nextRotationTime"),
+        Some(next + jiff::SignedDuration::from_secs(50 * 60))
+    );
+    let after = secrets
+        .get("rot-kubeconfig")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(after.resource_version(), before.resource_version());
+    assert_eq!(data_keys(&after), keys);
+    assert_eq!(
+        after
+            .annotations()
+            .get("omni.texashpc.com/kubeconfig-last-rotation-time")
+            .map(String::as_str),
+        Some(next.to_string().as_str())
+    );
+    assert_eq!(
+        Some(&status_str(&rotated, "kubeconfigHash")),
+        after.annotations().get("omni.texashpc.com/kubeconfig-hash")
+    );
+    let until = Instant::now() + WAIT;
+    while env.rotated_events("rot").await == 0 {
+        assert!(Instant::now() < until, "no Event announced the rotation");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argocd_cluster_secret_is_rotated_in_its_shape() {
+    rotated_in_shape("ArgoCDCluster", &["config", "name", "server"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flux_value_secret_is_rotated_in_its_shape() {
+    rotated_in_shape("FluxValue", &["value"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_change_rewrites_the_secret_in_the_new_shape() {
+    let env = Env::start().await;
+    let exports = env.api::<OmniKubeconfigExport>();
+    let secrets = env.api::<Secret>();
+    env.export_with("shape", json!({})).await;
+    wait_for(&exports, "shape", "Ready", ready).await;
+    // A key of someone else's survives every change of shape.
+    secrets
+        .patch(
+            "shape-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"notes": "kept"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    for (format, keys, argocd) in [
+        (
+            json!("ArgoCDCluster"),
+            vec!["config", "name", "notes", "server"],
+            true,
+        ),
+        (json!("FluxValue"), vec!["notes", "value"], false),
+        // Removing the field is the default shape again.
+        (Value::Null, vec!["kubeconfig", "notes"], false),
+    ] {
+        exports
+            .patch(
+                "shape",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"format": format}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let secret = wait_for(&secrets, "shape-kubeconfig", "in the new shape", |s| {
+            data_keys(s) == keys
+        })
+        .await;
+        assert_eq!(
+            secret.labels().contains_key(ARGOCD_LABEL),
+            argocd,
+            "{format}: {:?}",
+            secret.labels()
+        );
+        assert_eq!(data_text(&secret, "notes"), "kept");
+        let e = wait_for(&exports, "shape", "Ready for the new shape", |e| {
+            ready(e)
+                && e.status.as_ref().and_then(|s| s.observed_generation) == e.metadata.generation
+        })
+        .await;
+        assert_eq!(
+            Some(&status_str(&e, "kubeconfigHash")),
+            secret
+                .annotations()
+                .get("omni.texashpc.com/kubeconfig-hash"),
+            "{format}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_an_unknown_format_naming_the_field() {
+    let (_kube, client) = support::kube_sim().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in omni_operator::api::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|e| panic!("CRD: {e}"));
+    }
+    let exports: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &kube::discovery::ApiResource::erase::<OmniKubeconfigExport>(&()),
+    );
+    let export: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniKubeconfigExport",
+        "metadata": {"name": "typo", "namespace": "default"},
+        "spec": {
+            "clusterRef": {"name": "edge"},
+            "targetSecretRef": {"name": "edge-kc"},
+            "serviceAccount": {"user": "u", "groups": ["g"]},
+            "ttl": "1h",
+            "deletionPolicy": "Delete",
+            "format": "argocd",
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let until = Instant::now() + WAIT;
+    let refusal = loop {
+        match exports.create(&PostParams::default(), &export).await {
+            Err(kube::Error::Api(s)) if s.code == 404 && Instant::now() < until => {
+                // The CRD is not served yet.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(kube::Error::Api(s)) => break s,
+            other => panic!("an unknown format was stored: {other:?}"),
+        }
+    };
+    assert_eq!(refusal.code, 422);
+    assert!(
+        refusal.message.contains("spec.format") && refusal.message.contains("ArgoCDCluster"),
+        "{}",
+        refusal.message
     );
 }

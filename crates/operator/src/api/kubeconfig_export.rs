@@ -2,7 +2,7 @@
 //! a Secret of the management cluster.
 
 use kube::CustomResource;
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
@@ -92,6 +92,59 @@ pub struct OmniKubeconfigExportSpec {
     /// `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
     pub deletion_policy: String,
+    /// Shape of the target Secret: `Kubeconfig` (the default) writes the kubeconfig under
+    /// `targetSecretRef.key`; `ArgoCDCluster` writes an Argo CD cluster Secret (`name`, `server`,
+    /// `config`, labelled `argocd.argoproj.io/secret-type: cluster`); `FluxValue` writes the
+    /// kubeconfig under `value`, the key Flux's `spec.kubeConfig.secretRef` reads by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "export_format_schema")]
+    pub format: Option<String>,
+}
+
+fn export_format_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ExportFormat::VALUES })
+}
+
+/// The shape of the Secret an export writes (`spec.format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// The kubeconfig under `targetSecretRef.key` (the default, and the only shape before
+    /// `spec.format` existed).
+    Kubeconfig,
+    /// An Argo CD declarative cluster Secret.
+    ArgoCdCluster,
+    /// The kubeconfig under `value`, as Flux reads a remote cluster's kubeconfig.
+    FluxValue,
+}
+
+impl ExportFormat {
+    /// Accepted spellings of `spec.format`.
+    pub const VALUES: [&'static str; 3] = ["Kubeconfig", "ArgoCDCluster", "FluxValue"];
+
+    /// Parses the exact spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Kubeconfig" => Some(Self::Kubeconfig),
+            "ArgoCDCluster" => Some(Self::ArgoCdCluster),
+            "FluxValue" => Some(Self::FluxValue),
+            _ => None,
+        }
+    }
+
+    /// The spelling in `spec.format`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kubeconfig => "Kubeconfig",
+            Self::ArgoCdCluster => "ArgoCDCluster",
+            Self::FluxValue => "FluxValue",
+        }
+    }
+}
+
+impl std::fmt::Display for ExportFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Where the exported kubeconfig is stored.
@@ -155,7 +208,8 @@ pub struct OmniKubeconfigExportStatus {
     /// Namespace of that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_secret_namespace: Option<String>,
-    /// Data key of the kubeconfig in that Secret.
+    /// Data key of the kubeconfig in that Secret (`value` for format `FluxValue`, `config` for
+    /// `ArgoCDCluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_secret_key: Option<String>,
     /// User embedded in the kubeconfig.
@@ -164,7 +218,8 @@ pub struct OmniKubeconfigExportStatus {
     /// Groups embedded in the kubeconfig.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_account_groups: Vec<String>,
-    /// Lowercase hex SHA-256 of the kubeconfig stored in the Secret.
+    /// Lowercase hex SHA-256 of the kubeconfig stored in the Secret (for format
+    /// `ArgoCDCluster`, of its `name`, `server` and `config` together).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_hash: Option<String>,
     /// When the exported kubeconfig expires.
@@ -197,6 +252,24 @@ impl OmniKubeconfigExport {
             default_kubeconfig_key()
         } else {
             key.to_string()
+        }
+    }
+
+    /// Parsed `spec.format`: `Kubeconfig` when absent, `None` for an unknown value.
+    pub fn format(&self) -> Option<ExportFormat> {
+        match self.spec.format.as_deref() {
+            None => Some(ExportFormat::Kubeconfig),
+            Some(f) => ExportFormat::parse(f),
+        }
+    }
+
+    /// Data key holding the credential in the target Secret: the kubeconfig key for
+    /// `Kubeconfig`, `value` for `FluxValue`, `config` for `ArgoCDCluster`.
+    pub fn credential_key(&self) -> String {
+        match self.format() {
+            Some(ExportFormat::FluxValue) => "value".to_string(),
+            Some(ExportFormat::ArgoCdCluster) => "config".to_string(),
+            _ => self.effective_target_key(),
         }
     }
 
@@ -246,6 +319,10 @@ impl OmniKubeconfigExport {
             && sa.groups.iter().any(|g| g.trim() == CLUSTER_ADMIN_GROUP)
         {
             "system:masters requires serviceAccount.allowClusterAdmin: true".to_string()
+        } else if self.format().is_none() {
+            format!("format must be one of {}", ExportFormat::VALUES.join(", "))
+        } else if let Some(problem) = self.key_format_problem() {
+            problem
         } else {
             match (self.ttl(), self.renew_before()) {
                 (Err(_), _) => duration_error("spec.ttl", "ttl", &spec.ttl).detail,
@@ -274,6 +351,21 @@ impl OmniKubeconfigExport {
     }
 }
 
+impl OmniKubeconfigExport {
+    /// `targetSecretRef.key` names the kubeconfig's key in the `Kubeconfig` shape only; the
+    /// other shapes have the keys their consumer reads, so a key set with them is a mistake.
+    fn key_format_problem(&self) -> Option<String> {
+        let format = self.format()?;
+        (format != ExportFormat::Kubeconfig
+            && self.spec.target_secret_ref.key.trim() != default_kubeconfig_key())
+        .then(|| {
+            format!(
+                "targetSecretRef.key applies only to format Kubeconfig; format {format} writes the keys its consumer reads"
+            )
+        })
+    }
+}
+
 /// What the spec hash covers (parity §6.4); field order is part of the hash.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -286,12 +378,17 @@ struct SpecHashPayload<'a> {
     service_account_user: &'a str,
     service_account_groups: &'a [String],
     ttl: String,
+    /// Absent for `Kubeconfig`, so the hashes of exports written before `spec.format` existed
+    /// (and the original operator's) stay as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<&'static str>,
 }
 
 impl OmniKubeconfigExport {
     /// Lowercase hex SHA-256 of everything that shapes the exported kubeconfig: the remote
     /// cluster name (`cluster_name`, the OmniCluster's effective name), effective target key,
-    /// context namespace, user, groups (in spec order) and ttl (in Go's `24h0m0s` form). A change
+    /// context namespace, user, groups (in spec order), ttl (in Go's `24h0m0s` form) and the
+    /// format unless it is `Kubeconfig`. A change
     /// of this hash forces a new export; Secret name/namespace, `renewBefore`,
     /// `deletionPolicy` and `allowClusterAdmin` are deliberately not covered.
     pub fn spec_hash(&self, cluster_name: &str) -> Result<String, super::duration::DurationError> {
@@ -303,6 +400,10 @@ impl OmniKubeconfigExport {
             service_account_user: &self.spec.service_account.user,
             service_account_groups: &self.spec.service_account.groups,
             ttl: self.ttl()?.to_string(),
+            format: self
+                .format()
+                .filter(|f| *f != ExportFormat::Kubeconfig)
+                .map(ExportFormat::as_str),
         };
         // Serialising borrowed strings into JSON cannot fail.
         let json = serde_json::to_string(&payload).unwrap_or_default();
@@ -465,6 +566,22 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
         }
     }
     validate_delete_orphan(&spec.deletion_policy, &mut v);
+    match spec.format.as_deref() {
+        Some(f) if ExportFormat::parse(f).is_none() => v.push(FieldError::not_supported(
+            "spec.format",
+            f,
+            &ExportFormat::VALUES,
+        )),
+        _ => {
+            if let Some(problem) = new.key_format_problem() {
+                v.push(FieldError::invalid(
+                    "spec.targetSecretRef.key",
+                    &spec.target_secret_ref.key,
+                    problem,
+                ));
+            }
+        }
+    }
     if sa.allow_cluster_admin && cluster_admin_requested {
         v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
     }
@@ -527,6 +644,27 @@ mod tests {
         let mut spec = base();
         spec["targetSecretRef"]["key"] = "workload.kubeconfig".into();
         assert_ne!(h(spec, "edge"), original);
+    }
+
+    #[test]
+    fn spec_hash_covers_the_format_but_not_the_default_spelled_out() {
+        let h = |format: Option<&str>| {
+            let mut spec = base();
+            if let Some(f) = format {
+                spec["format"] = f.into();
+            }
+            export(spec).spec_hash("edge").unwrap()
+        };
+        let absent = h(None);
+        assert_eq!(
+            h(Some("Kubeconfig")),
+            absent,
+            "existing exports keep their hash"
+        );
+        let (flux, argo) = (h(Some("FluxValue")), h(Some("ArgoCDCluster")));
+        assert_ne!(flux, absent);
+        assert_ne!(argo, absent);
+        assert_ne!(flux, argo);
     }
 
     #[test]

@@ -36,11 +36,12 @@ use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
 };
 use crate::api::duration::GoDuration;
-use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
+use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 use crate::delete_guard::{Deleted, delete_observed};
+use crate::export_format;
 use crate::metrics::{ResourceInfo, RpcOutcome};
 
 /// Re-check while a dependency is missing.
@@ -57,6 +58,9 @@ const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-has
 const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
 const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
 const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
+/// The shape last written (`spec.format`), absent for `Kubeconfig`: a format change removes the
+/// keys (and the Argo CD label) of the old shape.
+const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
 
 /// Finalizer the export keeps on the Secret it writes. A Secret being deleted (by hand, by a
 /// namespace deletion) stays while an OmniHelmRelease or OmniSecretSync still needs it as its
@@ -221,20 +225,27 @@ pub struct Stored {
     pub next_rotation: jiff::Timestamp,
 }
 
-/// Pure part of reuse (parity §6.7 step 9, before the probe).
+/// Pure part of reuse (parity §6.7 step 9, before the probe): the stored data of the shape
+/// `format` (`key` is the kubeconfig key of the `Kubeconfig` shape).
 pub fn reusable(
     secret: &Secret,
+    format: ExportFormat,
     key: &str,
     spec_hash: &str,
     renew_before: Option<GoDuration>,
     now: jiff::Timestamp,
 ) -> Option<Stored> {
-    let data = secret.data.as_ref()?.get(key).filter(|b| !b.0.is_empty())?;
+    let data: BTreeMap<String, &[u8]> = secret
+        .data
+        .as_ref()?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.as_slice()))
+        .collect();
     let a = secret.annotations();
     if a.get(SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
         return None;
     }
-    let hash = sha256_hex(&data.0);
+    let hash = export_format::data_hash(format, key, &data)?;
     if a.get(HASH_ANNOTATION) != Some(&hash) {
         return None;
     }
@@ -281,18 +292,29 @@ pub fn with_context_namespace(kubeconfig: &[u8], namespace: &str) -> Result<Vec<
 }
 
 /// Builds the Secret to write: the existing one (or a new Opaque one) with operator labels,
-/// annotations and `data[key]` set. Third-party metadata and other keys are kept.
+/// annotations and `data` (the shape `format`, see [`export_format`]) set. Third-party metadata
+/// and other keys are kept; the keys of a shape this export wrote before are removed.
 #[allow(clippy::too_many_arguments)]
 pub fn build_target(
     export: &OmniKubeconfigExport,
     existing: Option<&Secret>,
     cluster_name: &str,
     spec_hash: &str,
-    kubeconfig: &[u8],
+    format: ExportFormat,
+    data: &BTreeMap<String, Vec<u8>>,
     expiration: jiff::Timestamp,
     now: jiff::Timestamp,
 ) -> Secret {
     let key = export.effective_target_key();
+    let owned = existing.is_some_and(|s| is_owned(s, export));
+    // What this export wrote last time (only an owned Secret's record is believed).
+    let old_format = match existing.filter(|_| owned) {
+        Some(s) => match s.annotations().get(FORMAT_ANNOTATION) {
+            Some(f) => ExportFormat::parse(f),
+            None => Some(ExportFormat::Kubeconfig),
+        },
+        None => None,
+    };
     let mut secret = existing.cloned().unwrap_or_else(|| Secret {
         metadata: ObjectMeta {
             name: Some(export.spec.target_secret_ref.name.clone()),
@@ -309,6 +331,15 @@ pub fn build_target(
         export.metadata.uid.clone().unwrap_or_default(),
     );
     labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    if format == ExportFormat::ArgoCdCluster {
+        labels.insert(
+            export_format::ARGOCD_SECRET_TYPE.0.into(),
+            export_format::ARGOCD_SECRET_TYPE.1.into(),
+        );
+    } else if old_format == Some(ExportFormat::ArgoCdCluster) {
+        // Argo CD must no longer take it for a cluster.
+        labels.remove(export_format::ARGOCD_SECRET_TYPE.0);
+    }
     let a = secret
         .metadata
         .annotations
@@ -320,7 +351,15 @@ pub fn build_target(
         export.namespace().unwrap_or_default(),
     );
     a.insert(SPEC_HASH_ANNOTATION.into(), spec_hash.into());
-    a.insert(HASH_ANNOTATION.into(), sha256_hex(kubeconfig));
+    a.insert(
+        HASH_ANNOTATION.into(),
+        export_format::data_hash(format, &key, data).unwrap_or_default(),
+    );
+    if format == ExportFormat::Kubeconfig {
+        a.remove(FORMAT_ANNOTATION);
+    } else {
+        a.insert(FORMAT_ANNOTATION.into(), format.as_str().into());
+    }
     a.insert(
         EXPIRATION_ANNOTATION.into(),
         whole_seconds(expiration).to_string(),
@@ -330,16 +369,33 @@ pub fn build_target(
         whole_seconds(now).to_string(),
     );
     let st = export.status.clone().unwrap_or_default();
-    let data = secret.data.get_or_insert_with(BTreeMap::new);
-    // A changed key moves the kubeconfig rather than leaving a stale copy behind.
-    if let Some(old_key) = st.target_secret_key
-        && st.target_secret_ref.as_deref() == Some(export.spec.target_secret_ref.name.as_str())
-        && old_key != key
-        && existing.is_some_and(|s| is_owned(s, export))
-    {
-        data.remove(&old_key);
+    let stored = secret.data.get_or_insert_with(BTreeMap::new);
+    // A changed key or format moves the credential rather than leaving a stale copy behind.
+    if let Some(old_format) = old_format {
+        let old_keys: Vec<String> = match old_format {
+            // The key of the last export is in status; with another format now, `key` is the
+            // Kubeconfig shape's key too (admission allows only the default there), which
+            // covers a status rewritten by a failed attempt in between.
+            ExportFormat::Kubeconfig => st
+                .target_secret_key
+                .filter(|_| {
+                    st.target_secret_ref.as_deref()
+                        == Some(export.spec.target_secret_ref.name.as_str())
+                })
+                .into_iter()
+                .chain((format != ExportFormat::Kubeconfig).then(|| key.clone()))
+                .collect(),
+            other => export_format::shape_keys(other, &key),
+        };
+        for old_key in old_keys {
+            if !data.contains_key(&old_key) {
+                stored.remove(&old_key);
+            }
+        }
     }
-    data.insert(key, ByteString(kubeconfig.to_vec()));
+    for (k, v) in data {
+        stored.insert(k.clone(), ByteString(v.clone()));
+    }
     if secret.metadata.deletion_timestamp.is_none() {
         with_hold(&mut secret);
     }
@@ -360,7 +416,7 @@ impl Draft {
         s.cluster_ref = Some(e.spec.cluster_ref.name.clone());
         s.target_secret_ref = Some(e.spec.target_secret_ref.name.clone());
         s.target_secret_namespace = Some(e.effective_target_namespace());
-        s.target_secret_key = Some(e.effective_target_key());
+        s.target_secret_key = Some(e.credential_key());
         s.service_account_user = Some(e.spec.service_account.user.clone());
         s.service_account_groups = e.spec.service_account.groups.clone();
         Self {
@@ -612,6 +668,18 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             .spec_hash(&cluster_name)
             .map_err(|err| Error::Remote(err.to_string()))?;
         let key = e.effective_target_key();
+        // spec_problem() refused an unknown format above.
+        let format = e.format().unwrap_or(ExportFormat::Kubeconfig);
+        let exported = format!(
+            "exported kubeconfig to Secret \"{}/{}\" {}",
+            e.effective_target_namespace(),
+            e.spec.target_secret_ref.name,
+            match format {
+                ExportFormat::Kubeconfig => format!("key {key:?}"),
+                ExportFormat::FluxValue => "key \"value\" (format FluxValue)".to_string(),
+                ExportFormat::ArgoCdCluster => "as an Argo CD cluster (format ArgoCDCluster)".to_string(),
+            }
+        );
 
         // Previous target under Delete (renamed or moved): remove it if ours.
         let st = e.status.clone().unwrap_or_default();
@@ -653,15 +721,15 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
                 // poll so an adoption annotation is noticed.
                 return Ok(Action::requeue(RETRY));
             }
-            if let Some(stored) = reusable(s, &key, &spec_hash, renew_before, now) {
-                let bytes = s.data.as_ref().and_then(|m| m.get(&key)).map(|b| b.0.clone()).unwrap_or_default();
+            if let Some(stored) = reusable(s, format, &key, &spec_hash, renew_before, now) {
+                let data: BTreeMap<String, Vec<u8>> = s.data.iter().flatten().map(|(k, v)| (k.clone(), v.0.clone())).collect();
+                let bytes = export_format::stored_kubeconfig(format, &key, &data).unwrap_or_default();
                 if !probe_rejects(&bytes).await {
                     d.s.kubeconfig_hash = Some(stored.hash);
                     d.s.expiration_time = Some(stored.expiration);
                     d.s.last_rotation_time = stored.last_rotation;
                     d.s.next_rotation_time = Some(stored.next_rotation);
-                    let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
-                    d.outcome(true, reasons::EXPORTED, &m);
+                    d.outcome(true, reasons::EXPORTED, &exported);
                     write(&ctx, &e, d).await?;
                     return Ok(requeue(now, stored.next_rotation, ctx.min_interval));
                 }
@@ -711,7 +779,15 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             }
         };
         let (expiration, next) = rotation_times(now, ttl, renew_before);
-        let secret = build_target(&e, existing.as_ref(), &cluster_name, &spec_hash, &kubeconfig, expiration, now);
+        let data = match export_format::secret_data(format, &key, &cluster_name, &kubeconfig) {
+            Ok(data) => data,
+            Err(err) => {
+                let m = failed(&mut d, err.to_string());
+                write(&ctx, &e, d).await?;
+                return Err(Error::Remote(m));
+            }
+        };
+        let secret = build_target(&e, existing.as_ref(), &cluster_name, &spec_hash, format, &data, expiration, now);
         let pp = PostParams::default();
         let written = match &existing {
             Some(_) => secrets.replace(&target_name, &pp, &secret).await,
@@ -722,12 +798,11 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             write(&ctx, &e, d).await?;
             return Err(Error::Remote(m));
         }
-        d.s.kubeconfig_hash = Some(sha256_hex(&kubeconfig));
+        d.s.kubeconfig_hash = export_format::data_hash(format, &key, &data);
         d.s.expiration_time = Some(expiration);
         d.s.last_rotation_time = Some(now);
         d.s.next_rotation_time = Some(next);
-        let m = format!("exported kubeconfig to Secret \"{target_ns}/{target_name}\" key {key:?}");
-        d.outcome(true, reasons::EXPORTED, &m);
+        d.outcome(true, reasons::EXPORTED, &exported);
         write(&ctx, &e, d).await?;
         if existing.is_some() {
             // Conditions stay Exported=True across a rotation, so no condition Event marks it;
@@ -885,20 +960,41 @@ mod tests {
             (EXPIRATION_ANNOTATION.to_string(), at(100).to_string()),
         ]));
         let rb = Some(GoDuration::from_secs(20));
-        let stored = reusable(&s, "kubeconfig", "spec", rb, at(10));
+        let stored = reusable(
+            &s,
+            ExportFormat::Kubeconfig,
+            "kubeconfig",
+            "spec",
+            rb,
+            at(10),
+        );
         assert_eq!(stored.map(|x| x.next_rotation), Some(at(80)));
         assert_eq!(
-            reusable(&s, "kubeconfig", "spec", rb, at(80)),
+            reusable(
+                &s,
+                ExportFormat::Kubeconfig,
+                "kubeconfig",
+                "spec",
+                rb,
+                at(80)
+            ),
             None,
             "due at the boundary"
         );
         assert_eq!(
-            reusable(&s, "kubeconfig", "other", rb, at(10)),
+            reusable(
+                &s,
+                ExportFormat::Kubeconfig,
+                "kubeconfig",
+                "other",
+                rb,
+                at(10)
+            ),
             None,
             "spec changed"
         );
         assert_eq!(
-            reusable(&s, "other", "spec", rb, at(10)),
+            reusable(&s, ExportFormat::Kubeconfig, "other", "spec", rb, at(10)),
             None,
             "key missing"
         );
@@ -947,9 +1043,11 @@ mod tests {
             },
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let first = build_target(&export, None, "c", "h", b"k", at(10), at(0));
+        let data = BTreeMap::from([("kubeconfig".to_string(), b"k".to_vec())]);
+        let kc = ExportFormat::Kubeconfig;
+        let first = build_target(&export, None, "c", "h", kc, &data, at(10), at(0));
         assert!(holds(&first));
-        let again = build_target(&export, Some(&first), "c", "h", b"k", at(10), at(0));
+        let again = build_target(&export, Some(&first), "c", "h", kc, &data, at(10), at(0));
         assert_eq!(again.finalizers(), [IN_USE_FINALIZER.to_string()]);
     }
 
@@ -971,5 +1069,109 @@ mod tests {
             with_context_namespace(missing.as_bytes(), "team"),
             Err(r#"generated kubeconfig current context "zz" was not found"#.to_string())
         );
+    }
+
+    fn export_in(format: &str) -> OmniKubeconfigExport {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": "e", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "clusterRef": {"name": "c"}, "targetSecretRef": {"name": "kc"},
+                "serviceAccount": {"user": "u", "groups": ["g"]}, "ttl": "1h",
+                "deletionPolicy": "Delete", "format": format,
+            },
+            "status": {"targetSecretRef": "kc", "targetSecretKey": "kubeconfig"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn keys(s: &Secret) -> Vec<String> {
+        s.data.iter().flatten().map(|(k, _)| k.clone()).collect()
+    }
+
+    #[test]
+    fn a_format_change_replaces_the_old_shape_and_keeps_other_keys() {
+        let kc = b"apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: c\n  cluster:\n    server: https://w.example\ncontexts:\n- name: w\n  context: {cluster: c, user: u}\nusers:\n- name: u\n  user: {token: t}\n";
+        let shape = |format| {
+            export_format::secret_data(format, "kubeconfig", "c", kc)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let write = |format: ExportFormat, existing: Option<&Secret>| {
+            let mut s = build_target(
+                &export_in(format.as_str()),
+                existing,
+                "c",
+                "h",
+                format,
+                &shape(format),
+                at(10),
+                at(0),
+            );
+            s.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert("notes".into(), ByteString(b"mine".to_vec()));
+            s
+        };
+        let plain = write(ExportFormat::Kubeconfig, None);
+        assert_eq!(keys(&plain), ["kubeconfig", "notes"]);
+        assert!(!plain.annotations().contains_key(FORMAT_ANNOTATION));
+
+        let argo = write(ExportFormat::ArgoCdCluster, Some(&plain));
+        assert_eq!(keys(&argo), ["config", "name", "notes", "server"]);
+        assert_eq!(
+            argo.labels()
+                .get("argocd.argoproj.io/secret-type")
+                .map(String::as_str),
+            Some("cluster")
+        );
+        assert_eq!(
+            argo.annotations().get(HASH_ANNOTATION),
+            export_format::data_hash(
+                ExportFormat::ArgoCdCluster,
+                "kubeconfig",
+                &shape(ExportFormat::ArgoCdCluster)
+            )
+            .as_ref()
+        );
+
+        let flux = write(ExportFormat::FluxValue, Some(&argo));
+        assert_eq!(keys(&flux), ["notes", "value"]);
+        assert!(!flux.labels().contains_key("argocd.argoproj.io/secret-type"));
+        assert_eq!(
+            flux.annotations()
+                .get(FORMAT_ANNOTATION)
+                .map(String::as_str),
+            Some("FluxValue")
+        );
+
+        let back = write(ExportFormat::Kubeconfig, Some(&flux));
+        assert_eq!(keys(&back), ["kubeconfig", "notes"]);
+        assert!(!back.annotations().contains_key(FORMAT_ANNOTATION));
+    }
+
+    #[test]
+    fn a_secret_the_export_does_not_own_loses_no_key_to_a_format_change() {
+        let mut theirs = Secret::default();
+        theirs.metadata.annotations = Some(BTreeMap::from([(
+            FORMAT_ANNOTATION.to_string(),
+            "ArgoCDCluster".to_string(),
+        )]));
+        theirs.data = Some(BTreeMap::from([(
+            "name".to_string(),
+            ByteString(b"theirs".to_vec()),
+        )]));
+        let data = BTreeMap::from([("value".to_string(), b"k".to_vec())]);
+        let adopted = build_target(
+            &export_in("FluxValue"),
+            Some(&theirs),
+            "c",
+            "h",
+            ExportFormat::FluxValue,
+            &data,
+            at(10),
+            at(0),
+        );
+        assert_eq!(keys(&adopted), ["name", "value"]);
     }
 }

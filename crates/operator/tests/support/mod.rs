@@ -328,3 +328,69 @@ impl omni_operator::controllers::Clock for TestClock {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// Points every kubeconfig omni-sim mints at one workload API server.
+pub struct WorkloadAt(pub String);
+
+impl omni_sim::WorkloadProvider for WorkloadAt {
+    fn endpoint(&self, _cluster: &str) -> omni_sim::WorkloadEndpoint {
+        omni_sim::WorkloadEndpoint {
+            server: self.0.clone(),
+            ca_data: None,
+        }
+    }
+}
+
+/// Accepts the unexpired bearer tokens omni-sim mints for the cluster named here, as the
+/// workload cluster behind Omni does; any other request is a 401.
+pub struct OmniTokens(pub String);
+
+impl kube_sim::request::Authenticator for OmniTokens {
+    fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        _peer_cert_der: Option<&[u8]>,
+    ) -> Option<kube_sim::request::UserInfo> {
+        let token = headers
+            .get(http::header::AUTHORIZATION)?
+            .to_str()
+            .ok()?
+            .strip_prefix("Bearer ")?;
+        let claims = omni_sim::token::decode(token)?;
+        if claims.cluster != self.0 || claims.is_expired(jiff::Timestamp::now()) {
+            return None;
+        }
+        let mut groups = claims.groups;
+        groups.push("system:authenticated".to_owned());
+        Some(kube_sim::request::UserInfo {
+            name: claims.user,
+            groups,
+        })
+    }
+}
+
+/// `(user, groups)` the API server behind `client` authenticates it as (`kubectl auth whoami`).
+pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube::Error> {
+    let request = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "SelfSubjectReview",
+            }))
+            .unwrap_or_default(),
+        )
+        .unwrap_or_else(|e| panic!("request: {e}"));
+    let review: serde_json::Value = client.request(request).await?;
+    let info = &review["status"]["userInfo"];
+    let groups = info["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(String::from))
+        .collect();
+    Ok((
+        info["username"].as_str().unwrap_or_default().to_string(),
+        groups,
+    ))
+}

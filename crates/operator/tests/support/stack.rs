@@ -34,18 +34,6 @@ pub const CONNECTION: &str = "omni";
 pub const CLUSTER: &str = "prod";
 const GROUP: &str = "omni.texashpc.com";
 
-/// Points every minted kubeconfig at the workload kube-sim.
-struct Workload(String);
-
-impl omni_sim::WorkloadProvider for Workload {
-    fn endpoint(&self, _cluster: &str) -> omni_sim::WorkloadEndpoint {
-        omni_sim::WorkloadEndpoint {
-            server: self.0.clone(),
-            ca_data: None,
-        }
-    }
-}
-
 /// The emulators, the chart repository and the directories helm uses.
 pub struct Stack {
     pub ns: String,
@@ -117,7 +105,7 @@ impl Stack {
             // Static machine IDs in these tests are not seeded: let them connect.
             .auto_register_machines(true)
             .status_step(Duration::from_millis(20))
-            .workload_provider(Arc::new(Workload(workload.base_url.clone())))
+            .workload_provider(Arc::new(super::WorkloadAt(workload.base_url.clone())))
             .start()
             .await
             .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
