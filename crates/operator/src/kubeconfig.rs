@@ -184,7 +184,8 @@ impl WorkloadKubeconfig {
         )
         .await
         .map_err(|e| e.to_string())?;
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+        crate::api_client::client(config, crate::api_client::WORKLOAD_MAX_IN_FLIGHT)
+            .map_err(|e| e.to_string())
     }
 }
 

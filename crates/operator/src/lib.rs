@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod api_client;
 pub mod baseline;
 pub mod cli;
 pub mod controllers;

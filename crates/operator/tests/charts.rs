@@ -223,6 +223,7 @@ fn deployment_arguments_parse_as_run_flags() {
         &["watch.clusterWide=true"][..],
         &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
         &["helmMaxConcurrent=8", "secretSyncResyncInterval=0"][..],
+        &["kubeApiMaxInFlight=64"][..],
         &["metrics.secure=true"][..],
         &["metrics.secure=true", "metrics.certSecretName=metrics-tls"][..],
         &[
@@ -343,6 +344,7 @@ fn the_values_schema_rejects_what_the_operator_would_refuse() {
     for (set, field) in [
         ("helmMaxConcurrent=0", "helmMaxConcurrent"),
         ("helmMaxConcurrent=100", "helmMaxConcurrent"),
+        ("kubeApiMaxInFlight=0", "kubeApiMaxInFlight"),
         (
             "secretSyncResyncInterval=5minutes",
             "secretSyncResyncInterval",

@@ -101,6 +101,10 @@ pub struct Args {
     /// Most helm processes running at once (each release runs at most one at a time).
     #[arg(long, env = "HELM_MAX_CONCURRENT", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub helm_max_concurrent: u16,
+    /// Most requests in flight to the Kubernetes API at once (watches aside); more wait their
+    /// turn instead of each opening a connection (see docs/performance.md).
+    #[arg(long, env = "KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::api_client::MANAGEMENT_MAX_IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub kube_api_max_in_flight: u16,
     /// How often an in-sync OmniSecretSync re-reads its workload copy to repair drift (Go
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
@@ -361,8 +365,10 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let config = config_from_args(&args)?;
     crate::baseline::install(args.baseline_quirks.unwrap_or_default());
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
+        .context("connect to the Kubernetes API")?;
+    let client = crate::api_client::client(kube_config, usize::from(args.kube_api_max_in_flight))
         .context("connect to the Kubernetes API")?;
     run_operator(config, client, shutdown_signal()).await?;
     Ok(std::process::ExitCode::SUCCESS)

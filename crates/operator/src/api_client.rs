@@ -1,0 +1,163 @@
+//! Kubernetes API clients with a bound on requests in flight.
+//!
+//! kube-rs speaks HTTP/1.1, one request per connection at a time, and its connection pool opens
+//! a new connection whenever every pooled one is busy. A cold start reconciles every object at
+//! once, so without a bound the operator held one TLS connection (with its buffers) per request
+//! in flight: 780 connections at 100 clusters, and at 1,000 clusters more memory than the
+//! machine had (`omni-bench`, docs/performance.md). A request beyond the bound waits for a
+//! permit, which costs a few bytes, not a connection. Watches are long-lived and never wait:
+//! they hold their own connection for as long as they run.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use kube::client::{Body, ClientBuilder};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::buffer::Buffer;
+use tower::{BoxError, Layer, Service, ServiceExt as _};
+
+/// Requests in flight to the management cluster's API server (watches not counted), unless
+/// `--kube-api-max-in-flight` says otherwise.
+pub const MANAGEMENT_MAX_IN_FLIGHT: usize = 32;
+
+/// Requests in flight to one workload cluster's API server.
+pub const WORKLOAD_MAX_IN_FLIGHT: usize = 8;
+
+/// Requests a client queues before its callers wait to hand over more (kube-rs' own figure).
+const QUEUE: usize = 1024;
+
+/// A client for `config` with at most `max_in_flight` requests (watches aside) in flight.
+pub fn client(config: kube::Config, max_in_flight: usize) -> Result<kube::Client, kube::Error> {
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&InFlightLimit::new(max_in_flight))
+        .build())
+}
+
+/// A [`Layer`] bounding the requests in flight through a service, watches aside; a permit is
+/// held until the response body has been read to its end or dropped, since the connection is
+/// busy until then.
+#[derive(Clone)]
+pub(crate) struct InFlightLimit {
+    permits: Arc<Semaphore>,
+}
+
+impl InFlightLimit {
+    pub(crate) fn new(max_in_flight: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
+        }
+    }
+}
+
+type Inner<S> = Buffer<Request<Body>, <S as Service<Request<Body>>>::Future>;
+
+impl<S, B> Layer<S> for InFlightLimit
+where
+    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError> + Send + Sync,
+{
+    type Service = Limited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Limited {
+            inner: Buffer::new(inner, QUEUE),
+            permits: self.permits.clone(),
+        }
+    }
+}
+
+/// The service [`InFlightLimit`] builds.
+pub(crate) struct Limited<S: Service<Request<Body>>> {
+    inner: Inner<S>,
+    permits: Arc<Semaphore>,
+}
+
+/// Whether `req` opens a watch (`?watch=true`, `?watch=1`), which holds its connection for as
+/// long as it runs and must never wait behind short requests.
+fn is_watch<T>(req: &Request<T>) -> bool {
+    req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+    })
+}
+
+impl<S, B> Service<Request<Body>> for Limited<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError> + Send + Sync,
+    B: http_body::Body + Unpin + Send + 'static,
+{
+    type Response = Response<PermitBody<B>>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Readiness is awaited per request below, after its permit.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let permits = (!is_watch(&req)).then(|| self.permits.clone());
+        Box::pin(async move {
+            let permit = match permits {
+                Some(p) => Some(p.acquire_owned().await.map_err(BoxError::from)?),
+                None => None,
+            };
+            let response = inner.oneshot(req).await?;
+            Ok(response.map(|body| PermitBody { body, permit }))
+        })
+    }
+}
+
+/// A response body holding its request's permit until it ends or is dropped.
+pub(crate) struct PermitBody<B> {
+    body: B,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for PermitBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) {
+            self.permit = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watches_are_told_apart_from_other_requests() {
+        let req = |uri: &str| Request::get(uri).body(()).unwrap_or_default();
+        assert!(is_watch(&req(
+            "/api/v1/secrets?watch=true&resourceVersion=1"
+        )));
+        assert!(is_watch(&req("/apis/x/v1/ys?labelSelector=a&watch=1")));
+        assert!(!is_watch(&req("/api/v1/secrets?limit=500")));
+        assert!(!is_watch(&req("/api/v1/secrets?watch=false")));
+        assert!(!is_watch(&req("/api/v1/namespaces/watch/secrets")));
+    }
+}
