@@ -323,18 +323,7 @@ impl Stack {
 
     /// Starts an operator against the stack.
     pub fn start_operator(&self) -> Operator {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run_operator(
-            self.operator_config(),
-            self.client.clone(),
-            async move {
-                let _ = rx.await;
-            },
-        ));
-        Operator {
-            stop: Some(tx),
-            task,
-        }
+        Operator::spawn(self.operator_config(), self.client.clone())
     }
 
     /// Files under the helm work directory and `TMPDIR` whose content holds one of `secrets`
@@ -388,6 +377,18 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// Starts an embedded operator with `config` against the API server behind `client`.
+    pub fn spawn(config: OperatorConfig, client: kube::Client) -> Operator {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run_operator(config, client, async move {
+            let _ = rx.await;
+        }));
+        Operator {
+            stop: Some(tx),
+            task,
+        }
+    }
+
     /// Kills the operator where it stands, like a crashed or OOM-killed pod: its task is aborted
     /// at its next await point, in-flight reconciles and helm processes are dropped, nothing
     /// drains. Returns once the task is gone.
