@@ -48,6 +48,7 @@ impl Cond {
     }
 
     /// The message of the condition when `obj` carries it; panics naming what it carries instead.
+    #[track_caller]
     pub fn message(&self, obj: &impl serde::Serialize) -> String {
         assert_cond(obj, *self);
         condition(obj, self.type_).map(|c| c.2).unwrap_or_default()
@@ -65,6 +66,7 @@ impl fmt::Display for Cond {
 }
 
 /// Panics unless `obj` carries `cond`, showing the condition of that type it has.
+#[track_caller]
 pub fn assert_cond(obj: &impl serde::Serialize, cond: Cond) {
     assert!(
         cond.holds(obj),
