@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod env;
 pub mod leaks;
 pub mod stack;
+pub mod stack_objects;
 
 use std::net::SocketAddr;
 use std::time::Duration;
