@@ -15,7 +15,6 @@ use omni_operator::api::{
     OmniCluster, OmniConnection, OmniControlPlane, OmniKubeconfigExport, OmniMachine,
     OmniSecretSync, OmniWorkers,
 };
-use omni_sim::PoolMachine;
 use omni_sim::types::{label, ty};
 use serde_json::json;
 use support::conditions::{assert_cond, is_false, is_true};
@@ -371,11 +370,7 @@ async fn deletion_policies_reach_omni_and_connections_wait_for_clusters() {
     let wipe = "aaaaaaaa-0000-4000-8000-000000000002";
     let orphan = "aaaaaaaa-0000-4000-8000-000000000003";
     for id in [keep, wipe, orphan] {
-        env.omni.add_machine(PoolMachine {
-            id: id.into(),
-            labels: Default::default(),
-            disconnected: false,
-        });
+        env.connect_machine(id);
     }
     env.cluster("keep", keep, json!({})).await;
     env.cluster(
@@ -962,11 +957,7 @@ async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
     );
 
     // Active: SyncFailed, nothing written to the existing cluster.
-    env.omni.add_machine(PoolMachine {
-        id: CP.into(),
-        labels: Default::default(),
-        disconnected: false,
-    });
+    env.connect_machine(CP);
     env.cluster("prod", CP, json!({})).await;
     let c = env
         .wait_cond::<OmniCluster>("prod", is_false("Synced").because("SyncFailed"))
@@ -1013,11 +1004,7 @@ async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
 async fn a_config_patch_with_a_colliding_id_is_not_overwritten() {
     let env = Env::builder().start().await;
     env.wait::<OmniConnection>("omni", "Ready", ready).await;
-    env.omni.add_machine(PoolMachine {
-        id: CP.into(),
-        labels: Default::default(),
-        disconnected: false,
-    });
+    env.connect_machine(CP);
     // Someone else's patch, with no cluster label (applies to no cluster of ours).
     env.omni.put(omni_sim::store::resource(
         ty::CONFIG_PATCH,
@@ -1052,11 +1039,7 @@ async fn a_config_patch_with_a_colliding_id_is_not_overwritten() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_cluster_is_not_deleted_under_either_name() {
     let env = Env::builder().start().await;
-    env.omni.add_machine(PoolMachine {
-        id: CP.into(),
-        labels: Default::default(),
-        disconnected: false,
-    });
+    env.connect_machine(CP);
     env.cluster("edge", CP, json!({})).await;
     env.wait_cond::<OmniCluster>("edge", is_true("Synced").because("Synced"))
         .await;

@@ -12,9 +12,9 @@ use omni_client::proto::specs::{
     MachineSetSpec, TalosUpgradeStatusSpec, machine_set_spec, talos_upgrade_status_spec,
 };
 use omni_operator::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine};
+use omni_sim::HealthCheckOutcome;
 use omni_sim::store::decode_spec;
 use omni_sim::types::ty;
-use omni_sim::{HealthCheckOutcome, PoolMachine};
 use serde_json::json;
 use support::condition;
 use support::conditions::{assert_cond, is_false, is_true};
@@ -511,10 +511,7 @@ async fn a_static_machine_omni_has_never_seen_keeps_the_cluster_unhealthy_until_
     assert!(output.contains("SCALING_UP"), "{output}");
 
     // The machine connects: the same cluster becomes healthy.
-    env.omni.add_machine(PoolMachine {
-        id: MACHINE.into(),
-        ..Default::default()
-    });
+    env.connect_machine(MACHINE);
     let healthy = env
         .wait::<OmniCluster>(
             "demo",
@@ -579,10 +576,7 @@ async fn the_status_carries_omnis_phase_machine_counts_versions_and_manifest_syn
     );
 
     // The machine connects: Omni runs the cluster and applies the manifests.
-    env.omni.add_machine(PoolMachine {
-        id: MACHINE.into(),
-        ..Default::default()
-    });
+    env.connect_machine(MACHINE);
     let running = env
         .wait::<OmniCluster>("demo", "a running cluster with applied manifests", |c| {
             typed(c).omni_phase.as_deref() == Some("RUNNING")

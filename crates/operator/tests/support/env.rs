@@ -268,6 +268,14 @@ impl Env {
         cluster
     }
 
+    /// Machine `id` connects to Omni: it joins omni-sim's pool, with no labels.
+    pub fn connect_machine(&self, id: &str) {
+        self.omni.add_machine(omni_sim::PoolMachine {
+            id: id.into(),
+            ..Default::default()
+        });
+    }
+
     /// Merge-patches object `name` of kind `K` with `body`.
     pub async fn patch<K: Namespaced>(&self, name: &str, body: Value) -> K {
         self.api::<K>()
