@@ -15,17 +15,24 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use rand::{Rng, SeedableRng};
-use serde_json::{Value, json};
-use support::stack::{CLUSTER, Operator, Stack, ours};
+use serde_json::json;
+use support::stack::{CLUSTER, Operator, Stack};
 use support::{condition, ready};
 
 const EXPORT: &str = "prod-kubeconfig";
 const RELEASE: &str = "app";
 const SYNC: &str = "registry";
 const SECOND: &str = "second";
+/// What phase 2 deletes, in this order.
+const DELETED: [(&str, &str); 4] = [
+    ("OmniCluster", SECOND),
+    ("OmniHelmRelease", RELEASE),
+    ("OmniSecretSync", SYNC),
+    ("OmniKubeconfigExport", EXPORT),
+];
 const KILLS_PER_RUN: usize = 25;
 /// How long the last operator may take to converge (helm and kube-sim on a loaded machine).
 const CONVERGE_LIMIT: Duration = Duration::from_secs(180);
@@ -77,29 +84,6 @@ async fn with_kills<F: std::future::Future<Output = ()>>(
         work.await;
     }
     operator
-}
-
-fn release_spec(stack: &Stack, greeting: &str) -> Value {
-    json!({
-        "clusterRef": {"name": CLUSTER},
-        "kubeconfigSecretRef": {"name": EXPORT},
-        "namespace": "default",
-        "chart": {
-            "repository": stack.repo.url,
-            "chart": "demo",
-            "version": "0.1.0",
-            "values": {"greeting": greeting},
-            "credentialsSecretRef": {"name": "repo-credentials"},
-        },
-    })
-}
-
-async fn patch(stack: &Stack, kind: &str, name: &str, body: Value) {
-    stack
-        .api(kind)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-        .unwrap_or_else(|e| panic!("patch {kind} {name}: {e}"));
 }
 
 /// Polls `check` until it returns `None` (converged) or panics with its last answer.
@@ -196,78 +180,28 @@ async fn one_run(run: usize, rng: &mut rand::rngs::StdRng) -> Run {
     let final_password = registry_password(run, 1);
     secrets.push(final_password.clone());
     let script = async {
+        stack.create_export(EXPORT).await;
+        stack.create_release(RELEASE, EXPORT, "hello").await;
+        stack.create_sync(SYNC, EXPORT).await;
         stack
-            .create(ours(
-                "OmniKubeconfigExport",
-                &ns,
-                EXPORT,
-                json!({
-                    "clusterRef": {"name": CLUSTER},
-                    "targetSecretRef": {"name": EXPORT},
-                    "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                    "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete",
-                }),
-            ))
-            .await;
-        stack
-            .create(ours(
-                "OmniHelmRelease",
-                &ns,
-                RELEASE,
-                release_spec(&stack, "hello"),
-            ))
-            .await;
-        stack
-            .create(ours(
-                "OmniSecretSync",
-                &ns,
-                SYNC,
-                json!({
-                    "clusterRef": {"name": CLUSTER},
-                    "kubeconfigSecretRef": {"name": EXPORT, "key": "kubeconfig"},
-                    "sourceSecretRef": {"name": "registry-credentials"},
-                    "targetSecretRef": {"name": "registry-credentials", "namespace": "apps"},
-                    "createNamespace": true, "deletionPolicy": "Delete",
-                }),
-            ))
-            .await;
-        stack
-            .create(ours(
-                "OmniCluster",
-                &ns,
-                SECOND,
-                json!({
-                    "connectionRef": {"name": support::stack::CONNECTION},
-                    "kubernetes": {"version": "v1.35.0"},
-                    "talos": {"version": "v1.13.2"},
-                    "syncInterval": "5m",
-                }),
-            ))
-            .await;
-        stack
-            .create(ours(
-                "OmniControlPlane",
-                &ns,
-                &format!("{SECOND}-cp"),
-                json!({"clusterRef": {"name": SECOND}, "machines": ["aaaaaaaa-0000-4000-8000-000000000002"]}),
-            ))
+            .create_cluster(SECOND, "aaaaaaaa-0000-4000-8000-000000000002")
             .await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         // An upgrade, a rotation (a new user forces a new kubeconfig), a changed source.
-        patch(
-            &stack,
-            "OmniHelmRelease",
-            RELEASE,
-            json!({"spec": {"chart": {"values": {"greeting": "bonjour"}}}}),
-        )
-        .await;
-        patch(
-            &stack,
-            "OmniKubeconfigExport",
-            EXPORT,
-            json!({"spec": {"serviceAccount": {"user": "automation-2"}}}),
-        )
-        .await;
+        stack
+            .patch(
+                "OmniHelmRelease",
+                RELEASE,
+                json!({"spec": {"chart": {"values": {"greeting": "bonjour"}}}}),
+            )
+            .await;
+        stack
+            .patch(
+                "OmniKubeconfigExport",
+                EXPORT,
+                json!({"spec": {"serviceAccount": {"user": "automation-2"}}}),
+            )
+            .await;
         Api::<Secret>::namespaced(stack.client.clone(), &ns)
             .patch(
                 "registry-credentials",
@@ -330,46 +264,20 @@ async fn one_run(run: usize, rng: &mut rand::rngs::StdRng) -> Run {
             "secrets",
         ],
     );
-    let exported = Api::<Secret>::namespaced(stack.client.clone(), &ns)
-        .get(EXPORT)
-        .await
-        .unwrap_or_else(|e| panic!("exported Secret: {e}"));
-    let kubeconfig = exported
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default();
-    if let Some(token) = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-    {
-        secrets.push(token.trim_matches('"').to_string());
+    if let Some(token) = stack.exported_token(EXPORT).await {
+        secrets.push(token);
     }
 
     // Phase 2: everything is deleted while the operator keeps dying.
     let deletions = async {
-        for (kind, name) in [
-            ("OmniCluster", SECOND),
-            ("OmniHelmRelease", RELEASE),
-            ("OmniSecretSync", SYNC),
-            ("OmniKubeconfigExport", EXPORT),
-        ] {
-            stack
-                .api(kind)
-                .delete(name, &DeleteParams::default())
-                .await
-                .unwrap_or_else(|e| panic!("delete {kind}: {e}"));
+        for (kind, name) in DELETED {
+            stack.delete(kind, name).await;
         }
     };
     let operator = with_kills(&stack, operator, rng, KILLS_PER_RUN - first, deletions).await;
     figures.kills += KILLS_PER_RUN - first;
     converge("after the deletions", || async {
-        for (kind, name) in [
-            ("OmniCluster", SECOND),
-            ("OmniHelmRelease", RELEASE),
-            ("OmniSecretSync", SYNC),
-            ("OmniKubeconfigExport", EXPORT),
-        ] {
+        for (kind, name) in DELETED {
             if let Some(obj) = stack.api(kind).get_opt(name).await.ok().flatten() {
                 return Some(format!("{kind} {name}: {:?}", condition(&obj, "Ready")));
             }
@@ -507,7 +415,6 @@ async fn a_release_left_pending_install_by_a_killed_operator_is_recovered_at_onc
     /// Far below the release's `timeout` (5 min, the default): only the run marks explain it.
     const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
     let stack = Stack::start("killed-install").await;
-    let ns = stack.ns.clone();
     // Helm's write of the chart's ConfigMap (after its pending-install record) hangs until the
     // rules are cleared; its earlier reads of the ConfigMap pass.
     for verb in ["create", "patch"] {
@@ -519,27 +426,8 @@ async fn a_release_left_pending_install_by_a_killed_operator_is_recovered_at_onc
         );
     }
     let operator = stack.start_operator();
-    stack
-        .create(ours(
-            "OmniKubeconfigExport",
-            &ns,
-            EXPORT,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "targetSecretRef": {"name": EXPORT},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
-    stack
-        .create(ours(
-            "OmniHelmRelease",
-            &ns,
-            RELEASE,
-            release_spec(&stack, "hello"),
-        ))
-        .await;
+    stack.create_export(EXPORT).await;
+    stack.create_release(RELEASE, EXPORT, "hello").await;
     converge("helm install started", || async {
         let records = release_records(&stack).await;
         (!records.iter().any(|(_, s)| s == "pending-install"))
@@ -590,18 +478,9 @@ async fn a_release_left_pending_install_by_a_killed_operator_is_recovered_at_onc
     );
     operator.stop().await;
 
-    let exported = Api::<Secret>::namespaced(stack.client.clone(), &ns)
-        .get(EXPORT)
+    let token = stack
+        .exported_token(EXPORT)
         .await
-        .unwrap_or_else(|e| panic!("exported Secret: {e}"));
-    let token = exported
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .map(|t| t.trim_matches('"').to_string())
         .unwrap_or_else(|| panic!("the exported kubeconfig has a token"));
     let refs = [
         stack.omni_key.as_str(),

@@ -9,7 +9,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 
 /// The plurals of every kind the operator serves (their `.status` is scanned).
-const KINDS: &[(&str, &str)] = &[
+pub const KINDS: &[(&str, &str)] = &[
     ("OmniConnection", "omniconnections"),
     ("OmniCluster", "omniclusters"),
     ("OmniControlPlane", "omnicontrolplanes"),

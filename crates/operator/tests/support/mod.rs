@@ -5,8 +5,11 @@
 #![allow(dead_code)]
 
 pub mod chart_repo;
+pub mod conditions;
+pub mod env;
 pub mod leaks;
 pub mod stack;
+pub mod stack_objects;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -232,12 +235,18 @@ impl std::io::Write for LogBuffer {
 /// Everything the operator logged so far at trace level, so tests can check that no secret is
 /// ever logged (all tests of one binary share one subscriber; the first call installs it).
 pub fn operator_logs() -> String {
+    logs_with("omni_operator=trace")
+}
+
+/// [`operator_logs`] with the capture recording what `filter` selects; only the first call in
+/// a test binary installs the capture, so its filter holds for every test of the binary.
+pub fn logs_with(filter: &str) -> String {
     static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
     let buffer = LOGS.get_or_init(|| {
         let buffer = LogBuffer(std::sync::Arc::default());
         let writer = buffer.clone();
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("omni_operator=trace"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_writer(move || writer.clone())
             .try_init();
         buffer

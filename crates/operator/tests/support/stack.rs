@@ -151,25 +151,7 @@ impl Stack {
             ))
             .await;
         stack
-            .create(ours(
-                "OmniCluster",
-                ns,
-                CLUSTER,
-                json!({
-                    "connectionRef": {"name": CONNECTION},
-                    "kubernetes": {"version": "v1.35.0"},
-                    "talos": {"version": "v1.13.2"},
-                    "syncInterval": "5m",
-                }),
-            ))
-            .await;
-        stack
-            .create(ours(
-                "OmniControlPlane",
-                ns,
-                &format!("{CLUSTER}-cp"),
-                json!({"clusterRef": {"name": CLUSTER}, "machines": ["aaaaaaaa-0000-4000-8000-000000000001"]}),
-            ))
+            .create_cluster(CLUSTER, "aaaaaaaa-0000-4000-8000-000000000001")
             .await;
         stack
     }
@@ -224,58 +206,15 @@ impl Stack {
         names: Dependants<'_>,
         registry_password: &str,
     ) {
-        let ns = self.ns.as_str();
         self.create_secret(
             "registry-credentials",
             json!({"password": registry_password}),
         )
         .await;
-        self.create(ours(
-            "OmniKubeconfigExport",
-            ns,
-            names.export,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "targetSecretRef": {"name": names.export},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h",
-                "renewBefore": "4h",
-                "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
-        self.create(ours(
-            "OmniHelmRelease",
-            ns,
-            names.release,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": names.export},
-                "namespace": "default",
-                "chart": {
-                    "repository": self.repo.url,
-                    "chart": "demo",
-                    "version": "0.1.0",
-                    "values": {"greeting": "hello"},
-                    "credentialsSecretRef": {"name": "repo-credentials"},
-                },
-            }),
-        ))
-        .await;
-        self.create(ours(
-            "OmniSecretSync",
-            ns,
-            names.sync,
-            json!({
-                "clusterRef": {"name": CLUSTER},
-                "kubeconfigSecretRef": {"name": names.export, "key": "kubeconfig"},
-                "sourceSecretRef": {"name": "registry-credentials"},
-                "targetSecretRef": {"name": "registry-credentials", "namespace": "apps"},
-                "createNamespace": true,
-                "deletionPolicy": "Delete",
-            }),
-        ))
-        .await;
+        self.create_export(names.export).await;
+        self.create_release(names.release, names.export, "hello")
+            .await;
+        self.create_sync(names.sync, names.export).await;
     }
 
     /// Objects of one of the operator's kinds in the stack's namespace.
@@ -323,18 +262,7 @@ impl Stack {
 
     /// Starts an operator against the stack.
     pub fn start_operator(&self) -> Operator {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run_operator(
-            self.operator_config(),
-            self.client.clone(),
-            async move {
-                let _ = rx.await;
-            },
-        ));
-        Operator {
-            stop: Some(tx),
-            task,
-        }
+        Operator::spawn(self.operator_config(), self.client.clone())
     }
 
     /// Files under the helm work directory and `TMPDIR` whose content holds one of `secrets`
@@ -388,6 +316,18 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// Starts an embedded operator with `config` against the API server behind `client`.
+    pub fn spawn(config: OperatorConfig, client: kube::Client) -> Operator {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run_operator(config, client, async move {
+            let _ = rx.await;
+        }));
+        Operator {
+            stop: Some(tx),
+            task,
+        }
+    }
+
     /// Kills the operator where it stands, like a crashed or OOM-killed pod: its task is aborted
     /// at its next await point, in-flight reconciles and helm processes are dropped, nothing
     /// drains. Returns once the task is gone.

@@ -1,0 +1,414 @@
+//! One environment for the controller system tests, in the style of kube-rs controller-rs
+//! fixtures: a builder whose defaults fit most scenarios, one call per difference.
+//!
+//! `Env::builder().start().await` brings up a management kube-sim with the operator's CRDs and
+//! the namespace [`NS`], omni-sim (machines named by static IDs connect without being seeded;
+//! status steps every 20 ms), the Omni key Secret [`KEY_SECRET`], the embedded operator, and
+//! the OmniConnection [`CONNECTION`] to omni-sim. The log capture is installed first, so a
+//! scenario can check that the key never reaches the logs; [`Env::shutdown`] checks it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use kube_sim::server::RunningKubeSim;
+use omni_operator::cli::run::OperatorConfig;
+use omni_operator::controllers::Scope;
+use omni_operator::metrics::Metrics;
+use omni_sim::{OmniSim, Role, RunningOmniSim};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::conditions::Cond;
+use super::stack::Operator;
+
+/// The namespace of the shipped samples, so they apply as they are.
+pub const NS: &str = "omni-cluster-operator-system";
+/// The Secret holding the Omni service-account key (the samples' name), and its key.
+pub const KEY_SECRET: &str = "omni-service-account";
+pub const KEY_FIELD: &str = "serviceAccountKey";
+/// The OmniConnection the environment creates, which [`Env::cluster`] refers to.
+pub const CONNECTION: &str = "omni";
+/// What the log capture records: the operator in full, the Omni client's debug lines, and
+/// everything else at info.
+const LOG_FILTER: &str = "info,omni_operator=trace,omni_client=debug";
+
+/// The common shape of a resource the tests read and write through a typed [`Api`].
+pub trait Namespaced:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+{
+}
+
+/// What a scenario changes from the defaults.
+#[derive(Debug)]
+pub struct EnvBuilder {
+    omni_api: Option<u32>,
+    auto_register_machines: bool,
+    connection: bool,
+    workload: bool,
+}
+
+/// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
+pub struct Workload {
+    pub sim: RunningKubeSim,
+    pub client: kube::Client,
+}
+
+/// The running environment.
+pub struct Env {
+    pub ns: String,
+    pub kube: RunningKubeSim,
+    pub client: kube::Client,
+    pub omni: RunningOmniSim,
+    /// The Omni service-account key (a secret).
+    pub key: String,
+    pub metrics: Arc<Metrics>,
+    pub workload: Option<Workload>,
+    operator: Option<Operator>,
+}
+
+impl EnvBuilder {
+    /// The backend API version omni-sim publishes (omni-sim's default, 2, otherwise).
+    pub fn omni_api(mut self, version: u32) -> Self {
+        self.omni_api = Some(version);
+        self
+    }
+
+    /// Only machines added to omni-sim's pool connect; a static ID Omni has never seen stays
+    /// away, as in real Omni.
+    pub fn unknown_machines_stay_away(mut self) -> Self {
+        self.auto_register_machines = false;
+        self
+    }
+
+    /// No OmniConnection: the scenario creates its own.
+    pub fn without_connection(mut self) -> Self {
+        self.connection = false;
+        self
+    }
+
+    /// A workload kube-sim that omni-sim's kubeconfigs point at ([`Env::workload`]).
+    pub fn with_workload(mut self) -> Self {
+        self.workload = true;
+        self
+    }
+
+    pub async fn start(self) -> Env {
+        super::logs_with(LOG_FILTER);
+        let (kube, client) = super::kube_sim().await;
+        super::install_operator_api(&client, NS).await;
+        let workload = match self.workload {
+            true => {
+                let (sim, client) = super::kube_sim().await;
+                Some(Workload { sim, client })
+            }
+            false => None,
+        };
+        let mut omni = OmniSim::builder()
+            .auto_register_machines(self.auto_register_machines)
+            .status_step(Duration::from_millis(20));
+        if let Some(version) = self.omni_api {
+            omni = omni.backend_api_version(version);
+        }
+        if let Some(workload) = &workload {
+            omni =
+                omni.workload_provider(Arc::new(super::WorkloadAt(workload.sim.base_url.clone())));
+        }
+        let omni = omni
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+        let key = omni
+            .register_service_account("operator", Role::Operator)
+            .unwrap_or_else(|e| panic!("register: {e}"));
+        let metrics = Arc::new(Metrics::new());
+        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        config.metrics = metrics.clone();
+        let mut env = Env {
+            ns: NS.to_string(),
+            kube,
+            client,
+            omni,
+            key,
+            metrics,
+            workload,
+            operator: None,
+        };
+        env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
+            .await;
+        env.operator = Some(Operator::spawn(config, env.client.clone()));
+        if self.connection {
+            env.connection(CONNECTION, KEY_SECRET).await;
+        }
+        env
+    }
+}
+
+impl Env {
+    /// The defaults: API version 2, machines connect when named, an OmniConnection, no workload
+    /// cluster.
+    pub fn builder() -> EnvBuilder {
+        EnvBuilder {
+            omni_api: None,
+            auto_register_machines: true,
+            connection: true,
+            workload: false,
+        }
+    }
+
+    /// The workload cluster; panics when the environment was built without one.
+    pub fn workload(&self) -> &Workload {
+        self.workload
+            .as_ref()
+            .unwrap_or_else(|| panic!("the environment has no workload cluster"))
+    }
+
+    /// Objects of kind `K` in the environment's namespace.
+    pub fn api<K: Namespaced>(&self) -> Api<K> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Creates an object from its whole JSON.
+    pub async fn create<K: Namespaced>(&self, obj: Value) -> K {
+        let typed: K = serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
+        self.api::<K>()
+            .create(&PostParams::default(), &typed)
+            .await
+            .unwrap_or_else(|e| panic!("create {} {}: {e}", K::kind(&()), typed.name_any()))
+    }
+
+    /// Creates an object of kind `K` named `name` with `spec`.
+    pub async fn create_spec<K: Namespaced>(&self, name: &str, spec: Value) -> K {
+        self.create(json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": spec,
+        }))
+        .await
+    }
+
+    /// Creates a Secret from `stringData`.
+    pub async fn create_secret(&self, name: &str, string_data: Value) -> Secret {
+        self.create(json!({
+            "metadata": {"name": name, "namespace": self.ns},
+            "stringData": string_data,
+        }))
+        .await
+    }
+
+    /// An OmniConnection to omni-sim authenticating with the key in Secret `secret`.
+    pub async fn connection(&self, name: &str, secret: &str) -> omni_operator::api::OmniConnection {
+        let endpoint = self.omni.endpoint().to_string();
+        self.connection_at(name, &endpoint, secret).await
+    }
+
+    /// An OmniConnection to `endpoint` authenticating with the key in Secret `secret`.
+    pub async fn connection_at(
+        &self,
+        name: &str,
+        endpoint: &str,
+        secret: &str,
+    ) -> omni_operator::api::OmniConnection {
+        self.create_spec(
+            name,
+            json!({
+                "endpoint": endpoint,
+                "auth": {"serviceAccountSecretRef": {"name": secret, "key": KEY_FIELD}},
+            }),
+        )
+        .await
+    }
+
+    /// OmniCluster `name` on [`CONNECTION`] (Kubernetes v1.35.0, Talos v1.13.2, re-checked every
+    /// second) with `extra` merged into its spec, and, unless `machine` is empty, its
+    /// OmniControlPlane `<name>-cp` with that one machine.
+    pub async fn cluster(
+        &self,
+        name: &str,
+        machine: &str,
+        extra: Value,
+    ) -> omni_operator::api::OmniCluster {
+        let mut spec = json!({
+            "connectionRef": {"name": CONNECTION},
+            "kubernetes": {"version": "v1.35.0"},
+            "talos": {"version": "v1.13.2"},
+            "syncInterval": "1s",
+        });
+        if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+            spec.extend(extra);
+        }
+        let cluster = self.create_spec(name, spec).await;
+        if !machine.is_empty() {
+            let _: omni_operator::api::OmniControlPlane = self
+                .create_spec(
+                    &format!("{name}-cp"),
+                    json!({"clusterRef": {"name": name}, "machines": [machine]}),
+                )
+                .await;
+        }
+        cluster
+    }
+
+    /// Machine `id` connects to Omni: it joins omni-sim's pool, with no labels.
+    pub fn connect_machine(&self, id: &str) {
+        self.omni.add_machine(omni_sim::PoolMachine {
+            id: id.into(),
+            ..Default::default()
+        });
+    }
+
+    /// Merge-patches object `name` of kind `K` with `body`.
+    pub async fn patch<K: Namespaced>(&self, name: &str, body: Value) -> K {
+        self.api::<K>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("patch {} {name}: {e}", K::kind(&())))
+    }
+
+    /// Merge-patches the spec of object `name` of kind `K` with `spec`.
+    pub async fn patch_spec<K: Namespaced>(&self, name: &str, spec: Value) -> K {
+        self.patch(name, json!({ "spec": spec })).await
+    }
+
+    /// Asks to delete object `name` of kind `K` (finalizers may keep it a while).
+    pub async fn delete<K: Namespaced>(&self, name: &str) {
+        self.api::<K>()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {} {name}: {e}", K::kind(&())));
+    }
+
+    /// Polls object `name` until `pred` holds (see [`super::wait_for`]).
+    pub async fn wait<K: Namespaced>(
+        &self,
+        name: &str,
+        what: &str,
+        pred: impl Fn(&K) -> bool,
+    ) -> K {
+        super::wait_for(&self.api::<K>(), name, what, pred).await
+    }
+
+    /// Polls object `name` until it carries `cond`.
+    pub async fn wait_cond<K: Namespaced>(&self, name: &str, cond: Cond) -> K {
+        super::wait_for(&self.api::<K>(), name, &cond.to_string(), |o| cond.holds(o)).await
+    }
+
+    /// Polls until object `name` is gone.
+    pub async fn wait_gone<K: Namespaced>(&self, name: &str) {
+        super::wait_gone(&self.api::<K>(), name).await
+    }
+
+    /// The Events in the environment's namespace.
+    pub async fn events(&self) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list Events: {e}"))
+            .items
+    }
+
+    /// `(reason, note)` of each Event about object `name`.
+    pub async fn events_of(&self, name: &str) -> Vec<(String, String)> {
+        self.events()
+            .await
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Reconciles of `kind` the operator counted so far.
+    pub fn reconciles(&self, kind: &str) -> u64 {
+        let text = self.metrics.encode().unwrap_or_default();
+        let prefix = format!("omni_operator_reconciles_total{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Metrics text once `ready` holds for it (gauges are set just after status writes, so they
+    /// may trail what the test has observed by a moment), or the last text after 30 s.
+    pub async fn metrics_when(&self, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.metrics.encode().unwrap_or_default();
+            if ready(&text) || tokio::time::Instant::now() >= deadline {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Asserts that the key appears in no log line, no Event, and no object of the operator's
+    /// kinds (spec, metadata or status).
+    pub async fn assert_key_never_leaked(&self) {
+        let key = self.key.as_str();
+        super::leaks::assert_no_secret_leaks(&self.client, &[], &[key]).await;
+        for (kind, plural) in super::leaks::KINDS {
+            let objects = self
+                .api_of(kind, plural)
+                .list(&ListParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("list {kind}: {e}"));
+            let text = serde_json::to_string(&objects.items).unwrap_or_default();
+            assert!(!text.contains(key), "the key appears in an {kind}");
+        }
+    }
+
+    /// Objects of one of the operator's kinds, untyped.
+    fn api_of(&self, kind: &str, plural: &str) -> Api<kube::api::DynamicObject> {
+        let resource = kube::discovery::ApiResource {
+            plural: plural.into(),
+            ..super::stack::resource(kind)
+        };
+        Api::namespaced_with(self.client.clone(), &self.ns, &resource)
+    }
+
+    /// Stops the operator (panics if it failed or does not stop), checks that the key never
+    /// reached the logs, and stops the emulators.
+    pub async fn shutdown(mut self) {
+        if let Some(operator) = self.operator.take() {
+            tokio::time::timeout(super::WAIT, operator.stop())
+                .await
+                .unwrap_or_else(|_| panic!("the operator did not stop"));
+        }
+        assert!(
+            !super::operator_logs().contains(&self.key),
+            "the key appears in the logs"
+        );
+        self.omni.shutdown().await;
+        self.kube.shutdown();
+        if let Some(workload) = self.workload {
+            workload.sim.shutdown();
+        }
+    }
+}
+
+/// Polls `pred` until it holds; panics naming `what` after [`super::WAIT`].
+pub async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
+    let until = tokio::time::Instant::now() + super::WAIT;
+    while !pred() {
+        assert!(tokio::time::Instant::now() < until, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
