@@ -242,18 +242,14 @@ impl Context {
         }
     }
 
-    /// Publishes one Event per condition whose status or reason changed between `old` and `new`.
+    /// Publishes at most one Event for a status write, for the condition transition that says
+    /// the most (see [`event_worthy`]).
     pub async fn condition_events<K>(&self, obj: &K, old: &[Condition], new: &[Condition])
     where
         K: Resource<DynamicType = ()>,
     {
-        for c in status::transitions(old, new) {
-            let healthy = match c.type_.as_str() {
-                // Stalled is the one polarity-inverted condition.
-                "Stalled" => c.status != ConditionStatus::True,
-                _ => c.status == ConditionStatus::True,
-            };
-            let type_ = if healthy {
+        if let Some(c) = event_worthy(old, new) {
+            let type_ = if condition_healthy(c) {
                 EventType::Normal
             } else {
                 EventType::Warning
@@ -448,6 +444,28 @@ pub fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>)
     Action::requeue(delay)
 }
 
+/// Whether condition `c` reads as good news (`Stalled` is the one inverted condition).
+fn condition_healthy(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        "Stalled" => c.status != ConditionStatus::True,
+        _ => c.status == ConditionStatus::True,
+    }
+}
+
+/// The one transition between `old` and `new` worth an Event: `Ready`'s when it turned (it
+/// sums the object up, and carries the reason of what changed), else the first condition that
+/// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
+/// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
+/// together) are in the status; an Event each tripled the writes of a cold start.
+pub fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let turned = status::transitions(old, new);
+    turned
+        .iter()
+        .find(|c| c.type_ == crate::api::common::condition_types::READY)
+        .or_else(|| turned.iter().find(|c| !condition_healthy(c)))
+        .copied()
+}
+
 /// The key an object's backoff is tracked under.
 pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(
@@ -534,6 +552,7 @@ fn controller_with<K: Resource<DynamicType = ()>>(
     let reader = writer.as_reader();
     let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
         .default_backoff()
+        .modify(strip_for_cache)
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(event) = event {
@@ -543,6 +562,15 @@ fn controller_with<K: Resource<DynamicType = ()>>(
         .applied_objects()
         .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
     kube::runtime::Controller::for_stream_with(triggers, reader, ar)
+}
+
+/// What no reconcile reads, dropped before an object enters the watch cache: the field
+/// managers' records and the copy of the whole object `kubectl apply` keeps in an annotation
+/// together often outweigh the rest of the object, and the cache holds every object.
+fn strip_for_cache(obj: &mut DynamicObject) {
+    obj.managed_fields_mut().clear();
+    obj.annotations_mut()
+        .remove("kubectl.kubernetes.io/last-applied-configuration");
 }
 
 /// The watch events of OmniClusters that can matter to the objects referring to one (its secret
@@ -659,6 +687,93 @@ pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
+        Condition::new(
+            type_,
+            status,
+            reason,
+            "m",
+            Some(1),
+            jiff::Timestamp::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn one_event_per_write_for_the_transition_that_says_the_most() {
+        use ConditionStatus::{False, True};
+        let worthy = |old: &[Condition], new: &[Condition]| {
+            event_worthy(old, new).map(|c| (c.type_.clone(), c.status, c.reason.clone()))
+        };
+        let fresh = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", True, "Synced"),
+            cond("Ready", True, "Synced"),
+        ];
+        assert_eq!(
+            worthy(&[], &fresh),
+            Some(("Ready".into(), True, "Synced".into())),
+            "a fresh object's three conditions: one Event, Ready's"
+        );
+        let failing = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", False, "SyncFailed"),
+            cond("Ready", False, "SyncFailed"),
+        ];
+        assert_eq!(
+            worthy(&fresh, &failing),
+            Some(("Ready".into(), False, "SyncFailed".into()))
+        );
+        let stalled = [
+            failing.to_vec(),
+            vec![cond("Stalled", True, "UnsupportedOmniAPI")],
+        ]
+        .concat();
+        assert_eq!(
+            worthy(&failing, &stalled),
+            Some(("Stalled".into(), True, "UnsupportedOmniAPI".into())),
+            "a condition turning bad while Ready stays False"
+        );
+        let mut recovered_secondary = failing.to_vec();
+        recovered_secondary[1] = cond("Synced", True, "Synced");
+        assert_eq!(
+            worthy(&failing, &recovered_secondary),
+            None,
+            "a secondary condition turning good while Ready stays False"
+        );
+        assert_eq!(worthy(&fresh, &fresh), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_no_field_manager_records_or_applied_copy() {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
+            "metadata": {
+                "name": "s", "namespace": "n",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                    "omni.texashpc.com/adopt": "true"
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            },
+            "spec": {"a": 1}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        strip_for_cache(&mut obj);
+        assert!(
+            obj.metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .next()
+                .is_none()
+        );
+        assert_eq!(
+            obj.annotations().keys().collect::<Vec<_>>(),
+            vec!["omni.texashpc.com/adopt"]
+        );
+        assert_eq!(obj.data["spec"]["a"], 1);
+    }
 
     #[test]
     fn undecodable_object_gets_invalid_object_condition_once() {
