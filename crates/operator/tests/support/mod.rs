@@ -6,6 +6,7 @@
 
 pub mod chart_repo;
 pub mod leaks;
+pub mod omni_api;
 pub mod stack;
 
 use std::net::SocketAddr;
