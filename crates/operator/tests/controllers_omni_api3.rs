@@ -1,8 +1,9 @@
 //! Omni 2026 behaviour on both backend API versions the operator speaks (omni-sim configured
 //! for 2 and for 3): health checks reach Omni and their results come back, an explicit `[]`
 //! clears extensions and kernel arguments, patches Omni forbids are refused at admission with
-//! Omni's own reasons, an Omni upgrade from API 2 to 3 moves the install disk, and a backend
-//! without an API version stalls the connection.
+//! Omni's own reasons, an Omni upgrade from API 2 to 3 moves the install disk, a backend
+//! without an API version stalls the connection, and each manifest group shows what Omni has
+//! not applied yet.
 
 mod support;
 
@@ -409,5 +410,125 @@ async fn an_omni_that_reports_no_backend_api_version_stalls_the_connection() {
         "{message}"
     );
     assert!(env.sim.get(ty::CLUSTER, CLUSTER).is_none());
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-group manifest sync
+
+fn manifests(c: &OmniCluster) -> omni_operator::api::cluster::ManifestsState {
+    c.status
+        .as_ref()
+        .and_then(|s| s.manifests.clone())
+        .unwrap_or_default()
+}
+
+/// A core (`v1`) object in namespace `apps`.
+fn namespaced(kind: &str, name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "apps"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_manifest_group_shows_what_omni_has_not_applied_or_pruned_yet() {
+    use omni_operator::api::cluster::{ManifestGroupSyncState, OutOfSyncManifest};
+    const NAMESPACES: &str = "200-cluster-demo-namespaces";
+    let namespaces = json!({"name": "namespaces", "inline": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}]});
+    let env = OmniApiEnv::start(3).await;
+    env.static_cluster(json!({"kubernetes": {"version": "v1.35.0", "manifests": [
+        namespaces,
+        {"name": "config", "inline": [namespaced("ConfigMap", "settings"), namespaced("ConfigMap", "flags")]},
+    ]}}))
+    .await;
+    let applied = env
+        .cluster_until("every manifest applied", |c| {
+            manifests(c).applied && manifests(c).total == 3
+        })
+        .await;
+    assert!(manifests(&applied).out_of_sync_groups.is_empty());
+
+    // Omni cannot apply for now; meanwhile the config group is replaced by a one-time quota.
+    env.sim.set_manifests_error(
+        CLUSTER,
+        Some("retryable error occurred while applying manifests".into()),
+    );
+    env.patch_cluster_spec(json!({"kubernetes": {"version": "v1.35.0", "manifests": [
+        namespaces,
+        {"name": "quota", "mode": "one-time", "inline": [namespaced("ResourceQuota", "compute")]},
+    ]}}))
+    .await;
+    let stuck = env
+        .cluster_until("the removed group deleting and the new one pending", |c| {
+            manifests(c).out_of_sync_groups.len() == 2
+        })
+        .await;
+    let state = manifests(&stuck);
+    assert_eq!(
+        state.last_error,
+        "retryable error occurred while applying manifests"
+    );
+    assert_eq!((state.total, state.out_of_sync), (4, 3));
+    let manifest = |kind: &str, name: &str, phase: &str| OutOfSyncManifest {
+        kind: kind.into(),
+        namespace: Some("apps".into()),
+        name: name.into(),
+        phase: phase.into(),
+    };
+    assert_eq!(
+        state.out_of_sync_groups,
+        vec![
+            // Still in the workload cluster: Omni prunes it once an apply succeeds.
+            ManifestGroupSyncState {
+                id: "201-cluster-demo-config".into(),
+                phase: "DELETING".into(),
+                mode: "full".into(),
+                total: 2,
+                out_of_sync: 2,
+                manifests: vec![
+                    manifest("ConfigMap", "flags", "DELETING"),
+                    manifest("ConfigMap", "settings", "DELETING"),
+                ],
+            },
+            ManifestGroupSyncState {
+                id: "201-cluster-demo-quota".into(),
+                phase: "PROGRESSING".into(),
+                mode: "one-time".into(),
+                total: 1,
+                out_of_sync: 1,
+                manifests: vec![manifest("ResourceQuota", "compute", "PENDING")],
+            },
+        ]
+    );
+    // The namespace applied before the failure stays applied.
+    assert!(
+        state
+            .groups
+            .iter()
+            .any(|g| g.id == NAMESPACES && g.phase == "APPLIED"),
+        "{:?}",
+        state.groups
+    );
+
+    env.sim.set_manifests_error(CLUSTER, None);
+    let synced = env
+        .cluster_until("the quota applied and the config pruned", |c| {
+            manifests(c).applied && manifests(c).total == 2
+        })
+        .await;
+    let state = manifests(&synced);
+    assert!(state.out_of_sync_groups.is_empty(), "{state:?}");
+    assert_eq!(state.last_error, "");
+    let phases: Vec<(&str, &str)> = state
+        .groups
+        .iter()
+        .map(|g| (g.id.as_str(), g.phase.as_str()))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![
+            (NAMESPACES, "APPLIED"),
+            ("201-cluster-demo-quota", "APPLIED")
+        ]
+    );
     env.shutdown().await;
 }
