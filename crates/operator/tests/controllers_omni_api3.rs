@@ -87,6 +87,22 @@ async fn health_checks_render_and_report(api_version: u32) {
         reported[0].job_name.as_deref(),
         Some("omni-healthcheck-cluster-demo-ready")
     );
+    // The failure holds the Talos upgrade, and Omni says so.
+    let held = env
+        .sim
+        .get(ty::TALOS_UPGRADE_STATUS, CLUSTER)
+        .and_then(|r| decode_spec::<TalosUpgradeStatusSpec>(&r).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        held.phase,
+        talos_upgrade_status_spec::Phase::Upgrading as i32
+    );
+    assert!(
+        held.step
+            .starts_with("waiting for healthchecks to pass: \"cluster-demo-ready\""),
+        "{}",
+        held.step
+    );
 
     env.sim
         .set_health_check_outcome(CHECK, HealthCheckOutcome::Pass);

@@ -202,7 +202,11 @@ impl OmniApiEnv {
             }
         }
         self.sim.shutdown().await;
-        self.kube.shutdown();
+        // kube-sim is left serving until the test's runtime ends. Aborting it first would put
+        // watchers the operator leaves behind (the export controller's cluster reflector,
+        // spawned without a shutdown path or backoff) into a retry loop that spins forever
+        // once the runtime starts shutting down, hanging the test.
+        drop(self.kube);
     }
 }
 
