@@ -1113,7 +1113,17 @@ impl Controllers {
     }
 
     /// Omni applies a cluster's manifest groups once its Kubernetes API answers: until then
-    /// every manifest is PENDING and counted out of sync.
+    /// every manifest is PENDING and counted out of sync (Omni itself writes nothing yet; the
+    /// simulator shows what is waiting).
+    ///
+    /// Once it answers, the status follows Omni's ClusterManifestsStatus controller
+    /// (`internal/backend/runtime/omni/controllers/omni/kubernetes/cluster_manifest_status.go`
+    /// and `UpdateGroups`): a manifest is APPLIED once applied and stays so while it exists,
+    /// even when a later apply fails; a new one is PENDING until an apply succeeds; one no
+    /// longer declared (its group removed, or dropped from its group) is DELETING until the
+    /// prune that removes it succeeds, except in one-time groups, which are never pruned. A
+    /// group is APPLIED when all its manifests are, PROGRESSING otherwise, and DELETING once
+    /// it is no longer declared. Totals count every manifest listed.
     fn progress_manifests(&self, cluster: &str, api_ready: bool) {
         let error = self
             .manifest_errors
@@ -1121,61 +1131,107 @@ impl Controllers {
             .unwrap_or_else(|p| p.into_inner())
             .get(cluster)
             .cloned();
-        // A failed apply leaves the manifests pending, its error in `last_error`.
-        let api_ready = api_ready && error.is_none();
         use omni_client::proto::specs::KubernetesManifestGroupSpec;
         use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
             GroupStatus, ManifestStatus, group_status, manifest_status,
         };
+        use omni_client::proto::specs::kubernetes_manifest_group_spec::Mode;
 
-        let mut groups = BTreeMap::new();
-        let (mut total, mut out_of_sync) = (0, 0);
-        for group in self
+        let declared: BTreeMap<String, (i32, Vec<ManifestDocument>)> = self
             .store
             .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
-        {
-            let spec: KubernetesManifestGroupSpec = spec_of(&group);
-            let phase = if api_ready {
-                manifest_status::Phase::Applied
-            } else {
-                manifest_status::Phase::Pending
-            };
-            let mut manifests = BTreeMap::new();
-            for doc in manifest_documents(&spec.data) {
-                total += 1;
-                if !api_ready {
-                    out_of_sync += 1;
+            .iter()
+            .map(|group| {
+                let spec: KubernetesManifestGroupSpec = spec_of(group);
+                (
+                    id(group).to_string(),
+                    (spec.mode, manifest_documents(&spec.data)),
+                )
+            })
+            .collect();
+        let key = |doc: &ManifestDocument| format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
+        let entry = |doc: ManifestDocument, phase: manifest_status::Phase| ManifestStatus {
+            phase: phase as i32,
+            kind: doc.kind,
+            name: doc.name,
+            namespace: doc.namespace,
+            group: doc.group,
+        };
+        let applied = manifest_status::Phase::Applied as i32;
+        // An apply succeeds (and prunes) only with the API up and no error injected.
+        let apply_succeeds = api_ready && error.is_none();
+
+        self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {
+            let previous = std::mem::take(&mut s.groups);
+            let mut groups = BTreeMap::new();
+            for (group_id, (mode, docs)) in declared {
+                let before = previous.get(&group_id);
+                let mut manifests = BTreeMap::new();
+                for doc in docs {
+                    let k = key(&doc);
+                    let was_applied = before
+                        .and_then(|g| g.manifests.get(&k))
+                        .is_some_and(|m| m.phase == applied);
+                    let phase = if apply_succeeds || (api_ready && was_applied) {
+                        manifest_status::Phase::Applied
+                    } else {
+                        manifest_status::Phase::Pending
+                    };
+                    manifests.insert(k, entry(doc, phase));
                 }
-                let key = format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
-                manifests.insert(
-                    key,
-                    ManifestStatus {
+                // Dropped from a declared full group: deleting until pruned.
+                if let Some(before) = before
+                    && mode != Mode::OneTime as i32
+                    && !apply_succeeds
+                    && api_ready
+                {
+                    for (k, m) in &before.manifests {
+                        if !manifests.contains_key(k) {
+                            let mut m = m.clone();
+                            m.phase = manifest_status::Phase::Deleting as i32;
+                            manifests.insert(k.clone(), m);
+                        }
+                    }
+                }
+                let phase = if !api_ready {
+                    group_status::Phase::Pending
+                } else if manifests.values().all(|m| m.phase == applied) {
+                    group_status::Phase::Applied
+                } else {
+                    group_status::Phase::Progressing
+                };
+                groups.insert(
+                    group_id,
+                    GroupStatus {
                         phase: phase as i32,
-                        kind: doc.kind,
-                        name: doc.name,
-                        namespace: doc.namespace,
-                        group: doc.group,
+                        mode,
+                        manifests,
                     },
                 );
             }
-            groups.insert(
-                id(&group).to_string(),
-                GroupStatus {
-                    phase: if api_ready {
-                        group_status::Phase::Applied
-                    } else {
-                        group_status::Phase::Pending
-                    } as i32,
-                    mode: spec.mode,
-                    manifests,
-                },
-            );
-        }
-        self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {
+            // Groups no longer declared: their objects stay (DELETING) until a prune succeeds;
+            // one-time groups are forgotten at once.
+            if api_ready && !apply_succeeds {
+                for (group_id, mut group) in previous {
+                    if groups.contains_key(&group_id)
+                        || group.mode == Mode::OneTime as i32
+                        || group.manifests.is_empty()
+                    {
+                        continue;
+                    }
+                    group.phase = group_status::Phase::Deleting as i32;
+                    for m in group.manifests.values_mut() {
+                        m.phase = manifest_status::Phase::Deleting as i32;
+                    }
+                    groups.insert(group_id, group);
+                }
+            }
+            let manifests = || groups.values().flat_map(|g| g.manifests.values());
+            s.total = i32::try_from(manifests().count()).unwrap_or(i32::MAX);
+            s.out_of_sync = i32::try_from(manifests().filter(|m| m.phase != applied).count())
+                .unwrap_or(i32::MAX);
             s.groups = groups;
-            s.total = total;
-            s.out_of_sync = out_of_sync;
-            s.last_error = error.unwrap_or_default();
+            s.last_error = error.clone().unwrap_or_default();
         });
     }
 

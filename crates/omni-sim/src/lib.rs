@@ -587,6 +587,8 @@ impl RunningOmniSim {
     /// Test hook (default off): applying `cluster`'s manifests fails with `error`, as Omni
     /// reports it in `ClusterKubernetesManifestsStatus.last_error` (a fatal apply error's text,
     /// or `retryable error occurred while applying manifests`); `None` lets them apply again.
+    /// While it fails, manifests already applied stay APPLIED, new ones stay PENDING and
+    /// removed ones stay DELETING (nothing is pruned), as in Omni.
     pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
         self.controllers.set_manifests_error(cluster, error);
     }

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use omni_client::template::{FileResolver, apply, plan_sync, types};
+use omni_client::template::{BackendApi, FileResolver, apply, plan_sync, types};
 use omni_client::transport::{Client, ClientConfig};
 use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
 use omni_operator::cli::omni_template::{
-    Args, ClusterArgs, Command, Connection, DeleteArgs, TemplateArgs, run_with_output,
+    Args, ClusterArgs, Command, Connection, DeleteArgs, OmniApi, TemplateArgs, run_with_output,
 };
 use omni_operator::render::render;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
@@ -22,10 +22,16 @@ fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
 }
 
 async fn start() -> (RunningOmniSim, String) {
+    start_at(omni_sim::sysversion::DEFAULT_BACKEND_API_VERSION).await
+}
+
+/// omni-sim speaking backend API `api_version` (0: reporting none), and an operator key.
+async fn start_at(api_version: u32) -> (RunningOmniSim, String) {
     let sim = OmniSim::builder()
         // Static machine IDs in these tests are not seeded: let them connect.
         .auto_register_machines(true)
         .status_step(Duration::from_millis(20))
+        .backend_api_version(api_version)
         .start()
         .await
         .expect("start omni-sim");
@@ -140,6 +146,7 @@ async fn omni_template_commands_diff_sync_status_delete() {
     .expect("write template");
     let args = || TemplateArgs {
         file: template.clone(),
+        omni_api: OmniApi::Auto,
         connection: connection(&sim, key_file.clone()),
     };
 
@@ -188,6 +195,7 @@ async fn omni_template_commands_diff_sync_status_delete() {
             connection: connection(&sim, key_file.clone()),
         },
         destroy_machines: false,
+        omni_api: OmniApi::Auto,
     }))
     .await;
     assert_eq!(code, ExitCode::SUCCESS);
@@ -199,5 +207,131 @@ async fn omni_template_commands_diff_sync_status_delete() {
     let (code, out) = cli(Command::Status(status())).await;
     assert_eq!(code, ExitCode::FAILURE);
     assert_eq!(out, "cluster cli does not exist in Omni\n");
+    sim.shutdown().await;
+}
+
+/// A template whose control-plane machine has an install disk, and the key, in a fresh
+/// directory.
+fn install_disk_template(key: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, key).expect("write key");
+    let template = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &template,
+        format!(
+            "kind: Cluster\nname: disk\nkubernetes:\n  version: v1.32.3\ntalos:\n  version: v1.9.5\n---\nkind: ControlPlane\nmachines: [{CP}]\n---\nkind: Machine\nname: {CP}\ninstall:\n  disk: /dev/vda\n"
+        ),
+    )
+    .expect("write template");
+    (dir, template, key_file)
+}
+
+/// Runs a command that must fail; returns its error.
+async fn cli_error(command: Command) -> String {
+    let mut out = Vec::new();
+    match run_with_output(Args { command }, &mut out).await {
+        Ok(code) => panic!(
+            "command succeeded ({code:?}): {}",
+            String::from_utf8_lossy(&out)
+        ),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+fn install_disk_patch() -> String {
+    format!("000-cm-{CP}-install-disk")
+}
+
+#[tokio::test]
+async fn omni_template_writes_the_install_disk_as_a_config_patch_on_api_2() {
+    let (sim, key) = start_at(2).await;
+    let (_dir, template, key_file) = install_disk_template(&key);
+    let (code, out) = cli(Command::Sync(TemplateArgs {
+        file: template,
+        omni_api: OmniApi::Auto,
+        connection: connection(&sim, key_file),
+    }))
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.contains(&format!(
+            "* creating ConfigPatches.omni.sidero.dev({})\n",
+            install_disk_patch()
+        )),
+        "{out}"
+    );
+    assert!(
+        sim.get(types::CONFIG_PATCH, &install_disk_patch())
+            .is_some()
+    );
+    assert!(sim.list(types::MACHINE_INSTALL_DISK_CONFIG).is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn omni_template_writes_the_install_disk_as_its_own_resource_on_api_3() {
+    let (sim, key) = start_at(3).await;
+    let (_dir, template, key_file) = install_disk_template(&key);
+    let args = |omni_api| TemplateArgs {
+        file: template.clone(),
+        omni_api,
+        connection: connection(&sim, key_file.clone()),
+    };
+
+    // Naming another version than Omni speaks is refused before anything is written.
+    let error = cli_error(Command::Sync(args(OmniApi::Version(BackendApi::V2)))).await;
+    assert!(
+        error.contains("--omni-api 2 does not match the backend API version 3 Omni reports"),
+        "{error}"
+    );
+    assert_eq!(sim.writes_total(), 0);
+
+    // What the operator sends at API 3: a MachineInstallDiskConfig, no install-disk patch
+    // (which this Omni refuses).
+    let (code, out) = cli(Command::Diff(args(OmniApi::Auto))).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.contains(&format!(
+            "* creating (dry run) MachineInstallDiskConfigs.omni.sidero.dev({CP})\n"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("install-disk"), "{out}");
+    let (code, _) = cli(Command::Sync(args(OmniApi::Version(BackendApi::V3)))).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    let config = sim
+        .get(types::MACHINE_INSTALL_DISK_CONFIG, CP)
+        .expect("a MachineInstallDiskConfig");
+    let spec: omni_client::proto::specs::MachineInstallDiskConfigSpec =
+        omni_sim::store::decode_spec(&config).expect("spec");
+    assert_eq!(spec.disk, "/dev/vda");
+    assert!(
+        sim.get(types::CONFIG_PATCH, &install_disk_patch())
+            .is_none()
+    );
+    let (_, out) = cli(Command::Diff(args(OmniApi::Auto))).await;
+    assert_eq!(out, "no changes\n");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn omni_template_asks_for_the_version_when_omni_reports_none() {
+    let (sim, key) = start_at(0).await;
+    let (_dir, template, key_file) = install_disk_template(&key);
+    let args = |omni_api| TemplateArgs {
+        file: template.clone(),
+        omni_api,
+        connection: connection(&sim, key_file.clone()),
+    };
+    let error = cli_error(Command::Diff(args(OmniApi::Auto))).await;
+    assert!(
+        error.contains("does not report a backend API version")
+            && error.contains("--omni-api 2 or --omni-api 3"),
+        "{error}"
+    );
+    let (code, out) = cli(Command::Diff(args(OmniApi::Version(BackendApi::V2)))).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains(&install_disk_patch()), "{out}");
     sim.shutdown().await;
 }

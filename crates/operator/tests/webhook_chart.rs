@@ -351,3 +351,85 @@ async fn with_the_operator_down_finalizers_and_labels_can_still_be_edited() {
         .await
         .expect_err("creates always go to the webhook");
 }
+
+/// An object of `kind` in the release namespace with one inline config patch.
+fn with_patch(kind: &str, name: &str, spec: Value, inline: Value) -> Value {
+    let mut spec = spec;
+    spec["patches"] = json!([{"name": "p", "inline": inline}]);
+    json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_webhook_refuses_config_patches_omni_forbids_with_omnis_reason() {
+    let cluster = Cluster::start(&[]).await;
+    let machine = "11111111-1111-4111-8111-111111111111";
+    let key = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t";
+    // Every kind that carries patches, each with another rule of Omni v1.10.
+    let cases = [
+        (
+            with_patch(
+                "OmniCluster",
+                "edge",
+                json!({"connectionRef": {"name": "omni"}, "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}),
+                json!({"cluster": {"ca": {"crt": "Y2VydA==", "key": key}}}),
+            ),
+            r#"overriding "cluster.ca" is not allowed in the config patch"#,
+        ),
+        (
+            with_patch(
+                "OmniControlPlane",
+                "edge-cp",
+                json!({"clusterRef": {"name": "edge"}, "machines": [machine]}),
+                json!("apiVersion: v1alpha1\nkind: KubeAPIServerCAConfig\n"),
+            ),
+            r#"the "KubeAPIServerCAConfig" document is not allowed in the config patch"#,
+        ),
+        (
+            with_patch(
+                "OmniWorkers",
+                "edge-workers",
+                json!({"clusterRef": {"name": "edge"}, "machineClass": {"name": "gpu", "size": 3}}),
+                json!({"apiVersion": "v1alpha1", "kind": "KubeServiceAccountConfig", "issuer": {"privateKey": key}}),
+            ),
+            r#"overriding "issuer.privateKey" is not allowed in the config patch"#,
+        ),
+        (
+            with_patch(
+                "OmniMachine",
+                machine,
+                json!({"clusterRef": {"name": "edge"}}),
+                json!({"cluster": {"serviceAccount": {"key": key}}}),
+            ),
+            r#"overriding "cluster.serviceAccount" is not allowed in the config patch"#,
+        ),
+    ];
+    for (object, reason) in cases {
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let rejection = cluster
+            .admit(Operation::Create, Some(object), None)
+            .await
+            .expect_err("a forbidden patch is refused");
+        assert_eq!(
+            (rejection.code, rejection.reason.as_str()),
+            (422, "Invalid")
+        );
+        assert!(
+            rejection.message.starts_with("admission webhook \"")
+                && rejection
+                    .message
+                    .contains(&format!("denied the request: {kind}.omni.texashpc.com \""))
+                && rejection
+                    .message
+                    .ends_with(&format!("spec.patches[0].inline: Forbidden: {reason}")),
+            "{kind}: {}",
+            rejection.message
+        );
+        assert!(!rejection.message.contains(key), "{}", rejection.message);
+    }
+    cluster.stop().await;
+}

@@ -31,8 +31,8 @@ pub use model::{
 };
 pub use state::{EventStream, LabelCondition, StateError, TemplateState};
 pub use status::{
-    ClusterHealth, HealthCheckResult, MachineCounts, MachineSetHealth, ManifestsSync, StatusError,
-    Upgrades, status_cluster,
+    ClusterHealth, HealthCheckResult, MachineCounts, MachineSetHealth, ManifestGroupSync,
+    ManifestSync, ManifestsSync, StatusError, Upgrades, status_cluster,
 };
 pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync, to_wire};
 pub use translate::{

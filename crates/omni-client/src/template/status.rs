@@ -114,14 +114,45 @@ pub struct HealthCheckResult {
 /// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManifestsSync {
-    /// Manifest groups by ID with their phase (`PENDING`, `PROGRESSING`, `APPLIED`, `DELETING`).
-    pub groups: Vec<(String, String)>,
+    /// Manifest groups, sorted by ID.
+    pub groups: Vec<ManifestGroupSync>,
     /// Manifests in all groups.
     pub total: u32,
     /// Manifests not yet applied as declared.
     pub out_of_sync: u32,
     /// Omni's last error applying them.
     pub last_error: String,
+}
+
+/// One manifest group in Omni's `ClusterKubernetesManifestsStatus`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestGroupSync {
+    /// Manifest-group ID.
+    pub id: String,
+    /// `PENDING`, `PROGRESSING`, `APPLIED` or `DELETING`.
+    pub phase: String,
+    /// How Omni applies the group: `FULL` or `ONE_TIME`.
+    pub mode: String,
+    /// Manifests Omni lists for the group.
+    pub total: u32,
+    /// The group's manifests that are not applied as declared, sorted by kind, namespace and
+    /// name.
+    pub out_of_sync: Vec<ManifestSync>,
+}
+
+/// One manifest of a group, as Omni lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestSync {
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// API group (empty for the core group).
+    pub group: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `PENDING`, `APPLIED` or `DELETING`.
+    pub phase: String,
 }
 
 /// A cluster's health as Omni reports it.
@@ -261,12 +292,35 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         Some(r) => {
             let s: specs::ClusterKubernetesManifestsStatusSpec =
                 decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;
-            let mut groups: Vec<(String, String)> = s
+            use specs::cluster_kubernetes_manifests_status_spec::manifest_status::Phase as ManifestPhase;
+            let groups = s
                 .groups
                 .iter()
-                .map(|(id, g)| (id.clone(), g.phase().as_str_name().to_string()))
+                .map(|(id, g)| {
+                    let mut out_of_sync: Vec<ManifestSync> = g
+                        .manifests
+                        .values()
+                        .filter(|m| m.phase() != ManifestPhase::Applied)
+                        .map(|m| ManifestSync {
+                            kind: m.kind.clone(),
+                            group: m.group.clone(),
+                            namespace: m.namespace.clone(),
+                            name: m.name.clone(),
+                            phase: m.phase().as_str_name().to_string(),
+                        })
+                        .collect();
+                    out_of_sync.sort_by(|a, b| {
+                        (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
+                    });
+                    ManifestGroupSync {
+                        id: id.clone(),
+                        phase: g.phase().as_str_name().to_string(),
+                        mode: g.mode().as_str_name().to_string(),
+                        total: u32::try_from(g.manifests.len()).unwrap_or(u32::MAX),
+                        out_of_sync,
+                    }
+                })
                 .collect();
-            groups.sort();
             Some(ManifestsSync {
                 groups,
                 total: u32::try_from(s.total).unwrap_or_default(),

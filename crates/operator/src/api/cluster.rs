@@ -385,6 +385,49 @@ pub struct ManifestsState {
     /// Always written, for the same reason.
     #[serde(default)]
     pub groups: Vec<ManifestGroupState>,
+    /// The groups Omni has not applied as declared, each with the manifests still pending or
+    /// being deleted (empty when everything is applied). Always written, for the same reason.
+    #[serde(default)]
+    pub out_of_sync_groups: Vec<ManifestGroupSyncState>,
+}
+
+/// At most this many manifests are listed per group in `outOfSyncGroups[].manifests`; the
+/// group's `outOfSync` count tells how many there are.
+pub(crate) const OUT_OF_SYNC_MANIFESTS_LISTED: usize = 10;
+
+/// A manifest group Omni has not applied as declared.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestGroupSyncState {
+    /// Omni manifest-group ID.
+    pub id: String,
+    /// `PENDING`, `PROGRESSING` or `DELETING` (the group is no longer declared and its
+    /// objects are being pruned).
+    pub phase: String,
+    /// How Omni applies the group: `full` or `one-time`.
+    pub mode: String,
+    /// Manifests in the group.
+    pub total: u32,
+    /// The group's manifests not applied as declared.
+    pub out_of_sync: u32,
+    /// The first 10 of them, sorted by kind, namespace and name.
+    #[serde(default)]
+    pub manifests: Vec<OutOfSyncManifest>,
+}
+
+/// One Kubernetes object of a manifest group that Omni has not applied as declared.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutOfSyncManifest {
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Namespace; absent for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// `PENDING` (not applied yet) or `DELETING` (no longer declared, not pruned yet).
+    pub phase: String,
 }
 
 /// One manifest group's phase in Omni.

@@ -3,6 +3,11 @@
 //!
 //! The service-account key comes from `--key-file` or the `OMNI_SERVICE_ACCOUNT_KEY`
 //! environment variable; it is never printed.
+//!
+//! `sync`, `diff` and `delete` translate the template for the backend API version Omni reports
+//! (read from `SysVersions`, as the operator does), so they write exactly what the operator
+//! would: on API 3 the install disk is a `MachineInstallDiskConfig`, not a config patch.
+//! `--omni-api 2|3` names the version instead, for an Omni too old to report one.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,8 +15,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use omni_client::template::{
-    DeleteProgress, FileResolver, StatusError, Template, apply, delete_cluster, plan_sync,
-    status_cluster,
+    BackendApi, DeleteProgress, FileResolver, StatusError, SyncOptions, Template, apply,
+    delete_cluster_for, plan_sync_for, read_backend_api_version, status_cluster,
+    unsupported_message,
 };
 use omni_client::transport::{Client, ClientConfig};
 use tokio::time::Instant;
@@ -57,12 +63,38 @@ pub struct Connection {
     pub timeout: String,
 }
 
+/// Which backend API version to translate templates for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OmniApi {
+    /// The version Omni reports (what the operator uses).
+    #[default]
+    Auto,
+    /// This version; refused when Omni reports another one (as Omni's own CLI refuses).
+    Version(BackendApi),
+}
+
+/// Parses `--omni-api`: `auto`, `2` or `3`.
+fn parse_omni_api(value: &str) -> Result<OmniApi, String> {
+    if value == "auto" {
+        return Ok(OmniApi::Auto);
+    }
+    value
+        .parse::<u32>()
+        .ok()
+        .and_then(BackendApi::from_version)
+        .map(OmniApi::Version)
+        .ok_or_else(|| format!("{value:?} is not one of auto, 2, 3"))
+}
+
 /// Arguments of `sync` and `diff`.
 #[derive(Debug, clap::Args)]
 pub struct TemplateArgs {
     /// The cluster template (multi-document YAML); relative `file:` paths resolve next to it.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: PathBuf,
+    /// Omni backend API version to translate for: `auto` (the one Omni reports), `2` or `3`.
+    #[arg(long, value_name = "auto|2|3", default_value = "auto", value_parser = parse_omni_api)]
+    pub omni_api: OmniApi,
     /// Connection settings.
     #[command(flatten)]
     pub connection: Connection,
@@ -96,6 +128,35 @@ pub struct DeleteArgs {
     /// Also remove the cluster's disconnected machines from Omni.
     #[arg(long)]
     pub destroy_machines: bool,
+    /// Omni backend API version the cluster was synced for: `auto`, `2` or `3`.
+    #[arg(long, value_name = "auto|2|3", default_value = "auto", value_parser = parse_omni_api)]
+    pub omni_api: OmniApi,
+}
+
+/// The backend API to translate for: the one Omni reports, or the one asked for when Omni
+/// reports none or the same. A mismatch is refused rather than writing what that Omni refuses
+/// or does not know.
+async fn backend_api(client: &Client, requested: OmniApi) -> anyhow::Result<BackendApi> {
+    let reported = read_backend_api_version(client)
+        .await
+        .context("read Omni's backend API version")?;
+    match requested {
+        OmniApi::Auto => BackendApi::from_version(reported).with_context(|| {
+            if reported == 0 {
+                format!(
+                    "{}; name the version with --omni-api 2 or --omni-api 3",
+                    unsupported_message(reported)
+                )
+            } else {
+                unsupported_message(reported)
+            }
+        }),
+        OmniApi::Version(api) if reported == 0 || reported == api.version() => Ok(api),
+        OmniApi::Version(api) => anyhow::bail!(
+            "--omni-api {} does not match the backend API version {reported} Omni reports",
+            api.version()
+        ),
+    }
 }
 
 fn client(connection: &Connection) -> anyhow::Result<Client> {
@@ -161,8 +222,12 @@ pub async fn run_with_output(
             let (template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
             let until = deadline(&a.connection)?;
+            let options = SyncOptions {
+                api: backend_api(&client, a.omni_api).await?,
+                ..SyncOptions::default()
+            };
             let state = client.template_state(until);
-            let plan = plan_sync(&state, &template, &files).await?;
+            let plan = plan_sync_for(&state, &template, &files, &options).await?;
             let mut output = Vec::new();
             let result = apply(&state, &plan, until, &mut output).await;
             for line in &output {
@@ -174,8 +239,12 @@ pub async fn run_with_output(
         Command::Diff(a) => {
             let (template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
+            let options = SyncOptions {
+                api: backend_api(&client, a.omni_api).await?,
+                ..SyncOptions::default()
+            };
             let state = client.template_state(deadline(&a.connection)?);
-            let plan = plan_sync(&state, &template, &files).await?;
+            let plan = plan_sync_for(&state, &template, &files, &options).await?;
             if plan.is_empty() {
                 writeln!(out, "no changes")?;
             }
@@ -208,10 +277,12 @@ pub async fn run_with_output(
             let name = cluster_name(&a.target)?;
             let client = client(&a.target.connection)?;
             let until = deadline(&a.target.connection)?;
+            let api = backend_api(&client, a.omni_api).await?;
             let state = client.template_state(until);
             loop {
                 let mut output = Vec::new();
-                let progress = delete_cluster(&state, &name, a.destroy_machines, &mut output).await;
+                let progress =
+                    delete_cluster_for(&state, &name, a.destroy_machines, api, &mut output).await;
                 for line in &output {
                     writeln!(out, "{line}")?;
                 }

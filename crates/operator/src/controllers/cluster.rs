@@ -28,7 +28,9 @@ use super::secret_sync::ADOPT_ANNOTATION;
 use super::{
     Context, Error, drive, dyn_ref, finalizer, indexed_controller_for, instrumented, status,
 };
-use crate::api::cluster::OmniClusterStatus;
+use crate::api::cluster::{
+    ManifestGroupSyncState, OUT_OF_SYNC_MANIFESTS_LISTED, OmniClusterStatus, OutOfSyncManifest,
+};
 use crate::api::common::{
     Condition, ConditionStatus, condition_types as ct, find_condition, reasons, set_condition,
 };
@@ -209,12 +211,45 @@ fn omni_state(status: &mut OmniClusterStatus, health: &omni_client::template::Cl
         groups: m
             .groups
             .iter()
-            .map(|(id, phase)| ManifestGroupState {
-                id: id.clone(),
-                phase: phase.clone(),
+            .map(|g| ManifestGroupState {
+                id: g.id.clone(),
+                phase: g.phase.clone(),
             })
             .collect(),
+        out_of_sync_groups: m
+            .groups
+            .iter()
+            .filter(|g| g.phase != "APPLIED" || !g.out_of_sync.is_empty())
+            .map(out_of_sync_group)
+            .collect(),
     });
+}
+
+/// A manifest group Omni has not applied as declared, with the first of its manifests that
+/// are not applied (bounded, so a large group cannot grow the status without limit).
+fn out_of_sync_group(g: &omni_client::template::ManifestGroupSync) -> ManifestGroupSyncState {
+    let mode = match g.mode.as_str() {
+        "ONE_TIME" => "one-time",
+        _ => "full",
+    };
+    ManifestGroupSyncState {
+        id: g.id.clone(),
+        phase: g.phase.clone(),
+        mode: mode.to_string(),
+        total: g.total,
+        out_of_sync: u32::try_from(g.out_of_sync.len()).unwrap_or(u32::MAX),
+        manifests: g
+            .out_of_sync
+            .iter()
+            .take(OUT_OF_SYNC_MANIFESTS_LISTED)
+            .map(|m| OutOfSyncManifest {
+                kind: m.kind.clone(),
+                namespace: (!m.namespace.is_empty()).then(|| m.namespace.clone()),
+                name: m.name.clone(),
+                phase: m.phase.clone(),
+            })
+            .collect(),
+    }
 }
 
 /// Status builder: a copy of the stored status with the generation stamped.
