@@ -15,7 +15,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -854,17 +853,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     });
     let (by_cluster, by_conn, by_release, by_sync) =
         (index.clone(), index.clone(), index.clone(), index);
-    let clusters: Api<OmniCluster> = ctx.watch_api();
-    let cluster_store = {
-        let (reader, writer) = kube::runtime::reflector::store::<OmniCluster>();
-        let stream =
-            kube::runtime::reflector(writer, watcher(clusters, watcher::Config::default()));
-        tokio::spawn(stream.for_each(|_| async {}));
-        reader
+    // One watch of the clusters both wakes exports and caches the clusters for mapping a
+    // connection to them. It was a second watch on a bare spawned task, which had no backoff
+    // and outlived the controller (a runtime shutting down spun on its failing requests).
+    let (cluster_store, writer) = kube::runtime::reflector::store::<OmniCluster>();
+    let clusters = {
+        use kube::runtime::WatchStreamExt as _;
+        watcher(ctx.watch_api::<OmniCluster>(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
     };
     let controller = controller
         .watches_stream(
-            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
+            super::cluster_changes_from(clusters),
             move |c: OmniCluster| {
                 by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },

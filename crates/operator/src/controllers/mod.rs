@@ -97,6 +97,8 @@ pub struct Context {
     pub min_interval: Duration,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: crate::secret_policy::SecretPolicy,
+    /// The OmniCluster controller's caches of its children, while it runs.
+    pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -139,6 +141,7 @@ impl Context {
                 .to_std()
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
+            cluster_children: std::sync::RwLock::new(None),
             recorder,
             failures: Mutex::default(),
         }
@@ -583,42 +586,52 @@ pub fn cluster_changes(
     api: Api<OmniCluster>,
 ) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
 {
-    use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
+    cluster_changes_from(watcher(api, watcher::Config::default()).default_backoff())
+}
+
+/// [`cluster_changes`] of a given OmniCluster watch (e.g. one that also fills a cache).
+pub fn cluster_changes_from(
+    events: impl futures::Stream<
+        Item = Result<kube::runtime::watcher::Event<OmniCluster>, kube::runtime::watcher::Error>,
+    > + Send
+    + 'static,
+) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
+{
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut relisted: Option<std::collections::HashSet<String>> = None;
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .filter_map(move |event| {
-            let uid = |o: &OmniCluster| o.meta().uid.clone().unwrap_or_default();
-            let out = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let id = uid(&o);
-                    if let Some(listed) = relisted.as_mut() {
-                        listed.insert(id.clone());
-                    }
-                    let state = own_change(&o).unwrap_or_default() ^ condition_states(&o);
-                    (seen.insert(id, state) != Some(state)).then_some(Ok(o))
+    events.filter_map(move |event| {
+        let uid = |o: &OmniCluster| o.meta().uid.clone().unwrap_or_default();
+        let out = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let id = uid(&o);
+                if let Some(listed) = relisted.as_mut() {
+                    listed.insert(id.clone());
                 }
-                Ok(watcher::Event::Delete(o)) => {
-                    seen.remove(&uid(&o));
-                    Some(Ok(o))
+                let state = own_change(&o).unwrap_or_default() ^ condition_states(&o);
+                (seen.insert(id, state) != Some(state)).then_some(Ok(o))
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                seen.remove(&uid(&o));
+                Some(Ok(o))
+            }
+            Ok(watcher::Event::Init) => {
+                relisted = Some(std::collections::HashSet::new());
+                None
+            }
+            // Objects gone while the watch was down are forgotten.
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = relisted.take() {
+                    seen.retain(|id, _| listed.contains(id));
                 }
-                Ok(watcher::Event::Init) => {
-                    relisted = Some(std::collections::HashSet::new());
-                    None
-                }
-                // Objects gone while the watch was down are forgotten.
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(listed) = relisted.take() {
-                        seen.retain(|id, _| listed.contains(id));
-                    }
-                    None
-                }
-                Err(e) => Some(Err(e)),
-            };
-            std::future::ready(out)
-        })
+                None
+            }
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(out)
+    })
 }
 
 /// A hash of `cluster`'s condition types and statuses (not their messages or times).
