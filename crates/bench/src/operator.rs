@@ -26,6 +26,8 @@ pub struct ProcSample {
     pub rss_bytes: u64,
     /// Peak resident set size so far, in bytes.
     pub peak_rss_bytes: u64,
+    /// Open sockets now (its connections to the API servers and Omni, and its listeners).
+    pub sockets: u64,
 }
 
 /// Finds the `omni-operator` binary: the given path, or the one beside this executable (after
@@ -196,7 +198,19 @@ pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
         cpu_secs,
         rss_bytes: kib("VmRSS:"),
         peak_rss_bytes: kib("VmHWM:"),
+        sockets: open_sockets(pid),
     })
+}
+
+/// The process's open file descriptors that are sockets.
+fn open_sockets(pid: u32) -> u64 {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count() as u64
 }
 
 /// CPU time this process (the bench with its emulators) has used, in seconds.
@@ -219,7 +233,10 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(7);
         }
         std::hint::black_box(x);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let s = proc_sample(std::process::id()).unwrap();
+        drop(listener);
+        assert!(s.sockets >= 1, "{s:?}");
         assert!(s.cpu_secs > 0.0, "{s:?}");
         assert!(s.rss_bytes > 0 && s.peak_rss_bytes >= s.rss_bytes, "{s:?}");
     }

@@ -210,6 +210,8 @@ pub struct ColdStart {
     pub operator_cpu_secs: f64,
     /// Operator peak RSS, in MiB.
     pub operator_peak_rss_mib: f64,
+    /// Most sockets the operator held open at once (sampled every 250 ms): one per connection.
+    pub operator_peak_sockets: u64,
     /// CPU seconds the bench process (the emulators) used meanwhile.
     pub emulator_cpu_secs: f64,
     /// The operator's writes meanwhile.
@@ -229,8 +231,10 @@ pub async fn cold_start(
     let own_cpu = crate::operator::own_cpu_secs();
     let mut last = Progress::default();
     let mut last_print = Instant::now();
+    let mut peak_sockets = 0;
     let converged = loop {
         operator.check_alive()?;
+        peak_sockets = peak_sockets.max(operator.sample()?.sockets);
         let p = progress(emu, spec)?;
         if p.done(spec) {
             last = p;
@@ -262,6 +266,7 @@ pub async fn cold_start(
         progress: last,
         operator_cpu_secs: sample.cpu_secs,
         operator_peak_rss_mib: mib(sample.peak_rss_bytes),
+        operator_peak_sockets: peak_sockets.max(sample.sockets),
         emulator_cpu_secs: crate::operator::own_cpu_secs() - own_cpu,
         writes: writes(emu).0,
         omni_connections: emu.omni.connections_accepted(),

@@ -16,6 +16,10 @@ pub fn figures(r: &RunResult) -> BTreeMap<&'static str, f64> {
     );
     f.insert("operator_peak_rss_mib", r.cold_start.operator_peak_rss_mib);
     f.insert(
+        "operator_peak_sockets",
+        r.cold_start.operator_peak_sockets as f64,
+    );
+    f.insert(
         "cold_start_operator_writes",
         r.cold_start.writes.total() as f64,
     );
@@ -222,6 +226,10 @@ pub fn run_table(r: &RunResult) -> String {
         (
             "operator peak RSS",
             format!("{:.0} MiB", c.operator_peak_rss_mib),
+        ),
+        (
+            "cold start: operator peak open sockets",
+            c.operator_peak_sockets.to_string(),
         ),
         (
             "cold start: operator writes (mgmt / workload / Omni)",

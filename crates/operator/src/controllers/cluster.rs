@@ -807,8 +807,7 @@ async fn children_of(
 fn cached_children<K: Child>(
     ctx: &Context,
     writer: kube::runtime::reflector::store::Writer<K>,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
-{
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
     use kube::runtime::WatchStreamExt as _;
     watcher(ctx.watch_api::<K>(), watcher::Config::default())
         .default_backoff()
