@@ -291,7 +291,7 @@ pub fn with_context_namespace(kubeconfig: &[u8], namespace: &str) -> Result<Vec<
 }
 
 /// Builds the Secret to write: the existing one (or a new Opaque one) with operator labels,
-/// annotations and `data` (the shape `format`, see [`export_format`]) set. Third-party metadata
+/// annotations and `data` (the shape `format`, see `export_format`) set. Third-party metadata
 /// and other keys are kept; the keys of a shape this export wrote before are removed.
 #[allow(clippy::too_many_arguments)]
 pub fn build_target(
