@@ -50,7 +50,7 @@ use super::{Context, Error, drive, finalizer, indexed_controller_for, instrument
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::{OmniCluster, OmniHelmRelease};
-use crate::helm::{ReleaseSession, RepositoryAuth};
+use crate::helm::{ReleaseInfo, ReleaseSession, RepositoryAuth};
 use crate::metrics::ResourceInfo;
 
 const KIND: &str = "OmniHelmRelease";
@@ -199,7 +199,8 @@ async fn missing_input(
 
 /// Looks at the release, then takes the next action. Only a recovery is followed by another
 /// look and action in the same pass (the install or upgrade it makes way for); the state
-/// after a recovery is never pending, so a pass runs Helm at most twice.
+/// after a recovery is never pending, so a pass makes at most one recovery and one install
+/// or upgrade.
 async fn converge(
     ctx: &Context,
     r: &OmniHelmRelease,
@@ -243,15 +244,10 @@ async fn converge(
                 {
                     return outcome;
                 }
-                let name = r.effective_release_name();
                 look = Observation {
-                    release: match session.status(&name, &r.spec.namespace).await {
+                    release: match read_release(r, session).await {
                         Ok(release) => release,
-                        Err(err) => {
-                            return Outcome::HelmFailed(format!(
-                                "read Helm release {name:?}: {err}"
-                            ));
-                        }
+                        Err(message) => return Outcome::HelmFailed(message),
                     },
                     recovered: true,
                     ..look
@@ -266,10 +262,7 @@ async fn converge(
 /// decide the claim on it. The error is the message to report.
 async fn observe(r: &OmniHelmRelease, session: &ReleaseSession) -> Result<Observation, String> {
     let name = r.effective_release_name();
-    let release = session
-        .status(&name, &r.spec.namespace)
-        .await
-        .map_err(|err| format!("read Helm release {name:?}: {err}"))?;
+    let release = read_release(r, session).await?;
     let claim = match &release {
         None => ownership::Claim::Ours(Starter::Unknown),
         Some(info) => {
@@ -286,6 +279,18 @@ async fn observe(r: &OmniHelmRelease, session: &ReleaseSession) -> Result<Observ
         claim,
         recovered: false,
     })
+}
+
+/// Helm's view of the release (`helm status`); the error is the message to report.
+async fn read_release(
+    r: &OmniHelmRelease,
+    session: &ReleaseSession,
+) -> Result<Option<ReleaseInfo>, String> {
+    let name = r.effective_release_name();
+    session
+        .status(&name, &r.spec.namespace)
+        .await
+        .map_err(|err| format!("read Helm release {name:?}: {err}"))
 }
 
 /// The reconcile's one status write (only when the status changed), its Events and metrics,
