@@ -1,0 +1,376 @@
+//! OmniHelmRelease: a Helm release in a workload cluster, driven through the helm CLI
+//! ([`crate::helm`]) with the kubeconfig from an explicitly named Secret.
+//!
+//! Differences from the original (see `docs/helm.md`): Helm runs only when the input digest
+//! (target, chart, version, values) changed or the release drifted (missing, failed, or changed
+//! out of band), so a kubeconfig rotation alone creates no revision; a periodic drift check
+//! repairs out-of-band changes; a failed upgrade that Helm rolled back (`atomic`) raises a
+//! Warning Event; a release stuck in `pending-*` longer than its timeout is reported, and
+//! recovered when `spec.recoverStuckRelease` allows it; repository credentials and a CA bundle
+//! come from a Secret; a deletion whose kubeconfig Secret is gone reports why and how to finish
+//! it instead of waiting silently.
+//!
+//! Shape (docs/architecture.md): a pass gathers its inputs ([`inputs`]), looks at the release
+//! ([`state::Observation`]), determines its state ([`state::determine`], pure), picks the next
+//! action ([`decide::next_action`], pure) and carries it out (`install.rs`, `upgrade.rs`,
+//! `recover.rs`; a deletion in `uninstall.rs`). Every pass ends in one [`outcome::Outcome`],
+//! from which the status ([`outcome::desired_status`], pure) is written once.
+
+mod apply;
+mod decide;
+mod inputs;
+mod install;
+mod outcome;
+mod ownership;
+mod recover;
+mod state;
+mod uninstall;
+mod upgrade;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use self::apply::HelmRun;
+use self::decide::{NextAction, next_action};
+use self::outcome::{Outcome, StuckBecause, desired_status, next_reconcile};
+pub use self::ownership::{Ownership, Starter, owner_labels, ownership, run_labels, starter};
+pub use self::recover::{Recovery, recovery};
+use self::state::{Observation, determine};
+pub use self::state::{Pending, Plan, input_digest, pending, plan};
+use super::connection::status_str;
+use super::index::{RefKey, namespace_of};
+use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
+use crate::api::common::{condition_types as ct, find_condition};
+use crate::api::helm_release::OmniHelmReleaseStatus;
+use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::helm::{ReleaseInfo, ReleaseSession, RepositoryAuth};
+use crate::metrics::ResourceInfo;
+
+const KIND: &str = "OmniHelmRelease";
+
+/// Re-check while a dependency (cluster, Secret, helm) is missing.
+pub const RETRY: Duration = Duration::from_secs(60);
+/// Reason while a `pending-*` release is younger than its timeout (another Helm run may own it).
+pub const REASON_RELEASE_PENDING: &str = "ReleasePending";
+/// Reason when a release has been `pending-*` for longer than its timeout.
+pub const REASON_RELEASE_STUCK: &str = "ReleaseStuck";
+/// Event reason when a stuck release was recovered (`spec.recoverStuckRelease`).
+pub const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
+/// Reason when the operator has no usable helm binary.
+pub const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
+/// Event reason when Helm rolled a failed upgrade back (`atomic`).
+pub const REASON_ROLLED_BACK: &str = "RolledBack";
+/// Event reason when a deletion left a release alone because this object does not own it.
+pub const REASON_UNINSTALL_SKIPPED: &str = "UninstallSkipped";
+/// Event reason when an existing release was taken over on the user's request.
+pub const REASON_ADOPTED: &str = "Adopted";
+/// Event reason when a healthy-looking release drifted and is repaired.
+pub const REASON_DRIFT: &str = "DriftDetected";
+
+/// Release label (helm `--labels`, kept on helm's storage Secret) holding the UID of the
+/// OmniHelmRelease that owns the release. UIDs are random per object and per management
+/// cluster, so this names both the object and the management cluster it lives in.
+pub const OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
+/// Release label with the owning OmniHelmRelease's namespace (for people; the UID decides).
+pub const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
+/// Release label with the owning OmniHelmRelease's name, when it fits a label value (63 chars).
+pub const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
+
+/// Release label naming the operator process that started the revision: its helm driver's
+/// run id ([`crate::helm::Helm::run_id`]), random per process.
+pub const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
+/// Release label with the revision number that process started. Helm merges release labels
+/// into later revisions, so a revision someone else starts on top of ours (a `helm upgrade` by
+/// hand, a rollback) inherits our run label but not a matching revision number.
+pub const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
+
+/// How a pass over the object ends, before its status is reported.
+pub(crate) enum Step {
+    /// Nothing to write: the object is gone, its finalizer was just added, or it was deleted.
+    Done(Action),
+    /// The outcome to report in the reconcile's one status write.
+    Report(Outcome),
+    /// The object was deleted while the pass read its inputs: delete this fresh copy instead.
+    DeletedMeanwhile(Box<OmniHelmRelease>),
+}
+
+async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(obj.as_ref(), &ctx, async {
+        let namespace = obj.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniHelmRelease>(&namespace);
+        // The watch cache can lag behind this controller's own last status write; planning
+        // from a stale digest or revision would create a needless revision. Read it fresh.
+        let Some(mut r) = api.get_opt(&obj.name_any()).await? else {
+            return Ok(Action::await_change());
+        };
+        let now = ctx.clock.now();
+        let mut step = if r.metadata.deletion_timestamp.is_some() {
+            uninstall::delete(&ctx, &r, &api).await?
+        } else if !finalizer::ensure(&api, &r, false).await? {
+            return Ok(Action::await_change());
+        } else {
+            attached(&ctx, &api, &r, now).await?
+        };
+        // A deletion never hands over again, so this ends after at most one hand-over.
+        loop {
+            match step {
+                Step::Done(action) => return Ok(action),
+                Step::Report(outcome) => return report(&ctx, &r, &outcome, now).await,
+                Step::DeletedMeanwhile(fresh) => {
+                    r = *fresh;
+                    step = uninstall::delete(&ctx, &r, &api).await?;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The pass of an object that is not being deleted: its inputs, then the release.
+async fn attached(
+    ctx: &Context,
+    api: &Api<OmniHelmRelease>,
+    r: &OmniHelmRelease,
+    now: jiff::Timestamp,
+) -> Result<Step, Error> {
+    if let Some(problem) = r.spec_problem() {
+        return Ok(Step::Report(Outcome::Invalid(problem)));
+    }
+    let namespace = r.namespace().unwrap_or_default();
+    let cluster = ctx
+        .api::<OmniCluster>(&namespace)
+        .get_opt(&r.spec.cluster_ref.name)
+        .await?;
+    if cluster.is_none() {
+        return missing_input(api, r, Outcome::MissingCluster).await;
+    }
+    let kubeconfig = match inputs::kubeconfig(ctx, r).await? {
+        Ok(k) => k,
+        Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
+    };
+    let auth = match inputs::repository_auth(ctx, r).await? {
+        Ok(a) => a,
+        Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
+    };
+    let Some(helm) = &ctx.helm else {
+        return Ok(Step::Report(Outcome::Blocked((
+            REASON_HELM_UNAVAILABLE,
+            "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
+                .to_string(),
+        ))));
+    };
+    let session = match helm.session(&inputs::release_key(r), &kubeconfig).await {
+        Ok(s) => s,
+        Err(err) => {
+            return Ok(Step::Report(Outcome::HelmFailed(format!(
+                "cannot start Helm for release {:?}: {err}",
+                r.effective_release_name()
+            ))));
+        }
+    };
+    Ok(Step::Report(converge(ctx, r, &session, &auth, now).await))
+}
+
+/// An input of `r` is missing. A namespace deletion or prune deletes the object together with
+/// the Secrets and cluster it uses; a pass that read it a moment before then finds them gone,
+/// and must do the deletion rather than report the object stranded with `MissingSecret` or
+/// `MissingCluster`.
+async fn missing_input(
+    api: &Api<OmniHelmRelease>,
+    r: &OmniHelmRelease,
+    outcome: Outcome,
+) -> Result<Step, Error> {
+    let fresh = api
+        .get_opt(&r.name_any())
+        .await?
+        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some());
+    Ok(match fresh {
+        Some(fresh) => Step::DeletedMeanwhile(Box::new(fresh)),
+        None => Step::Report(outcome),
+    })
+}
+
+/// Looks at the release, then takes the next action. Only a recovery is followed by another
+/// look and action in the same pass (the install or upgrade it makes way for); the state
+/// after a recovery is never pending, so a pass makes at most one recovery and one install
+/// or upgrade.
+async fn converge(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    session: &ReleaseSession,
+    auth: &RepositoryAuth,
+    now: jiff::Timestamp,
+) -> Outcome {
+    let mut look = match observe(r, session).await {
+        Ok(look) => look,
+        Err(message) => return Outcome::HelmFailed(message),
+    };
+    loop {
+        let run = |adopting, drift| HelmRun {
+            ctx,
+            r,
+            session,
+            auth,
+            current: look.release.as_ref(),
+            adopting,
+            drift,
+        };
+        return match next_action(&determine(r, &look, now)) {
+            NextAction::Nothing => Outcome::InSync(look.release),
+            NextAction::Refuse(o) => Outcome::Refused(o),
+            NextAction::Wait { release, after } => Outcome::Locked {
+                release,
+                retry_after: after,
+            },
+            NextAction::ReportStuck(release) => Outcome::Stuck {
+                release,
+                because: StuckBecause::RecoveryNotAllowed,
+            },
+            NextAction::Install { adopting, drift } => {
+                install::install(&run(adopting, drift)).await
+            }
+            NextAction::Upgrade { adopting, drift } => {
+                upgrade::upgrade(&run(adopting, drift)).await
+            }
+            NextAction::Recover { release, abandoned } => {
+                if let Some(outcome) = recover::recover(ctx, r, session, &release, abandoned).await
+                {
+                    return outcome;
+                }
+                look = Observation {
+                    release: match read_release(r, session).await {
+                        Ok(release) => release,
+                        Err(message) => return Outcome::HelmFailed(message),
+                    },
+                    recovered: true,
+                    ..look
+                };
+                continue;
+            }
+        };
+    }
+}
+
+/// One look at the release: Helm's view, and (for a release that exists) its labels, which
+/// decide the claim on it. The error is the message to report.
+async fn observe(r: &OmniHelmRelease, session: &ReleaseSession) -> Result<Observation, String> {
+    let name = r.effective_release_name();
+    let release = read_release(r, session).await?;
+    let claim = match &release {
+        None => ownership::Claim::Ours(Starter::Unknown),
+        Some(info) => {
+            let labels = session
+                .labels(&name, &r.spec.namespace)
+                .await
+                .map_err(|err| format!("read labels of Helm release {name:?}: {err}"))?
+                .unwrap_or_default();
+            ownership::claim(r, &labels, info, session.run_id())
+        }
+    };
+    Ok(Observation {
+        release,
+        claim,
+        recovered: false,
+    })
+}
+
+/// Helm's view of the release (`helm status`); the error is the message to report.
+async fn read_release(
+    r: &OmniHelmRelease,
+    session: &ReleaseSession,
+) -> Result<Option<ReleaseInfo>, String> {
+    let name = r.effective_release_name();
+    session
+        .status(&name, &r.spec.namespace)
+        .await
+        .map_err(|err| format!("read Helm release {name:?}: {err}"))
+}
+
+/// The reconcile's one status write (only when the status changed), its Events and metrics,
+/// and the next reconcile.
+async fn report(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> Result<Action, Error> {
+    let new = desired_status(r, outcome, now);
+    let old = r.status.clone().unwrap_or_default();
+    write(ctx, r, &new, &old).await?;
+    // Condition Events fire on reason changes only; each Helm action is worth one.
+    let ready = |s: &OmniHelmReleaseStatus| find_condition(&s.conditions, ct::READY).cloned();
+    if let (true, Some(now_ready), Some(was_ready)) = (outcome.deployed(), ready(&new), ready(&old))
+        && now_ready.reason == was_ready.reason
+    {
+        ctx.event(r, EventType::Normal, &now_ready.reason, now_ready.message)
+            .await;
+    }
+    next_reconcile(r, outcome, ctx.min_interval)
+}
+
+async fn write(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    new: &OmniHelmReleaseStatus,
+    old: &OmniHelmReleaseStatus,
+) -> Result<bool, Error> {
+    let namespace = r.namespace().unwrap_or_default();
+    let written = status::write(&ctx.api::<OmniHelmRelease>(&namespace), r, new).await?;
+    if written {
+        ctx.condition_events(r, &old.conditions, &new.conditions)
+            .await;
+    }
+    let ready = find_condition(&new.conditions, ct::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: "OmniHelmRelease",
+        namespace: &namespace,
+        name: &r.name_any(),
+        ready: ready.map_or("Unknown", |c| status_str(c.status)),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: false,
+    });
+    Ok(written)
+}
+
+/// Runs the OmniHelmRelease controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, |x| {
+        let ns = namespace_of(x);
+        let mut keys = vec![
+            RefKey::new("cluster", &ns, &x.spec.cluster_ref.name),
+            RefKey::new("secret", &ns, &x.spec.kubeconfig_secret_ref.name),
+        ];
+        if let Some(c) = &x.spec.chart.credentials_secret_ref {
+            keys.push(RefKey::new("secret", &ns, &c.name));
+        }
+        keys
+    });
+    let by_secret = index.clone();
+    let controller = controller
+        .watches_stream(
+            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
+            move |c: OmniCluster| {
+                index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
+            },
+        )
+        // A kubeconfig or credentials change re-checks the release (a rotation alone does
+        // not upgrade it: the digest excludes the kubeconfig).
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            move |s: Secret| {
+                by_secret.get(&RefKey::new("secret", &namespace_of(&s), &s.name_any()))
+            },
+        );
+    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, reconcile).await;
+}
+
+#[cfg(test)]
+mod test_support;

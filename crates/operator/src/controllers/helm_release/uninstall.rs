@@ -1,0 +1,130 @@
+//! Deletion: `helm uninstall` of a release this object owns (unless `deletionPolicy: Orphan`),
+//! then the finalizer goes. A deletion that cannot uninstall says why and how to finish it
+//! instead of waiting silently (the original waits forever).
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+
+use super::apply::helm_failure;
+use super::inputs::{kubeconfig, release_key, timeout_of};
+use super::outcome::{Outcome, WAY_OUT};
+use super::ownership::{Ownership, ownership};
+use super::{REASON_HELM_UNAVAILABLE, REASON_UNINSTALL_SKIPPED, Step};
+use crate::api::OmniHelmRelease;
+use crate::api::common::reasons;
+use crate::api::helm_release::HelmDeletionPolicy;
+use crate::controllers::{Context, Error, finalizer};
+use crate::helm::{HelmError, ReleaseSession};
+
+/// Deletes `r`: `Step::Done` once the finalizer is gone, `Step::Report` while it cannot be.
+pub(crate) async fn delete(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    api: &Api<OmniHelmRelease>,
+) -> Result<Step, Error> {
+    if !finalizer::has_finalizer(r, false) {
+        return Ok(Step::Done(Action::await_change()));
+    }
+    if r.deletion_policy() == Some(HelmDeletionPolicy::Orphan) {
+        return finish_deletion(ctx, r, api).await;
+    }
+    let name = r.effective_release_name();
+    let kubeconfig = match kubeconfig(ctx, r).await? {
+        Ok(k) => k,
+        Err((reason, m)) => {
+            return Ok(Step::Report(Outcome::UninstallBlocked((
+                reason,
+                format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}"),
+            ))));
+        }
+    };
+    let Some(helm) = &ctx.helm else {
+        return Ok(Step::Report(Outcome::UninstallBlocked((
+            REASON_HELM_UNAVAILABLE,
+            format!(
+                "cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {WAY_OUT}"
+            ),
+        ))));
+    };
+    let result = match helm.session(&release_key(r), &kubeconfig).await {
+        Ok(session) => uninstall_if_owned(r, &session).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Err(err) => {
+            return Ok(Step::Report(Outcome::UninstallFailed(format!(
+                "{}; retrying, or {WAY_OUT}",
+                helm_failure("Uninstall", &name, &err)
+            ))));
+        }
+        Ok(Removal::NotOwned(o)) => {
+            ctx.event(
+                r,
+                EventType::Warning,
+                REASON_UNINSTALL_SKIPPED,
+                format!(
+                    "left Helm release {name:?} in namespace {:?} in place: it {}",
+                    r.spec.namespace,
+                    o.whose()
+                ),
+            )
+            .await;
+        }
+        Ok(Removal::Missing) => {}
+        Ok(Removal::Uninstalled) => {
+            ctx.event(
+                r,
+                EventType::Normal,
+                reasons::HELM_UNINSTALLED,
+                format!("uninstalled Helm release {name:?}"),
+            )
+            .await;
+        }
+    }
+    finish_deletion(ctx, r, api).await
+}
+
+async fn finish_deletion(
+    ctx: &Context,
+    r: &OmniHelmRelease,
+    api: &Api<OmniHelmRelease>,
+) -> Result<Step, Error> {
+    finalizer::remove(api, r, false).await?;
+    ctx.metrics.forget_resource(
+        "OmniHelmRelease",
+        &r.namespace().unwrap_or_default(),
+        &r.name_any(),
+    );
+    Ok(Step::Done(Action::await_change()))
+}
+
+/// What the deletion did with the release.
+enum Removal {
+    Uninstalled,
+    /// There was no release.
+    Missing,
+    /// The release is not this object's; it was left alone.
+    NotOwned(Ownership),
+}
+
+/// Uninstalls the release only when this object owns it (an adopt annotation alone is not
+/// enough: a release is ours once an install or upgrade by this object labelled it).
+async fn uninstall_if_owned(
+    r: &OmniHelmRelease,
+    session: &ReleaseSession,
+) -> Result<Removal, HelmError> {
+    let (name, ns) = (r.effective_release_name(), &r.spec.namespace);
+    let Some(info) = session.status(&name, ns).await? else {
+        return Ok(Removal::Missing);
+    };
+    let labels = session.labels(&name, ns).await?.unwrap_or_default();
+    let o = ownership(r, &labels, &info);
+    if !o.is_ours() {
+        return Ok(Removal::NotOwned(o));
+    }
+    session
+        .uninstall(&name, ns, timeout_of(r), r.spec.disable_hooks, r.spec.wait)
+        .await?;
+    Ok(Removal::Uninstalled)
+}
