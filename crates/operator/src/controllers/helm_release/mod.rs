@@ -10,11 +10,11 @@
 //! come from a Secret; a deletion whose kubeconfig Secret is gone reports why and how to finish
 //! it instead of waiting silently.
 //!
-//! Shape (docs/architecture.md): a pass gathers its inputs ([`inputs`]), looks at the release
-//! ([`state::Observation`]), determines its state ([`state::determine`], pure), picks the next
-//! action ([`decide::next_action`], pure) and carries it out (`install.rs`, `upgrade.rs`,
-//! `recover.rs`; a deletion in `uninstall.rs`). Every pass ends in one [`outcome::Outcome`],
-//! from which the status ([`outcome::desired_status`], pure) is written once.
+//! Shape (docs/architecture.md): a pass gathers its inputs (`inputs`), looks at the release
+//! (`state::Observation`), determines its state (`state::determine`, pure), picks the next
+//! action (`decide::next_action`, pure) and carries it out (`install.rs`, `upgrade.rs`,
+//! `recover.rs`; a deletion in `uninstall.rs`). Every pass ends in one `outcome::Outcome`,
+//! from which the status (`outcome::desired_status`, pure) is written once.
 
 mod apply;
 mod decide;
