@@ -1101,3 +1101,31 @@ async fn cluster_reconciles_read_children_from_the_cache_never_by_listing() {
     env.assert_key_never_leaked().await;
     env.shutdown().await;
 }
+
+/// One Omni connection per OmniConnection, kept while the key is: a change of the key Secret's
+/// metadata (the connection controller's own `omni-key-in-use` finalizer, a label) opens no new
+/// one. The client cache was keyed on the Secret's resourceVersion, so that finalizer alone
+/// cost a second connection at every start (omni-bench: 2 Omni connections for one
+/// OmniConnection). This test failed before the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_omni_connection_outlives_changes_to_the_key_secrets_metadata() {
+    let env = Env::builder().start().await;
+    env.cluster("kept", "dddddddd-0000-4000-8000-000000000003", json!({}))
+        .await;
+    env.wait::<OmniCluster>("kept", "Ready", ready).await;
+    let _: Secret = env
+        .patch(
+            KEY_SECRET,
+            json!({"metadata": {"labels": {"team": "platform"}}}),
+        )
+        .await;
+    let _: OmniCluster = env
+        .patch_spec("kept", json!({"features": {"enableWorkloadProxy": true}}))
+        .await;
+    env.wait::<OmniCluster>("kept", "synced at generation 2", |c| {
+        ready(c) && c.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+    })
+    .await;
+    assert_eq!(env.omni.connections_accepted(), 1);
+    env.shutdown().await;
+}

@@ -170,9 +170,12 @@ fn base64_detail(e: &base64::DecodeError) -> String {
     }
 }
 
+/// What an Omni client is built from. Not the Secret's resourceVersion: a change of its
+/// metadata alone (the connection controller's own `omni-key-in-use` finalizer, a label)
+/// would open a new connection to Omni for the same key.
 #[derive(Clone, PartialEq, Eq)]
 struct Fingerprint {
-    resource_version: String,
+    key_digest: [u8; 32],
     key: String,
     endpoint: String,
     insecure: bool,
@@ -237,8 +240,8 @@ impl OmniClients {
         self.client_for_secret(conn, &secret)
     }
 
-    /// The client for `conn` given its (already read) Secret: reused while the Secret's
-    /// resourceVersion, the key name, the endpoint and the TLS flag are unchanged.
+    /// The client for `conn` given its (already read) Secret: reused while the key, the key
+    /// name, the endpoint and the TLS flag are unchanged.
     pub fn client_for_secret(
         &self,
         conn: &OmniConnection,
@@ -249,7 +252,10 @@ impl OmniClients {
         let r = &conn.spec.auth.service_account_secret_ref;
         let key = key_from_secret(&namespace, &r.name, &r.key, secret)?;
         let fingerprint = Fingerprint {
-            resource_version: secret.metadata.resource_version.clone().unwrap_or_default(),
+            key_digest: {
+                use sha2::Digest as _;
+                sha2::Sha256::digest(key.as_bytes()).into()
+            },
             key: r.key.clone(),
             endpoint: conn.spec.endpoint.clone(),
             insecure: conn.spec.insecure_skip_tls_verify,
