@@ -34,6 +34,8 @@ pub const KEY_SECRET: &str = "omni-service-account";
 pub const KEY_FIELD: &str = "serviceAccountKey";
 /// The OmniConnection the environment creates, which [`Env::cluster`] refers to.
 pub const CONNECTION: &str = "omni";
+/// Omni's annotation naming the tool that manages a resource.
+pub const GITOPS_ANNOTATION: &str = "omni.sidero.dev/managed-by-gitops-tools";
 /// What the log capture records: the operator in full, the Omni client's debug lines, and
 /// everything else at info.
 const LOG_FILTER: &str = "info,omni_operator=trace,omni_client=debug";
@@ -268,6 +270,17 @@ impl Env {
         cluster
     }
 
+    /// Annotates the key Secret with `touched: value`, which makes the connection controller
+    /// check Omni again at once (instead of at its 5-minute re-check), e.g. after an upgrade.
+    pub async fn touch_key_secret(&self, value: &str) {
+        let _: Secret = self
+            .patch(
+                KEY_SECRET,
+                json!({"metadata": {"annotations": {"touched": value}}}),
+            )
+            .await;
+    }
+
     /// Machine `id` connects to Omni: it joins omni-sim's pool, with no labels.
     pub fn connect_machine(&self, id: &str) {
         self.omni.add_machine(omni_sim::PoolMachine {
@@ -411,4 +424,9 @@ pub async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
         assert!(tokio::time::Instant::now() < until, "never: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// An annotation of an Omni resource.
+pub fn annotation(r: &omni_client::proto::cosi::resource::Resource, key: &str) -> Option<String> {
+    r.metadata.as_ref()?.annotations.get(key).cloned()
 }

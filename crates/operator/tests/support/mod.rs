@@ -8,7 +8,6 @@ pub mod chart_repo;
 pub mod conditions;
 pub mod env;
 pub mod leaks;
-pub mod omni_api;
 pub mod stack;
 pub mod stack_objects;
 
