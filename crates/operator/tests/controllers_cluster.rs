@@ -552,23 +552,7 @@ async fn spec_changes_and_omni_drift_are_synced_and_legacy_finalizers_are_honour
     )
     .await;
     env.wait::<OmniCluster>("unreadable", "Ready", ready).await;
-    env.omni
-        .set_cluster_status(
-            "unreadable",
-            omni_client::proto::specs::cluster_status_spec::Phase::Running,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("pin status: {e}"));
-    env.omni.store().modify(
-        omni_sim::types::DEFAULT_NS,
-        ty::CLUSTER_STATUS,
-        "unreadable",
-        |r| {
-            if let Some(spec) = r.spec.as_mut() {
-                spec.proto_spec = vec![0xff; 3];
-            }
-        },
-    );
+    support::make_cluster_status_unreadable(&env.omni, "unreadable");
     let c = env
         .wait_cond::<OmniCluster>("unreadable", is_false("Ready").because("StatusFailed"))
         .await;

@@ -26,7 +26,6 @@ use omni_operator::api::OmniCluster;
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::{Scope, backoff_delay};
 use omni_operator::metrics::Metrics;
-use omni_sim::types::ty;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde_json::{Value, json};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
@@ -474,23 +473,7 @@ impl Env {
         // controllers leave it alone).
         let clusters = Api::<OmniCluster>::namespaced(c.clone(), NS);
         wait_for(&clusters, "unreadable", "Ready", ready).await;
-        self.omni
-            .set_cluster_status(
-                "unreadable",
-                omni_client::proto::specs::cluster_status_spec::Phase::Running,
-                true,
-            )
-            .unwrap_or_else(|e| panic!("pin status: {e}"));
-        self.omni.store().modify(
-            omni_sim::types::DEFAULT_NS,
-            ty::CLUSTER_STATUS,
-            "unreadable",
-            |r| {
-                if let Some(spec) = r.spec.as_mut() {
-                    spec.proto_spec = vec![0xff; 3];
-                }
-            },
-        );
+        support::make_cluster_status_unreadable(&self.omni, "unreadable");
         // ExportFailed: Omni refuses to mint kubeconfigs from now on.
         self.omni
             .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);

@@ -403,3 +403,25 @@ pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube
         groups,
     ))
 }
+
+/// Makes Omni's ClusterStatus of `cluster` undecodable, as a status the operator cannot read
+/// (`StatusFailed`): pinned first so Omni's controllers leave it alone, then its spec bytes
+/// replaced with garbage. The cluster must exist in Omni (wait for it to be Ready first).
+pub fn make_cluster_status_unreadable(omni: &omni_sim::RunningOmniSim, cluster: &str) {
+    omni.set_cluster_status(
+        cluster,
+        omni_client::proto::specs::cluster_status_spec::Phase::Running,
+        true,
+    )
+    .unwrap_or_else(|e| panic!("pin the ClusterStatus of {cluster}: {e}"));
+    omni.store().modify(
+        omni_sim::types::DEFAULT_NS,
+        omni_sim::types::ty::CLUSTER_STATUS,
+        cluster,
+        |r| {
+            if let Some(spec) = r.spec.as_mut() {
+                spec.proto_spec = vec![0xff; 3];
+            }
+        },
+    );
+}
