@@ -34,6 +34,15 @@ pub const KEY_SECRET: &str = "omni-service-account";
 pub const KEY_FIELD: &str = "serviceAccountKey";
 /// The OmniConnection the environment creates, which [`Env::cluster`] refers to.
 pub const CONNECTION: &str = "omni";
+/// The sample files of the sample cluster `edge-sample` and its children, in the documented
+/// order (for [`Env::apply_samples`]).
+pub const SAMPLE_CLUSTER: &[&str] = &[
+    "01-omniconnection.yaml",
+    "02-omnicluster.yaml",
+    "03-omnicontrolplane.yaml",
+    "04-omniworkers.yaml",
+    "05-omnimachine.yaml",
+];
 /// Omni's annotation naming the tool that manages a resource.
 pub const GITOPS_ANNOTATION: &str = "omni.sidero.dev/managed-by-gitops-tools";
 /// What the log capture records: the operator in full, the Omni client's debug lines, and
@@ -66,6 +75,9 @@ pub struct EnvBuilder {
     auto_register_machines: bool,
     connection: bool,
     workload: bool,
+    /// When set, the workload cluster accepts only the tokens omni-sim mints for this cluster.
+    workload_tokens_of: Option<String>,
+    test_clock: bool,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -84,6 +96,8 @@ pub struct Env {
     pub key: String,
     pub metrics: Arc<Metrics>,
     pub workload: Option<Workload>,
+    /// The operator's clock, when the scenario moves time by hand ([`EnvBuilder::test_clock`]).
+    pub clock: Option<Arc<super::TestClock>>,
     operator: Option<Operator>,
 }
 
@@ -113,13 +127,37 @@ impl EnvBuilder {
         self
     }
 
+    /// Like [`EnvBuilder::with_workload`], with a workload cluster that, like the one behind
+    /// Omni, accepts only the unexpired tokens omni-sim mints for `cluster` (its
+    /// [`Workload::client`] is anonymous, so it is refused).
+    pub fn with_workload_accepting_tokens_of(mut self, cluster: &str) -> Self {
+        self.workload = true;
+        self.workload_tokens_of = Some(cluster.to_string());
+        self
+    }
+
+    /// The operator reads the time from a [`super::TestClock`] that the scenario moves
+    /// ([`Env::clock`]); it starts at the current whole second.
+    pub fn test_clock(mut self) -> Self {
+        self.test_clock = true;
+        self
+    }
+
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
         let (kube, client) = super::kube_sim().await;
         super::install_operator_api(&client, NS).await;
         let workload = match self.workload {
             true => {
-                let (sim, client) = super::kube_sim().await;
+                let mut sim = kube_sim::server::KubeSim::builder();
+                if let Some(cluster) = &self.workload_tokens_of {
+                    sim = sim.authenticator(Arc::new(super::OmniTokens(cluster.clone())));
+                }
+                let sim = sim
+                    .start()
+                    .await
+                    .unwrap_or_else(|e| panic!("start the workload kube-sim: {e}"));
+                let client = super::client_of(&sim);
                 Some(Workload { sim, client })
             }
             false => None,
@@ -144,6 +182,14 @@ impl EnvBuilder {
         let metrics = Arc::new(Metrics::new());
         let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
         config.metrics = metrics.clone();
+        let clock = self.test_clock.then(|| {
+            let now = jiff::Timestamp::now().as_second();
+            let start = jiff::Timestamp::from_second(now).unwrap_or_else(|e| panic!("{e}"));
+            Arc::new(super::TestClock::new(start))
+        });
+        if let Some(clock) = &clock {
+            config.clock = clock.clone();
+        }
         let mut env = Env {
             ns: NS.to_string(),
             kube,
@@ -152,6 +198,7 @@ impl EnvBuilder {
             key,
             metrics,
             workload,
+            clock,
             operator: None,
         };
         env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
@@ -173,6 +220,8 @@ impl Env {
             auto_register_machines: true,
             connection: true,
             workload: false,
+            workload_tokens_of: None,
+            test_clock: false,
         }
     }
 
@@ -181,6 +230,62 @@ impl Env {
         self.workload
             .as_ref()
             .unwrap_or_else(|| panic!("the environment has no workload cluster"))
+    }
+
+    /// The operator's test clock; panics when the environment was built without one.
+    pub fn clock(&self) -> &super::TestClock {
+        self.clock
+            .as_deref()
+            .unwrap_or_else(|| panic!("the environment has no test clock"))
+    }
+
+    /// Applies the shipped samples in `files` (`config/samples/`, in the order given), each
+    /// document passed through `edit` first; OmniConnections point at omni-sim.
+    pub async fn apply_samples(&self, files: &[&str], edit: impl Fn(&mut Value)) {
+        for file in files {
+            for mut doc in super::sample(file) {
+                if doc["kind"] == "OmniConnection" {
+                    doc["spec"]["endpoint"] = json!(self.omni.endpoint());
+                }
+                edit(&mut doc);
+                self.create_any_of_ours(doc).await;
+            }
+        }
+    }
+
+    /// Creates an object of one of the operator's kinds from its JSON, typed by its `kind`.
+    pub async fn create_any_of_ours(&self, doc: Value) {
+        use omni_operator::api::{
+            OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniKubeconfigExport,
+            OmniMachine, OmniSecretSync, OmniWorkers,
+        };
+        match doc["kind"].as_str().unwrap_or_default() {
+            "OmniConnection" => {
+                let _: OmniConnection = self.create(doc).await;
+            }
+            "OmniCluster" => {
+                let _: OmniCluster = self.create(doc).await;
+            }
+            "OmniControlPlane" => {
+                let _: OmniControlPlane = self.create(doc).await;
+            }
+            "OmniWorkers" => {
+                let _: OmniWorkers = self.create(doc).await;
+            }
+            "OmniMachine" => {
+                let _: OmniMachine = self.create(doc).await;
+            }
+            "OmniKubeconfigExport" => {
+                let _: OmniKubeconfigExport = self.create(doc).await;
+            }
+            "OmniSecretSync" => {
+                let _: OmniSecretSync = self.create(doc).await;
+            }
+            "OmniHelmRelease" => {
+                let _: OmniHelmRelease = self.create(doc).await;
+            }
+            other => panic!("not one of the operator's kinds: {other:?}"),
+        }
     }
 
     /// Objects of kind `K` in the environment's namespace.

@@ -209,10 +209,14 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
         .start()
         .await
         .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
+    let client = client_of(&sim);
     (sim, client)
+}
+
+/// A client of `sim` that sends no credentials (kube-sim's admin unless it authenticates).
+pub fn client_of(sim: &kube_sim::server::RunningKubeSim) -> kube::Client {
+    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
+    kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 #[derive(Clone)]
