@@ -731,15 +731,6 @@ fn data_text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A client built from a kubeconfig as any kube-rs/client-go consumer builds it.
-async fn client_from(kubeconfig: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap_or_else(|e| panic!("{e}"));
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
-}
-
 const ARGOCD_LABEL: &str = "argocd.argoproj.io/secret-type";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -783,7 +774,7 @@ async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\ncurrent-context: argo\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: argo\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
     );
-    let (user, groups) = support::whoami(&client_from(&kubeconfig).await)
+    let (user, groups) = support::whoami(&support::client_from_kubeconfig(&kubeconfig).await)
         .await
         .unwrap_or_else(|e| panic!("whoami: {e}"));
     assert_eq!(user, "automation");
@@ -818,7 +809,7 @@ async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluste
     assert_eq!(status_str(&e, "targetSecretKey"), "value");
 
     // What Flux does with `spec.kubeConfig.secretRef`: a client from the `value` key.
-    let client = client_from(&data_text(&secret, "value")).await;
+    let client = support::client_from_kubeconfig(&data_text(&secret, "value")).await;
     let (user, groups) = support::whoami(&client)
         .await
         .unwrap_or_else(|e| panic!("whoami: {e}"));

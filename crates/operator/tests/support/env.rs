@@ -77,7 +77,11 @@ pub struct EnvBuilder {
     workload: bool,
     /// When set, the workload cluster accepts only the tokens omni-sim mints for this cluster.
     workload_tokens_of: Option<String>,
+    /// When set, the workload cluster accepts only this bearer token, as `automation`.
+    workload_token: Option<String>,
     test_clock: bool,
+    /// When set, only the OmniSecretSync controller runs, re-checking at this interval.
+    only_secret_sync: Option<Duration>,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -136,6 +140,22 @@ impl EnvBuilder {
         self
     }
 
+    /// Like [`EnvBuilder::with_workload`], with a workload cluster that accepts only the bearer
+    /// `token` (user `automation`, group `automation`) and no anonymous request; its
+    /// [`Workload::client`] sends that token.
+    pub fn with_workload_token(mut self, token: &str) -> Self {
+        self.workload = true;
+        self.workload_token = Some(token.to_string());
+        self
+    }
+
+    /// Runs only the OmniSecretSync controller, re-checking every `resync`, so a scenario sees
+    /// what the periodic re-check alone does.
+    pub fn only_secret_sync(mut self, resync: Duration) -> Self {
+        self.only_secret_sync = Some(resync);
+        self
+    }
+
     /// The operator reads the time from a [`super::TestClock`] that the scenario moves
     /// ([`Env::clock`]); it starts at the current whole second.
     pub fn test_clock(mut self) -> Self {
@@ -153,11 +173,24 @@ impl EnvBuilder {
                 if let Some(cluster) = &self.workload_tokens_of {
                     sim = sim.authenticator(Arc::new(super::OmniTokens(cluster.clone())));
                 }
+                if let Some(token) = &self.workload_token {
+                    let auth = kube_sim::auth::StaticAuthenticator::new().without_anonymous();
+                    auth.add_token(
+                        token,
+                        kube_sim::auth::Identity::new("automation", &["automation"]),
+                    );
+                    sim = sim.authenticator(Arc::new(auth));
+                }
                 let sim = sim
                     .start()
                     .await
                     .unwrap_or_else(|e| panic!("start the workload kube-sim: {e}"));
-                let client = super::client_of(&sim);
+                let client = match &self.workload_token {
+                    Some(token) => {
+                        super::client_from_kubeconfig(&workload_kubeconfig(&sim, token)).await
+                    }
+                    None => super::client_of(&sim),
+                };
                 Some(Workload { sim, client })
             }
             false => None,
@@ -203,7 +236,10 @@ impl EnvBuilder {
         };
         env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
             .await;
-        env.operator = Some(Operator::spawn(config, env.client.clone()));
+        env.operator = Some(match self.only_secret_sync {
+            None => Operator::spawn(config, env.client.clone()),
+            Some(every) => Operator::spawn_secret_sync_only(config, env.client.clone(), every),
+        });
         if self.connection {
             env.connection(CONNECTION, KEY_SECRET).await;
         }
@@ -221,7 +257,9 @@ impl Env {
             connection: true,
             workload: false,
             workload_tokens_of: None,
+            workload_token: None,
             test_clock: false,
+            only_secret_sync: None,
         }
     }
 
@@ -230,6 +268,11 @@ impl Env {
         self.workload
             .as_ref()
             .unwrap_or_else(|| panic!("the environment has no workload cluster"))
+    }
+
+    /// A kubeconfig of the workload cluster with the bearer `token`.
+    pub fn workload_kubeconfig(&self, token: &str) -> String {
+        workload_kubeconfig(&self.workload().sim, token)
     }
 
     /// The operator's test clock; panics when the environment was built without one.
@@ -534,4 +577,15 @@ pub async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
 /// An annotation of an Omni resource.
 pub fn annotation(r: &omni_client::proto::cosi::resource::Resource, key: &str) -> Option<String> {
     r.metadata.as_ref()?.annotations.get(key).cloned()
+}
+
+/// A kubeconfig of `sim` with the bearer `token`, as a user would hand it to the operator.
+fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
+    kube_sim::kubeconfig::Kubeconfig::new(
+        sim.base_url.clone(),
+        "automation",
+        kube_sim::kubeconfig::Credential::Token(token.into()),
+    )
+    .to_yaml()
+    .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
 }

@@ -213,6 +213,16 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
     (sim, client)
 }
 
+/// A client that reaches the API server the way `kubeconfig` (YAML) says.
+pub async fn client_from_kubeconfig(kubeconfig: &str) -> kube::Client {
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+}
+
 /// A client of `sim` that sends no credentials (kube-sim's admin unless it authenticates).
 pub fn client_of(sim: &kube_sim::server::RunningKubeSim) -> kube::Client {
     let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
