@@ -82,6 +82,8 @@ pub struct EnvBuilder {
     test_clock: bool,
     /// When set, only the OmniSecretSync controller runs, re-checking at this interval.
     only_secret_sync: Option<Duration>,
+    /// The helm binary and work directory the operator uses, when not the defaults.
+    helm: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -156,6 +158,13 @@ impl EnvBuilder {
         self
     }
 
+    /// The operator runs helm as `binary` (e.g. a wrapper that records its calls) with its work
+    /// directory at `work_dir`.
+    pub fn helm(mut self, binary: std::path::PathBuf, work_dir: std::path::PathBuf) -> Self {
+        self.helm = Some((binary, work_dir));
+        self
+    }
+
     /// The operator reads the time from a [`super::TestClock`] that the scenario moves
     /// ([`Env::clock`]); it starts at the current whole second.
     pub fn test_clock(mut self) -> Self {
@@ -223,6 +232,10 @@ impl EnvBuilder {
         if let Some(clock) = &clock {
             config.clock = clock.clone();
         }
+        if let Some((binary, work_dir)) = self.helm.clone() {
+            config.helm_binary = binary;
+            config.helm_work_dir = work_dir;
+        }
         let mut env = Env {
             ns: NS.to_string(),
             kube,
@@ -260,6 +273,7 @@ impl Env {
             workload_token: None,
             test_clock: false,
             only_secret_sync: None,
+            helm: None,
         }
     }
 
