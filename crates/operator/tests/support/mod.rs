@@ -439,3 +439,16 @@ pub fn make_cluster_status_unreadable(omni: &omni_sim::RunningOmniSim, cluster: 
         },
     );
 }
+
+/// A default omni-sim and the key of a service account `account` with the operator's role
+/// registered in it.
+pub async fn omni_sim_with_account(account: &str) -> (omni_sim::RunningOmniSim, String) {
+    let sim = omni_sim::OmniSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+    let key = sim
+        .register_service_account(account, omni_sim::Role::Operator)
+        .unwrap_or_else(|e| panic!("register {account}: {e}"));
+    (sim, key)
+}
