@@ -18,8 +18,8 @@ use omni_operator::api::{
 use omni_sim::types::{label, ty};
 use serde_json::json;
 use support::conditions::{assert_cond, is_false, is_true};
-use support::env::{Env, KEY_FIELD, KEY_SECRET, NS, eventually};
-use support::{WAIT, condition, ready, sample};
+use support::env::{Env, KEY_FIELD, KEY_SECRET, NS, SAMPLE_CLUSTER, eventually};
+use support::{WAIT, condition, ready};
 use tokio::time::Instant;
 
 const CP: &str = "11111111-1111-4111-8111-111111111111";
@@ -29,24 +29,13 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
     let env = Env::builder().without_connection().start().await;
 
     // Applied in the documented order: connection, cluster, control plane, workers, machines.
-    for mut doc in sample("01-omniconnection.yaml") {
-        doc["spec"]["endpoint"] = json!(env.omni.endpoint());
-        let _: OmniConnection = env.create(doc).await;
-    }
-    for mut doc in sample("02-omnicluster.yaml") {
-        // Frequent re-checks so the idle phase below sees many reconciles.
-        doc["spec"]["syncInterval"] = json!("1s");
-        let _: OmniCluster = env.create(doc).await;
-    }
-    for doc in sample("03-omnicontrolplane.yaml") {
-        let _: OmniControlPlane = env.create(doc).await;
-    }
-    for doc in sample("04-omniworkers.yaml") {
-        let _: OmniWorkers = env.create(doc).await;
-    }
-    for doc in sample("05-omnimachine.yaml") {
-        let _: OmniMachine = env.create(doc).await;
-    }
+    env.apply_samples(SAMPLE_CLUSTER, |doc| {
+        if doc["kind"] == "OmniCluster" {
+            // Frequent re-checks so the idle phase below sees many reconciles.
+            doc["spec"]["syncInterval"] = json!("1s");
+        }
+    })
+    .await;
 
     let conn = env
         .wait::<OmniConnection>("omni-sample", "Ready", ready)
@@ -552,23 +541,7 @@ async fn spec_changes_and_omni_drift_are_synced_and_legacy_finalizers_are_honour
     )
     .await;
     env.wait::<OmniCluster>("unreadable", "Ready", ready).await;
-    env.omni
-        .set_cluster_status(
-            "unreadable",
-            omni_client::proto::specs::cluster_status_spec::Phase::Running,
-            true,
-        )
-        .unwrap_or_else(|e| panic!("pin status: {e}"));
-    env.omni.store().modify(
-        omni_sim::types::DEFAULT_NS,
-        ty::CLUSTER_STATUS,
-        "unreadable",
-        |r| {
-            if let Some(spec) = r.spec.as_mut() {
-                spec.proto_spec = vec![0xff; 3];
-            }
-        },
-    );
+    support::make_cluster_status_unreadable(&env.omni, "unreadable");
     let c = env
         .wait_cond::<OmniCluster>("unreadable", is_false("Ready").because("StatusFailed"))
         .await;
@@ -702,28 +675,12 @@ async fn workload_samples_in_order_become_ready_and_then_stay_quiet() {
 
     // The documented order: connection, cluster and children, exports, secret sync
     // (07, OmniHelmRelease, needs a chart repository and has its own tests).
-    for mut doc in sample("01-omniconnection.yaml") {
-        doc["spec"]["endpoint"] = json!(env.omni.endpoint());
-        let _: OmniConnection = env.create(doc).await;
-    }
-    for doc in sample("02-omnicluster.yaml") {
-        let _: OmniCluster = env.create(doc).await;
-    }
-    for doc in sample("03-omnicontrolplane.yaml") {
-        let _: OmniControlPlane = env.create(doc).await;
-    }
-    for doc in sample("04-omniworkers.yaml") {
-        let _: OmniWorkers = env.create(doc).await;
-    }
-    for doc in sample("05-omnimachine.yaml") {
-        let _: OmniMachine = env.create(doc).await;
-    }
-    for doc in sample("06-omnikubeconfigexport.yaml") {
-        let _: OmniKubeconfigExport = env.create(doc).await;
-    }
-    for doc in sample("08-omnisecretsync.yaml") {
-        let _: OmniSecretSync = env.create(doc).await;
-    }
+    env.apply_samples(SAMPLE_CLUSTER, |_| {}).await;
+    env.apply_samples(
+        &["06-omnikubeconfigexport.yaml", "08-omnisecretsync.yaml"],
+        |_| {},
+    )
+    .await;
 
     env.wait::<OmniCluster>("edge-sample", "Ready", ready).await;
     for name in [

@@ -12,7 +12,6 @@ use omni_operator::api::OmniConnection;
 use omni_operator::api::common::{ConditionStatus, find_condition};
 use omni_operator::controllers::connection::{Outcome, desired_status};
 use omni_operator::controllers::omni::{ConnectionError, OmniClients};
-use omni_sim::{OmniSim, Role};
 
 fn connection(endpoint: &str) -> OmniConnection {
     serde_json::from_value(serde_json::json!({
@@ -45,21 +44,9 @@ fn secret(value: &str, resource_version: &str) -> Secret {
 
 #[tokio::test]
 async fn ping_with_the_secret_key_and_rebuild_when_the_secret_changes() {
-    let sim = OmniSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("omni-sim: {e}"));
-    let good = sim
-        .register_service_account("operator", Role::Operator)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (sim, good) = support::omni_sim_with_account("operator").await;
     // A well-formed key Omni does not know: what a revoked or foreign key looks like.
-    let other = OmniSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("omni-sim: {e}"));
-    let unknown = other
-        .register_service_account("stranger", Role::Operator)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (other, unknown) = support::omni_sim_with_account("stranger").await;
 
     let conn = connection(sim.endpoint());
     let clients = OmniClients::new(support::unreachable_client());

@@ -4,166 +4,48 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use omni_operator::api::{
-    OmniCluster, OmniConnection, OmniControlPlane, OmniKubeconfigExport, OmniMachine, OmniWorkers,
-};
-use omni_operator::cli::run::{OperatorConfig, run_operator};
-use omni_operator::controllers::{Clock, Scope};
-use omni_operator::metrics::Metrics;
-use omni_sim::{OmniSim, Role, RunningOmniSim};
-use serde::de::DeserializeOwned;
+use omni_operator::api::{OmniCluster, OmniKubeconfigExport};
+use omni_operator::controllers::Clock;
+use omni_sim::RunningOmniSim;
 use serde_json::{Value, json};
-use support::{TestClock, condition, ready, sample, wait_for, writes_to};
+use support::env::{Env, EnvBuilder, NS, SAMPLE_CLUSTER};
+use support::{condition, ready, sample, wait_for, writes_to};
 use tokio::time::Instant;
 
-const NS: &str = "omni-cluster-operator-system";
 /// gRPC status code 14 (Unavailable); the operator crate does not depend on tonic directly.
 const UNAVAILABLE: i32 = 14;
 const WAIT: Duration = Duration::from_secs(120);
 
-struct Env {
-    _kube: kube_sim::server::RunningKubeSim,
-    client: kube::Client,
-    _sim: RunningOmniSim,
-    clock: Arc<TestClock>,
-    metrics: Arc<Metrics>,
-    /// The workload cluster minted kubeconfigs point at, when the test has one.
-    workload: Option<kube_sim::server::RunningKubeSim>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+/// kube-sim, omni-sim and the operator with a test clock; the sample cluster Ready.
+/// Minted kubeconfigs point at an address that resolves nowhere.
+async fn start() -> Env {
+    with_samples(Env::builder().without_connection().test_clock()).await
+}
+
+/// Like [`start`], with minted kubeconfigs pointing at a workload kube-sim that accepts only
+/// the tokens omni-sim mints for the sample cluster.
+async fn with_workload() -> Env {
+    let builder = Env::builder()
+        .without_connection()
+        .test_clock()
+        .with_workload_accepting_tokens_of("edge-sample");
+    with_samples(builder).await
+}
+
+async fn with_samples(builder: EnvBuilder) -> Env {
+    let env = builder.start().await;
+    env.apply_samples(SAMPLE_CLUSTER, |_| {}).await;
+    env.wait::<OmniCluster>("edge-sample", "Ready", ready).await;
+    env
 }
 
 impl Env {
-    /// kube-sim, omni-sim and the operator with a test clock; the sample cluster Ready.
-    /// Minted kubeconfigs point at an address that resolves nowhere.
-    async fn start() -> Env {
-        Self::start_with(None).await
-    }
-
-    /// Like [`Env::start`], with minted kubeconfigs pointing at a workload kube-sim that
-    /// accepts only the tokens omni-sim mints for the sample cluster.
-    async fn with_workload() -> Env {
-        let workload = kube_sim::server::KubeSim::builder()
-            .authenticator(Arc::new(support::OmniTokens("edge-sample".into())))
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("workload kube-sim: {e}"));
-        Self::start_with(Some(workload)).await
-    }
-
-    async fn start_with(workload: Option<kube_sim::server::RunningKubeSim>) -> Env {
-        let kube = kube_sim::server::KubeSim::builder()
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("kube-sim: {e}"));
-        let client = kube::Client::try_from(kube::Config::new(
-            kube.base_url.parse().unwrap_or_else(|e| panic!("{e}")),
-        ))
-        .unwrap_or_else(|e| panic!("{e}"));
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in omni_operator::api::crds() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .unwrap_or_else(|e| panic!("CRD: {e}"));
-        }
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap_or_else(|e| panic!("namespace: {e}"));
-        let mut sim = OmniSim::builder()
-            // Static machine IDs in these tests are not seeded: let them connect.
-            .auto_register_machines(true)
-            .status_step(Duration::from_millis(20));
-        if let Some(w) = &workload {
-            sim = sim.workload_provider(Arc::new(support::WorkloadAt(w.base_url.clone())));
-        }
-        let sim = sim
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("omni-sim: {e}"));
-        let key = sim
-            .register_service_account("operator", Role::Operator)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "omni-service-account", "namespace": NS},
-            "stringData": {"serviceAccountKey": key},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Secret>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap_or_else(|e| panic!("Secret: {e}"));
-
-        let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-            .unwrap_or_else(|e| panic!("{e}"));
-        let clock = Arc::new(TestClock::new(start));
-        let metrics = Arc::new(Metrics::new());
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
-        config.clock = clock.clone();
-        config.metrics = metrics.clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(run_operator(config, client.clone(), async move {
-            let _ = stopped.await;
-        }));
-        let env = Env {
-            _kube: kube,
-            client,
-            _sim: sim,
-            clock,
-            metrics,
-            workload,
-            _stop: stop,
-        };
-        for mut doc in sample("01-omniconnection.yaml") {
-            doc["spec"]["endpoint"] = json!(env._sim.endpoint());
-            env.create::<OmniConnection>(doc).await;
-        }
-        for doc in sample("02-omnicluster.yaml") {
-            env.create::<OmniCluster>(doc).await;
-        }
-        for doc in sample("03-omnicontrolplane.yaml") {
-            env.create::<OmniControlPlane>(doc).await;
-        }
-        for doc in sample("04-omniworkers.yaml") {
-            env.create::<OmniWorkers>(doc).await;
-        }
-        for doc in sample("05-omnimachine.yaml") {
-            env.create::<OmniMachine>(doc).await;
-        }
-        wait_for(&env.api::<OmniCluster>(), "edge-sample", "Ready", ready).await;
-        env
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    async fn create<K>(&self, obj: Value) -> K
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let typed: K = serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
-        self.api::<K>()
-            .create(&PostParams::default(), &typed)
-            .await
-            .unwrap_or_else(|e| panic!("create: {e}"))
-    }
-
     async fn export(&self, name: &str, target: &str) {
         self.create::<OmniKubeconfigExport>(json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
@@ -181,20 +63,9 @@ impl Env {
         .await;
     }
 
-    fn export_reconciles(&self) -> u64 {
-        let text = self.metrics.encode().unwrap_or_default();
-        text.lines()
-            .filter(|l| {
-                l.starts_with("omni_operator_reconciles_total{")
-                    && l.contains(r#"kind="OmniKubeconfigExport""#)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
-    }
-
     /// Touches the export so the controller reconciles it now, and waits until it has.
     async fn poke(&self, name: &str, n: u32) {
-        let before = self.export_reconciles();
+        let before = self.reconciles("OmniKubeconfigExport");
         self.api::<OmniKubeconfigExport>()
             .patch(
                 name,
@@ -204,7 +75,7 @@ impl Env {
             .await
             .unwrap_or_else(|e| panic!("poke: {e}"));
         let until = Instant::now() + WAIT;
-        while self.export_reconciles() <= before {
+        while self.reconciles("OmniKubeconfigExport") <= before {
             assert!(Instant::now() < until, "the poke never caused a reconcile");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -220,8 +91,8 @@ fn status_time(e: &OmniKubeconfigExport, field: &str) -> Option<jiff::Timestamp>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
-    let env = Env::start().await;
-    let t0 = env.clock.now();
+    let env = start().await;
+    let t0 = env.clock().now();
     env.export("rot", "rot-kubeconfig").await;
     let exports = env.api::<OmniKubeconfigExport>();
     let first = wait_for(&exports, "rot", "Ready", ready).await;
@@ -239,7 +110,7 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     // One second early: nothing is minted or written.
-    env.clock.set(next - jiff::SignedDuration::from_secs(1));
+    env.clock().set(next - jiff::SignedDuration::from_secs(1));
     env.poke("rot", 1).await;
     env.poke("rot", 2).await;
     let unchanged = secrets
@@ -319,7 +190,7 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
     assert_eq!(before.type_.as_deref(), Some("Opaque"));
 
     // Exactly at the boundary: rotated.
-    env.clock.set(next);
+    env.clock().set(next);
     env.poke("rot", 3).await;
     let rotated = wait_for(&exports, "rot", "rotated at the planned time", |e| {
         status_time(e, "lastRotationTime") == Some(next)
@@ -346,30 +217,23 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
         assert!(Instant::now() < until, "no Event announced the rotation");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    env.shutdown().await;
 }
 
 impl Env {
     /// Events with reason `KubeconfigRotated` about the export `name`.
     async fn rotated_events(&self, name: &str) -> usize {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.client.clone(), NS);
-        events
-            .list(&Default::default())
+        self.events_of(name)
             .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .items
             .iter()
-            .filter(|e| {
-                e.reason.as_deref() == Some("KubeconfigRotated")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            })
+            .filter(|(reason, _)| reason == "KubeconfigRotated")
             .count()
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unowned_target_secret_is_untouched_until_adopted() {
-    let env = Env::start().await;
+    let env = start().await;
     let secrets = env.api::<Secret>();
     let theirs: Secret = serde_json::from_value(json!({
         "metadata": {"name": "taken", "namespace": NS, "labels": {"team": "other"}},
@@ -437,6 +301,7 @@ async fn an_unowned_target_secret_is_untouched_until_adopted() {
             .map(String::as_str),
         Some("grabby")
     );
+    env.shutdown().await;
 }
 
 impl Env {
@@ -487,7 +352,7 @@ fn status_str(e: &OmniKubeconfigExport, field: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
-    let env = Env::start().await;
+    let env = start().await;
     let exports = env.api::<OmniKubeconfigExport>();
 
     // Ready, then idle: further reconciles write nothing to either API (only the pokes).
@@ -497,18 +362,18 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     // operator recording Omni's converging status, must be over before the idle window.
     let settle = Instant::now() + WAIT;
     for round in 100.. {
-        let (kube, omni) = (env._kube.writes_total(), env._sim.writes_total());
+        let (kube, omni) = (env.kube.writes_total(), env.omni.writes_total());
         env.poke("idle", round).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if env._kube.writes_total() == kube + 1 && env._sim.writes_total() == omni {
+        if env.kube.writes_total() == kube + 1 && env.omni.writes_total() == omni {
             break;
         }
         assert!(Instant::now() < settle, "the operator never went quiet");
     }
     // Only what an export writes (the cluster controller is not under test here).
-    let export_writes = || writes_to(&env._kube, &["omnikubeconfigexports", "secrets", "events"]);
+    let export_writes = || writes_to(&env.kube, &["omnikubeconfigexports", "secrets", "events"]);
     let kube_before = export_writes();
-    let omni_before = env._sim.writes_total();
+    let omni_before = env.omni.writes_total();
     let kubeconfig_calls = |sim: &RunningOmniSim| {
         sim.call_counts()
             .iter()
@@ -516,7 +381,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
             .map(|(_, n)| *n)
             .sum::<u64>()
     };
-    let minted_before = kubeconfig_calls(&env._sim);
+    let minted_before = kubeconfig_calls(&env.omni);
     for n in 1..=3 {
         env.poke("idle", n).await;
     }
@@ -526,12 +391,12 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         "an idle export wrote to the API server beyond the three pokes"
     );
     assert_eq!(
-        env._sim.writes_total(),
+        env.omni.writes_total(),
         omni_before,
         "an idle export wrote to Omni"
     );
     assert_eq!(
-        kubeconfig_calls(&env._sim),
+        kubeconfig_calls(&env.omni),
         minted_before,
         "an idle export minted a new kubeconfig"
     );
@@ -588,7 +453,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     );
 
     // ExportFailed while Omni refuses to mint; recovers to Exported once it stops refusing.
-    env._sim
+    env.omni
         .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
     env.export_with("refused", json!({})).await;
     let (_, message) = env.wait_reason("refused", "ExportFailed").await;
@@ -596,7 +461,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         message.starts_with("failed to export kubeconfig: "),
         "{message}"
     );
-    env._sim
+    env.omni
         .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 0);
     let recovered = wait_for(&exports, "refused", "Ready", ready).await;
     assert_eq!(
@@ -609,9 +474,9 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     let good_hash = status_str(&good, "kubeconfigHash");
     assert_eq!(good_hash.len(), 64);
     let next = status_time(&good, "nextRotationTime").unwrap_or_else(|| panic!("no next"));
-    env._sim
+    env.omni
         .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
-    env.clock.set(next);
+    env.clock().set(next);
     env.poke("idle", 10).await;
     let (failed, _) = env.wait_reason("idle", "ExportFailed").await;
     assert_eq!(status_str(&failed, "kubeconfigHash"), good_hash);
@@ -623,11 +488,12 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         status_time(&failed, "expirationTime"),
         status_time(&good, "expirationTime")
     );
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
-    let env = Env::start().await;
+    let env = start().await;
     let exports = env.api::<OmniKubeconfigExport>();
     let secrets = env.api::<Secret>();
     let ann = |s: &Secret, k: &str| s.annotations().get(k).cloned().unwrap_or_default();
@@ -732,6 +598,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
     assert_eq!(after.data, kept.data);
     assert_eq!(after.metadata.labels, kept.metadata.labels);
     assert_eq!(after.metadata.annotations, kept.metadata.annotations);
+    env.shutdown().await;
 }
 
 /// An adopted target is anyone's Secret: its stored kubeconfig is checked before the usability
@@ -739,7 +606,7 @@ async fn a_spec_change_re_exports_and_deletion_follows_the_policy() {
 /// runs; the export replaces it with a freshly minted kubeconfig instead (issue 12).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
-    let env = Env::start().await;
+    let env = start().await;
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let marker = dir.path().join("ran");
     let planted = format!(
@@ -768,7 +635,7 @@ async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
     let spec_hash = export
         .spec_hash(&cluster.effective_cluster_name())
         .unwrap_or_else(|e| panic!("{e}"));
-    let expires = env.clock.now() + jiff::SignedDuration::from_secs(3600);
+    let expires = env.clock().now() + jiff::SignedDuration::from_secs(3600);
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {
             "name": "planted-kubeconfig",
@@ -819,6 +686,7 @@ async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
         !marker.exists(),
         "the planted exec plugin ran in the operator"
     );
+    env.shutdown().await;
 }
 
 // ---- spec.format: the Secret shapes Argo CD and Flux read ----
@@ -863,25 +731,12 @@ fn data_text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A client built from a kubeconfig as any kube-rs/client-go consumer builds it.
-async fn client_from(kubeconfig: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap_or_else(|e| panic!("{e}"));
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
-}
-
 const ARGOCD_LABEL: &str = "argocd.argoproj.io/secret-type";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
-    let env = Env::with_workload().await;
-    let server = env
-        .workload
-        .as_ref()
-        .map(|w| w.base_url.clone())
-        .unwrap_or_default();
+    let env = with_workload().await;
+    let server = env.workload().sim.base_url.clone();
     env.export_with("argo", json!({"format": "ArgoCDCluster"}))
         .await;
     let e = wait_for(&env.api::<OmniKubeconfigExport>(), "argo", "Ready", ready).await;
@@ -919,7 +774,7 @@ async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\ncurrent-context: argo\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: argo\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
     );
-    let (user, groups) = support::whoami(&client_from(&kubeconfig).await)
+    let (user, groups) = support::whoami(&support::client_from_kubeconfig(&kubeconfig).await)
         .await
         .unwrap_or_else(|e| panic!("whoami: {e}"));
     assert_eq!(user, "automation");
@@ -934,11 +789,12 @@ async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
     );
     let (_, _, message) = condition(&e, "Ready").unwrap_or_default();
     assert!(message.contains("ArgoCDCluster"), "{message}");
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluster() {
-    let env = Env::with_workload().await;
+    let env = with_workload().await;
     env.export_with("flux", json!({"format": "FluxValue"}))
         .await;
     let e = wait_for(&env.api::<OmniKubeconfigExport>(), "flux", "Ready", ready).await;
@@ -953,18 +809,14 @@ async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluste
     assert_eq!(status_str(&e, "targetSecretKey"), "value");
 
     // What Flux does with `spec.kubeConfig.secretRef`: a client from the `value` key.
-    let client = client_from(&data_text(&secret, "value")).await;
+    let client = support::client_from_kubeconfig(&data_text(&secret, "value")).await;
     let (user, groups) = support::whoami(&client)
         .await
         .unwrap_or_else(|e| panic!("whoami: {e}"));
     assert_eq!(user, "automation");
     assert!(groups.contains(&"automation".to_string()), "{groups:?}");
     // The workload cluster does check: without the token it answers 401.
-    let server = env
-        .workload
-        .as_ref()
-        .map(|w| w.base_url.clone())
-        .unwrap_or_default();
+    let server = env.workload().sim.base_url.clone();
     let anonymous = kube::Client::try_from(kube::Config::new(
         server.parse().unwrap_or_else(|e| panic!("{e}")),
     ))
@@ -973,6 +825,7 @@ async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluste
         Err(kube::Error::Api(s)) if s.code == 401 => {}
         other => panic!("expected 401 without credentials, got {other:?}"),
     }
+    env.shutdown().await;
 }
 
 /// Creates an export in `format`, checks that nothing is minted or written a second before
@@ -980,8 +833,8 @@ async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluste
 /// (`keys`) with a `KubeconfigRotated` Event. Minted kubeconfigs reach a real workload
 /// kube-sim, so the reuse probe works on what the shape stored.
 async fn rotated_in_shape(format: &str, keys: &[&str]) {
-    let env = Env::with_workload().await;
-    let t0 = env.clock.now();
+    let env = with_workload().await;
+    let t0 = env.clock().now();
     env.export_with("rot", json!({"format": format})).await;
     let exports = env.api::<OmniKubeconfigExport>();
     let first = wait_for(&exports, "rot", "Ready", ready).await;
@@ -995,7 +848,7 @@ async fn rotated_in_shape(format: &str, keys: &[&str]) {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(data_keys(&before), keys);
 
-    env.clock.set(next - jiff::SignedDuration::from_secs(1));
+    env.clock().set(next - jiff::SignedDuration::from_secs(1));
     env.poke("rot", 1).await;
     env.poke("rot", 2).await;
     let unchanged = secrets
@@ -1009,7 +862,7 @@ async fn rotated_in_shape(format: &str, keys: &[&str]) {
     );
     assert_eq!(env.rotated_events("rot").await, 0);
 
-    env.clock.set(next);
+    env.clock().set(next);
     env.poke("rot", 3).await;
     let rotated = wait_for(&exports, "rot", "rotated at the planned time", |e| {
         status_time(e, "lastRotationTime") == Some(next)
@@ -1041,6 +894,7 @@ async fn rotated_in_shape(format: &str, keys: &[&str]) {
         assert!(Instant::now() < until, "no Event announced the rotation");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1055,7 +909,7 @@ async fn a_flux_value_secret_is_rotated_in_its_shape() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_change_rewrites_the_secret_in_the_new_shape() {
-    let env = Env::start().await;
+    let env = start().await;
     let exports = env.api::<OmniKubeconfigExport>();
     let secrets = env.api::<Secret>();
     env.export_with("shape", json!({})).await;
@@ -1112,6 +966,7 @@ async fn a_format_change_rewrites_the_secret_in_the_new_shape() {
             "{format}"
         );
     }
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,27 +17,21 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::{OmniCluster, OmniHelmRelease};
-use omni_operator::cli::run::{OperatorConfig, run_operator};
-use omni_operator::controllers::Scope;
-use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
 use support::chart_repo::{Repo, run_helm, start_repo, write_chart};
-use support::{condition, helm_bin, kube_sim, operator_logs, wait_for, wait_gone};
+use support::env::{Env, NS};
+use support::{condition, helm_bin, operator_logs, wait_for, wait_gone};
 use tokio::time::Instant;
 
-const NS: &str = "apps";
 const USER: &str = "chart-reader";
 const PASSWORD: &str = "s3cret-repo-password";
 const WRONG_PASSWORD: &str = "not-the-password-xyz";
@@ -57,24 +51,22 @@ fn assert_no_secrets(what: &str, text: &str) {
 // ---------------------------------------------------------------------------------------------
 // Environment.
 
-struct Env {
-    client: kube::Client,
-    workload: RunningKubeSim,
-    workload_client: kube::Client,
-    metrics: Arc<Metrics>,
+/// The shared environment without an OmniConnection (a release needs only its OmniCluster to
+/// exist, which is never Ready here), with a workload cluster, the chart repository over HTTP
+/// and over HTTPS behind a private CA, and the Secrets the releases use.
+struct Helm {
+    env: Env,
     repo: Repo,
     /// The same repository over HTTPS, its certificate issued by a private CA.
     tls_repo: Repo,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
     _helm_dir: tempfile::TempDir,
-    _mgmt: RunningKubeSim,
 }
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+impl std::ops::Deref for Helm {
+    type Target = Env;
+
+    fn deref(&self) -> &Env {
+        &self.env
     }
 }
 
@@ -88,31 +80,17 @@ fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
     .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
 }
 
-impl Env {
-    async fn start() -> Env {
-        // Installs the capturing subscriber before the operator logs anything.
+impl Helm {
+    async fn start() -> Helm {
+        // The capturing subscriber is installed before the operator logs anything.
         operator_logs();
-        let (mgmt, client) = kube_sim().await;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in omni_operator::api::crds() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .unwrap_or_else(|e| panic!("create CRD: {e}"));
-        }
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap_or_else(|e| panic!("namespace: {e}"));
-        let releases: Api<OmniHelmRelease> = Api::namespaced(client.clone(), NS);
-        let until = Instant::now() + WAIT;
-        while releases.list(&ListParams::default()).await.is_err() {
-            assert!(Instant::now() < until, "CRDs never became servable");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let (workload, workload_client) = kube_sim().await;
+        let helm_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let env = Env::builder()
+            .without_connection()
+            .with_workload()
+            .helm(helm_bin(), helm_dir.path().to_path_buf())
+            .start()
+            .await;
         let repo = start_repo(USER, PASSWORD, None).await;
         let ca = kube_sim::tls::CertificateAuthority::generate("private chart repository CA")
             .unwrap_or_else(|e| panic!("{e}"));
@@ -125,80 +103,50 @@ impl Env {
             Some(ca.server_config(&serving).unwrap_or_else(|e| panic!("{e}"))),
         )
         .await;
-
-        let env_secret = |name: &str, data: Value| -> Secret {
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": NS},
-                "stringData": data,
-            }))
-            .unwrap_or_else(|e| panic!("{e}"))
-        };
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-        for s in [
-            env_secret(
+        for (name, data) in [
+            (
                 "workload-kubeconfig",
-                json!({"kubeconfig": workload_kubeconfig(&workload, TOKEN_ONE)}),
+                json!({"kubeconfig": workload_kubeconfig(&env.workload().sim, TOKEN_ONE)}),
             ),
-            env_secret(
+            (
                 "repo-credentials",
                 json!({"username": USER, "password": PASSWORD}),
             ),
-            env_secret(
+            (
                 "repo-credentials-with-ca",
                 json!({"username": USER, "password": PASSWORD, "ca.crt": ca.cert_pem()}),
             ),
-            env_secret(
+            (
                 "wrong-credentials",
                 json!({"username": USER, "password": WRONG_PASSWORD}),
             ),
         ] {
-            secrets
-                .create(&PostParams::default(), &s)
-                .await
-                .unwrap_or_else(|e| panic!("Secret: {e}"));
+            env.create_secret(name, data).await;
         }
-        // The release only needs its OmniCluster to exist (no connection: it is never Ready).
-        let cluster: OmniCluster = serde_json::from_value(json!({
-            "apiVersion": "omni.texashpc.com/v1alpha1",
-            "kind": "OmniCluster",
-            "metadata": {"name": "workload", "namespace": NS},
-            "spec": {
-                "connectionRef": {"name": "omni"},
-                "talos": {"version": "v1.11.5"},
-                "kubernetes": {"version": "v1.34.2"},
-            }
-        }))
-        .unwrap_or_else(|e| panic!("cluster fixture: {e}"));
-        Api::<OmniCluster>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &cluster)
-            .await
-            .unwrap_or_else(|e| panic!("OmniCluster: {e}"));
-
-        let helm_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let metrics = Arc::new(Metrics::new());
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
-        config.metrics = metrics.clone();
-        config.helm_binary = helm_bin();
-        config.helm_work_dir = helm_dir.path().to_path_buf();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(run_operator(config, client.clone(), async move {
-            let _ = rx.await;
-        }));
-        Env {
-            client,
-            workload,
-            workload_client,
-            metrics,
+        let _: OmniCluster = env
+            .create_spec(
+                "workload",
+                json!({
+                    "connectionRef": {"name": "omni"},
+                    "talos": {"version": "v1.11.5"},
+                    "kubernetes": {"version": "v1.34.2"},
+                }),
+            )
+            .await;
+        Helm {
+            env,
             repo,
             tls_repo,
-            stop: Some(tx),
             _helm_dir: helm_dir,
-            _mgmt: mgmt,
         }
     }
 
+    async fn shutdown(self) {
+        self.env.shutdown().await;
+    }
+
     fn releases(&self) -> Api<OmniHelmRelease> {
-        Api::namespaced(self.client.clone(), NS)
+        self.env.api()
     }
 
     async fn create_release(&self, name: &str, extra: Value) {
@@ -229,19 +177,12 @@ impl Env {
     }
 
     async fn patch_spec(&self, name: &str, spec: Value) {
-        self.releases()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "spec": spec })),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("patch {name}: {e}"));
+        let _: OmniHelmRelease = self.env.patch_spec(name, spec).await;
     }
 
     /// Revisions Helm stored for `release` in the workload cluster (its release Secrets).
     async fn helm_revisions(&self, release: &str) -> Vec<i64> {
-        let secrets: Api<Secret> = Api::namespaced(self.workload_client.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(self.workload().client.clone(), "default");
         let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
         let mut revisions: Vec<i64> = secrets
             .list(&lp)
@@ -291,7 +232,7 @@ impl Env {
             "stringData": {"release": encoded},
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Secret>::namespaced(self.workload_client.clone(), "default")
+        Api::<Secret>::namespaced(self.workload().client.clone(), "default")
             .create(&PostParams::default(), &secret)
             .await
             .unwrap_or_else(|e| panic!("write pending revision: {e}"));
@@ -299,7 +240,7 @@ impl Env {
 
     /// Removes a release behind the operator's back: its Helm records and its ConfigMap.
     async fn delete_out_of_band(&self, release: &str) {
-        let secrets: Api<Secret> = Api::namespaced(self.workload_client.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(self.workload().client.clone(), "default");
         let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
         for s in secrets
             .list(&lp)
@@ -312,7 +253,7 @@ impl Env {
                 .await
                 .unwrap_or_else(|e| panic!("delete release Secret: {e}"));
         }
-        Api::<ConfigMap>::namespaced(self.workload_client.clone(), "default")
+        Api::<ConfigMap>::namespaced(self.workload().client.clone(), "default")
             .delete(&format!("{release}-config"), &DeleteParams::default())
             .await
             .unwrap_or_else(|e| panic!("delete ConfigMap: {e}"));
@@ -332,23 +273,16 @@ impl Env {
                 &serde_json::to_string(&r.status).unwrap_or_default(),
             );
         }
-        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), NS);
-        let all = events
-            .list(&ListParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("list Events: {e}"));
-        assert!(!all.items.is_empty(), "the operator published Events");
-        assert_no_secrets(
-            "Events",
-            &serde_json::to_string(&all.items).unwrap_or_default(),
-        );
+        let all = self.env.events().await;
+        assert!(!all.is_empty(), "the operator published Events");
+        assert_no_secrets("Events", &serde_json::to_string(&all).unwrap_or_default());
         let logs = operator_logs();
         assert!(!logs.is_empty(), "the operator's logs were captured");
         assert_no_secrets("operator logs", &logs);
     }
 
     async fn greeting(&self, release: &str) -> Option<String> {
-        let cms: Api<ConfigMap> = Api::namespaced(self.workload_client.clone(), "default");
+        let cms: Api<ConfigMap> = Api::namespaced(self.workload().client.clone(), "default");
         cms.get_opt(&format!("{release}-config"))
             .await
             .unwrap_or_else(|e| panic!("get ConfigMap: {e}"))
@@ -356,21 +290,13 @@ impl Env {
     }
 
     fn reconciles(&self) -> u64 {
-        let text = self.metrics.encode().unwrap_or_default();
-        text.lines()
-            .find(|l| l.starts_with("omni_operator_reconciles_total{kind=\"OmniHelmRelease\"}"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+        self.env.reconciles("OmniHelmRelease")
     }
 
     async fn events(&self, name: &str) -> Vec<(String, String, String)> {
-        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), NS);
-        events
-            .list(&ListParams::default())
+        self.env
+            .events()
             .await
-            .unwrap_or_else(|e| panic!("list Events: {e}"))
-            .items
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
             .map(|e| {
@@ -403,7 +329,7 @@ fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
 }
 
 /// Waits until the controller has finished at least one more reconcile than `before`.
-async fn reconciled_since(env: &Env, before: u64) {
+async fn reconciled_since(env: &Helm, before: u64) {
     let until = Instant::now() + WAIT;
     while env.reconciles() <= before {
         assert!(Instant::now() < until, "no reconcile happened");
@@ -415,7 +341,7 @@ async fn reconciled_since(env: &Env, before: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_lifecycle_upgrades_only_on_change_and_rolls_back_failures() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
 
     // Install.
@@ -443,9 +369,9 @@ async fn release_lifecycle_upgrades_only_on_change_and_rolls_back_failures() {
 
     // A kubeconfig rotation alone re-checks the release but creates no revision.
     let before = env.reconciles();
-    let workload_writes = env.workload.writes_total();
+    let workload_writes = env.workload().sim.writes_total();
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NS);
-    let rotated = workload_kubeconfig(&env.workload, TOKEN_TWO);
+    let rotated = workload_kubeconfig(&env.workload().sim, TOKEN_TWO);
     secrets
         .patch(
             "workload-kubeconfig",
@@ -457,7 +383,7 @@ async fn release_lifecycle_upgrades_only_on_change_and_rolls_back_failures() {
     reconciled_since(&env, before).await;
     assert_eq!(env.helm_revisions("demo").await, vec![1, 2]);
     assert_eq!(
-        env.workload.writes_total(),
+        env.workload().sim.writes_total(),
         workload_writes,
         "a rotation must not write to the workload cluster"
     );
@@ -527,11 +453,12 @@ async fn release_lifecycle_upgrades_only_on_change_and_rolls_back_failures() {
     assert_eq!(env.helm_revisions("kept").await, vec![1]);
     assert_eq!(env.greeting("kept").await.as_deref(), Some("hello"));
     env.assert_nothing_leaked().await;
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
 
     env.create_release(
@@ -594,11 +521,12 @@ async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets
     );
 
     env.assert_nothing_leaked().await;
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repository_behind_a_private_ca_needs_the_ca_from_the_credentials_secret() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
     env.create_release(
         "private",
@@ -629,11 +557,12 @@ async fn a_repository_behind_a_private_ca_needs_the_ca_from_the_credentials_secr
     wait_for(&api, "private", "Ready at revision 1", |r| ready_at(r, 1)).await;
     assert_eq!(env.greeting("private").await.as_deref(), Some("hello"));
     env.assert_nothing_leaked().await;
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_and_deleted_releases_are_repaired() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
 
     // A release whose last upgrade was interrupted long ago is reported, not touched...
@@ -698,19 +627,23 @@ async fn stuck_and_deleted_releases_are_repaired() {
         "{events:#?}"
     );
     env.assert_nothing_leaked().await;
+    env.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Ownership: the operator never takes over a release it did not install.
 
-impl Env {
+impl Helm {
     /// Runs helm by hand against the workload cluster (a person or another tool), with the
     /// local copy of the demo chart at `./demo`.
     fn helm_by_hand(&self, args: &[&str]) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, workload_kubeconfig(&self.workload, TOKEN_ONE))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            &kubeconfig,
+            workload_kubeconfig(&self.workload().sim, TOKEN_ONE),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         write_chart(dir.path(), "0.1.0");
         let chart = dir.path().join("demo").display().to_string();
         let kubeconfig = kubeconfig.display().to_string();
@@ -728,7 +661,7 @@ impl Env {
         let Some(newest) = newest else {
             return BTreeMap::new();
         };
-        Api::<Secret>::namespaced(self.workload_client.clone(), "default")
+        Api::<Secret>::namespaced(self.workload().client.clone(), "default")
             .get(&format!("sh.helm.release.v1.{release}.v{newest}"))
             .await
             .unwrap_or_else(|e| panic!("release Secret: {e}"))
@@ -743,7 +676,7 @@ fn not_owned(r: &OmniHelmRelease) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
     env.helm_by_hand(&["install", "manual", "./demo", "--set", "greeting=by-hand"]);
     assert_eq!(env.helm_revisions("manual").await, vec![1]);
@@ -843,11 +776,12 @@ async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
     wait_gone(&api, "manual").await;
     assert_eq!(env.helm_revisions("manual").await, Vec::<i64>::new());
     env.assert_nothing_leaked().await;
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_objects_for_one_release_do_not_fight_over_it() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
     env.create_release("first", json!({"releaseName": "shared"}))
         .await;
@@ -885,11 +819,12 @@ async fn two_objects_for_one_release_do_not_fight_over_it() {
     wait_gone(&api, "second").await;
     assert_eq!(env.helm_revisions("shared").await, vec![1]);
     assert_eq!(env.greeting("shared").await.as_deref(), Some("hello"));
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_name_that_looks_like_a_flag_reaches_helm_as_a_name() {
-    let env = Env::start().await;
+    let env = Helm::start().await;
     let api = env.releases();
     // Without `--` helm would read "-g" as its `--generate-name` flag.
     env.create_release("dash", json!({"releaseName": "-g"}))
@@ -905,4 +840,5 @@ async fn a_release_name_that_looks_like_a_flag_reaches_helm_as_a_name() {
         "helm must have been given \"-g\" as the release name: {message}"
     );
     assert!(!message.contains("flag"), "{message}");
+    env.shutdown().await;
 }

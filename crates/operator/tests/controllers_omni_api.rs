@@ -5,7 +5,6 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Secret;
 use omni_client::proto::specs::{
     ClusterSpec, ConfigPatchSpec, ExtensionsConfigurationSpec, KernelArgsSpec,
     KubernetesHealthCheckSpec, KubernetesManifestGroupSpec, MachineInstallDiskConfigSpec,
@@ -18,10 +17,9 @@ use omni_sim::types::ty;
 use serde_json::json;
 use support::condition;
 use support::conditions::{assert_cond, is_false, is_true};
-use support::env::{CONNECTION, Env, KEY_FIELD, KEY_SECRET, eventually};
+use support::env::{CONNECTION, Env, GITOPS_ANNOTATION, KEY_FIELD, annotation, eventually};
 
 const MACHINE: &str = "22222222-2222-4222-8222-222222222222";
-const GITOPS_ANNOTATION: &str = "omni.sidero.dev/managed-by-gitops-tools";
 
 /// Cluster `demo` with one control-plane machine and its OmniMachine with `install`.
 async fn cluster_with_install(env: &Env, install: serde_json::Value) {
@@ -40,10 +38,6 @@ async fn set_install(env: &Env, install: serde_json::Value) {
 
 fn install_disk_patch_id() -> String {
     format!("000-cm-{MACHINE}-install-disk")
-}
-
-fn annotation(r: &omni_client::proto::cosi::resource::Resource, key: &str) -> Option<String> {
-    r.metadata.as_ref()?.annotations.get(key).cloned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,11 +193,7 @@ async fn an_unknown_backend_api_version_stalls_the_connection() {
     // An Omni upgrade to a supported version is picked up at the next check (a Secret touch
     // triggers one at once).
     env.omni.set_backend_api_version(3);
-    env.patch::<Secret>(
-        KEY_SECRET,
-        json!({"metadata": {"annotations": {"touched": "1"}}}),
-    )
-    .await;
+    env.touch_key_secret("1").await;
     env.wait_cond::<OmniConnection>(CONNECTION, is_true("Ready"))
         .await;
     env.shutdown().await;

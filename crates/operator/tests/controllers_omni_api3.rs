@@ -17,10 +17,31 @@ use omni_sim::HealthCheckOutcome;
 use omni_sim::store::decode_spec;
 use omni_sim::types::ty;
 use serde_json::json;
-use support::omni_api::{
-    CLUSTER, GITOPS_ANNOTATION, MACHINE, NS, OmniApiEnv, annotation, eventually,
-};
-use support::{condition, wait_for};
+use support::conditions::{is_false, is_true};
+use support::env::{CONNECTION, Env, GITOPS_ANNOTATION, NS, annotation, eventually};
+
+/// The OmniCluster (also its name in Omni) of every scenario.
+const CLUSTER: &str = "demo";
+/// Its one static control-plane machine.
+const MACHINE: &str = "22222222-2222-4222-8222-222222222222";
+
+/// The environment with omni-sim speaking backend API `api_version`.
+async fn start(api_version: u32) -> Env {
+    Env::builder().omni_api(api_version).start().await
+}
+
+/// OmniCluster [`CLUSTER`] with `extra` merged into its spec, on the one machine [`MACHINE`].
+async fn static_cluster(env: &Env, extra: serde_json::Value) {
+    env.cluster(CLUSTER, MACHINE, extra).await;
+}
+
+async fn synced(env: &Env) -> OmniCluster {
+    env.wait_cond(CLUSTER, is_true("Synced")).await
+}
+
+async fn patch_cluster_spec(env: &Env, spec: serde_json::Value) {
+    env.patch_spec::<OmniCluster>(CLUSTER, spec).await;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Health checks
@@ -36,8 +57,9 @@ fn health_checks(c: &OmniCluster) -> Vec<omni_operator::api::cluster::HealthChec
 /// is reported in `status.healthChecks` (and holds the upgrade) until a run passes.
 async fn health_checks_render_and_report(api_version: u32) {
     const CHECK: &str = "cluster-demo-ready";
-    let env = OmniApiEnv::start(api_version).await;
-    env.static_cluster(
+    let env = start(api_version).await;
+    static_cluster(
+        &env,
         json!({"kubernetes": {"version": "v1.35.0", "healthChecks": [{
             "name": "ready",
             "interval": "5s",
@@ -47,9 +69,9 @@ async fn health_checks_render_and_report(api_version: u32) {
         }]}}),
     )
     .await;
-    env.synced("True").await;
+    synced(&env).await;
     let check = env
-        .sim
+        .omni
         .get(ty::HEALTH_CHECK, CHECK)
         .unwrap_or_else(|| panic!("no KubernetesHealthCheck in Omni at API {api_version}"));
     let spec: KubernetesHealthCheckSpec = decode_spec(&check).unwrap_or_else(|e| panic!("{e}"));
@@ -60,17 +82,16 @@ async fn health_checks_render_and_report(api_version: u32) {
         Some("omni-operator")
     );
 
-    env.sim.set_health_check_outcome(
+    env.omni.set_health_check_outcome(
         CHECK,
         HealthCheckOutcome::Fail {
             error: "job failed: DeadlineExceeded".into(),
             output: "probe timed out".into(),
         },
     );
-    env.patch_cluster_spec(json!({"talos": {"version": "v1.13.3"}}))
-        .await;
+    patch_cluster_spec(&env, json!({"talos": {"version": "v1.13.3"}})).await;
     let failed = env
-        .cluster_until("a FAILED health check", |c| {
+        .wait::<OmniCluster>(CLUSTER, "a FAILED health check", |c| {
             health_checks(c).iter().any(|h| h.state == "FAILED")
         })
         .await;
@@ -89,7 +110,7 @@ async fn health_checks_render_and_report(api_version: u32) {
     );
     // The failure holds the Talos upgrade, and Omni says so.
     let held = env
-        .sim
+        .omni
         .get(ty::TALOS_UPGRADE_STATUS, CLUSTER)
         .and_then(|r| decode_spec::<TalosUpgradeStatusSpec>(&r).ok())
         .unwrap_or_default();
@@ -104,16 +125,16 @@ async fn health_checks_render_and_report(api_version: u32) {
         held.step
     );
 
-    env.sim
+    env.omni
         .set_health_check_outcome(CHECK, HealthCheckOutcome::Pass);
     let passed = env
-        .cluster_until("a PASSED health check", |c| {
+        .wait::<OmniCluster>(CLUSTER, "a PASSED health check", |c| {
             health_checks(c).iter().any(|h| h.state == "PASSED")
         })
         .await;
     assert_eq!(health_checks(&passed)[0].error, None);
     eventually("the held upgrade to finish", || {
-        env.sim
+        env.omni
             .get(ty::TALOS_UPGRADE_STATUS, CLUSTER)
             .and_then(|r| decode_spec::<TalosUpgradeStatusSpec>(&r).ok())
             .is_some_and(|u| {
@@ -138,15 +159,15 @@ async fn health_checks_render_and_report_on_api_3() {
 // ---------------------------------------------------------------------------------------------
 // Clearing extensions and kernel arguments
 
-fn extensions_of(env: &OmniApiEnv, id: &str) -> Option<Vec<String>> {
-    env.sim
+fn extensions_of(env: &Env, id: &str) -> Option<Vec<String>> {
+    env.omni
         .get(ty::EXTENSIONS_CONFIGURATION, id)
         .and_then(|r| decode_spec::<ExtensionsConfigurationSpec>(&r).ok())
         .map(|s| s.extensions)
 }
 
-fn kernel_args_of(env: &OmniApiEnv, machine: &str) -> Option<Vec<String>> {
-    env.sim
+fn kernel_args_of(env: &Env, machine: &str) -> Option<Vec<String>> {
+    env.omni
         .get(ty::KERNEL_ARGS, machine)
         .and_then(|r| decode_spec::<KernelArgsSpec>(&r).ok())
         .map(|s| s.args)
@@ -155,13 +176,16 @@ fn kernel_args_of(env: &OmniApiEnv, machine: &str) -> Option<Vec<String>> {
 /// Removing every extension with an explicit `[]` reaches Omni as an empty list (the original
 /// implementation left them installed).
 async fn an_explicit_empty_list_clears_extensions(api_version: u32) {
-    let env = OmniApiEnv::start(api_version).await;
-    env.static_cluster(json!({
-        "systemExtensions": ["siderolabs/iscsi-tools", "siderolabs/qemu-guest-agent"],
-        "kernelArgs": ["console=ttyS0"],
-    }))
+    let env = start(api_version).await;
+    static_cluster(
+        &env,
+        json!({
+            "systemExtensions": ["siderolabs/iscsi-tools", "siderolabs/qemu-guest-agent"],
+            "kernelArgs": ["console=ttyS0"],
+        }),
+    )
     .await;
-    env.synced("True").await;
+    synced(&env).await;
     assert_eq!(
         extensions_of(&env, "schematic-demo").map(|e| e.len()),
         Some(2)
@@ -171,17 +195,16 @@ async fn an_explicit_empty_list_clears_extensions(api_version: u32) {
         Some(vec!["console=ttyS0".to_string()])
     );
 
-    env.patch_cluster_spec(json!({"systemExtensions": [], "kernelArgs": []}))
-        .await;
+    patch_cluster_spec(&env, json!({"systemExtensions": [], "kernelArgs": []})).await;
     eventually("the extensions and kernel arguments to be cleared", || {
         extensions_of(&env, "schematic-demo") == Some(Vec::new())
             && kernel_args_of(&env, MACHINE) == Some(Vec::new())
     })
     .await;
     // The operator reports the edit itself as synced, not only an earlier generation.
-    env.cluster_until("the cleared lists synced", |c| {
+    env.wait::<OmniCluster>(CLUSTER, "the cleared lists synced", |c| {
         c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
-            && condition(c, "Synced").is_some_and(|(s, _, _)| s == "True")
+            && is_true("Synced").holds(c)
     })
     .await;
     env.shutdown().await;
@@ -246,7 +269,7 @@ fn cluster_with_patch(inline: &serde_json::Value) -> serde_json::Value {
         "kind": "OmniCluster",
         "metadata": {"name": CLUSTER, "namespace": NS, "uid": "0b5e7a9c-0000-4000-8000-000000000017"},
         "spec": {
-            "connectionRef": {"name": "omni"},
+            "connectionRef": {"name": CONNECTION},
             "kubernetes": {"version": "v1.35.0"},
             "talos": {"version": "v1.13.2"},
             "patches": [{"name": "p", "inline": inline}],
@@ -280,9 +303,9 @@ fn admit(object: serde_json::Value) -> serde_json::Value {
 /// gives for it (Omni, here omni-sim at `api_version`, is asked too); with admission bypassed
 /// the operator refuses the object itself and nothing reaches Omni.
 async fn forbidden_patches_are_refused_at_admission_with_omnis_reasons(api_version: u32) {
-    let env = OmniApiEnv::start(api_version).await;
+    let env = start(api_version).await;
     let omni = Client::new(
-        ClientConfig::from_encoded_key(env.sim.endpoint().to_string(), &env.key)
+        ClientConfig::from_encoded_key(env.omni.endpoint().to_string(), &env.key)
             .unwrap_or_else(|e| panic!("key: {e}")),
     )
     .unwrap_or_else(|e| panic!("client: {e}"));
@@ -328,19 +351,16 @@ async fn forbidden_patches_are_refused_at_admission_with_omnis_reasons(api_versi
     let mut object = cluster_with_patch(&inline);
     object["metadata"].as_object_mut().map(|m| m.remove("uid"));
     env.create::<OmniCluster>(object).await;
-    let refused = env
-        .cluster_until("Validated=False", |c| {
-            condition(c, "Validated").is_some_and(|(s, _, _)| s == "False")
-        })
-        .await;
-    let (_, why, message) = condition(&refused, "Validated").unwrap_or_default();
-    assert_eq!(why, "ValidationFailed");
+    let refused: OmniCluster = env.wait_cond(CLUSTER, is_false("Validated")).await;
+    let message = is_false("Validated")
+        .because("ValidationFailed")
+        .message(&refused);
     assert_eq!(
         message,
         format!("spec.patches[0].inline: Forbidden: {reason}")
     );
-    assert!(env.sim.get(ty::CLUSTER, CLUSTER).is_none());
-    assert!(env.sim.list(ty::CONFIG_PATCH).is_empty());
+    assert!(env.omni.get(ty::CLUSTER, CLUSTER).is_none());
+    assert!(env.omni.list(ty::CONFIG_PATCH).is_empty());
     env.shutdown().await;
 }
 
@@ -363,41 +383,39 @@ fn install_disk_patch_id() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_omni_upgrade_from_api_2_to_3_moves_the_install_disk_from_a_patch_to_its_resource() {
-    let env = OmniApiEnv::start(2).await;
-    env.static_cluster(json!({})).await;
-    env.create::<OmniMachine>(json!({
-        "apiVersion": "omni.texashpc.com/v1alpha1",
-        "kind": "OmniMachine",
-        "metadata": {"name": MACHINE, "namespace": NS},
-        "spec": {"clusterRef": {"name": CLUSTER}, "install": {"disk": "/dev/vda"}},
-    }))
+    let env = start(2).await;
+    static_cluster(&env, json!({})).await;
+    env.create_spec::<OmniMachine>(
+        MACHINE,
+        json!({"clusterRef": {"name": CLUSTER}, "install": {"disk": "/dev/vda"}}),
+    )
     .await;
-    env.synced("True").await;
+    synced(&env).await;
     assert!(
-        env.sim
+        env.omni
             .get(ty::CONFIG_PATCH, &install_disk_patch_id())
             .is_some()
     );
 
     // Omni is upgraded to a backend speaking API 3; the connection notices at its next check.
-    env.sim.set_backend_api_version(3);
+    env.omni.set_backend_api_version(3);
     env.touch_key_secret("upgraded").await;
     eventually(
         "the install disk to move to a MachineInstallDiskConfig",
         || {
             let config = env
-                .sim
+                .omni
                 .get(ty::MACHINE_INSTALL_DISK_CONFIG, MACHINE)
                 .and_then(|r| decode_spec::<MachineInstallDiskConfigSpec>(&r).ok());
             config.is_some_and(|c| c.disk == "/dev/vda")
                 && env
-                    .sim
+                    .omni
                     .get(ty::CONFIG_PATCH, &install_disk_patch_id())
                     .is_none()
         },
     )
     .await;
-    env.synced("True").await;
+    synced(&env).await;
     env.shutdown().await;
 }
 
@@ -406,27 +424,24 @@ async fn an_omni_upgrade_from_api_2_to_3_moves_the_install_disk_from_a_patch_to_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_omni_that_reports_no_backend_api_version_stalls_the_connection() {
-    let env = OmniApiEnv::start(0).await;
-    let conn = wait_for(&env.api::<OmniConnection>(), "omni", "Stalled", |c| {
-        condition(c, "Stalled").is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
-    let (_, reason, message) = condition(&conn, "Stalled").unwrap_or_default();
-    assert_eq!(reason, "UnsupportedOmniAPI");
+    let env = start(0).await;
+    let stalled = is_true("Stalled").because("UnsupportedOmniAPI");
+    let conn: OmniConnection = env.wait_cond(CONNECTION, stalled).await;
+    let message = stalled.message(&conn);
     assert!(
         message.contains("does not report a backend API version")
             && message.contains("supported backend API versions: 2 and 3"),
         "{message}"
     );
     // A cluster on it is not synced: nothing is translated for a version we cannot speak.
-    env.static_cluster(json!({})).await;
-    let failed = env.synced("False").await;
-    let (_, _, message) = condition(&failed, "Synced").unwrap_or_default();
+    static_cluster(&env, json!({})).await;
+    let failed: OmniCluster = env.wait_cond(CLUSTER, is_false("Synced")).await;
+    let message = is_false("Synced").message(&failed);
     assert!(
         message.contains("supported backend API versions: 2 and 3"),
         "{message}"
     );
-    assert!(env.sim.get(ty::CLUSTER, CLUSTER).is_none());
+    assert!(env.omni.get(ty::CLUSTER, CLUSTER).is_none());
     env.shutdown().await;
 }
 
@@ -451,33 +466,35 @@ async fn each_manifest_group_shows_what_omni_has_not_applied_or_pruned_yet() {
     const NAMESPACES: &str = "200-cluster-demo-namespaces";
     let namespaces = json!({"name": "namespaces", "inline": [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}]});
-    let env = OmniApiEnv::start(3).await;
-    env.static_cluster(json!({"kubernetes": {"version": "v1.35.0", "manifests": [
+    let env = start(3).await;
+    static_cluster(&env, json!({"kubernetes": {"version": "v1.35.0", "manifests": [
         namespaces,
         {"name": "config", "inline": [namespaced("ConfigMap", "settings"), namespaced("ConfigMap", "flags")]},
     ]}}))
     .await;
     let applied = env
-        .cluster_until("every manifest applied", |c| {
+        .wait::<OmniCluster>(CLUSTER, "every manifest applied", |c| {
             manifests(c).applied && manifests(c).total == 3
         })
         .await;
     assert!(manifests(&applied).out_of_sync_groups.is_empty());
 
     // Omni cannot apply for now; meanwhile the config group is replaced by a one-time quota.
-    env.sim.set_manifests_error(
+    env.omni.set_manifests_error(
         CLUSTER,
         Some("retryable error occurred while applying manifests".into()),
     );
-    env.patch_cluster_spec(json!({"kubernetes": {"version": "v1.35.0", "manifests": [
+    patch_cluster_spec(&env, json!({"kubernetes": {"version": "v1.35.0", "manifests": [
         namespaces,
         {"name": "quota", "mode": "one-time", "inline": [namespaced("ResourceQuota", "compute")]},
     ]}}))
     .await;
     let stuck = env
-        .cluster_until("the removed group deleting and the new one pending", |c| {
-            manifests(c).out_of_sync_groups.len() == 2
-        })
+        .wait::<OmniCluster>(
+            CLUSTER,
+            "the removed group deleting and the new one pending",
+            |c| manifests(c).out_of_sync_groups.len() == 2,
+        )
         .await;
     let state = manifests(&stuck);
     assert_eq!(
@@ -526,9 +543,9 @@ async fn each_manifest_group_shows_what_omni_has_not_applied_or_pruned_yet() {
         state.groups
     );
 
-    env.sim.set_manifests_error(CLUSTER, None);
+    env.omni.set_manifests_error(CLUSTER, None);
     let synced = env
-        .cluster_until("the quota applied and the config pruned", |c| {
+        .wait::<OmniCluster>(CLUSTER, "the quota applied and the config pruned", |c| {
             manifests(c).applied && manifests(c).total == 2
         })
         .await;

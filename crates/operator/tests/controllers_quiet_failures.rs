@@ -12,7 +12,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -23,15 +22,11 @@ use kube::discovery::ApiResource;
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::OmniCluster;
-use omni_operator::cli::run::{OperatorConfig, run_operator};
-use omni_operator::controllers::{Scope, backoff_delay};
-use omni_operator::metrics::Metrics;
-use omni_sim::types::ty;
-use omni_sim::{OmniSim, Role, RunningOmniSim};
+use omni_operator::controllers::backoff_delay;
 use serde_json::{Value, json};
+use support::env::{Env, KEY_FIELD, KEY_SECRET, NS};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
 
-const NS: &str = "quiet";
 const GROUP: &str = "omni.texashpc.com";
 /// gRPC `Unavailable`, as omni-sim's failure hook takes it.
 const UNAVAILABLE: i32 = 14;
@@ -72,15 +67,6 @@ fn ours(kind: &str, name: &str, spec: Value) -> Value {
         "kind": kind,
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,
-    })
-}
-
-fn secret(name: &str, data: Value) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": NS},
-        "stringData": data,
     })
 }
 
@@ -190,30 +176,26 @@ async fn events_about(client: &kube::Client, name: &str) -> u64 {
         .sum()
 }
 
-struct Env {
-    mgmt: RunningKubeSim,
-    client: kube::Client,
-    omni: RunningOmniSim,
+/// The shared environment (its OmniConnection `omni` is the one healthy connection) plus a
+/// workload cluster and the log of the helm commands the operator ran.
+struct Quiet {
+    env: Env,
     _workload: RunningKubeSim,
     helm_log: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
 
-impl Env {
-    async fn start() -> Env {
-        let (mgmt, client) = kube_sim().await;
-        support::install_operator_api(&client, NS).await;
-        let omni = OmniSim::builder()
-            // Static machine IDs in these tests are not seeded: let them connect.
-            .auto_register_machines(true)
-            .status_step(Duration::from_millis(20))
+impl Quiet {
+    async fn start() -> Quiet {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let helm_log = dir.path().join("helm.log");
+        let env = Env::builder()
+            .helm(
+                counting_helm(dir.path(), &helm_log),
+                dir.path().join("work"),
+            )
             .start()
-            .await
-            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
-        let key = omni
-            .register_service_account("operator", Role::Operator)
-            .unwrap_or_else(|e| panic!("register: {e}"));
+            .await;
         let (workload, workload_client) = kube_sim().await;
         let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -236,44 +218,29 @@ impl Env {
                 .to_yaml()
                 .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
         };
-        for s in [
-            secret("omni-service-account", json!({"serviceAccountKey": key})),
-            secret("source", json!({"password": "copied"})),
-            secret(
+        for (name, data) in [
+            ("source", json!({"password": "copied"})),
+            (
                 "workload-kubeconfig",
                 json!({"kubeconfig": kubeconfig(workload.base_url.clone())}),
             ),
-            secret(
+            (
                 "offline-kubeconfig",
                 json!({"kubeconfig": kubeconfig(format!("http://127.0.0.1:{}", closed_port()))}),
             ),
-            secret(
+            (
                 "garbage-kubeconfig",
                 json!({"kubeconfig": "not: [a kubeconfig"}),
             ),
             // An export target that the operator did not create.
-            secret("grabby-target", json!({"kubeconfig": "hand-made"})),
+            ("grabby-target", json!({"kubeconfig": "hand-made"})),
         ] {
-            create_json(&client, s).await;
+            env.create_secret(name, data).await;
         }
-
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let helm_log = dir.path().join("helm.log");
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
-        config.metrics = Arc::new(Metrics::new());
-        config.helm_binary = counting_helm(dir.path(), &helm_log);
-        config.helm_work_dir = dir.path().join("work");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(run_operator(config, client.clone(), async move {
-            let _ = rx.await;
-        }));
-        Env {
-            mgmt,
-            client,
-            omni,
+        Quiet {
+            env,
             _workload: workload,
             helm_log,
-            stop: Some(tx),
             _dir: dir,
         }
     }
@@ -281,17 +248,8 @@ impl Env {
     /// Creates every failing object of [`CASES`] (and what they need), deletes the ones whose
     /// failure is a blocked deletion, and waits until each reports its reason.
     async fn fail_everything(&self) {
-        let c = &self.client;
-        let auth = json!({"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}});
-        create_json(
-            c,
-            ours(
-                "OmniConnection",
-                "omni",
-                json!({"endpoint": self.omni.endpoint(), "auth": auth}),
-            ),
-        )
-        .await;
+        let c = &self.env.client;
+        let auth = json!({"serviceAccountSecretRef": {"name": KEY_SECRET, "key": KEY_FIELD}});
         create_json(
             c,
             ours(
@@ -304,7 +262,7 @@ impl Env {
         )
         .await;
         create_json(c, ours("OmniConnection", "keyless", json!({
-            "endpoint": self.omni.endpoint(),
+            "endpoint": self.env.omni.endpoint(),
             "auth": {"serviceAccountSecretRef": {"name": "no-such-secret", "key": "serviceAccountKey"}},
         }))).await;
 
@@ -474,25 +432,10 @@ impl Env {
         // controllers leave it alone).
         let clusters = Api::<OmniCluster>::namespaced(c.clone(), NS);
         wait_for(&clusters, "unreadable", "Ready", ready).await;
-        self.omni
-            .set_cluster_status(
-                "unreadable",
-                omni_client::proto::specs::cluster_status_spec::Phase::Running,
-                true,
-            )
-            .unwrap_or_else(|e| panic!("pin status: {e}"));
-        self.omni.store().modify(
-            omni_sim::types::DEFAULT_NS,
-            ty::CLUSTER_STATUS,
-            "unreadable",
-            |r| {
-                if let Some(spec) = r.spec.as_mut() {
-                    spec.proto_spec = vec![0xff; 3];
-                }
-            },
-        );
+        support::make_cluster_status_unreadable(&self.env.omni, "unreadable");
         // ExportFailed: Omni refuses to mint kubeconfigs from now on.
-        self.omni
+        self.env
+            .omni
             .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
         wait_for(&clusters, "healthy", "Ready", ready).await;
         create_json(c, export("refused", "healthy", "refused-target")).await;
@@ -516,29 +459,25 @@ impl Env {
         }
     }
 
-    async fn shutdown(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.omni.shutdown().await;
-        self.mgmt.shutdown();
+    async fn shutdown(self) {
+        self.env.shutdown().await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_objects_write_only_when_their_status_changes() {
-    let env = Env::start().await;
+    let env = Quiet::start().await;
     env.fail_everything().await;
     // Let reconciles queued while the fixtures were created run out.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut events_before = Vec::new();
     for case in CASES {
-        events_before.push(events_about(&env.client, case.name).await);
+        events_before.push(events_about(&env.env.client, case.name).await);
     }
-    env.mgmt.hooks().reset();
-    let omni_writes = env.omni.writes_total();
-    let omni_mints = env.omni.call_count(
+    env.env.kube.hooks().reset();
+    let omni_writes = env.env.omni.writes_total();
+    let omni_mints = env.env.omni.call_count(
         omni_sim::methods::KUBECONFIG,
         omni_sim::Outcome::Error(UNAVAILABLE.into()),
     );
@@ -553,17 +492,18 @@ async fn failing_objects_write_only_when_their_status_changes() {
     let mut loud = Vec::new();
     for (case, before) in CASES.iter().zip(events_before) {
         let writes = env
-            .mgmt
+            .env
+            .kube
             .hooks()
             .writes_to_object(case.resource, Some(NS), case.name);
-        let events = events_about(&env.client, case.name).await - before;
+        let events = events_about(&env.env.client, case.name).await - before;
         if writes > bound || events > writes {
             loud.push(format!(
                 "{}/{} ({}): {writes} writes, {events} Events in {window:?}",
                 case.resource, case.name, case.reason
             ));
         }
-        let now = dynamic(&env.client, case.resource)
+        let now = dynamic(&env.env.client, case.resource)
             .get(case.name)
             .await
             .unwrap_or_else(|e| panic!("get {}: {e}", case.name));
@@ -579,12 +519,12 @@ async fn failing_objects_write_only_when_their_status_changes() {
         "failing objects are not quiet (bound {bound} writes per object):\n{}",
         loud.join("\n")
     );
-    let omni_writes = env.omni.writes_total() - omni_writes;
+    let omni_writes = env.env.omni.writes_total() - omni_writes;
     assert!(
         omni_writes <= bound,
         "{omni_writes} Omni writes for one refused cluster in {window:?} (bound {bound})"
     );
-    let omni_mints = env.omni.call_count(
+    let omni_mints = env.env.omni.call_count(
         omni_sim::methods::KUBECONFIG,
         omni_sim::Outcome::Error(UNAVAILABLE.into()),
     ) - omni_mints;

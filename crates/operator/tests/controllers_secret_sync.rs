@@ -6,50 +6,21 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube_sim::auth::{Identity, StaticAuthenticator};
 use kube_sim::kubeconfig::{Credential, Kubeconfig};
-use kube_sim::server::{KubeSim, RunningKubeSim};
 use omni_operator::api::{OmniCluster, OmniSecretSync};
-use omni_operator::cli::run::{OperatorConfig, run_operator};
-use omni_operator::controllers::Scope;
-use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
+use support::env::{Env, EnvBuilder, NS};
 use support::{condition, ready, wait_for};
 use tokio::time::Instant;
 
-const NS: &str = "omni-cluster-operator-system";
 const WAIT: Duration = Duration::from_secs(120);
 const SECRET_VALUE: &str = "registry-password-do-not-leak";
-
-async fn kube(auth: Option<StaticAuthenticator>) -> (RunningKubeSim, kube::Client) {
-    let mut builder = KubeSim::builder();
-    if let Some(a) = auth {
-        builder = builder.authenticator(Arc::new(a));
-    }
-    let sim = builder.start().await.unwrap_or_else(|e| panic!("{e}"));
-    let client = kube::Client::try_from(kube::Config::new(
-        sim.base_url.parse().unwrap_or_else(|e| panic!("{e}")),
-    ))
-    .unwrap_or_else(|e| panic!("{e}"));
-    (sim, client)
-}
-
-struct Env {
-    _mgmt: RunningKubeSim,
-    client: kube::Client,
-    _workload: RunningKubeSim,
-    workload: kube::Client,
-    metrics: Arc<Metrics>,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
 
 fn secret(name: &str, ns: &str, extra: Value) -> Secret {
     let mut v = json!({"metadata": {"name": name, "namespace": ns}});
@@ -69,114 +40,53 @@ fn secret(name: &str, ns: &str, extra: Value) -> Secret {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The bearer token of the workload kubeconfig.
+const WORKLOAD_TOKEN: &str = "workload-token";
+
+/// The management cluster, a workload cluster that accepts only [`WORKLOAD_TOKEN`], the
+/// kubeconfig Secret `workload-kubeconfig`, the source Secret `registry` (with metadata the
+/// copy must not get) and the OmniCluster `workload` (whose connection does not exist).
+async fn start() -> Env {
+    with_fixtures(Env::builder()).await
+}
+
+/// With `resync`, only the OmniSecretSync controller runs, re-checking at that interval.
+async fn with_fixtures(builder: EnvBuilder) -> Env {
+    let env = builder
+        .without_connection()
+        .with_workload_token(WORKLOAD_TOKEN)
+        .start()
+        .await;
+    let secrets = env.api::<Secret>();
+    for s in [
+        secret(
+            "workload-kubeconfig",
+            NS,
+            json!({"stringData": {"kubeconfig": env.workload_kubeconfig(WORKLOAD_TOKEN)}}),
+        ),
+        secret(
+            "registry",
+            NS,
+            json!({"metadata": {"labels": {"source-only": "yes"}, "annotations": {"source-note": "x"}},
+                   "stringData": {"password": SECRET_VALUE}}),
+        ),
+    ] {
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let _: OmniCluster = env
+        .create_spec(
+            "workload",
+            json!({"connectionRef": {"name": "omni"}, "talos": {"version": "v1.11.5"},
+                   "kubernetes": {"version": "v1.34.2"}}),
+        )
+        .await;
+    env
+}
+
 impl Env {
-    async fn start() -> Env {
-        Env::start_with(None).await
-    }
-
-    /// With `resync`, only the OmniSecretSync controller runs, re-checking at that interval.
-    async fn start_with(resync: Option<Duration>) -> Env {
-        let (mgmt, client) = kube(None).await;
-        for crd in omni_operator::api::crds() {
-            Api::<CustomResourceDefinition>::all(client.clone())
-                .create(&PostParams::default(), &crd)
-                .await
-                .unwrap_or_else(|e| panic!("CRD: {e}"));
-        }
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-
-        let auth = StaticAuthenticator::new().without_anonymous();
-        auth.add_token(
-            "workload-token",
-            Identity::new("automation", &["automation"]),
-        );
-        let (workload_sim, _) = kube(Some(auth)).await;
-        let kubeconfig = Kubeconfig::new(
-            workload_sim.base_url.clone(),
-            "automation",
-            Credential::Token("workload-token".into()),
-        );
-        let workload = {
-            let parsed =
-                kube::config::Kubeconfig::from_yaml(&kubeconfig.to_yaml().unwrap_or_default())
-                    .unwrap_or_else(|e| panic!("{e}"));
-            let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
-        };
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-        for s in [
-            secret(
-                "workload-kubeconfig",
-                NS,
-                json!({"stringData": {"kubeconfig": kubeconfig.to_yaml().unwrap_or_default()}}),
-            ),
-            secret(
-                "registry",
-                NS,
-                json!({"metadata": {"labels": {"source-only": "yes"}, "annotations": {"source-note": "x"}},
-                       "stringData": {"password": SECRET_VALUE}}),
-            ),
-        ] {
-            secrets
-                .create(&PostParams::default(), &s)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let cluster: OmniCluster = serde_json::from_value(json!({
-            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniCluster",
-            "metadata": {"name": "workload", "namespace": NS},
-            "spec": {"connectionRef": {"name": "omni"}, "talos": {"version": "v1.11.5"},
-                     "kubernetes": {"version": "v1.34.2"}},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        Api::<OmniCluster>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &cluster)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-
-        let metrics = Arc::new(Metrics::new());
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
-        config.metrics = metrics.clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let stopped = async move {
-            let _ = stopped.await;
-        };
-        match resync {
-            None => {
-                tokio::spawn(run_operator(config, client.clone(), stopped));
-            }
-            Some(every) => {
-                let ctx = omni_operator::controllers::Context::new(
-                    client.clone(),
-                    config.scope.clone(),
-                    config.clock.clone(),
-                    metrics.clone(),
-                    None,
-                )
-                .with_secret_sync_resync(every);
-                tokio::spawn(omni_operator::controllers::secret_sync::run(
-                    Arc::new(ctx),
-                    stopped,
-                ));
-            }
-        }
-        Env {
-            _mgmt: mgmt,
-            client,
-            _workload: workload_sim,
-            workload,
-            metrics,
-            _stop: stop,
-        }
-    }
-
     async fn sync(&self, name: &str, target: &str, extra: Value) {
         let mut v = json!({
             "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
@@ -203,11 +113,11 @@ impl Env {
     }
 
     fn syncs(&self) -> Api<OmniSecretSync> {
-        Api::namespaced(self.client.clone(), NS)
+        self.api()
     }
 
     fn targets(&self) -> Api<Secret> {
-        Api::namespaced(self.workload.clone(), "apps")
+        Api::namespaced(self.workload().client.clone(), "apps")
     }
 
     async fn touch(&self, name: &str, n: u32) {
@@ -231,7 +141,7 @@ fn data(s: &Secret, key: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_is_copied_kept_in_sync_and_deleted_by_policy() {
-    let env = Env::start().await;
+    let env = start().await;
     env.sync(
         "copy",
         "registry-copy",
@@ -345,14 +255,15 @@ async fn data_is_copied_kept_in_sync_and_deleted_by_policy() {
             .is_some(),
         "Orphan removed the copy"
     );
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unowned_target_is_left_untouched_with_a_condition() {
-    let env = Env::start().await;
+    let env = start().await;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
         .unwrap_or_else(|e| panic!("{e}"));
-    Api::<Namespace>::all(env.workload.clone())
+    Api::<Namespace>::all(env.workload().client.clone())
         .create(&PostParams::default(), &ns)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -410,26 +321,16 @@ async fn an_unowned_target_is_left_untouched_with_a_condition() {
             .flatten()
             .is_some()
     );
+    env.shutdown().await;
 }
 
 impl Env {
-    fn sync_reconciles(&self) -> u64 {
-        let text = self.metrics.encode().unwrap_or_default();
-        text.lines()
-            .filter(|l| {
-                l.starts_with("omni_operator_reconciles_total{")
-                    && l.contains(r#"kind="OmniSecretSync""#)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
-    }
-
     /// Touches the sync and waits until the controller has reconciled since.
     async fn poke(&self, name: &str, n: u32) {
-        let before = self.sync_reconciles();
+        let before = self.reconciles("OmniSecretSync");
         self.touch(name, n).await;
         let until = Instant::now() + WAIT;
-        while self.sync_reconciles() <= before {
+        while self.reconciles("OmniSecretSync") <= before {
             assert!(Instant::now() < until, "the touch never caused a reconcile");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -450,7 +351,7 @@ impl Env {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
-    let env = Env::start().await;
+    let env = start().await;
 
     // Ready, then idle: reconciles write nothing to the workload cluster and only the touches
     // reach the management API server.
@@ -470,10 +371,10 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
     .await;
     let settle = Instant::now() + WAIT;
     for round in 100.. {
-        let w = env._mgmt.writes_total();
+        let w = env.kube.writes_total();
         env.poke("idle", round).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if env._mgmt.writes_total() == w + 1 {
+        if env.kube.writes_total() == w + 1 {
             break;
         }
         assert!(
@@ -481,18 +382,18 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
             "the management API server never went quiet"
         );
     }
-    let mgmt_before = env._mgmt.writes_total();
-    let workload_before = env._workload.writes_total();
+    let mgmt_before = env.kube.writes_total();
+    let workload_before = env.workload().sim.writes_total();
     for n in 1..=3 {
         env.poke("idle", n).await;
     }
     assert_eq!(
-        env._workload.writes_total(),
+        env.workload().sim.writes_total(),
         workload_before,
         "an idle sync wrote to the workload cluster"
     );
     assert_eq!(
-        env._mgmt.writes_total() - mgmt_before,
+        env.kube.writes_total() - mgmt_before,
         3,
         "an idle sync wrote to the management API server beyond the three touches"
     );
@@ -536,7 +437,7 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
     let unreachable = Kubeconfig::new(
         format!("http://127.0.0.1:{broken_port}"),
         "automation",
-        Credential::Token("workload-token".into()),
+        Credential::Token(WORKLOAD_TOKEN.into()),
     );
     for s in [
         secret(
@@ -617,11 +518,12 @@ async fn a_synced_secret_is_idle_and_every_failure_reason_is_reported() {
         assert!(Instant::now() < until, "Orphan did not release the sync");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_change_re_syncs_and_repairs_drift() {
-    let env = Env::start().await;
+    let env = start().await;
     env.sync("kc", "kc-copy", json!({})).await;
     wait_for(&env.syncs(), "kc", "Synced", |s| {
         condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
@@ -657,11 +559,12 @@ async fn a_kubeconfig_change_re_syncs_and_repairs_drift() {
         data(s, "password").as_deref() == Some(SECRET_VALUE)
     })
     .await;
+    env.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_repaired_by_the_periodic_re_check_alone() {
-    let env = Env::start_with(Some(Duration::from_secs(1))).await;
+    let env = with_fixtures(Env::builder().only_secret_sync(Duration::from_secs(1))).await;
     env.sync("periodic", "periodic-copy", json!({})).await;
     wait_for(&env.syncs(), "periodic", "Synced", |s| {
         condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")
@@ -687,6 +590,7 @@ async fn drift_is_repaired_by_the_periodic_re_check_alone() {
         repaired.labels().get("intruder").map(String::as_str),
         Some("yes")
     );
+    env.shutdown().await;
 }
 
 /// New syncs get their finalizer and their status in one pass each. Before, the pass after the
@@ -695,7 +599,7 @@ async fn drift_is_repaired_by_the_periodic_re_check_alone() {
 /// cold start, 95 of 143 objects did). This test failed before the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_syncs_get_their_finalizer_and_status_without_a_conflict() {
-    let env = Env::start().await;
+    let env = start().await;
     let names: Vec<String> = (0..10).map(|i| format!("batch-{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         env.sync(name, &format!("batch-target-{i}"), json!({}))
@@ -714,7 +618,7 @@ async fn new_syncs_get_their_finalizer_and_status_without_a_conflict() {
     assert_eq!(errors.trim(), "0", "no failed pass: {text}");
     // The test's own creates are the other writes.
     let patches: Vec<_> = env
-        ._mgmt
+        .kube
         .hooks()
         .counts()
         .into_iter()
@@ -726,4 +630,5 @@ async fn new_syncs_get_their_finalizer_and_status_without_a_conflict() {
         2 * names.len() as u64,
         "one finalizer and one status write per sync: {patches:?}"
     );
+    env.shutdown().await;
 }

@@ -30,7 +30,6 @@ const DELETION_LIMIT: Duration = Duration::from_secs(60);
 /// Creates the export, the release and the sync that uses the exported kubeconfig, and waits
 /// until all three are Ready. Returns the minted kubeconfig's token (a secret).
 async fn converge(stack: &Stack) -> String {
-    let ns = stack.ns.as_str();
     stack
         .create_export_with_consumers(
             Dependants {
@@ -50,19 +49,9 @@ async fn converge(stack: &Stack) -> String {
     }
     assert!(release_installed(stack).await, "the release is installed");
     assert!(copy_exists(stack).await, "the copy exists");
-    let exported = Api::<Secret>::namespaced(stack.client.clone(), ns)
-        .get(EXPORT)
+    stack
+        .exported_token(EXPORT)
         .await
-        .unwrap_or_else(|e| panic!("exported Secret: {e}"));
-    let kubeconfig = exported
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default();
-    kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .map(|t| t.trim_matches('"').to_string())
         .unwrap_or_else(|| panic!("the exported kubeconfig has a token"))
 }
 

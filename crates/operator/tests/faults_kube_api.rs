@@ -13,8 +13,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use serde_json::json;
 use support::stack::{CLUSTER, CONNECTION, Dependants, REPO_PASSWORD, Stack};
 use support::{ready, wait_for};
@@ -224,21 +222,10 @@ async fn the_fleet_converges_through_conflicts_errors_and_cut_watches() {
     stack.mgmt.hooks().clear_random_faults();
     operator.stop().await;
 
-    let exported = Api::<Secret>::namespaced(stack.client.clone(), NS)
-        .get(EXPORT)
+    let token = stack
+        .exported_token(EXPORT)
         .await
-        .unwrap_or_else(|e| panic!("exported Secret: {e}"));
-    let kubeconfig = exported
-        .data
-        .and_then(|d| d.get("kubeconfig").cloned())
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default();
-    let token = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .unwrap_or_else(|| panic!("the exported kubeconfig has a token"))
-        .trim_matches('"')
-        .to_string();
+        .unwrap_or_else(|| panic!("the exported kubeconfig has a token"));
     let scan = support::leaks::assert_no_secret_leaks(
         &stack.client,
         &[],

@@ -34,6 +34,17 @@ pub const KEY_SECRET: &str = "omni-service-account";
 pub const KEY_FIELD: &str = "serviceAccountKey";
 /// The OmniConnection the environment creates, which [`Env::cluster`] refers to.
 pub const CONNECTION: &str = "omni";
+/// The sample files of the sample cluster `edge-sample` and its children, in the documented
+/// order (for [`Env::apply_samples`]).
+pub const SAMPLE_CLUSTER: &[&str] = &[
+    "01-omniconnection.yaml",
+    "02-omnicluster.yaml",
+    "03-omnicontrolplane.yaml",
+    "04-omniworkers.yaml",
+    "05-omnimachine.yaml",
+];
+/// Omni's annotation naming the tool that manages a resource.
+pub const GITOPS_ANNOTATION: &str = "omni.sidero.dev/managed-by-gitops-tools";
 /// What the log capture records: the operator in full, the Omni client's debug lines, and
 /// everything else at info.
 const LOG_FILTER: &str = "info,omni_operator=trace,omni_client=debug";
@@ -64,6 +75,15 @@ pub struct EnvBuilder {
     auto_register_machines: bool,
     connection: bool,
     workload: bool,
+    /// When set, the workload cluster accepts only the tokens omni-sim mints for this cluster.
+    workload_tokens_of: Option<String>,
+    /// When set, the workload cluster accepts only this bearer token, as `automation`.
+    workload_token: Option<String>,
+    test_clock: bool,
+    /// When set, only the OmniSecretSync controller runs, re-checking at this interval.
+    only_secret_sync: Option<Duration>,
+    /// The helm binary and work directory the operator uses, when not the defaults.
+    helm: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -82,6 +102,8 @@ pub struct Env {
     pub key: String,
     pub metrics: Arc<Metrics>,
     pub workload: Option<Workload>,
+    /// The operator's clock, when the scenario moves time by hand ([`EnvBuilder::test_clock`]).
+    pub clock: Option<Arc<super::TestClock>>,
     operator: Option<Operator>,
 }
 
@@ -111,13 +133,73 @@ impl EnvBuilder {
         self
     }
 
+    /// Like [`EnvBuilder::with_workload`], with a workload cluster that, like the one behind
+    /// Omni, accepts only the unexpired tokens omni-sim mints for `cluster` (its
+    /// [`Workload::client`] is anonymous, so it is refused).
+    pub fn with_workload_accepting_tokens_of(mut self, cluster: &str) -> Self {
+        self.workload = true;
+        self.workload_tokens_of = Some(cluster.to_string());
+        self
+    }
+
+    /// Like [`EnvBuilder::with_workload`], with a workload cluster that accepts only the bearer
+    /// `token` (user `automation`, group `automation`) and no anonymous request; its
+    /// [`Workload::client`] sends that token.
+    pub fn with_workload_token(mut self, token: &str) -> Self {
+        self.workload = true;
+        self.workload_token = Some(token.to_string());
+        self
+    }
+
+    /// Runs only the OmniSecretSync controller, re-checking every `resync`, so a scenario sees
+    /// what the periodic re-check alone does.
+    pub fn only_secret_sync(mut self, resync: Duration) -> Self {
+        self.only_secret_sync = Some(resync);
+        self
+    }
+
+    /// The operator runs helm as `binary` (e.g. a wrapper that records its calls) with its work
+    /// directory at `work_dir`.
+    pub fn helm(mut self, binary: std::path::PathBuf, work_dir: std::path::PathBuf) -> Self {
+        self.helm = Some((binary, work_dir));
+        self
+    }
+
+    /// The operator reads the time from a [`super::TestClock`] that the scenario moves
+    /// ([`Env::clock`]); it starts at the current whole second.
+    pub fn test_clock(mut self) -> Self {
+        self.test_clock = true;
+        self
+    }
+
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
         let (kube, client) = super::kube_sim().await;
         super::install_operator_api(&client, NS).await;
         let workload = match self.workload {
             true => {
-                let (sim, client) = super::kube_sim().await;
+                let mut sim = kube_sim::server::KubeSim::builder();
+                if let Some(cluster) = &self.workload_tokens_of {
+                    sim = sim.authenticator(Arc::new(super::OmniTokens(cluster.clone())));
+                }
+                if let Some(token) = &self.workload_token {
+                    let auth = kube_sim::auth::StaticAuthenticator::new().without_anonymous();
+                    auth.add_token(
+                        token,
+                        kube_sim::auth::Identity::new("automation", &["automation"]),
+                    );
+                    sim = sim.authenticator(Arc::new(auth));
+                }
+                let sim = sim
+                    .start()
+                    .await
+                    .unwrap_or_else(|e| panic!("start the workload kube-sim: {e}"));
+                let client = match &self.workload_token {
+                    Some(token) => {
+                        super::client_from_kubeconfig(&workload_kubeconfig(&sim, token)).await
+                    }
+                    None => super::client_of(&sim),
+                };
                 Some(Workload { sim, client })
             }
             false => None,
@@ -142,6 +224,18 @@ impl EnvBuilder {
         let metrics = Arc::new(Metrics::new());
         let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
         config.metrics = metrics.clone();
+        let clock = self.test_clock.then(|| {
+            let now = jiff::Timestamp::now().as_second();
+            let start = jiff::Timestamp::from_second(now).unwrap_or_else(|e| panic!("{e}"));
+            Arc::new(super::TestClock::new(start))
+        });
+        if let Some(clock) = &clock {
+            config.clock = clock.clone();
+        }
+        if let Some((binary, work_dir)) = self.helm.clone() {
+            config.helm_binary = binary;
+            config.helm_work_dir = work_dir;
+        }
         let mut env = Env {
             ns: NS.to_string(),
             kube,
@@ -150,11 +244,15 @@ impl EnvBuilder {
             key,
             metrics,
             workload,
+            clock,
             operator: None,
         };
         env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
             .await;
-        env.operator = Some(Operator::spawn(config, env.client.clone()));
+        env.operator = Some(match self.only_secret_sync {
+            None => Operator::spawn(config, env.client.clone()),
+            Some(every) => Operator::spawn_secret_sync_only(config, env.client.clone(), every),
+        });
         if self.connection {
             env.connection(CONNECTION, KEY_SECRET).await;
         }
@@ -171,6 +269,11 @@ impl Env {
             auto_register_machines: true,
             connection: true,
             workload: false,
+            workload_tokens_of: None,
+            workload_token: None,
+            test_clock: false,
+            only_secret_sync: None,
+            helm: None,
         }
     }
 
@@ -179,6 +282,67 @@ impl Env {
         self.workload
             .as_ref()
             .unwrap_or_else(|| panic!("the environment has no workload cluster"))
+    }
+
+    /// A kubeconfig of the workload cluster with the bearer `token`.
+    pub fn workload_kubeconfig(&self, token: &str) -> String {
+        workload_kubeconfig(&self.workload().sim, token)
+    }
+
+    /// The operator's test clock; panics when the environment was built without one.
+    pub fn clock(&self) -> &super::TestClock {
+        self.clock
+            .as_deref()
+            .unwrap_or_else(|| panic!("the environment has no test clock"))
+    }
+
+    /// Applies the shipped samples in `files` (`config/samples/`, in the order given), each
+    /// document passed through `edit` first; OmniConnections point at omni-sim.
+    pub async fn apply_samples(&self, files: &[&str], edit: impl Fn(&mut Value)) {
+        for file in files {
+            for mut doc in super::sample(file) {
+                if doc["kind"] == "OmniConnection" {
+                    doc["spec"]["endpoint"] = json!(self.omni.endpoint());
+                }
+                edit(&mut doc);
+                self.create_any_of_ours(doc).await;
+            }
+        }
+    }
+
+    /// Creates an object of one of the operator's kinds from its JSON, typed by its `kind`.
+    pub async fn create_any_of_ours(&self, doc: Value) {
+        use omni_operator::api::{
+            OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniKubeconfigExport,
+            OmniMachine, OmniSecretSync, OmniWorkers,
+        };
+        match doc["kind"].as_str().unwrap_or_default() {
+            "OmniConnection" => {
+                let _: OmniConnection = self.create(doc).await;
+            }
+            "OmniCluster" => {
+                let _: OmniCluster = self.create(doc).await;
+            }
+            "OmniControlPlane" => {
+                let _: OmniControlPlane = self.create(doc).await;
+            }
+            "OmniWorkers" => {
+                let _: OmniWorkers = self.create(doc).await;
+            }
+            "OmniMachine" => {
+                let _: OmniMachine = self.create(doc).await;
+            }
+            "OmniKubeconfigExport" => {
+                let _: OmniKubeconfigExport = self.create(doc).await;
+            }
+            "OmniSecretSync" => {
+                let _: OmniSecretSync = self.create(doc).await;
+            }
+            "OmniHelmRelease" => {
+                let _: OmniHelmRelease = self.create(doc).await;
+            }
+            other => panic!("not one of the operator's kinds: {other:?}"),
+        }
     }
 
     /// Objects of kind `K` in the environment's namespace.
@@ -266,6 +430,17 @@ impl Env {
                 .await;
         }
         cluster
+    }
+
+    /// Annotates the key Secret with `touched: value`, which makes the connection controller
+    /// check Omni again at once (instead of at its 5-minute re-check), e.g. after an upgrade.
+    pub async fn touch_key_secret(&self, value: &str) {
+        let _: Secret = self
+            .patch(
+                KEY_SECRET,
+                json!({"metadata": {"annotations": {"touched": value}}}),
+            )
+            .await;
     }
 
     /// Machine `id` connects to Omni: it joins omni-sim's pool, with no labels.
@@ -411,4 +586,20 @@ pub async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
         assert!(tokio::time::Instant::now() < until, "never: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// An annotation of an Omni resource.
+pub fn annotation(r: &omni_client::proto::cosi::resource::Resource, key: &str) -> Option<String> {
+    r.metadata.as_ref()?.annotations.get(key).cloned()
+}
+
+/// A kubeconfig of `sim` with the bearer `token`, as a user would hand it to the operator.
+fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
+    kube_sim::kubeconfig::Kubeconfig::new(
+        sim.base_url.clone(),
+        "automation",
+        kube_sim::kubeconfig::Credential::Token(token.into()),
+    )
+    .to_yaml()
+    .unwrap_or_else(|e| panic!("kubeconfig: {e}"))
 }

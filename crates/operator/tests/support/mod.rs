@@ -8,7 +8,6 @@ pub mod chart_repo;
 pub mod conditions;
 pub mod env;
 pub mod leaks;
-pub mod omni_api;
 pub mod stack;
 pub mod stack_objects;
 
@@ -210,10 +209,24 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
         .start()
         .await
         .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"));
+    let client = client_of(&sim);
     (sim, client)
+}
+
+/// A client that reaches the API server the way `kubeconfig` (YAML) says.
+pub async fn client_from_kubeconfig(kubeconfig: &str) -> kube::Client {
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+/// A client of `sim` that sends no credentials (kube-sim's admin unless it authenticates).
+pub fn client_of(sim: &kube_sim::server::RunningKubeSim) -> kube::Client {
+    let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("uri: {e}"));
+    kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 #[derive(Clone)]
@@ -403,4 +416,39 @@ pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube
         info["username"].as_str().unwrap_or_default().to_string(),
         groups,
     ))
+}
+
+/// Makes Omni's ClusterStatus of `cluster` undecodable, as a status the operator cannot read
+/// (`StatusFailed`): pinned first so Omni's controllers leave it alone, then its spec bytes
+/// replaced with garbage. The cluster must exist in Omni (wait for it to be Ready first).
+pub fn make_cluster_status_unreadable(omni: &omni_sim::RunningOmniSim, cluster: &str) {
+    omni.set_cluster_status(
+        cluster,
+        omni_client::proto::specs::cluster_status_spec::Phase::Running,
+        true,
+    )
+    .unwrap_or_else(|e| panic!("pin the ClusterStatus of {cluster}: {e}"));
+    omni.store().modify(
+        omni_sim::types::DEFAULT_NS,
+        omni_sim::types::ty::CLUSTER_STATUS,
+        cluster,
+        |r| {
+            if let Some(spec) = r.spec.as_mut() {
+                spec.proto_spec = vec![0xff; 3];
+            }
+        },
+    );
+}
+
+/// A default omni-sim and the key of a service account `account` with the operator's role
+/// registered in it.
+pub async fn omni_sim_with_account(account: &str) -> (omni_sim::RunningOmniSim, String) {
+    let sim = omni_sim::OmniSim::builder()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
+    let key = sim
+        .register_service_account(account, omni_sim::Role::Operator)
+        .unwrap_or_else(|e| panic!("register {account}: {e}"));
+    (sim, key)
 }

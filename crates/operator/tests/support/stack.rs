@@ -156,31 +156,13 @@ impl Stack {
         stack
     }
 
-    /// Creates an object of any kind from its JSON (plural = lowercase kind + "s").
-    pub async fn create(&self, obj: Value) {
-        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), api_version.clone()),
-        };
-        let ar = ApiResource {
-            group,
-            version,
-            api_version,
-            kind: kind.clone(),
-            plural: format!("{}s", kind.to_lowercase()),
-        };
-        let ns = obj["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or(&self.ns)
-            .to_string();
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
-        let typed: DynamicObject =
-            serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
-        api.create(&PostParams::default(), &typed)
-            .await
-            .unwrap_or_else(|e| panic!("create {kind}: {e}"));
+    /// Creates an object of any kind from its JSON (plural = lowercase kind + "s"), in the
+    /// stack's namespace unless it names another.
+    pub async fn create(&self, mut obj: Value) {
+        if obj["metadata"]["namespace"].is_null() {
+            obj["metadata"]["namespace"] = json!(self.ns);
+        }
+        super::create_json(&self.client, obj).await;
     }
 
     /// Creates a Secret in the stack's namespace from `stringData`.
@@ -322,6 +304,35 @@ impl Operator {
         let task = tokio::spawn(run_operator(config, client, async move {
             let _ = rx.await;
         }));
+        Operator {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Starts only the OmniSecretSync controller of an operator with `config`, re-checking
+    /// every `resync`.
+    pub fn spawn_secret_sync_only(
+        config: OperatorConfig,
+        client: kube::Client,
+        resync: Duration,
+    ) -> Operator {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let ctx = omni_operator::controllers::Context::new(
+            client,
+            config.scope.clone(),
+            config.clock.clone(),
+            config.metrics.clone(),
+            None,
+        )
+        .with_secret_sync_resync(resync);
+        let task = tokio::spawn(async move {
+            omni_operator::controllers::secret_sync::run(Arc::new(ctx), async move {
+                let _ = rx.await;
+            })
+            .await;
+            Ok(())
+        });
         Operator {
             stop: Some(tx),
             task,
