@@ -24,7 +24,7 @@ use super::{
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
-use crate::metrics::{ResourceInfo, RpcOutcome};
+use crate::metrics::RpcOutcome;
 use omni_client::template::BackendApi;
 
 /// Re-check interval of a reachable connection.
@@ -254,22 +254,8 @@ async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Ve
 }
 
 async fn finish(ctx: &Context, conn: &OmniConnection, outcome: &Outcome) -> Result<(), Error> {
-    let namespace = conn.namespace().unwrap_or_default();
     let desired = desired_status(conn, outcome, ctx.clock.now());
-    let old = conn.status.clone().unwrap_or_default().conditions;
-    if status::write(&ctx.api::<OmniConnection>(&namespace), conn, &desired).await? {
-        ctx.condition_events(conn, &old, &desired.conditions).await;
-    }
-    let ready = crate::api::common::find_condition(&desired.conditions, condition_types::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniConnection",
-        namespace: &namespace,
-        name: &conn.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
-    Ok(())
+    status::report(ctx, conn, &desired).await.map(drop)
 }
 
 /// `True`, `False` or `Unknown`.

@@ -18,16 +18,14 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::connection::status_str;
 use super::index::{RefKey, namespace_of};
 use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
 use crate::api::common::{
-    Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
+    Condition, DeletionPolicy, condition_types as ct, reasons, set_condition,
 };
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
 use crate::delete_guard::{Deleted, delete_observed};
-use crate::metrics::ResourceInfo;
 use crate::secret_policy::{self, SecretUse};
 use crate::workload::WorkloadError;
 
@@ -457,21 +455,7 @@ async fn write(
     sync: &OmniSecretSync,
     new: OmniSecretSyncStatus,
 ) -> Result<(), Error> {
-    let namespace = sync.namespace().unwrap_or_default();
-    let old = sync.status.clone().unwrap_or_default().conditions;
-    if status::write(&ctx.api::<OmniSecretSync>(&namespace), sync, &new).await? {
-        ctx.condition_events(sync, &old, &new.conditions).await;
-    }
-    let ready = find_condition(&new.conditions, ct::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniSecretSync",
-        namespace: &namespace,
-        name: &sync.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
-    Ok(())
+    status::report(ctx, sync, &new).await.map(drop)
 }
 
 async fn finish(
@@ -687,6 +671,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::find_condition;
 
     fn sync() -> OmniSecretSync {
         serde_json::from_value(serde_json::json!({
