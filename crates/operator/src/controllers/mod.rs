@@ -307,6 +307,9 @@ pub enum Error {
     /// A remote operation failed; the message is also in the object's conditions.
     #[error("{0}")]
     Remote(String),
+    /// An OmniConnection failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    Connection(#[from] connection::ConnectionFailure),
     /// An OmniSecretSync failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     SecretSync(#[from] secret_sync::SecretSyncFailure),
