@@ -158,11 +158,12 @@ async fn attached(
         Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
     };
     let Some(helm) = &ctx.helm else {
-        return Ok(Step::Report(Outcome::Blocked((
-            REASON_HELM_UNAVAILABLE,
-            "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
-                .to_string(),
-        ))));
+        return Ok(Step::Report(Outcome::Blocked(
+            inputs::Problem::HelmUnavailable(
+                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
+                    .to_string(),
+            ),
+        )));
     };
     let session = match helm.session(&inputs::release_key(r), &kubeconfig).await {
         Ok(s) => s,

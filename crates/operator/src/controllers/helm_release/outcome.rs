@@ -124,8 +124,8 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
             reasons::MISSING_CLUSTER,
             format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name),
         ),
-        Outcome::Blocked((reason, m)) | Outcome::UninstallBlocked((reason, m)) => {
-            (reason, m.clone())
+        Outcome::Blocked(problem) | Outcome::UninstallBlocked(problem) => {
+            (problem.reason(), problem.to_string())
         }
         Outcome::HelmFailed(m) | Outcome::UninstallFailed(m) => {
             (reasons::RECONCILE_FAILED, m.clone())
