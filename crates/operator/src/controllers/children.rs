@@ -2,53 +2,35 @@
 //! exists (`Accepted`, plus `Ready` mirroring it for kstatus). Event-driven, no Omni calls;
 //! their content reaches Omni through the parent cluster's reconcile.
 
-use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::index::{RefKey, namespace_of};
+use super::status::Reported;
 use super::{Context, Error, drive, indexed_controller_for, instrumented, status};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
 use crate::api::workers::OmniWorkersStatus;
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-use crate::metrics::ResourceInfo;
 
 /// What the child controller needs from each child kind.
-pub trait Child:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + Debug
-    + Send
-    + Sync
-    + 'static
+pub(crate) trait Child:
+    Reported<Scope = NamespaceResourceScope> + Send + Sync + 'static
 {
-    /// The stored status type.
-    type Status: Serialize + Clone + Default + Send + Sync;
     /// `spec.clusterRef.name`.
     fn cluster_ref(&self) -> &str;
-    /// Current conditions.
-    fn conditions(&self) -> Vec<Condition>;
     /// The status to store, given the computed conditions.
     fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status;
 }
 
 impl Child for OmniControlPlane {
-    type Status = OmniControlPlaneStatus;
     fn cluster_ref(&self) -> &str {
         &self.spec.cluster_ref.name
-    }
-    fn conditions(&self) -> Vec<Condition> {
-        self.status.clone().unwrap_or_default().conditions
     }
     fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
         OmniControlPlaneStatus {
@@ -60,12 +42,8 @@ impl Child for OmniControlPlane {
 }
 
 impl Child for OmniWorkers {
-    type Status = OmniWorkersStatus;
     fn cluster_ref(&self) -> &str {
         &self.spec.cluster_ref.name
-    }
-    fn conditions(&self) -> Vec<Condition> {
-        self.status.clone().unwrap_or_default().conditions
     }
     fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
         OmniWorkersStatus {
@@ -78,12 +56,8 @@ impl Child for OmniWorkers {
 }
 
 impl Child for OmniMachine {
-    type Status = OmniMachineStatus;
     fn cluster_ref(&self) -> &str {
         &self.spec.cluster_ref.name
-    }
-    fn conditions(&self) -> Vec<Condition> {
-        self.status.clone().unwrap_or_default().conditions
     }
     fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
         OmniMachineStatus {
@@ -137,7 +111,7 @@ async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, E
             .await?
             .is_some();
         // build
-        let old = obj.conditions();
+        let old = obj.stored_conditions().to_vec();
         let conditions = child_conditions(
             old.clone(),
             &cluster,
@@ -147,29 +121,14 @@ async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, E
         );
         let desired = obj.desired_status(conditions.clone());
         // status
-        if status::write(&ctx.api::<K>(&namespace), obj.as_ref(), &desired).await? {
-            ctx.condition_events(obj.as_ref(), &old, &conditions).await;
-        }
-        let kind = K::kind(&());
-        ctx.metrics.set_resource_info(&ResourceInfo {
-            kind: &kind,
-            namespace: &namespace,
-            name: &obj.name_any(),
-            ready: if exists { "True" } else { "False" },
-            reason: if exists {
-                reasons::ACCEPTED
-            } else {
-                reasons::MISSING_CLUSTER
-            },
-            suspended: false,
-        });
+        status::report(ctx.as_ref(), obj.as_ref(), &desired).await?;
         Ok(Action::await_change())
     })
     .await
 }
 
 /// Runs the controller of child kind `K` until `shutdown` completes.
-pub async fn run<K: Child>(
+pub(crate) async fn run<K: Child>(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {

@@ -23,7 +23,6 @@ use omni_client::template::{
 };
 
 use super::children::Child;
-use super::connection::status_str;
 use super::index::{RefIndex, RefKey, namespace_of};
 use super::secret_sync::ADOPT_ANNOTATION;
 use super::{
@@ -36,7 +35,7 @@ use crate::api::common::{
     Condition, ConditionStatus, condition_types as ct, find_condition, reasons, set_condition,
 };
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
-use crate::metrics::{ResourceInfo, RpcOutcome};
+use crate::metrics::RpcOutcome;
 use crate::render::{self, Rendered};
 use kube::api::DynamicObject;
 
@@ -297,22 +296,7 @@ impl StatusDraft {
 }
 
 async fn write(ctx: &Context, cluster: &OmniCluster, draft: StatusDraft) -> Result<(), Error> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let old = cluster.status.clone().unwrap_or_default().conditions;
-    let new = draft.status;
-    if status::write(&ctx.api::<OmniCluster>(&namespace), cluster, &new).await? {
-        ctx.condition_events(cluster, &old, &new.conditions).await;
-    }
-    let ready = find_condition(&new.conditions, ct::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniCluster",
-        namespace: &namespace,
-        name: &cluster.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: cluster.spec.suspend,
-    });
-    Ok(())
+    status::report(ctx, cluster, &draft.status).await.map(drop)
 }
 
 fn not_found(kind: &str, name: &str) -> String {

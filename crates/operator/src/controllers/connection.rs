@@ -17,14 +17,16 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
+use super::RetryPolicy;
 use super::index::{RefKey, namespace_of};
+use super::omni::{ApiVersionError, ConnectionError};
 use super::{
     Context, Error, drive, dyn_ref, finalizer, indexed_controller_for, instrumented, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
-use crate::metrics::{ResourceInfo, RpcOutcome};
+use crate::metrics::RpcOutcome;
 use omni_client::template::BackendApi;
 
 /// Re-check interval of a reachable connection.
@@ -94,6 +96,42 @@ async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Why an OmniConnection is not ready; the message is its condition's and Event's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionFailure {
+    /// The spec is invalid (it bypassed admission): the webhook's summary.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The Omni client could not be built (its Secret, key or endpoint).
+    #[error("failed to connect to Omni: {0}")]
+    Client(#[source] ConnectionError),
+    /// Omni's backend API version could not be read.
+    #[error("failed to connect to Omni: {0}")]
+    BackendApi(#[source] ApiVersionError),
+    /// Omni did not answer the ping (a list of its clusters).
+    #[error("failed to connect to Omni: list Omni clusters: {0}")]
+    Ping(#[source] omni_client::state::StateError),
+}
+
+impl ConnectionFailure {
+    /// The condition reason this failure is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => reasons::VALIDATION_FAILED,
+            Self::Client(e) => e.reason(),
+            Self::BackendApi(_) | Self::Ping(_) => reasons::CONNECTION_FAILED,
+        }
+    }
+
+    /// What the reconcile does next: an invalid spec waits for a change, the rest backs off.
+    pub fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
+            Self::Client(_) | Self::BackendApi(_) | Self::Ping(_) => RetryPolicy::Backoff,
+        }
+    }
+}
+
 /// The outcome of one check, before it becomes conditions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -102,13 +140,8 @@ pub enum Outcome {
         /// Endpoint as the Omni client reports it.
         endpoint: String,
     },
-    /// Building the client or pinging failed.
-    Failed {
-        /// Reason (`MissingSecret`, `ConnectionFailed`, `ValidationFailed`).
-        reason: &'static str,
-        /// User-facing message.
-        message: String,
-    },
+    /// The spec is invalid, or building the client or pinging failed.
+    Failed(ConnectionFailure),
     /// Omni answered but speaks a backend API version this operator cannot translate for.
     UnsupportedApi {
         /// Endpoint as the Omni client reports it.
@@ -164,7 +197,9 @@ pub fn desired_status(
                 &m,
             );
         }
-        Outcome::Failed { reason, message } => {
+        Outcome::Failed(failure) => {
+            let (reason, message) = (failure.reason(), failure.to_string());
+            let message = &message;
             set(
                 condition_types::REACHABLE,
                 ConditionStatus::False,
@@ -254,22 +289,8 @@ async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Ve
 }
 
 async fn finish(ctx: &Context, conn: &OmniConnection, outcome: &Outcome) -> Result<(), Error> {
-    let namespace = conn.namespace().unwrap_or_default();
     let desired = desired_status(conn, outcome, ctx.clock.now());
-    let old = conn.status.clone().unwrap_or_default().conditions;
-    if status::write(&ctx.api::<OmniConnection>(&namespace), conn, &desired).await? {
-        ctx.condition_events(conn, &old, &desired.conditions).await;
-    }
-    let ready = crate::api::common::find_condition(&desired.conditions, condition_types::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniConnection",
-        namespace: &namespace,
-        name: &conn.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
-    Ok(())
+    status::report(ctx, conn, &desired).await.map(drop)
 }
 
 /// `True`, `False` or `Unknown`.
@@ -311,18 +332,12 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
         // validate: the webhook's rules, in case admission was bypassed.
         let validation = crate::api::connection::validate(&conn, None);
         if !validation.is_valid() {
-            let outcome = Outcome::Failed {
-                reason: reasons::VALIDATION_FAILED,
-                message: validation.error_summary(),
-            };
-            finish(&ctx, &conn, &outcome).await?;
-            return Ok(Action::await_change());
+            let outcome =
+                Outcome::Failed(ConnectionFailure::InvalidSpec(validation.error_summary()));
+            return next_check(&ctx, &conn, outcome).await;
         }
         let outcome = match ctx.omni.get(&conn).await {
-            Err(e) => Outcome::Failed {
-                reason: e.reason(),
-                message: format!("failed to connect to Omni: {e}"),
-            },
+            Err(e) => Outcome::Failed(ConnectionFailure::Client(e)),
             Ok(client) => match client.ping().await {
                 Ok(endpoint) => {
                     ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
@@ -331,28 +346,32 @@ async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Actio
                             Outcome::Reachable { endpoint }
                         }
                         Ok(version) => Outcome::UnsupportedApi { endpoint, version },
-                        Err(e) => Outcome::Failed {
-                            reason: reasons::CONNECTION_FAILED,
-                            message: format!("failed to connect to Omni: {e}"),
-                        },
+                        Err(e) => Outcome::Failed(ConnectionFailure::BackendApi(e)),
                     }
                 }
                 Err(e) => {
                     ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
-                    Outcome::Failed {
-                        reason: reasons::CONNECTION_FAILED,
-                        message: format!("failed to connect to Omni: list Omni clusters: {e}"),
-                    }
+                    Outcome::Failed(ConnectionFailure::Ping(e))
                 }
             },
         };
-        finish(&ctx, &conn, &outcome).await?;
-        match outcome {
-            Outcome::Failed { message, .. } => Err(Error::Remote(message)),
-            _ => Ok(Action::requeue(RECHECK)),
-        }
+        next_check(&ctx, &conn, outcome).await
     })
     .await
+}
+
+/// Reports `outcome` and schedules the next check: a failure by its [`RetryPolicy`], anything
+/// else after [`RECHECK`].
+async fn next_check(
+    ctx: &Context,
+    conn: &OmniConnection,
+    outcome: Outcome,
+) -> Result<Action, Error> {
+    finish(ctx, conn, &outcome).await?;
+    match outcome {
+        Outcome::Failed(f) => f.retry().action().ok_or(f.into()),
+        _ => Ok(Action::requeue(RECHECK)),
+    }
 }
 
 /// Runs the OmniConnection controller until `shutdown` completes.
@@ -396,6 +415,33 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 mod tests {
     use super::*;
     use crate::api::common::find_condition;
+
+    /// A failure is `Reachable`, `Ready` and `Stalled` under its own reason and message; an
+    /// invalid spec waits for a change, an unreachable Omni backs off.
+    #[test]
+    fn a_failure_sets_its_reason_on_every_condition() {
+        let missing = ConnectionFailure::Client(ConnectionError::Client("no route".into()));
+        assert_eq!(missing.reason(), "ConnectionFailed");
+        assert_eq!(missing.retry(), RetryPolicy::Backoff);
+        let invalid = ConnectionFailure::InvalidSpec("spec.endpoint: required".into());
+        assert_eq!(invalid.retry(), RetryPolicy::AwaitChange);
+        let s = desired_status(
+            &conn(),
+            &Outcome::Failed(missing),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        for type_ in ["Reachable", "Ready", "Stalled"] {
+            let c = find_condition(&s.conditions, type_);
+            assert_eq!(
+                c.map(|c| (c.reason.as_str(), c.message.as_str())),
+                Some((
+                    "ConnectionFailed",
+                    "failed to connect to Omni: create Omni client: no route"
+                )),
+                "{type_}"
+            );
+        }
+    }
 
     fn conn() -> OmniConnection {
         let mut c: OmniConnection = serde_json::from_value(serde_json::json!({

@@ -24,16 +24,13 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::connection::status_str;
 use super::index::{RefIndex, RefKey, namespace_of};
 use super::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use super::{
     Context, Error, Scope, api_resource, drive, dyn_ref, finalizer, indexed_controller_for,
     instrumented, status,
 };
-use crate::api::common::{
-    Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
-};
+use crate::api::common::{DeletionPolicy, condition_types as ct, reasons};
 use crate::api::duration::GoDuration;
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
 use crate::api::{
@@ -41,7 +38,7 @@ use crate::api::{
 };
 use crate::delete_guard::{Deleted, delete_observed};
 use crate::export_format;
-use crate::metrics::{ResourceInfo, RpcOutcome};
+use crate::metrics::RpcOutcome;
 
 /// Re-check while a dependency is missing.
 pub const RETRY: Duration = Duration::from_secs(60);
@@ -401,60 +398,27 @@ pub fn build_target(
     secret
 }
 
-/// Status builder starting from the stored status, so failures keep hash and times.
-struct Draft {
-    s: OmniKubeconfigExportStatus,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-}
+type Draft = status::Draft<OmniKubeconfigExportStatus>;
 
-impl Draft {
-    fn new(e: &OmniKubeconfigExport, now: jiff::Timestamp) -> Self {
-        let mut s = e.status.clone().unwrap_or_default();
-        s.observed_generation = e.metadata.generation;
-        s.cluster_ref = Some(e.spec.cluster_ref.name.clone());
-        s.target_secret_ref = Some(e.spec.target_secret_ref.name.clone());
-        s.target_secret_namespace = Some(e.effective_target_namespace());
-        s.target_secret_key = Some(e.credential_key());
-        s.service_account_user = Some(e.spec.service_account.user.clone());
-        s.service_account_groups = e.spec.service_account.groups.clone();
-        Self {
-            s,
-            generation: e.metadata.generation,
-            now,
-        }
-    }
-    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
-        set_condition(
-            &mut self.s.conditions,
-            Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
-        );
-    }
-    fn outcome(&mut self, ok: bool, reason: &str, message: &str) {
-        self.set(ct::EXPORTED, ok, reason, message);
-        self.set(ct::READY, ok, reason, message);
-    }
+/// A status draft of `e`, keeping the stored hash and times, with the spec's references.
+fn draft(e: &OmniKubeconfigExport, now: jiff::Timestamp) -> Draft {
+    let mut s = e.status.clone().unwrap_or_default();
+    s.observed_generation = e.metadata.generation;
+    s.cluster_ref = Some(e.spec.cluster_ref.name.clone());
+    s.target_secret_ref = Some(e.spec.target_secret_ref.name.clone());
+    s.target_secret_namespace = Some(e.effective_target_namespace());
+    s.target_secret_key = Some(e.credential_key());
+    s.service_account_user = Some(e.spec.service_account.user.clone());
+    s.service_account_groups = e.spec.service_account.groups.clone();
+    Draft::new(s, e.metadata.generation, now, ct::EXPORTED)
 }
 
 async fn write(ctx: &Context, e: &OmniKubeconfigExport, d: Draft) -> Result<(), Error> {
-    let namespace = e.namespace().unwrap_or_default();
-    let old = e.status.clone().unwrap_or_default().conditions;
-    if status::write(&ctx.api::<OmniKubeconfigExport>(&namespace), e, &d.s).await? {
-        ctx.condition_events(e, &old, &d.s.conditions).await;
-    }
-    let ready = find_condition(&d.s.conditions, ct::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniKubeconfigExport",
-        namespace: &namespace,
-        name: &e.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
+    status::report(ctx, e, &d.s).await?;
     if let Some(exp) = d.s.expiration_time {
         let left = exp.duration_since(ctx.clock.now()).as_secs_f64();
         ctx.metrics
-            .set_kubeconfig_expiry(&namespace, &e.name_any(), left);
+            .set_kubeconfig_expiry(&e.namespace().unwrap_or_default(), &e.name_any(), left);
     }
     Ok(())
 }
@@ -582,7 +546,7 @@ async fn delete_target(
                     users.join(", ")
                 )
             };
-            let mut d = Draft::new(e, whole_seconds(ctx.clock.now()));
+            let mut d = draft(e, whole_seconds(ctx.clock.now()));
             d.outcome(false, reasons::DELETING, &m);
             write(ctx, e, d).await?;
             // Consumers finishing their deletion trigger this export; the requeue is a fallback.
@@ -619,7 +583,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             return Ok(Action::await_change());
         }
         let now = whole_seconds(ctx.clock.now());
-        let mut d = Draft::new(&e, now);
+        let mut d = draft(&e, now);
         let (ttl, renew_before) = match (e.spec_problem(), e.ttl(), e.renew_before()) {
             (None, Ok(ttl), Ok(rb)) => (ttl, rb),
             (problem, ttl, rb) => {

@@ -307,6 +307,12 @@ pub enum Error {
     /// A remote operation failed; the message is also in the object's conditions.
     #[error("{0}")]
     Remote(String),
+    /// An OmniConnection failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    Connection(#[from] connection::ConnectionFailure),
+    /// An OmniSecretSync failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    SecretSync(#[from] secret_sync::SecretSyncFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
     /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]
@@ -317,6 +323,28 @@ impl Error {
     /// [`Error::StaleCache`] carrying `stored`, the object as the server holds it now.
     pub fn stale_cache<K: serde::Serialize>(stored: &K) -> Result<Self, Error> {
         Ok(Self::StaleCache(Box::new(serde_json::to_value(stored)?)))
+    }
+}
+
+/// What a reconcile that ended in a failure (reported in the object's conditions) does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Nothing until the object changes: retrying cannot help (a spec or policy problem).
+    AwaitChange,
+    /// Look again after this delay: what is missing is not watched, or not by this controller.
+    Poll(Duration),
+    /// Fail the reconcile, so the per-object exponential backoff retries it.
+    Backoff,
+}
+
+impl RetryPolicy {
+    /// The next reconcile, or `None` under [`RetryPolicy::Backoff`] (the reconcile fails).
+    pub fn action(self) -> Option<Action> {
+        match self {
+            Self::AwaitChange => Some(Action::await_change()),
+            Self::Poll(after) => Some(Action::requeue(after)),
+            Self::Backoff => None,
+        }
     }
 }
 

@@ -18,16 +18,16 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::connection::status_str;
 use super::index::{RefKey, namespace_of};
-use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
+use super::{
+    Context, Error, RetryPolicy, drive, finalizer, indexed_controller_for, instrumented, status,
+};
 use crate::api::common::{
-    Condition, DeletionPolicy, condition_types as ct, find_condition, reasons, set_condition,
+    Condition, DeletionPolicy, condition_types as ct, reasons, set_condition,
 };
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
 use crate::delete_guard::{Deleted, delete_observed};
-use crate::metrics::ResourceInfo;
 use crate::secret_policy::{self, SecretUse};
 use crate::workload::WorkloadError;
 
@@ -190,20 +190,138 @@ pub fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Secret) -
     }
 }
 
-/// A failure with its condition reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Failure {
-    reason: &'static str,
-    message: String,
-    retry: bool,
+/// Why an OmniSecretSync is not synced; the message is its condition's and Event's.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretSyncFailure {
+    /// The spec is invalid (it bypassed admission).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The Secret policy refuses a Secret the sync would read.
+    #[error("{0}")]
+    Refused(String),
+    /// The referenced OmniCluster does not exist.
+    #[error("OmniCluster {cluster:?} does not exist")]
+    MissingCluster {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The source Secret does not exist.
+    #[error("source Secret \"{namespace}/{name}\" does not exist")]
+    MissingSource {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.sourceSecretRef.name`.
+        name: String,
+    },
+    /// The kubeconfig Secret does not exist.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" does not exist")]
+    MissingKubeconfig {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+    },
+    /// The kubeconfig Secret lacks the key.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" does not contain key {key:?}")]
+    MissingKubeconfigKey {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+        /// `spec.kubeconfigSecretRef.key`.
+        key: String,
+    },
+    /// The kubeconfig does not make a usable client.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" key {key:?} is invalid: {detail}")]
+    InvalidKubeconfig {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+        /// `spec.kubeconfigSecretRef.key`.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The kubeconfig Secret could not be read.
+    #[error("load workload kubeconfig: {0}")]
+    KubeconfigUnreadable(WorkloadError),
+    /// A request to the workload cluster failed during `step`.
+    #[error("{step}: {error}")]
+    Workload {
+        /// What was being done, naming the object.
+        step: String,
+        /// The workload cluster's answer.
+        #[source]
+        error: kube::Error,
+    },
+    /// The target changed while its type was being replaced.
+    #[error(
+        "workload Secret \"{namespace}/{name}\" changed while its type was being replaced; it was left alone and is checked again"
+    )]
+    TargetChanged {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+    },
+    /// The target exists and belongs to someone else.
+    #[error(
+        "workload Secret \"{namespace}/{name}\" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the sync take it over)"
+    )]
+    TargetNotOwned {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+    },
+    /// Deleting a copy the sync owns failed (the workload cluster's message).
+    #[error("{0}")]
+    DeleteFailed(String),
 }
 
-fn fail(reason: &'static str, message: String) -> Failure {
-    Failure {
-        reason,
-        message,
-        retry: true,
+impl SecretSyncFailure {
+    /// The condition reason this failure is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) | Self::Refused(_) | Self::InvalidKubeconfig { .. } => {
+                reasons::VALIDATION_FAILED
+            }
+            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. } => reasons::MISSING_SECRET,
+            Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
+                reasons::SYNC_FAILED
+            }
+            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
+            Self::DeleteFailed(_) => reasons::DELETE_FAILED,
+        }
     }
+
+    /// What the reconcile does next.
+    pub fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
+            // An unowned target lives in the workload cluster, which is not watched: poll so
+            // an adoption annotation is noticed. Missing references are polled likewise.
+            Self::TargetNotOwned { .. }
+            | Self::MissingCluster { .. }
+            | Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. }
+            | Self::InvalidKubeconfig { .. } => RetryPolicy::Poll(RETRY),
+            Self::KubeconfigUnreadable(_)
+            | Self::Workload { .. }
+            | Self::TargetChanged { .. }
+            | Self::DeleteFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+}
+
+/// [`SecretSyncFailure::Workload`] for a failed `step`.
+fn workload_failed(step: String) -> impl FnOnce(kube::Error) -> SecretSyncFailure {
+    move |error| SecretSyncFailure::Workload { step, error }
 }
 
 struct Synced {
@@ -217,17 +335,15 @@ async fn sync_target(
     sync: &OmniSecretSync,
     source: &Secret,
     cluster_name: &str,
-) -> Result<Synced, Failure> {
+) -> Result<Synced, SecretSyncFailure> {
     let target = &sync.spec.target_secret_ref;
     let (ns, name) = (&target.namespace, &target.name);
     if sync.spec.create_namespace {
         let namespaces: Api<Namespace> = Api::all(workload.clone());
-        let found = namespaces.get_opt(ns).await.map_err(|e| {
-            fail(
-                reasons::SYNC_FAILED,
-                format!("get workload namespace {ns:?}: {e}"),
-            )
-        })?;
+        let found = namespaces
+            .get_opt(ns)
+            .await
+            .map_err(workload_failed(format!("get workload namespace {ns:?}")))?;
         if found.is_none() {
             let n = Namespace {
                 metadata: ObjectMeta {
@@ -240,77 +356,58 @@ async fn sync_target(
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    return Err(fail(
-                        reasons::SYNC_FAILED,
-                        format!("create workload namespace {ns:?}: {e}"),
-                    ));
+                    return Err(workload_failed(format!("create workload namespace {ns:?}"))(e));
                 }
             }
         }
     }
     let api: Api<Secret> = Api::namespaced(workload.clone(), ns);
-    let existing = api.get_opt(name).await.map_err(|e| {
-        fail(
-            reasons::SYNC_FAILED,
-            format!("get workload Secret \"{ns}/{name}\": {e}"),
-        )
-    })?;
+    let existing = api.get_opt(name).await.map_err(workload_failed(format!(
+        "get workload Secret \"{ns}/{name}\""
+    )))?;
     let (desired, hash) = desired_target(sync, source, cluster_name);
     let type_ = desired.type_.clone().unwrap_or_default();
     let pp = PostParams::default();
     let changed = match plan(sync, existing.as_ref(), desired) {
         Plan::NoChange => false,
         Plan::NotOwned => {
-            return Err(Failure {
-                reason: REASON_TARGET_NOT_OWNED,
-                message: format!(
-                    "workload Secret \"{ns}/{name}\" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the sync take it over)"
-                ),
-                retry: false,
+            return Err(SecretSyncFailure::TargetNotOwned {
+                namespace: ns.clone(),
+                name: name.clone(),
             });
         }
         Plan::Create(s) => {
-            api.create(&pp, &s).await.map_err(|e| {
-                fail(
-                    reasons::SYNC_FAILED,
-                    format!("create workload Secret \"{ns}/{name}\": {e}"),
-                )
-            })?;
+            api.create(&pp, &s).await.map_err(workload_failed(format!(
+                "create workload Secret \"{ns}/{name}\""
+            )))?;
             true
         }
         Plan::Update(s) => {
-            api.replace(name, &pp, &s).await.map_err(|e| {
-                fail(
-                    reasons::SYNC_FAILED,
-                    format!("update workload Secret \"{ns}/{name}\": {e}"),
-                )
-            })?;
+            api.replace(name, &pp, &s)
+                .await
+                .map_err(workload_failed(format!(
+                    "update workload Secret \"{ns}/{name}\""
+                )))?;
             true
         }
         Plan::Recreate(s) => {
             // Only the copy that was judged (same uid and resourceVersion) is deleted.
             if let Some(observed) = existing.as_ref() {
-                let deleted = delete_observed(&api, observed).await.map_err(|e| {
-                    fail(
-                        reasons::SYNC_FAILED,
-                        format!("delete workload Secret \"{ns}/{name}\" to change its type: {e}"),
-                    )
-                })?;
+                let deleted = delete_observed(&api, observed)
+                    .await
+                    .map_err(workload_failed(format!(
+                        "delete workload Secret \"{ns}/{name}\" to change its type"
+                    )))?;
                 if deleted == Deleted::Changed {
-                    return Err(fail(
-                        reasons::SYNC_FAILED,
-                        format!(
-                            "workload Secret \"{ns}/{name}\" changed while its type was being replaced; it was left alone and is checked again"
-                        ),
-                    ));
+                    return Err(SecretSyncFailure::TargetChanged {
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                    });
                 }
             }
-            api.create(&pp, &s).await.map_err(|e| {
-                fail(
-                    reasons::SYNC_FAILED,
-                    format!("create workload Secret \"{ns}/{name}\": {e}"),
-                )
-            })?;
+            api.create(&pp, &s).await.map_err(workload_failed(format!(
+                "create workload Secret \"{ns}/{name}\""
+            )))?;
             true
         }
     };
@@ -349,39 +446,34 @@ async fn delete_owned(
     ))
 }
 
-fn kubeconfig_failure(sync: &OmniSecretSync, e: &WorkloadError) -> Failure {
-    let ns = sync.namespace().unwrap_or_default();
-    let name = &sync.spec.kubeconfig_secret_ref.name;
-    let key = &sync.spec.kubeconfig_secret_ref.key;
+fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> SecretSyncFailure {
+    let namespace = sync.namespace().unwrap_or_default();
+    let name = sync.spec.kubeconfig_secret_ref.name.clone();
+    let key = sync.spec.kubeconfig_secret_ref.key.clone();
     match e {
-        WorkloadError::MissingSecret { .. } => fail(
-            reasons::MISSING_SECRET,
-            format!("kubeconfig Secret \"{ns}/{name}\" does not exist"),
-        ),
-        WorkloadError::MissingKey { .. } => fail(
-            reasons::MISSING_SECRET,
-            format!("kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"),
-        ),
-        WorkloadError::Invalid { detail, .. } => fail(
-            reasons::VALIDATION_FAILED,
-            format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {detail}"),
-        ),
-        WorkloadError::Refused { reason } => Failure {
-            reason: reasons::VALIDATION_FAILED,
-            message: reason.clone(),
-            retry: false,
+        WorkloadError::MissingSecret { .. } => {
+            SecretSyncFailure::MissingKubeconfig { namespace, name }
+        }
+        WorkloadError::MissingKey { .. } => SecretSyncFailure::MissingKubeconfigKey {
+            namespace,
+            name,
+            key,
         },
-        WorkloadError::Read { .. } => fail(
-            reasons::SYNC_FAILED,
-            format!("load workload kubeconfig: {e}"),
-        ),
+        WorkloadError::Invalid { detail, .. } => SecretSyncFailure::InvalidKubeconfig {
+            namespace,
+            name,
+            key,
+            detail,
+        },
+        WorkloadError::Refused { reason } => SecretSyncFailure::Refused(reason),
+        e @ WorkloadError::Read { .. } => SecretSyncFailure::KubeconfigUnreadable(e),
     }
 }
 
 /// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
 fn desired_status(
     sync: &OmniSecretSync,
-    outcome: &Result<Synced, Failure>,
+    outcome: &Result<Synced, SecretSyncFailure>,
     accepted: Option<bool>,
     now: jiff::Timestamp,
 ) -> OmniSecretSyncStatus {
@@ -437,9 +529,10 @@ fn desired_status(
             changed_copy = done.changed;
         }
         Err(f) => {
-            set(&mut s, ct::SYNCED, false, f.reason, &f.message);
-            set(&mut s, ct::READY, false, f.reason, &f.message);
-            s.last_error = Some(f.message.clone());
+            let message = f.to_string();
+            set(&mut s, ct::SYNCED, false, f.reason(), &message);
+            set(&mut s, ct::READY, false, f.reason(), &message);
+            s.last_error = Some(message);
             changed_copy = false;
         }
     }
@@ -457,46 +550,26 @@ async fn write(
     sync: &OmniSecretSync,
     new: OmniSecretSyncStatus,
 ) -> Result<(), Error> {
-    let namespace = sync.namespace().unwrap_or_default();
-    let old = sync.status.clone().unwrap_or_default().conditions;
-    if status::write(&ctx.api::<OmniSecretSync>(&namespace), sync, &new).await? {
-        ctx.condition_events(sync, &old, &new.conditions).await;
-    }
-    let ready = find_condition(&new.conditions, ct::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniSecretSync",
-        namespace: &namespace,
-        name: &sync.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
-    Ok(())
+    status::report(ctx, sync, &new).await.map(drop)
 }
 
 async fn finish(
     ctx: &Context,
     sync: &OmniSecretSync,
-    outcome: Result<Synced, Failure>,
+    outcome: Result<Synced, SecretSyncFailure>,
     accepted: Option<bool>,
 ) -> Result<Action, Error> {
-    let next = match &outcome {
-        Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
-        Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
-        // An unowned target lives in the workload cluster, which is not watched: poll so an
-        // adoption annotation is noticed.
-        Err(f) if f.reason == REASON_TARGET_NOT_OWNED => Ok(Action::requeue(RETRY)),
-        Err(f) if !f.retry => Ok(Action::await_change()),
-        Err(f) if f.reason == reasons::SYNC_FAILED => Err(Error::Remote(f.message.clone())),
-        Err(_) => Ok(Action::requeue(RETRY)),
-    };
     write(
         ctx,
         sync,
         desired_status(sync, &outcome, accepted, ctx.clock.now()),
     )
     .await?;
-    next
+    match outcome {
+        Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
+        Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
+        Err(f) => f.retry().action().ok_or(f.into()),
+    }
 }
 
 async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
@@ -512,7 +585,7 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
             .await
         {
             Ok(c) => c,
-            Err(e) => return finish(ctx, sync, Err(kubeconfig_failure(sync, &e)), None).await,
+            Err(e) => return finish(ctx, sync, Err(kubeconfig_failure(sync, e)), None).await,
         };
         let st = sync.status.clone().unwrap_or_default();
         let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
@@ -523,14 +596,7 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
             ),
         };
         if let Err(m) = delete_owned(&workload, sync, &ns, &name).await {
-            let f = fail(reasons::DELETE_FAILED, m.clone());
-            write(
-                ctx,
-                sync,
-                desired_status(sync, &Err(f), None, ctx.clock.now()),
-            )
-            .await?;
-            return Err(Error::Remote(m));
+            return finish(ctx, sync, Err(SecretSyncFailure::DeleteFailed(m)), None).await;
         }
     }
     finalizer::remove(&ctx.api::<OmniSecretSync>(&namespace), sync, false).await?;
@@ -564,11 +630,7 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             return Ok(Action::await_change());
         }
         if let Some(problem) = sync.spec_problem() {
-            let f = Failure {
-                reason: reasons::VALIDATION_FAILED,
-                message: problem,
-                retry: false,
-            };
+            let f = SecretSyncFailure::InvalidSpec(problem);
             return finish(&ctx, &sync, Err(f), None).await;
         }
         let cluster_name = &sync.spec.cluster_ref.name;
@@ -580,10 +642,9 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
                 return delete(&ctx, &fresh).await;
             }
-            let f = fail(
-                reasons::MISSING_CLUSTER,
-                format!("OmniCluster {cluster_name:?} does not exist"),
-            );
+            let f = SecretSyncFailure::MissingCluster {
+                cluster: cluster_name.clone(),
+            };
             return finish(&ctx, &sync, Err(f), Some(false)).await;
         };
         let source_name = &sync.spec.source_secret_ref.name;
@@ -591,10 +652,10 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
                 return delete(&ctx, &fresh).await;
             }
-            let f = fail(
-                reasons::MISSING_SECRET,
-                format!("source Secret \"{namespace}/{source_name}\" does not exist"),
-            );
+            let f = SecretSyncFailure::MissingSource {
+                namespace: namespace.clone(),
+                name: source_name.clone(),
+            };
             return finish(&ctx, &sync, Err(f), Some(true)).await;
         };
         // Before anything is copied: the Omni key and service-account tokens never leave.
@@ -607,11 +668,7 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
         )
         .await?
         {
-            let f = Failure {
-                reason: reasons::VALIDATION_FAILED,
-                message: reason,
-                retry: false,
-            };
+            let f = SecretSyncFailure::Refused(reason);
             return finish(&ctx, &sync, Err(f), Some(true)).await;
         }
         let k = &sync.spec.kubeconfig_secret_ref;
@@ -625,7 +682,7 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
                 if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
                     return delete(&ctx, &fresh).await;
                 }
-                return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, &e)), Some(true)).await;
+                return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, e)), Some(true)).await;
             }
         };
         // A renamed target under Delete: remove the previous copy if it is ours.
@@ -636,14 +693,8 @@ async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Actio
             && (old_ns != &t.namespace || old_name != &t.name)
             && let Err(m) = delete_owned(&workload, &sync, old_ns, old_name).await
         {
-            let f = fail(reasons::DELETE_FAILED, m.clone());
-            write(
-                &ctx,
-                &sync,
-                desired_status(&sync, &Err(f), Some(true), ctx.clock.now()),
-            )
-            .await?;
-            return Err(Error::Remote(m));
+            let f = SecretSyncFailure::DeleteFailed(m);
+            return finish(&ctx, &sync, Err(f), Some(true)).await;
         }
         let outcome =
             sync_target(&workload, &sync, &source, &cluster.effective_cluster_name()).await;
@@ -687,6 +738,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::find_condition;
 
     fn sync() -> OmniSecretSync {
         serde_json::from_value(serde_json::json!({
@@ -788,6 +840,90 @@ mod tests {
         assert_eq!(fixed.data, source().data);
         live.type_ = Some("kubernetes.io/tls".into());
         assert!(matches!(plan(&s, Some(&live), desired), Plan::Recreate(_)));
+    }
+
+    /// Each failure knows its condition reason and what happens next; the messages are the
+    /// ones the docs and system tests pin.
+    #[test]
+    fn failures_carry_their_reason_retry_and_message() {
+        let (ns, name) = ("apps".to_string(), "dst".to_string());
+        let cases = [
+            (
+                SecretSyncFailure::MissingCluster {
+                    cluster: "prod".into(),
+                },
+                "MissingCluster",
+                RetryPolicy::Poll(RETRY),
+                r#"OmniCluster "prod" does not exist"#.to_string(),
+            ),
+            (
+                SecretSyncFailure::MissingKubeconfigKey {
+                    namespace: ns.clone(),
+                    name: "kc".into(),
+                    key: "value".into(),
+                },
+                "MissingSecret",
+                RetryPolicy::Poll(RETRY),
+                r#"kubeconfig Secret "apps/kc" does not contain key "value""#.to_string(),
+            ),
+            (
+                SecretSyncFailure::InvalidSpec("spec.targetSecretRef.name: required".into()),
+                "ValidationFailed",
+                RetryPolicy::AwaitChange,
+                "spec.targetSecretRef.name: required".to_string(),
+            ),
+            (
+                SecretSyncFailure::TargetChanged {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                },
+                "SyncFailed",
+                RetryPolicy::Backoff,
+                r#"workload Secret "apps/dst" changed while its type was being replaced; it was left alone and is checked again"#.to_string(),
+            ),
+            (
+                SecretSyncFailure::TargetNotOwned {
+                    namespace: ns,
+                    name,
+                },
+                REASON_TARGET_NOT_OWNED,
+                RetryPolicy::Poll(RETRY),
+                format!(
+                    r#"workload Secret "apps/dst" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}="true" to let the sync take it over)"#
+                ),
+            ),
+            (
+                SecretSyncFailure::DeleteFailed("delete workload Secret \"apps/dst\": x".into()),
+                "DeleteFailed",
+                RetryPolicy::Backoff,
+                "delete workload Secret \"apps/dst\": x".to_string(),
+            ),
+        ];
+        for (failure, reason, retry, message) in cases {
+            assert_eq!(failure.reason(), reason, "{failure:?}");
+            assert_eq!(failure.retry(), retry, "{failure:?}");
+            assert_eq!(failure.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn a_failure_is_the_status_reason_and_last_error() {
+        let s = sync();
+        let failed = desired_status(
+            &s,
+            &Err(SecretSyncFailure::MissingSource {
+                namespace: "ns".into(),
+                name: "src".into(),
+            }),
+            Some(true),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        let ready = find_condition(&failed.conditions, "Ready");
+        assert_eq!(ready.map(|c| c.reason.as_str()), Some("MissingSecret"));
+        assert_eq!(
+            failed.last_error.as_deref(),
+            Some(r#"source Secret "ns/src" does not exist"#)
+        );
     }
 
     #[test]

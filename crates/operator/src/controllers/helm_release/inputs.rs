@@ -20,8 +20,40 @@ const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(300);
 /// Fallback for a timeout that does not parse (the spec check rejects it first).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Why an input could not be obtained: condition reason and message.
-pub(crate) type Problem = (&'static str, String);
+/// Why an input could not be obtained; each kind knows its condition reason, the message is
+/// the condition's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Problem {
+    /// A Secret, or a key in it, does not exist.
+    #[error("{0}")]
+    MissingSecret(String),
+    /// An input is unusable or refused by the Secret policy.
+    #[error("{0}")]
+    Invalid(String),
+    /// No usable helm binary.
+    #[error("{0}")]
+    HelmUnavailable(String),
+}
+
+impl Problem {
+    /// The condition reason this problem is reported under.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingSecret(_) => reasons::MISSING_SECRET,
+            Self::Invalid(_) => reasons::VALIDATION_FAILED,
+            Self::HelmUnavailable(_) => super::REASON_HELM_UNAVAILABLE,
+        }
+    }
+
+    /// The same problem with its message rewritten by `f` (e.g. to say what it blocks).
+    pub(crate) fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::MissingSecret(m) => Self::MissingSecret(f(m)),
+            Self::Invalid(m) => Self::Invalid(f(m)),
+            Self::HelmUnavailable(m) => Self::HelmUnavailable(f(m)),
+        }
+    }
+}
 
 /// Reads and checks the kubeconfig (parity §7.3 step 5 messages).
 pub(crate) async fn kubeconfig(
@@ -34,10 +66,9 @@ pub(crate) async fn kubeconfig(
         &r.spec.kubeconfig_secret_ref.key,
     );
     let Some(secret) = ctx.api::<Secret>(&ns).get_opt(name).await? else {
-        return Ok(Err((
-            reasons::MISSING_SECRET,
-            format!("kubeconfig Secret \"{ns}/{name}\" does not exist"),
-        )));
+        return Ok(Err(Problem::MissingSecret(format!(
+            "kubeconfig Secret \"{ns}/{name}\" does not exist"
+        ))));
     };
     let Some(bytes) = secret
         .data
@@ -46,10 +77,9 @@ pub(crate) async fn kubeconfig(
         .filter(|b| !b.0.is_empty())
         .map(|b| b.0.clone())
     else {
-        return Ok(Err((
-            reasons::MISSING_SECRET,
-            format!("kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"),
-        )));
+        return Ok(Err(Problem::MissingSecret(format!(
+            "kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"
+        ))));
     };
     if let Some(reason) = secret_policy::refusal(
         &ctx.secret_policy,
@@ -58,16 +88,15 @@ pub(crate) async fn kubeconfig(
         SecretUse::Kubeconfig,
         &[],
     ) {
-        return Ok(Err((reasons::VALIDATION_FAILED, reason)));
+        return Ok(Err(Problem::Invalid(reason)));
     }
     // Helm gets the kubeconfig the operator writes from the checked fields, never these bytes:
     // no exec, auth provider or file path reaches it. Errors name fields and positions only.
     Ok(match crate::kubeconfig::parse(&bytes) {
         Ok(checked) => Ok(checked.to_bytes()),
-        Err(e) => Err((
-            reasons::VALIDATION_FAILED,
-            format!("kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"),
-        )),
+        Err(e) => Err(Problem::Invalid(format!(
+            "kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"
+        ))),
     })
 }
 
@@ -81,13 +110,10 @@ pub(crate) async fn repository_auth(
     };
     let ns = r.namespace().unwrap_or_default();
     let Some(secret) = ctx.api::<Secret>(&ns).get_opt(&cref.name).await? else {
-        return Ok(Err((
-            reasons::MISSING_SECRET,
-            format!(
-                "chart credentials Secret \"{ns}/{}\" does not exist",
-                cref.name
-            ),
-        )));
+        return Ok(Err(Problem::MissingSecret(format!(
+            "chart credentials Secret \"{ns}/{}\" does not exist",
+            cref.name
+        ))));
     };
     // Before anything is sent to the repository: the Omni key and service-account tokens never
     // serve as credentials.
@@ -100,20 +126,17 @@ pub(crate) async fn repository_auth(
     )
     .await?
     {
-        return Ok(Err((reasons::VALIDATION_FAILED, reason)));
+        return Ok(Err(Problem::Invalid(reason)));
     }
     let data = secret.data.unwrap_or_default();
     let text = |key: &str| -> Result<Option<String>, Problem> {
         match data.get(key).filter(|b| !b.0.is_empty()) {
             None => Ok(None),
             Some(b) => String::from_utf8(b.0.clone()).map(Some).map_err(|_| {
-                (
-                    reasons::VALIDATION_FAILED,
-                    format!(
-                        "chart credentials Secret \"{ns}/{}\" key {key:?} is not UTF-8",
-                        cref.name
-                    ),
-                )
+                Problem::Invalid(format!(
+                    "chart credentials Secret \"{ns}/{}\" key {key:?} is not UTF-8",
+                    cref.name
+                ))
             }),
         }
     };

@@ -44,14 +44,12 @@ pub use self::ownership::{Ownership, Starter, owner_labels, ownership, run_label
 pub use self::recover::{Recovery, recovery};
 use self::state::{Observation, determine};
 pub use self::state::{Pending, Plan, input_digest, pending, plan};
-use super::connection::status_str;
 use super::index::{RefKey, namespace_of};
 use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::helm::{ReleaseInfo, ReleaseSession, RepositoryAuth};
-use crate::metrics::ResourceInfo;
 
 const KIND: &str = "OmniHelmRelease";
 
@@ -160,11 +158,12 @@ async fn attached(
         Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
     };
     let Some(helm) = &ctx.helm else {
-        return Ok(Step::Report(Outcome::Blocked((
-            REASON_HELM_UNAVAILABLE,
-            "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
-                .to_string(),
-        ))));
+        return Ok(Step::Report(Outcome::Blocked(
+            inputs::Problem::HelmUnavailable(
+                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
+                    .to_string(),
+            ),
+        )));
     };
     let session = match helm.session(&inputs::release_key(r), &kubeconfig).await {
         Ok(s) => s,
@@ -303,7 +302,7 @@ async fn report(
 ) -> Result<Action, Error> {
     let new = desired_status(r, outcome, now);
     let old = r.status.clone().unwrap_or_default();
-    write(ctx, r, &new, &old).await?;
+    status::report(ctx, r, &new).await?;
     // Condition Events fire on reason changes only; each Helm action is worth one.
     let ready = |s: &OmniHelmReleaseStatus| find_condition(&s.conditions, ct::READY).cloned();
     if let (true, Some(now_ready), Some(was_ready)) = (outcome.deployed(), ready(&new), ready(&old))
@@ -313,30 +312,6 @@ async fn report(
             .await;
     }
     next_reconcile(r, outcome, ctx.min_interval)
-}
-
-async fn write(
-    ctx: &Context,
-    r: &OmniHelmRelease,
-    new: &OmniHelmReleaseStatus,
-    old: &OmniHelmReleaseStatus,
-) -> Result<bool, Error> {
-    let namespace = r.namespace().unwrap_or_default();
-    let written = status::write(&ctx.api::<OmniHelmRelease>(&namespace), r, new).await?;
-    if written {
-        ctx.condition_events(r, &old.conditions, &new.conditions)
-            .await;
-    }
-    let ready = find_condition(&new.conditions, ct::READY);
-    ctx.metrics.set_resource_info(&ResourceInfo {
-        kind: "OmniHelmRelease",
-        namespace: &namespace,
-        name: &r.name_any(),
-        ready: ready.map_or("Unknown", |c| status_str(c.status)),
-        reason: ready.map_or("", |c| c.reason.as_str()),
-        suspended: false,
-    });
-    Ok(written)
 }
 
 /// Runs the OmniHelmRelease controller until `shutdown` completes.

@@ -11,10 +11,10 @@ use super::ownership::Ownership;
 use super::state::input_digest;
 use super::{REASON_RELEASE_PENDING, REASON_RELEASE_STUCK, RETRY};
 use crate::api::OmniHelmRelease;
-use crate::api::common::{Condition, condition_types as ct, reasons, set_condition};
+use crate::api::common::{condition_types as ct, reasons};
 use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::controllers::Error;
 use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
+use crate::controllers::{Error, status};
 use crate::helm::ReleaseInfo;
 use crate::helm::args::InstallVerb;
 
@@ -124,8 +124,8 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
             reasons::MISSING_CLUSTER,
             format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name),
         ),
-        Outcome::Blocked((reason, m)) | Outcome::UninstallBlocked((reason, m)) => {
-            (reason, m.clone())
+        Outcome::Blocked(problem) | Outcome::UninstallBlocked(problem) => {
+            (problem.reason(), problem.to_string())
         }
         Outcome::HelmFailed(m) | Outcome::UninstallFailed(m) => {
             (reasons::RECONCILE_FAILED, m.clone())
@@ -207,53 +207,33 @@ pub(crate) fn success_condition(
     }
 }
 
-/// Status builder starting from the stored status, so failures keep the last good release data.
-struct Draft {
-    s: OmniHelmReleaseStatus,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+type Draft = status::Draft<OmniHelmReleaseStatus>;
+
+/// A status draft of `r` starting from the stored status, so failures keep the last good
+/// release data.
+fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
+    let mut s = r.status.clone().unwrap_or_default();
+    s.observed_generation = r.metadata.generation;
+    s.cluster_ref = Some(r.spec.cluster_ref.name.clone());
+    s.kubeconfig_secret_ref = Some(r.spec.kubeconfig_secret_ref.name.clone());
+    s.kubeconfig_secret_key = Some(r.spec.kubeconfig_secret_ref.key.clone());
+    s.release_name = Some(r.effective_release_name());
+    s.namespace = Some(r.spec.namespace.clone());
+    if s.chart.is_none() {
+        s.chart = Some(r.spec.chart.chart.clone());
+    }
+    if s.chart_version.is_none() {
+        s.chart_version = Some(r.spec.chart.version.clone());
+    }
+    Draft::new(s, r.metadata.generation, now, ct::RELEASED)
 }
 
 impl Draft {
-    fn new(r: &OmniHelmRelease, now: jiff::Timestamp) -> Self {
-        let mut s = r.status.clone().unwrap_or_default();
-        s.observed_generation = r.metadata.generation;
-        s.cluster_ref = Some(r.spec.cluster_ref.name.clone());
-        s.kubeconfig_secret_ref = Some(r.spec.kubeconfig_secret_ref.name.clone());
-        s.kubeconfig_secret_key = Some(r.spec.kubeconfig_secret_ref.key.clone());
-        s.release_name = Some(r.effective_release_name());
-        s.namespace = Some(r.spec.namespace.clone());
-        if s.chart.is_none() {
-            s.chart = Some(r.spec.chart.chart.clone());
-        }
-        if s.chart_version.is_none() {
-            s.chart_version = Some(r.spec.chart.version.clone());
-        }
-        Self {
-            s,
-            generation: r.metadata.generation,
-            now,
-        }
-    }
-
-    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
-        set_condition(
-            &mut self.s.conditions,
-            Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
-        );
-    }
-
-    /// `Released` and `Ready` together.
-    fn outcome(&mut self, ok: bool, reason: &str, message: &str) {
-        self.set(ct::RELEASED, ok, reason, message);
-        self.set(ct::READY, ok, reason, message);
-    }
-
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
     fn failed(&mut self, reason: &str, message: &str) {
         self.outcome(false, reason, message);
         self.s.last_error = Some(message.to_string());
-        self.s.last_attempt_time = Some(self.now);
+        self.s.last_attempt_time = Some(self.now());
     }
 
     fn record(&mut self, info: &ReleaseInfo) {
@@ -274,7 +254,7 @@ pub(crate) fn desired_status(
     outcome: &Outcome,
     now: jiff::Timestamp,
 ) -> OmniHelmReleaseStatus {
-    let mut d = Draft::new(r, now);
+    let mut d = draft(r, now);
     let stored = r.status.clone().unwrap_or_default();
     let name = r.effective_release_name();
     match outcome {

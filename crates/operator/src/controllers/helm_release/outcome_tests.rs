@@ -231,7 +231,7 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     );
     for outcome in [
         Outcome::Invalid("spec.timeout: bad".into()),
-        Outcome::UninstallBlocked((reasons::MISSING_SECRET, "gone".into())),
+        Outcome::UninstallBlocked(Problem::MissingSecret("gone".into())),
         Outcome::UninstallFailed("helm uninstall failed".into()),
     ] {
         let s = desired_status(&r, &outcome, now());
@@ -241,7 +241,7 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
         );
         assert_eq!(condition(&s, ct::READY).0, ConditionStatus::False);
     }
-    let blocked = Outcome::Blocked((reasons::MISSING_SECRET, "no kubeconfig".into()));
+    let blocked = Outcome::Blocked(Problem::MissingSecret("no kubeconfig".into()));
     let s = desired_status(&r, &blocked, now());
     assert_eq!(condition(&s, ct::ACCEPTED).0, ConditionStatus::True);
     assert_eq!(condition(&s, ct::READY).1, reasons::MISSING_SECRET);
@@ -259,5 +259,26 @@ fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() 
         next_reconcile(&r, &invalid, Duration::from_secs(10)).ok(),
         Some(Action::await_change()),
         "only a spec change can fix an invalid spec"
+    );
+}
+
+/// An input problem keeps its condition reason when its message says what it blocks.
+#[test]
+fn an_input_problem_knows_its_reason() {
+    let missing = Problem::MissingSecret("kubeconfig Secret \"ns/kc\" does not exist".into());
+    assert_eq!(missing.reason(), reasons::MISSING_SECRET);
+    let blocked = missing.map_message(|m| format!("cannot uninstall: {m}"));
+    assert_eq!(blocked.reason(), reasons::MISSING_SECRET);
+    assert_eq!(
+        blocked.to_string(),
+        "cannot uninstall: kubeconfig Secret \"ns/kc\" does not exist"
+    );
+    assert_eq!(
+        Problem::Invalid("x".into()).reason(),
+        reasons::VALIDATION_FAILED
+    );
+    assert_eq!(
+        Problem::HelmUnavailable("x".into()).reason(),
+        super::super::REASON_HELM_UNAVAILABLE
     );
 }

@@ -7,10 +7,10 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 
 use super::apply::helm_failure;
-use super::inputs::{kubeconfig, release_key, timeout_of};
+use super::inputs::{Problem, kubeconfig, release_key, timeout_of};
 use super::outcome::{Outcome, WAY_OUT};
 use super::ownership::{Ownership, ownership};
-use super::{REASON_HELM_UNAVAILABLE, REASON_UNINSTALL_SKIPPED, Step};
+use super::{REASON_UNINSTALL_SKIPPED, Step};
 use crate::api::OmniHelmRelease;
 use crate::api::common::reasons;
 use crate::api::helm_release::HelmDeletionPolicy;
@@ -32,20 +32,20 @@ pub(crate) async fn delete(
     let name = r.effective_release_name();
     let kubeconfig = match kubeconfig(ctx, r).await? {
         Ok(k) => k,
-        Err((reason, m)) => {
-            return Ok(Step::Report(Outcome::UninstallBlocked((
-                reason,
-                format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}"),
-            ))));
+        Err(problem) => {
+            return Ok(Step::Report(Outcome::UninstallBlocked(
+                problem.map_message(|m| {
+                    format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}")
+                }),
+            )));
         }
     };
     let Some(helm) = &ctx.helm else {
-        return Ok(Step::Report(Outcome::UninstallBlocked((
-            REASON_HELM_UNAVAILABLE,
-            format!(
+        return Ok(Step::Report(Outcome::UninstallBlocked(
+            Problem::HelmUnavailable(format!(
                 "cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {WAY_OUT}"
-            ),
-        ))));
+            )),
+        )));
     };
     let result = match helm.session(&release_key(r), &kubeconfig).await {
         Ok(session) => uninstall_if_owned(r, &session).await,
