@@ -246,13 +246,13 @@ impl Context {
     }
 
     /// Publishes at most one Event for a status write, for the condition transition that says
-    /// the most (see [`event_worthy`]).
+    /// the most (see [`status::event_worthy`]).
     pub async fn condition_events<K>(&self, obj: &K, old: &[Condition], new: &[Condition])
     where
         K: Resource<DynamicType = ()>,
     {
-        if let Some(c) = event_worthy(old, new) {
-            let type_ = if condition_healthy(c) {
+        if let Some(c) = status::event_worthy(old, new) {
+            let type_ = if status::condition_healthy(c) {
                 EventType::Normal
             } else {
                 EventType::Warning
@@ -473,28 +473,6 @@ pub fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>)
     let delay = ctx.backoff(&key);
     tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
-}
-
-/// Whether condition `c` reads as good news (`Stalled` is the one inverted condition).
-fn condition_healthy(c: &Condition) -> bool {
-    match c.type_.as_str() {
-        "Stalled" => c.status != ConditionStatus::True,
-        _ => c.status == ConditionStatus::True,
-    }
-}
-
-/// The one transition between `old` and `new` worth an Event: `Ready`'s when it turned (it
-/// sums the object up, and carries the reason of what changed), else the first condition that
-/// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
-/// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
-/// together) are in the status; an Event each tripled the writes of a cold start.
-pub fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
-    let turned = status::transitions(old, new);
-    turned
-        .iter()
-        .find(|c| c.type_ == crate::api::common::condition_types::READY)
-        .or_else(|| turned.iter().find(|c| !condition_healthy(c)))
-        .copied()
 }
 
 /// The key an object's backoff is tracked under.
@@ -728,62 +706,6 @@ pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
-        Condition::new(
-            type_,
-            status,
-            reason,
-            "m",
-            Some(1),
-            jiff::Timestamp::UNIX_EPOCH,
-        )
-    }
-
-    #[test]
-    fn one_event_per_write_for_the_transition_that_says_the_most() {
-        use ConditionStatus::{False, True};
-        let worthy = |old: &[Condition], new: &[Condition]| {
-            event_worthy(old, new).map(|c| (c.type_.clone(), c.status, c.reason.clone()))
-        };
-        let fresh = [
-            cond("Accepted", True, "Accepted"),
-            cond("Synced", True, "Synced"),
-            cond("Ready", True, "Synced"),
-        ];
-        assert_eq!(
-            worthy(&[], &fresh),
-            Some(("Ready".into(), True, "Synced".into())),
-            "a fresh object's three conditions: one Event, Ready's"
-        );
-        let failing = [
-            cond("Accepted", True, "Accepted"),
-            cond("Synced", False, "SyncFailed"),
-            cond("Ready", False, "SyncFailed"),
-        ];
-        assert_eq!(
-            worthy(&fresh, &failing),
-            Some(("Ready".into(), False, "SyncFailed".into()))
-        );
-        let stalled = [
-            failing.to_vec(),
-            vec![cond("Stalled", True, "UnsupportedOmniAPI")],
-        ]
-        .concat();
-        assert_eq!(
-            worthy(&failing, &stalled),
-            Some(("Stalled".into(), True, "UnsupportedOmniAPI".into())),
-            "a condition turning bad while Ready stays False"
-        );
-        let mut recovered_secondary = failing.to_vec();
-        recovered_secondary[1] = cond("Synced", True, "Synced");
-        assert_eq!(
-            worthy(&failing, &recovered_secondary),
-            None,
-            "a secondary condition turning good while Ready stays False"
-        );
-        assert_eq!(worthy(&fresh, &fresh), None);
-    }
 
     #[test]
     fn the_cache_keeps_no_field_manager_records_or_applied_copy() {

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use super::{Context, Error};
 use crate::api::cluster::OmniClusterStatus;
-use crate::api::common::{Condition, condition_types, find_condition, set_condition};
+use crate::api::common::{
+    Condition, ConditionStatus, condition_types, find_condition, set_condition,
+};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::helm_release::OmniHelmReleaseStatus;
@@ -33,6 +35,28 @@ pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condi
                 .is_none_or(|o| o.status != c.status || o.reason != c.reason)
         })
         .collect()
+}
+
+/// Whether condition `c` reads as good news (`Stalled` is the one inverted condition).
+pub(crate) fn condition_healthy(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        "Stalled" => c.status != ConditionStatus::True,
+        _ => c.status == ConditionStatus::True,
+    }
+}
+
+/// The one transition between `old` and `new` worth an Event: `Ready`'s when it turned (it
+/// sums the object up, and carries the reason of what changed), else the first condition that
+/// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
+/// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
+/// together) are in the status; an Event each tripled the writes of a cold start.
+pub fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let turned = transitions(old, new);
+    turned
+        .iter()
+        .find(|c| c.type_ == crate::api::common::condition_types::READY)
+        .or_else(|| turned.iter().find(|c| !condition_healthy(c)))
+        .copied()
 }
 
 /// Status fields that record *when* something was tried rather than *what* happened. A change
@@ -276,7 +300,6 @@ impl<S: Conditioned> Draft<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::common::ConditionStatus;
     use serde_json::json;
 
     fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
@@ -288,6 +311,51 @@ mod tests {
             Some(1),
             jiff::Timestamp::UNIX_EPOCH,
         )
+    }
+
+    #[test]
+    fn one_event_per_write_for_the_transition_that_says_the_most() {
+        use ConditionStatus::{False, True};
+        let worthy = |old: &[Condition], new: &[Condition]| {
+            event_worthy(old, new).map(|c| (c.type_.clone(), c.status, c.reason.clone()))
+        };
+        let fresh = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", True, "Synced"),
+            cond("Ready", True, "Synced"),
+        ];
+        assert_eq!(
+            worthy(&[], &fresh),
+            Some(("Ready".into(), True, "Synced".into())),
+            "a fresh object's three conditions: one Event, Ready's"
+        );
+        let failing = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", False, "SyncFailed"),
+            cond("Ready", False, "SyncFailed"),
+        ];
+        assert_eq!(
+            worthy(&fresh, &failing),
+            Some(("Ready".into(), False, "SyncFailed".into()))
+        );
+        let stalled = [
+            failing.to_vec(),
+            vec![cond("Stalled", True, "UnsupportedOmniAPI")],
+        ]
+        .concat();
+        assert_eq!(
+            worthy(&failing, &stalled),
+            Some(("Stalled".into(), True, "UnsupportedOmniAPI".into())),
+            "a condition turning bad while Ready stays False"
+        );
+        let mut recovered_secondary = failing.to_vec();
+        recovered_secondary[1] = cond("Synced", True, "Synced");
+        assert_eq!(
+            worthy(&failing, &recovered_secondary),
+            None,
+            "a secondary condition turning good while Ready stays False"
+        );
+        assert_eq!(worthy(&fresh, &fresh), None);
     }
 
     /// The info metric's `suspended` label comes from the kind: only an OmniCluster can be.
