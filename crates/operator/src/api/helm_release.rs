@@ -353,63 +353,6 @@ impl OmniHelmRelease {
     pub fn deletion_policy(&self) -> Option<HelmDeletionPolicy> {
         HelmDeletionPolicy::parse(&self.spec.deletion_policy)
     }
-
-    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
-    /// condition, or `None` when the spec is usable.
-    pub fn spec_problem(&self) -> Option<String> {
-        let spec = &self.spec;
-        let problem = if is_blank(&spec.cluster_ref.name) {
-            "clusterRef.name is required".to_string()
-        } else if is_blank(&spec.kubeconfig_secret_ref.name) {
-            "kubeconfigSecretRef.name is required".to_string()
-        } else if is_blank(&spec.kubeconfig_secret_ref.key) {
-            "kubeconfigSecretRef.key must not be blank".to_string()
-        } else if is_blank(&self.effective_release_name()) {
-            "releaseName is required".to_string()
-        } else if is_blank(&spec.namespace) {
-            "namespace is required".to_string()
-        } else if is_blank(&spec.chart.repository) {
-            "chart.repository is required".to_string()
-        } else if is_blank(&spec.chart.chart) {
-            "chart.chart is required".to_string()
-        } else if is_blank(&spec.chart.version) {
-            "chart.version is required".to_string()
-        } else if let Some((_, problem)) = spec
-            .chart
-            .credentials_secret_ref
-            .as_ref()
-            .and_then(ChartCredentialsRef::problem)
-        {
-            problem.to_string()
-        } else {
-            match self.timeout() {
-                Err(_) => duration_error("spec.timeout", "timeout", &spec.timeout).detail,
-                Ok(t) if !t.is_positive() => "timeout must be greater than zero".to_string(),
-                _ if GoDuration::parse(&spec.drift_check_interval).is_err() => {
-                    duration_error(
-                        "spec.driftCheckInterval",
-                        "driftCheckInterval",
-                        &spec.drift_check_interval,
-                    )
-                    .detail
-                }
-                _ if GoDuration::parse(&spec.drift_check_interval)
-                    .is_ok_and(GoDuration::is_negative) =>
-                {
-                    DRIFT_NEGATIVE.to_string()
-                }
-                _ if spec.max_history.is_some_and(|h| h < 0) => {
-                    "maxHistory must not be negative".to_string()
-                }
-                _ if self.deletion_policy().is_none() => {
-                    "deletionPolicy must be Uninstall or Orphan".to_string()
-                }
-                _ if !spec.chart.values.is_object() => VALUES_NOT_OBJECT.to_string(),
-                _ => return None,
-            }
-        };
-        Some(problem)
-    }
 }
 
 const VALUES_NOT_OBJECT: &str = "helm release values must be a JSON object";
@@ -454,16 +397,24 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
             "kubeconfig Secret key must not be blank",
         ));
     }
-    if let Some(name) = spec.release_name.as_deref()
-        && name.trim() != name
-    {
-        v.push(FieldError::invalid(
+    match spec.release_name.as_deref() {
+        Some(name) if is_blank(name) => v.push(FieldError::required(
+            "spec.releaseName",
+            "releaseName must not be blank when set",
+        )),
+        Some(name) if name.trim() != name => v.push(FieldError::invalid(
             "spec.releaseName",
             name,
             "releaseName must not include leading or trailing whitespace",
-        ));
+        )),
+        _ => {}
     }
-    if spec.namespace.trim() != spec.namespace {
+    if is_blank(&spec.namespace) {
+        v.push(FieldError::required(
+            "spec.namespace",
+            "namespace is required",
+        ));
+    } else if spec.namespace.trim() != spec.namespace {
         v.push(FieldError::invalid(
             "spec.namespace",
             &spec.namespace,
@@ -601,7 +552,6 @@ mod tests {
             r.drift_check_interval().ok().flatten(),
             Some(std::time::Duration::from_secs(300))
         );
-        assert_eq!(r.spec_problem(), None);
         assert!(validate(&r, None).errors.is_empty());
         let off = release(serde_json::json!({"driftCheckInterval": "0"}));
         assert_eq!(off.drift_check_interval().ok().flatten(), None);
@@ -614,19 +564,10 @@ mod tests {
         let errors = validate(&bad, None);
         assert_eq!(errors.errors.len(), 1, "{errors:?}");
         assert_eq!(errors.errors[0].path, "spec.driftCheckInterval");
-        assert!(
-            bad.spec_problem()
-                .is_some_and(|p| p.contains("driftCheckInterval"))
-        );
         let negative = release(serde_json::json!({"driftCheckInterval": "-1m"}));
-        assert_eq!(
-            negative.spec_problem().as_deref(),
-            Some("driftCheckInterval must not be negative")
-        );
-        assert_eq!(
-            validate(&negative, None).errors[0].path,
-            "spec.driftCheckInterval"
-        );
+        let errors = validate(&negative, None).errors;
+        assert_eq!(errors[0].path, "spec.driftCheckInterval");
+        assert_eq!(errors[0].detail, DRIFT_NEGATIVE);
     }
 
     #[test]

@@ -151,32 +151,6 @@ impl OmniSecretSync {
     pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
         DeletionPolicy::parse(&self.spec.deletion_policy)
     }
-
-    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
-    /// condition, or `None` when the spec is usable.
-    pub fn spec_problem(&self) -> Option<String> {
-        let spec = &self.spec;
-        let problem = if is_blank(&spec.cluster_ref.name) {
-            "clusterRef.name is required"
-        } else if is_blank(&spec.kubeconfig_secret_ref.name) {
-            "kubeconfigSecretRef.name is required"
-        } else if is_blank(&spec.kubeconfig_secret_ref.key) {
-            "kubeconfigSecretRef.key must not be blank"
-        } else if is_blank(&spec.source_secret_ref.name) {
-            "sourceSecretRef.name is required"
-        } else if is_blank(&spec.target_secret_ref.name) {
-            "targetSecretRef.name is required"
-        } else if is_blank(&spec.target_secret_ref.namespace) {
-            "targetSecretRef.namespace is required"
-        } else if spec.type_.as_deref().is_some_and(is_blank) {
-            "type must not be blank"
-        } else if self.deletion_policy().is_none() {
-            "deletionPolicy must be Delete or Orphan"
-        } else {
-            return None;
-        };
-        Some(problem.to_string())
-    }
 }
 
 /// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.

@@ -20,11 +20,11 @@ use kube::runtime::watcher;
 use super::RetryPolicy;
 use super::index::{RefKey, namespace_of};
 use super::omni::{ApiVersionError, ConnectionError};
-use super::{
-    Context, Error, drive, dyn_ref, finalizer, indexed_controller_for, instrumented, status,
-};
+use super::pipeline::{self, Cleanup, Pipeline};
+use super::{Context, Error, drive, dyn_ref, indexed_controller_for};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::connection::OmniConnectionStatus;
+use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniConnection};
 use crate::metrics::RpcOutcome;
 use omni_client::template::BackendApi;
@@ -288,11 +288,6 @@ async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Ve
     Ok(names)
 }
 
-async fn finish(ctx: &Context, conn: &OmniConnection, outcome: &Outcome) -> Result<(), Error> {
-    let desired = desired_status(conn, outcome, ctx.clock.now());
-    status::report(ctx, conn, &desired).await.map(drop)
-}
-
 /// `True`, `False` or `Unknown`.
 pub fn status_str(s: ConditionStatus) -> &'static str {
     match s {
@@ -302,75 +297,83 @@ pub fn status_str(s: ConditionStatus) -> &'static str {
     }
 }
 
-async fn reconcile(conn: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(conn.as_ref(), &ctx, async {
-        let namespace = conn.namespace().unwrap_or_default();
-        let api = ctx.api::<OmniConnection>(&namespace);
-        if conn.metadata.deletion_timestamp.is_some() {
-            if !finalizer::has_finalizer(conn.as_ref(), true) {
-                return Ok(Action::await_change());
-            }
-            let clusters = referencing_clusters(&ctx, &conn).await?;
-            if !clusters.is_empty() {
-                sync_key_holds(&ctx, &namespace).await?;
-                finish(&ctx, &conn, &Outcome::Deleting { clusters }).await?;
-                return Ok(Action::requeue(DELETE_WAIT));
-            }
-            // The hold comes off before the finalizer: once this object is gone, nothing
-            // would reconcile it any more.
-            sync_key_holds(&ctx, &namespace).await?;
-            finalizer::remove(&api, conn.as_ref(), true).await?;
-            ctx.omni.forget(&namespace, &conn.name_any());
-            ctx.metrics
-                .forget_resource("OmniConnection", &namespace, &conn.name_any());
-            return Ok(Action::await_change());
+/// Pings Omni and reads the backend API version it speaks.
+async fn check(ctx: &Context, conn: &OmniConnection) -> Result<Outcome, Error> {
+    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
+    let client = match ctx.omni.get(conn).await {
+        Ok(client) => client,
+        Err(e) => return Ok(Outcome::Failed(ConnectionFailure::Client(e))),
+    };
+    let endpoint = match client.ping().await {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
+            return Ok(Outcome::Failed(ConnectionFailure::Ping(e)));
         }
-        if !finalizer::ensure(&api, conn.as_ref(), true).await? {
-            return Ok(Action::await_change());
+    };
+    ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
+    Ok(match ctx.omni.refresh_backend_api(conn, &client).await {
+        Ok(version) if BackendApi::from_version(version).is_some() => {
+            Outcome::Reachable { endpoint }
         }
-        sync_key_holds(&ctx, &namespace).await?;
-        // validate: the webhook's rules, in case admission was bypassed.
-        let validation = crate::api::connection::validate(&conn, None);
-        if !validation.is_valid() {
-            let outcome =
-                Outcome::Failed(ConnectionFailure::InvalidSpec(validation.error_summary()));
-            return next_check(&ctx, &conn, outcome).await;
-        }
-        let outcome = match ctx.omni.get(&conn).await {
-            Err(e) => Outcome::Failed(ConnectionFailure::Client(e)),
-            Ok(client) => match client.ping().await {
-                Ok(endpoint) => {
-                    ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
-                    match ctx.omni.refresh_backend_api(&conn, &client).await {
-                        Ok(version) if BackendApi::from_version(version).is_some() => {
-                            Outcome::Reachable { endpoint }
-                        }
-                        Ok(version) => Outcome::UnsupportedApi { endpoint, version },
-                        Err(e) => Outcome::Failed(ConnectionFailure::BackendApi(e)),
-                    }
-                }
-                Err(e) => {
-                    ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
-                    Outcome::Failed(ConnectionFailure::Ping(e))
-                }
-            },
-        };
-        next_check(&ctx, &conn, outcome).await
+        Ok(version) => Outcome::UnsupportedApi { endpoint, version },
+        Err(e) => Outcome::Failed(ConnectionFailure::BackendApi(e)),
     })
-    .await
 }
 
-/// Reports `outcome` and schedules the next check: a failure by its [`RetryPolicy`], anything
-/// else after [`RECHECK`].
-async fn next_check(
-    ctx: &Context,
-    conn: &OmniConnection,
-    outcome: Outcome,
-) -> Result<Action, Error> {
-    finish(ctx, conn, &outcome).await?;
+/// The deletion waits while clusters still use the connection. The key Secret's hold comes
+/// off before the finalizer: once this object is gone, nothing would reconcile it any more.
+async fn delete(ctx: &Context, conn: &OmniConnection) -> Result<Cleanup<Outcome>, Error> {
+    let clusters = referencing_clusters(ctx, conn).await?;
+    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
+    Ok(if clusters.is_empty() {
+        Cleanup::Done
+    } else {
+        Cleanup::Waiting(Outcome::Deleting { clusters })
+    })
+}
+
+/// Pure: after a check, the next one: a failure by its [`RetryPolicy`], a waiting deletion
+/// after [`DELETE_WAIT`], anything else after [`RECHECK`].
+fn next_check(outcome: Outcome) -> Result<Action, Error> {
     match outcome {
         Outcome::Failed(f) => f.retry().action().ok_or(f.into()),
-        _ => Ok(Action::requeue(RECHECK)),
+        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_WAIT)),
+        Outcome::Reachable { .. } | Outcome::UnsupportedApi { .. } => Ok(Action::requeue(RECHECK)),
+    }
+}
+
+impl Pipeline for OmniConnection {
+    type Outcome = Outcome;
+    const LEGACY_FINALIZER: bool = true;
+
+    fn validate(&self) -> Validation {
+        crate::api::connection::validate(self, None)
+    }
+
+    fn invalid(summary: String) -> Outcome {
+        Outcome::Failed(ConnectionFailure::InvalidSpec(summary))
+    }
+
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+        check(&ctx, &self).await
+    }
+
+    fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniConnectionStatus {
+        desired_status(self, outcome, now)
+    }
+
+    fn next(&self, outcome: Outcome, _ctx: &Context) -> Result<Action, Error> {
+        next_check(outcome)
+    }
+
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
+        delete(&ctx, &self).await
+    }
+
+    fn forget(&self, ctx: &Context) {
+        ctx.omni
+            .forget(&self.namespace().unwrap_or_default(), &self.name_any());
     }
 }
 
@@ -408,7 +411,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 ))
             },
         );
-    drive::<OmniConnection, _, _>(controller, ctx, shutdown, reconcile).await;
+    drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod helm_release;
 pub mod index;
 pub mod kubeconfig_export;
 pub mod omni;
+pub(crate) mod pipeline;
 pub mod secret_sync;
 pub mod status;
 
@@ -313,6 +314,9 @@ pub enum Error {
     /// An OmniSecretSync failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     SecretSync(#[from] secret_sync::SecretSyncFailure),
+    /// An OmniHelmRelease failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    HelmRelease(#[from] helm_release::HelmFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
     /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]

@@ -19,13 +19,13 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::index::{RefKey, namespace_of};
-use super::{
-    Context, Error, RetryPolicy, drive, finalizer, indexed_controller_for, instrumented, status,
-};
+use super::pipeline::{Cleanup, Pipeline};
+use super::{Context, Error, RetryPolicy, drive, indexed_controller_for, pipeline};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, reasons, set_condition,
 };
 use crate::api::secret_sync::OmniSecretSyncStatus;
+use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniSecretSync};
 use crate::delete_guard::{Deleted, delete_observed};
 use crate::secret_policy::{self, SecretUse};
@@ -470,13 +470,29 @@ fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> SecretSyncFail
     }
 }
 
+/// What one pass did, and whether the cluster it names exists (`accepted`; `None` when the
+/// pass did not look).
+pub(crate) struct SyncOutcome {
+    result: Result<Synced, SecretSyncFailure>,
+    accepted: Option<bool>,
+}
+
+impl SyncOutcome {
+    fn failed(failure: SecretSyncFailure, accepted: Option<bool>) -> Self {
+        Self {
+            result: Err(failure),
+            accepted,
+        }
+    }
+}
+
 /// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
 fn desired_status(
     sync: &OmniSecretSync,
-    outcome: &Result<Synced, SecretSyncFailure>,
-    accepted: Option<bool>,
+    outcome: &SyncOutcome,
     now: jiff::Timestamp,
 ) -> OmniSecretSyncStatus {
+    let SyncOutcome { result, accepted } = outcome;
     let old = sync.status.clone().unwrap_or_default();
     let generation = sync.metadata.generation;
     let mut s = old.clone();
@@ -491,7 +507,7 @@ fn desired_status(
             Condition::new(type_, ok.into(), reason, message, generation, now),
         );
     };
-    if let Some(accepted) = accepted {
+    if let Some(accepted) = *accepted {
         let name = &sync.spec.cluster_ref.name;
         if accepted {
             set(
@@ -512,7 +528,7 @@ fn desired_status(
         }
     }
     let changed_copy;
-    match outcome {
+    match result {
         Ok(done) => {
             let t = &sync.spec.target_secret_ref;
             let m = format!(
@@ -538,169 +554,163 @@ fn desired_status(
     }
     if s != old || changed_copy {
         s.last_attempt_time = Some(now);
-        if outcome.is_ok() {
+        if result.is_ok() {
             s.last_sync_time = Some(now);
         }
     }
     s
 }
 
-async fn write(
-    ctx: &Context,
-    sync: &OmniSecretSync,
-    new: OmniSecretSyncStatus,
-) -> Result<(), Error> {
-    status::report(ctx, sync, &new).await.map(drop)
-}
-
-async fn finish(
-    ctx: &Context,
-    sync: &OmniSecretSync,
-    outcome: Result<Synced, SecretSyncFailure>,
-    accepted: Option<bool>,
-) -> Result<Action, Error> {
-    write(
-        ctx,
-        sync,
-        desired_status(sync, &outcome, accepted, ctx.clock.now()),
-    )
-    .await?;
-    match outcome {
-        Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
-        Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
-        Err(f) => f.retry().action().ok_or(f.into()),
+/// Deletes the copy this sync owns when its deletion policy says so.
+async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutcome>, Error> {
+    if sync.deletion_policy() != Some(DeletionPolicy::Delete) {
+        return Ok(Cleanup::Done);
     }
-}
-
-async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Action, Error> {
     let namespace = sync.namespace().unwrap_or_default();
-    if !finalizer::has_finalizer(sync, false) {
-        return Ok(Action::await_change());
-    }
-    if sync.deletion_policy() == Some(DeletionPolicy::Delete) {
-        let k = &sync.spec.kubeconfig_secret_ref;
-        let workload = match ctx
-            .workload
-            .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => return finish(ctx, sync, Err(kubeconfig_failure(sync, e)), None).await,
-        };
-        let st = sync.status.clone().unwrap_or_default();
-        let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
-            (Some(ns), Some(name)) => (ns, name),
-            _ => (
-                sync.spec.target_secret_ref.namespace.clone(),
-                sync.spec.target_secret_ref.name.clone(),
-            ),
-        };
-        if let Err(m) = delete_owned(&workload, sync, &ns, &name).await {
-            return finish(ctx, sync, Err(SecretSyncFailure::DeleteFailed(m)), None).await;
+    let k = &sync.spec.kubeconfig_secret_ref;
+    let workload = match ctx
+        .workload
+        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let f = kubeconfig_failure(sync, e);
+            return Ok(Cleanup::Waiting(SyncOutcome::failed(f, None)));
         }
-    }
-    finalizer::remove(&ctx.api::<OmniSecretSync>(&namespace), sync, false).await?;
-    ctx.metrics
-        .forget_resource("OmniSecretSync", &namespace, &sync.name_any());
-    Ok(Action::await_change())
+    };
+    let st = sync.status.clone().unwrap_or_default();
+    let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
+        (Some(ns), Some(name)) => (ns, name),
+        _ => (
+            sync.spec.target_secret_ref.namespace.clone(),
+            sync.spec.target_secret_ref.name.clone(),
+        ),
+    };
+    Ok(match delete_owned(&workload, sync, &ns, &name).await {
+        Ok(()) => Cleanup::Done,
+        Err(m) => Cleanup::Waiting(SyncOutcome::failed(
+            SecretSyncFailure::DeleteFailed(m),
+            None,
+        )),
+    })
 }
 
-/// The sync as stored now, when it is being deleted although `sync` (from the watch cache)
-/// is not. A namespace deletion or prune deletes the sync together with the Secrets it reads;
-/// a reconcile started from a cache that has not seen the deletion yet then finds them gone,
-/// and must do the deletion rather than report the sync stranded with `MissingSecret`.
-async fn deleted_meanwhile(
+/// `Err(StaleCache)` with the sync as stored now when it is being deleted although `sync`
+/// (from the watch cache) is not, so its deletion runs at once. A namespace deletion or prune
+/// deletes the sync together with the Secrets it reads; a pass started from a cache that has
+/// not seen the deletion yet then finds them gone, and must do the deletion rather than report
+/// the sync stranded with `MissingSecret`.
+async fn unless_deleted_meanwhile(
     ctx: &Context,
     sync: &OmniSecretSync,
-) -> Result<Option<OmniSecretSync>, Error> {
+    outcome: SyncOutcome,
+) -> Result<SyncOutcome, Error> {
     let api = ctx.api::<OmniSecretSync>(&sync.namespace().unwrap_or_default());
-    Ok(api
-        .get_opt(&sync.name_any())
-        .await?
-        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some()))
+    match api.get_opt(&sync.name_any()).await? {
+        Some(fresh) if fresh.metadata.deletion_timestamp.is_some() => {
+            Err(Error::stale_cache(&fresh)?)
+        }
+        _ => Ok(outcome),
+    }
 }
 
-async fn reconcile(sync: Arc<OmniSecretSync>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(sync.as_ref(), &ctx, async {
-        if sync.metadata.deletion_timestamp.is_some() {
-            return delete(&ctx, &sync).await;
-        }
-        let namespace = sync.namespace().unwrap_or_default();
-        if !finalizer::ensure(&ctx.api::<OmniSecretSync>(&namespace), sync.as_ref(), false).await? {
-            return Ok(Action::await_change());
-        }
-        if let Some(problem) = sync.spec_problem() {
-            let f = SecretSyncFailure::InvalidSpec(problem);
-            return finish(&ctx, &sync, Err(f), None).await;
-        }
-        let cluster_name = &sync.spec.cluster_ref.name;
-        let Some(cluster) = ctx
-            .api::<OmniCluster>(&namespace)
-            .get_opt(cluster_name)
-            .await?
-        else {
-            if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
-                return delete(&ctx, &fresh).await;
-            }
-            let f = SecretSyncFailure::MissingCluster {
-                cluster: cluster_name.clone(),
-            };
-            return finish(&ctx, &sync, Err(f), Some(false)).await;
-        };
-        let source_name = &sync.spec.source_secret_ref.name;
-        let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
-            if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
-                return delete(&ctx, &fresh).await;
-            }
-            let f = SecretSyncFailure::MissingSource {
-                namespace: namespace.clone(),
-                name: source_name.clone(),
-            };
-            return finish(&ctx, &sync, Err(f), Some(true)).await;
-        };
-        // Before anything is copied: the Omni key and service-account tokens never leave.
-        if let Some(reason) = secret_policy::check(
-            &ctx.client,
-            &ctx.secret_policy,
-            &source,
-            KIND,
-            SecretUse::SyncSource,
-        )
+/// Observe the cluster, source and kubeconfig; copy the source into the workload cluster.
+async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Error> {
+    let namespace = sync.namespace().unwrap_or_default();
+    let cluster_name = &sync.spec.cluster_ref.name;
+    let Some(cluster) = ctx
+        .api::<OmniCluster>(&namespace)
+        .get_opt(cluster_name)
         .await?
-        {
-            let f = SecretSyncFailure::Refused(reason);
-            return finish(&ctx, &sync, Err(f), Some(true)).await;
-        }
-        let k = &sync.spec.kubeconfig_secret_ref;
-        let workload = match ctx
-            .workload
-            .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                if let Some(fresh) = deleted_meanwhile(&ctx, &sync).await? {
-                    return delete(&ctx, &fresh).await;
-                }
-                return finish(&ctx, &sync, Err(kubeconfig_failure(&sync, e)), Some(true)).await;
-            }
+    else {
+        let f = SecretSyncFailure::MissingCluster {
+            cluster: cluster_name.clone(),
         };
-        // A renamed target under Delete: remove the previous copy if it is ours.
-        let st = sync.status.clone().unwrap_or_default();
-        let t = &sync.spec.target_secret_ref;
-        if sync.deletion_policy() == Some(DeletionPolicy::Delete)
-            && let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
-            && (old_ns != &t.namespace || old_name != &t.name)
-            && let Err(m) = delete_owned(&workload, &sync, old_ns, old_name).await
-        {
-            let f = SecretSyncFailure::DeleteFailed(m);
-            return finish(&ctx, &sync, Err(f), Some(true)).await;
+        return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(false))).await;
+    };
+    let source_name = &sync.spec.source_secret_ref.name;
+    let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+        let f = SecretSyncFailure::MissingSource {
+            namespace: namespace.clone(),
+            name: source_name.clone(),
+        };
+        return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(true))).await;
+    };
+    // Before anything is copied: the Omni key and service-account tokens never leave.
+    if let Some(reason) = secret_policy::check(
+        &ctx.client,
+        &ctx.secret_policy,
+        &source,
+        KIND,
+        SecretUse::SyncSource,
+    )
+    .await?
+    {
+        let f = SecretSyncFailure::Refused(reason);
+        return Ok(SyncOutcome::failed(f, Some(true)));
+    }
+    let k = &sync.spec.kubeconfig_secret_ref;
+    let workload = match ctx
+        .workload
+        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let f = kubeconfig_failure(sync, e);
+            return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(true))).await;
         }
-        let outcome =
-            sync_target(&workload, &sync, &source, &cluster.effective_cluster_name()).await;
-        finish(&ctx, &sync, outcome, Some(true)).await
+    };
+    // A renamed target under Delete: remove the previous copy if it is ours.
+    let st = sync.status.clone().unwrap_or_default();
+    let t = &sync.spec.target_secret_ref;
+    if sync.deletion_policy() == Some(DeletionPolicy::Delete)
+        && let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
+        && (old_ns != &t.namespace || old_name != &t.name)
+        && let Err(m) = delete_owned(&workload, sync, old_ns, old_name).await
+    {
+        let f = SecretSyncFailure::DeleteFailed(m);
+        return Ok(SyncOutcome::failed(f, Some(true)));
+    }
+    let result = sync_target(&workload, sync, &source, &cluster.effective_cluster_name()).await;
+    Ok(SyncOutcome {
+        result,
+        accepted: Some(true),
     })
-    .await
+}
+
+impl Pipeline for OmniSecretSync {
+    type Outcome = SyncOutcome;
+    const LEGACY_FINALIZER: bool = false;
+
+    fn validate(&self) -> Validation {
+        crate::api::secret_sync::validate(self, None)
+    }
+
+    fn invalid(summary: String) -> SyncOutcome {
+        SyncOutcome::failed(SecretSyncFailure::InvalidSpec(summary), None)
+    }
+
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<SyncOutcome, Error> {
+        apply(&ctx, &self).await
+    }
+
+    fn desired_status(&self, outcome: &SyncOutcome, now: jiff::Timestamp) -> OmniSecretSyncStatus {
+        desired_status(self, outcome, now)
+    }
+
+    fn next(&self, outcome: SyncOutcome, ctx: &Context) -> Result<Action, Error> {
+        match outcome.result {
+            Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
+            Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
+            Err(f) => f.retry().action().ok_or(f.into()),
+        }
+    }
+
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<SyncOutcome>, Error> {
+        delete(&ctx, &self).await
+    }
 }
 
 /// Runs the OmniSecretSync controller until `shutdown` completes.
@@ -732,7 +742,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 ))
             },
         );
-    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, reconcile).await;
+    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
 
 #[cfg(test)]
@@ -909,13 +919,13 @@ mod tests {
     #[test]
     fn a_failure_is_the_status_reason_and_last_error() {
         let s = sync();
+        let missing = SecretSyncFailure::MissingSource {
+            namespace: "ns".into(),
+            name: "src".into(),
+        };
         let failed = desired_status(
             &s,
-            &Err(SecretSyncFailure::MissingSource {
-                namespace: "ns".into(),
-                name: "src".into(),
-            }),
-            Some(true),
+            &SyncOutcome::failed(missing, Some(true)),
             jiff::Timestamp::UNIX_EPOCH,
         );
         let ready = find_condition(&failed.conditions, "Ready");
@@ -926,18 +936,43 @@ mod tests {
         );
     }
 
+    /// A spec that bypassed admission is refused by the webhook's own rules, naming the field,
+    /// and waits for a change.
+    #[test]
+    fn an_invalid_spec_is_reported_with_the_webhooks_field_path() {
+        let mut s = sync();
+        s.spec.deletion_policy = "Keep".into();
+        let validation = Pipeline::validate(&s);
+        assert!(!validation.is_valid());
+        let outcome = <OmniSecretSync as Pipeline>::invalid(validation.error_summary());
+        let status = desired_status(&s, &outcome, jiff::Timestamp::UNIX_EPOCH);
+        let ready = find_condition(&status.conditions, "Ready");
+        assert_eq!(
+            ready.map(|c| (c.reason.as_str(), c.message.as_str())),
+            Some((
+                "ValidationFailed",
+                r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ))
+        );
+        assert_eq!(
+            outcome.result.err().map(|f| f.retry()),
+            Some(RetryPolicy::AwaitChange)
+        );
+    }
+
     #[test]
     fn idle_status_is_stable() {
         let mut s = sync();
         let t0 = jiff::Timestamp::UNIX_EPOCH;
-        let ok = || {
-            Ok(Synced {
+        let ok = || SyncOutcome {
+            result: Ok(Synced {
                 hash: "h".into(),
                 type_: "Opaque".into(),
                 changed: false,
-            })
+            }),
+            accepted: Some(true),
         };
-        let first = desired_status(&s, &ok(), Some(true), t0);
+        let first = desired_status(&s, &ok(), t0);
         assert_eq!(first.last_sync_time, Some(t0));
         let ready = find_condition(&first.conditions, "Ready").map(|c| c.message.clone());
         assert_eq!(
@@ -945,12 +980,7 @@ mod tests {
             Some(r#"synced Secret "src" to workload Secret "apps/dst""#)
         );
         s.status = Some(first.clone());
-        let again = desired_status(
-            &s,
-            &ok(),
-            Some(true),
-            t0 + jiff::SignedDuration::from_secs(300),
-        );
+        let again = desired_status(&s, &ok(), t0 + jiff::SignedDuration::from_secs(300));
         assert_eq!(again, first);
     }
 }

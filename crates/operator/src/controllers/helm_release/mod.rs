@@ -39,6 +39,7 @@ use kube::{Api, ResourceExt};
 
 use self::apply::HelmRun;
 use self::decide::{NextAction, next_action};
+pub use self::outcome::HelmFailure;
 use self::outcome::{Outcome, StuckBecause, desired_status, next_reconcile};
 pub use self::ownership::{Ownership, Starter, owner_labels, ownership, run_labels, starter};
 pub use self::recover::{Recovery, recovery};
@@ -138,8 +139,10 @@ async fn attached(
     r: &OmniHelmRelease,
     now: jiff::Timestamp,
 ) -> Result<Step, Error> {
-    if let Some(problem) = r.spec_problem() {
-        return Ok(Step::Report(Outcome::Invalid(problem)));
+    // The webhook's rules, in case admission was bypassed.
+    let validation = crate::api::helm_release::validate(r, None);
+    if !validation.is_valid() {
+        return Ok(Step::Report(Outcome::Invalid(validation.error_summary())));
     }
     let namespace = r.namespace().unwrap_or_default();
     let cluster = ctx

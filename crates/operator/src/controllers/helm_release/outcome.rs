@@ -48,6 +48,17 @@ pub(crate) enum Applied {
     Failed { message: String, after: After },
 }
 
+/// A failed Helm run, install, upgrade or uninstall, reported in the object's conditions under
+/// `reason` and retried with the per-object backoff.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct HelmFailure {
+    /// The condition reason it is reported under.
+    pub reason: &'static str,
+    /// The message in the condition.
+    pub message: String,
+}
+
 /// What one reconcile found or did: everything the status and the next reconcile follow from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -343,7 +354,7 @@ pub(crate) fn next_reconcile(
         Outcome::Refused(_) | Outcome::InSync(_) => Ok(drift_check(r, min_interval)),
         Outcome::HelmFailed(_) | Outcome::UninstallFailed(_) | Outcome::Ran { .. } => {
             match failure(r, outcome) {
-                Some((_, message)) => Err(Error::Remote(message)),
+                Some((reason, message)) => Err(HelmFailure { reason, message }.into()),
                 None => Ok(drift_check(r, min_interval)),
             }
         }

@@ -193,7 +193,10 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
     );
     assert_eq!(condition(&s, ct::RELEASED).1, reasons::RECONCILE_FAILED);
     match next_reconcile(&r, &outcome, Duration::from_secs(10)) {
-        Err(Error::Remote(m)) => assert_eq!(m, "Helm install failed for release \"app\": boom"),
+        Err(Error::HelmRelease(HelmFailure { reason, message })) => {
+            assert_eq!(reason, reasons::RECONCILE_FAILED);
+            assert_eq!(message, "Helm install failed for release \"app\": boom");
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -213,7 +216,7 @@ fn an_upgrade_that_ended_in_another_status_is_recorded_but_not_counted_as_applie
     assert_eq!(s.last_error.as_deref(), Some(message));
     assert!(matches!(
         next_reconcile(&r, &outcome, Duration::from_secs(10)),
-        Err(Error::Remote(m)) if m == message
+        Err(Error::HelmRelease(HelmFailure { message: m, .. })) if m == message
     ));
 }
 

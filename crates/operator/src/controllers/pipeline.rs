@@ -1,0 +1,109 @@
+//! The one reconcile every kind runs.
+//!
+//! A kind implements [`Pipeline`]: `validate` (the webhook's own rules) → `apply` (observe,
+//! plan and act; IO, returns an outcome) → `desired_status` (pure) → `next` (pure). The driver,
+//! [`reconcile`], owns what is the same for every kind: metrics and backoff bookkeeping, the
+//! finalizer, the deletion path, the single status write with its Event, and the next action.
+//! So a reader of a kind's module finds only that kind's decisions, and each decision is a
+//! function a unit test can call.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::status::{self, Reported};
+use super::{Context, Error, finalizer, instrumented};
+use crate::api::validation::Validation;
+
+/// How far a deletion got.
+#[derive(Debug)]
+pub(crate) enum Cleanup<O> {
+    /// Nothing of ours is left: the finalizer comes off.
+    Done,
+    /// The deletion cannot finish yet: this outcome is reported and its `next` followed.
+    Waiting(O),
+}
+
+/// One kind's steps in the reconcile pipeline, run by [`reconcile`].
+pub(crate) trait Pipeline:
+    Reported<Scope = k8s_openapi::NamespaceResourceScope> + Send + Sync + 'static
+{
+    /// What one pass found and did; [`Pipeline::desired_status`] reports it.
+    type Outcome: Send;
+
+    /// Whether the kind carries the original operator's finalizer name (see [`finalizer`]).
+    const LEGACY_FINALIZER: bool;
+
+    /// The webhook's own rules, applied again in case admission was bypassed.
+    fn validate(&self) -> Validation;
+
+    /// The outcome of an object that failed [`Pipeline::validate`]; `summary` is
+    /// [`Validation::error_summary`].
+    fn invalid(summary: String) -> Self::Outcome;
+
+    /// Observe, plan and act on a valid object that carries the finalizer. `Err` only for
+    /// what status does not report: management API errors and [`Error::StaleCache`] (also
+    /// the way to hand over an object found deleted meanwhile: its deletion runs at once).
+    fn apply(
+        self: Arc<Self>,
+        ctx: Arc<Context>,
+    ) -> impl Future<Output = Result<Self::Outcome, Error>> + Send;
+
+    /// Pure: the status that reports `outcome`, conditions stamped `now`.
+    fn desired_status(&self, outcome: &Self::Outcome, now: jiff::Timestamp) -> Self::Status;
+
+    /// Pure: the next reconcile once `outcome` is reported; `Err` hands the object to the
+    /// per-object error backoff.
+    fn next(&self, outcome: Self::Outcome, ctx: &Context) -> Result<Action, Error>;
+
+    /// The deletion of an object that still carries the finalizer.
+    fn cleanup(
+        self: Arc<Self>,
+        ctx: Arc<Context>,
+    ) -> impl Future<Output = Result<Cleanup<Self::Outcome>, Error>> + Send;
+
+    /// Drops what the operator keeps for this object once its finalizer is off.
+    fn forget(&self, _ctx: &Context) {}
+}
+
+/// The reconcile of every [`Pipeline`] kind.
+pub(crate) async fn reconcile<P: Pipeline>(
+    obj: Arc<P>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    instrumented(obj.as_ref(), &ctx, async {
+        let namespace = obj.namespace().unwrap_or_default();
+        let api = ctx.api::<P>(&namespace);
+        let outcome = if obj.meta().deletion_timestamp.is_some() {
+            if !finalizer::has_finalizer(obj.as_ref(), P::LEGACY_FINALIZER) {
+                return Ok(Action::await_change());
+            }
+            match obj.clone().cleanup(ctx.clone()).await? {
+                Cleanup::Done => {
+                    finalizer::remove(&api, obj.as_ref(), P::LEGACY_FINALIZER).await?;
+                    ctx.metrics
+                        .forget_resource(&P::kind(&()), &namespace, &obj.name_any());
+                    obj.forget(&ctx);
+                    return Ok(Action::await_change());
+                }
+                Cleanup::Waiting(outcome) => outcome,
+            }
+        } else {
+            if !finalizer::ensure(&api, obj.as_ref(), P::LEGACY_FINALIZER).await? {
+                return Ok(Action::await_change());
+            }
+            let validation = obj.validate();
+            if validation.is_valid() {
+                obj.clone().apply(ctx.clone()).await?
+            } else {
+                P::invalid(validation.error_summary())
+            }
+        };
+        let status = obj.desired_status(&outcome, ctx.clock.now());
+        status::report(&ctx, obj.as_ref(), &status).await?;
+        obj.next(outcome, &ctx)
+    })
+    .await
+}
