@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 
 use super::holds::{add_hold, consumers, delete_owned, holds, release_hold};
 use super::outcome::{Done, ExportFailure, Exported, Outcome};
-use super::probe::probe_rejects;
+use super::probe::{ACCEPTED, keep_stored};
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::target::{build_target, is_owned, prepared_kubeconfig};
 use super::{RETRY, ROTATED_REASON};
@@ -152,7 +152,7 @@ async fn export(
                 .map(|(k, v)| (k.clone(), v.0.clone()))
                 .collect();
             let bytes = export_format::stored_kubeconfig(format, &key, &data).unwrap_or_default();
-            if !probe_rejects(&bytes).await {
+            if keep_stored(&ACCEPTED, &stored.hash, &bytes, now).await {
                 return Ok(Ok(Done::Exported(Exported {
                     hash: Some(stored.hash),
                     expiration: stored.expiration,
@@ -227,8 +227,13 @@ async fn export(
         )
         .await;
     }
+    let hash = export_format::data_hash(format, &key, &data);
+    if let Some(hash) = &hash {
+        // Omni minted it moments ago: the reconcile our write causes need not probe it.
+        ACCEPTED.remember(hash.clone(), now);
+    }
     Ok(Ok(Done::Exported(Exported {
-        hash: export_format::data_hash(format, &key, &data),
+        hash,
         expiration,
         last_rotation: Some(now),
         next_rotation,
