@@ -70,6 +70,11 @@ const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotati
 /// keys (and the Argo CD label) of the old shape.
 const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
 
+// Until `controllers::pipeline` lands: its `Cleanup`, its `Pipeline` steps as inherent methods
+// (same names and signatures) and its driver as `reconcile` below. Switching is wrapping the
+// methods in `impl Pipeline for OmniKubeconfigExport` (`type Outcome = Outcome`,
+// `LEGACY_FINALIZER = false`) and driving `pipeline::reconcile::<OmniKubeconfigExport>`.
+
 /// What a deletion with our finalizer present comes to.
 enum Cleanup<O> {
     /// Nothing left to do: the finalizer comes off.
@@ -81,7 +86,7 @@ enum Cleanup<O> {
 /// The pipeline's steps for OmniKubeconfigExport.
 impl OmniKubeconfigExport {
     /// The webhook's own rules, in case admission was bypassed.
-    fn pipeline_validate(&self) -> crate::api::validation::Validation {
+    fn validate(&self) -> crate::api::validation::Validation {
         crate::api::kubeconfig_export::validate(self, None)
     }
 
@@ -149,7 +154,7 @@ async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Ac
             if !finalizer::ensure(&api, e.as_ref(), false).await? {
                 return Ok(Action::await_change());
             }
-            let validation = e.pipeline_validate();
+            let validation = e.validate();
             if validation.is_valid() {
                 e.clone().apply(ctx.clone()).await?
             } else {
