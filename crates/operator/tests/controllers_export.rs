@@ -407,10 +407,11 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         json!({"serviceAccount": {"user": "root", "groups": ["system:masters"]}}),
     )
     .await;
+    // The webhook's own rules (admission is bypassed here), with the field they are about.
     let (_, message) = env.wait_reason("masters", "ValidationFailed").await;
     assert_eq!(
         message,
-        "system:masters requires serviceAccount.allowClusterAdmin: true"
+        "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true"
     );
     assert!(
         env.api::<Secret>()

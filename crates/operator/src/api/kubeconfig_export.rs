@@ -290,65 +290,6 @@ impl OmniKubeconfigExport {
     pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
         DeletionPolicy::parse(&self.spec.deletion_policy)
     }
-
-    /// The controller's spec check: the first problem as the message for a `ValidationFailed`
-    /// condition, or `None` when the spec is usable.
-    pub fn spec_problem(&self) -> Option<String> {
-        let spec = &self.spec;
-        let sa = &spec.service_account;
-        let problem = if is_blank(&spec.cluster_ref.name) {
-            "clusterRef.name is required".to_string()
-        } else if is_blank(&spec.target_secret_ref.name) {
-            "targetSecretRef.name is required".to_string()
-        } else if spec
-            .target_secret_ref
-            .namespace
-            .as_deref()
-            .is_some_and(is_blank)
-        {
-            "targetSecretRef.namespace is required when set".to_string()
-        } else if is_blank(&spec.target_secret_ref.key) {
-            "targetSecretRef.key is required".to_string()
-        } else if is_blank(&sa.user) {
-            "serviceAccount.user is required".to_string()
-        } else if sa.groups.is_empty() {
-            "serviceAccount.groups requires at least one group".to_string()
-        } else if sa.groups.iter().any(|g| is_blank(g)) {
-            "serviceAccount.groups must not contain blank values".to_string()
-        } else if !sa.allow_cluster_admin
-            && sa.groups.iter().any(|g| g.trim() == CLUSTER_ADMIN_GROUP)
-        {
-            "system:masters requires serviceAccount.allowClusterAdmin: true".to_string()
-        } else if self.format().is_none() {
-            format!("format must be one of {}", ExportFormat::VALUES.join(", "))
-        } else if let Some(problem) = self.key_format_problem() {
-            problem
-        } else {
-            match (self.ttl(), self.renew_before()) {
-                (Err(_), _) => duration_error("spec.ttl", "ttl", &spec.ttl).detail,
-                (_, Err(_)) => {
-                    duration_error(
-                        "spec.renewBefore",
-                        "renewBefore",
-                        spec.renew_before.as_deref().unwrap_or_default(),
-                    )
-                    .detail
-                }
-                (Ok(ttl), _) if !ttl.is_positive() => "ttl must be greater than zero".to_string(),
-                (_, Ok(Some(rb))) if !rb.is_positive() => {
-                    "renewBefore must be greater than zero".to_string()
-                }
-                (Ok(ttl), Ok(Some(rb))) if rb >= ttl => {
-                    "renewBefore must be less than ttl".to_string()
-                }
-                _ if self.deletion_policy().is_none() => {
-                    "deletionPolicy must be Delete or Orphan".to_string()
-                }
-                _ => return None,
-            }
-        };
-        Some(problem)
-    }
 }
 
 impl OmniKubeconfigExport {
@@ -665,6 +606,114 @@ mod tests {
         assert_ne!(flux, absent);
         assert_ne!(argo, absent);
         assert_ne!(flux, argo);
+    }
+
+    /// Every rule of the controller's former `spec_problem` check is one of the webhook's,
+    /// reported at its field: the controller now runs `validate` on stored objects (admission
+    /// bypassed) and reports `error_summary()`.
+    #[test]
+    fn validate_covers_every_rule_the_controller_checked() {
+        let set = |path: &str, value: serde_json::Value| {
+            let mut spec = base();
+            let mut cur = &mut spec;
+            let parts: Vec<&str> = path.split('.').collect();
+            for part in &parts[..parts.len() - 1] {
+                cur = &mut cur[*part];
+            }
+            cur[parts[parts.len() - 1]] = value;
+            export(spec)
+        };
+        let cases = [
+            (
+                set("clusterRef.name", "".into()),
+                "spec.clusterRef.name: Required value: clusterRef.name is required",
+            ),
+            (
+                set("targetSecretRef.name", " ".into()),
+                "spec.targetSecretRef.name: Required value: target Secret name is required",
+            ),
+            (
+                set("targetSecretRef.namespace", " ".into()),
+                "spec.targetSecretRef.namespace: Required value: target Secret namespace must not be blank",
+            ),
+            (
+                set("targetSecretRef.key", " ".into()),
+                "spec.targetSecretRef.key: Required value: target Secret key must not be blank",
+            ),
+            (
+                set("serviceAccount.user", "".into()),
+                "spec.serviceAccount.user: Required value: service account user is required",
+            ),
+            (
+                set("serviceAccount.groups", serde_json::json!([])),
+                "spec.serviceAccount.groups: Required value: at least one service account group is required",
+            ),
+            (
+                set("serviceAccount.groups", serde_json::json!(["a", " "])),
+                "spec.serviceAccount.groups[1]: Required value: service account group must not be blank",
+            ),
+            (
+                set(
+                    "serviceAccount.groups",
+                    serde_json::json!([" system:masters"]),
+                ),
+                "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true",
+            ),
+            (
+                set("format", "argocd".into()),
+                r#"spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#,
+            ),
+            (
+                {
+                    let mut spec = base();
+                    spec["format"] = "FluxValue".into();
+                    spec["targetSecretRef"]["key"] = "workload.kubeconfig".into();
+                    export(spec)
+                },
+                r#"spec.targetSecretRef.key: Invalid value: "workload.kubeconfig": targetSecretRef.key applies only to format Kubeconfig; format FluxValue writes the keys its consumer reads"#,
+            ),
+            (
+                set("ttl", "0s".into()),
+                r#"spec.ttl: Invalid value: "0s": ttl must be greater than zero"#,
+            ),
+            (
+                set("renewBefore", "-1h".into()),
+                r#"spec.renewBefore: Invalid value: "-1h": renewBefore must be greater than zero"#,
+            ),
+            (
+                set("renewBefore", "24h".into()),
+                r#"spec.renewBefore: Invalid value: "24h": renewBefore must be less than ttl"#,
+            ),
+            (
+                set("deletionPolicy", "Keep".into()),
+                r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#,
+            ),
+            (
+                set("deletionPolicy", "".into()),
+                "spec.deletionPolicy: Required value: deletionPolicy is required",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(validate(&e, None).error_summary(), want);
+        }
+        let ttl = validate(&set("ttl", "a day".into()), None).error_summary();
+        assert!(
+            ttl.starts_with(r#"spec.ttl: Invalid value: "a day": "#),
+            "{ttl}"
+        );
+        assert!(validate(&export(base()), None).is_valid());
+    }
+
+    /// Several problems are reported together, as the API server joins an aggregate.
+    #[test]
+    fn several_problems_are_summarised_together() {
+        let mut spec = base();
+        spec["clusterRef"]["name"] = "".into();
+        spec["ttl"] = "0s".into();
+        assert_eq!(
+            validate(&export(spec), None).error_summary(),
+            r#"[spec.clusterRef.name: Required value: clusterRef.name is required, spec.ttl: Invalid value: "0s": ttl must be greater than zero]"#
+        );
     }
 
     #[test]

@@ -317,6 +317,9 @@ pub enum Error {
     /// An OmniHelmRelease failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     HelmRelease(#[from] helm_release::HelmFailure),
+    /// An OmniKubeconfigExport failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    Export(#[from] kubeconfig_export::ExportFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
     /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]

@@ -1,0 +1,265 @@
+//! OmniKubeconfigExport: mint a service-account kubeconfig in Omni and keep it, rotated, in a
+//! Secret.
+//!
+//! Fixes over the original: a target Secret this export does not own is never written or
+//! deleted (unless annotated `omni.texashpc.com/adopt: "true"`), and failures keep the last
+//! known hash and rotation times in status instead of clearing them.
+//!
+//! The export holds its Secret while OmniHelmReleases or OmniSecretSyncs use it as their
+//! kubeconfig ([`IN_USE_FINALIZER`] on the Secret, and a wait in the export's own deletion), so
+//! that deleting everything at once — a GitOps prune, a namespace deletion — lets the release
+//! be uninstalled and the copy removed before the kubeconfig disappears.
+//!
+//! A reconcile is the controllers' one pipeline: the webhook's own `validate`, then `apply`
+//! (find the cluster and connection, reuse the stored kubeconfig or mint one) ending in an
+//! `Outcome`, from which pure functions derive the status (one write) and the next reconcile.
+//! Failures are an [`ExportFailure`], which knows its condition reason and retry policy.
+
+mod apply;
+mod holds;
+mod outcome;
+mod probe;
+mod rotation;
+mod target;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+
+use self::outcome::{Done, Outcome};
+use super::index::{RefIndex, RefKey, namespace_of};
+use super::{
+    Context, Error, api_resource, drive, dyn_ref, finalizer, indexed_controller_for, instrumented,
+    status,
+};
+use crate::api::{
+    OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
+};
+
+pub(crate) use self::holds::set_secret_finalizers;
+pub use self::holds::{IN_USE_FINALIZER, holds, needs_kubeconfig};
+pub use self::outcome::ExportFailure;
+pub use self::rotation::{
+    Stored, requeue_after, reusable, rotation_due, rotation_times, sha256_hex, whole_seconds,
+};
+pub use self::target::{build_target, is_owned, with_context_namespace};
+
+/// Re-check while a dependency is missing.
+pub const RETRY: Duration = Duration::from_secs(60);
+/// Bound of the usability probe against the workload API server.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
+pub const ROTATED_REASON: &str = "KubeconfigRotated";
+
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
+const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
+const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
+const NAMESPACE_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-namespace";
+const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-hash";
+const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
+const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
+const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
+/// The shape last written (`spec.format`), absent for `Kubeconfig`: a format change removes the
+/// keys (and the Argo CD label) of the old shape.
+const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
+
+// Until `controllers::pipeline` lands: its `Cleanup`, its `Pipeline` steps as inherent methods
+// (same names and signatures) and its driver as `reconcile` below. Switching is wrapping the
+// methods in `impl Pipeline for OmniKubeconfigExport` (`type Outcome = Outcome`,
+// `LEGACY_FINALIZER = false`) and driving `pipeline::reconcile::<OmniKubeconfigExport>`.
+
+/// What a deletion with our finalizer present comes to.
+enum Cleanup<O> {
+    /// Nothing left to do: the finalizer comes off.
+    Done,
+    /// Still waiting: `O` is reported and decides the next reconcile.
+    Waiting(O),
+}
+
+/// The pipeline's steps for OmniKubeconfigExport.
+impl OmniKubeconfigExport {
+    /// The webhook's own rules, in case admission was bypassed.
+    fn validate(&self) -> crate::api::validation::Validation {
+        crate::api::kubeconfig_export::validate(self, None)
+    }
+
+    /// The outcome of an export whose spec is invalid.
+    fn invalid(summary: String) -> Outcome {
+        Outcome::early(Err(ExportFailure::InvalidSpec(summary)))
+    }
+
+    /// Observe → plan → apply on a valid export carrying the finalizer.
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+        apply::apply(&ctx, &self).await
+    }
+
+    /// Pure: the status reporting `outcome`.
+    fn desired_status(
+        &self,
+        outcome: &Outcome,
+        now: jiff::Timestamp,
+    ) -> crate::api::kubeconfig_export::OmniKubeconfigExportStatus {
+        outcome::desired_status(self, outcome, now)
+    }
+
+    /// After the status write: the expiry metric, and the next reconcile.
+    fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
+        let now = ctx.clock.now();
+        if let Some(exp) = outcome::expiration(self, &outcome) {
+            let left = exp.duration_since(now).as_secs_f64();
+            ctx.metrics.set_kubeconfig_expiry(
+                &self.namespace().unwrap_or_default(),
+                &self.name_any(),
+                left,
+            );
+        }
+        Ok(outcome::next_action(outcome, now, ctx.min_interval)?)
+    }
+
+    /// The deleting export's part in its Secret's end.
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
+        Ok(match holds::end_target(&ctx, &self).await? {
+            holds::TargetEnd::Done => Cleanup::Done,
+            holds::TargetEnd::Waiting(w) => Cleanup::Waiting(Outcome::early(Ok(Done::Waiting(w)))),
+            holds::TargetEnd::Failed(f) => Cleanup::Waiting(Outcome::early(Err(f))),
+        })
+    }
+}
+
+async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(e.as_ref(), &ctx, async {
+        let namespace = e.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniKubeconfigExport>(&namespace);
+        let outcome = if e.metadata.deletion_timestamp.is_some() {
+            if !finalizer::has_finalizer(e.as_ref(), false) {
+                return Ok(Action::await_change());
+            }
+            match e.clone().cleanup(ctx.clone()).await? {
+                Cleanup::Done => {
+                    finalizer::remove(&api, e.as_ref(), false).await?;
+                    ctx.metrics
+                        .forget_resource("OmniKubeconfigExport", &namespace, &e.name_any());
+                    return Ok(Action::await_change());
+                }
+                Cleanup::Waiting(outcome) => outcome,
+            }
+        } else {
+            if !finalizer::ensure(&api, e.as_ref(), false).await? {
+                return Ok(Action::await_change());
+            }
+            let validation = e.validate();
+            if validation.is_valid() {
+                e.clone().apply(ctx.clone()).await?
+            } else {
+                OmniKubeconfigExport::invalid(validation.error_summary())
+            }
+        };
+        let desired = e.desired_status(&outcome, ctx.clock.now());
+        status::report(&ctx, e.as_ref(), &desired).await?;
+        e.next(outcome, &ctx)
+    })
+    .await
+}
+
+/// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
+/// matter to them: live consumers hold a Secret without needing the export to act).
+fn deleting_consumer(
+    exports: &RefIndex<OmniKubeconfigExport>,
+    consumer: &DynamicObject,
+) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> {
+    if consumer.metadata.deletion_timestamp.is_none() {
+        return Vec::new();
+    }
+    let ns = consumer.namespace().unwrap_or_default();
+    let Some(secret) = consumer
+        .data
+        .pointer("/spec/kubeconfigSecretRef/name")
+        .and_then(serde_json::Value::as_str)
+    else {
+        return Vec::new();
+    };
+    exports.get(&RefKey::new("target", &ns, secret))
+}
+
+/// Runs the OmniKubeconfigExport controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, |x| {
+        vec![
+            RefKey::new("cluster", &namespace_of(x), &x.spec.cluster_ref.name),
+            RefKey::new(
+                "target",
+                &x.effective_target_namespace(),
+                &x.spec.target_secret_ref.name,
+            ),
+        ]
+    });
+    let (by_cluster, by_conn, by_release, by_sync) =
+        (index.clone(), index.clone(), index.clone(), index);
+    // One watch of the clusters both wakes exports and caches the clusters for mapping a
+    // connection to them. It was a second watch on a bare spawned task, which had no backoff
+    // and outlived the controller (a runtime shutting down spun on its failing requests).
+    let (cluster_store, writer) = kube::runtime::reflector::store::<OmniCluster>();
+    let clusters = {
+        use kube::runtime::WatchStreamExt as _;
+        watcher(ctx.watch_api::<OmniCluster>(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+    };
+    let controller = controller
+        .watches_stream(
+            super::cluster_changes_from(clusters),
+            move |c: OmniCluster| {
+                by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
+            },
+        )
+        .watches(
+            ctx.watch_api::<OmniConnection>(),
+            watcher::Config::default(),
+            move |conn: OmniConnection| {
+                let (name, ns) = (conn.name_any(), conn.namespace());
+                let clusters: Vec<RefKey> = cluster_store
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
+                    .map(|c| RefKey::new("cluster", &namespace_of(c.as_ref()), &c.name_any()))
+                    .collect();
+                by_conn.get_any(&clusters)
+            },
+        )
+        // A consumer finishing (or starting) its deletion may let a held Secret go.
+        .watches_with(
+            ctx.dynamic_watch_api::<OmniHelmRelease>(),
+            api_resource::<OmniHelmRelease>(),
+            watcher::Config::default(),
+            move |r: DynamicObject| deleting_consumer(&by_release, &r),
+        )
+        .watches_with(
+            ctx.dynamic_watch_api::<OmniSecretSync>(),
+            api_resource::<OmniSecretSync>(),
+            watcher::Config::default(),
+            move |s: DynamicObject| deleting_consumer(&by_sync, &s),
+        )
+        // Editing or deleting the target re-exports it.
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            |s: Secret| {
+                let a = s.annotations();
+                let name = a.get(NAME_ANNOTATION)?.clone();
+                let ns = a
+                    .get(NAMESPACE_ANNOTATION)
+                    .cloned()
+                    .or_else(|| s.namespace())
+                    .unwrap_or_default();
+                Some(dyn_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
+            },
+        );
+    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, reconcile).await;
+}

@@ -1,0 +1,309 @@
+//! What one reconcile of an export found and did ([`Outcome`]), and the pure functions that
+//! turn it into the status ([`desired_status`]) and the next reconcile ([`next_action`]).
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use super::RETRY;
+use super::rotation::{rotation_delay, whole_seconds};
+use crate::api::OmniKubeconfigExport;
+use crate::api::common::{condition_types as ct, reasons};
+use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
+use crate::controllers::RetryPolicy;
+use crate::controllers::omni::ConnectionError;
+use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
+use crate::controllers::status::Draft;
+
+/// Why an OmniKubeconfigExport has no current kubeconfig in its Secret; the message is its
+/// condition's and Event's. Messages never carry a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportFailure {
+    /// The spec is invalid (it bypassed admission): the webhook's summary.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// In cluster-wide mode the target is outside the export's namespace, which needs
+    /// `--allow-cross-namespace-export` (otherwise anyone who may create an export could plant or
+    /// overwrite kubeconfigs in every namespace).
+    #[error(
+        "spec.targetSecretRef.namespace {target:?} is not the export's own namespace {own:?}; the operator allows that only with --allow-cross-namespace-export"
+    )]
+    CrossNamespace {
+        /// The target's namespace.
+        target: String,
+        /// The export's namespace.
+        own: String,
+    },
+    /// The referenced OmniCluster does not exist.
+    #[error("OmniCluster {cluster:?} does not exist")]
+    MissingCluster {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The cluster's OmniConnection does not exist.
+    #[error(
+        "failed to get OmniConnection {connection:?}: omniconnections.omni.texashpc.com {connection:?} not found"
+    )]
+    MissingConnection {
+        /// The cluster's `spec.connectionRef.name`.
+        connection: String,
+    },
+    /// The cluster's OmniConnection could not be read.
+    #[error("failed to get OmniConnection {connection:?}: {error}")]
+    ConnectionUnreadable {
+        /// The cluster's `spec.connectionRef.name`.
+        connection: String,
+        /// The management cluster's answer.
+        #[source]
+        error: kube::Error,
+    },
+    /// The target Secret exists and belongs to someone else.
+    #[error(
+        "Secret \"{namespace}/{name}\" exists and is not owned by this OmniKubeconfigExport; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the export take it over)"
+    )]
+    TargetNotOwned {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+    },
+    /// No Omni client could be built for the cluster's connection.
+    #[error("failed to export kubeconfig: {0}")]
+    OmniClient(#[source] ConnectionError),
+    /// Omni did not mint the kubeconfig.
+    #[error("failed to export kubeconfig: {0}")]
+    Mint(#[source] omni_client::ManagementError),
+    /// The minted kubeconfig cannot be used or written in the requested shape (the message
+    /// names fields, never values).
+    #[error("{0}")]
+    UnusableKubeconfig(String),
+    /// Writing the target Secret failed.
+    #[error("write Secret \"{namespace}/{name}\": {error}")]
+    WriteFailed {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+        /// The management cluster's answer.
+        #[source]
+        error: kube::Error,
+    },
+    /// A Secret to delete kept changing while it was judged.
+    #[error("Secret \"{namespace}/{name}\" keeps changing while it is being deleted; retrying")]
+    TargetKeepsChanging {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+}
+
+impl ExportFailure {
+    /// The condition reason this failure is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => reasons::VALIDATION_FAILED,
+            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
+                reasons::MISSING_CONNECTION
+            }
+            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
+            Self::OmniClient(_)
+            | Self::Mint(_)
+            | Self::UnusableKubeconfig(_)
+            | Self::WriteFailed { .. } => reasons::EXPORT_FAILED,
+            Self::TargetKeepsChanging { .. } => reasons::DELETE_FAILED,
+        }
+    }
+
+    /// What the reconcile does next.
+    pub fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => RetryPolicy::AwaitChange,
+            // Watched, but polled too, as the original does. An unowned target lacks our
+            // annotations, so its edits do not map back here: poll so an adoption annotation is
+            // noticed.
+            Self::MissingCluster { .. }
+            | Self::MissingConnection { .. }
+            | Self::TargetNotOwned { .. } => RetryPolicy::Poll(RETRY),
+            Self::ConnectionUnreadable { .. }
+            | Self::OmniClient(_)
+            | Self::Mint(_)
+            | Self::UnusableKubeconfig(_)
+            | Self::WriteFailed { .. }
+            | Self::TargetKeepsChanging { .. } => RetryPolicy::Backoff,
+        }
+    }
+}
+
+/// A kubeconfig in the target Secret, current for the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exported {
+    /// Hash of the credential data (`status.kubeconfigHash`).
+    pub(crate) hash: Option<String>,
+    /// When it expires.
+    pub(crate) expiration: jiff::Timestamp,
+    /// When it was written, if recorded.
+    pub(crate) last_rotation: Option<jiff::Timestamp>,
+    /// When it is rotated.
+    pub(crate) next_rotation: jiff::Timestamp,
+}
+
+/// A deletion (of the export, or of its Secret by someone else) waiting for the OmniHelmReleases
+/// and OmniSecretSyncs that use the Secret as their kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// The Secret's namespace.
+    pub(crate) namespace: String,
+    /// The Secret's name.
+    pub(crate) name: String,
+    /// Its users, named (`OmniHelmRelease "app"`).
+    pub(crate) users: Vec<String>,
+    /// Whether the export deletes the Secret (`Delete`) rather than only release it (the
+    /// Secret itself being deleted).
+    pub(crate) deletes: bool,
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ns, name, users) = (&self.namespace, &self.name, self.users.join(", "));
+        if self.deletes {
+            write!(
+                f,
+                "Secret \"{ns}/{name}\" is still used by {users}; it is deleted once they are gone (or set spec.deletionPolicy to Orphan to keep it and finish now)"
+            )
+        } else {
+            write!(
+                f,
+                "Secret \"{ns}/{name}\" is being deleted and is still used by {users}; it is kept until they are gone"
+            )
+        }
+    }
+}
+
+/// What a reconcile came to when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Done {
+    /// The Secret holds a usable kubeconfig (reused or freshly minted).
+    Exported(Exported),
+    /// Only the hold on the target changed; the export goes on after this delay (a fresh read
+    /// of the Secret), its conditions untouched.
+    HoldChanged(Duration),
+    /// Deletion waits for the Secret's users.
+    Waiting(Waiting),
+}
+
+/// What one reconcile found and did, before it becomes status.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The OmniCluster's name in Omni, once the cluster was found.
+    pub(crate) cluster_name: Option<String>,
+    /// The OmniConnection's name and endpoint, once it was found.
+    pub(crate) connection: Option<(String, String)>,
+    /// How it ended.
+    pub(crate) result: Result<Done, ExportFailure>,
+}
+
+impl Outcome {
+    /// An outcome that got no further than the spec.
+    pub(crate) fn early(result: Result<Done, ExportFailure>) -> Self {
+        Self {
+            cluster_name: None,
+            connection: None,
+            result,
+        }
+    }
+}
+
+/// The `Ready` message of an exported kubeconfig.
+fn exported_message(e: &OmniKubeconfigExport) -> String {
+    let key = e.effective_target_key();
+    format!(
+        "exported kubeconfig to Secret \"{}/{}\" {}",
+        e.effective_target_namespace(),
+        e.spec.target_secret_ref.name,
+        match e.format().unwrap_or(ExportFormat::Kubeconfig) {
+            ExportFormat::Kubeconfig => format!("key {key:?}"),
+            ExportFormat::FluxValue => "key \"value\" (format FluxValue)".to_string(),
+            ExportFormat::ArgoCdCluster =>
+                "as an Argo CD cluster (format ArgoCDCluster)".to_string(),
+        }
+    )
+}
+
+/// Pure: the status of `e` after `outcome`, conditions stamped `now` (whole seconds). The spec's
+/// references are always recorded; a failure keeps the stored hash and rotation times (the
+/// Secret still holds that kubeconfig).
+pub(crate) fn desired_status(
+    e: &OmniKubeconfigExport,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> OmniKubeconfigExportStatus {
+    let mut s = e.status.clone().unwrap_or_default();
+    s.observed_generation = e.metadata.generation;
+    s.cluster_ref = Some(e.spec.cluster_ref.name.clone());
+    s.target_secret_ref = Some(e.spec.target_secret_ref.name.clone());
+    s.target_secret_namespace = Some(e.effective_target_namespace());
+    s.target_secret_key = Some(e.credential_key());
+    s.service_account_user = Some(e.spec.service_account.user.clone());
+    s.service_account_groups = e.spec.service_account.groups.clone();
+    let mut d = Draft::new(s, e.metadata.generation, whole_seconds(now), ct::EXPORTED);
+    let cluster = &e.spec.cluster_ref.name;
+    if let Some(name) = &outcome.cluster_name {
+        let m = format!("attached to OmniCluster {cluster:?}");
+        d.set(ct::ACCEPTED, true, reasons::ACCEPTED, &m);
+        d.s.cluster_name = Some(name.clone());
+    }
+    if let Some((name, endpoint)) = &outcome.connection {
+        d.s.connection_ref = Some(name.clone());
+        d.s.endpoint = Some(endpoint.clone());
+    }
+    match &outcome.result {
+        Ok(Done::Exported(x)) => {
+            d.s.kubeconfig_hash = x.hash.clone();
+            d.s.expiration_time = Some(x.expiration);
+            d.s.last_rotation_time = x.last_rotation;
+            d.s.next_rotation_time = Some(x.next_rotation);
+            d.outcome(true, reasons::EXPORTED, &exported_message(e));
+        }
+        Ok(Done::HoldChanged(_)) => {}
+        Ok(Done::Waiting(w)) => d.outcome(false, reasons::DELETING, &w.to_string()),
+        Err(f) => {
+            let m = f.to_string();
+            if let ExportFailure::MissingCluster { .. } = f {
+                d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
+            }
+            d.outcome(false, f.reason(), &m);
+        }
+    }
+    d.s
+}
+
+/// Pure: the next reconcile after `outcome` at `now`; `Err` hands a failure to the backoff.
+/// An exported kubeconfig is looked at again at its rotation, never sooner than `floor`.
+pub(crate) fn next_action(
+    outcome: Outcome,
+    now: jiff::Timestamp,
+    floor: Duration,
+) -> Result<Action, ExportFailure> {
+    match outcome.result {
+        Ok(Done::Exported(x)) => Ok(Action::requeue(rotation_delay(now, x.next_rotation, floor))),
+        Ok(Done::HoldChanged(after)) => Ok(Action::requeue(after)),
+        // Consumers finishing their deletion trigger the export; the requeue is a fallback.
+        Ok(Done::Waiting(_)) => Ok(Action::requeue(RETRY)),
+        Err(f) => f.retry().action().ok_or(f),
+    }
+}
+
+/// Pure: the expiration of the kubeconfig the Secret holds after `outcome` (the status'
+/// `expirationTime`), for the expiry metric.
+pub(crate) fn expiration(e: &OmniKubeconfigExport, outcome: &Outcome) -> Option<jiff::Timestamp> {
+    match &outcome.result {
+        Ok(Done::Exported(x)) => Some(x.expiration),
+        _ => e.status.as_ref().and_then(|s| s.expiration_time),
+    }
+}
+
+#[cfg(test)]
+#[path = "outcome_tests.rs"]
+mod tests;
