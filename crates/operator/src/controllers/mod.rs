@@ -313,6 +313,9 @@ pub enum Error {
     /// An OmniSecretSync failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     SecretSync(#[from] secret_sync::SecretSyncFailure),
+    /// An OmniCluster failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
     /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]
