@@ -130,7 +130,7 @@ pub(super) async fn children_of(
     let caches = ctx.cluster_children.read().ok().and_then(|c| c.clone());
     if let Some(c) = caches {
         // A cache still listing would render the cluster without children it has.
-        match c.readiness().await {
+        match c.readiness(CHILD_CACHE_WAIT).await {
             Readiness::Ready => {
                 return Ok(Ok(Children {
                     control_planes: mine(cluster, c.control_planes.state()),
@@ -162,6 +162,7 @@ pub(super) async fn children_of(
 }
 
 /// Whether the child caches have completed their first list.
+#[derive(Debug, PartialEq, Eq)]
 enum Readiness {
     Ready,
     /// These kinds (plural) were not listed within [`CHILD_CACHE_WAIT`].
@@ -171,9 +172,9 @@ enum Readiness {
 }
 
 impl ChildCaches {
-    /// Waits, at most [`CHILD_CACHE_WAIT`] in all, for every cache's first list.
-    async fn readiness(&self) -> Readiness {
-        let deadline = tokio::time::Instant::now() + CHILD_CACHE_WAIT;
+    /// Waits, at most `wait` in all, for every cache's first list.
+    async fn readiness(&self, wait: Duration) -> Readiness {
+        let deadline = tokio::time::Instant::now() + wait;
         let waits = [
             (
                 "OmniControlPlanes",
@@ -262,5 +263,33 @@ mod tests {
             "a control plane name is no workers name"
         );
         assert_eq!(targets("w1", ChildKind::Machine), ["new"]);
+    }
+
+    /// A cache whose first list never completes is named after the bounded wait, instead of
+    /// holding the reconcile forever.
+    #[tokio::test]
+    async fn the_wait_for_the_child_caches_is_bounded_and_names_the_unfilled_kinds() {
+        use kube::runtime::reflector::store;
+        let (control_planes, mut cp_writer) = store::<OmniControlPlane>();
+        let (workers, mut workers_writer) = store::<OmniWorkers>();
+        let (machines, mut machines_writer) = store::<OmniMachine>();
+        let caches = ChildCaches {
+            control_planes,
+            workers,
+            machines,
+        };
+        let short = Duration::from_millis(20);
+        cp_writer.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(
+            caches.readiness(short).await,
+            Readiness::NotFilled(vec!["OmniWorkers", "OmniMachines"])
+        );
+        workers_writer.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(
+            caches.readiness(short).await,
+            Readiness::NotFilled(vec!["OmniMachines"])
+        );
+        machines_writer.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(caches.readiness(short).await, Readiness::Ready);
     }
 }
