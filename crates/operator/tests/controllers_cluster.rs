@@ -1086,3 +1086,31 @@ async fn one_omni_connection_outlives_changes_to_the_key_secrets_metadata() {
     assert_eq!(env.omni.connections_accepted(), 1);
     env.shutdown().await;
 }
+
+/// A child kind the operator may not list (a role without `list` on OmniMachines) leaves the
+/// cluster controller's cache of that kind unfilled. Reconciles used to wait for that cache
+/// without bound, so every OmniCluster hung with no word in its status. Now a reconcile gives
+/// up after a few seconds, names the kind in its conditions and retries with backoff, and the
+/// cluster syncs once the list is allowed. This test failed before the change (the cluster
+/// never got a condition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_kind_the_operator_cannot_list_is_named_in_the_cluster_status() {
+    let env = Env::builder().refuse_lists_of("omnimachines").start().await;
+    env.cluster("blind", "dddddddd-0000-4000-8000-000000000004", json!({}))
+        .await;
+    let c = env
+        .wait_cond::<OmniCluster>("blind", is_false("Ready").because("ReconcileFailed"))
+        .await;
+    let message = is_false("Synced").because("ReconcileFailed").message(&c);
+    assert!(message.contains("OmniMachines"), "{message}");
+    assert!(
+        env.omni.get(ty::CLUSTER, "blind").is_none(),
+        "nothing is synced without the children"
+    );
+
+    // Lists allowed again: the watch fills its cache and the next retry syncs.
+    env.kube.hooks().clear_random_faults();
+    env.wait::<OmniCluster>("blind", "Ready", ready).await;
+    env.assert_key_never_leaked().await;
+    env.shutdown().await;
+}

@@ -305,9 +305,6 @@ pub enum Error {
     /// A status could not be serialised.
     #[error("could not serialise status: {0}")]
     Serialize(#[from] serde_json::Error),
-    /// A remote operation failed; the message is also in the object's conditions.
-    #[error("{0}")]
-    Remote(String),
     /// An OmniConnection failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     Connection(#[from] connection::ConnectionFailure),
@@ -320,6 +317,9 @@ pub enum Error {
     /// An OmniKubeconfigExport failure retried with backoff; also in the object's conditions.
     #[error(transparent)]
     Export(#[from] kubeconfig_export::ExportFailure),
+    /// An OmniCluster failure retried with backoff; also in the object's conditions.
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
     /// carries; nothing was written (see [`status::write`]).
     #[error("the cached copy of the object is older than the stored one")]

@@ -84,6 +84,8 @@ pub struct EnvBuilder {
     only_secret_sync: Option<Duration>,
     /// The helm binary and work directory the operator uses, when not the defaults.
     helm: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Resources whose lists the management cluster refuses from the start.
+    refused_lists: Vec<&'static str>,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -165,6 +167,14 @@ impl EnvBuilder {
         self
     }
 
+    /// The management cluster refuses every list of `resource` (e.g. `omnimachines`) with 403
+    /// Forbidden from the start, as a role without `list` on it does, until the scenario
+    /// clears the faults (`env.kube.hooks().clear_random_faults()`).
+    pub fn refuse_lists_of(mut self, resource: &'static str) -> Self {
+        self.refused_lists.push(resource);
+        self
+    }
+
     /// The operator reads the time from a [`super::TestClock`] that the scenario moves
     /// ([`Env::clock`]); it starts at the current whole second.
     pub fn test_clock(mut self) -> Self {
@@ -176,6 +186,10 @@ impl EnvBuilder {
         super::logs_with(LOG_FILTER);
         let (kube, client) = super::kube_sim().await;
         super::install_operator_api(&client, NS).await;
+        for resource in &self.refused_lists {
+            kube.hooks()
+                .fail_randomly(&["list"], Some(resource), 403, 1.0);
+        }
         let workload = match self.workload {
             true => {
                 let mut sim = kube_sim::server::KubeSim::builder();
@@ -274,6 +288,7 @@ impl Env {
             test_clock: false,
             only_secret_sync: None,
             helm: None,
+            refused_lists: Vec::new(),
         }
     }
 

@@ -1,0 +1,137 @@
+//! Deleting an OmniCluster: tear down the Omni cluster it created (unless orphaned), never one
+//! it did not create, and never under a name it did not sync.
+
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
+
+use super::OMNI_DEADLINE;
+use super::failure::{ClusterFailure, ConnectionLookup};
+use super::omni_state::trim_output;
+use super::outcome::Outcome;
+use super::ownership::existing_ownership;
+use crate::api::{OmniCluster, OmniConnection};
+use crate::controllers::{Context, Error};
+use crate::metrics::RpcOutcome;
+
+/// Event reason when a deletion left an Omni cluster alone because this object does not own it.
+pub const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
+
+/// Where a deletion stands.
+#[derive(Debug)]
+pub(crate) enum Cleanup {
+    /// Nothing (more) to do in Omni: the finalizer may go.
+    Done,
+    /// Not yet: report this outcome and come back.
+    Waiting(Outcome),
+}
+
+impl Cleanup {
+    fn waiting(failure: ClusterFailure) -> Self {
+        Self::Waiting(Outcome::failed(failure))
+    }
+}
+
+/// One deletion step for `cluster` (being deleted, with our finalizer). `Err` only for a
+/// failed read of the management cluster, which the status does not report.
+pub(super) async fn cleanup(ctx: &Context, cluster: &OmniCluster) -> Result<Cleanup, Error> {
+    if cluster.orphan_on_delete() {
+        return Ok(Cleanup::Done);
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.effective_cluster_name();
+    let conn_name = &cluster.spec.connection_ref.name;
+    let without = |cause| {
+        Cleanup::waiting(ClusterFailure::DeleteWithoutConnection {
+            name: conn_name.clone(),
+            cause,
+        })
+    };
+    let conn = match ctx
+        .api::<OmniConnection>(&namespace)
+        .get_opt(conn_name)
+        .await
+    {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(without(ConnectionLookup::NotFound(conn_name.clone()))),
+        Err(e) => return Ok(without(ConnectionLookup::Unreadable(Box::new(e)))),
+    };
+    let client = match ctx.omni.get(&conn).await {
+        Ok(c) => c,
+        Err(e) => return Ok(without(ConnectionLookup::Client(Box::new(e)))),
+    };
+    let state = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
+    // Delete only what this object created: never a renamed target, never someone else's.
+    let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
+    if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
+        return Ok(Cleanup::waiting(ClusterFailure::RenamedBeforeDelete {
+            recorded,
+            name,
+        }));
+    }
+    match existing_ownership(&state, cluster, &name).await {
+        Err(source) => {
+            return Ok(Cleanup::waiting(
+                ClusterFailure::DeleteOwnershipUnreadable { name, source },
+            ));
+        }
+        Ok(Some(owner)) if !owner.is_ours() => {
+            ctx.event(
+                cluster,
+                EventType::Warning,
+                REASON_DELETE_SKIPPED,
+                format!(
+                    "left Omni cluster {name:?} in place: it {}",
+                    owner.describe()
+                ),
+            )
+            .await;
+            return Ok(Cleanup::Done);
+        }
+        Ok(_) => {}
+    }
+    // On API 3 the machines' install-disk configs are released too; a version that cannot
+    // be read or is unknown still lets the cluster go (API 2 touches only what every
+    // version has).
+    let api: BackendApi = ctx
+        .omni
+        .backend_api(&conn, &client)
+        .await
+        .unwrap_or_default();
+    let mut output = Vec::new();
+    let progress = delete_cluster_for(
+        &state,
+        &name,
+        cluster.destroy_machines_on_delete(),
+        api,
+        &mut output,
+    )
+    .await;
+    let did_something = !output.is_empty();
+    let output = trim_output(&output.join("\n"));
+    match progress {
+        Ok(DeleteProgress::Done) => {
+            let rpc = if did_something {
+                RpcOutcome::Changed
+            } else {
+                RpcOutcome::Unchanged
+            };
+            ctx.metrics.omni_rpc("delete", rpc);
+            Ok(Cleanup::Done)
+        }
+        Ok(DeleteProgress::InProgress { waiting_for }) => {
+            ctx.metrics.omni_rpc("delete", RpcOutcome::Changed);
+            Ok(Cleanup::Waiting(Outcome::Deleting {
+                waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
+                output,
+            }))
+        }
+        Err(source) => {
+            ctx.metrics.omni_rpc("delete", RpcOutcome::Error);
+            Ok(Cleanup::waiting(ClusterFailure::Delete {
+                source: Box::new(source),
+                output,
+            }))
+        }
+    }
+}

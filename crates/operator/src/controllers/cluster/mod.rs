@@ -1,0 +1,180 @@
+//! OmniCluster: render the cluster and its children into an Omni cluster template, keep Omni
+//! in line with it, report Omni's view, and delete the Omni cluster on deletion.
+//!
+//! Unlike the original, a reconcile that finds Omni already matching the template writes
+//! nothing: the change set is computed (reads only) and applied only when non-empty, and
+//! status timestamps move only when something was applied.
+//!
+//! Shape (docs/architecture.md): a pass validates the stored object (the webhook's rules),
+//! then syncs it (`sync.rs`: dereference, render, plan, apply, read Omni's view) or deletes it
+//! (`delete.rs`), and ends in one `outcome::Outcome`. The status is derived from it by a pure
+//! function (`outcome::desired_status`) and written once; the next reconcile is another pure
+//! function of it (`outcome::next_action`). Failures are [`ClusterFailure`]s, which know
+//! their condition reason and retry policy. `children.rs` holds the child caches the render
+//! reads from, `ownership.rs` whose an Omni cluster is, `omni_state.rs` Omni's view in status.
+
+mod children;
+mod delete;
+mod failure;
+mod omni_state;
+mod outcome;
+mod ownership;
+mod sync;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+
+pub use self::children::CHILD_CACHE_WAIT;
+pub(crate) use self::children::ChildCaches;
+use self::children::{ChildKind, cached_children, child_targets, cluster_keys};
+pub use self::delete::REASON_DELETE_SKIPPED;
+use self::delete::{Cleanup, cleanup};
+pub use self::failure::{ClusterFailure, ConnectionLookup, FAILURE_RECHECK};
+pub use self::omni_state::{MAX_OUTPUT, trim_output};
+pub use self::outcome::DELETE_POLL;
+use self::outcome::{Outcome, desired_status, next_action};
+pub use self::ownership::{OMNI_OWNER_ANNOTATION, OmniOwnership, omni_ownership, owner_stamp};
+use self::sync::apply_cluster;
+use super::index::{RefKey, namespace_of};
+use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
+use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+
+/// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
+/// the status read; one delete step. Each call is bounded by the client's request timeout
+/// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
+/// the pass (and the object retries with backoff) instead of wedging the object.
+pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
+/// operator writes: Omni's UI then tells people who manages the resource.
+pub const GITOPS_TOOL: &str = "omni-operator";
+
+/// How often `cluster` is re-checked: its `syncInterval`, clamped to the floor for intervals
+/// stored without admission (so a tiny one cannot hot-loop).
+fn sync_interval(cluster: &OmniCluster, ctx: &Context) -> Duration {
+    crate::api::duration::clamp_interval(
+        cluster
+            .sync_interval()
+            .to_std()
+            .unwrap_or(Duration::from_secs(300)),
+        ctx.min_interval,
+    )
+}
+
+/// One reconcile: deletion (cleanup, then the finalizer goes) or the finalizer, validation
+/// (the webhook's rules, in case admission was bypassed) and a sync; then one status write
+/// and the next reconcile, both from the outcome.
+async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented(cluster.as_ref(), &ctx, async {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let api = ctx.api::<OmniCluster>(&namespace);
+        let outcome = if cluster.metadata.deletion_timestamp.is_some() {
+            if !finalizer::has_finalizer(cluster.as_ref(), true) {
+                return Ok(Action::await_change());
+            }
+            match cleanup(&ctx, &cluster).await? {
+                Cleanup::Waiting(outcome) => outcome,
+                Cleanup::Done => {
+                    finalizer::remove(&api, cluster.as_ref(), true).await?;
+                    ctx.metrics
+                        .forget_resource("OmniCluster", &namespace, &cluster.name_any());
+                    return Ok(Action::await_change());
+                }
+            }
+        } else {
+            if !finalizer::ensure(&api, cluster.as_ref(), true).await? {
+                return Ok(Action::await_change());
+            }
+            let validation = crate::api::cluster::validate_stored(&cluster);
+            if validation.is_valid() {
+                apply_cluster(&ctx, &cluster).await?
+            } else {
+                Outcome::failed(ClusterFailure::InvalidSpec(validation.error_summary()))
+            }
+        };
+        let desired = desired_status(&cluster, &outcome, ctx.clock.now());
+        status::report(ctx.as_ref(), cluster.as_ref(), &desired).await?;
+        next_action(outcome, sync_interval(&cluster, &ctx)).map_err(Error::from)
+    })
+    .await
+}
+
+/// Runs the OmniCluster controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, cluster_keys);
+    let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
+    let wc = watcher::Config::default;
+    let (cp_store, cp_writer) = kube::runtime::reflector::store::<OmniControlPlane>();
+    let (workers_store, workers_writer) = kube::runtime::reflector::store::<OmniWorkers>();
+    let (machines_store, machines_writer) = kube::runtime::reflector::store::<OmniMachine>();
+    if let Ok(mut slot) = ctx.cluster_children.write() {
+        *slot = Some(ChildCaches {
+            control_planes: cp_store,
+            workers: workers_store,
+            machines: machines_store,
+        });
+    }
+    let controller = controller
+        .watches(
+            ctx.watch_api::<OmniConnection>(),
+            wc(),
+            move |conn: OmniConnection| {
+                if !crate::baseline::mapped_event_passes("connection→cluster", &conn.metadata) {
+                    return Vec::new();
+                }
+                index.get(&RefKey::new(
+                    "connection",
+                    &namespace_of(&conn),
+                    &conn.name_any(),
+                ))
+            },
+        )
+        .watches_stream(
+            cached_children(&ctx, cp_writer),
+            move |c: OmniControlPlane| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_cp,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::ControlPlane,
+                )
+            },
+        )
+        .watches_stream(
+            cached_children(&ctx, workers_writer),
+            move |c: OmniWorkers| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_workers,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::Workers,
+                )
+            },
+        )
+        .watches_stream(
+            cached_children(&ctx, machines_writer),
+            move |c: OmniMachine| {
+                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
+                child_targets(
+                    &by_machine,
+                    c.namespace(),
+                    &cluster,
+                    &name,
+                    ChildKind::Machine,
+                )
+            },
+        );
+    drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, reconcile).await;
+    if let Ok(mut slot) = ctx.cluster_children.write() {
+        *slot = None;
+    }
+}

@@ -1,0 +1,212 @@
+//! What one pass of the OmniCluster controller came to ([`Outcome`]), and the two pure
+//! decisions taken from it: the status to write
+//! ([`desired_status`]) and the next reconcile ([`next_action`]).
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use omni_client::template::{ClusterHealth, StatusError};
+
+use super::failure::{ClusterFailure, Stage};
+use super::omni_state::omni_state;
+use crate::api::OmniCluster;
+use crate::api::cluster::OmniClusterStatus;
+use crate::api::common::{ConditionStatus, condition_types as ct, find_condition, reasons};
+use crate::controllers::RetryPolicy;
+use crate::controllers::status::Draft;
+
+/// Re-check while deletion waits for Omni to tear the cluster down.
+pub const DELETE_POLL: Duration = Duration::from_secs(5);
+
+/// What a render recorded about the cluster, kept in its status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rendition {
+    /// The OmniConnection's name.
+    pub(crate) connection: String,
+    /// The OmniConnection's endpoint.
+    pub(crate) endpoint: String,
+    /// Hash of the rendered template.
+    pub(crate) template_hash: String,
+    /// The OmniControlPlane rendered.
+    pub(crate) control_plane_ref: String,
+    /// The OmniWorkers rendered, in order.
+    pub(crate) workers_refs: Vec<String>,
+    /// The OmniMachines rendered, in order.
+    pub(crate) machine_refs: Vec<String>,
+}
+
+impl Rendition {
+    fn record(&self, s: &mut OmniClusterStatus, cluster_name: &str) {
+        s.connection_ref = Some(self.connection.clone());
+        s.endpoint = Some(self.endpoint.clone());
+        s.cluster_name = Some(cluster_name.to_string());
+        s.template_hash = Some(self.template_hash.clone());
+        s.control_plane_ref = Some(self.control_plane_ref.clone());
+        s.workers_refs = self.workers_refs.clone();
+        s.machine_refs = self.machine_refs.clone();
+    }
+}
+
+/// A sync that reached Omni.
+#[derive(Debug)]
+pub(crate) struct Synced {
+    /// What was rendered.
+    pub(crate) rendered: Rendition,
+    /// Whether Omni was changed.
+    pub(crate) changed: bool,
+    /// What was done (trimmed).
+    pub(crate) output: String,
+    /// Omni's view of the cluster after the sync.
+    pub(crate) health: Result<ClusterHealth, StatusError>,
+}
+
+/// What one pass came to.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// `spec.suspend`: nothing was done.
+    Suspended,
+    /// The pass failed; `rendered` when it got as far as rendering.
+    Failed {
+        /// Why.
+        failure: ClusterFailure,
+        /// What the render recorded, if it ran.
+        rendered: Option<Box<Rendition>>,
+    },
+    /// Omni holds the template.
+    Synced(Box<Synced>),
+    /// Deletion waits for Omni to tear these resources down; `output` is what was done.
+    Deleting {
+        /// The resources still there.
+        waiting_for: Vec<String>,
+        /// The step's output (trimmed).
+        output: String,
+    },
+}
+
+impl Outcome {
+    /// A failure before anything was rendered.
+    pub(crate) fn failed(failure: impl Into<ClusterFailure>) -> Self {
+        Self::Failed {
+            failure: failure.into(),
+            rendered: None,
+        }
+    }
+}
+
+/// Pure: the status `cluster` should have after `outcome`, conditions stamped `now`. A
+/// failure keeps what the last success recorded; sync times move only when Omni changed, on
+/// the first sync, or when the cluster recovers, so an idle re-check writes nothing.
+pub(crate) fn desired_status(
+    cluster: &OmniCluster,
+    outcome: &Outcome,
+    now: jiff::Timestamp,
+) -> OmniClusterStatus {
+    let generation = cluster.metadata.generation;
+    let mut stored = cluster.status.clone().unwrap_or_default();
+    stored.observed_generation = generation;
+    let mut d = Draft::new(stored, generation, now, ct::SYNCED);
+    let name = cluster.effective_cluster_name();
+    match outcome {
+        Outcome::Suspended => d.set(
+            ct::READY,
+            false,
+            reasons::SUSPENDED,
+            "remote Omni sync is suspended",
+        ),
+        Outcome::Failed { failure, rendered } => {
+            if let Some(r) = rendered {
+                r.record(&mut d.s, &name);
+            }
+            let (reason, message) = (failure.reason(), failure.to_string());
+            match failure.stage() {
+                Stage::Validate => {
+                    d.s.cluster_name = Some(name);
+                    d.set(ct::VALIDATED, false, reason, &message);
+                }
+                Stage::Dereference => {
+                    d.s.cluster_name = Some(name);
+                    d.set(ct::SYNCED, false, reason, &message);
+                }
+                Stage::Sync => {
+                    d.s.cluster_name = Some(name);
+                    d.s.last_attempt_time = Some(now);
+                    d.s.last_sync_output = Some(failure.output().to_string());
+                    template_valid(&mut d);
+                    d.set(ct::SYNCED, false, reason, &message);
+                }
+                Stage::Delete => {
+                    if !failure.output().is_empty() {
+                        d.s.last_sync_output = Some(failure.output().to_string());
+                    }
+                }
+            }
+            d.set(ct::READY, false, reason, &message);
+        }
+        Outcome::Synced(synced) => {
+            synced.rendered.record(&mut d.s, &name);
+            let first = d.s.last_sync_time.is_none();
+            let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
+                .is_some_and(|c| c.status == ConditionStatus::True);
+            if synced.changed || first || !synced_before {
+                d.s.last_attempt_time = Some(now);
+                d.s.last_sync_time = Some(now);
+                d.s.last_sync_output = Some(synced.output.clone());
+            }
+            template_valid(&mut d);
+            d.set(ct::SYNCED, true, reasons::SYNCED, "template synced to Omni");
+            match &synced.health {
+                Ok(health) => {
+                    omni_state(&mut d.s, health);
+                    d.set(
+                        ct::READY,
+                        true,
+                        reasons::SYNCED,
+                        "cluster template is synced and status was read from Omni",
+                    );
+                }
+                Err(e) => d.set(ct::READY, false, reasons::STATUS_FAILED, &e.to_string()),
+            }
+        }
+        Outcome::Deleting {
+            waiting_for,
+            output,
+        } => {
+            if !output.is_empty() {
+                d.s.last_sync_output = Some(output.clone());
+            }
+            let m = format!("waiting for Omni to delete {}", waiting_for.join(", "));
+            d.set(ct::READY, false, reasons::DELETING, &m);
+        }
+    }
+    d.s
+}
+
+fn template_valid(d: &mut Draft<OmniClusterStatus>) {
+    d.set(
+        ct::VALIDATED,
+        true,
+        reasons::VALIDATED,
+        "rendered Omni cluster template is valid",
+    );
+}
+
+/// Pure: the next reconcile after `outcome`, for a cluster re-checked every `sync_interval`.
+/// `Err` hands the failure to the error backoff.
+pub(crate) fn next_action(
+    outcome: Outcome,
+    sync_interval: Duration,
+) -> Result<Action, ClusterFailure> {
+    match outcome {
+        Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
+        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
+        Outcome::Failed { failure, .. } => match failure.retry() {
+            RetryPolicy::AwaitChange => Ok(Action::await_change()),
+            RetryPolicy::Poll(after) => Ok(Action::requeue(after.min(sync_interval))),
+            RetryPolicy::Backoff => Err(failure),
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "outcome_tests.rs"]
+mod tests;

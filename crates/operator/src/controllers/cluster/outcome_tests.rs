@@ -1,0 +1,436 @@
+//! Status and requeue decisions of `outcome.rs`, one scenario per test.
+
+use omni_client::template::{MachineCounts, Upgrades, ValidationError};
+
+use super::*;
+use crate::api::common::Condition;
+use crate::controllers::cluster::failure::{ConnectionLookup, FAILURE_RECHECK};
+use crate::controllers::cluster::ownership::OmniOwnership;
+use crate::controllers::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::status::status_patch;
+use crate::render::RenderError;
+use omni_client::template::{StateError, SyncError, ValidationErrors};
+
+fn t(minute: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_800_000_000 + minute * 60).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// OmniCluster `ops/edge` at generation 2, Omni cluster `prod`, never reconciled.
+fn cluster() -> OmniCluster {
+    let mut c: OmniCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniCluster",
+        "metadata": {"name": "edge", "namespace": "ops", "uid": "u-1", "generation": 2},
+        "spec": {"connectionRef": {"name": "omni"}, "clusterName": "prod",
+                 "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    c.status = None;
+    c
+}
+
+/// `cluster` after `outcome` was reported at `now`.
+fn after(mut cluster: OmniCluster, outcome: &Outcome, now: jiff::Timestamp) -> OmniCluster {
+    cluster.status = Some(desired_status(&cluster, outcome, now));
+    cluster
+}
+
+fn rendition() -> Rendition {
+    Rendition {
+        connection: "omni".into(),
+        endpoint: "https://omni.example:443".into(),
+        template_hash: "ab12".into(),
+        control_plane_ref: "edge-cp".into(),
+        workers_refs: vec!["edge-workers".into()],
+        machine_refs: vec!["m0".into(), "m1".into()],
+    }
+}
+
+fn health(phase: &str) -> ClusterHealth {
+    ClusterHealth {
+        cluster: "prod".into(),
+        phase: phase.into(),
+        ready: true,
+        kubernetes_api_ready: true,
+        talos_version: "1.13.2".into(),
+        kubernetes_version: "1.35.0".into(),
+        manifests: None,
+        healthy: true,
+        machine_sets: Vec::new(),
+        machines: MachineCounts {
+            total: 2,
+            healthy: 2,
+            connected: 2,
+            requested: 2,
+        },
+        upgrades: Upgrades::default(),
+        health_checks: Vec::new(),
+        summary: format!("  cluster prod is {phase}\n"),
+    }
+}
+
+fn synced(changed: bool, output: &str, health: Result<ClusterHealth, StatusError>) -> Outcome {
+    Outcome::Synced(Box::new(Synced {
+        rendered: rendition(),
+        changed,
+        output: output.into(),
+        health,
+    }))
+}
+
+fn sync_error() -> SyncError {
+    SyncError::Invalid(ValidationErrors(vec![ValidationError {
+        index: Some(0),
+        kind: "Cluster".into(),
+        name: "prod".into(),
+        field: "name".into(),
+        message: "rejected".into(),
+    }]))
+}
+
+fn conditions(s: &OmniClusterStatus) -> Vec<(String, ConditionStatus, String)> {
+    s.conditions
+        .iter()
+        .map(|c: &Condition| (c.type_.clone(), c.status, c.reason.clone()))
+        .collect()
+}
+
+fn message(s: &OmniClusterStatus, type_: &str) -> String {
+    find_condition(&s.conditions, type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+/// A failure, the conditions it sets, the `Ready` message and its retry policy.
+type Case = (
+    ClusterFailure,
+    Vec<(String, ConditionStatus, String)>,
+    &'static str,
+    RetryPolicy,
+);
+
+fn cond(type_: &str, ok: bool, reason: &str) -> (String, ConditionStatus, String) {
+    (type_.into(), ok.into(), reason.into())
+}
+
+/// Every failure: the conditions it sets (in order), the message users read and what happens
+/// next. Validation failures turn `Validated`, missing references `Synced`, a sync attempt
+/// also records the template as valid, a deletion turns `Ready` alone.
+#[test]
+fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy() {
+    let poll = RetryPolicy::Poll(FAILURE_RECHECK);
+    let backoff = RetryPolicy::Backoff;
+    let await_change = RetryPolicy::AwaitChange;
+    let validated = |reason: &str| {
+        vec![
+            cond("Validated", false, reason),
+            cond("Ready", false, reason),
+        ]
+    };
+    let dereference =
+        |reason: &str| vec![cond("Synced", false, reason), cond("Ready", false, reason)];
+    let sync = vec![
+        cond("Validated", true, "Validated"),
+        cond("Synced", false, "SyncFailed"),
+        cond("Ready", false, "SyncFailed"),
+    ];
+    let deletion = vec![cond("Ready", false, "DeleteFailed")];
+    let not_found = || ConnectionLookup::NotFound("omni".into());
+    let table: Vec<Case> = vec![
+        (
+            ClusterFailure::InvalidSpec("spec.syncInterval: must be at least 10s".into()),
+            validated("ValidationFailed"),
+            "spec.syncInterval: must be at least 10s",
+            await_change,
+        ),
+        (
+            ClusterFailure::MissingConnection {
+                name: "omni".into(),
+                cause: not_found(),
+            },
+            dereference("MissingConnection"),
+            r#"failed to get OmniConnection "omni": omniconnections.omni.texashpc.com "omni" not found"#,
+            poll,
+        ),
+        (
+            ClusterFailure::ChildCacheNotReady {
+                kinds: vec!["OmniMachines"],
+                waited: Duration::from_secs(5),
+            },
+            dereference("ReconcileFailed"),
+            "the operator's watch of OmniMachines has not completed its first list after 5s (is listing or watching them denied to the operator?); retrying",
+            backoff,
+        ),
+        (
+            ClusterFailure::Render(RenderError::ControlPlaneCount {
+                namespace: "ops".into(),
+                name: "edge".into(),
+                found: 0,
+            }),
+            validated("MissingTemplate"),
+            "expected exactly one OmniControlPlane referencing ops/edge, found 0",
+            poll,
+        ),
+        (
+            ClusterFailure::OmniClient(ConnectionError::MissingSecret { name: "key".into() }),
+            sync.clone(),
+            r#"sync failed: MissingSecret "key": secrets "key" not found"#,
+            backoff,
+        ),
+        (
+            ClusterFailure::OwnershipUnreadable {
+                name: "prod".into(),
+                source: StateError::PermissionDenied("role".into()),
+            },
+            sync.clone(),
+            r#"sync failed: get Omni cluster "prod": permission denied: role"#,
+            backoff,
+        ),
+        (
+            ClusterFailure::NotOwned {
+                name: "prod".into(),
+                owner: OmniOwnership::Unowned,
+            },
+            sync.clone(),
+            r#"sync failed: Omni cluster "prod" already exists and was not created by this OmniCluster; it was left unchanged (annotate this OmniCluster omni.texashpc.com/adopt="true" to take it over)"#,
+            poll,
+        ),
+        (
+            ClusterFailure::BackendApi(ApiVersionError::Read("unavailable".into())),
+            sync.clone(),
+            "sync failed: read Omni backend API version: unavailable",
+            backoff,
+        ),
+        (
+            ClusterFailure::DeleteWithoutConnection {
+                name: "omni".into(),
+                cause: not_found(),
+            },
+            deletion.clone(),
+            r#"cannot delete remote Omni cluster without OmniConnection "omni": omniconnections.omni.texashpc.com "omni" not found"#,
+            backoff,
+        ),
+        (
+            ClusterFailure::RenamedBeforeDelete {
+                recorded: "prod".into(),
+                name: "next".into(),
+            },
+            deletion.clone(),
+            r#"spec.clusterName was changed from "prod" to "next"; refusing to delete either Omni cluster. Restore spec.clusterName, or set spec.deletePolicy.orphan to finish without deleting"#,
+            await_change,
+        ),
+        (
+            ClusterFailure::DeleteOwnershipUnreadable {
+                name: "prod".into(),
+                source: StateError::DeadlineExceeded("get".into()),
+            },
+            deletion,
+            r#"get Omni cluster "prod": deadline exceeded: get"#,
+            backoff,
+        ),
+    ];
+    for (failure, expected, text, retry) in table {
+        let label = format!("{failure:?}");
+        assert_eq!(failure.retry(), retry, "{label}");
+        let s = desired_status(&cluster(), &Outcome::failed(failure), t(0));
+        assert_eq!(conditions(&s), expected, "{label}");
+        assert_eq!(message(&s, "Ready"), text, "{label}");
+        assert_eq!(s.observed_generation, Some(2), "{label}");
+        assert_eq!(s.last_sync_time, None, "{label}");
+        assert!(s.conditions.iter().all(|c| c.last_transition_time == t(0)));
+    }
+}
+
+#[test]
+fn a_failed_sync_shows_what_was_done_before_it_and_keeps_the_last_success() {
+    let ok = after(
+        cluster(),
+        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        t(0),
+    );
+    let failure = ClusterFailure::Sync {
+        source: Box::new(sync_error()),
+        output: "* updating b".into(),
+    };
+    let s = desired_status(
+        &ok,
+        &Outcome::Failed {
+            failure,
+            rendered: Some(Box::new(rendition())),
+        },
+        t(5),
+    );
+    assert_eq!(
+        message(&s, "Synced"),
+        format!("sync failed: {}\n* updating b", sync_error())
+    );
+    assert_eq!(s.last_sync_output.as_deref(), Some("* updating b"));
+    assert_eq!(s.last_attempt_time, Some(t(5)));
+    assert_eq!(
+        s.last_sync_time,
+        Some(t(0)),
+        "the last success stays recorded"
+    );
+    assert_eq!(s.omni_phase.as_deref(), Some("RUNNING"));
+    assert_eq!(s.template_hash.as_deref(), Some("ab12"));
+}
+
+#[test]
+fn a_first_sync_records_the_render_the_times_and_omnis_view() {
+    let s = desired_status(
+        &cluster(),
+        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        t(0),
+    );
+    assert_eq!(
+        conditions(&s),
+        vec![
+            cond("Validated", true, "Validated"),
+            cond("Synced", true, "Synced"),
+            cond("Ready", true, "Synced"),
+        ]
+    );
+    assert_eq!(
+        message(&s, "Ready"),
+        "cluster template is synced and status was read from Omni"
+    );
+    assert_eq!(s.cluster_name.as_deref(), Some("prod"));
+    assert_eq!(s.connection_ref.as_deref(), Some("omni"));
+    assert_eq!(s.endpoint.as_deref(), Some("https://omni.example:443"));
+    assert_eq!(s.control_plane_ref.as_deref(), Some("edge-cp"));
+    assert_eq!(s.machine_refs, vec!["m0".to_string(), "m1".to_string()]);
+    assert_eq!(s.last_sync_time, Some(t(0)));
+    assert_eq!(s.last_attempt_time, Some(t(0)));
+    assert_eq!(s.last_sync_output.as_deref(), Some("* creating a"));
+    assert_eq!(
+        s.last_status_output.as_deref(),
+        Some("cluster prod is RUNNING")
+    );
+    assert_eq!(s.ready_machines.as_deref(), Some("2/2"));
+}
+
+/// Quiet: a re-check that finds Omni matching and its view unchanged needs no write.
+#[test]
+fn an_idle_resync_changes_nothing() {
+    let synced_once = after(
+        cluster(),
+        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        t(0),
+    );
+    let again = desired_status(
+        &synced_once,
+        &synced(false, "", Ok(health("RUNNING"))),
+        t(5),
+    );
+    let old = serde_json::to_value(&synced_once.status).unwrap_or_default();
+    let new = serde_json::to_value(&again).unwrap_or_default();
+    assert_eq!(status_patch(&old, &new), None);
+}
+
+/// A cluster recovering from a failure records a sync even when Omni needed no change.
+#[test]
+fn a_recovery_without_changes_records_a_sync() {
+    let failure = ClusterFailure::BackendApi(ApiVersionError::Read("unavailable".into()));
+    let failing = after(cluster(), &Outcome::failed(failure), t(0));
+    let s = desired_status(&failing, &synced(false, "", Ok(health("RUNNING"))), t(5));
+    assert_eq!(s.last_sync_time, Some(t(5)));
+    assert_eq!(s.last_sync_output.as_deref(), Some(""));
+}
+
+#[test]
+fn an_unreadable_omni_status_turns_only_ready() {
+    let unread = Err(StatusError::NotFound("prod".into()));
+    let s = desired_status(&cluster(), &synced(true, "", unread), t(0));
+    assert_eq!(
+        conditions(&s),
+        vec![
+            cond("Validated", true, "Validated"),
+            cond("Synced", true, "Synced"),
+            cond("Ready", false, "StatusFailed"),
+        ]
+    );
+    assert_eq!(
+        message(&s, "Ready"),
+        r#"cluster "prod" has no status in Omni"#
+    );
+    assert_eq!(s.omni_phase, None);
+}
+
+#[test]
+fn a_suspended_cluster_turns_ready_false_and_keeps_the_rest() {
+    let ok = after(cluster(), &synced(true, "", Ok(health("RUNNING"))), t(0));
+    let s = desired_status(&ok, &Outcome::Suspended, t(5));
+    assert_eq!(
+        conditions(&s),
+        vec![
+            cond("Validated", true, "Validated"),
+            cond("Synced", true, "Synced"),
+            cond("Ready", false, "Suspended"),
+        ]
+    );
+    assert_eq!(message(&s, "Ready"), "remote Omni sync is suspended");
+    assert_eq!(s.last_sync_time, Some(t(0)));
+}
+
+#[test]
+fn a_deletion_in_progress_names_what_omni_still_holds() {
+    let deleting = Outcome::Deleting {
+        waiting_for: vec!["Clusters.omni.sidero.dev(default/prod)".into()],
+        output: "* tearing down prod".into(),
+    };
+    let s = desired_status(&cluster(), &deleting, t(0));
+    assert_eq!(conditions(&s), vec![cond("Ready", false, "Deleting")]);
+    assert_eq!(
+        message(&s, "Ready"),
+        "waiting for Omni to delete Clusters.omni.sidero.dev(default/prod)"
+    );
+    assert_eq!(s.last_sync_output.as_deref(), Some("* tearing down prod"));
+    let failed = Outcome::failed(ClusterFailure::Delete {
+        source: Box::new(sync_error()),
+        output: "* destroying m0".into(),
+    });
+    let s = desired_status(&cluster(), &failed, t(0));
+    assert_eq!(s.last_sync_output.as_deref(), Some("* destroying m0"));
+    assert_eq!(message(&s, "Ready"), sync_error().to_string());
+}
+
+#[test]
+fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
+    let minute = Duration::from_secs(60);
+    let hour = Duration::from_secs(3600);
+    let next = |o: Outcome, interval| next_action(o, interval).ok();
+    assert_eq!(
+        next(synced(false, "", Ok(health("RUNNING"))), minute),
+        Some(Action::requeue(minute))
+    );
+    assert_eq!(next(Outcome::Suspended, hour), Some(Action::requeue(hour)));
+    let deleting = Outcome::Deleting {
+        waiting_for: Vec::new(),
+        output: String::new(),
+    };
+    assert_eq!(next(deleting, hour), Some(Action::requeue(DELETE_POLL)));
+    let not_owned = || {
+        Outcome::failed(ClusterFailure::NotOwned {
+            name: "prod".into(),
+            owner: OmniOwnership::Unowned,
+        })
+    };
+    assert_eq!(next(not_owned(), minute), Some(Action::requeue(minute)));
+    assert_eq!(
+        next(not_owned(), hour),
+        Some(Action::requeue(FAILURE_RECHECK)),
+        "a failure is looked at again sooner than a long sync interval"
+    );
+    let invalid = Outcome::failed(ClusterFailure::InvalidSpec("bad".into()));
+    assert_eq!(next(invalid, minute), Some(Action::await_change()));
+    let backoff = Outcome::failed(ClusterFailure::BackendApi(ApiVersionError::Read(
+        "unavailable".into(),
+    )));
+    assert!(
+        matches!(
+            next_action(backoff, minute),
+            Err(ClusterFailure::BackendApi(_))
+        ),
+        "handed to the error backoff"
+    );
+}
