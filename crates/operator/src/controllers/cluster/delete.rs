@@ -11,30 +11,24 @@ use super::omni_state::trim_output;
 use super::outcome::Outcome;
 use super::ownership::existing_ownership;
 use crate::api::{OmniCluster, OmniConnection};
+use crate::controllers::pipeline::Cleanup;
 use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
 
 /// Event reason when a deletion left an Omni cluster alone because this object does not own it.
 pub const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
 
-/// Where a deletion stands.
-#[derive(Debug)]
-pub(crate) enum Cleanup {
-    /// Nothing (more) to do in Omni: the finalizer may go.
-    Done,
-    /// Not yet: report this outcome and come back.
-    Waiting(Outcome),
-}
-
-impl Cleanup {
-    fn waiting(failure: ClusterFailure) -> Self {
-        Self::Waiting(Outcome::failed(failure))
-    }
+/// A deletion still waiting on `failure`.
+fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {
+    Cleanup::Waiting(Outcome::failed(failure))
 }
 
 /// One deletion step for `cluster` (being deleted, with our finalizer). `Err` only for a
 /// failed read of the management cluster, which the status does not report.
-pub(super) async fn cleanup(ctx: &Context, cluster: &OmniCluster) -> Result<Cleanup, Error> {
+pub(super) async fn cleanup(
+    ctx: &Context,
+    cluster: &OmniCluster,
+) -> Result<Cleanup<Outcome>, Error> {
     if cluster.orphan_on_delete() {
         return Ok(Cleanup::Done);
     }
@@ -42,7 +36,7 @@ pub(super) async fn cleanup(ctx: &Context, cluster: &OmniCluster) -> Result<Clea
     let name = cluster.effective_cluster_name();
     let conn_name = &cluster.spec.connection_ref.name;
     let without = |cause| {
-        Cleanup::waiting(ClusterFailure::DeleteWithoutConnection {
+        waiting(ClusterFailure::DeleteWithoutConnection {
             name: conn_name.clone(),
             cause,
         })
@@ -64,16 +58,17 @@ pub(super) async fn cleanup(ctx: &Context, cluster: &OmniCluster) -> Result<Clea
     // Delete only what this object created: never a renamed target, never someone else's.
     let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
     if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
-        return Ok(Cleanup::waiting(ClusterFailure::RenamedBeforeDelete {
+        return Ok(waiting(ClusterFailure::RenamedBeforeDelete {
             recorded,
             name,
         }));
     }
     match existing_ownership(&state, cluster, &name).await {
         Err(source) => {
-            return Ok(Cleanup::waiting(
-                ClusterFailure::DeleteOwnershipUnreadable { name, source },
-            ));
+            return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
+                name,
+                source,
+            }));
         }
         Ok(Some(owner)) if !owner.is_ours() => {
             ctx.event(
@@ -128,7 +123,7 @@ pub(super) async fn cleanup(ctx: &Context, cluster: &OmniCluster) -> Result<Clea
         }
         Err(source) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Error);
-            Ok(Cleanup::waiting(ClusterFailure::Delete {
+            Ok(waiting(ClusterFailure::Delete {
                 source: Box::new(source),
                 output,
             }))

@@ -33,7 +33,7 @@ pub use self::children::CHILD_CACHE_WAIT;
 pub(crate) use self::children::ChildCaches;
 use self::children::{ChildKind, cached_children, child_targets, cluster_keys};
 pub use self::delete::REASON_DELETE_SKIPPED;
-use self::delete::{Cleanup, cleanup};
+use self::delete::cleanup;
 pub use self::failure::{ClusterFailure, ConnectionLookup, FAILURE_RECHECK};
 pub use self::omni_state::{MAX_OUTPUT, trim_output};
 pub use self::outcome::DELETE_POLL;
@@ -41,7 +41,8 @@ use self::outcome::{Outcome, desired_status, next_action};
 pub use self::ownership::{OMNI_OWNER_ANNOTATION, OmniOwnership, omni_ownership, owner_stamp};
 use self::sync::apply_cluster;
 use super::index::{RefKey, namespace_of};
-use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
+use super::pipeline::{self, Cleanup, Pipeline};
+use super::{Context, Error, drive, indexed_controller_for};
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
@@ -66,42 +67,38 @@ fn sync_interval(cluster: &OmniCluster, ctx: &Context) -> Duration {
     )
 }
 
-/// One reconcile: deletion (cleanup, then the finalizer goes) or the finalizer, validation
-/// (the webhook's rules, in case admission was bypassed) and a sync; then one status write
-/// and the next reconcile, both from the outcome.
-async fn reconcile(cluster: Arc<OmniCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(cluster.as_ref(), &ctx, async {
-        let namespace = cluster.namespace().unwrap_or_default();
-        let api = ctx.api::<OmniCluster>(&namespace);
-        let outcome = if cluster.metadata.deletion_timestamp.is_some() {
-            if !finalizer::has_finalizer(cluster.as_ref(), true) {
-                return Ok(Action::await_change());
-            }
-            match cleanup(&ctx, &cluster).await? {
-                Cleanup::Waiting(outcome) => outcome,
-                Cleanup::Done => {
-                    finalizer::remove(&api, cluster.as_ref(), true).await?;
-                    ctx.metrics
-                        .forget_resource("OmniCluster", &namespace, &cluster.name_any());
-                    return Ok(Action::await_change());
-                }
-            }
-        } else {
-            if !finalizer::ensure(&api, cluster.as_ref(), true).await? {
-                return Ok(Action::await_change());
-            }
-            let validation = crate::api::cluster::validate_stored(&cluster);
-            if validation.is_valid() {
-                apply_cluster(&ctx, &cluster).await?
-            } else {
-                Outcome::failed(ClusterFailure::InvalidSpec(validation.error_summary()))
-            }
-        };
-        let desired = desired_status(&cluster, &outcome, ctx.clock.now());
-        status::report(ctx.as_ref(), cluster.as_ref(), &desired).await?;
-        next_action(outcome, sync_interval(&cluster, &ctx)).map_err(Error::from)
-    })
-    .await
+/// The pipeline's steps for OmniCluster.
+impl Pipeline for OmniCluster {
+    type Outcome = Outcome;
+    const LEGACY_FINALIZER: bool = true;
+
+    fn validate(&self) -> crate::api::validation::Validation {
+        crate::api::cluster::validate_stored(self)
+    }
+
+    fn invalid(summary: String) -> Outcome {
+        Outcome::failed(ClusterFailure::InvalidSpec(summary))
+    }
+
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+        apply_cluster(&ctx, &self).await
+    }
+
+    fn desired_status(
+        &self,
+        outcome: &Outcome,
+        now: jiff::Timestamp,
+    ) -> crate::api::cluster::OmniClusterStatus {
+        desired_status(self, outcome, now)
+    }
+
+    fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
+        next_action(outcome, sync_interval(self, ctx)).map_err(Error::from)
+    }
+
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
+        cleanup(&ctx, &self).await
+    }
 }
 
 /// Runs the OmniCluster controller until `shutdown` completes.
@@ -173,7 +170,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 )
             },
         );
-    drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, reconcile).await;
+    drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
     if let Ok(mut slot) = ctx.cluster_children.write() {
         *slot = None;
     }

@@ -34,10 +34,8 @@ use kube::runtime::watcher;
 
 use self::outcome::{Done, Outcome};
 use super::index::{RefIndex, RefKey, namespace_of};
-use super::{
-    Context, Error, api_resource, drive, dyn_ref, finalizer, indexed_controller_for, instrumented,
-    status,
-};
+use super::pipeline::{self, Cleanup, Pipeline};
+use super::{Context, Error, api_resource, drive, dyn_ref, indexed_controller_for};
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
@@ -70,21 +68,11 @@ const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotati
 /// keys (and the Argo CD label) of the old shape.
 const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
 
-// Until `controllers::pipeline` lands: its `Cleanup`, its `Pipeline` steps as inherent methods
-// (same names and signatures) and its driver as `reconcile` below. Switching is wrapping the
-// methods in `impl Pipeline for OmniKubeconfigExport` (`type Outcome = Outcome`,
-// `LEGACY_FINALIZER = false`) and driving `pipeline::reconcile::<OmniKubeconfigExport>`.
-
-/// What a deletion with our finalizer present comes to.
-enum Cleanup<O> {
-    /// Nothing left to do: the finalizer comes off.
-    Done,
-    /// Still waiting: `O` is reported and decides the next reconcile.
-    Waiting(O),
-}
-
 /// The pipeline's steps for OmniKubeconfigExport.
-impl OmniKubeconfigExport {
+impl Pipeline for OmniKubeconfigExport {
+    type Outcome = Outcome;
+    const LEGACY_FINALIZER: bool = false;
+
     /// The webhook's own rules, in case admission was bypassed.
     fn validate(&self) -> crate::api::validation::Validation {
         crate::api::kubeconfig_export::validate(self, None)
@@ -131,41 +119,6 @@ impl OmniKubeconfigExport {
             holds::TargetEnd::Failed(f) => Cleanup::Waiting(Outcome::early(Err(f))),
         })
     }
-}
-
-async fn reconcile(e: Arc<OmniKubeconfigExport>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(e.as_ref(), &ctx, async {
-        let namespace = e.namespace().unwrap_or_default();
-        let api = ctx.api::<OmniKubeconfigExport>(&namespace);
-        let outcome = if e.metadata.deletion_timestamp.is_some() {
-            if !finalizer::has_finalizer(e.as_ref(), false) {
-                return Ok(Action::await_change());
-            }
-            match e.clone().cleanup(ctx.clone()).await? {
-                Cleanup::Done => {
-                    finalizer::remove(&api, e.as_ref(), false).await?;
-                    ctx.metrics
-                        .forget_resource("OmniKubeconfigExport", &namespace, &e.name_any());
-                    return Ok(Action::await_change());
-                }
-                Cleanup::Waiting(outcome) => outcome,
-            }
-        } else {
-            if !finalizer::ensure(&api, e.as_ref(), false).await? {
-                return Ok(Action::await_change());
-            }
-            let validation = e.validate();
-            if validation.is_valid() {
-                e.clone().apply(ctx.clone()).await?
-            } else {
-                OmniKubeconfigExport::invalid(validation.error_summary())
-            }
-        };
-        let desired = e.desired_status(&outcome, ctx.clock.now());
-        status::report(&ctx, e.as_ref(), &desired).await?;
-        e.next(outcome, &ctx)
-    })
-    .await
 }
 
 /// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
@@ -261,5 +214,5 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 Some(dyn_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
             },
         );
-    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, reconcile).await;
+    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
