@@ -1,194 +1,452 @@
-//! Go `time.ParseDuration` syntax (`90s`, `1h30m`, `1.5h`, `300ms`), so durations copied from
-//! Omni and omnictl documentation work unchanged.
+//! Go duration syntax (`300ms`, `90s`, `1h30m`, `1.5h`, `-5m`, `0`), the one parser of the
+//! workspace: [`GoDuration`] reads exactly what Go's `time.ParseDuration` reads (errors worded
+//! as Go's) and prints as Go's `Duration.String()` (the kubeconfig export's spec hash embeds
+//! it). Template fields, CLI flags and the operator's CRD fields all parse with it, so a
+//! duration copied from Omni or omnictl documentation means the same everywhere.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-/// Why a duration string was rejected.
+const NANOSECOND: u64 = 1;
+const MICROSECOND: u64 = 1_000 * NANOSECOND;
+const MILLISECOND: u64 = 1_000 * MICROSECOND;
+const SECOND: u64 = 1_000 * MILLISECOND;
+const MINUTE: u64 = 60 * SECOND;
+const HOUR: u64 = 60 * MINUTE;
+/// Go accumulates magnitudes in uint64 and allows exactly 2^63 for negative values.
+const LIMIT: u64 = 1 << 63;
+
+/// Double-quotes a value the way Go's `%q` does for printable text (escaping quotes,
+/// backslashes and control characters, keeping other Unicode such as `∞` as is).
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Parses a non-negative Go duration (TTLs, timeouts, flags); `-0` is zero.
+pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
+    let d = GoDuration::parse(input)?;
+    d.to_std()
+        .ok_or_else(|| DurationError::Negative(input.to_owned()))
+}
+
+/// A signed nanosecond duration with Go's range (about ±292 years).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct GoDuration {
+    nanos: i64,
+}
+
+/// Why a duration string was rejected; messages match Go's `time.ParseDuration`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
-    /// Empty or malformed input.
-    #[error("invalid duration {0:?}")]
+    /// Syntax error or overflow.
+    #[error("time: invalid duration {}", quote(.0))]
     Invalid(String),
-    /// A number without a unit (other than a bare `0`).
-    #[error("missing unit in duration {0:?}")]
+    /// A number without a unit, e.g. `10`.
+    #[error("time: missing unit in duration {}", quote(.0))]
     MissingUnit(String),
-    /// An unknown unit.
-    #[error("unknown unit {unit:?} in duration {input:?}")]
+    /// A unit Go does not know, e.g. `d`.
+    #[error("time: unknown unit {} in duration {}", quote(.unit), quote(.input))]
     UnknownUnit {
-        /// The unit found.
+        /// The unit as written.
         unit: String,
         /// The whole input.
         input: String,
     },
-    /// Negative durations are meaningless for TTLs and intervals.
-    #[error("negative duration {0:?} is not allowed")]
+    /// A negative duration where only non-negative ones make sense ([`parse_go_duration`]).
+    #[error("negative duration {} is not allowed", quote(.0))]
     Negative(String),
-    /// Larger than Go's maximum (about 2562047h).
-    #[error("duration {0:?} is out of range")]
-    Overflow(String),
 }
 
-/// Parses a Go duration string: a sequence of decimal numbers, each with an optional fraction
-/// and a unit `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`, e.g. `1h30m`. A leading `+` is allowed;
-/// `0` needs no unit.
-pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
-    let invalid = || DurationError::Invalid(input.to_owned());
-    let mut rest = input;
-    if let Some(stripped) = rest.strip_prefix('-') {
-        // "-0" is zero in Go; anything else negative is rejected.
-        if stripped.chars().all(|c| c == '0' || c == '.') && !stripped.is_empty() {
-            return Ok(Duration::ZERO);
+impl GoDuration {
+    /// The zero duration.
+    pub const ZERO: GoDuration = GoDuration { nanos: 0 };
+
+    /// A duration of `nanos` nanoseconds.
+    pub const fn from_nanos(nanos: i64) -> Self {
+        Self { nanos }
+    }
+
+    /// A duration of whole seconds (saturating at Go's range).
+    pub const fn from_secs(secs: i64) -> Self {
+        Self {
+            nanos: secs.saturating_mul(SECOND as i64),
         }
-        return Err(DurationError::Negative(input.to_owned()));
     }
-    if let Some(stripped) = rest.strip_prefix('+') {
-        rest = stripped;
+
+    /// Signed nanoseconds.
+    pub const fn as_nanos(self) -> i64 {
+        self.nanos
     }
-    if rest == "0" {
-        return Ok(Duration::ZERO);
+
+    /// True when strictly greater than zero.
+    pub const fn is_positive(self) -> bool {
+        self.nanos > 0
     }
-    if rest.is_empty() {
-        return Err(invalid());
+
+    /// True when strictly less than zero.
+    pub const fn is_negative(self) -> bool {
+        self.nanos < 0
     }
-    // Go's limit is i64 nanoseconds.
-    const MAX_NANOS: u128 = i64::MAX as u128;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (int_part, after) = rest.split_at(int_len);
-        let (frac_part, after) = match after.strip_prefix('.') {
-            Some(f) => {
-                let len = f.bytes().take_while(u8::is_ascii_digit).count();
-                f.split_at(len)
-            }
-            None => ("", after),
-        };
-        if int_part.is_empty() && frac_part.is_empty() {
+
+    /// The duration as a `std::time::Duration`, or `None` when negative.
+    pub fn to_std(self) -> Option<std::time::Duration> {
+        u64::try_from(self.nanos)
+            .ok()
+            .map(std::time::Duration::from_nanos)
+    }
+
+    /// Parses Go duration syntax: an optional sign, then one or more decimal numbers each
+    /// followed by a unit (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`); a bare `0` is allowed.
+    pub fn parse(input: &str) -> Result<Self, DurationError> {
+        let invalid = || DurationError::Invalid(input.to_string());
+        let mut s = input.as_bytes();
+        let mut neg = false;
+        if let Some(&c) = s.first()
+            && (c == b'-' || c == b'+')
+        {
+            neg = c == b'-';
+            s = &s[1..];
+        }
+        if s == b"0" {
+            return Ok(Self::ZERO);
+        }
+        if s.is_empty() {
             return Err(invalid());
         }
-        let unit_len = after
-            .char_indices()
-            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
-            .map_or(after.len(), |(i, _)| i);
-        let (unit, after) = after.split_at(unit_len);
-        if unit.is_empty() {
-            return Err(DurationError::MissingUnit(input.to_owned()));
-        }
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(DurationError::UnknownUnit {
-                    unit: unit.to_owned(),
-                    input: input.to_owned(),
-                });
+        let mut total: u64 = 0;
+        while !s.is_empty() {
+            if !(s[0] == b'.' || s[0].is_ascii_digit()) {
+                return Err(invalid());
             }
-        };
-        let overflow = || DurationError::Overflow(input.to_owned());
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| overflow())?
-        };
-        let mut value = whole.checked_mul(unit_nanos).ok_or_else(overflow)?;
-        // Checked before the fraction is added, so that addition cannot overflow.
-        if value > MAX_NANOS {
-            return Err(overflow());
-        }
-        // Fractions: Go truncates toward zero at nanosecond precision.
-        let mut scale = unit_nanos;
-        for digit in frac_part.bytes().take(30) {
-            scale /= 10;
-            if scale == 0 {
-                break;
+            let before = s.len();
+            let (mut value, rest) = leading_int(s).ok_or_else(invalid)?;
+            s = rest;
+            let had_int = before != s.len();
+
+            let mut fraction: u64 = 0;
+            let mut scale: f64 = 1.0;
+            let mut had_fraction = false;
+            if s.first() == Some(&b'.') {
+                s = &s[1..];
+                let before = s.len();
+                let (f, sc, rest) = leading_fraction(s);
+                fraction = f;
+                scale = sc;
+                s = rest;
+                had_fraction = before != s.len();
             }
-            value += u128::from(digit - b'0') * scale;
+            if !had_int && !had_fraction {
+                return Err(invalid());
+            }
+
+            let unit_len = s
+                .iter()
+                .position(|&c| c == b'.' || c.is_ascii_digit())
+                .unwrap_or(s.len());
+            if unit_len == 0 {
+                return Err(DurationError::MissingUnit(input.to_string()));
+            }
+            let unit_bytes = &s[..unit_len];
+            s = &s[unit_len..];
+            let unit = unit_nanos(unit_bytes).ok_or_else(|| DurationError::UnknownUnit {
+                unit: String::from_utf8_lossy(unit_bytes).into_owned(),
+                input: input.to_string(),
+            })?;
+            if value > LIMIT / unit {
+                return Err(invalid());
+            }
+            value *= unit;
+            if fraction > 0 {
+                // Go uses float64 here too; it is exact to the nanosecond for every unit up to hours.
+                value += (fraction as f64 * (unit as f64 / scale)) as u64;
+                if value > LIMIT {
+                    return Err(invalid());
+                }
+            }
+            total = total.checked_add(value).ok_or_else(invalid)?;
+            if total > LIMIT {
+                return Err(invalid());
+            }
         }
-        total = total.checked_add(value).ok_or_else(overflow)?;
-        if total > MAX_NANOS {
-            return Err(overflow());
+        if neg {
+            // total ≤ 2^63, so the negation fits.
+            return Ok(Self {
+                nanos: (total as i128).wrapping_neg() as i64,
+            });
         }
-        rest = after;
+        i64::try_from(total)
+            .map(|nanos| Self { nanos })
+            .map_err(|_| invalid())
     }
-    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| invalid())?;
-    let nanos = u32::try_from(total % 1_000_000_000).map_err(|_| invalid())?;
-    Ok(Duration::new(secs, nanos))
+}
+
+fn unit_nanos(unit: &[u8]) -> Option<u64> {
+    Some(match unit {
+        b"ns" => NANOSECOND,
+        b"us" => MICROSECOND,
+        // U+00B5 MICRO SIGN and U+03BC GREEK SMALL LETTER MU, as Go accepts both.
+        [0xC2, 0xB5, b's'] | [0xCE, 0xBC, b's'] => MICROSECOND,
+        b"ms" => MILLISECOND,
+        b"s" => SECOND,
+        b"m" => MINUTE,
+        b"h" => HOUR,
+        _ => return None,
+    })
+}
+
+/// Consumes leading ASCII digits; `None` on overflow past 2^63.
+fn leading_int(s: &[u8]) -> Option<(u64, &[u8])> {
+    let mut x: u64 = 0;
+    let mut i = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        if x > LIMIT / 10 {
+            return None;
+        }
+        x = x * 10 + u64::from(s[i] - b'0');
+        if x > LIMIT {
+            return None;
+        }
+        i += 1;
+    }
+    Some((x, &s[i..]))
+}
+
+/// Consumes the digits after a decimal point; precision beyond 63 bits is dropped, as in Go.
+fn leading_fraction(s: &[u8]) -> (u64, f64, &[u8]) {
+    let mut x: u64 = 0;
+    let mut scale = 1.0;
+    let mut overflow = false;
+    let mut i = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        let digit = u64::from(s[i] - b'0');
+        i += 1;
+        if overflow {
+            continue;
+        }
+        if x > (LIMIT - 1) / 10 {
+            overflow = true;
+            continue;
+        }
+        let y = x * 10 + digit;
+        if y > LIMIT {
+            overflow = true;
+            continue;
+        }
+        x = y;
+        scale *= 10.0;
+    }
+    (x, scale, &s[i..])
+}
+
+impl FromStr for GoDuration {
+    type Err = DurationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Display for GoDuration {
+    /// Go's `Duration.String()`: `1h30m0s`, `1m30s`, `1.5s`, `300ms`, `0s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let neg = self.nanos < 0;
+        let mut u = self.nanos.unsigned_abs();
+        let mut out = String::new();
+        if u < SECOND {
+            let (unit, prec) = match u {
+                0 => return f.write_str("0s"),
+                u if u < MICROSECOND => ("ns", 0),
+                u if u < MILLISECOND => ("µs", 3),
+                _ => ("ms", 6),
+            };
+            let (frac, int) = format_fraction(u, prec);
+            out.push_str(&int.to_string());
+            out.push_str(&frac);
+            out.push_str(unit);
+        } else {
+            let (frac, secs) = format_fraction(u, 9);
+            u = secs;
+            let s = u % 60;
+            u /= 60;
+            if u > 0 {
+                let m = u % 60;
+                u /= 60;
+                if u > 0 {
+                    out.push_str(&format!("{u}h"));
+                }
+                out.push_str(&format!("{m}m"));
+            }
+            out.push_str(&format!("{s}{frac}s"));
+        }
+        if neg {
+            f.write_str("-")?;
+        }
+        f.write_str(&out)
+    }
+}
+
+/// Splits `v` into `v / 10^prec` and its fractional digits (`.5`, `.25`, or empty when zero),
+/// trailing zeros dropped as Go's `fmtFrac` does.
+fn format_fraction(v: u64, prec: u32) -> (String, u64) {
+    let divisor = 10u64.pow(prec);
+    let int = v / divisor;
+    let frac = v % divisor;
+    if frac == 0 {
+        return (String::new(), int);
+    }
+    let digits = format!("{frac:0width$}", width = prec as usize);
+    (format!(".{}", digits.trim_end_matches('0')), int)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A whole part just below u128's limit left no room for the fraction: adding it overflowed
-    /// (a panic in debug builds, a wrapped value in release ones) instead of reporting a
-    /// duration out of range.
-    #[test]
-    fn huge_whole_part_with_a_fraction_is_out_of_range() {
-        let input = "340282366920938463463374607431768211.999us";
-        assert_eq!(
-            parse_go_duration(input),
-            Err(DurationError::Overflow(input.to_string()))
-        );
-    }
-
-    #[test]
-    fn accepts_go_syntax() {
-        let cases = [
-            ("0", 0, 0),
-            ("1h", 3600, 0),
-            ("1h30m", 5400, 0),
-            ("90s", 90, 0),
-            ("1.5h", 5400, 0),
-            ("300ms", 0, 300_000_000),
-            ("2m3.5s", 123, 500_000_000),
-            ("1us", 0, 1_000),
-            ("1µs", 0, 1_000),
-            ("+5s", 5, 0),
-            ("87600h", 315_360_000, 0),
-            (".5s", 0, 500_000_000),
-        ];
-        for (input, secs, nanos) in cases {
-            assert_eq!(
-                parse_go_duration(input),
-                Ok(Duration::new(secs, nanos)),
-                "{input}"
-            );
+    fn p(s: &str) -> i64 {
+        match GoDuration::parse(s) {
+            Ok(d) => d.as_nanos(),
+            Err(e) => panic!("{s:?} should parse: {e}"),
         }
     }
 
     #[test]
+    fn parses_go_syntax() {
+        assert_eq!(p("0"), 0);
+        assert_eq!(p("-0"), 0);
+        assert_eq!(p("+0"), 0);
+        assert_eq!(p("0s"), 0);
+        assert_eq!(p("300ms"), 300_000_000);
+        assert_eq!(p("90s"), 90 * SECOND as i64);
+        assert_eq!(p("5m"), 5 * MINUTE as i64);
+        assert_eq!(p("24h"), 24 * HOUR as i64);
+        assert_eq!(p("1h30m"), (HOUR + 30 * MINUTE) as i64);
+        assert_eq!(p("1.5h"), (HOUR + 30 * MINUTE) as i64);
+        assert_eq!(p(".5s"), 500_000_000);
+        assert_eq!(p("1.s"), SECOND as i64);
+        assert_eq!(p("-1h"), -(HOUR as i64));
+        assert_eq!(p("+2m"), 2 * MINUTE as i64);
+        assert_eq!(p("1ns"), 1);
+        assert_eq!(p("1us"), 1_000);
+        assert_eq!(p("1µs"), 1_000);
+        assert_eq!(p("1μs"), 1_000);
+        assert_eq!(
+            p("1h1m1s1ms1us1ns"),
+            (HOUR + MINUTE + SECOND + MILLISECOND + MICROSECOND + 1) as i64
+        );
+        assert_eq!(p("0.3333333333333333333h"), 1_200_000_000_000);
+        assert_eq!(p("9223372036854775807ns"), i64::MAX);
+        assert_eq!(p("-9223372036854775808ns"), i64::MIN);
+    }
+
+    #[test]
     fn rejects_what_go_rejects() {
-        assert!(matches!(
-            parse_go_duration(""),
-            Err(DurationError::Invalid(_))
-        ));
-        assert!(matches!(
-            parse_go_duration("10"),
-            Err(DurationError::MissingUnit(_))
-        ));
-        assert!(matches!(
-            parse_go_duration("1d"),
-            Err(DurationError::UnknownUnit { .. })
-        ));
-        assert!(matches!(
-            parse_go_duration("h"),
-            Err(DurationError::Invalid(_))
-        ));
-        assert!(matches!(
-            parse_go_duration("1h "),
-            Err(DurationError::UnknownUnit { .. })
-        ));
-        assert!(matches!(
-            parse_go_duration("-1h"),
-            Err(DurationError::Negative(_))
-        ));
-        assert!(matches!(
-            parse_go_duration("9999999h"),
-            Err(DurationError::Overflow(_))
-        ));
+        assert_eq!(
+            GoDuration::parse(""),
+            Err(DurationError::Invalid(String::new()))
+        );
+        assert_eq!(
+            GoDuration::parse("10"),
+            Err(DurationError::MissingUnit("10".into()))
+        );
+        assert_eq!(
+            GoDuration::parse("1d"),
+            Err(DurationError::UnknownUnit {
+                unit: "d".into(),
+                input: "1d".into()
+            })
+        );
+        for bad in [
+            "-",
+            "+",
+            ".",
+            "s",
+            "h1",
+            "1h ",
+            " 1h",
+            "1.h.",
+            "-.s",
+            "9223372036854775808ns",
+            "3000000h",
+        ] {
+            assert!(
+                GoDuration::parse(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+        assert_eq!(
+            GoDuration::parse("1d").map_err(|e| e.to_string()),
+            Err(r#"time: unknown unit "d" in duration "1d""#.to_string())
+        );
+        assert_eq!(
+            GoDuration::parse("10").map_err(|e| e.to_string()),
+            Err(r#"time: missing unit in duration "10""#.to_string())
+        );
+    }
+
+    #[test]
+    fn formats_like_go() {
+        let cases = [
+            ("24h", "24h0m0s"),
+            ("12h", "12h0m0s"),
+            ("1h30m", "1h30m0s"),
+            ("90s", "1m30s"),
+            ("0", "0s"),
+            ("1.5s", "1.5s"),
+            ("300ms", "300ms"),
+            ("1500us", "1.5ms"),
+            ("1us", "1µs"),
+            ("999ns", "999ns"),
+            ("-5m", "-5m0s"),
+            ("1h0m0.25s", "1h0m0.25s"),
+            ("2562047h47m16.854775807s", "2562047h47m16.854775807s"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                GoDuration::parse(input).map(|d| d.to_string()),
+                Ok(want.to_string()),
+                "{input}"
+            );
+        }
+        assert_eq!(
+            GoDuration::from_nanos(i64::MIN).to_string(),
+            "-2562047h47m16.854775808s"
+        );
+    }
+
+    #[test]
+    fn sign_helpers() {
+        assert!(GoDuration::from_secs(1).is_positive());
+        assert!(!GoDuration::ZERO.is_positive());
+        assert!(GoDuration::from_secs(-1).is_negative());
+        assert_eq!(GoDuration::from_secs(-1).to_std(), None);
+        assert_eq!(
+            GoDuration::from_secs(3).to_std(),
+            Some(std::time::Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn non_negative_durations() {
+        assert_eq!(parse_go_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_go_duration("-0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_go_duration("-5m").map_err(|e| e.to_string()),
+            Err(r#"negative duration "-5m" is not allowed"#.to_string())
+        );
     }
 }

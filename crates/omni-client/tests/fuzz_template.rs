@@ -1,8 +1,8 @@
 //! Property tests over the cluster-template model (parse, validate, translate, emit) and the
-//! Go duration parsers.
+//! Go duration parser.
 //!
 //! Properties: no panic on any text, output proportionate to the input, emitted YAML parses
-//! back to a template that emits the same YAML, and the duration parsers agree with each other and with Go's
+//! back to a template that emits the same YAML, and durations read and print Go's
 //! `Duration.String()` format.
 //!
 //! Each target runs a few thousand cases by default; `FUZZ_CASES=N` runs N per target (the
@@ -13,7 +13,7 @@
 mod fuzz_support;
 
 use fuzz_support::{config, duration_text, leaf_string, wild_json, yaml_text};
-use omni_client::duration;
+use omni_client::duration::{self, GoDuration};
 use omni_client::template::{self, FileResolver, Template};
 use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
@@ -356,29 +356,29 @@ fn go_format(nanos: u64) -> String {
 proptest! {
     #![proptest_config(config())]
 
-    /// Both omni-client parsers read Go's format back exactly, over Go's whole range.
+    /// The parser reads Go's format back exactly over Go's whole range, and prints it as Go does.
     #[test]
-    fn duration_parsers_read_go_format_back(nanos in 0..=i64::MAX as u64) {
+    fn durations_read_and_print_go_format(nanos in 0..=i64::MAX as u64) {
         let text = go_format(nanos);
+        let signed = i64::try_from(nanos).unwrap_or(i64::MAX);
+        prop_assert_eq!(GoDuration::parse(&text), Ok(GoDuration::from_nanos(signed)));
+        prop_assert_eq!(GoDuration::from_nanos(signed).to_string(), text.clone());
         prop_assert_eq!(duration::parse_go_duration(&text), Ok(std::time::Duration::from_nanos(nanos)));
-        prop_assert_eq!(template::parse_go_duration(&text), Ok(i128::from(nanos)));
     }
 
-    /// On any text the two parsers never panic and agree: the same non-negative value, or both
-    /// refuse (the template parser alone takes negative values).
+    /// On any text the parser never panics; what it reads prints back to the same value; the
+    /// non-negative form agrees with it; errors stay short.
     #[test]
-    fn duration_parsers_agree(text in duration_text()) {
-        let plain = duration::parse_go_duration(&text);
-        let signed = template::parse_go_duration(&text);
-        match (&plain, &signed) {
-            (Ok(d), Ok(n)) => prop_assert_eq!(i128::try_from(d.as_nanos()).ok(), Some(*n)),
-            (Err(duration::DurationError::Negative(_)), _) => {}
-            (Err(_), Err(_)) => {}
-            (Ok(d), Err(e)) => prop_assert!(false, "{text:?}: {d:?} vs {e}"),
-            (Err(e), Ok(n)) => prop_assert!(*n <= 0 && text.starts_with('-'), "{text:?}: {e} vs {n}"),
-        }
-        if let Err(e) = plain {
-            prop_assert!(proportionate(e.to_string().len(), text.len()));
+    fn durations_never_panic_and_round_trip(text in duration_text()) {
+        match GoDuration::parse(&text) {
+            Ok(d) => {
+                prop_assert_eq!(GoDuration::parse(&d.to_string()), Ok(d));
+                prop_assert_eq!(duration::parse_go_duration(&text).ok(), d.to_std());
+            }
+            Err(e) => {
+                prop_assert!(duration::parse_go_duration(&text).is_err());
+                prop_assert!(proportionate(e.to_string().len(), text.len()));
+            }
         }
     }
 }

@@ -1,80 +1,6 @@
-//! Go duration parsing and file resolution for templates.
+//! File resolution for templates.
 
 use std::path::{Path, PathBuf};
-
-/// A duration string that Go's `time.ParseDuration` would reject.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {0:?}")]
-pub struct DurationError(pub String);
-
-/// Parses Go duration syntax (`30s`, `1h30m`, `1.5h`, `-5m`, `0`) into signed nanoseconds.
-/// Plain numbers other than `0` are rejected, as in Go.
-pub fn parse_go_duration(text: &str) -> Result<i128, DurationError> {
-    let err = || DurationError(text.to_string());
-    let (negative, mut rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(err());
-    }
-    let mut total: i128 = 0;
-    while !rest.is_empty() {
-        let int_end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let int_part = &rest[..int_end];
-        rest = &rest[int_end..];
-        let mut frac_part = "";
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let frac_end = after_dot
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(after_dot.len());
-            frac_part = &after_dot[..frac_end];
-            rest = &after_dot[frac_end..];
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(err());
-        }
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit: i128 = match &rest[..unit_end] {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return Err(err()),
-        };
-        rest = &rest[unit_end..];
-        let whole: i128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| err())?
-        };
-        let mut value = whole.checked_mul(unit).ok_or_else(err)?;
-        // Checked before the fraction is added, so that addition cannot overflow.
-        if value > i128::from(i64::MAX) {
-            return Err(err());
-        }
-        let mut scale = unit;
-        for digit in frac_part.bytes().take(18) {
-            scale /= 10;
-            value += i128::from(digit - b'0') * scale;
-        }
-        total = total.checked_add(value).ok_or_else(err)?;
-        if total > i128::from(i64::MAX) {
-            return Err(err());
-        }
-    }
-    Ok(if negative { -total } else { total })
-}
 
 /// Largest template file read (1 MiB): a patch or manifest is never near it, and the cap keeps a
 /// huge or endless file from exhausting memory.
@@ -327,31 +253,6 @@ fn read_capped(path: &str, file: std::fs::File) -> Result<Vec<u8>, FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A whole part just below i128's limit left no room for the fraction: adding it overflowed
-    /// (a panic in debug builds; in release builds a wrapped, negative duration was accepted).
-    #[test]
-    fn huge_whole_part_with_a_fraction_is_refused() {
-        let input = "170141183460469231731687303715884105.999us";
-        assert_eq!(
-            parse_go_duration(input),
-            Err(DurationError(input.to_string()))
-        );
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("0"), Ok(0));
-        assert_eq!(parse_go_duration("30s"), Ok(30_000_000_000));
-        assert_eq!(parse_go_duration("1h30m"), Ok(5_400_000_000_000));
-        assert_eq!(parse_go_duration("1.5h"), Ok(5_400_000_000_000));
-        assert_eq!(parse_go_duration("-5m"), Ok(-300_000_000_000));
-        assert_eq!(parse_go_duration("300ms"), Ok(300_000_000));
-        assert!(parse_go_duration("30").is_err());
-        assert!(parse_go_duration("").is_err());
-        assert!(parse_go_duration("1d").is_err());
-        assert!(parse_go_duration("h").is_err());
-    }
 
     #[test]
     fn root_confines_paths() {

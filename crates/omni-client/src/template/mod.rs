@@ -23,7 +23,7 @@ pub use api::{
 };
 pub use deadline::DeadlineState;
 pub use delete::{DeleteProgress, delete_cluster, delete_cluster_for};
-pub use files::{DurationError, FileError, FileResolver, MAX_FILE_BYTES, parse_go_duration};
+pub use files::{FileError, FileResolver, MAX_FILE_BYTES};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
     Install, KubernetesCluster, Machine, MachineClass, MachineSet, Manifest, ParseError, Patch,

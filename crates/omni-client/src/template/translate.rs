@@ -6,10 +6,11 @@ use std::fmt;
 use prost::Message as _;
 
 use super::api::BackendApi;
-use super::files::{FileError, FileResolver, parse_go_duration};
+use super::files::{FileError, FileResolver};
 use super::model::{Descriptors, Document, MachineSet, Patch, Template, UpdateStrategy};
 use super::validate::{CONTROL_PLANES, allocation, healthcheck_id, inline_content, workers_name};
 use super::yaml::{self, Node};
+use crate::duration::GoDuration;
 use crate::proto::specs;
 
 /// Namespace of every resource the template writes.
@@ -309,20 +310,19 @@ fn to_proto_duration(
     field: &str,
     text: &str,
 ) -> Result<Option<prost_types::Duration>, TranslateError> {
-    let nanos = parse_go_duration(text).map_err(|e| TranslateError::Invalid {
-        field: field.to_string(),
-        message: e.to_string(),
-    })?;
+    let nanos = GoDuration::parse(text)
+        .map_err(|e| TranslateError::Invalid {
+            field: field.to_string(),
+            message: e.to_string(),
+        })?
+        .as_nanos();
     if nanos <= 0 {
         return Ok(None);
     }
-    let invalid = || TranslateError::Invalid {
-        field: field.to_string(),
-        message: "duration out of range".into(),
-    };
+    // A positive i64 of nanoseconds always fits: seconds as i64, the rest below 10^9.
     Ok(Some(prost_types::Duration {
-        seconds: i64::try_from(nanos / 1_000_000_000).map_err(|_| invalid())?,
-        nanos: i32::try_from(nanos % 1_000_000_000).map_err(|_| invalid())?,
+        seconds: nanos / 1_000_000_000,
+        nanos: (nanos % 1_000_000_000) as i32,
     }))
 }
 

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::files::{FileResolver, parse_go_duration};
+use super::files::FileResolver;
 use super::model::{Cluster, Descriptors, Document, Machine, MachineSet, Patch, Size, Template};
 use super::yaml::{self, Node};
+use crate::duration::GoDuration;
 
 /// Prefix reserved for Omni's own labels and annotations.
 pub const RESERVED_PREFIX: &str = "omni.sidero.dev/";
@@ -210,9 +211,28 @@ pub(crate) fn parse_semver(version: &str) -> Option<(u64, u64, u64)> {
     parts.next().is_none().then_some((major, minor, patch))
 }
 
-/// Whether a machine ID is a UUID in any form Go's `uuid.Parse` accepts.
-pub fn is_uuid(id: &str) -> bool {
-    uuid::Uuid::parse_str(id).is_ok()
+/// Whether `s` parses as a UUID the way Go's `uuid.Parse` accepts it: canonical 36-character
+/// form, `urn:uuid:` prefix, braces, or 32 bare hex digits.
+pub fn is_uuid(s: &str) -> bool {
+    let canonical = |s: &str| -> bool {
+        let b = s.as_bytes();
+        b.len() == 36
+            && b.iter().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    match s.len() {
+        36 => canonical(s),
+        45 => {
+            s.get(..9)
+                .is_some_and(|p| p.eq_ignore_ascii_case("urn:uuid:"))
+                && s.get(9..).is_some_and(canonical)
+        }
+        38 => s.starts_with('{') && s.ends_with('}') && s.get(1..37).is_some_and(canonical),
+        32 => s.bytes().all(|c| c.is_ascii_hexdigit()),
+        _ => false,
+    }
 }
 
 struct Ctx<'a> {
@@ -268,8 +288,8 @@ impl Ctx<'_> {
     }
 
     fn duration(&mut self, doc: &DocCtx, field: &str, text: &str) -> Option<i128> {
-        match parse_go_duration(text) {
-            Ok(d) => Some(d),
+        match GoDuration::parse(text) {
+            Ok(d) => Some(i128::from(d.as_nanos())),
             Err(e) => {
                 self.push(doc, field, e.to_string());
                 None

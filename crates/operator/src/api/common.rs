@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+pub use omni_client::template::is_uuid;
+
 use super::validation::{FieldError, Validation};
 
 /// Reference to another object of this API in the same namespace, by name.
@@ -486,30 +488,6 @@ pub fn validate_machine_set(fields: &MachineSetFields, out: &mut Validation) {
             args.join(" "),
             "kernelArgs are supported only for static machine sets",
         ));
-    }
-}
-
-/// Whether `s` parses as a UUID the way Go's `uuid.Parse` accepts it: canonical 36-character
-/// form, `urn:uuid:` prefix, braces, or 32 bare hex digits.
-pub fn is_uuid(s: &str) -> bool {
-    let canonical = |s: &str| -> bool {
-        let b = s.as_bytes();
-        b.len() == 36
-            && b.iter().enumerate().all(|(i, c)| match i {
-                8 | 13 | 18 | 23 => *c == b'-',
-                _ => c.is_ascii_hexdigit(),
-            })
-    };
-    match s.len() {
-        36 => canonical(s),
-        45 => {
-            s.get(..9)
-                .is_some_and(|p| p.eq_ignore_ascii_case("urn:uuid:"))
-                && s.get(9..).is_some_and(canonical)
-        }
-        38 => s.starts_with('{') && s.ends_with('}') && s.get(1..37).is_some_and(canonical),
-        32 => s.bytes().all(|c| c.is_ascii_hexdigit()),
-        _ => false,
     }
 }
 

@@ -196,25 +196,7 @@ impl fmt::Display for FieldError {
     }
 }
 
-/// Double-quotes a value the way Go's `%q` does for printable text (escaping quotes,
-/// backslashes and control characters, keeping other Unicode such as `∞` as is).
-pub fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+pub use omni_client::duration::quote;
 
 #[cfg(test)]
 mod tests {

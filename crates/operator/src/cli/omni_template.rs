@@ -173,10 +173,9 @@ fn client(connection: &Connection) -> anyhow::Result<Client> {
 }
 
 fn deadline(connection: &Connection) -> anyhow::Result<Instant> {
-    let nanos =
-        omni_client::template::parse_go_duration(&connection.timeout).context("--timeout")?;
-    let nanos = u64::try_from(nanos).context("--timeout must not be negative")?;
-    Ok(Instant::now() + Duration::from_nanos(nanos))
+    let timeout =
+        omni_client::duration::parse_go_duration(&connection.timeout).context("--timeout")?;
+    Ok(Instant::now() + timeout)
 }
 
 fn load(path: &Path) -> anyhow::Result<(Template, FileResolver)> {

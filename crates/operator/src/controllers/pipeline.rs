@@ -36,6 +36,11 @@ pub(crate) trait Pipeline:
     /// Whether the kind carries the original operator's finalizer name (see [`finalizer`]).
     const LEGACY_FINALIZER: bool;
 
+    /// Whether a pass starts from the stored object rather than the watch cache: for a kind
+    /// whose actions cannot be undone by a later status write (a Helm revision planned from a
+    /// stale digest is a needless revision). A newer stored copy reruns the pass on it.
+    const READ_FRESH: bool = false;
+
     /// The webhook's own rules, applied again in case admission was bypassed.
     fn validate(&self) -> Validation;
 
@@ -66,6 +71,23 @@ pub(crate) trait Pipeline:
 
     /// Drops what the operator keeps for this object once its finalizer is off.
     fn forget(&self, _ctx: &Context) {}
+
+    /// After the status write: anything worth announcing that the condition Event does not
+    /// say (`old` is the status before this pass).
+    fn announce(
+        &self,
+        _ctx: &Context,
+        _outcome: &Self::Outcome,
+        _old: Option<&Self::Status>,
+        _new: &Self::Status,
+    ) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
+    /// The status stored on this copy, for [`Pipeline::announce`].
+    fn status(&self) -> Option<&Self::Status> {
+        None
+    }
 }
 
 /// The reconcile of every [`Pipeline`] kind.
@@ -76,6 +98,15 @@ pub(crate) async fn reconcile<P: Pipeline>(
     instrumented(obj.as_ref(), &ctx, async {
         let namespace = obj.namespace().unwrap_or_default();
         let api = ctx.api::<P>(&namespace);
+        if P::READ_FRESH {
+            match api.get_opt(&obj.name_any()).await? {
+                None => return Ok(Action::await_change()),
+                Some(stored) if stored.meta().resource_version != obj.meta().resource_version => {
+                    return Err(Error::stale_cache(&stored)?);
+                }
+                Some(_) => {}
+            }
+        }
         let outcome = if obj.meta().deletion_timestamp.is_some() {
             if !finalizer::has_finalizer(obj.as_ref(), P::LEGACY_FINALIZER) {
                 return Ok(Action::await_change());
@@ -103,6 +134,7 @@ pub(crate) async fn reconcile<P: Pipeline>(
         };
         let status = obj.desired_status(&outcome, ctx.clock.now());
         status::report(&ctx, obj.as_ref(), &status).await?;
+        obj.announce(&ctx, &outcome, obj.status(), &status).await;
         obj.next(outcome, &ctx)
     })
     .await

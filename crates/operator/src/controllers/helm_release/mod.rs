@@ -46,9 +46,11 @@ pub use self::recover::{Recovery, recovery};
 use self::state::{Observation, determine};
 pub use self::state::{Pending, Plan, input_digest, pending, plan};
 use super::index::{RefKey, namespace_of};
-use super::{Context, Error, drive, finalizer, indexed_controller_for, instrumented, status};
+use super::pipeline::{self, Cleanup, Pipeline};
+use super::{Context, Error, drive, indexed_controller_for};
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
+use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::helm::{ReleaseInfo, ReleaseSession, RepositoryAuth};
 
@@ -90,46 +92,76 @@ pub const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
 /// hand, a rollback) inherits our run label but not a matching revision number.
 pub const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
 
-/// How a pass over the object ends, before its status is reported.
+/// How a pass over a live object ends, before its status is reported.
 pub(crate) enum Step {
-    /// Nothing to write: the object is gone, its finalizer was just added, or it was deleted.
-    Done(Action),
     /// The outcome to report in the reconcile's one status write.
     Report(Outcome),
-    /// The object was deleted while the pass read its inputs: delete this fresh copy instead.
+    /// The object was deleted while the pass read its inputs: its deletion runs instead.
     DeletedMeanwhile(Box<OmniHelmRelease>),
 }
+/// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
+/// watch cache can lag behind this controller's own last status write, and planning from a
+/// stale digest or revision would create a needless revision.
+impl Pipeline for OmniHelmRelease {
+    type Outcome = Outcome;
+    const LEGACY_FINALIZER: bool = false;
+    const READ_FRESH: bool = true;
 
-async fn reconcile(obj: Arc<OmniHelmRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(obj.as_ref(), &ctx, async {
-        let namespace = obj.namespace().unwrap_or_default();
-        let api = ctx.api::<OmniHelmRelease>(&namespace);
-        // The watch cache can lag behind this controller's own last status write; planning
-        // from a stale digest or revision would create a needless revision. Read it fresh.
-        let Some(mut r) = api.get_opt(&obj.name_any()).await? else {
-            return Ok(Action::await_change());
-        };
-        let now = ctx.clock.now();
-        let mut step = if r.metadata.deletion_timestamp.is_some() {
-            uninstall::delete(&ctx, &r, &api).await?
-        } else if !finalizer::ensure(&api, &r, false).await? {
-            return Ok(Action::await_change());
-        } else {
-            attached(&ctx, &api, &r, now).await?
-        };
-        // A deletion never hands over again, so this ends after at most one hand-over.
-        loop {
-            match step {
-                Step::Done(action) => return Ok(action),
-                Step::Report(outcome) => return report(&ctx, &r, &outcome, now).await,
-                Step::DeletedMeanwhile(fresh) => {
-                    r = *fresh;
-                    step = uninstall::delete(&ctx, &r, &api).await?;
-                }
-            }
+    fn validate(&self) -> Validation {
+        crate::api::helm_release::validate(self, None)
+    }
+
+    fn invalid(summary: String) -> Outcome {
+        Outcome::Invalid(summary)
+    }
+
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+        let api = ctx.api::<OmniHelmRelease>(&self.namespace().unwrap_or_default());
+        match attached(&ctx, &api, &self, ctx.clock.now()).await? {
+            Step::Report(outcome) => Ok(outcome),
+            Step::DeletedMeanwhile(fresh) => Err(Error::stale_cache(&fresh)?),
         }
-    })
-    .await
+    }
+
+    fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniHelmReleaseStatus {
+        desired_status(self, outcome, now)
+    }
+
+    fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
+        next_reconcile(self, &outcome, ctx.min_interval)
+    }
+
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
+        uninstall::delete(&ctx, &self).await
+    }
+
+    /// Condition Events fire on reason changes only; each Helm action that deployed a revision
+    /// is worth one too.
+    async fn announce(
+        &self,
+        ctx: &Context,
+        outcome: &Outcome,
+        old: Option<&OmniHelmReleaseStatus>,
+        new: &OmniHelmReleaseStatus,
+    ) {
+        let ready = |s: &OmniHelmReleaseStatus| find_condition(&s.conditions, ct::READY).cloned();
+        if let (true, Some(now_ready), Some(was_ready)) =
+            (outcome.deployed(), ready(new), old.and_then(ready))
+            && now_ready.reason == was_ready.reason
+        {
+            ctx.event(
+                self,
+                EventType::Normal,
+                &now_ready.reason,
+                now_ready.message,
+            )
+            .await;
+        }
+    }
+
+    fn status(&self) -> Option<&OmniHelmReleaseStatus> {
+        self.status.as_ref()
+    }
 }
 
 /// The pass of an object that is not being deleted: its inputs, then the release.
@@ -139,11 +171,6 @@ async fn attached(
     r: &OmniHelmRelease,
     now: jiff::Timestamp,
 ) -> Result<Step, Error> {
-    // The webhook's rules, in case admission was bypassed.
-    let validation = crate::api::helm_release::validate(r, None);
-    if !validation.is_valid() {
-        return Ok(Step::Report(Outcome::Invalid(validation.error_summary())));
-    }
     let namespace = r.namespace().unwrap_or_default();
     let cluster = ctx
         .api::<OmniCluster>(&namespace)
@@ -295,28 +322,6 @@ async fn read_release(
         .map_err(|err| format!("read Helm release {name:?}: {err}"))
 }
 
-/// The reconcile's one status write (only when the status changed), its Events and metrics,
-/// and the next reconcile.
-async fn report(
-    ctx: &Context,
-    r: &OmniHelmRelease,
-    outcome: &Outcome,
-    now: jiff::Timestamp,
-) -> Result<Action, Error> {
-    let new = desired_status(r, outcome, now);
-    let old = r.status.clone().unwrap_or_default();
-    status::report(ctx, r, &new).await?;
-    // Condition Events fire on reason changes only; each Helm action is worth one.
-    let ready = |s: &OmniHelmReleaseStatus| find_condition(&s.conditions, ct::READY).cloned();
-    if let (true, Some(now_ready), Some(was_ready)) = (outcome.deployed(), ready(&new), ready(&old))
-        && now_ready.reason == was_ready.reason
-    {
-        ctx.event(r, EventType::Normal, &now_ready.reason, now_ready.message)
-            .await;
-    }
-    next_reconcile(r, outcome, ctx.min_interval)
-}
-
 /// Runs the OmniHelmRelease controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, |x| {
@@ -347,7 +352,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 by_secret.get(&RefKey::new("secret", &namespace_of(&s), &s.name_any()))
             },
         );
-    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, reconcile).await;
+    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
 
 #[cfg(test)]

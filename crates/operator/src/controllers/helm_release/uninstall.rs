@@ -2,38 +2,30 @@
 //! then the finalizer goes. A deletion that cannot uninstall says why and how to finish it
 //! instead of waiting silently (the original waits forever).
 
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 
+use super::REASON_UNINSTALL_SKIPPED;
 use super::apply::helm_failure;
 use super::inputs::{Problem, kubeconfig, release_key, timeout_of};
 use super::outcome::{Outcome, WAY_OUT};
 use super::ownership::{Ownership, ownership};
-use super::{REASON_UNINSTALL_SKIPPED, Step};
 use crate::api::OmniHelmRelease;
 use crate::api::common::reasons;
 use crate::api::helm_release::HelmDeletionPolicy;
-use crate::controllers::{Context, Error, finalizer};
+use crate::controllers::pipeline::Cleanup;
+use crate::controllers::{Context, Error};
 use crate::helm::{HelmError, ReleaseSession};
 
-/// Deletes `r`: `Step::Done` once the finalizer is gone, `Step::Report` while it cannot be.
-pub(crate) async fn delete(
-    ctx: &Context,
-    r: &OmniHelmRelease,
-    api: &Api<OmniHelmRelease>,
-) -> Result<Step, Error> {
-    if !finalizer::has_finalizer(r, false) {
-        return Ok(Step::Done(Action::await_change()));
-    }
+/// Deletes `r`'s release: `Done` once the finalizer may go, `Waiting` while it cannot.
+pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup<Outcome>, Error> {
     if r.deletion_policy() == Some(HelmDeletionPolicy::Orphan) {
-        return finish_deletion(ctx, r, api).await;
+        return Ok(Cleanup::Done);
     }
     let name = r.effective_release_name();
     let kubeconfig = match kubeconfig(ctx, r).await? {
         Ok(k) => k,
         Err(problem) => {
-            return Ok(Step::Report(Outcome::UninstallBlocked(
+            return Ok(Cleanup::Waiting(Outcome::UninstallBlocked(
                 problem.map_message(|m| {
                     format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}")
                 }),
@@ -41,7 +33,7 @@ pub(crate) async fn delete(
         }
     };
     let Some(helm) = &ctx.helm else {
-        return Ok(Step::Report(Outcome::UninstallBlocked(
+        return Ok(Cleanup::Waiting(Outcome::UninstallBlocked(
             Problem::HelmUnavailable(format!(
                 "cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {WAY_OUT}"
             )),
@@ -53,7 +45,7 @@ pub(crate) async fn delete(
     };
     match result {
         Err(err) => {
-            return Ok(Step::Report(Outcome::UninstallFailed(format!(
+            return Ok(Cleanup::Waiting(Outcome::UninstallFailed(format!(
                 "{}; retrying, or {WAY_OUT}",
                 helm_failure("Uninstall", &name, &err)
             ))));
@@ -82,21 +74,7 @@ pub(crate) async fn delete(
             .await;
         }
     }
-    finish_deletion(ctx, r, api).await
-}
-
-async fn finish_deletion(
-    ctx: &Context,
-    r: &OmniHelmRelease,
-    api: &Api<OmniHelmRelease>,
-) -> Result<Step, Error> {
-    finalizer::remove(api, r, false).await?;
-    ctx.metrics.forget_resource(
-        "OmniHelmRelease",
-        &r.namespace().unwrap_or_default(),
-        &r.name_any(),
-    );
-    Ok(Step::Done(Action::await_change()))
+    Ok(Cleanup::Done)
 }
 
 /// What the deletion did with the release.
