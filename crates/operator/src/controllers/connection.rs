@@ -334,12 +334,12 @@ async fn delete(ctx: &Context, conn: &OmniConnection) -> Result<Cleanup<Outcome>
 }
 
 /// Pure: after a check, the next one: a failure by its [`RetryPolicy`], a waiting deletion
-/// after [`DELETE_WAIT`], anything else after [`RECHECK`].
-fn next_check(outcome: Outcome) -> Result<Action, Error> {
+/// after [`DELETE_WAIT`], anything else after `recheck` ([`RECHECK`], spread).
+fn next_check(outcome: Outcome, recheck: Duration) -> Result<Action, Error> {
     match outcome {
         Outcome::Failed(f) => f.retry().action().ok_or(f.into()),
         Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_WAIT)),
-        Outcome::Reachable { .. } | Outcome::UnsupportedApi { .. } => Ok(Action::requeue(RECHECK)),
+        Outcome::Reachable { .. } | Outcome::UnsupportedApi { .. } => Ok(Action::requeue(recheck)),
     }
 }
 
@@ -364,7 +364,7 @@ impl Pipeline for OmniConnection {
     }
 
     fn next(&self, outcome: Outcome, _ctx: &Context) -> Result<Action, Error> {
-        next_check(outcome)
+        next_check(outcome, super::periodic(RECHECK))
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {

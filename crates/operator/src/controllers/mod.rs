@@ -288,6 +288,18 @@ impl Context {
     }
 }
 
+/// A periodic re-check's delay spread by ±10 %, so objects created together (a cold start, a
+/// GitOps apply of a fleet) do not come due together for ever after, in waves that hit Omni,
+/// helm and the workload clusters at once.
+pub(crate) fn periodic(period: Duration) -> Duration {
+    period.mul_f64(periodic_spread())
+}
+
+/// The factor [`periodic`] scales a period by: uniform in [0.9, 1.1).
+pub(crate) fn periodic_spread() -> f64 {
+    rand::thread_rng().gen_range(0.9..1.1)
+}
+
 /// The un-jittered delay is 5s·2^(failures-1), capped at 300s; `jitter` scales it.
 pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
     let exp = failures.saturating_sub(1).min(10);
@@ -713,6 +725,17 @@ pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Periodic re-checks of objects created together drift apart: each delay lands within
+    /// ±10 % of the period, and they are not all the same.
+    #[test]
+    fn periodic_rechecks_are_spread_by_ten_percent() {
+        let period = Duration::from_secs(300);
+        let delays: Vec<Duration> = (0..200).map(|_| periodic(period)).collect();
+        let (low, high) = (Duration::from_secs(270), Duration::from_secs(330));
+        assert!(delays.iter().all(|d| (low..high).contains(d)), "{delays:?}");
+        assert!(delays.iter().any(|d| *d != delays[0]), "no spread");
+    }
 
     #[test]
     fn the_cache_keeps_no_field_manager_records_or_applied_copy() {

@@ -561,23 +561,27 @@ fn desired_status(
     s
 }
 
+/// A client of the workload cluster from the sync's kubeconfig Secret.
+async fn workload_client(
+    ctx: &Context,
+    sync: &OmniSecretSync,
+) -> Result<kube::Client, SecretSyncFailure> {
+    let namespace = sync.namespace().unwrap_or_default();
+    let k = &sync.spec.kubeconfig_secret_ref;
+    ctx.workload
+        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+        .await
+        .map_err(|e| kubeconfig_failure(sync, e))
+}
+
 /// Deletes the copy this sync owns when its deletion policy says so.
 async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutcome>, Error> {
     if sync.deletion_policy() != Some(DeletionPolicy::Delete) {
         return Ok(Cleanup::Done);
     }
-    let namespace = sync.namespace().unwrap_or_default();
-    let k = &sync.spec.kubeconfig_secret_ref;
-    let workload = match ctx
-        .workload
-        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
-        .await
-    {
+    let workload = match workload_client(ctx, sync).await {
         Ok(c) => c,
-        Err(e) => {
-            let f = kubeconfig_failure(sync, e);
-            return Ok(Cleanup::Waiting(SyncOutcome::failed(f, None)));
-        }
+        Err(f) => return Ok(Cleanup::Waiting(SyncOutcome::failed(f, None))),
     };
     let st = sync.status.clone().unwrap_or_default();
     let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
@@ -650,15 +654,9 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
         let f = SecretSyncFailure::Refused(reason);
         return Ok(SyncOutcome::failed(f, Some(true)));
     }
-    let k = &sync.spec.kubeconfig_secret_ref;
-    let workload = match ctx
-        .workload
-        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
-        .await
-    {
+    let workload = match workload_client(ctx, sync).await {
         Ok(c) => c,
-        Err(e) => {
-            let f = kubeconfig_failure(sync, e);
+        Err(f) => {
             return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(true))).await;
         }
     };
@@ -703,7 +701,7 @@ impl Pipeline for OmniSecretSync {
     fn next(&self, outcome: SyncOutcome, ctx: &Context) -> Result<Action, Error> {
         match outcome.result {
             Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
-            Ok(_) => Ok(Action::requeue(ctx.secret_sync_resync)),
+            Ok(_) => Ok(Action::requeue(super::periodic(ctx.secret_sync_resync))),
             Err(f) => f.retry().action().ok_or(f.into()),
         }
     }

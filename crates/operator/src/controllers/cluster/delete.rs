@@ -1,7 +1,6 @@
 //! Deleting an OmniCluster: tear down the Omni cluster it created (unless orphaned), never one
 //! it did not create, and never under a name it did not sync.
 
-use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
 
@@ -10,7 +9,7 @@ use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::Outcome;
 use super::ownership::existing_ownership;
-use crate::api::{OmniCluster, OmniConnection};
+use crate::api::OmniCluster;
 use crate::controllers::pipeline::Cleanup;
 use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
@@ -32,7 +31,6 @@ pub(super) async fn cleanup(
     if cluster.orphan_on_delete() {
         return Ok(Cleanup::Done);
     }
-    let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.effective_cluster_name();
     let conn_name = &cluster.spec.connection_ref.name;
     let without = |cause| {
@@ -41,14 +39,9 @@ pub(super) async fn cleanup(
             cause,
         })
     };
-    let conn = match ctx
-        .api::<OmniConnection>(&namespace)
-        .get_opt(conn_name)
-        .await
-    {
-        Ok(Some(c)) => c,
-        Ok(None) => return Ok(without(ConnectionLookup::NotFound(conn_name.clone()))),
-        Err(e) => return Ok(without(ConnectionLookup::Unreadable(Box::new(e)))),
+    let conn = match super::sync::connection_of(ctx, cluster).await {
+        Ok(c) => c,
+        Err(cause) => return Ok(without(cause)),
     };
     let client = match ctx.omni.get(&conn).await {
         Ok(c) => c,

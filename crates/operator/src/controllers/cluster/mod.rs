@@ -93,7 +93,7 @@ impl Pipeline for OmniCluster {
     }
 
     fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
-        next_action(outcome, sync_interval(self, ctx)).map_err(Error::from)
+        next_action(outcome, super::periodic(sync_interval(self, ctx))).map_err(Error::from)
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {

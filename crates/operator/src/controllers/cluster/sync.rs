@@ -18,13 +18,29 @@ use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
 use crate::render;
 
+/// The OmniConnection `cluster` names, or why it cannot be had.
+pub(super) async fn connection_of(
+    ctx: &Context,
+    cluster: &OmniCluster,
+) -> Result<OmniConnection, ConnectionLookup> {
+    let name = &cluster.spec.connection_ref.name;
+    match ctx
+        .api::<OmniConnection>(&cluster.namespace().unwrap_or_default())
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(ConnectionLookup::NotFound(name.clone())),
+        Err(e) => Err(ConnectionLookup::Unreadable(Box::new(e))),
+    }
+}
+
 /// Syncs `cluster` (valid, with its finalizer) to Omni. `Err` only for a failed read of the
 /// management cluster, which the status does not report.
 pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Result<Outcome, Error> {
     if cluster.spec.suspend {
         return Ok(Outcome::Suspended);
     }
-    let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.effective_cluster_name();
 
     // dereference
@@ -35,14 +51,9 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
             cause,
         })
     };
-    let conn = match ctx
-        .api::<OmniConnection>(&namespace)
-        .get_opt(conn_name)
-        .await
-    {
-        Ok(Some(c)) => c,
-        Ok(None) => return Ok(missing(ConnectionLookup::NotFound(conn_name.clone()))),
-        Err(e) => return Ok(missing(ConnectionLookup::Unreadable(Box::new(e)))),
+    let conn = match connection_of(ctx, cluster).await {
+        Ok(c) => c,
+        Err(cause) => return Ok(missing(cause)),
     };
     let children = match children_of(ctx, cluster).await? {
         Ok(children) => children,

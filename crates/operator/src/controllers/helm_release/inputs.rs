@@ -203,15 +203,15 @@ pub(crate) fn timeout_of(r: &OmniHelmRelease) -> Duration {
 }
 
 /// When to look at a healthy release again (`spec.driftCheckInterval`; `0` = only on change).
-/// An interval below `floor` (stored without admission) is raised to it.
-pub(crate) fn drift_check(r: &OmniHelmRelease, floor: Duration) -> Action {
-    match r.drift_check_interval() {
-        Ok(Some(interval)) => {
-            Action::requeue(crate::api::duration::clamp_interval(interval, floor))
-        }
-        Ok(None) => Action::await_change(),
-        Err(_) => Action::requeue(DEFAULT_DRIFT_CHECK),
-    }
+/// An interval below `floor` (stored without admission) is raised to it; `spread` scales it
+/// (see [`crate::controllers::periodic`]).
+pub(crate) fn drift_check(r: &OmniHelmRelease, floor: Duration, spread: f64) -> Action {
+    let interval = match r.drift_check_interval() {
+        Ok(Some(interval)) => crate::api::duration::clamp_interval(interval, floor),
+        Ok(None) => return Action::await_change(),
+        Err(_) => DEFAULT_DRIFT_CHECK,
+    };
+    Action::requeue(interval.mul_f64(spread))
 }
 
 #[cfg(test)]
@@ -236,16 +236,16 @@ mod tests {
         let floor = Duration::from_secs(10);
         let mut r = release(serde_json::json!({}));
         assert_eq!(
-            drift_check(&r, floor),
+            drift_check(&r, floor, 1.0),
             Action::requeue(Duration::from_secs(300))
         );
         r.spec.drift_check_interval = "30s".into();
         assert_eq!(
-            drift_check(&r, floor),
+            drift_check(&r, floor, 1.0),
             Action::requeue(Duration::from_secs(30))
         );
         r.spec.drift_check_interval = "0".into();
-        assert_eq!(drift_check(&r, floor), Action::await_change());
+        assert_eq!(drift_check(&r, floor, 1.0), Action::await_change());
     }
 
     #[test]
@@ -253,7 +253,7 @@ mod tests {
         let floor = Duration::from_secs(10);
         let mut r = release(serde_json::json!({}));
         r.spec.drift_check_interval = "1ms".into();
-        assert_eq!(drift_check(&r, floor), Action::requeue(floor));
+        assert_eq!(drift_check(&r, floor, 1.0), Action::requeue(floor));
         r.spec.timeout = "100h".into();
         assert_eq!(timeout_of(&r), Duration::from_secs(3600));
         r.spec.timeout = "90s".into();

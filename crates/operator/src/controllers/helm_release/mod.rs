@@ -128,7 +128,7 @@ impl Pipeline for OmniHelmRelease {
     }
 
     fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
-        next_reconcile(self, &outcome, ctx.min_interval)
+        next_reconcile(self, &outcome, ctx.min_interval, super::periodic_spread())
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {

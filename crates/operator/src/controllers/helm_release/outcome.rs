@@ -343,6 +343,7 @@ pub(crate) fn next_reconcile(
     r: &OmniHelmRelease,
     outcome: &Outcome,
     min_interval: Duration,
+    spread: f64,
 ) -> Result<Action, Error> {
     match outcome {
         Outcome::Invalid(_) => Ok(Action::await_change()),
@@ -351,11 +352,11 @@ pub(crate) fn next_reconcile(
         | Outcome::Stuck { .. }
         | Outcome::UninstallBlocked(_) => Ok(Action::requeue(RETRY)),
         Outcome::Locked { retry_after, .. } => Ok(Action::requeue(*retry_after)),
-        Outcome::Refused(_) | Outcome::InSync(_) => Ok(drift_check(r, min_interval)),
+        Outcome::Refused(_) | Outcome::InSync(_) => Ok(drift_check(r, min_interval, spread)),
         Outcome::HelmFailed(_) | Outcome::UninstallFailed(_) | Outcome::Ran { .. } => {
             match failure(r, outcome) {
                 Some((reason, message)) => Err(HelmFailure { reason, message }.into()),
-                None => Ok(drift_check(r, min_interval)),
+                None => Ok(drift_check(r, min_interval, spread)),
             }
         }
     }

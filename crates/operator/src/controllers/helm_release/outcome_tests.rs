@@ -74,7 +74,7 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     assert_eq!(s.last_error, None);
     assert!(outcome.deployed());
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10)).ok(),
+        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
         Some(Action::requeue(Duration::from_secs(300)))
     );
 }
@@ -114,7 +114,7 @@ fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
         "{message}"
     );
     assert!(message.contains(ADOPT_ANNOTATION), "{message}");
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10)).is_ok());
+    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_ok());
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn a_young_pending_release_is_reported_and_looked_at_after_its_timeout() {
     assert_eq!(reason, REASON_RELEASE_PENDING);
     assert!(message.starts_with(r#"Helm release "app" is pending-upgrade at revision 3 since 2026-11-23T01:59:00Z; another Helm operation"#), "{message}");
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10)).ok(),
+        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
         Some(Action::requeue(Duration::from_secs(245)))
     );
 }
@@ -164,7 +164,7 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
         assert!(message.contains(hint), "{message}");
         assert_eq!(s.last_error.as_deref(), Some(message.as_str()));
         assert_eq!(
-            next_reconcile(&r, &outcome, Duration::from_secs(10)).ok(),
+            next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
             Some(Action::requeue(RETRY))
         );
     }
@@ -192,7 +192,7 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
             .and_then(|s| s.last_applied_digest.clone())
     );
     assert_eq!(condition(&s, ct::RELEASED).1, reasons::RECONCILE_FAILED);
-    match next_reconcile(&r, &outcome, Duration::from_secs(10)) {
+    match next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0) {
         Err(Error::HelmRelease(HelmFailure { reason, message })) => {
             assert_eq!(reason, reasons::RECONCILE_FAILED);
             assert_eq!(message, "Helm install failed for release \"app\": boom");
@@ -215,7 +215,7 @@ fn an_upgrade_that_ended_in_another_status_is_recorded_but_not_counted_as_applie
     let message = r#"Helm upgrade of release "app" ended in status failed"#;
     assert_eq!(s.last_error.as_deref(), Some(message));
     assert!(matches!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10)),
+        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0),
         Err(Error::HelmRelease(HelmFailure { message: m, .. })) if m == message
     ));
 }
@@ -256,10 +256,10 @@ fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() 
     let outcome = Outcome::UninstallFailed("Helm uninstall failed".into());
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.last_action.as_deref(), Some("Uninstall"));
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10)).is_err());
+    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_err());
     let invalid = Outcome::Invalid("spec.timeout: bad".into());
     assert_eq!(
-        next_reconcile(&r, &invalid, Duration::from_secs(10)).ok(),
+        next_reconcile(&r, &invalid, Duration::from_secs(10), 1.0).ok(),
         Some(Action::await_change()),
         "only a spec change can fix an invalid spec"
     );
