@@ -21,6 +21,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod render;
+pub mod runtime;
 pub mod secret_policy;
 pub mod secure_metrics;
 pub mod telemetry;
