@@ -34,6 +34,16 @@ pub(crate) fn short_interval_error(
     })
 }
 
+/// Whether duration bounds are refused (admission) or left to the controller, which clamps
+/// them (the rules re-checked on stored objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bounds {
+    /// Refuse a value outside its bounds.
+    Enforce,
+    /// Accept it: the controller clamps it.
+    Clamped,
+}
+
 /// What a controller does with an interval stored without admission (webhook bypassed or
 /// switched off): zero stays zero (each caller's default or off), anything else is raised to
 /// `floor`.

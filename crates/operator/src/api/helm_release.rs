@@ -10,7 +10,7 @@ use super::common::{
     Condition, KubeconfigSecretRef, LocalObjectReference, any_json_schema, conditions_schema,
     date_time_schema, is_blank,
 };
-use super::duration::{GoDuration, MAX_TIMEOUT, short_interval_error};
+use super::duration::{Bounds, GoDuration, MAX_TIMEOUT, short_interval_error};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniHelmRelease.
@@ -375,8 +375,20 @@ pub fn is_absolute_url(s: &str) -> bool {
     scheme_ok && !host.is_empty() && !host.chars().any(char::is_whitespace)
 }
 
-/// Admission rules for OmniHelmRelease (create and update alike).
+/// Admission rules for OmniHelmRelease (create and update alike): [`validate_stored`] plus the floors
+/// and ceilings of its durations.
 pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Validation {
+    rules(new, Bounds::Enforce)
+}
+
+/// The rules the controller re-checks on stored objects (the webhook may have been bypassed).
+/// The bounds of durations are not among them: the controller clamps those instead, so a value
+/// stored without admission still works, within the bounds.
+pub fn validate_stored(new: &OmniHelmRelease) -> Validation {
+    rules(new, Bounds::Clamped)
+}
+
+fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
     if is_blank(&spec.cluster_ref.name) {
@@ -462,7 +474,7 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
             &spec.timeout,
             "timeout must be greater than zero",
         )),
-        Ok(t) if t > MAX_TIMEOUT => v.push(FieldError::invalid(
+        Ok(t) if bounds == Bounds::Enforce && t > MAX_TIMEOUT => v.push(FieldError::invalid(
             "spec.timeout",
             &spec.timeout,
             "timeout must be at most 1h",
@@ -476,6 +488,7 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
             &spec.drift_check_interval,
             DRIFT_NEGATIVE,
         )),
+        Ok(_) if bounds == Bounds::Clamped => {}
         Ok(_) => {
             if let Some(e) = short_interval_error(
                 "spec.driftCheckInterval",
@@ -568,6 +581,20 @@ mod tests {
         let errors = validate(&negative, None).errors;
         assert_eq!(errors[0].path, "spec.driftCheckInterval");
         assert_eq!(errors[0].detail, DRIFT_NEGATIVE);
+    }
+
+    /// Admission bounds the timeout (1h) and the drift check (10 s); a stored object keeps
+    /// them, and the controller clamps them instead of refusing the object.
+    #[test]
+    fn duration_bounds_are_admission_rules_the_controller_clamps_instead() {
+        let r = release(serde_json::json!({"timeout": "2h", "driftCheckInterval": "2s"}));
+        assert!(validate_stored(&r).is_valid(), "{:?}", validate_stored(&r));
+        let paths: Vec<String> = validate(&r, None)
+            .errors
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, ["spec.timeout", "spec.driftCheckInterval"]);
     }
 
     #[test]

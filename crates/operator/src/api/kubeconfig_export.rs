@@ -12,7 +12,7 @@ use super::common::{
     default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
     validate_delete_orphan,
 };
-use super::duration::{GoDuration, MIN_INTERVAL};
+use super::duration::{Bounds, GoDuration, MIN_INTERVAL};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
@@ -372,8 +372,20 @@ fn go_json_escape(json: &str) -> String {
     out
 }
 
-/// Admission rules for OmniKubeconfigExport (create and update alike).
+/// Admission rules for OmniKubeconfigExport (create and update alike): [`validate_stored`] plus the floors
+/// and ceilings of its durations.
 pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>) -> Validation {
+    rules(new, Bounds::Enforce)
+}
+
+/// The rules the controller re-checks on stored objects (the webhook may have been bypassed).
+/// The bounds of durations are not among them: the controller clamps those instead, so a value
+/// stored without admission still works, within the bounds.
+pub fn validate_stored(new: &OmniKubeconfigExport) -> Validation {
+    rules(new, Bounds::Clamped)
+}
+
+fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
     if is_blank(&spec.cluster_ref.name) {
@@ -463,7 +475,7 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
             ));
             None
         }
-        Ok(ttl) if ttl < MIN_INTERVAL => {
+        Ok(ttl) if bounds == Bounds::Enforce && ttl < MIN_INTERVAL => {
             v.push(FieldError::invalid(
                 "spec.ttl",
                 &spec.ttl,
@@ -490,7 +502,8 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
                 "renewBefore must be less than ttl",
             )),
             Ok(rb)
-                if ttl.is_some_and(|ttl| {
+                if bounds == Bounds::Enforce
+                    && ttl.is_some_and(|ttl| {
                     GoDuration::from_nanos(ttl.as_nanos() - rb.as_nanos()) < MIN_INTERVAL
                 }) =>
             {
@@ -547,6 +560,37 @@ mod tests {
             "serviceAccount": {"user": "edge-automation", "groups": ["cluster-automation"]},
             "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete",
         })
+    }
+
+    /// Admission refuses a ttl or rotation spacing under 10 s; a stored object keeps it, and the
+    /// controller rotates it at most every 10 s instead of refusing it.
+    #[test]
+    fn duration_floors_are_admission_rules_the_controller_clamps_instead() {
+        let mut spec = base();
+        spec["ttl"] = "5s".into();
+        spec["renewBefore"] = "1s".into();
+        let short = export(spec);
+        assert!(
+            validate_stored(&short).is_valid(),
+            "{:?}",
+            validate_stored(&short)
+        );
+        let paths: Vec<String> = validate(&short, None)
+            .errors
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, ["spec.ttl"]);
+        let mut spec = base();
+        spec["renewBefore"] = "23h59m55s".into();
+        let close = export(spec);
+        assert!(validate_stored(&close).is_valid());
+        let paths: Vec<String> = validate(&close, None)
+            .errors
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, ["spec.renewBefore"]);
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl Pipeline for OmniHelmRelease {
     const READ_FRESH: bool = true;
 
     fn validate(&self) -> Validation {
-        crate::api::helm_release::validate(self, None)
+        crate::api::helm_release::validate_stored(self)
     }
 
     fn invalid(summary: String) -> Outcome {

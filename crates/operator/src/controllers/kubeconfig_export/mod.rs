@@ -75,7 +75,7 @@ impl Pipeline for OmniKubeconfigExport {
 
     /// The webhook's own rules, in case admission was bypassed.
     fn validate(&self) -> crate::api::validation::Validation {
-        crate::api::kubeconfig_export::validate(self, None)
+        crate::api::kubeconfig_export::validate_stored(self)
     }
 
     /// The outcome of an export whose spec is invalid.
