@@ -575,7 +575,9 @@ async fn the_omni_key_never_serves_as_repository_credentials() {
         "steal",
         "workload-kubeconfig",
         json!({
-            "repository": "unused",
+            // Never reached: the credentials are refused first. (An absolute URL, as admission
+            // and the controller's own check of the spec require.)
+            "repository": format!("https://{host}/unused"),
             "chart": format!("oci://{host}/charts/demo"),
             "version": "0.1.0",
             "credentialsSecretRef": {"name": "omni-key", "usernameKey": "serviceAccountKey",
