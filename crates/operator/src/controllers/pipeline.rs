@@ -83,10 +83,24 @@ pub(crate) trait Pipeline:
     ) -> impl Future<Output = ()> + Send {
         std::future::ready(())
     }
+}
 
-    /// The status stored on this copy, for [`Pipeline::announce`].
-    fn status(&self) -> Option<&Self::Status> {
-        None
+/// `outcome`, unless the object is being deleted on the server although `obj` (from the watch
+/// cache) is not: then `Err(StaleCache)` with the stored copy, so its deletion runs at once. A
+/// namespace deletion or prune deletes an object together with the Secrets and cluster it
+/// uses; a pass that read it a moment before then finds them gone, and must do the deletion
+/// rather than report the object stranded with `MissingSecret` or `MissingCluster`.
+pub(crate) async fn unless_deleted_meanwhile<P: Pipeline>(
+    ctx: &Context,
+    obj: &P,
+    outcome: P::Outcome,
+) -> Result<P::Outcome, Error> {
+    let api = ctx.api::<P>(&obj.namespace().unwrap_or_default());
+    match api.get_opt(&obj.name_any()).await? {
+        Some(stored) if stored.meta().deletion_timestamp.is_some() => {
+            Err(Error::stale_cache(&stored)?)
+        }
+        _ => Ok(outcome),
     }
 }
 
@@ -134,7 +148,8 @@ pub(crate) async fn reconcile<P: Pipeline>(
         };
         let status = obj.desired_status(&outcome, ctx.clock.now());
         status::report(&ctx, obj.as_ref(), &status).await?;
-        obj.announce(&ctx, &outcome, obj.status(), &status).await;
+        obj.announce(&ctx, &outcome, obj.stored_status(), &status)
+            .await;
         obj.next(outcome, &ctx)
     })
     .await

@@ -19,7 +19,7 @@ use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::index::{RefKey, namespace_of};
-use super::pipeline::{Cleanup, Pipeline};
+use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
 use super::{Context, Error, RetryPolicy, drive, indexed_controller_for, pipeline};
 use crate::api::common::{
     Condition, DeletionPolicy, condition_types as ct, reasons, set_condition,
@@ -598,25 +598,6 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutc
             None,
         )),
     })
-}
-
-/// `Err(StaleCache)` with the sync as stored now when it is being deleted although `sync`
-/// (from the watch cache) is not, so its deletion runs at once. A namespace deletion or prune
-/// deletes the sync together with the Secrets it reads; a pass started from a cache that has
-/// not seen the deletion yet then finds them gone, and must do the deletion rather than report
-/// the sync stranded with `MissingSecret`.
-async fn unless_deleted_meanwhile(
-    ctx: &Context,
-    sync: &OmniSecretSync,
-    outcome: SyncOutcome,
-) -> Result<SyncOutcome, Error> {
-    let api = ctx.api::<OmniSecretSync>(&sync.namespace().unwrap_or_default());
-    match api.get_opt(&sync.name_any()).await? {
-        Some(fresh) if fresh.metadata.deletion_timestamp.is_some() => {
-            Err(Error::stale_cache(&fresh)?)
-        }
-        _ => Ok(outcome),
-    }
 }
 
 /// Observe the cluster, source and kubeconfig; copy the source into the workload cluster.

@@ -179,8 +179,12 @@ pub(crate) trait Reported:
 {
     /// Its status type.
     type Status: Conditioned + Serialize + Send + Sync;
+    /// The stored status (none yet on a new object).
+    fn stored_status(&self) -> Option<&Self::Status>;
     /// The conditions of the stored status (none when there is no status yet).
-    fn stored_conditions(&self) -> &[Condition];
+    fn stored_conditions(&self) -> &[Condition] {
+        self.stored_status().map_or(&[], |s| s.conditions())
+    }
     /// Whether the object is suspended (the `suspended` label of its info metric).
     fn suspended(&self) -> bool {
         false
@@ -199,8 +203,8 @@ macro_rules! reported {
         }
         impl Reported for $kind {
             type Status = $status;
-            fn stored_conditions(&self) -> &[Condition] {
-                self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+            fn stored_status(&self) -> Option<&$status> {
+                self.status.as_ref()
             }
             reported!(@suspended $kind);
         }

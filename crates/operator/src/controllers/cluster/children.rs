@@ -86,6 +86,23 @@ pub(super) fn child_targets(
     current.into_iter().chain(rendered).collect()
 }
 
+/// The mapper of a watch of child kind `K`: a changed child re-renders [`child_targets`].
+pub(super) fn child_mapper<K: Child>(
+    clusters: Arc<RefIndex<OmniCluster>>,
+    kind: ChildKind,
+) -> impl Fn(K) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+    move |child: K| {
+        let name = child.name_any();
+        child_targets(
+            &clusters,
+            child.namespace(),
+            child.cluster_ref(),
+            &name,
+            kind,
+        )
+    }
+}
+
 /// How long a reconcile waits for the child caches' first list. A watch that cannot list its
 /// kind (a role without `list` or `watch` on it) never fills its cache: waiting without bound
 /// hung every cluster's reconcile with nothing in its status.

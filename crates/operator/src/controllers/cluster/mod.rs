@@ -31,7 +31,7 @@ use kube::runtime::watcher;
 
 pub use self::children::CHILD_CACHE_WAIT;
 pub(crate) use self::children::ChildCaches;
-use self::children::{ChildKind, cached_children, child_targets, cluster_keys};
+use self::children::{ChildKind, cached_children, child_mapper, cluster_keys};
 pub use self::delete::REASON_DELETE_SKIPPED;
 use self::delete::cleanup;
 pub use self::failure::{ClusterFailure, ConnectionLookup, FAILURE_RECHECK};
@@ -133,42 +133,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         )
         .watches_stream(
             cached_children(&ctx, cp_writer),
-            move |c: OmniControlPlane| {
-                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
-                child_targets(
-                    &by_cp,
-                    c.namespace(),
-                    &cluster,
-                    &name,
-                    ChildKind::ControlPlane,
-                )
-            },
+            child_mapper::<OmniControlPlane>(by_cp, ChildKind::ControlPlane),
         )
         .watches_stream(
             cached_children(&ctx, workers_writer),
-            move |c: OmniWorkers| {
-                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
-                child_targets(
-                    &by_workers,
-                    c.namespace(),
-                    &cluster,
-                    &name,
-                    ChildKind::Workers,
-                )
-            },
+            child_mapper::<OmniWorkers>(by_workers, ChildKind::Workers),
         )
         .watches_stream(
             cached_children(&ctx, machines_writer),
-            move |c: OmniMachine| {
-                let (name, cluster) = (c.name_any(), c.spec.cluster_ref.name.clone());
-                child_targets(
-                    &by_machine,
-                    c.namespace(),
-                    &cluster,
-                    &name,
-                    ChildKind::Machine,
-                )
-            },
+            child_mapper::<OmniMachine>(by_machine, ChildKind::Machine),
         );
     drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
     if let Ok(mut slot) = ctx.cluster_children.write() {

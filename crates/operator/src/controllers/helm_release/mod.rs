@@ -32,10 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
 
 use self::apply::HelmRun;
 use self::decide::{NextAction, next_action};
@@ -46,7 +46,7 @@ pub use self::recover::{Recovery, recovery};
 use self::state::{Observation, determine};
 pub use self::state::{Pending, Plan, input_digest, pending, plan};
 use super::index::{RefKey, namespace_of};
-use super::pipeline::{self, Cleanup, Pipeline};
+use super::pipeline::{self, Cleanup, Pipeline, unless_deleted_meanwhile};
 use super::{Context, Error, drive, indexed_controller_for};
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
@@ -92,13 +92,6 @@ pub const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
 /// hand, a rollback) inherits our run label but not a matching revision number.
 pub const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
 
-/// How a pass over a live object ends, before its status is reported.
-pub(crate) enum Step {
-    /// The outcome to report in the reconcile's one status write.
-    Report(Outcome),
-    /// The object was deleted while the pass read its inputs: its deletion runs instead.
-    DeletedMeanwhile(Box<OmniHelmRelease>),
-}
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a
 /// stale digest or revision would create a needless revision.
@@ -116,11 +109,7 @@ impl Pipeline for OmniHelmRelease {
     }
 
     async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-        let api = ctx.api::<OmniHelmRelease>(&self.namespace().unwrap_or_default());
-        match attached(&ctx, &api, &self, ctx.clock.now()).await? {
-            Step::Report(outcome) => Ok(outcome),
-            Step::DeletedMeanwhile(fresh) => Err(Error::stale_cache(&fresh)?),
-        }
+        attached(&ctx, &self, ctx.clock.now()).await
     }
 
     fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniHelmReleaseStatus {
@@ -158,72 +147,46 @@ impl Pipeline for OmniHelmRelease {
             .await;
         }
     }
-
-    fn status(&self) -> Option<&OmniHelmReleaseStatus> {
-        self.status.as_ref()
-    }
 }
 
 /// The pass of an object that is not being deleted: its inputs, then the release.
 async fn attached(
     ctx: &Context,
-    api: &Api<OmniHelmRelease>,
     r: &OmniHelmRelease,
     now: jiff::Timestamp,
-) -> Result<Step, Error> {
+) -> Result<Outcome, Error> {
     let namespace = r.namespace().unwrap_or_default();
     let cluster = ctx
         .api::<OmniCluster>(&namespace)
         .get_opt(&r.spec.cluster_ref.name)
         .await?;
     if cluster.is_none() {
-        return missing_input(api, r, Outcome::MissingCluster).await;
+        return unless_deleted_meanwhile(ctx, r, Outcome::MissingCluster).await;
     }
     let kubeconfig = match inputs::kubeconfig(ctx, r).await? {
         Ok(k) => k,
-        Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
+        Err(problem) => return unless_deleted_meanwhile(ctx, r, Outcome::Blocked(problem)).await,
     };
     let auth = match inputs::repository_auth(ctx, r).await? {
         Ok(a) => a,
-        Err(problem) => return missing_input(api, r, Outcome::Blocked(problem)).await,
+        Err(problem) => return unless_deleted_meanwhile(ctx, r, Outcome::Blocked(problem)).await,
     };
     let Some(helm) = &ctx.helm else {
-        return Ok(Step::Report(Outcome::Blocked(
-            inputs::Problem::HelmUnavailable(
-                "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
-                    .to_string(),
-            ),
+        return Ok(Outcome::Blocked(inputs::Problem::HelmUnavailable(
+            "no usable helm binary; set --helm-binary (or HELM_BINARY) to helm 3.13 or newer"
+                .to_string(),
         )));
     };
     let session = match helm.session(&inputs::release_key(r), &kubeconfig).await {
         Ok(s) => s,
         Err(err) => {
-            return Ok(Step::Report(Outcome::HelmFailed(format!(
+            return Ok(Outcome::HelmFailed(format!(
                 "cannot start Helm for release {:?}: {err}",
                 r.effective_release_name()
-            ))));
+            )));
         }
     };
-    Ok(Step::Report(converge(ctx, r, &session, &auth, now).await))
-}
-
-/// An input of `r` is missing. A namespace deletion or prune deletes the object together with
-/// the Secrets and cluster it uses; a pass that read it a moment before then finds them gone,
-/// and must do the deletion rather than report the object stranded with `MissingSecret` or
-/// `MissingCluster`.
-async fn missing_input(
-    api: &Api<OmniHelmRelease>,
-    r: &OmniHelmRelease,
-    outcome: Outcome,
-) -> Result<Step, Error> {
-    let fresh = api
-        .get_opt(&r.name_any())
-        .await?
-        .filter(|fresh| fresh.metadata.deletion_timestamp.is_some());
-    Ok(match fresh {
-        Some(fresh) => Step::DeletedMeanwhile(Box::new(fresh)),
-        None => Step::Report(outcome),
-    })
+    Ok(converge(ctx, r, &session, &auth, now).await)
 }
 
 /// Looks at the release, then takes the next action. Only a recovery is followed by another
