@@ -1,0 +1,98 @@
+//! The hold on an OmniConnection's key Secret while OmniClusters use the connection.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ListParams;
+
+use crate::api::{OmniCluster, OmniConnection};
+use crate::controllers::kubeconfig_export::set_secret_finalizers;
+use crate::controllers::{Context, Error};
+
+/// Finalizer on an OmniConnection's service-account key Secret while OmniClusters use the
+/// connection: a deletion of the Secret (by hand, by a namespace deletion) then waits until
+/// the clusters no longer need Omni. Only Secrets a connection references get it, and it is
+/// lifted as soon as no connection with clusters references the Secret.
+pub const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
+
+/// Whether a connection's hold is on `secret`.
+pub fn holds_key(secret: &Secret) -> bool {
+    secret
+        .finalizers()
+        .iter()
+        .any(|f| f == KEY_IN_USE_FINALIZER)
+}
+
+/// Pure: the key Secrets of `connections` that clusters need (those of connections that at
+/// least one of `clusters` references).
+pub fn needed_keys(connections: &[OmniConnection], clusters: &[OmniCluster]) -> BTreeSet<String> {
+    connections
+        .iter()
+        .filter(|conn| {
+            clusters.iter().any(|c| {
+                c.spec.connection_ref.name == conn.name_any() && c.namespace() == conn.namespace()
+            })
+        })
+        .map(|conn| conn.spec.auth.service_account_secret_ref.name.clone())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Puts the hold on the key Secrets of `ns` that its clusters need and lifts it from those no
+/// longer needed (the last cluster went, a connection now names another Secret, the connection
+/// is gone). A Secret being deleted takes no new finalizer; one held goes once it is released.
+pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let lp = ListParams::default();
+    let connections = ctx.api::<OmniConnection>(ns).list(&lp).await?.items;
+    let clusters = ctx.api::<OmniCluster>(ns).list(&lp).await?.items;
+    let needed = needed_keys(&connections, &clusters);
+    let secrets = ctx.api::<Secret>(ns);
+    for name in &needed {
+        if let Some(secret) = secrets.get_opt(name).await?
+            && secret.metadata.deletion_timestamp.is_none()
+            && !holds_key(&secret)
+        {
+            let mut list = secret.finalizers().to_vec();
+            list.push(KEY_IN_USE_FINALIZER.to_string());
+            set_secret_finalizers(&secrets, &secret, list).await?;
+        }
+    }
+    for secret in secrets.list(&lp).await? {
+        if holds_key(&secret) && !needed.contains(&secret.name_any()) {
+            let rest = secret
+                .finalizers()
+                .iter()
+                .filter(|f| *f != KEY_IN_USE_FINALIZER)
+                .cloned()
+                .collect();
+            set_secret_finalizers(&secrets, &secret, rest).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::connection::fixtures::{cluster, conn};
+
+    #[test]
+    fn only_key_secrets_of_connections_that_clusters_use_are_needed() {
+        let used = conn();
+        let mut idle = conn();
+        idle.metadata.name = Some("idle".into());
+        idle.spec.auth.service_account_secret_ref.name = "idle-key".into();
+        let clusters = [cluster("a", "omni"), cluster("b", "omni")];
+        assert_eq!(
+            needed_keys(&[used.clone(), idle.clone()], &clusters),
+            BTreeSet::from(["k".to_string()])
+        );
+        // The last cluster gone: nothing needs a key any more.
+        assert!(needed_keys(&[used.clone(), idle], &[]).is_empty());
+        // A cluster of another namespace does not count.
+        let mut elsewhere = cluster("c", "omni");
+        elsewhere.metadata.namespace = Some("other".into());
+        assert!(needed_keys(&[used], &[elsewhere]).is_empty());
+    }
+}

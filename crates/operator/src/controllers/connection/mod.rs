@@ -1,0 +1,175 @@
+//! OmniConnection: check that Omni is reachable with the configured key, and hold deletion
+//! while OmniClusters still use the connection.
+//!
+//! The connection also holds its service-account key Secret while OmniClusters use it
+//! ([`KEY_IN_USE_FINALIZER`] on the Secret): deleting an OmniCluster needs Omni, so a namespace
+//! deletion, which deletes the Secret together with everything else, must leave the key in
+//! place until the clusters are gone from Omni.
+
+#[cfg(test)]
+mod fixtures;
+mod key_hold;
+mod outcome;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+
+use self::key_hold::sync_key_holds;
+pub use self::key_hold::{KEY_IN_USE_FINALIZER, holds_key};
+pub use self::outcome::{ConnectionFailure, Outcome, desired_status, status_str};
+use super::index::{RefKey, namespace_of};
+use super::pipeline::{self, Cleanup, Pipeline};
+use super::{Context, Error, drive, dyn_ref, indexed_controller_for};
+use crate::api::connection::OmniConnectionStatus;
+use crate::api::validation::Validation;
+use crate::api::{OmniCluster, OmniConnection};
+use crate::metrics::RpcOutcome;
+use omni_client::template::BackendApi;
+
+/// Re-check interval of a reachable connection.
+pub const RECHECK: Duration = Duration::from_secs(300);
+/// Re-check interval while deletion waits for clusters.
+pub const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// Names (sorted) of OmniClusters in the namespace that reference `conn`, including those
+/// being deleted.
+async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Vec<String>, Error> {
+    let namespace = conn.namespace().unwrap_or_default();
+    let name = conn.name_any();
+    let clusters = ctx
+        .api::<OmniCluster>(&namespace)
+        .list(&ListParams::default())
+        .await?;
+    let mut names: Vec<String> = clusters
+        .items
+        .iter()
+        .filter(|c| c.spec.connection_ref.name == name)
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Pings Omni and reads the backend API version it speaks.
+async fn check(ctx: &Context, conn: &OmniConnection) -> Result<Outcome, Error> {
+    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
+    let client = match ctx.omni.get(conn).await {
+        Ok(client) => client,
+        Err(e) => return Ok(Outcome::Failed(ConnectionFailure::Client(e))),
+    };
+    let endpoint = match client.ping().await {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
+            return Ok(Outcome::Failed(ConnectionFailure::Ping(e)));
+        }
+    };
+    ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
+    Ok(match ctx.omni.refresh_backend_api(conn, &client).await {
+        Ok(version) if BackendApi::from_version(version).is_some() => {
+            Outcome::Reachable { endpoint }
+        }
+        Ok(version) => Outcome::UnsupportedApi { endpoint, version },
+        Err(e) => Outcome::Failed(ConnectionFailure::BackendApi(e)),
+    })
+}
+
+/// The deletion waits while clusters still use the connection. The key Secret's hold comes
+/// off before the finalizer: once this object is gone, nothing would reconcile it any more.
+async fn delete(ctx: &Context, conn: &OmniConnection) -> Result<Cleanup<Outcome>, Error> {
+    let clusters = referencing_clusters(ctx, conn).await?;
+    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
+    Ok(if clusters.is_empty() {
+        Cleanup::Done
+    } else {
+        Cleanup::Waiting(Outcome::Deleting { clusters })
+    })
+}
+
+/// Pure: after a check, the next one: a failure by its [`RetryPolicy`], a waiting deletion
+/// after [`DELETE_WAIT`], anything else after `recheck` ([`RECHECK`], spread).
+fn next_check(outcome: Outcome, recheck: Duration) -> Result<Action, Error> {
+    match outcome {
+        Outcome::Failed(f) => f.retry().action().ok_or(f.into()),
+        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_WAIT)),
+        Outcome::Reachable { .. } | Outcome::UnsupportedApi { .. } => Ok(Action::requeue(recheck)),
+    }
+}
+
+impl Pipeline for OmniConnection {
+    type Outcome = Outcome;
+    const LEGACY_FINALIZER: bool = true;
+
+    fn validate(&self) -> Validation {
+        crate::api::connection::validate(self, None)
+    }
+
+    fn invalid(summary: String) -> Outcome {
+        Outcome::Failed(ConnectionFailure::InvalidSpec(summary))
+    }
+
+    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+        check(&ctx, &self).await
+    }
+
+    fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniConnectionStatus {
+        desired_status(self, outcome, now)
+    }
+
+    fn next(&self, outcome: Outcome, _ctx: &Context) -> Result<Action, Error> {
+        next_check(outcome, super::periodic(RECHECK))
+    }
+
+    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
+        delete(&ctx, &self).await
+    }
+
+    fn forget(&self, ctx: &Context) {
+        ctx.omni
+            .forget(&self.namespace().unwrap_or_default(), &self.name_any());
+    }
+}
+
+/// Runs the OmniConnection controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, |c| {
+        vec![RefKey::new(
+            "secret",
+            &namespace_of(c),
+            &c.spec.auth.service_account_secret_ref.name,
+        )]
+    });
+    let controller = controller
+        // Cluster create/delete re-triggers the connection: this releases a waiting deletion.
+        .watches(
+            ctx.watch_api::<OmniCluster>(),
+            watcher::Config::default(),
+            |cluster: OmniCluster| {
+                crate::baseline::mapped_event_passes("cluster→connection", &cluster.metadata)
+                    .then_some(())?;
+                let name = cluster.spec.connection_ref.name.clone();
+                let namespace = cluster.namespace();
+                (!name.is_empty()).then(|| dyn_ref::<OmniConnection>(&name, namespace.as_deref()))
+            },
+        )
+        // A fixed or rotated key is picked up at once rather than at the next re-check.
+        .watches(
+            ctx.watch_api::<Secret>(),
+            watcher::Config::default(),
+            move |secret: Secret| {
+                by_secret.get(&RefKey::new(
+                    "secret",
+                    &namespace_of(&secret),
+                    &secret.name_any(),
+                ))
+            },
+        );
+    drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
+}

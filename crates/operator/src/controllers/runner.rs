@@ -1,0 +1,280 @@
+//! How a controller is built and driven: its watch and cache, its triggers, its error policy
+//! and the metrics around each reconcile.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::{Context, Error, api_resource, error_policy_dyn, index, reconcile_decoded};
+use crate::api::OmniCluster;
+
+/// The key an object's backoff is tracked under.
+pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// The error policy of every controller: retry with per-object exponential backoff.
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    obj: Arc<K>,
+    err: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let key = object_key(obj.as_ref());
+    let delay = ctx.backoff(&key);
+    tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs one reconcile with metrics and backoff bookkeeping.
+pub async fn instrumented<K, F>(obj: &K, ctx: &Context, fut: F) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()>,
+    F: Future<Output = Result<Action, Error>>,
+{
+    let kind = K::kind(&());
+    let started = Instant::now();
+    let result = fut.await;
+    // A stale cache is no failure: the reconcile runs again at once on the stored object.
+    let failed = result
+        .as_ref()
+        .is_err_and(|e| !matches!(e, Error::StaleCache(_)));
+    ctx.metrics
+        .reconciled(&kind, started.elapsed().as_secs_f64(), failed);
+    if result.is_ok() {
+        ctx.reset_backoff(&object_key(obj));
+    }
+    result
+}
+
+/// A controller of kind `K` watching its objects as `DynamicObject`s, so one undecodable object
+/// cannot stall the whole watch (see [`reconcile_decoded`]).
+///
+/// Its own objects trigger a reconcile only when [`own_change`] differs: a status write (ours
+/// included) is not a reason to reconcile again. Without this filter every status write of a
+/// failing or waiting object re-ran its reconcile at once, bypassing both the backoff and the
+/// computed requeue (a hot loop of hundreds of writes per second). Watches of other kinds,
+/// whose status a controller may depend on, are unaffected.
+pub fn controller_for<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+) -> kube::runtime::Controller<DynamicObject> {
+    controller_with::<K>(ctx, |_| {})
+}
+
+/// [`controller_for`] with a [`RefIndex`](index::RefIndex) of its objects by what they refer
+/// to (`keys`), kept from the same watch, for the controller's mapped watches.
+pub fn indexed_controller_for<K>(
+    ctx: &Context,
+    keys: fn(&K) -> Vec<index::RefKey>,
+) -> (
+    kube::runtime::Controller<DynamicObject>,
+    Arc<index::RefIndex<K>>,
+)
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+{
+    let index = Arc::new(index::RefIndex::new(keys));
+    let kept = index.clone();
+    let controller = controller_with::<K>(ctx, move |event| kept.apply(event));
+    (controller, index)
+}
+
+fn controller_with<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    mut on_event: impl FnMut(&kube::runtime::watcher::Event<DynamicObject>) + Send + 'static,
+) -> kube::runtime::Controller<DynamicObject> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let ar = api_resource::<K>();
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
+        .default_backoff()
+        .modify(strip_for_cache)
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                on_event(event);
+            }
+        })
+        .applied_objects()
+        .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
+    kube::runtime::Controller::for_stream_with(triggers, reader, ar)
+}
+
+/// What no reconcile reads, dropped before an object enters the watch cache: the field
+/// managers' records and the copy of the whole object `kubectl apply` keeps in an annotation
+/// together often outweigh the rest of the object, and the cache holds every object.
+fn strip_for_cache(obj: &mut DynamicObject) {
+    obj.managed_fields_mut().clear();
+    obj.annotations_mut()
+        .remove("kubectl.kubernetes.io/last-applied-configuration");
+}
+
+/// The watch events of OmniClusters that can matter to the objects referring to one (its secret
+/// syncs, releases, exports and children): its first sighting, a change of what [`own_change`]
+/// covers (spec generation, labels, annotations, finalizers, the deletion mark), a condition
+/// turning (its type and status, e.g. `Synced` becoming `True` once Omni holds the cluster) and
+/// its deletion. The rest of its status moving with Omni (phase, machine counts, messages,
+/// timestamps) wakes nobody: it would re-run every dependant of the cluster on each write.
+pub fn cluster_changes(
+    api: Api<OmniCluster>,
+) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
+{
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    cluster_changes_from(watcher(api, watcher::Config::default()).default_backoff())
+}
+
+/// [`cluster_changes`] of a given OmniCluster watch (e.g. one that also fills a cache).
+pub fn cluster_changes_from(
+    events: impl futures::Stream<
+        Item = Result<kube::runtime::watcher::Event<OmniCluster>, kube::runtime::watcher::Error>,
+    > + Send
+    + 'static,
+) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
+{
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut relisted: Option<std::collections::HashSet<String>> = None;
+    events.filter_map(move |event| {
+        let uid = |o: &OmniCluster| o.meta().uid.clone().unwrap_or_default();
+        let out = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let id = uid(&o);
+                if let Some(listed) = relisted.as_mut() {
+                    listed.insert(id.clone());
+                }
+                let state = own_change(&o).unwrap_or_default() ^ condition_states(&o);
+                (seen.insert(id, state) != Some(state)).then_some(Ok(o))
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                seen.remove(&uid(&o));
+                Some(Ok(o))
+            }
+            Ok(watcher::Event::Init) => {
+                relisted = Some(std::collections::HashSet::new());
+                None
+            }
+            // Objects gone while the watch was down are forgotten.
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = relisted.take() {
+                    seen.retain(|id, _| listed.contains(id));
+                }
+                None
+            }
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(out)
+    })
+}
+
+/// A hash of `cluster`'s condition types and statuses (not their messages or times).
+fn condition_states(cluster: &OmniCluster) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in cluster.status.iter().flat_map(|s| &s.conditions) {
+        c.type_.hash(&mut h);
+        c.status.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
+/// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
+/// `status` and `resourceVersion` are deliberately left out.
+pub fn own_change<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let meta = obj.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp.as_ref().map(|t| t.0).hash(&mut h);
+    Some(h.finish())
+}
+
+/// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to
+/// `reconcile`; failures back off per object ([`error_policy_dyn`]).
+pub async fn drive<K, F, Fut>(
+    controller: kube::runtime::Controller<DynamicObject>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    let kind = K::kind(&());
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
+            error_policy_dyn,
+            ctx,
+        )
+        .for_each(|r| {
+            log_outcome(&kind, r);
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Logs each reconcile outcome of a controller stream at debug level (failures are logged
+/// with their backoff by [`error_policy_dyn`]).
+pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T, E>) {
+    match result {
+        Ok(obj) => tracing::debug!(kind, object = ?obj, "reconciled"),
+        Err(e) => tracing::debug!(kind, error = %e, "reconcile did not complete"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_no_field_manager_records_or_applied_copy() {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
+            "metadata": {
+                "name": "s", "namespace": "n",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                    "omni.texashpc.com/adopt": "true"
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            },
+            "spec": {"a": 1}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        strip_for_cache(&mut obj);
+        assert!(
+            obj.metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .next()
+                .is_none()
+        );
+        assert_eq!(
+            obj.annotations().keys().collect::<Vec<_>>(),
+            vec!["omni.texashpc.com/adopt"]
+        );
+        assert_eq!(obj.data["spec"]["a"], 1);
+    }
+}

@@ -1,0 +1,237 @@
+//! Why an OmniSecretSync is not synced: each failure knows its reason and what happens next.
+
+use kube::ResourceExt;
+
+use super::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED, RETRY};
+use crate::api::OmniSecretSync;
+use crate::api::common::reasons;
+use crate::controllers::RetryPolicy;
+use crate::workload::WorkloadError;
+
+/// Why an OmniSecretSync is not synced; the message is its condition's and Event's.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretSyncFailure {
+    /// The spec is invalid (it bypassed admission).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The Secret policy refuses a Secret the sync would read.
+    #[error("{0}")]
+    Refused(String),
+    /// The referenced OmniCluster does not exist.
+    #[error("OmniCluster {cluster:?} does not exist")]
+    MissingCluster {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The source Secret does not exist.
+    #[error("source Secret \"{namespace}/{name}\" does not exist")]
+    MissingSource {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.sourceSecretRef.name`.
+        name: String,
+    },
+    /// The kubeconfig Secret does not exist.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" does not exist")]
+    MissingKubeconfig {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+    },
+    /// The kubeconfig Secret lacks the key.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" does not contain key {key:?}")]
+    MissingKubeconfigKey {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+        /// `spec.kubeconfigSecretRef.key`.
+        key: String,
+    },
+    /// The kubeconfig does not make a usable client.
+    #[error("kubeconfig Secret \"{namespace}/{name}\" key {key:?} is invalid: {detail}")]
+    InvalidKubeconfig {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+        /// `spec.kubeconfigSecretRef.key`.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The kubeconfig Secret could not be read.
+    #[error("load workload kubeconfig: {0}")]
+    KubeconfigUnreadable(WorkloadError),
+    /// A request to the workload cluster failed during `step`.
+    #[error("{step}: {error}")]
+    Workload {
+        /// What was being done, naming the object.
+        step: String,
+        /// The workload cluster's answer.
+        #[source]
+        error: kube::Error,
+    },
+    /// The target changed while its type was being replaced.
+    #[error(
+        "workload Secret \"{namespace}/{name}\" changed while its type was being replaced; it was left alone and is checked again"
+    )]
+    TargetChanged {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+    },
+    /// The target exists and belongs to someone else.
+    #[error(
+        "workload Secret \"{namespace}/{name}\" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}=\"true\" to let the sync take it over)"
+    )]
+    TargetNotOwned {
+        /// The target's namespace.
+        namespace: String,
+        /// The target's name.
+        name: String,
+    },
+    /// Deleting a copy the sync owns failed (the workload cluster's message).
+    #[error("{0}")]
+    DeleteFailed(String),
+}
+
+impl SecretSyncFailure {
+    /// The condition reason this failure is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) | Self::Refused(_) | Self::InvalidKubeconfig { .. } => {
+                reasons::VALIDATION_FAILED
+            }
+            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. } => reasons::MISSING_SECRET,
+            Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
+                reasons::SYNC_FAILED
+            }
+            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
+            Self::DeleteFailed(_) => reasons::DELETE_FAILED,
+        }
+    }
+
+    /// What the reconcile does next.
+    pub fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
+            // An unowned target lives in the workload cluster, which is not watched: poll so
+            // an adoption annotation is noticed. Missing references are polled likewise.
+            Self::TargetNotOwned { .. }
+            | Self::MissingCluster { .. }
+            | Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. }
+            | Self::InvalidKubeconfig { .. } => RetryPolicy::Poll(RETRY),
+            Self::KubeconfigUnreadable(_)
+            | Self::Workload { .. }
+            | Self::TargetChanged { .. }
+            | Self::DeleteFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+}
+
+/// [`SecretSyncFailure::Workload`] for a failed `step`.
+pub(super) fn workload_failed(step: String) -> impl FnOnce(kube::Error) -> SecretSyncFailure {
+    move |error| SecretSyncFailure::Workload { step, error }
+}
+
+/// The failure a kubeconfig problem is reported as, naming the sync's reference.
+pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> SecretSyncFailure {
+    let namespace = sync.namespace().unwrap_or_default();
+    let name = sync.spec.kubeconfig_secret_ref.name.clone();
+    let key = sync.spec.kubeconfig_secret_ref.key.clone();
+    match e {
+        WorkloadError::MissingSecret { .. } => {
+            SecretSyncFailure::MissingKubeconfig { namespace, name }
+        }
+        WorkloadError::MissingKey { .. } => SecretSyncFailure::MissingKubeconfigKey {
+            namespace,
+            name,
+            key,
+        },
+        WorkloadError::Invalid { detail, .. } => SecretSyncFailure::InvalidKubeconfig {
+            namespace,
+            name,
+            key,
+            detail,
+        },
+        WorkloadError::Refused { reason } => SecretSyncFailure::Refused(reason),
+        e @ WorkloadError::Read { .. } => SecretSyncFailure::KubeconfigUnreadable(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each failure knows its condition reason and what happens next; the messages are the
+    /// ones the docs and system tests pin.
+    #[test]
+    fn failures_carry_their_reason_retry_and_message() {
+        let (ns, name) = ("apps".to_string(), "dst".to_string());
+        let cases = [
+            (
+                SecretSyncFailure::MissingCluster {
+                    cluster: "prod".into(),
+                },
+                "MissingCluster",
+                RetryPolicy::Poll(RETRY),
+                r#"OmniCluster "prod" does not exist"#.to_string(),
+            ),
+            (
+                SecretSyncFailure::MissingKubeconfigKey {
+                    namespace: ns.clone(),
+                    name: "kc".into(),
+                    key: "value".into(),
+                },
+                "MissingSecret",
+                RetryPolicy::Poll(RETRY),
+                r#"kubeconfig Secret "apps/kc" does not contain key "value""#.to_string(),
+            ),
+            (
+                SecretSyncFailure::InvalidSpec("spec.targetSecretRef.name: required".into()),
+                "ValidationFailed",
+                RetryPolicy::AwaitChange,
+                "spec.targetSecretRef.name: required".to_string(),
+            ),
+            (
+                SecretSyncFailure::TargetChanged {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                },
+                "SyncFailed",
+                RetryPolicy::Backoff,
+                r#"workload Secret "apps/dst" changed while its type was being replaced; it was left alone and is checked again"#.to_string(),
+            ),
+            (
+                SecretSyncFailure::TargetNotOwned {
+                    namespace: ns,
+                    name,
+                },
+                REASON_TARGET_NOT_OWNED,
+                RetryPolicy::Poll(RETRY),
+                format!(
+                    r#"workload Secret "apps/dst" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}="true" to let the sync take it over)"#
+                ),
+            ),
+            (
+                SecretSyncFailure::DeleteFailed("delete workload Secret \"apps/dst\": x".into()),
+                "DeleteFailed",
+                RetryPolicy::Backoff,
+                "delete workload Secret \"apps/dst\": x".to_string(),
+            ),
+        ];
+        for (failure, reason, retry, message) in cases {
+            assert_eq!(failure.reason(), reason, "{failure:?}");
+            assert_eq!(failure.retry(), retry, "{failure:?}");
+            assert_eq!(failure.to_string(), message);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! What one pass did, and the status it leads to (pure).
+
+use super::failure::SecretSyncFailure;
+use super::write::Synced;
+use crate::api::OmniSecretSync;
+use crate::api::common::{Condition, condition_types as ct, reasons, set_condition};
+use crate::api::secret_sync::OmniSecretSyncStatus;
+
+/// What one pass did, and whether the cluster it names exists (`accepted`; `None` when the
+/// pass did not look).
+pub(crate) struct SyncOutcome {
+    pub(super) result: Result<Synced, SecretSyncFailure>,
+    pub(super) accepted: Option<bool>,
+}
+
+impl SyncOutcome {
+    pub(super) fn failed(failure: SecretSyncFailure, accepted: Option<bool>) -> Self {
+        Self {
+            result: Err(failure),
+            accepted,
+        }
+    }
+}
+
+/// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
+pub(super) fn desired_status(
+    sync: &OmniSecretSync,
+    outcome: &SyncOutcome,
+    now: jiff::Timestamp,
+) -> OmniSecretSyncStatus {
+    let SyncOutcome { result, accepted } = outcome;
+    let old = sync.status.clone().unwrap_or_default();
+    let generation = sync.metadata.generation;
+    let mut s = old.clone();
+    s.observed_generation = generation;
+    s.cluster_ref = Some(sync.spec.cluster_ref.name.clone());
+    s.kubeconfig_secret_ref = Some(sync.spec.kubeconfig_secret_ref.name.clone());
+    s.kubeconfig_secret_key = Some(sync.spec.kubeconfig_secret_ref.key.clone());
+    s.source_secret_ref = Some(sync.spec.source_secret_ref.name.clone());
+    let set = |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: &str, message: &str| {
+        set_condition(
+            &mut s.conditions,
+            Condition::new(type_, ok.into(), reason, message, generation, now),
+        );
+    };
+    if let Some(accepted) = *accepted {
+        let name = &sync.spec.cluster_ref.name;
+        if accepted {
+            set(
+                &mut s,
+                ct::ACCEPTED,
+                true,
+                reasons::ACCEPTED,
+                &format!("attached to OmniCluster {name:?}"),
+            );
+        } else {
+            set(
+                &mut s,
+                ct::ACCEPTED,
+                false,
+                reasons::MISSING_CLUSTER,
+                &format!("OmniCluster {name:?} does not exist"),
+            );
+        }
+    }
+    let changed_copy;
+    match result {
+        Ok(done) => {
+            let t = &sync.spec.target_secret_ref;
+            let m = format!(
+                "synced Secret {:?} to workload Secret \"{}/{}\"",
+                sync.spec.source_secret_ref.name, t.namespace, t.name
+            );
+            set(&mut s, ct::SYNCED, true, reasons::SYNCED, &m);
+            set(&mut s, ct::READY, true, reasons::SYNCED, &m);
+            s.target_secret_ref = Some(t.name.clone());
+            s.target_namespace = Some(t.namespace.clone());
+            s.secret_type = Some(done.type_.clone());
+            s.secret_hash = Some(done.hash.clone());
+            s.last_error = Some(String::new());
+            changed_copy = done.changed;
+        }
+        Err(f) => {
+            let message = f.to_string();
+            set(&mut s, ct::SYNCED, false, f.reason(), &message);
+            set(&mut s, ct::READY, false, f.reason(), &message);
+            s.last_error = Some(message);
+            changed_copy = false;
+        }
+    }
+    if s != old || changed_copy {
+        s.last_attempt_time = Some(now);
+        if result.is_ok() {
+            s.last_sync_time = Some(now);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::find_condition;
+    use crate::controllers::RetryPolicy;
+    use crate::controllers::pipeline::Pipeline;
+    use crate::controllers::secret_sync::fixtures::sync;
+
+    #[test]
+    fn a_failure_is_the_status_reason_and_last_error() {
+        let s = sync();
+        let missing = SecretSyncFailure::MissingSource {
+            namespace: "ns".into(),
+            name: "src".into(),
+        };
+        let failed = desired_status(
+            &s,
+            &SyncOutcome::failed(missing, Some(true)),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        let ready = find_condition(&failed.conditions, "Ready");
+        assert_eq!(ready.map(|c| c.reason.as_str()), Some("MissingSecret"));
+        assert_eq!(
+            failed.last_error.as_deref(),
+            Some(r#"source Secret "ns/src" does not exist"#)
+        );
+    }
+
+    /// A spec that bypassed admission is refused by the webhook's own rules, naming the field,
+    /// and waits for a change.
+    #[test]
+    fn an_invalid_spec_is_reported_with_the_webhooks_field_path() {
+        let mut s = sync();
+        s.spec.deletion_policy = "Keep".into();
+        let validation = Pipeline::validate(&s);
+        assert!(!validation.is_valid());
+        let outcome = <OmniSecretSync as Pipeline>::invalid(validation.error_summary());
+        let status = desired_status(&s, &outcome, jiff::Timestamp::UNIX_EPOCH);
+        let ready = find_condition(&status.conditions, "Ready");
+        assert_eq!(
+            ready.map(|c| (c.reason.as_str(), c.message.as_str())),
+            Some((
+                "ValidationFailed",
+                r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ))
+        );
+        assert_eq!(
+            outcome.result.err().map(|f| f.retry()),
+            Some(RetryPolicy::AwaitChange)
+        );
+    }
+
+    #[test]
+    fn idle_status_is_stable() {
+        let mut s = sync();
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let ok = || SyncOutcome {
+            result: Ok(Synced {
+                hash: "h".into(),
+                type_: "Opaque".into(),
+                changed: false,
+            }),
+            accepted: Some(true),
+        };
+        let first = desired_status(&s, &ok(), t0);
+        assert_eq!(first.last_sync_time, Some(t0));
+        let ready = find_condition(&first.conditions, "Ready").map(|c| c.message.clone());
+        assert_eq!(
+            ready.as_deref(),
+            Some(r#"synced Secret "src" to workload Secret "apps/dst""#)
+        );
+        s.status = Some(first.clone());
+        let again = desired_status(&s, &ok(), t0 + jiff::SignedDuration::from_secs(300));
+        assert_eq!(again, first);
+    }
+}

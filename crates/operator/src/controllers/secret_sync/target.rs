@@ -1,0 +1,237 @@
+//! The workload copy as a sync wants it, and what to do with the one that is there (pure).
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use sha2::{Digest, Sha256};
+
+use super::ADOPT_ANNOTATION;
+use crate::api::OmniSecretSync;
+
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
+const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
+const NAME_ANNOTATION: &str = "omni.texashpc.com/secret-sync-name";
+const SOURCE_ANNOTATION: &str = "omni.texashpc.com/secret-sync-source";
+const HASH_ANNOTATION: &str = "omni.texashpc.com/secret-sync-hash";
+const CONTENT_ANNOTATION: &str = "omni.texashpc.com/secret-sync-content";
+
+/// Lowercase hex SHA-256 of `{"version":"v1","type":..,"data":{key: base64}}` (keys sorted;
+/// empty data is `null`).
+pub fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> String {
+    let encoded: Option<BTreeMap<&str, String>> = (!data.is_empty()).then(|| {
+        data.iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    base64::engine::general_purpose::STANDARD.encode(&v.0),
+                )
+            })
+            .collect()
+    });
+    // Field order matters for the hash; build the text by hand rather than rely on map order.
+    let payload = format!(
+        "{{\"version\":\"v1\",\"type\":{},\"data\":{}}}",
+        serde_json::Value::String(type_.to_string()),
+        serde_json::to_string(&encoded).unwrap_or_else(|_| "null".into())
+    );
+    hex::encode(Sha256::digest(payload.as_bytes()))
+}
+
+/// Whether `secret` belongs to `sync`: by UID label when the sync has a UID, else by name
+/// annotation.
+pub fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
+    match sync.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => {
+            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+        }
+        _ => secret.annotations().get(NAME_ANNOTATION) == sync.metadata.name.as_ref(),
+    }
+}
+
+/// Whether the user allowed taking `secret` over.
+pub fn adoptable(secret: &Secret) -> bool {
+    secret
+        .annotations()
+        .get(ADOPT_ANNOTATION)
+        .map(String::as_str)
+        == Some("true")
+}
+
+/// The target Secret as this sync wants it (parity §8.3).
+pub fn desired_target(
+    sync: &OmniSecretSync,
+    source: &Secret,
+    cluster_name: &str,
+) -> (Secret, String) {
+    let type_ = sync
+        .spec
+        .type_
+        .clone()
+        .or_else(|| source.type_.clone())
+        .unwrap_or_else(|| "Opaque".to_string());
+    let data = source.data.clone().unwrap_or_default();
+    let hash = content_hash(&type_, &data);
+    let mut labels = sync.spec.labels.clone().unwrap_or_default();
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels.insert(
+        UID_LABEL.into(),
+        sync.metadata.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    let mut annotations = sync.spec.annotations.clone().unwrap_or_default();
+    annotations.insert(NAME_ANNOTATION.into(), sync.name_any());
+    annotations.insert(
+        SOURCE_ANNOTATION.into(),
+        format!(
+            "{}/{}",
+            source.namespace().unwrap_or_default(),
+            source.name_any()
+        ),
+    );
+    annotations.insert(HASH_ANNOTATION.into(), hash.clone());
+    annotations.insert(CONTENT_ANNOTATION.into(), "v1".into());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(sync.spec.target_secret_ref.name.clone()),
+            namespace: Some(sync.spec.target_secret_ref.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        type_: Some(type_),
+        data: (!data.is_empty()).then_some(data),
+        ..Secret::default()
+    };
+    (secret, hash)
+}
+
+/// What to do with the workload cluster's target Secret.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// It does not exist: create it.
+    Create(Secret),
+    /// It already matches.
+    NoChange,
+    /// Update it to this object (third-party labels/annotations kept).
+    Update(Secret),
+    /// The type differs (immutable): delete and create.
+    Recreate(Secret),
+    /// It exists and belongs to someone else: leave it alone.
+    NotOwned,
+}
+
+/// Pure: compare the existing target with the desired one.
+pub fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Secret) -> Plan {
+    let Some(existing) = existing else {
+        return Plan::Create(desired);
+    };
+    if !is_owned(existing, sync) && !adoptable(existing) {
+        return Plan::NotOwned;
+    }
+    if existing.type_ != desired.type_ {
+        return Plan::Recreate(desired);
+    }
+    let mut merged = existing.clone();
+    let labels = merged.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(desired.metadata.labels.clone().unwrap_or_default());
+    let annotations = merged
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.extend(desired.metadata.annotations.clone().unwrap_or_default());
+    // Adoption is a one-time permission; once owned, the marker has done its job.
+    annotations.remove(ADOPT_ANNOTATION);
+    merged.data = desired.data.clone();
+    if merged.data.is_none() && existing.data.as_ref().is_some_and(BTreeMap::is_empty) {
+        merged.data = existing.data.clone();
+    }
+    merged.string_data = None;
+    if merged.metadata.labels == existing.metadata.labels
+        && merged.metadata.annotations == existing.metadata.annotations
+        && merged.data.clone().unwrap_or_default() == existing.data.clone().unwrap_or_default()
+    {
+        Plan::NoChange
+    } else {
+        Plan::Update(merged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::secret_sync::fixtures::{source, sync};
+
+    #[test]
+    fn hash_matches_the_documented_payload() {
+        let data = source().data.unwrap_or_default();
+        let expected = hex::encode(Sha256::digest(
+            br#"{"version":"v1","type":"Opaque","data":{"a":"b25l","b":"dHdv"}}"#,
+        ));
+        assert_eq!(content_hash("Opaque", &data), expected);
+        let empty = hex::encode(Sha256::digest(
+            br#"{"version":"v1","type":"Opaque","data":null}"#,
+        ));
+        assert_eq!(content_hash("Opaque", &BTreeMap::new()), empty);
+    }
+
+    #[test]
+    fn unowned_target_is_left_alone_unless_adoptable() {
+        let s = sync();
+        let (desired, _) = desired_target(&s, &source(), "prod");
+        let mut foreign = Secret {
+            metadata: ObjectMeta {
+                name: Some("dst".into()),
+                namespace: Some("apps".into()),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".into()),
+            ..Secret::default()
+        };
+        assert_eq!(plan(&s, Some(&foreign), desired.clone()), Plan::NotOwned);
+        foreign.metadata.annotations = Some(BTreeMap::from([(
+            ADOPT_ANNOTATION.to_string(),
+            "true".to_string(),
+        )]));
+        let Plan::Update(updated) = plan(&s, Some(&foreign), desired) else {
+            panic!("adoptable target must be updated");
+        };
+        assert!(is_owned(&updated, &s));
+        assert!(!updated.annotations().contains_key(ADOPT_ANNOTATION));
+    }
+
+    #[test]
+    fn update_keeps_third_party_metadata_and_idle_is_no_change() {
+        let s = sync();
+        let (desired, _) = desired_target(&s, &source(), "prod");
+        let Plan::Create(created) = plan(&s, None, desired.clone()) else {
+            panic!("missing target must be created");
+        };
+        assert_eq!(created.labels().get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            created.labels().get(UID_LABEL).map(String::as_str),
+            Some("u-1")
+        );
+        let mut live = created.clone();
+        live.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert("other".into(), "x".into());
+        assert_eq!(plan(&s, Some(&live), desired.clone()), Plan::NoChange);
+        live.data = Some(BTreeMap::from([(
+            "a".to_string(),
+            ByteString(b"drift".to_vec()),
+        )]));
+        let Plan::Update(fixed) = plan(&s, Some(&live), desired.clone()) else {
+            panic!("drift must be corrected");
+        };
+        assert_eq!(fixed.labels().get("other").map(String::as_str), Some("x"));
+        assert_eq!(fixed.data, source().data);
+        live.type_ = Some("kubernetes.io/tls".into());
+        assert!(matches!(plan(&s, Some(&live), desired), Plan::Recreate(_)));
+    }
+}
