@@ -21,10 +21,10 @@ use tower::{BoxError, Layer, Service, ServiceExt as _};
 
 /// Requests in flight to the management cluster's API server (watches not counted), unless
 /// `--kube-api-max-in-flight` says otherwise.
-pub const MANAGEMENT_MAX_IN_FLIGHT: usize = 32;
+pub(crate) const MANAGEMENT_MAX_IN_FLIGHT: usize = 32;
 
 /// Requests in flight to one workload cluster's API server.
-pub const WORKLOAD_MAX_IN_FLIGHT: usize = 8;
+pub(crate) const WORKLOAD_MAX_IN_FLIGHT: usize = 8;
 
 /// Requests a client queues before its callers wait to hand over more (kube-rs' own figure).
 const QUEUE: usize = 1024;

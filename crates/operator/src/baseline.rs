@@ -103,7 +103,7 @@ pub fn on(q: Quirk) -> bool {
 /// Hook of the status write: with `status-every-reconcile`, stamps the timestamp the original
 /// moves on every reconcile of OmniConnection (`lastCheckTime`) and OmniCluster
 /// (`lastAttemptTime`, `lastSyncTime`), so the status always differs and is written.
-pub fn stamp_status(kind: &str, status: serde_json::Value) -> serde_json::Value {
+pub(crate) fn stamp_status(kind: &str, status: serde_json::Value) -> serde_json::Value {
     stamp_status_with(on(Quirk::StatusEveryReconcile), kind, status)
 }
 
@@ -142,7 +142,7 @@ static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
 /// other (a connection's status write would otherwise reconcile every cluster, whose status
 /// writes reconcile the connection again, without end); this operator does without it because
 /// its status writes are quiet. `watch` names the mapping, so each keeps its own memory.
-pub fn mapped_event_passes(watch: &str, meta: &ObjectMeta) -> bool {
+pub(crate) fn mapped_event_passes(watch: &str, meta: &ObjectMeta) -> bool {
     !on(Quirk::StatusEveryReconcile) || passes_original_predicate(watch, meta)
 }
 
@@ -155,7 +155,7 @@ fn passes_original_predicate(watch: &str, meta: &ObjectMeta) -> bool {
 
 /// Hook of the Helm plan: with `helm-upgrade-every-trigger`, an up-to-date release is upgraded
 /// anyway, as the original does on every reconcile that reaches Helm.
-pub fn upgrade_every_trigger(
+pub(crate) fn upgrade_every_trigger(
     plan: crate::controllers::helm_release::Plan,
 ) -> crate::controllers::helm_release::Plan {
     use crate::controllers::helm_release::Plan;

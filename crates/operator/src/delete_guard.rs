@@ -13,9 +13,9 @@ use serde::de::DeserializeOwned;
 
 /// What [`delete_observed`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deleted {
+pub(crate) enum Deleted {
     /// The observed object was deleted.
-    Deleted,
+    Removed,
     /// Nothing by that name exists any more.
     Gone,
     /// The object under that name is not the one observed (replaced or changed since); it was
@@ -25,7 +25,7 @@ pub enum Deleted {
 
 /// Deletes `observed` through `api` only if the object under its name still has the observed
 /// `uid` and `resourceVersion`.
-pub async fn delete_observed<K>(api: &Api<K>, observed: &K) -> Result<Deleted, kube::Error>
+pub(crate) async fn delete_observed<K>(api: &Api<K>, observed: &K) -> Result<Deleted, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -37,7 +37,7 @@ where
         ..DeleteParams::default()
     };
     match api.delete(&observed.name_any(), &params).await {
-        Ok(_) => Ok(Deleted::Deleted),
+        Ok(_) => Ok(Deleted::Removed),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deleted::Gone),
         // 409 Conflict is how the API server reports a failed precondition.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Deleted::Changed),

@@ -6,8 +6,8 @@
 //! unchanged, for `leaseDurationSeconds` of its own time. Updates carry the Lease's
 //! resourceVersion, so two replicas racing for an expired Lease cannot both win.
 //!
-//! The leader's side of the bargain (see [`LeaderConfig::stop_leading_at`] and
-//! [`LeaderConfig::write_fence`]): every renewal attempt is bounded by the time left until
+//! The leader's side of the bargain (see `LeaderConfig::stop_leading_at` and
+//! `LeaderConfig::write_fence`): every renewal attempt is bounded by the time left until
 //! `renew_deadline` after the start of its last successful renewal, when it stops leading, and
 //! whatever is still running at the write fence is aborted. Any renewal a standby saw was
 //! written after that start, so the standby's takeover comes later than the fence.
@@ -63,14 +63,14 @@ impl LeaderConfig {
 
     /// When a leader whose last successful renewal started at `renewed_at` stops leading: no
     /// renewal attempt runs past it, and the controllers are told to stop.
-    pub fn stop_leading_at(&self, renewed_at: Instant) -> Instant {
+    pub(crate) fn stop_leading_at(&self, renewed_at: Instant) -> Instant {
         renewed_at + self.renew_deadline.min(self.lease_duration)
     }
 
     /// When everything that writes on the leader's behalf must be gone: halfway between
     /// [`LeaderConfig::stop_leading_at`] and the earliest takeover (`renewed_at +
     /// lease_duration`), which leaves half of that gap as a margin for scheduling delays.
-    pub fn write_fence(&self, renewed_at: Instant) -> Instant {
+    pub(crate) fn write_fence(&self, renewed_at: Instant) -> Instant {
         let stop = self.stop_leading_at(renewed_at);
         let takeover = renewed_at + self.lease_duration;
         stop + (takeover - stop) / 2
@@ -105,7 +105,7 @@ pub enum LeaderError {
 
 /// What to do with a Lease observed at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// We hold it: renew.
     Renew,
     /// It is free or expired: take it over.
@@ -117,7 +117,7 @@ pub enum Decision {
 /// Pure: decide from the Lease spec and how long this process has seen that very record
 /// unchanged (`unchanged_for`, by its own clock). The remote `renewTime` is never compared with
 /// the local clock: a holder whose clock lags would otherwise look expired while it renews.
-pub fn decide(spec: &LeaseSpec, identity: &str, unchanged_for: Duration) -> Decision {
+pub(crate) fn decide(spec: &LeaseSpec, identity: &str, unchanged_for: Duration) -> Decision {
     let holder = spec.holder_identity.as_deref().unwrap_or("");
     if holder == identity {
         return Decision::Renew;

@@ -7,14 +7,14 @@
 //! - [`render`]: OmniCluster and its children → Omni cluster template (pure).
 //! - [`cli`]: the subcommands of the `omni-operator` binary.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod api;
 pub mod api_client;
 pub mod baseline;
 pub mod cli;
 pub mod controllers;
-pub mod delete_guard;
+pub(crate) mod delete_guard;
 pub(crate) mod export_format;
 pub mod helm;
 pub mod kubeconfig;

@@ -3,8 +3,8 @@
 //! Label sets are plain `(name, value)` vectors so that every family is one line to declare.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -17,7 +17,7 @@ type Labels = Vec<(String, String)>;
 
 /// Outcome of one Omni RPC, from the operator's point of view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RpcOutcome {
+pub(crate) enum RpcOutcome {
     /// The call changed something in Omni.
     Changed,
     /// The call succeeded without changing anything (reads, empty plans).
@@ -38,7 +38,7 @@ impl RpcOutcome {
 
 /// Readiness summary of one object for the `omni_operator_resource_info` gauge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceInfo<'a> {
+pub(crate) struct ResourceInfo<'a> {
     /// Kind, e.g. `OmniCluster`.
     pub kind: &'a str,
     /// Namespace.
@@ -147,7 +147,7 @@ impl Metrics {
 
     /// Replaces the info series of one object (older readiness/reason series are dropped so
     /// exactly one series per object is 1).
-    pub fn set_resource_info(&self, info: &ResourceInfo<'_>) {
+    pub(crate) fn set_resource_info(&self, info: &ResourceInfo<'_>) {
         self.forget_resource(info.kind, info.namespace, info.name);
         let suspended = if info.suspended { "true" } else { "false" };
         let l = labels(&[
@@ -171,7 +171,7 @@ impl Metrics {
     }
 
     /// Drops every series of a deleted object.
-    pub fn forget_resource(&self, kind: &str, namespace: &str, name: &str) {
+    pub(crate) fn forget_resource(&self, kind: &str, namespace: &str, name: &str) {
         let key = (kind.to_string(), namespace.to_string(), name.to_string());
         let previous = match self.info_series.lock() {
             Ok(mut map) => map.remove(&key),
@@ -187,7 +187,7 @@ impl Metrics {
     }
 
     /// Counts one Omni operation.
-    pub fn omni_rpc(&self, method: &str, outcome: RpcOutcome) {
+    pub(crate) fn omni_rpc(&self, method: &str, outcome: RpcOutcome) {
         self.omni_rpcs
             .get_or_create(&labels(&[
                 ("method", method),
@@ -197,7 +197,7 @@ impl Metrics {
     }
 
     /// Sets the seconds until the kubeconfig exported by `namespace/name` expires.
-    pub fn set_kubeconfig_expiry(&self, namespace: &str, name: &str, seconds: f64) {
+    pub(crate) fn set_kubeconfig_expiry(&self, namespace: &str, name: &str, seconds: f64) {
         self.kubeconfig_expiry
             .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
             .set(seconds);
@@ -210,9 +210,6 @@ impl Metrics {
         Ok(out)
     }
 }
-
-/// Shared handle type used by the controllers.
-pub type SharedMetrics = Arc<Metrics>;
 
 #[cfg(test)]
 mod tests {

@@ -18,9 +18,9 @@ use crate::api::workers::{self, RESERVED_WORKER_SET_NAME, StrategyType};
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// Condition reason for a missing or ambiguous OmniControlPlane.
-pub const REASON_MISSING_TEMPLATE: &str = "MissingTemplate";
+pub(crate) const REASON_MISSING_TEMPLATE: &str = "MissingTemplate";
 /// Condition reason for every other render failure.
-pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+pub(crate) const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
 
 /// A rendered template and the children it was built from.
 #[derive(Debug, Clone, PartialEq)]

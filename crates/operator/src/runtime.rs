@@ -25,10 +25,10 @@ use crate::secure_metrics::{self, SecureMetricsConfig};
 use crate::webhook::{self, WebhookConfig};
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// How long releasing the Lease on shutdown may take.
-pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The longest a shutdown takes: the controllers' drain, the Lease release, then the servers'
 /// (webhook, probes, metrics) drain. The pod's termination grace period must exceed it.
@@ -60,11 +60,11 @@ pub struct OperatorConfig {
     /// Directory `file:` entries are confined to; `None` refuses them.
     pub template_root: Option<PathBuf>,
     /// Floor for periodic intervals of stored objects that bypassed admission
-    /// ([`crate::api::duration::MIN_INTERVAL`] from the command line; embedders running short
+    /// (`crate::api::duration::MIN_INTERVAL` from the command line; embedders running short
     /// scenarios may lower it).
     pub min_interval: Duration,
     /// Most helm processes at once.
-    pub helm_max_concurrent: usize,
+    pub(crate) helm_max_concurrent: usize,
     /// OmniSecretSync drift re-check interval; zero turns it off.
     pub secret_sync_resync: Duration,
     /// Which Secrets objects may use, and where exports may write.
@@ -117,11 +117,11 @@ impl OperatorConfig {
 
 /// Default size of the helm process pool: two keeps a 2-CPU operator pod responsive while a
 /// slow chart download or `--wait` is in progress.
-pub const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
+pub(crate) const DEFAULT_HELM_MAX_CONCURRENT: usize = 2;
 
 /// Without `--helm-work-dir`, helm's state lives under the temp dir (the chart always passes
 /// the flag, pointing into its emptyDir, because the container's root filesystem is read-only).
-pub fn default_helm_work_dir() -> PathBuf {
+pub(crate) fn default_helm_work_dir() -> PathBuf {
     std::env::temp_dir().join("omni-operator-helm")
 }
 

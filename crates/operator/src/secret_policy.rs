@@ -23,7 +23,7 @@ use crate::api::OmniConnection;
 pub const USABLE_BY_LABEL: &str = "omni.texashpc.com/usable-by";
 
 /// Type of the Secrets the API server fills with a service-account token.
-pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+pub(crate) const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
 /// Deployment-wide settings (flags `--require-secret-opt-in` and
 /// `--allow-cross-namespace-export`).
@@ -63,7 +63,7 @@ impl SecretUse {
 }
 
 /// Whether `secret` carries the opt-in label naming `kind`.
-pub fn opted_in(secret: &Secret, kind: &str) -> bool {
+pub(crate) fn opted_in(secret: &Secret, kind: &str) -> bool {
     secret
         .labels()
         .get(USABLE_BY_LABEL)

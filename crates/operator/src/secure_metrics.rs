@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::tls::{self, CertFiles, TlsError};
 
 /// The path served, and the non-resource URL a scraper must be allowed to `get`.
-pub const METRICS_PATH: &str = "/metrics";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// How long an allowed token is trusted without asking the API server again.
 const ALLOWED_TTL: Duration = Duration::from_secs(60);
@@ -79,7 +79,7 @@ pub enum SecureMetricsError {
 /// Why a scrape could not be decided (the API server could not be asked). The message names
 /// the review, never the token.
 #[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
+pub(crate) enum ReviewError {
     /// The TokenReview failed.
     #[error("TokenReview failed: {0}")]
     TokenReview(#[source] kube::Error),
@@ -90,7 +90,7 @@ pub enum ReviewError {
 
 /// What the cluster says about one bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// The token's user may get `/metrics`.
     Allowed,
     /// The token is not valid (401).
@@ -103,7 +103,7 @@ pub enum Access {
 }
 
 /// Decides scrapes with TokenReview and SubjectAccessReview, caching the answers briefly.
-pub struct MetricsGuard {
+pub(crate) struct MetricsGuard {
     client: kube::Client,
     cache: Mutex<HashMap<[u8; 32], (Access, Instant)>>,
 }
@@ -118,7 +118,7 @@ impl std::fmt::Debug for MetricsGuard {
 impl MetricsGuard {
     /// A guard asking the API server behind `client` (which needs `create` on
     /// `tokenreviews` and `subjectaccessreviews`).
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             client,
             cache: Mutex::default(),
@@ -126,7 +126,7 @@ impl MetricsGuard {
     }
 
     /// Whether `token` may scrape, from the cache or the API server.
-    pub async fn access(&self, token: &str) -> Result<Access, ReviewError> {
+    pub(crate) async fn access(&self, token: &str) -> Result<Access, ReviewError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = Instant::now();
         if let Some((access, until)) = self.lock().get(&key)
@@ -215,7 +215,7 @@ fn exposition(metrics: &Metrics) -> Response {
 }
 
 /// `/metrics` for everyone (the default, plain HTTP).
-pub fn plain_router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn plain_router(metrics: Arc<Metrics>) -> Router {
     Router::new().route(
         METRICS_PATH,
         get(move || async move { exposition(&metrics) }),
@@ -266,7 +266,7 @@ async fn guarded_metrics(
 }
 
 /// `/metrics` for callers the cluster allows (see the module documentation).
-pub fn secure_router(metrics: Arc<Metrics>, guard: Arc<MetricsGuard>) -> Router {
+pub(crate) fn secure_router(metrics: Arc<Metrics>, guard: Arc<MetricsGuard>) -> Router {
     Router::new()
         .route(METRICS_PATH, get(guarded_metrics))
         .with_state((guard, metrics))

@@ -80,7 +80,7 @@ pub enum TlsError {
 
 /// Where a serving certificate chain and its private key live on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertFiles {
+pub(crate) struct CertFiles {
     /// PEM certificate chain, leaf first.
     pub cert: PathBuf,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1).
@@ -90,7 +90,7 @@ pub struct CertFiles {
 impl CertFiles {
     /// The files `cert_name` and `key_name` inside `dir` (for a mounted TLS Secret:
     /// `tls.crt` and `tls.key`).
-    pub fn in_dir(dir: &Path, cert_name: &str, key_name: &str) -> Self {
+    pub(crate) fn in_dir(dir: &Path, cert_name: &str, key_name: &str) -> Self {
         Self {
             cert: dir.join(cert_name),
             key: dir.join(key_name),
@@ -100,7 +100,7 @@ impl CertFiles {
 
 /// The crypto provider all operator TLS uses (ring), chosen explicitly so that no process-wide
 /// default has to be installed.
-pub fn crypto_provider() -> Arc<CryptoProvider> {
+pub(crate) fn crypto_provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -113,7 +113,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 
 /// Parses a PEM certificate chain and private key into a rustls [`CertifiedKey`], checking that
 /// the key matches the leaf certificate. `files` is only used to name the inputs in errors.
-pub fn parse_certified_key(
+pub(crate) fn parse_certified_key(
     cert_pem: &[u8],
     key_pem: &[u8],
     files: &CertFiles,
@@ -145,16 +145,6 @@ pub fn parse_certified_key(
     })
 }
 
-/// Reads and parses `files` once.
-pub fn load_certified_key(
-    files: &CertFiles,
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey, TlsError> {
-    let cert_pem = read(&files.cert)?;
-    let key_pem = read(&files.key)?;
-    parse_certified_key(&cert_pem, &key_pem, files, provider)
-}
-
 /// The last successfully loaded pair and the file contents it came from.
 struct Loaded {
     cert_pem: Vec<u8>,
@@ -170,7 +160,7 @@ struct Loaded {
 /// within the filesystem's timestamp granularity. When the new files do not parse (for example
 /// the certificate was replaced but the key not yet), the previous pair keeps being served and
 /// the next handshake tries again.
-pub struct ReloadingCertResolver {
+pub(crate) struct ReloadingCertResolver {
     files: CertFiles,
     provider: Arc<CryptoProvider>,
     loaded: Mutex<Loaded>,
@@ -188,7 +178,7 @@ impl fmt::Debug for ReloadingCertResolver {
 impl ReloadingCertResolver {
     /// Loads `files`; fails when they cannot be served now, so a misconfigured server fails at
     /// start-up instead of on its first request.
-    pub fn new(files: CertFiles, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
+    pub(crate) fn new(files: CertFiles, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
         let cert_pem = read(&files.cert)?;
         let key_pem = read(&files.key)?;
         let key = Arc::new(parse_certified_key(&cert_pem, &key_pem, &files, &provider)?);
@@ -203,14 +193,9 @@ impl ReloadingCertResolver {
         })
     }
 
-    /// The files this resolver serves.
-    pub fn files(&self) -> &CertFiles {
-        &self.files
-    }
-
     /// Re-reads the files and, when they changed and parse, makes them current.
     /// Returns whether a new pair was loaded. On error the previous pair stays current.
-    pub fn refresh(&self) -> Result<bool, TlsError> {
+    pub(crate) fn refresh(&self) -> Result<bool, TlsError> {
         let cert_pem = read(&self.files.cert)?;
         let key_pem = read(&self.files.key)?;
         let mut loaded = self
@@ -229,26 +214,8 @@ impl ReloadingCertResolver {
         Ok(true)
     }
 
-    /// The pair to serve now, after picking up any change on disk.
-    pub fn current(&self) -> Arc<CertifiedKey> {
-        match self.refresh() {
-            Ok(true) => {
-                tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
-            }
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(%error, "serving certificate changed but cannot be loaded; keeping the previous one");
-            }
-        }
-        self.loaded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .key
-            .clone()
-    }
-
     /// The pair loaded last, without touching the disk.
-    pub fn loaded(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn loaded(&self) -> Arc<CertifiedKey> {
         self.loaded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -268,7 +235,7 @@ impl ResolvesServerCert for ReloadingCertResolver {
 /// A rustls server configuration serving `files` (reloaded on change), without client
 /// authentication, offering the given ALPN protocols (e.g. `[b"http/1.1".to_vec()]`).
 /// The resolver is returned too: its owner calls [`ReloadingCertResolver::refresh`] periodically.
-pub fn reloading_server_config(
+pub(crate) fn reloading_server_config(
     files: CertFiles,
     alpn_protocols: Vec<Vec<u8>>,
 ) -> Result<(Arc<ServerConfig>, Arc<ReloadingCertResolver>), TlsError> {
@@ -300,7 +267,7 @@ const CERT_REFRESH: Duration = Duration::from_secs(5);
 /// A rustls server configuration with one fixed, freshly generated self-signed certificate for
 /// `localhost` and `127.0.0.1` (what a server without a certificate directory serves, as the
 /// original operator's metrics endpoint did). Clients must skip verification or pin it.
-pub fn self_signed_server_config(
+pub(crate) fn self_signed_server_config(
     alpn_protocols: Vec<Vec<u8>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let generated = || -> Result<(String, String), rcgen::Error> {
@@ -330,7 +297,7 @@ pub fn self_signed_server_config(
 /// a bounded drain on shutdown, and (when serving files) the certificate re-read every few
 /// seconds off the handshake path. The admission webhook and the secure metrics endpoint use
 /// it.
-pub struct HttpsServer {
+pub(crate) struct HttpsServer {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     certificate: Option<Arc<ReloadingCertResolver>>,
@@ -340,7 +307,7 @@ pub struct HttpsServer {
 impl HttpsServer {
     /// A server on the bound `listener`; `certificate` is refreshed while it runs. `name`
     /// (e.g. `webhook`) labels its log lines.
-    pub fn new(
+    pub(crate) fn new(
         listener: TcpListener,
         config: Arc<ServerConfig>,
         certificate: Option<Arc<ReloadingCertResolver>>,
@@ -355,13 +322,13 @@ impl HttpsServer {
     }
 
     /// The address actually bound (useful with port 0).
-    pub fn local_addr(&self) -> Result<std::net::SocketAddr, io::Error> {
+    pub(crate) fn local_addr(&self) -> Result<std::net::SocketAddr, io::Error> {
         self.listener.local_addr()
     }
 
     /// Serves `router` until `shutdown` completes, then lets in-flight requests finish
     /// (bounded).
-    pub async fn run(self, router: Router, shutdown: impl Future<Output = ()>) {
+    pub(crate) async fn run(self, router: Router, shutdown: impl Future<Output = ()>) {
         let service = TowerToHyperService::new(router);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
@@ -488,12 +455,17 @@ mod tests {
         CertFiles::in_dir(dir, "tls.crt", "tls.key")
     }
 
+    /// The pair a resolver loads from `files` at start-up.
+    fn load(files: &CertFiles) -> Result<Arc<CertifiedKey>, TlsError> {
+        ReloadingCertResolver::new(files.clone(), crypto_provider()).map(|r| r.loaded())
+    }
+
     #[test]
     fn loads_a_matching_pair() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (cert, key) = self_signed("a.example");
         let files = write_pair(dir.path(), &cert, &key);
-        let loaded = load_certified_key(&files, &crypto_provider()).expect("load");
+        let loaded = load(&files).expect("load");
         assert_eq!(loaded.cert.len(), 1);
     }
 
@@ -503,7 +475,7 @@ mod tests {
         let (cert, _) = self_signed("a.example");
         let (_, other_key) = self_signed("b.example");
         let files = write_pair(dir.path(), &cert, &other_key);
-        let error = load_certified_key(&files, &crypto_provider()).expect_err("mismatch");
+        let error = load(&files).expect_err("mismatch");
         assert!(matches!(error, TlsError::KeyPair { .. }), "{error}");
         let message = error.to_string();
         assert!(message.contains("tls.key"), "{message}");
@@ -514,22 +486,13 @@ mod tests {
     fn missing_or_empty_files_are_reported() {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = CertFiles::in_dir(dir.path(), "tls.crt", "tls.key");
-        assert!(matches!(
-            load_certified_key(&files, &crypto_provider()),
-            Err(TlsError::Read { .. })
-        ));
+        assert!(matches!(load(&files), Err(TlsError::Read { .. })));
         let (cert, _) = self_signed("a.example");
         let files = write_pair(dir.path(), &cert, "");
-        assert!(matches!(
-            load_certified_key(&files, &crypto_provider()),
-            Err(TlsError::NoPrivateKey { .. })
-        ));
+        assert!(matches!(load(&files), Err(TlsError::NoPrivateKey { .. })));
         let (_, key) = self_signed("a.example");
         let files = write_pair(dir.path(), "", &key);
-        assert!(matches!(
-            load_certified_key(&files, &crypto_provider()),
-            Err(TlsError::NoCertificate { .. })
-        ));
+        assert!(matches!(load(&files), Err(TlsError::NoCertificate { .. })));
     }
 
     #[test]
@@ -560,19 +523,20 @@ mod tests {
         let (cert1, key1) = self_signed("one.example");
         let files = write_pair(dir.path(), &cert1, &key1);
         let resolver = ReloadingCertResolver::new(files, crypto_provider()).expect("resolver");
-        let first = resolver.current();
+        let first = resolver.loaded();
         assert!(!resolver.refresh().expect("unchanged"));
 
         let (cert2, key2) = self_signed("two.example");
         write_pair(dir.path(), &cert2, &key2);
-        let second = resolver.current();
+        assert!(resolver.refresh().expect("changed"));
+        let second = resolver.loaded();
         assert_ne!(first.cert, second.cert);
 
         // Half-rotated: new certificate, old key. The previous good pair keeps being served.
         let (cert3, _) = self_signed("three.example");
         std::fs::write(dir.path().join("tls.crt"), cert3).expect("write");
         assert!(resolver.refresh().is_err());
-        assert_eq!(resolver.current().cert, second.cert);
+        assert_eq!(resolver.loaded().cert, second.cert);
         assert!(!format!("{resolver:?}").contains("PRIVATE"));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! One path per kind (`/validate-omni-texashpc-com-v1alpha1-<kind lowercase>`) receives an
 //! `admission.k8s.io/v1` AdmissionReview and answers with the verdict of [`crate::api`]'s
-//! validation. The decision itself is the pure function [`review`]; [`router`] exposes it over
+//! validation. The decision itself is the pure function [`review`]; `router` exposes it over
 //! plain HTTP and [`serve`] over HTTPS with a serving certificate that is reloaded when the files
 //! on disk change (cert-manager rotation).
 //!
@@ -31,7 +31,7 @@ use crate::api::{self, ValidateError, Validation};
 use crate::tls::{self, CertFiles, TlsError};
 
 /// Every webhook path is this prefix followed by the lowercase kind.
-pub const PATH_PREFIX: &str = "/validate-omni-texashpc-com-v1alpha1-";
+pub(crate) const PATH_PREFIX: &str = "/validate-omni-texashpc-com-v1alpha1-";
 
 /// Largest request body accepted. An AdmissionReview carries the object and the old object,
 /// each of which may approach the API server's 1.5 MiB object limit.
@@ -47,7 +47,7 @@ pub fn path_for(kind: &str) -> String {
 }
 
 /// The kind served at path segment `segment` (the lowercase kind, with or without
-/// [`PATH_PREFIX`]), if any.
+/// `PATH_PREFIX`), if any.
 pub fn kind_for_segment(segment: &str) -> Option<&'static str> {
     let segment = segment.strip_prefix(PATH_PREFIX).unwrap_or(segment);
     api::KINDS
@@ -82,7 +82,7 @@ impl Default for WebhookConfig {
 
 impl WebhookConfig {
     /// The certificate and key paths this configuration points at.
-    pub fn cert_files(&self) -> CertFiles {
+    pub(crate) fn cert_files(&self) -> CertFiles {
         CertFiles::in_dir(&self.cert_dir, &self.cert_name, &self.key_name)
     }
 }
@@ -105,7 +105,7 @@ pub enum WebhookError {
 }
 
 /// The validation function [`review_with`] calls; [`api::validate_dynamic`] in production.
-pub type Validator = fn(&str, &Value, Option<&Value>) -> Result<Validation, ValidateError>;
+pub(crate) type Validator = fn(&str, &Value, Option<&Value>) -> Result<Validation, ValidateError>;
 
 /// Decides one AdmissionReview for the webhook at `segment` (the lowercase kind, or the whole
 /// path) using the API's validation. Never panics; malformed input yields a denial that says why.
@@ -117,7 +117,7 @@ pub fn review(
 }
 
 /// [`review`] with an explicit validation function (lets embedders and tests substitute it).
-pub fn review_with(
+pub(crate) fn review_with(
     segment: &str,
     review: AdmissionReview<DynamicObject>,
     validate: Validator,
@@ -303,7 +303,7 @@ fn handle(kind: &'static str, body: &[u8]) -> Response {
 }
 
 /// The webhook routes over plain HTTP: `POST` on one path per kind. Other paths answer 404.
-pub fn router() -> Router {
+pub(crate) fn router() -> Router {
     let mut router = Router::new();
     for kind in api::KINDS {
         router = router.route(
@@ -386,7 +386,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::FieldError;
+    use crate::api::validation::FieldError;
     use serde_json::json;
 
     fn always_invalid(_: &str, _: &Value, _: Option<&Value>) -> Result<Validation, ValidateError> {

@@ -107,7 +107,7 @@ pub struct OmniClusterSpec {
     pub template_root: Option<String>,
     /// What deleting this object does to the cluster in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delete_policy: Option<DeletePolicy>,
+    pub(crate) delete_policy: Option<DeletePolicy>,
     /// How often the template is re-synced to Omni, in Go duration syntax (`5m`, `1h`).
     #[serde(default = "default_sync_interval")]
     pub sync_interval: String,
@@ -118,12 +118,12 @@ pub struct OmniClusterSpec {
 }
 
 /// Default `spec.syncInterval`.
-pub fn default_sync_interval() -> String {
+pub(crate) fn default_sync_interval() -> String {
     "5m".to_string()
 }
 
 /// Interval used when `syncInterval` is zero, negative or unparseable.
-pub const DEFAULT_SYNC_INTERVAL: GoDuration = GoDuration::from_secs(300);
+pub(crate) const DEFAULT_SYNC_INTERVAL: GoDuration = GoDuration::from_secs(300);
 
 /// Kubernetes settings of the cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -151,7 +151,7 @@ pub struct KubernetesHealthCheck {
     pub name: Option<String>,
     /// Replaces the Omni resource ID derived from `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id_override: Option<String>,
+    pub(crate) id_override: Option<String>,
     /// The Job manifest, inline (`kind: Job`). Omni names the Job `omni-healthcheck-<id>`
     /// and runs it in the manifest's namespace (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,10 +239,10 @@ pub struct ClusterFeatures {
     pub enable_workload_proxy: bool,
     /// Use Omni's embedded discovery service.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub use_embedded_discovery_service: bool,
+    pub(crate) use_embedded_discovery_service: bool,
     /// Encrypt machine disks with keys held by Omni.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub disk_encryption: bool,
+    pub(crate) disk_encryption: bool,
     /// Let the `omni.sidero.dev/node-audit-skip` annotation on Kubernetes nodes exempt them
     /// from Omni's Kubernetes node audit (Omni v1.10).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -254,12 +254,12 @@ pub struct ClusterFeatures {
     pub disable_public_discovery_service: Option<bool>,
     /// etcd backups taken by Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup_configuration: Option<BackupConfiguration>,
+    pub(crate) backup_configuration: Option<BackupConfiguration>,
 }
 
 /// etcd backup settings.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct BackupConfiguration {
+pub(crate) struct BackupConfiguration {
     /// Backup interval in Go duration syntax, passed to Omni as is; `0` disables backups.
     #[schemars(length(min = 1))]
     pub interval: String,
@@ -272,7 +272,7 @@ pub struct BackupConfiguration {
     "rule": "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)",
     "message": "orphan and destroyMachines cannot both be true",
 }]))]
-pub struct DeletePolicy {
+pub(crate) struct DeletePolicy {
     /// Keep the cluster in Omni; only the Kubernetes object goes away.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphan: bool,
@@ -311,10 +311,10 @@ pub struct OmniClusterStatus {
     /// When a sync last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub last_sync_time: Option<jiff::Timestamp>,
+    pub(crate) last_sync_time: Option<jiff::Timestamp>,
     /// Trimmed output of the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_output: Option<String>,
+    pub(crate) last_sync_output: Option<String>,
     /// Trimmed Omni cluster status after the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status_output: Option<String>,
@@ -472,7 +472,7 @@ impl OmniCluster {
     }
 
     /// The resync interval: `spec.syncInterval` when it parses and is positive, otherwise 5m.
-    /// Controllers raise it to their floor with [`super::duration::clamp_interval`].
+    /// Controllers raise it to their floor with `super::duration::clamp_interval`.
     pub fn sync_interval(&self) -> GoDuration {
         match GoDuration::parse(&self.spec.sync_interval) {
             Ok(d) if d.is_positive() => d,
@@ -481,12 +481,12 @@ impl OmniCluster {
     }
 
     /// Whether deletion should leave the Omni cluster in place.
-    pub fn orphan_on_delete(&self) -> bool {
+    pub(crate) fn orphan_on_delete(&self) -> bool {
         self.spec.delete_policy.as_ref().is_some_and(|p| p.orphan)
     }
 
     /// Whether deletion should destroy disconnected machines.
-    pub fn destroy_machines_on_delete(&self) -> bool {
+    pub(crate) fn destroy_machines_on_delete(&self) -> bool {
         self.spec
             .delete_policy
             .as_ref()
@@ -503,7 +503,7 @@ pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError
     )
 }
 
-/// Admission rules for OmniCluster (create and update alike): [`validate_stored`] plus the
+/// Admission rules for OmniCluster (create and update alike): `validate_stored` plus the
 /// bounds of `spec.syncInterval` and the immutability of the Omni cluster's name.
 pub fn validate(new: &OmniCluster, old: Option<&OmniCluster>) -> Validation {
     let mut v = validate_stored(new);
@@ -536,7 +536,7 @@ pub fn validate(new: &OmniCluster, old: Option<&OmniCluster>) -> Validation {
 /// The rules the cluster controller re-checks on stored objects (the webhook may have been
 /// bypassed). Interval bounds are not among them: the controller clamps those instead
 /// (see [`OmniCluster::sync_interval`]).
-pub fn validate_stored(new: &OmniCluster) -> Validation {
+pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
     if let Some(backup) = spec
@@ -641,7 +641,7 @@ pub fn validate_stored(new: &OmniCluster) -> Validation {
 }
 
 /// Omni refuses a health-check re-check interval below this (`kubernetes_healthchecks.go`).
-pub const MIN_HEALTH_CHECK_INTERVAL: GoDuration = GoDuration::from_secs(5);
+pub(crate) const MIN_HEALTH_CHECK_INTERVAL: GoDuration = GoDuration::from_secs(5);
 
 /// Omni's rules for `spec.kubernetes.healthChecks[]`, checked before anything reaches Omni:
 /// a name or ID, exactly one of `job` and `file`, a Job manifest, an interval of at least 5s
@@ -828,7 +828,7 @@ fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
 
 /// Omni v1.10's oldest Talos release for new clusters (`MinTalosVersion`): the catalogue marks
 /// older ones deprecated and Omni refuses them unless the cluster already runs a deprecated one.
-pub const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
+pub(crate) const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
 
 /// Annotation that lets an OmniCluster take over an existing Omni cluster.
 const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";

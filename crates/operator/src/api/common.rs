@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-pub use omni_client::template::is_uuid;
+pub(crate) use omni_client::template::is_uuid;
 
 use super::validation::{FieldError, Validation};
 
@@ -31,7 +31,7 @@ pub struct ServiceAccountSecretRef {
 }
 
 /// Default key of the Omni service-account Secret.
-pub fn default_service_account_key() -> String {
+pub(crate) fn default_service_account_key() -> String {
     "serviceAccountKey".to_string()
 }
 
@@ -48,7 +48,7 @@ pub struct KubeconfigSecretRef {
 }
 
 /// Default Secret key for kubeconfigs.
-pub fn default_kubeconfig_key() -> String {
+pub(crate) fn default_kubeconfig_key() -> String {
     "kubeconfig".to_string()
 }
 
@@ -66,7 +66,7 @@ pub struct Patch {
     pub name: Option<String>,
     /// Overrides the ID Omni derives for the patch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id_override: Option<String>,
+    pub(crate) id_override: Option<String>,
     /// Labels for the patch resource in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -114,7 +114,7 @@ impl JsonSchema for MachineClassSize {
 }
 
 /// Keywords Omni accepts for an unbounded machine-class size.
-pub const UNLIMITED_SIZES: [&str; 3] = ["unlimited", "infinity", "∞"];
+pub(crate) const UNLIMITED_SIZES: [&str; 3] = ["unlimited", "infinity", "∞"];
 
 /// Fields shared by OmniControlPlane and OmniWorkers (a machine set): exactly one of `machines`
 /// or `machineClass`.
@@ -148,9 +148,7 @@ pub struct MachineSetFields {
 }
 
 /// The CEL rule both machine-set kinds carry on `spec`.
-pub const MACHINE_SET_CEL_RULE: &str = "has(self.machines) != has(self.machineClass)";
-/// Message of [`MACHINE_SET_CEL_RULE`].
-pub const MACHINE_SET_CEL_MESSAGE: &str = "exactly one of machines or machineClass is required";
+pub(crate) const MACHINE_SET_CEL_RULE: &str = "has(self.machines) != has(self.machineClass)";
 
 /// Status of a condition.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
@@ -179,7 +177,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
     /// When `status` last changed.
     #[schemars(schema_with = "date_time_schema")]
-    pub last_transition_time: jiff::Timestamp,
+    pub(crate) last_transition_time: jiff::Timestamp,
     /// Machine-readable CamelCase reason for the last transition.
     #[schemars(length(min = 1, max = 1024))]
     pub reason: String,
@@ -189,7 +187,7 @@ pub struct Condition {
 }
 
 impl Condition {
-    /// A condition stamped with `now` as its transition time (kept by [`set_condition`] when
+    /// A condition stamped with `now` as its transition time (kept by `set_condition` when
     /// the status does not change).
     pub fn new(
         type_: &str,
@@ -224,7 +222,7 @@ impl From<bool> for ConditionStatus {
 /// `SetStatusCondition` does: `lastTransitionTime` moves only when `status` changes; reason,
 /// message and observedGeneration are overwritten; other types are untouched. Returns whether
 /// anything changed, so callers can skip no-op status writes.
-pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+pub(crate) fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
     let Some(existing) = conditions.iter_mut().find(|c| c.type_ == new.type_) else {
         conditions.push(new);
         return true;
@@ -255,61 +253,55 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// Whether the condition of the given type is present with status `True`.
-pub fn is_condition_true(conditions: &[Condition], type_: &str) -> bool {
-    find_condition(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
-}
-
 /// Condition type strings used across the API.
-pub mod condition_types {
+pub(crate) mod condition_types {
     /// Overall readiness.
-    pub const READY: &str = "Ready";
+    pub(crate) const READY: &str = "Ready";
     /// The object cannot make progress without intervention.
-    pub const STALLED: &str = "Stalled";
+    pub(crate) const STALLED: &str = "Stalled";
     /// Omni answered.
-    pub const REACHABLE: &str = "Reachable";
+    pub(crate) const REACHABLE: &str = "Reachable";
     /// A child found its parent cluster.
-    pub const ACCEPTED: &str = "Accepted";
+    pub(crate) const ACCEPTED: &str = "Accepted";
     /// Declared for completeness; not set by controllers.
     /// The rendered template passed validation.
-    pub const VALIDATED: &str = "Validated";
+    pub(crate) const VALIDATED: &str = "Validated";
     /// Desired state was written to its destination.
-    pub const SYNCED: &str = "Synced";
+    pub(crate) const SYNCED: &str = "Synced";
     /// A kubeconfig was exported.
-    pub const EXPORTED: &str = "Exported";
+    pub(crate) const EXPORTED: &str = "Exported";
     /// A Helm release was installed or upgraded.
-    pub const RELEASED: &str = "Released";
+    pub(crate) const RELEASED: &str = "Released";
 }
 
 /// Condition reason strings used across the API.
 pub mod reasons {
     #![allow(missing_docs)]
-    pub const ACCEPTED: &str = "Accepted";
-    pub const CONNECTION_READY: &str = "ConnectionReady";
-    pub const CONNECTION_FAILED: &str = "ConnectionFailed";
-    pub const DELETE_FAILED: &str = "DeleteFailed";
+    pub(crate) const ACCEPTED: &str = "Accepted";
+    pub(crate) const CONNECTION_READY: &str = "ConnectionReady";
+    pub(crate) const CONNECTION_FAILED: &str = "ConnectionFailed";
+    pub(crate) const DELETE_FAILED: &str = "DeleteFailed";
     pub const DELETING: &str = "Deleting";
-    pub const EXPORTED: &str = "Exported";
-    pub const EXPORT_FAILED: &str = "ExportFailed";
-    pub const MISSING_CLUSTER: &str = "MissingCluster";
-    pub const MISSING_CONNECTION: &str = "MissingConnection";
-    pub const MISSING_SECRET: &str = "MissingSecret";
-    pub const MISSING_TEMPLATE: &str = "MissingTemplate";
-    pub const HELM_INSTALLED: &str = "HelmInstalled";
-    pub const HELM_UNINSTALLED: &str = "HelmUninstalled";
-    pub const HELM_UPGRADED: &str = "HelmUpgraded";
-    pub const RECONCILE_FAILED: &str = "ReconcileFailed";
-    pub const STATUS_FAILED: &str = "StatusFailed";
-    pub const SUSPENDED: &str = "Suspended";
-    pub const SYNC_FAILED: &str = "SyncFailed";
-    pub const SYNCED: &str = "Synced";
-    pub const UNSUPPORTED_OMNI_API: &str = "UnsupportedOmniAPI";
-    pub const VALIDATED: &str = "Validated";
-    pub const VALIDATION_FAILED: &str = "ValidationFailed";
+    pub(crate) const EXPORTED: &str = "Exported";
+    pub(crate) const EXPORT_FAILED: &str = "ExportFailed";
+    pub(crate) const MISSING_CLUSTER: &str = "MissingCluster";
+    pub(crate) const MISSING_CONNECTION: &str = "MissingConnection";
+    pub(crate) const MISSING_SECRET: &str = "MissingSecret";
+    pub(crate) const HELM_INSTALLED: &str = "HelmInstalled";
+    pub(crate) const HELM_UNINSTALLED: &str = "HelmUninstalled";
+    pub(crate) const HELM_UPGRADED: &str = "HelmUpgraded";
+    pub(crate) const RECONCILE_FAILED: &str = "ReconcileFailed";
+    pub(crate) const STATUS_FAILED: &str = "StatusFailed";
+    pub(crate) const SUSPENDED: &str = "Suspended";
+    pub(crate) const SYNC_FAILED: &str = "SyncFailed";
+    pub(crate) const SYNCED: &str = "Synced";
+    pub(crate) const UNSUPPORTED_OMNI_API: &str = "UnsupportedOmniAPI";
+    pub(crate) const VALIDATED: &str = "Validated";
+    pub(crate) const VALIDATION_FAILED: &str = "ValidationFailed";
 }
 
 /// Schema for a condition list: a list-map keyed by `type`, so server-side apply merges by type.
-pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+pub(crate) fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
     let item = generator.subschema_for::<Condition>();
     json_schema!({
         "type": "array",
@@ -320,25 +312,17 @@ pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
 }
 
 /// Schema for an RFC 3339 timestamp.
-pub fn date_time_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn date_time_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "format": "date-time" })
 }
 
 /// Schema for arbitrary JSON kept verbatim by the API server.
-pub fn any_json_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn any_json_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
-/// Schema for a list of arbitrary JSON objects kept verbatim by the API server.
-pub fn object_list_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
-    })
-}
-
 /// Schema for a string list with set semantics (the API server rejects duplicates).
-pub fn string_set_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn string_set_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "items": { "type": "string" },
@@ -348,7 +332,7 @@ pub fn string_set_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// Schema for a `Delete`/`Orphan` policy string.
-pub fn delete_orphan_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn delete_orphan_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ["Delete", "Orphan"] })
 }
 
@@ -363,7 +347,7 @@ pub enum DeletionPolicy {
 
 impl DeletionPolicy {
     /// Accepted spellings.
-    pub const VALUES: [&'static str; 2] = ["Delete", "Orphan"];
+    pub(crate) const VALUES: [&'static str; 2] = ["Delete", "Orphan"];
 
     /// Parses the exact spelling; `None` for anything else.
     pub fn parse(s: &str) -> Option<Self> {
@@ -376,7 +360,7 @@ impl DeletionPolicy {
 }
 
 /// Checks a required `Delete`/`Orphan` field at `spec.deletionPolicy`.
-pub fn validate_delete_orphan(value: &str, out: &mut Validation) {
+pub(crate) fn validate_delete_orphan(value: &str, out: &mut Validation) {
     if value.is_empty() {
         out.push(FieldError::required(
             "spec.deletionPolicy",
@@ -392,13 +376,13 @@ pub fn validate_delete_orphan(value: &str, out: &mut Validation) {
 }
 
 /// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
-pub fn is_blank(s: &str) -> bool {
+pub(crate) fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
 }
 
 /// Checks the patch rule shared by clusters, machine sets and machines: exactly one of `file`
 /// or `inline` per patch. `base` is the list path, e.g. `spec.patches`.
-pub fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validation) {
+pub(crate) fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validation) {
     for (i, patch) in patches.unwrap_or_default().iter().enumerate() {
         let path = format!("{base}[{i}]");
         let has_file = patch.file.as_deref().is_some_and(|f| !f.is_empty());
@@ -435,7 +419,7 @@ pub fn validate_patches(patches: Option<&[Patch]>, base: &str, out: &mut Validat
 /// Rules for a `file:` reference (patch or manifest): `..` segments are rejected because files
 /// must stay inside the operator's template root; an absolute path only warns, since it works
 /// when it lies inside that root.
-pub fn validate_file_reference(path: &str, file: &str, out: &mut Validation) {
+pub(crate) fn validate_file_reference(path: &str, file: &str, out: &mut Validation) {
     if has_parent_segment(file) {
         out.push(FieldError::invalid(
             path,
@@ -450,12 +434,12 @@ pub fn validate_file_reference(path: &str, file: &str, out: &mut Validation) {
 }
 
 /// True when a `/`-separated path has a `..` segment.
-pub fn has_parent_segment(file: &str) -> bool {
+pub(crate) fn has_parent_segment(file: &str) -> bool {
     file.split('/').any(|segment| segment == "..")
 }
 
 /// Machine-set rules shared by OmniControlPlane and OmniWorkers (paths under `spec`).
-pub fn validate_machine_set(fields: &MachineSetFields, out: &mut Validation) {
+pub(crate) fn validate_machine_set(fields: &MachineSetFields, out: &mut Validation) {
     if let Some(class) = &fields.machine_class {
         match &class.size {
             MachineClassSize::Count(n) if *n <= 0 => out.push(FieldError::invalid(
@@ -533,8 +517,11 @@ mod tests {
                 .last_transition_time,
             t1
         );
-        assert!(is_condition_true(&conds, "Ready"));
-        assert!(!is_condition_true(&conds, "Validated"));
+        assert_eq!(
+            find_condition(&conds, "Ready").map(|c| c.status),
+            Some(ConditionStatus::True)
+        );
+        assert!(find_condition(&conds, "Validated").is_none());
         assert_eq!(conds.len(), 2);
         assert_eq!(
             conds[1].type_, "Synced",

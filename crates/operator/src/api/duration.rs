@@ -4,16 +4,17 @@
 //! webhook and controllers parse with [`GoDuration::parse`]. Formatting follows Go's
 //! `Duration.String()` exactly because the kubeconfig export spec hash embeds it.
 
-pub use omni_client::duration::{DurationError, GoDuration};
+pub(crate) use omni_client::duration::DurationError;
+pub use omni_client::duration::GoDuration;
 
 /// Shortest periodic interval accepted for `syncInterval`, `driftCheckInterval`, the time
 /// between kubeconfig rotations and `--secret-sync-resync-interval` (`0` keeps its own meaning:
 /// the default or off). Shorter ones would hammer Omni, helm or the workload cluster.
-pub const MIN_INTERVAL: GoDuration = GoDuration::from_secs(10);
+pub(crate) const MIN_INTERVAL: GoDuration = GoDuration::from_secs(10);
 
 /// Longest accepted OmniHelmRelease `timeout`: helm holds a process and the release's lock for
 /// that long.
-pub const MAX_TIMEOUT: GoDuration = GoDuration::from_secs(3600);
+pub(crate) const MAX_TIMEOUT: GoDuration = GoDuration::from_secs(3600);
 
 /// The admission error for a periodic interval field holding a positive value below
 /// [`MIN_INTERVAL`]; `zero_means` says what `0` does instead. Unparseable or negative values
@@ -47,7 +48,7 @@ pub(crate) enum Bounds {
 /// What a controller does with an interval stored without admission (webhook bypassed or
 /// switched off): zero stays zero (each caller's default or off), anything else is raised to
 /// `floor`.
-pub fn clamp_interval(
+pub(crate) fn clamp_interval(
     interval: std::time::Duration,
     floor: std::time::Duration,
 ) -> std::time::Duration {

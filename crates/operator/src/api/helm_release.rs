@@ -72,7 +72,7 @@ pub struct OmniHelmReleaseSpec {
     /// Helm release name; defaults to `metadata.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub release_name: Option<String>,
+    pub(crate) release_name: Option<String>,
     /// Workload-cluster namespace of the release.
     #[serde(default = "default_release_namespace")]
     #[schemars(length(min = 1))]
@@ -87,7 +87,7 @@ pub struct OmniHelmReleaseSpec {
     pub wait: bool,
     /// Also wait for Jobs to complete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub wait_for_jobs: bool,
+    pub(crate) wait_for_jobs: bool,
     /// Time limit of each Helm operation, in Go duration syntax.
     #[serde(default = "default_timeout")]
     pub timeout: String,
@@ -96,18 +96,18 @@ pub struct OmniHelmReleaseSpec {
     pub atomic: bool,
     /// Skip chart hooks on install, upgrade and uninstall.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub disable_hooks: bool,
+    pub(crate) disable_hooks: bool,
     /// Do not install the chart's CRDs.
     #[serde(
         default,
         rename = "skipCRDs",
         skip_serializing_if = "std::ops::Not::not"
     )]
-    pub skip_crds: bool,
+    pub(crate) skip_crds: bool,
     /// Revisions kept per release on upgrade; 0 keeps Helm's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub max_history: Option<i64>,
+    pub(crate) max_history: Option<i64>,
     /// `Uninstall` removes the release when this object is deleted; `Orphan` leaves it running.
     #[serde(default = "default_helm_deletion_policy")]
     #[schemars(schema_with = "uninstall_orphan_schema")]
@@ -118,12 +118,12 @@ pub struct OmniHelmReleaseSpec {
     /// then the release is applied again. Off by default because another tool may still be
     /// working on the release; without it a stuck release is only reported.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub recover_stuck_release: bool,
+    pub(crate) recover_stuck_release: bool,
     /// How often a healthy release is compared with Helm's view of it in the workload cluster,
     /// so a release deleted, failed or changed out of band is repaired; Go duration syntax,
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
-    pub drift_check_interval: String,
+    pub(crate) drift_check_interval: String,
 }
 
 /// The chart to install.
@@ -149,25 +149,25 @@ pub struct HelmChart {
         rename = "credentialsSecretRef",
         skip_serializing_if = "Option::is_none"
     )]
-    pub credentials_secret_ref: Option<ChartCredentialsRef>,
+    pub(crate) credentials_secret_ref: Option<ChartCredentialsRef>,
 }
 
 /// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
 /// Secret holding only `ca.crt` configures a CA bundle without a login.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ChartCredentialsRef {
+pub(crate) struct ChartCredentialsRef {
     /// Secret name.
     #[schemars(length(min = 1))]
     pub name: String,
     /// Key of the user name (basic auth or registry login).
     #[serde(default = "default_username_key")]
     #[schemars(length(min = 1))]
-    pub username_key: String,
+    pub(crate) username_key: String,
     /// Key of the password or token.
     #[serde(default = "default_password_key")]
     #[schemars(length(min = 1))]
-    pub password_key: String,
+    pub(crate) password_key: String,
     /// Key of a PEM CA bundle trusted for the repository's TLS certificate.
     #[serde(default = "default_ca_key")]
     #[schemars(length(min = 1))]
@@ -188,7 +188,7 @@ fn default_ca_key() -> String {
 
 impl ChartCredentialsRef {
     /// The first problem of this reference, with its field path below `spec.chart`.
-    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+    pub(crate) fn problem(&self) -> Option<(&'static str, &'static str)> {
         if is_blank(&self.name) {
             Some(("name", "credentialsSecretRef.name is required"))
         } else if is_blank(&self.username_key) {
@@ -214,22 +214,22 @@ fn empty_object() -> serde_json::Value {
 }
 
 /// Default workload namespace of a release.
-pub fn default_release_namespace() -> String {
+pub(crate) fn default_release_namespace() -> String {
     "default".to_string()
 }
 
 /// Default `spec.timeout`.
-pub fn default_timeout() -> String {
+pub(crate) fn default_timeout() -> String {
     "5m".to_string()
 }
 
 /// Default `spec.driftCheckInterval`.
-pub fn default_drift_check_interval() -> String {
+pub(crate) fn default_drift_check_interval() -> String {
     "5m".to_string()
 }
 
 /// Default `spec.deletionPolicy`.
-pub fn default_helm_deletion_policy() -> String {
+pub(crate) fn default_helm_deletion_policy() -> String {
     HelmDeletionPolicy::Uninstall.as_str().to_string()
 }
 
@@ -248,7 +248,7 @@ pub enum HelmDeletionPolicy {
 
 impl HelmDeletionPolicy {
     /// Accepted spellings.
-    pub const VALUES: [&'static str; 2] = ["Uninstall", "Orphan"];
+    pub(crate) const VALUES: [&'static str; 2] = ["Uninstall", "Orphan"];
 
     /// Parses a policy; empty means `Uninstall`.
     pub fn parse(s: &str) -> Option<Self> {
@@ -287,10 +287,10 @@ pub struct OmniHelmReleaseStatus {
     pub kubeconfig_secret_ref: Option<String>,
     /// Key of the kubeconfig in that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubeconfig_secret_key: Option<String>,
+    pub(crate) kubeconfig_secret_key: Option<String>,
     /// Helm release name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub release_name: Option<String>,
+    pub(crate) release_name: Option<String>,
     /// Workload namespace of the release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -299,7 +299,7 @@ pub struct OmniHelmReleaseStatus {
     pub chart: Option<String>,
     /// Chart version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chart_version: Option<String>,
+    pub(crate) chart_version: Option<String>,
     /// Helm revision after the last action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_revision: Option<i64>,
@@ -308,7 +308,7 @@ pub struct OmniHelmReleaseStatus {
     pub release_status: Option<String>,
     /// `Install`, `Upgrade` or `Uninstall`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_action: Option<String>,
+    pub(crate) last_action: Option<String>,
     /// When Helm was last run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
@@ -316,7 +316,7 @@ pub struct OmniHelmReleaseStatus {
     /// When Helm last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub last_success_time: Option<jiff::Timestamp>,
+    pub(crate) last_success_time: Option<jiff::Timestamp>,
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -324,7 +324,7 @@ pub struct OmniHelmReleaseStatus {
     /// successful install or upgrade; Helm runs again only when it changes or the release
     /// drifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_applied_digest: Option<String>,
+    pub(crate) last_applied_digest: Option<String>,
 }
 
 impl OmniHelmRelease {
@@ -342,7 +342,7 @@ impl OmniHelmRelease {
     }
 
     /// Parsed `spec.driftCheckInterval`; `None` when the periodic check is off (`0`).
-    pub fn drift_check_interval(
+    pub(crate) fn drift_check_interval(
         &self,
     ) -> Result<Option<std::time::Duration>, super::duration::DurationError> {
         let interval = GoDuration::parse(&self.spec.drift_check_interval)?;
@@ -359,7 +359,7 @@ const VALUES_NOT_OBJECT: &str = "helm release values must be a JSON object";
 const DRIFT_NEGATIVE: &str = "driftCheckInterval must not be negative";
 
 /// Whether `s` is an absolute URL with a scheme and a host, e.g. `https://charts.example.com/x`.
-pub fn is_absolute_url(s: &str) -> bool {
+pub(crate) fn is_absolute_url(s: &str) -> bool {
     let Some((scheme, rest)) = s.split_once("://") else {
         return false;
     };
@@ -375,7 +375,7 @@ pub fn is_absolute_url(s: &str) -> bool {
     scheme_ok && !host.is_empty() && !host.chars().any(char::is_whitespace)
 }
 
-/// Admission rules for OmniHelmRelease (create and update alike): [`validate_stored`] plus the floors
+/// Admission rules for OmniHelmRelease (create and update alike): `validate_stored` plus the floors
 /// and ceilings of its durations.
 pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Validation {
     rules(new, Bounds::Enforce)
@@ -384,7 +384,7 @@ pub fn validate(new: &OmniHelmRelease, _old: Option<&OmniHelmRelease>) -> Valida
 /// The rules the controller re-checks on stored objects (the webhook may have been bypassed).
 /// The bounds of durations are not among them: the controller clamps those instead, so a value
 /// stored without admission still works, within the bounds.
-pub fn validate_stored(new: &OmniHelmRelease) -> Validation {
+pub(crate) fn validate_stored(new: &OmniHelmRelease) -> Validation {
     rules(new, Bounds::Clamped)
 }
 

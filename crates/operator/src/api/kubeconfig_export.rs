@@ -16,7 +16,7 @@ use super::duration::{Bounds, GoDuration, MIN_INTERVAL};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
-pub const CLUSTER_ADMIN_GROUP: &str = "system:masters";
+pub(crate) const CLUSTER_ADMIN_GROUP: &str = "system:masters";
 
 /// Desired state of an OmniKubeconfigExport: which cluster, which identity, how long the
 /// credential lives and where it is written.
@@ -72,16 +72,16 @@ pub struct OmniKubeconfigExportSpec {
     /// The OmniCluster (same namespace) to export a kubeconfig for.
     pub cluster_ref: LocalObjectReference,
     /// Secret the kubeconfig is written to.
-    pub target_secret_ref: TargetSecretRef,
+    pub(crate) target_secret_ref: TargetSecretRef,
     /// Identity embedded in the kubeconfig.
-    pub service_account: ExportServiceAccount,
+    pub(crate) service_account: ExportServiceAccount,
     /// Namespace set on the kubeconfig's current context; Omni's choice is kept when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 63),
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
-    pub context_namespace: Option<String>,
+    pub(crate) context_namespace: Option<String>,
     /// Lifetime of each exported kubeconfig, in Go duration syntax (`24h`).
     pub ttl: String,
     /// Rotate this long before expiry (`4h`); must be shorter than `ttl`. Without it the
@@ -119,7 +119,7 @@ pub enum ExportFormat {
 
 impl ExportFormat {
     /// Accepted spellings of `spec.format`.
-    pub const VALUES: [&'static str; 3] = ["Kubeconfig", "ArgoCDCluster", "FluxValue"];
+    pub(crate) const VALUES: [&'static str; 3] = ["Kubeconfig", "ArgoCDCluster", "FluxValue"];
 
     /// Parses the exact spelling; `None` for anything else.
     pub fn parse(s: &str) -> Option<Self> {
@@ -149,7 +149,7 @@ impl std::fmt::Display for ExportFormat {
 
 /// Where the exported kubeconfig is stored.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct TargetSecretRef {
+pub(crate) struct TargetSecretRef {
     /// Name of the Secret.
     #[schemars(length(min = 1))]
     pub name: String,
@@ -166,7 +166,7 @@ pub struct TargetSecretRef {
 /// The Omni service account the kubeconfig authenticates as.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ExportServiceAccount {
+pub(crate) struct ExportServiceAccount {
     /// User name presented to the workload API server.
     #[schemars(length(min = 1))]
     pub user: String,
@@ -176,7 +176,7 @@ pub struct ExportServiceAccount {
     pub groups: Vec<String>,
     /// Must be true to export a kubeconfig with the `system:masters` group.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub allow_cluster_admin: bool,
+    pub(crate) allow_cluster_admin: bool,
 }
 
 /// Observed state of an OmniKubeconfigExport.
@@ -204,36 +204,36 @@ pub struct OmniKubeconfigExportStatus {
     pub cluster_name: Option<String>,
     /// Name of the Secret holding the kubeconfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_secret_ref: Option<String>,
+    pub(crate) target_secret_ref: Option<String>,
     /// Namespace of that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_secret_namespace: Option<String>,
+    pub(crate) target_secret_namespace: Option<String>,
     /// Data key of the kubeconfig in that Secret (`value` for format `FluxValue`, `config` for
     /// `ArgoCDCluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_secret_key: Option<String>,
+    pub(crate) target_secret_key: Option<String>,
     /// User embedded in the kubeconfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account_user: Option<String>,
+    pub(crate) service_account_user: Option<String>,
     /// Groups embedded in the kubeconfig.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub service_account_groups: Vec<String>,
+    pub(crate) service_account_groups: Vec<String>,
     /// Lowercase hex SHA-256 of the kubeconfig stored in the Secret (for format
     /// `ArgoCDCluster`, of its `name`, `server` and `config` together).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubeconfig_hash: Option<String>,
+    pub(crate) kubeconfig_hash: Option<String>,
     /// When the exported kubeconfig expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub expiration_time: Option<jiff::Timestamp>,
+    pub(crate) expiration_time: Option<jiff::Timestamp>,
     /// When the next rotation is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub next_rotation_time: Option<jiff::Timestamp>,
+    pub(crate) next_rotation_time: Option<jiff::Timestamp>,
     /// When the kubeconfig was last exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub last_rotation_time: Option<jiff::Timestamp>,
+    pub(crate) last_rotation_time: Option<jiff::Timestamp>,
 }
 
 impl OmniKubeconfigExport {
@@ -265,7 +265,7 @@ impl OmniKubeconfigExport {
 
     /// Data key holding the credential in the target Secret: the kubeconfig key for
     /// `Kubeconfig`, `value` for `FluxValue`, `config` for `ArgoCDCluster`.
-    pub fn credential_key(&self) -> String {
+    pub(crate) fn credential_key(&self) -> String {
         match self.format() {
             Some(ExportFormat::FluxValue) => "value".to_string(),
             Some(ExportFormat::ArgoCdCluster) => "config".to_string(),
@@ -372,7 +372,7 @@ fn go_json_escape(json: &str) -> String {
     out
 }
 
-/// Admission rules for OmniKubeconfigExport (create and update alike): [`validate_stored`] plus the floors
+/// Admission rules for OmniKubeconfigExport (create and update alike): `validate_stored` plus the floors
 /// and ceilings of its durations.
 pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>) -> Validation {
     rules(new, Bounds::Enforce)
@@ -381,7 +381,7 @@ pub fn validate(new: &OmniKubeconfigExport, _old: Option<&OmniKubeconfigExport>)
 /// The rules the controller re-checks on stored objects (the webhook may have been bypassed).
 /// The bounds of durations are not among them: the controller clamps those instead, so a value
 /// stored without admission still works, within the bounds.
-pub fn validate_stored(new: &OmniKubeconfigExport) -> Validation {
+pub(crate) fn validate_stored(new: &OmniKubeconfigExport) -> Validation {
     rules(new, Bounds::Clamped)
 }
 

@@ -33,7 +33,7 @@ pub use machine::OmniMachine;
 pub use secret_sync::OmniSecretSync;
 pub use workers::OmniWorkers;
 
-pub use validation::{FieldError, FieldErrorKind, Validation};
+pub use validation::{FieldErrorKind, Validation};
 
 /// API group of every kind.
 pub const GROUP: &str = "omni.texashpc.com";
@@ -53,7 +53,7 @@ pub const KINDS: [&str; 8] = [
 /// Finalizer the operator puts on kinds that own remote or external state.
 pub const FINALIZER: &str = "omni.texashpc.com/finalizer";
 /// Finalizer from before the API group rename; still honoured on OmniConnection and OmniCluster.
-pub const LEGACY_FINALIZER: &str = "omni.texas-hpc.org/finalizer";
+pub(crate) const LEGACY_FINALIZER: &str = "omni.texas-hpc.org/finalizer";
 
 /// Why an object could not be validated at all.
 #[derive(Debug, thiserror::Error)]
@@ -197,7 +197,7 @@ pub fn crds_yaml() -> String {
 }
 
 /// [`crds_yaml`] with the serialisation error surfaced.
-pub fn try_crds_yaml() -> Result<String, CrdYamlError> {
+pub(crate) fn try_crds_yaml() -> Result<String, CrdYamlError> {
     let docs = crds().iter().map(crd_yaml).collect::<Result<Vec<_>, _>>()?;
     Ok(docs.join("---\n"))
 }

@@ -12,19 +12,17 @@ use super::common::MACHINE_SET_CEL_RULE;
 use super::validation::{FieldError, quote};
 
 /// CEL rule on `OmniCluster.spec.deletePolicy`.
-pub const DELETE_POLICY_CEL_RULE: &str =
+pub(crate) const DELETE_POLICY_CEL_RULE: &str =
     "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)";
 
 /// Every `pattern` this module can evaluate.
-pub const KNOWN_PATTERNS: [&str; 4] = [
+#[cfg(test)]
+pub(crate) const KNOWN_PATTERNS: [&str; 4] = [
     "^(https?|grpc)://.+",
     r"^v[0-9]+\.[0-9]+\.[0-9]+$",
     "^[A-Za-z0-9_-]+$",
     "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
 ];
-
-/// Every CEL rule this module can evaluate.
-pub const KNOWN_RULES: [&str; 2] = [MACHINE_SET_CEL_RULE, DELETE_POLICY_CEL_RULE];
 
 /// Checks a full object of `kind` against that kind's CRD schema. Unknown kinds yield no
 /// errors (the caller reports them). `status` is not checked: users do not write it.
@@ -227,7 +225,7 @@ fn check_string(schema: &Value, s: &str, path: &str, out: &mut Vec<FieldError>) 
     }
 }
 
-/// Evaluates one of [`KNOWN_PATTERNS`]; `None` for a pattern this module does not know.
+/// Evaluates one of `KNOWN_PATTERNS`; `None` for a pattern this module does not know.
 pub fn matches_pattern(pattern: &str, s: &str) -> Option<bool> {
     let alnum_dash_underscore = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     let lower_alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -254,7 +252,7 @@ pub fn matches_pattern(pattern: &str, s: &str) -> Option<bool> {
     })
 }
 
-/// Evaluates one of [`KNOWN_RULES`] on an object; `None` for a rule this module does not know.
+/// Evaluates `MACHINE_SET_CEL_RULE` or `DELETE_POLICY_CEL_RULE` on an object; `None` for a rule this module does not know.
 pub fn evaluate_rule(rule: &str, object: &serde_json::Map<String, Value>) -> Option<bool> {
     let has = |key: &str| object.get(key).is_some_and(|v| !v.is_null());
     let is_true = |key: &str| object.get(key) == Some(&Value::Bool(true));

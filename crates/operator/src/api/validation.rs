@@ -94,7 +94,7 @@ pub enum FieldErrorKind {
 
 impl FieldErrorKind {
     /// The Kubernetes `CauseType` string (`FieldValueRequired`, ...), used in admission responses.
-    pub fn cause_type(&self) -> &'static str {
+    pub(crate) fn cause_type(&self) -> &'static str {
         match self {
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Invalid { .. } => "FieldValueInvalid",
@@ -142,7 +142,7 @@ impl FieldError {
     }
 
     /// `path: Unsupported value: "value": supported values: "a", "b"`.
-    pub fn not_supported(
+    pub(crate) fn not_supported(
         path: impl Into<String>,
         value: impl Into<String>,
         supported: &[&str],

@@ -13,7 +13,7 @@ pub struct Args {
     /// Write one file per CRD (`omni.texashpc.com_<plural>.yaml`) into this directory instead
     /// of printing a multi-document stream. The directory is created if missing.
     #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
+    pub(crate) output_dir: Option<PathBuf>,
 }
 
 /// Runs the subcommand.

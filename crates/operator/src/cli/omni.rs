@@ -60,7 +60,7 @@ pub struct KubeconfigArgs {
     pub groups: Vec<String>,
     /// Allow requesting the `system:masters` group.
     #[arg(long)]
-    pub allow_cluster_admin: bool,
+    pub(crate) allow_cluster_admin: bool,
     /// Token lifetime as a Go duration (`1h`, `24h`, `8760h`).
     #[arg(long, default_value = "1h")]
     pub ttl: String,

@@ -23,7 +23,7 @@ use omni_client::transport::{Client, ClientConfig};
 use tokio::time::Instant;
 
 /// Environment variable holding the service-account key (as omnictl uses it).
-pub const KEY_ENV: &str = "OMNI_SERVICE_ACCOUNT_KEY";
+pub(crate) const KEY_ENV: &str = "OMNI_SERVICE_ACCOUNT_KEY";
 
 /// Arguments of `omni template`.
 #[derive(Debug, clap::Args)]

@@ -39,7 +39,7 @@ pub struct Objects {
     /// OmniClusters.
     pub clusters: Vec<OmniCluster>,
     /// OmniControlPlanes.
-    pub control_planes: Vec<OmniControlPlane>,
+    pub(crate) control_planes: Vec<OmniControlPlane>,
     /// OmniWorkers.
     pub workers: Vec<OmniWorkers>,
     /// OmniMachines.
@@ -62,7 +62,7 @@ fn decode<T: serde::de::DeserializeOwned + kube::ResourceExt>(
 impl Objects {
     /// Adds the cluster-template kinds of one multi-document YAML text; other documents are
     /// ignored.
-    pub fn add_text(&mut self, label: &str, text: &str) -> anyhow::Result<()> {
+    pub(crate) fn add_text(&mut self, label: &str, text: &str) -> anyhow::Result<()> {
         let docs: Vec<serde_json::Value> =
             serde_saphyr::from_multiple(text).with_context(|| format!("{label}: invalid YAML"))?;
         let api_version = format!("{GROUP}/{VERSION}");
@@ -87,7 +87,7 @@ impl Objects {
 ///
 /// With `validate`, files are read only inside `validate_root` when given (replacing
 /// `spec.templateRoot`), else inside the current directory narrowed by `spec.templateRoot`.
-pub fn render_all(
+pub(crate) fn render_all(
     objects: &Objects,
     validate_root: Option<&Path>,
     validate: bool,

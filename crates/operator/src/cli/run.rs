@@ -15,10 +15,8 @@ use crate::secret_policy::SecretPolicy;
 use crate::secure_metrics::SecureMetricsConfig;
 use crate::webhook::WebhookConfig;
 
-pub use crate::runtime::{
-    DEFAULT_HELM_MAX_CONCURRENT, LEASE_RELEASE_TIMEOUT, OperatorConfig, SHUTDOWN_GRACE,
-    SHUTDOWN_MAX, default_helm_work_dir, run_operator,
-};
+pub(crate) use crate::runtime::default_helm_work_dir;
+pub use crate::runtime::{OperatorConfig, SHUTDOWN_MAX, run_operator};
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -32,16 +30,16 @@ pub struct Args {
     pub namespace: Option<String>,
     /// Watch every namespace (needs cluster-wide RBAC).
     #[arg(long)]
-    pub all_namespaces: bool,
+    pub(crate) all_namespaces: bool,
     /// Only reconcile while holding the leader Lease.
     #[arg(long)]
-    pub leader_elect: bool,
+    pub(crate) leader_elect: bool,
     /// Namespace of the leader Lease (defaults to the watched namespace).
     #[arg(long)]
-    pub leader_election_namespace: Option<String>,
+    pub(crate) leader_election_namespace: Option<String>,
     /// Address of `/metrics`; `0` disables.
     #[arg(long, default_value = "0.0.0.0:8080")]
-    pub metrics_bind_address: String,
+    pub(crate) metrics_bind_address: String,
     /// Serve `/metrics` over HTTPS, only to callers whose bearer token (TokenReview) belongs to
     /// a user allowed `get` on the URL `/metrics` (SubjectAccessReview). Off: plain HTTP for
     /// everyone.
@@ -51,45 +49,45 @@ pub struct Args {
     /// Directory with the secure metrics serving certificate; unset serves a self-signed one
     /// generated at start.
     #[arg(long, value_parser = parse_non_empty_path)]
-    pub metrics_cert_dir: Option<PathBuf>,
+    pub(crate) metrics_cert_dir: Option<PathBuf>,
     /// Certificate file name in the metrics cert directory.
     #[arg(long, default_value = "tls.crt")]
-    pub metrics_cert_name: String,
+    pub(crate) metrics_cert_name: String,
     /// Key file name in the metrics cert directory.
     #[arg(long, default_value = "tls.key")]
-    pub metrics_key_name: String,
+    pub(crate) metrics_key_name: String,
     /// Address of `/healthz` and `/readyz`; `0` disables.
     #[arg(long, default_value = "0.0.0.0:8081")]
-    pub health_probe_bind_address: String,
+    pub(crate) health_probe_bind_address: String,
     /// Serve the validating admission webhook.
     #[arg(long, env = "ENABLE_WEBHOOKS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub webhook_enabled: bool,
+    pub(crate) webhook_enabled: bool,
     /// Address of the webhook server.
     #[arg(long, default_value = "0.0.0.0:9443", value_parser = parse_bind_address)]
-    pub webhook_bind_address: SocketAddr,
+    pub(crate) webhook_bind_address: SocketAddr,
     /// Directory with the webhook serving certificate.
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
-    pub webhook_cert_dir: PathBuf,
+    pub(crate) webhook_cert_dir: PathBuf,
     /// Certificate file name in the cert directory.
     #[arg(long, default_value = "tls.crt")]
-    pub webhook_cert_name: String,
+    pub(crate) webhook_cert_name: String,
     /// Key file name in the cert directory.
     #[arg(long, default_value = "tls.key")]
-    pub webhook_key_name: String,
+    pub(crate) webhook_key_name: String,
     /// Helm executable used by OmniHelmRelease.
     #[arg(long, env = "HELM_BINARY", default_value = "helm")]
     pub helm_binary: PathBuf,
     /// Most helm processes running at once (each release runs at most one at a time).
     #[arg(long, env = "HELM_MAX_CONCURRENT", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub helm_max_concurrent: u16,
+    pub(crate) helm_max_concurrent: u16,
     /// Most requests in flight to the Kubernetes API at once (watches aside); more wait their
     /// turn instead of each opening a connection (see docs/performance.md).
     #[arg(long, env = "KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::api_client::MANAGEMENT_MAX_IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    pub kube_api_max_in_flight: u16,
+    pub(crate) kube_api_max_in_flight: u16,
     /// How often an in-sync OmniSecretSync re-reads its workload copy to repair drift (Go
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
-    pub secret_sync_resync_interval: Duration,
+    pub(crate) secret_sync_resync_interval: Duration,
     /// Directory that `file:` patches and manifests of OmniClusters are read from; nothing
     /// outside it is ever read. Unset refuses every `file:` entry.
     #[arg(long, env = "TEMPLATE_ROOT", value_parser = parse_non_empty_path)]
@@ -103,11 +101,11 @@ pub struct Args {
     /// credentials or sync source only when it carries the label `omni.texashpc.com/usable-by`
     /// naming that kind (for clusters where those objects' authors may not read every Secret).
     #[arg(long, env = "REQUIRE_SECRET_OPT_IN")]
-    pub require_secret_opt_in: bool,
+    pub(crate) require_secret_opt_in: bool,
     /// With `--all-namespaces`, let an OmniKubeconfigExport write its Secret into a namespace
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
-    pub allow_cross_namespace_export: bool,
+    pub(crate) allow_cross_namespace_export: bool,
     /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
     #[arg(long, hide = true, value_parser = crate::baseline::parse)]
     pub baseline_quirks: Option<crate::baseline::Quirks>,
@@ -149,7 +147,7 @@ fn optional_addr(flag: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> 
 
 /// Parses a listen address. Besides `HOST:PORT` it accepts `:PORT` (all IPv4 interfaces), the
 /// form Kubernetes manifests and Go controllers conventionally use.
-pub fn parse_bind_address(value: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_bind_address(value: &str) -> Result<SocketAddr, String> {
     let full = match value.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
         None => value.to_string(),
@@ -255,6 +253,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::DEFAULT_HELM_MAX_CONCURRENT;
     use clap::Parser;
 
     #[derive(Parser)]

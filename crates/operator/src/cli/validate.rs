@@ -30,7 +30,7 @@ pub struct Args {
 
 /// What checking a set of files found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Problem lines (`FILE:DOC KIND/NAME: FIELD: message`).
     pub problems: Vec<String>,
     /// Warning lines (`FILE:DOC KIND/NAME: warning: message`).
@@ -43,7 +43,7 @@ pub struct Report {
 
 impl Report {
     /// The one-line summary printed on stderr.
-    pub fn summary(&self, files: usize) -> String {
+    pub(crate) fn summary(&self, files: usize) -> String {
         format!(
             "validated {} object(s) in {} file(s), skipped {} other document(s): {} problem(s), {} warning(s)",
             self.checked,
@@ -122,7 +122,7 @@ fn manifest_files(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Checks every document of one file's text, adding to `report`. `label` names the file in
 /// output lines.
-pub fn check_text(label: &str, text: &str, report: &mut Report) {
+pub(crate) fn check_text(label: &str, text: &str, report: &mut Report) {
     for (index, doc) in split_documents(text).into_iter().enumerate() {
         let at = format!("{label}:{}", index + 1);
         let value: serde_json::Value = match serde_saphyr::from_str(doc) {

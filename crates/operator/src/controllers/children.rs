@@ -70,7 +70,7 @@ impl Child for OmniMachine {
 }
 
 /// Pure: the `Accepted` and `Ready` conditions after merging into `current`.
-pub fn child_conditions(
+pub(crate) fn child_conditions(
     current: Vec<Condition>,
     cluster: &str,
     cluster_exists: bool,

@@ -41,7 +41,7 @@ impl Clock for SystemClock {
 }
 
 /// Name under which the operator reports Events.
-pub const REPORTER: &str = "omni-operator";
+pub(crate) const REPORTER: &str = "omni-operator";
 
 /// Shared state handed to every reconcile.
 pub struct Context {
@@ -122,7 +122,7 @@ impl Context {
     }
 
     /// Sets the helm driver (builder style, so `new` stays stable for embedders).
-    pub fn with_helm(mut self, helm: Option<crate::helm::Helm>) -> Self {
+    pub(crate) fn with_helm(mut self, helm: Option<crate::helm::Helm>) -> Self {
         self.helm = helm;
         self
     }
@@ -135,19 +135,19 @@ impl Context {
     }
 
     /// Sets the directory `file:` entries are confined to (builder style).
-    pub fn with_template_root(mut self, root: Option<std::path::PathBuf>) -> Self {
+    pub(crate) fn with_template_root(mut self, root: Option<std::path::PathBuf>) -> Self {
         self.template_root = root;
         self
     }
 
     /// Replaces the floor for periodic intervals of stored objects (tests use a short one).
-    pub fn with_min_interval(mut self, floor: Duration) -> Self {
+    pub(crate) fn with_min_interval(mut self, floor: Duration) -> Self {
         self.min_interval = floor;
         self
     }
 
     /// Sets the Secret policy (`--require-secret-opt-in`, `--allow-cross-namespace-export`).
-    pub fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
+    pub(crate) fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
         self.secret_policy = policy;
         self
     }
@@ -161,7 +161,7 @@ impl Context {
     }
 
     /// An API handle covering the operator's scope, for watches.
-    pub fn watch_api<K>(&self) -> Api<K>
+    pub(crate) fn watch_api<K>(&self) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
@@ -173,7 +173,7 @@ impl Context {
 
     /// A `DynamicObject` API handle for kind `K` covering the operator's scope, for the
     /// decode-tolerant watch of each controller's own kind.
-    pub fn dynamic_watch_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
+    pub(crate) fn dynamic_watch_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
         let ar = ApiResource::erase::<K>(&());
         match &self.scope {
             Scope::Namespace(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
@@ -191,7 +191,7 @@ impl Context {
     }
 
     /// Publishes an Event about the object `reference`.
-    pub async fn event_for(
+    pub(crate) async fn event_for(
         &self,
         reference: ObjectReference,
         type_: EventType,
@@ -221,7 +221,7 @@ impl Context {
 
     /// Publishes at most one Event for a status write, for the condition transition that says
     /// the most (see [`status::event_worthy`]).
-    pub async fn condition_events<K>(&self, obj: &K, old: &[Condition], new: &[Condition])
+    pub(crate) async fn condition_events<K>(&self, obj: &K, old: &[Condition], new: &[Condition])
     where
         K: Resource<DynamicType = ()>,
     {
@@ -252,7 +252,7 @@ impl Context {
     }
 
     /// Forgets the failure count of `key` after a successful reconcile.
-    pub fn reset_backoff(&self, key: &str) {
+    pub(crate) fn reset_backoff(&self, key: &str) {
         let mut map = match self.failures.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),

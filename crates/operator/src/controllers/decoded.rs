@@ -20,7 +20,7 @@ use crate::api::common::{Condition, ConditionStatus};
 const STALE_CACHE_RERUNS: usize = 3;
 
 /// Condition reason for an object whose stored data does not decode as its kind.
-pub const REASON_INVALID_OBJECT: &str = "InvalidObject";
+pub(crate) const REASON_INVALID_OBJECT: &str = "InvalidObject";
 
 /// The API resource of kind `K` (the dynamic type of its `DynamicObject` watch).
 pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
@@ -33,7 +33,7 @@ pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, serde_json:
 }
 
 /// A reference to the object `name` in `namespace` of kind `K`, for mappers.
-pub fn dyn_ref<K: Resource<DynamicType = ()>>(
+pub(crate) fn dyn_ref<K: Resource<DynamicType = ()>>(
     name: &str,
     namespace: Option<&str>,
 ) -> ObjectRef<DynamicObject> {
@@ -46,7 +46,7 @@ pub fn dyn_ref<K: Resource<DynamicType = ()>>(
 
 /// Pure: the conditions of an undecodable object (raw `status.conditions` if readable, with
 /// `Ready=False` reason `InvalidObject` upserted). `None` when nothing would change.
-pub fn invalid_object_conditions(
+pub(crate) fn invalid_object_conditions(
     raw_status: Option<&serde_json::Value>,
     message: &str,
     generation: Option<i64>,
@@ -125,8 +125,8 @@ where
     Ok(Action::await_change())
 }
 
-/// [`error_policy`] for the `DynamicObject` watches.
-pub fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+/// The error policy of every controller: retry with per-object exponential backoff.
+pub(crate) fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = format!(
         "{}/{}/{}",
         obj.types

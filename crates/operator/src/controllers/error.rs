@@ -52,14 +52,14 @@ pub enum Error {
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterFailure),
     /// The cached copy a status was computed from is older than the stored object, which it
-    /// carries; nothing was written (see [`status::write`]).
+    /// carries; nothing was written (see `status::write`).
     #[error("the cached copy of the object is older than the stored one")]
     StaleCache(Box<serde_json::Value>),
 }
 
 impl Error {
     /// [`Error::StaleCache`] carrying `stored`, the object as the server holds it now.
-    pub fn stale_cache<K: serde::Serialize>(stored: &K) -> Result<Self, Error> {
+    pub(crate) fn stale_cache<K: serde::Serialize>(stored: &K) -> Result<Self, Error> {
         Ok(Self::StaleCache(Box::new(serde_json::to_value(stored)?)))
     }
 }
@@ -77,7 +77,7 @@ pub enum RetryPolicy {
 
 impl RetryPolicy {
     /// The next reconcile, or `None` under [`RetryPolicy::Backoff`] (the reconcile fails).
-    pub fn action(self) -> Option<Action> {
+    pub(crate) fn action(self) -> Option<Action> {
         match self {
             Self::AwaitChange => Some(Action::await_change()),
             Self::Poll(after) => Some(Action::requeue(after)),

@@ -14,7 +14,7 @@ use super::Error;
 use crate::api::{FINALIZER, LEGACY_FINALIZER};
 
 /// Whether `obj` carries the current finalizer, or (when `legacy` is honoured) the legacy one.
-pub fn has_finalizer<K: Resource>(obj: &K, legacy: bool) -> bool {
+pub(crate) fn has_finalizer<K: Resource>(obj: &K, legacy: bool) -> bool {
     obj.meta()
         .finalizers
         .iter()

@@ -4,7 +4,7 @@
 //! object of the kind per event: quadratic at cold start, when every Secret and every cluster
 //! arrives once and thousands of objects refer to them.
 //!
-//! An index is kept from the same watch as the kind's cache ([`super::indexed_controller_for`]):
+//! An index is kept from the same watch as the kind's cache (`super::indexed_controller_for`):
 //! each object of the kind is decoded once per event of its own, and a re-list rebuilds the
 //! index the way it rebuilds the cache.
 
@@ -20,11 +20,11 @@ use serde::de::DeserializeOwned;
 /// What an object refers to: a kind of reference and the referenced object's namespace and
 /// name, e.g. `RefKey::new("secret", "apps", "registry")`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RefKey(String);
+pub(crate) struct RefKey(String);
 
 impl RefKey {
     /// The key of a `what` reference to `name` in `namespace`.
-    pub fn new(what: &str, namespace: &str, name: &str) -> Self {
+    pub(crate) fn new(what: &str, namespace: &str, name: &str) -> Self {
         // NUL cannot occur in a Kubernetes name, so the parts cannot run into each other.
         Self(format!("{what}\0{namespace}\0{name}"))
     }
@@ -70,7 +70,7 @@ struct State {
 }
 
 /// The objects of kind `K` by what they refer to, kept from `K`'s watch events.
-pub struct RefIndex<K> {
+pub(crate) struct RefIndex<K> {
     keys: fn(&K) -> Vec<RefKey>,
     state: RwLock<State>,
 }
@@ -80,7 +80,7 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
     /// An empty index whose entries for an object are `keys(object)`.
-    pub fn new(keys: fn(&K) -> Vec<RefKey>) -> Self {
+    pub(crate) fn new(keys: fn(&K) -> Vec<RefKey>) -> Self {
         Self {
             keys,
             state: RwLock::default(),
@@ -88,7 +88,7 @@ where
     }
 
     /// Objects of `K` that refer to `key`.
-    pub fn get(&self, key: &RefKey) -> Vec<ObjectRef<DynamicObject>> {
+    pub(crate) fn get(&self, key: &RefKey) -> Vec<ObjectRef<DynamicObject>> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         state
             .live
@@ -99,7 +99,7 @@ where
     }
 
     /// Objects of `K` that refer to any of `keys`, each once.
-    pub fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<DynamicObject>> {
+    pub(crate) fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<DynamicObject>> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         let mut out: Refs = HashSet::new();
         for key in keys {
@@ -121,7 +121,7 @@ where
     }
 
     /// Applies one event of `K`'s watch.
-    pub fn apply(&self, event: &watcher::Event<DynamicObject>) {
+    pub(crate) fn apply(&self, event: &watcher::Event<DynamicObject>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Apply(obj) => {
@@ -150,7 +150,7 @@ where
 }
 
 /// The namespace of `obj` (empty for cluster-scoped objects), for building [`RefKey`]s.
-pub fn namespace_of(obj: &impl ResourceExt) -> String {
+pub(crate) fn namespace_of(obj: &impl ResourceExt) -> String {
     obj.namespace().unwrap_or_default()
 }
 

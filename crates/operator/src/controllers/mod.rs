@@ -1,12 +1,12 @@
 //! The controllers and the machinery they share.
 //!
-//! Every kind with a finalizer runs the same pipeline ([`pipeline::reconcile`], see
+//! Every kind with a finalizer runs the same pipeline (`pipeline::reconcile`, see
 //! `docs/architecture.md`): validate → apply (observe, plan, act; returns an outcome) → status
 //! (pure, written once, Events on condition transitions) → next action. Each kind is one
 //! submodule exposing `async fn run(ctx, shutdown)`; what all kinds share lives here:
 //!
 //! - [`Context`] (`context.rs`): clients, clock, metrics, Events and per-object backoff;
-//! - [`Error`] and [`RetryPolicy`] (`error.rs`): why a reconcile failed and what it does next;
+//! - [`Error`] and `RetryPolicy` (`error.rs`): why a reconcile failed and what it does next;
 //! - `decoded.rs`: each kind's objects are watched as `DynamicObject`s and decoded per reconcile
 //!   ([`reconcile_decoded`]): one object with bad stored data (it bypassed the CRD schema) gets
 //!   a `Ready=False` reason `InvalidObject` condition and an Event, is not retried until it
@@ -30,14 +30,11 @@ mod runner;
 pub mod secret_sync;
 pub mod status;
 
-pub use self::context::{Clock, Context, REPORTER, Scope, SystemClock};
-pub use self::decoded::{
-    REASON_INVALID_OBJECT, api_resource, decode, dyn_ref, error_policy_dyn,
-    invalid_object_conditions, reconcile_decoded,
-};
-pub use self::error::{Error, RetryPolicy, backoff_delay};
+pub use self::context::{Clock, Context, Scope, SystemClock};
+pub use self::decoded::{api_resource, decode, reconcile_decoded};
+pub(crate) use self::decoded::{dyn_ref, error_policy_dyn};
+pub(crate) use self::error::RetryPolicy;
+pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
-pub use self::runner::{
-    cluster_changes, cluster_changes_from, controller_for, drive, error_policy,
-    indexed_controller_for, instrumented, log_outcome, object_key, own_change,
-};
+pub use self::runner::{cluster_changes, drive};
+pub(crate) use self::runner::{cluster_changes_from, indexed_controller_for, instrumented};

@@ -109,7 +109,7 @@ const ENV_PREFIXES: [&str; 3] = [
 
 /// Applies the key checks (parity §2.6, steps 2–6) to the Secret's data and returns the
 /// trimmed key.
-pub fn key_from_secret(
+pub(crate) fn key_from_secret(
     namespace: &str,
     name: &str,
     key: &str,
@@ -279,7 +279,7 @@ impl OmniClients {
 
     /// Reads the backend API version of `conn`'s Omni (the connection controller does this on
     /// every check, so an Omni upgrade is noticed) and remembers it.
-    pub async fn refresh_backend_api(
+    pub(crate) async fn refresh_backend_api(
         &self,
         conn: &OmniConnection,
         client: &OmniClient,
@@ -293,7 +293,7 @@ impl OmniClients {
 
     /// The backend API to translate templates for: the remembered version, read first when
     /// none is known yet.
-    pub async fn backend_api(
+    pub(crate) async fn backend_api(
         &self,
         conn: &OmniConnection,
         client: &OmniClient,
@@ -307,7 +307,7 @@ impl OmniClients {
     }
 
     /// Drops the cached client of a deleted connection.
-    pub fn forget(&self, namespace: &str, name: &str) {
+    pub(crate) fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
         lock(&self.api_versions).remove(&format!("{namespace}/{name}"));
     }

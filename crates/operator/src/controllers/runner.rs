@@ -16,7 +16,7 @@ use super::{Context, Error, api_resource, error_policy_dyn, index, reconcile_dec
 use crate::api::OmniCluster;
 
 /// The key an object's backoff is tracked under.
-pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+pub(crate) fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(
         "{}/{}/{}",
         K::kind(&()),
@@ -25,20 +25,8 @@ pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     )
 }
 
-/// The error policy of every controller: retry with per-object exponential backoff.
-pub fn error_policy<K: Resource<DynamicType = ()>>(
-    obj: Arc<K>,
-    err: &Error,
-    ctx: Arc<Context>,
-) -> Action {
-    let key = object_key(obj.as_ref());
-    let delay = ctx.backoff(&key);
-    tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
-}
-
 /// Runs one reconcile with metrics and backoff bookkeeping.
-pub async fn instrumented<K, F>(obj: &K, ctx: &Context, fut: F) -> Result<Action, Error>
+pub(crate) async fn instrumented<K, F>(obj: &K, ctx: &Context, fut: F) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
     F: Future<Output = Result<Action, Error>>,
@@ -66,15 +54,10 @@ where
 /// failing or waiting object re-ran its reconcile at once, bypassing both the backoff and the
 /// computed requeue (a hot loop of hundreds of writes per second). Watches of other kinds,
 /// whose status a controller may depend on, are unaffected.
-pub fn controller_for<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-) -> kube::runtime::Controller<DynamicObject> {
-    controller_with::<K>(ctx, |_| {})
-}
-
-/// [`controller_for`] with a [`RefIndex`](index::RefIndex) of its objects by what they refer
-/// to (`keys`), kept from the same watch, for the controller's mapped watches.
-pub fn indexed_controller_for<K>(
+///
+/// It keeps a [`RefIndex`](index::RefIndex) of its objects by what they refer to (`keys`) from
+/// the same watch, for the controller's mapped watches.
+pub(crate) fn indexed_controller_for<K>(
     ctx: &Context,
     keys: fn(&K) -> Vec<index::RefKey>,
 ) -> (
@@ -123,7 +106,7 @@ fn strip_for_cache(obj: &mut DynamicObject) {
 }
 
 /// The watch events of OmniClusters that can matter to the objects referring to one (its secret
-/// syncs, releases, exports and children): its first sighting, a change of what [`own_change`]
+/// syncs, releases, exports and children): its first sighting, a change of what `own_change`
 /// covers (spec generation, labels, annotations, finalizers, the deletion mark), a condition
 /// turning (its type and status, e.g. `Synced` becoming `True` once Omni holds the cluster) and
 /// its deletion. The rest of its status moving with Omni (phase, machine counts, messages,
@@ -137,7 +120,7 @@ pub fn cluster_changes(
 }
 
 /// [`cluster_changes`] of a given OmniCluster watch (e.g. one that also fills a cache).
-pub fn cluster_changes_from(
+pub(crate) fn cluster_changes_from(
     events: impl futures::Stream<
         Item = Result<kube::runtime::watcher::Event<OmniCluster>, kube::runtime::watcher::Error>,
     > + Send
@@ -194,7 +177,7 @@ fn condition_states(cluster: &OmniCluster) -> u64 {
 /// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
 /// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
 /// `status` and `resourceVersion` are deliberately left out.
-pub fn own_change<K: Resource>(obj: &K) -> Option<u64> {
+pub(crate) fn own_change<K: Resource>(obj: &K) -> Option<u64> {
     use std::hash::{Hash as _, Hasher as _};
     let meta = obj.meta();
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -207,7 +190,7 @@ pub fn own_change<K: Resource>(obj: &K) -> Option<u64> {
 }
 
 /// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to
-/// `reconcile`; failures back off per object ([`error_policy_dyn`]).
+/// `reconcile`; failures back off per object (`error_policy_dyn`).
 pub async fn drive<K, F, Fut>(
     controller: kube::runtime::Controller<DynamicObject>,
     ctx: Arc<Context>,
@@ -236,7 +219,7 @@ pub async fn drive<K, F, Fut>(
 
 /// Logs each reconcile outcome of a controller stream at debug level (failures are logged
 /// with their backoff by [`error_policy_dyn`]).
-pub fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T, E>) {
+pub(crate) fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T, E>) {
     match result {
         Ok(obj) => tracing::debug!(kind, object = ?obj, "reconciled"),
         Err(e) => tracing::debug!(kind, error = %e, "reconcile did not complete"),

@@ -50,7 +50,7 @@ pub(crate) fn condition_healthy(c: &Condition) -> bool {
 /// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
 /// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
 /// together) are in the status; an Event each tripled the writes of a cold start.
-pub fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
     let turned = transitions(old, new);
     turned
         .iter()
@@ -62,7 +62,7 @@ pub fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a C
 /// Status fields that record *when* something was tried rather than *what* happened. A change
 /// of these alone is not worth a write: a failing object retried with backoff would otherwise
 /// rewrite its status on every attempt. They are written along with any real change.
-pub const TIMESTAMP_ONLY_FIELDS: &[&str] = &["lastAttemptTime"];
+pub(crate) const TIMESTAMP_ONLY_FIELDS: &[&str] = &["lastAttemptTime"];
 
 /// Whether `old` and `new` differ in more than the [`TIMESTAMP_ONLY_FIELDS`].
 fn differs_beyond_timestamps(old: &Value, new: &Value) -> bool {
@@ -82,7 +82,7 @@ fn differs_beyond_timestamps(old: &Value, new: &Value) -> bool {
 /// fields absent from `new` are nulled (merge-patch deletion) at every depth, since a merge
 /// patch merges nested objects rather than replacing them. `None` when they are equal or
 /// differ only in [`TIMESTAMP_ONLY_FIELDS`].
-pub fn status_patch(old: &Value, new: &Value) -> Option<Value> {
+pub(crate) fn status_patch(old: &Value, new: &Value) -> Option<Value> {
     if !differs_beyond_timestamps(old, new) {
         return None;
     }

@@ -16,17 +16,17 @@ pub struct CallFiles<'a> {
     /// Values file (JSON is valid YAML).
     pub values: &'a Path,
     /// Private `repositories.yaml` for this call.
-    pub repository_config: &'a Path,
+    pub(crate) repository_config: &'a Path,
     /// Private repository index cache for this call.
-    pub repository_cache: &'a Path,
+    pub(crate) repository_cache: &'a Path,
     /// Private OCI registry credentials file for this call.
-    pub registry_config: &'a Path,
+    pub(crate) registry_config: &'a Path,
     /// CA bundle for the chart repository, when one is configured.
-    pub ca_file: Option<&'a Path>,
+    pub(crate) ca_file: Option<&'a Path>,
 }
 
 /// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
-pub fn go_duration(duration: Duration) -> String {
+pub(crate) fn go_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
     if millis.is_multiple_of(1000) {
         format!("{}s", millis / 1000)
@@ -37,7 +37,7 @@ pub fn go_duration(duration: Duration) -> String {
 
 /// Flags every call that talks to the workload cluster shares. User-supplied values are joined
 /// to their flag with `=` so that a value starting with `-` can never be read as a flag.
-pub fn common_flags(files: &CallFiles<'_>, namespace: &str) -> Vec<String> {
+pub(crate) fn common_flags(files: &CallFiles<'_>, namespace: &str) -> Vec<String> {
     vec![
         "--kubeconfig".into(),
         files.kubeconfig.display().to_string(),
@@ -53,7 +53,7 @@ pub fn common_flags(files: &CallFiles<'_>, namespace: &str) -> Vec<String> {
 
 /// Which verb an install-or-upgrade call uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InstallVerb {
+pub(crate) enum InstallVerb {
     /// `helm install` (no release history).
     Install,
     /// `helm upgrade` (history exists).
@@ -62,13 +62,13 @@ pub enum InstallVerb {
 
 /// Ends the flags: every later argument is positional, so a release or chart name that starts
 /// with `-` (both come from the custom resource) is never parsed as a helm flag.
-pub const END_OF_FLAGS: &str = "--";
+pub(crate) const END_OF_FLAGS: &str = "--";
 
 /// The chart argument and the flags that locate it: `(flags, chart)`. `repo_alias` is the name
 /// under which the repository was added to this call's private `repositories.yaml` (used when
 /// the repository needs credentials or a CA bundle); without it the chart is fetched with
 /// `--repo=URL`.
-pub fn chart_arguments(
+pub(crate) fn chart_arguments(
     chart: &ChartSource,
     version: &str,
     repo_alias: Option<&str>,
@@ -99,7 +99,7 @@ fn labels_flag(labels: &[(String, String)]) -> Option<String> {
 }
 
 /// `helm install|upgrade ... -- NAME CHART` for the given flavor.
-pub fn install_or_upgrade(
+pub(crate) fn install_or_upgrade(
     verb: InstallVerb,
     flavor: HelmFlavor,
     request: &ReleaseRequest,
@@ -169,7 +169,7 @@ pub fn install_or_upgrade(
 
 /// Wait flags: helm 4 names a strategy (`watcher` waits for readiness, `hookOnly` only for hooks);
 /// helm 3 has a boolean `--wait` and waits for hooks by default.
-pub fn wait_flags(flavor: HelmFlavor, wait: bool, wait_for_jobs: bool) -> Vec<String> {
+pub(crate) fn wait_flags(flavor: HelmFlavor, wait: bool, wait_for_jobs: bool) -> Vec<String> {
     let mut args = Vec::new();
     match (flavor, wait) {
         (HelmFlavor::V4, true) => args.push("--wait=watcher".into()),

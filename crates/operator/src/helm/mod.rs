@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedMutexGuard, Semaphore};
 
-pub use output::{HistoryEntry, ReleaseInfo};
+pub(crate) use output::{HistoryEntry, ReleaseInfo};
 
 use args::{CallFiles, InstallVerb};
 
@@ -38,7 +38,7 @@ pub enum HelmFlavor {
 
 /// Where a chart comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChartSource {
+pub(crate) enum ChartSource {
     /// A chart name in an HTTP(S) chart repository.
     Repository {
         /// Repository URL (the one with `index.yaml`).
@@ -56,7 +56,7 @@ pub enum ChartSource {
 impl ChartSource {
     /// Builds the source from the OmniHelmRelease fields: a chart starting with `oci://` is a
     /// full reference and the repository is ignored.
-    pub fn from_spec(repository: &str, chart: &str) -> Self {
+    pub(crate) fn from_spec(repository: &str, chart: &str) -> Self {
         let chart = chart.trim();
         if chart.starts_with("oci://") {
             ChartSource::Oci {
@@ -73,15 +73,15 @@ impl ChartSource {
 
 /// Everything helm needs to install or upgrade one release.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ReleaseRequest {
+pub(crate) struct ReleaseRequest {
     /// Release name.
-    pub release_name: String,
+    pub(crate) release_name: String,
     /// Release namespace in the workload cluster.
     pub namespace: String,
     /// Chart location.
     pub chart: ChartSource,
     /// Chart version (or constraint).
-    pub chart_version: String,
+    pub(crate) chart_version: String,
     /// Values (a JSON object).
     pub values: serde_json::Value,
     /// Create the namespace on install.
@@ -89,28 +89,28 @@ pub struct ReleaseRequest {
     /// Wait for resources to become ready (otherwise only for hooks).
     pub wait: bool,
     /// With `wait`, also wait for Jobs to complete.
-    pub wait_for_jobs: bool,
+    pub(crate) wait_for_jobs: bool,
     /// Helm's per-operation timeout.
     pub timeout: Duration,
     /// Roll back (or uninstall, on install) when the operation fails.
     pub atomic: bool,
     /// Skip hooks.
-    pub disable_hooks: bool,
+    pub(crate) disable_hooks: bool,
     /// Skip installing CRDs from the chart.
-    pub skip_crds: bool,
+    pub(crate) skip_crds: bool,
     /// Revisions to keep on upgrade (0 = helm's default).
-    pub max_history: u32,
+    pub(crate) max_history: u32,
     /// Install over a release that was uninstalled with its history kept (`--replace`).
     pub replace: bool,
     /// Release labels naming the owning OmniHelmRelease and the operator process that starts
     /// the revision (`--labels`, helm 3.13+). Helm keeps them as labels of its storage Secret
     /// and carries them over to later revisions.
-    pub owner_labels: Vec<(String, String)>,
+    pub(crate) owner_labels: Vec<(String, String)>,
 }
 
 /// Credentials for a chart repository or OCI registry, and a CA bundle to trust.
 #[derive(Clone, Default)]
-pub struct RepositoryAuth {
+pub(crate) struct RepositoryAuth {
     /// Basic-auth user name (HTTP repositories) or registry user name (OCI).
     pub username: Option<String>,
     /// Password or token. Never logged or shown in errors.
@@ -247,7 +247,7 @@ fn transient_at_start(err: &HelmError) -> bool {
 }
 
 impl Helm {
-    /// Prepares helm's directories (see [`prepare_work_dir`]) and detects the helm version,
+    /// Prepares helm's directories (see `prepare_work_dir`) and detects the helm version,
     /// retrying failures that may be transient (`START_ATTEMPTS`).
     pub async fn new(config: HelmConfig) -> Result<Self, HelmError> {
         let mut attempt = 1;
@@ -304,7 +304,7 @@ impl Helm {
     /// Revisions this process starts carry it as a release label, so that a `pending-*`
     /// revision can later be told apart as this process's own, an earlier process's (gone,
     /// since leader election fences every earlier leader) or someone else's.
-    pub fn run_id(&self) -> &str {
+    pub(crate) fn run_id(&self) -> &str {
         &self.inner.run_id
     }
 
@@ -464,7 +464,7 @@ pub struct ReleaseSession {
 
 impl ReleaseSession {
     /// The run id of the driver this session belongs to (see [`Helm::run_id`]).
-    pub fn run_id(&self) -> &str {
+    pub(crate) fn run_id(&self) -> &str {
         self.helm.run_id()
     }
 }
@@ -609,7 +609,7 @@ impl ReleaseSession {
     }
 
     /// Installs (when `verb` is Install) or upgrades the release and returns helm's view of it.
-    pub async fn install_or_upgrade(
+    pub(crate) async fn install_or_upgrade(
         &self,
         verb: InstallVerb,
         request: &ReleaseRequest,
@@ -869,7 +869,7 @@ pub fn kubeconfig_secrets(kubeconfig: &[u8]) -> Vec<String> {
 /// helm's `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and `HELM_DATA_HOME` always point here; the
 /// operator's own environment values for them are deliberately ignored, so one flag decides
 /// where helm writes.
-pub fn prepare_work_dir(work_dir: &Path) -> Result<(), HelmError> {
+pub(crate) fn prepare_work_dir(work_dir: &Path) -> Result<(), HelmError> {
     std::fs::create_dir_all(work_dir)?;
     let sessions = work_dir.join("sessions");
     // remove_dir_all does not follow symlinks, so a planted link cannot redirect the clean-up.

@@ -17,7 +17,7 @@ pub struct ReleaseInfo {
     /// Chart name.
     pub chart: String,
     /// Chart version.
-    pub chart_version: String,
+    pub(crate) chart_version: String,
     /// Helm's description of the last operation (e.g. the failure reason).
     pub description: String,
     /// When this revision was deployed (RFC 3339, as helm prints it).
@@ -27,7 +27,7 @@ pub struct ReleaseInfo {
 impl ReleaseInfo {
     /// Whether the release is in one of helm's `pending-*` states, in which helm refuses new
     /// operations until it is rolled back or the lock is otherwise cleared.
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         self.status.starts_with("pending-")
     }
 }

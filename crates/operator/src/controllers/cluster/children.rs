@@ -106,7 +106,7 @@ pub(super) fn child_mapper<K: Child>(
 /// How long a reconcile waits for the child caches' first list. A watch that cannot list its
 /// kind (a role without `list` or `watch` on it) never fills its cache: waiting without bound
 /// hung every cluster's reconcile with nothing in its status.
-pub const CHILD_CACHE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const CHILD_CACHE_WAIT: Duration = Duration::from_secs(5);
 
 /// The cluster controller's caches of OmniControlPlanes, OmniWorkers and OmniMachines, filled
 /// by the same watches that wake it when a child changes. Each reconcile used to list all

@@ -15,7 +15,7 @@ use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
 
 /// Event reason when a deletion left an Omni cluster alone because this object does not own it.
-pub const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
+pub(crate) const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
 
 /// A deletion still waiting on `failure`.
 fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {

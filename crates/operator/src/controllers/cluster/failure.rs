@@ -14,7 +14,7 @@ use crate::render::RenderError;
 
 /// The longest wait before a failure that no watch reports the end of (Omni, template files)
 /// is looked at again: the default `syncInterval`; a shorter one of the cluster wins.
-pub const FAILURE_RECHECK: Duration = Duration::from_secs(300);
+pub(crate) const FAILURE_RECHECK: Duration = Duration::from_secs(300);
 
 /// Why the OmniConnection of a cluster gave no Omni client.
 #[derive(Debug, thiserror::Error)]

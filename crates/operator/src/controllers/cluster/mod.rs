@@ -9,7 +9,7 @@
 //! then syncs it (`sync.rs`: dereference, render, plan, apply, read Omni's view) or deletes it
 //! (`delete.rs`), and ends in one `outcome::Outcome`. The status is derived from it by a pure
 //! function (`outcome::desired_status`) and written once; the next reconcile is another pure
-//! function of it (`outcome::next_action`). Failures are [`ClusterFailure`]s, which know
+//! function of it (`outcome::next_action`). Failures are `ClusterFailure`s, which know
 //! their condition reason and retry policy. `children.rs` holds the child caches the render
 //! reads from, `ownership.rs` whose an Omni cluster is, `omni_state.rs` Omni's view in status.
 
@@ -29,16 +29,11 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
-pub use self::children::CHILD_CACHE_WAIT;
 pub(crate) use self::children::ChildCaches;
 use self::children::{ChildKind, cached_children, child_mapper, cluster_keys};
-pub use self::delete::REASON_DELETE_SKIPPED;
 use self::delete::cleanup;
-pub use self::failure::{ClusterFailure, ConnectionLookup, FAILURE_RECHECK};
-pub use self::omni_state::{MAX_OUTPUT, trim_output};
-pub use self::outcome::DELETE_POLL;
+pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
-pub use self::ownership::{OMNI_OWNER_ANNOTATION, OmniOwnership, omni_ownership, owner_stamp};
 use self::sync::apply_cluster;
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
@@ -53,7 +48,7 @@ pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
 /// operator writes: Omni's UI then tells people who manages the resource.
-pub const GITOPS_TOOL: &str = "omni-operator";
+pub(crate) const GITOPS_TOOL: &str = "omni-operator";
 
 /// How often `cluster` is re-checked: its `syncInterval`, clamped to the floor for intervals
 /// stored without admission (so a tiny one cannot hot-loop).

@@ -10,11 +10,11 @@ use crate::api::cluster::{
 };
 
 /// Longest Omni output kept in status.
-pub const MAX_OUTPUT: usize = 4096;
+pub(crate) const MAX_OUTPUT: usize = 4096;
 
 /// Trims whitespace and cuts to at most [`MAX_OUTPUT`] bytes on a character boundary (the
 /// original could split a UTF-8 character).
-pub fn trim_output(text: &str) -> String {
+pub(crate) fn trim_output(text: &str) -> String {
     let t = text.trim();
     let mut end = t.len().min(MAX_OUTPUT);
     while !t.is_char_boundary(end) {

@@ -16,7 +16,7 @@ use crate::controllers::RetryPolicy;
 use crate::controllers::status::Draft;
 
 /// Re-check while deletion waits for Omni to tear the cluster down.
-pub const DELETE_POLL: Duration = Duration::from_secs(5);
+pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
 
 /// What a render recorded about the cluster, kept in its status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,10 +13,10 @@ use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 /// Annotation the operator puts on the Omni `Cluster` resource it creates or adopts:
 /// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
 /// tells management clusters (and re-created objects) apart.
-pub const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+pub(crate) const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
 
 /// The owner stamp of `cluster`.
-pub fn owner_stamp(cluster: &OmniCluster) -> String {
+pub(crate) fn owner_stamp(cluster: &OmniCluster) -> String {
     format!(
         "{}/{}/{}",
         cluster.namespace().unwrap_or_default(),
@@ -41,7 +41,7 @@ pub enum OmniOwnership {
 
 impl OmniOwnership {
     /// Whether this object may change or delete the Omni cluster unasked.
-    pub fn is_ours(&self) -> bool {
+    pub(crate) fn is_ours(&self) -> bool {
         matches!(
             self,
             OmniOwnership::Owned | OmniOwnership::SyncedBeforeStamps
@@ -60,7 +60,7 @@ impl OmniOwnership {
 }
 
 /// Pure ownership decision from the Omni Cluster's annotations and this object's status.
-pub fn omni_ownership(
+pub(crate) fn omni_ownership(
     cluster: &OmniCluster,
     annotations: &HashMap<String, String>,
 ) -> OmniOwnership {

@@ -14,10 +14,10 @@ use crate::controllers::{Context, Error};
 /// connection: a deletion of the Secret (by hand, by a namespace deletion) then waits until
 /// the clusters no longer need Omni. Only Secrets a connection references get it, and it is
 /// lifted as soon as no connection with clusters references the Secret.
-pub const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
+pub(crate) const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
 
 /// Whether a connection's hold is on `secret`.
-pub fn holds_key(secret: &Secret) -> bool {
+pub(crate) fn holds_key(secret: &Secret) -> bool {
     secret
         .finalizers()
         .iter()
@@ -26,7 +26,10 @@ pub fn holds_key(secret: &Secret) -> bool {
 
 /// Pure: the key Secrets of `connections` that clusters need (those of connections that at
 /// least one of `clusters` references).
-pub fn needed_keys(connections: &[OmniConnection], clusters: &[OmniCluster]) -> BTreeSet<String> {
+pub(crate) fn needed_keys(
+    connections: &[OmniConnection],
+    clusters: &[OmniCluster],
+) -> BTreeSet<String> {
     connections
         .iter()
         .filter(|conn| {

@@ -2,7 +2,7 @@
 //! while OmniClusters still use the connection.
 //!
 //! The connection also holds its service-account key Secret while OmniClusters use it
-//! ([`KEY_IN_USE_FINALIZER`] on the Secret): deleting an OmniCluster needs Omni, so a namespace
+//! (`KEY_IN_USE_FINALIZER` on the Secret): deleting an OmniCluster needs Omni, so a namespace
 //! deletion, which deletes the Secret together with everything else, must leave the key in
 //! place until the clusters are gone from Omni.
 
@@ -22,8 +22,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
 use self::key_hold::sync_key_holds;
-pub use self::key_hold::{KEY_IN_USE_FINALIZER, holds_key};
-pub use self::outcome::{ConnectionFailure, Outcome, desired_status, status_str};
+pub(crate) use self::outcome::ConnectionFailure;
+pub use self::outcome::{Outcome, desired_status, status_str};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
 use super::{Context, Error, drive, dyn_ref, indexed_controller_for};
@@ -34,9 +34,9 @@ use crate::metrics::RpcOutcome;
 use omni_client::template::BackendApi;
 
 /// Re-check interval of a reachable connection.
-pub const RECHECK: Duration = Duration::from_secs(300);
+pub(crate) const RECHECK: Duration = Duration::from_secs(300);
 /// Re-check interval while deletion waits for clusters.
-pub const DELETE_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const DELETE_WAIT: Duration = Duration::from_secs(60);
 
 /// Names (sorted) of OmniClusters in the namespace that reference `conn`, including those
 /// being deleted.

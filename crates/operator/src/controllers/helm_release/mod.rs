@@ -39,12 +39,14 @@ use kube::runtime::watcher;
 
 use self::apply::HelmRun;
 use self::decide::{NextAction, next_action};
-pub use self::outcome::HelmFailure;
+pub(crate) use self::outcome::HelmFailure;
 use self::outcome::{Outcome, StuckBecause, desired_status, next_reconcile};
-pub use self::ownership::{Ownership, Starter, owner_labels, ownership, run_labels, starter};
-pub use self::recover::{Recovery, recovery};
+pub(crate) use self::ownership::Starter;
+pub use self::ownership::{Ownership, ownership};
+pub use self::recover::recovery;
+pub(crate) use self::state::Plan;
 use self::state::{Observation, determine};
-pub use self::state::{Pending, Plan, input_digest, pending, plan};
+pub use self::state::{pending, plan};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline, unless_deleted_meanwhile};
 use super::{Context, Error, drive, indexed_controller_for};
@@ -57,40 +59,40 @@ use crate::helm::{ReleaseInfo, ReleaseSession, RepositoryAuth};
 const KIND: &str = "OmniHelmRelease";
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
-pub const RETRY: Duration = Duration::from_secs(60);
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 /// Reason while a `pending-*` release is younger than its timeout (another Helm run may own it).
-pub const REASON_RELEASE_PENDING: &str = "ReleasePending";
+pub(crate) const REASON_RELEASE_PENDING: &str = "ReleasePending";
 /// Reason when a release has been `pending-*` for longer than its timeout.
-pub const REASON_RELEASE_STUCK: &str = "ReleaseStuck";
+pub(crate) const REASON_RELEASE_STUCK: &str = "ReleaseStuck";
 /// Event reason when a stuck release was recovered (`spec.recoverStuckRelease`).
-pub const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
+pub(crate) const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
 /// Reason when the operator has no usable helm binary.
-pub const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
+pub(crate) const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
 /// Event reason when Helm rolled a failed upgrade back (`atomic`).
-pub const REASON_ROLLED_BACK: &str = "RolledBack";
+pub(crate) const REASON_ROLLED_BACK: &str = "RolledBack";
 /// Event reason when a deletion left a release alone because this object does not own it.
-pub const REASON_UNINSTALL_SKIPPED: &str = "UninstallSkipped";
+pub(crate) const REASON_UNINSTALL_SKIPPED: &str = "UninstallSkipped";
 /// Event reason when an existing release was taken over on the user's request.
-pub const REASON_ADOPTED: &str = "Adopted";
+pub(crate) const REASON_ADOPTED: &str = "Adopted";
 /// Event reason when a healthy-looking release drifted and is repaired.
-pub const REASON_DRIFT: &str = "DriftDetected";
+pub(crate) const REASON_DRIFT: &str = "DriftDetected";
 
 /// Release label (helm `--labels`, kept on helm's storage Secret) holding the UID of the
 /// OmniHelmRelease that owns the release. UIDs are random per object and per management
 /// cluster, so this names both the object and the management cluster it lives in.
-pub const OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
+pub(crate) const OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
 /// Release label with the owning OmniHelmRelease's namespace (for people; the UID decides).
-pub const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
+pub(crate) const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
 /// Release label with the owning OmniHelmRelease's name, when it fits a label value (63 chars).
-pub const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
+pub(crate) const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
 
 /// Release label naming the operator process that started the revision: its helm driver's
 /// run id ([`crate::helm::Helm::run_id`]), random per process.
-pub const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
+pub(crate) const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
 /// Release label with the revision number that process started. Helm merges release labels
 /// into later revisions, so a revision someone else starts on top of ours (a `helm upgrade` by
 /// hand, a rollback) inherits our run label but not a matching revision number.
-pub const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
+pub(crate) const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
 
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a

@@ -14,7 +14,7 @@ use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::helm::ReleaseInfo;
 
 /// The labels marking the revision `revision` as started by the operator process `run_id`.
-pub fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
+pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
     vec![
         (STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
         (STARTED_REVISION_LABEL.to_string(), revision.to_string()),
@@ -35,7 +35,11 @@ pub enum Starter {
 }
 
 /// Pure decision of [`Starter`] from the newest revision's labels and Helm's view of it.
-pub fn starter(labels: &BTreeMap<String, String>, info: &ReleaseInfo, run_id: &str) -> Starter {
+pub(crate) fn starter(
+    labels: &BTreeMap<String, String>,
+    info: &ReleaseInfo,
+    run_id: &str,
+) -> Starter {
     match (
         labels.get(STARTED_BY_RUN_LABEL),
         labels.get(STARTED_REVISION_LABEL),
@@ -52,7 +56,7 @@ pub fn starter(labels: &BTreeMap<String, String>, info: &ReleaseInfo, run_id: &s
 }
 
 /// The ownership labels this object puts on every revision it installs or upgrades.
-pub fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
+pub(crate) fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
     let Some(uid) = r.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
         return Vec::new();
     };
@@ -84,7 +88,7 @@ pub enum Ownership {
 
 impl Ownership {
     /// Whether this object may upgrade, roll back or uninstall the release unasked.
-    pub fn is_ours(&self) -> bool {
+    pub(crate) fn is_ours(&self) -> bool {
         matches!(self, Ownership::Owned | Ownership::InstalledBeforeLabels)
     }
 

@@ -24,7 +24,7 @@ pub enum Plan {
 
 /// Digest of the inputs that define the release. Deliberately excludes the kubeconfig bytes
 /// (a rotation must not upgrade) and operation knobs like `wait` or `timeout`.
-pub fn input_digest(r: &OmniHelmRelease) -> String {
+pub(crate) fn input_digest(r: &OmniHelmRelease) -> String {
     let spec = &r.spec;
     let source = match ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart) {
         ChartSource::Repository { url, chart } => {
@@ -79,7 +79,7 @@ pub enum Pending {
 }
 
 /// Pure decision for a release in `pending-*` (`None` when it is not pending). A revision an
-/// earlier operator process started (and this object owns, see [`super::starter`]) was
+/// earlier operator process started (and this object owns, see `super::starter`) was
 /// abandoned when that process ended. Otherwise the age counts from the pending revision's
 /// `last_deployed`, which Helm stamps when the operation starts; a record without it is treated
 /// as old, since no running operation writes such a record.
@@ -115,7 +115,7 @@ pub(crate) struct Observation {
     pub release: Option<ReleaseInfo>,
     /// What this object may do with it, from the pass's first look (its labels are not read
     /// again after a recovery: a rollback may change the revision, not the owner).
-    pub claim: Claim,
+    pub(crate) claim: Claim,
     /// A stuck revision was recovered earlier in this pass; this look is the one after it.
     pub recovered: bool,
 }
@@ -143,7 +143,7 @@ pub(crate) struct State {
     pub adopting: bool,
     /// The stored status records a successful apply of the current inputs, so a Helm run
     /// now means the release changed out of band (drift).
-    pub inputs_applied: bool,
+    pub(crate) inputs_applied: bool,
     /// A stuck revision was recovered earlier in this pass.
     pub recovered: bool,
 }

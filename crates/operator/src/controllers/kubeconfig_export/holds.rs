@@ -16,7 +16,7 @@ use crate::delete_guard::{Deleted, delete_observed};
 /// namespace deletion) stays while an OmniHelmRelease or OmniSecretSync still needs it as its
 /// kubeconfig — for its own deletion above all: uninstalling the release and removing the copy
 /// need the workload cluster's credentials. Like `kubernetes.io/pvc-protection` for volumes.
-pub const IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
+pub(crate) const IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
 
 /// Whether the export's hold is on `secret`.
 pub fn holds(secret: &Secret) -> bool {
@@ -27,7 +27,7 @@ pub fn holds(secret: &Secret) -> bool {
 /// cannot hide the others) uses the Secret `secret` of its namespace as its kubeconfig and may
 /// still need it: a live one to work, a deleting one until the operator has finished its
 /// cleanup (its finalizer is gone).
-pub fn needs_kubeconfig(consumer: &DynamicObject, secret: &str) -> bool {
+pub(crate) fn needs_kubeconfig(consumer: &DynamicObject, secret: &str) -> bool {
     consumer
         .data
         .pointer("/spec/kubeconfigSecretRef/name")
@@ -141,7 +141,7 @@ pub(super) async fn delete_owned(
             return Ok(Ok(()));
         }
         match delete_observed(&api, &observed).await? {
-            Deleted::Deleted | Deleted::Gone => return Ok(Ok(())),
+            Deleted::Removed | Deleted::Gone => return Ok(Ok(())),
             Deleted::Changed => continue,
         }
     }

@@ -6,14 +6,14 @@
 //! known hash and rotation times in status instead of clearing them.
 //!
 //! The export holds its Secret while OmniHelmReleases or OmniSecretSyncs use it as their
-//! kubeconfig ([`IN_USE_FINALIZER`] on the Secret, and a wait in the export's own deletion), so
+//! kubeconfig (`IN_USE_FINALIZER` on the Secret, and a wait in the export's own deletion), so
 //! that deleting everything at once — a GitOps prune, a namespace deletion — lets the release
 //! be uninstalled and the copy removed before the kubeconfig disappears.
 //!
 //! A reconcile is the controllers' one pipeline: the webhook's own `validate`, then `apply`
 //! (find the cluster and connection, reuse the stored kubeconfig or mint one) ending in an
 //! `Outcome`, from which pure functions derive the status (one write) and the next reconcile.
-//! Failures are an [`ExportFailure`], which knows its condition reason and retry policy.
+//! Failures are an `ExportFailure`, which knows its condition reason and retry policy.
 
 mod apply;
 mod holds;
@@ -40,20 +40,17 @@ use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 
+pub use self::holds::holds;
 pub(crate) use self::holds::set_secret_finalizers;
-pub use self::holds::{IN_USE_FINALIZER, holds, needs_kubeconfig};
-pub use self::outcome::ExportFailure;
-pub use self::rotation::{
-    Stored, requeue_after, reusable, rotation_due, rotation_times, sha256_hex, whole_seconds,
-};
-pub use self::target::{build_target, is_owned, with_context_namespace};
+pub(crate) use self::outcome::ExportFailure;
+pub use self::rotation::{Stored, reusable, sha256_hex};
 
 /// Re-check while a dependency is missing.
-pub const RETRY: Duration = Duration::from_secs(60);
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 /// Bound of the usability probe against the workload API server.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
-pub const ROTATED_REASON: &str = "KubeconfigRotated";
+pub(crate) const ROTATED_REASON: &str = "KubeconfigRotated";
 
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
 const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";

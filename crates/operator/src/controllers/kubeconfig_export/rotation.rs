@@ -20,7 +20,7 @@ fn signed(d: GoDuration) -> jiff::SignedDuration {
 }
 
 /// `now` cut to whole seconds: annotation times are second-precision.
-pub fn whole_seconds(now: jiff::Timestamp) -> jiff::Timestamp {
+pub(crate) fn whole_seconds(now: jiff::Timestamp) -> jiff::Timestamp {
     jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
@@ -34,7 +34,7 @@ fn next_rotation(expiration: jiff::Timestamp, renew_before: Option<GoDuration>) 
 }
 
 /// Expiration and next rotation for a kubeconfig written at `now` (parity §6.6).
-pub fn rotation_times(
+pub(crate) fn rotation_times(
     now: jiff::Timestamp,
     ttl: GoDuration,
     renew_before: Option<GoDuration>,
@@ -44,12 +44,12 @@ pub fn rotation_times(
 }
 
 /// Whether rotation is due (boundary inclusive).
-pub fn rotation_due(now: jiff::Timestamp, next: jiff::Timestamp) -> bool {
+pub(crate) fn rotation_due(now: jiff::Timestamp, next: jiff::Timestamp) -> bool {
     now >= next
 }
 
 /// Requeue delay until `next`; `None` when already due.
-pub fn requeue_after(now: jiff::Timestamp, next: jiff::Timestamp) -> Option<Duration> {
+pub(crate) fn requeue_after(now: jiff::Timestamp, next: jiff::Timestamp) -> Option<Duration> {
     let d = next.duration_since(now);
     (d.is_positive())
         .then(|| Duration::try_from(d).ok())
@@ -82,7 +82,7 @@ pub struct Stored {
     /// Its expiration.
     pub expiration: jiff::Timestamp,
     /// When it was written, if recorded.
-    pub last_rotation: Option<jiff::Timestamp>,
+    pub(crate) last_rotation: Option<jiff::Timestamp>,
     /// When it should be rotated.
     pub next_rotation: jiff::Timestamp,
 }

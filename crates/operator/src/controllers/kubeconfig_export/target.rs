@@ -20,7 +20,7 @@ use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::export_format;
 
 /// Ownership rule of parity §6.5.
-pub fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
+pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
     match export.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {
             secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
@@ -30,7 +30,10 @@ pub fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
 }
 
 /// Sets the current context's namespace in `kubeconfig` (YAML).
-pub fn with_context_namespace(kubeconfig: &[u8], namespace: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn with_context_namespace(
+    kubeconfig: &[u8],
+    namespace: &str,
+) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(kubeconfig)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
     let mut kc = crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
@@ -70,7 +73,7 @@ pub(super) fn prepared_kubeconfig(
 /// annotations and `data` (the shape `format`, see `export_format`) set. Third-party metadata
 /// and other keys are kept; the keys of a shape this export wrote before are removed.
 #[allow(clippy::too_many_arguments)]
-pub fn build_target(
+pub(crate) fn build_target(
     export: &OmniKubeconfigExport,
     existing: Option<&Secret>,
     cluster_name: &str,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::controllers::kubeconfig_export::IN_USE_FINALIZER;
+use crate::controllers::kubeconfig_export::holds::IN_USE_FINALIZER;
 use crate::controllers::kubeconfig_export::holds::holds;
 use kube::config::Kubeconfig;
 

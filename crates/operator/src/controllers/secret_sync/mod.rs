@@ -2,7 +2,7 @@
 //!
 //! Fixes over the original: a target Secret this sync does not own is never written (unless it
 //! carries the adoption annotation), labels and annotations added by others survive updates,
-//! and the copy is re-checked every [`RESYNC`] so drift in the workload cluster is corrected.
+//! and the copy is re-checked every `RESYNC` so drift in the workload cluster is corrected.
 
 mod failure;
 #[cfg(test)]
@@ -20,11 +20,11 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
-pub use self::failure::SecretSyncFailure;
+pub(crate) use self::failure::SecretSyncFailure;
 use self::failure::kubeconfig_failure;
 pub(crate) use self::outcome::SyncOutcome;
 use self::outcome::desired_status;
-pub use self::target::adoptable;
+pub(crate) use self::target::adoptable;
 use self::write::{delete_owned, sync_target};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
@@ -36,13 +36,13 @@ use crate::api::{OmniCluster, OmniSecretSync};
 use crate::secret_policy::{self, SecretUse};
 
 /// Periodic re-check of a synced Secret (drift correction).
-pub const RESYNC: Duration = Duration::from_secs(300);
+pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 /// Re-check while a dependency is missing.
-pub const RETRY: Duration = Duration::from_secs(60);
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 /// Annotation a user puts on an existing workload Secret to let a sync take it over.
-pub const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
+pub(crate) const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
 /// Condition reason for a target Secret that belongs to someone else.
-pub const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
+pub(crate) const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
 
 const KIND: &str = "OmniSecretSync";
 

@@ -22,7 +22,7 @@ const CONTENT_ANNOTATION: &str = "omni.texashpc.com/secret-sync-content";
 
 /// Lowercase hex SHA-256 of `{"version":"v1","type":..,"data":{key: base64}}` (keys sorted;
 /// empty data is `null`).
-pub fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> String {
+pub(crate) fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> String {
     let encoded: Option<BTreeMap<&str, String>> = (!data.is_empty()).then(|| {
         data.iter()
             .map(|(k, v)| {
@@ -44,7 +44,7 @@ pub fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> String 
 
 /// Whether `secret` belongs to `sync`: by UID label when the sync has a UID, else by name
 /// annotation.
-pub fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
+pub(crate) fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
     match sync.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {
             secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
@@ -54,7 +54,7 @@ pub fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
 }
 
 /// Whether the user allowed taking `secret` over.
-pub fn adoptable(secret: &Secret) -> bool {
+pub(crate) fn adoptable(secret: &Secret) -> bool {
     secret
         .annotations()
         .get(ADOPT_ANNOTATION)
@@ -63,7 +63,7 @@ pub fn adoptable(secret: &Secret) -> bool {
 }
 
 /// The target Secret as this sync wants it (parity §8.3).
-pub fn desired_target(
+pub(crate) fn desired_target(
     sync: &OmniSecretSync,
     source: &Secret,
     cluster_name: &str,
@@ -112,7 +112,7 @@ pub fn desired_target(
 
 /// What to do with the workload cluster's target Secret.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub(super) enum Plan {
     /// It does not exist: create it.
     Create(Secret),
     /// It already matches.
@@ -126,7 +126,7 @@ pub enum Plan {
 }
 
 /// Pure: compare the existing target with the desired one.
-pub fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Secret) -> Plan {
+pub(super) fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Secret) -> Plan {
     let Some(existing) = existing else {
         return Plan::Create(desired);
     };

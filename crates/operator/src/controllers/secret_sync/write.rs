@@ -123,7 +123,7 @@ pub(super) async fn delete_owned(
             Err(e) => return Err(format!("get workload Secret \"{ns}/{name}\": {e}")),
         };
         match delete_observed(&api, &observed).await {
-            Ok(Deleted::Deleted | Deleted::Gone) => return Ok(()),
+            Ok(Deleted::Removed | Deleted::Gone) => return Ok(()),
             Ok(Deleted::Changed) => continue,
             Err(e) => return Err(format!("delete workload Secret \"{ns}/{name}\": {e}")),
         }
