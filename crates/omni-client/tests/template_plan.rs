@@ -904,3 +904,94 @@ async fn an_errored_watch_event_fails_the_delete_phase() {
         "{err}"
     );
 }
+
+/// A store that counts how many reads are in flight at once. Each read yields once before it
+/// answers, so reads issued together overlap and reads issued one after another never do.
+struct Overlap {
+    inner: Fake,
+    counts: Mutex<(usize, usize)>,
+}
+
+impl Overlap {
+    fn new(inner: Fake) -> Self {
+        Overlap {
+            inner,
+            counts: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The most reads that were in flight together since the last call.
+    fn take_peak(&self) -> usize {
+        std::mem::take(&mut self.counts.lock().expect("lock").1)
+    }
+
+    async fn read<T>(&self, read: impl Future<Output = T>) -> T {
+        {
+            let mut c = self.counts.lock().expect("lock");
+            c.0 += 1;
+            c.1 = c.1.max(c.0);
+        }
+        tokio::task::yield_now().await;
+        let out = read.await;
+        self.counts.lock().expect("lock").0 -= 1;
+        out
+    }
+}
+
+impl TemplateState for Overlap {
+    async fn get(&self, t: &str, id: &str) -> Result<Option<Resource>, StateError> {
+        self.read(self.inner.get(t, id)).await
+    }
+    async fn list(&self, t: &str, l: &[LabelCondition]) -> Result<Vec<Resource>, StateError> {
+        self.read(self.inner.list(t, l)).await
+    }
+    async fn list_ephemeral(
+        &self,
+        t: &str,
+        l: &[LabelCondition],
+    ) -> Result<Vec<Resource>, StateError> {
+        self.read(self.inner.list_ephemeral(t, l)).await
+    }
+    async fn create(&self, r: Resource) -> Result<(), StateError> {
+        self.inner.create(r).await
+    }
+    async fn update(&self, r: Resource) -> Result<(), StateError> {
+        self.inner.update(r).await
+    }
+    async fn teardown(&self, t: &str, id: &str) -> Result<bool, StateError> {
+        self.inner.teardown(t, id).await
+    }
+    async fn destroy(&self, t: &str, id: &str) -> Result<(), StateError> {
+        self.inner.destroy(t, id).await
+    }
+    async fn watch_kind(&self, t: &str) -> Result<EventStream, StateError> {
+        self.inner.watch_kind(t).await
+    }
+}
+
+/// A plan reads the cluster and the six kinds a template owns together, and a status read its
+/// six resources together: one round trip to Omni each, not one per read.
+#[tokio::test]
+async fn a_plan_and_a_status_read_issue_their_reads_together() {
+    let state = Fake::new();
+    sync(&state, &template(true, "/dev/sda"))
+        .await
+        .expect("sync");
+    let overlap = Overlap::new(state);
+    let plan = plan_sync(
+        &overlap,
+        &template(true, "/dev/sda"),
+        &FileResolver::default(),
+    )
+    .await
+    .expect("plan");
+    assert!(plan.is_empty(), "{:?}", plan.lines(true));
+    assert_eq!(overlap.take_peak(), 7, "the cluster and six owned kinds");
+    // No ClusterStatus in the fake: the read fails, after all six reads were issued.
+    let health = status_cluster(&overlap, "demo", far()).await;
+    assert!(
+        matches!(health, Err(StatusError::NotFound(_))),
+        "{health:?}"
+    );
+    assert_eq!(overlap.take_peak(), 6);
+}

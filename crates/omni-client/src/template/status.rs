@@ -216,34 +216,18 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         cluster: cluster.into(),
         source,
     };
-    let status = state
-        .get(types::CLUSTER_STATUS, cluster)
-        .await
-        .map_err(err)?
-        .ok_or_else(|| StatusError::NotFound(cluster.into()))?;
     let by_cluster = [LabelCondition::equal(keys::CLUSTER, cluster)];
-    let sets = state
-        .list(types::MACHINE_SET_STATUS, &by_cluster)
-        .await
-        .map_err(err)?;
-    let k8s = state
-        .list(types::KUBERNETES_UPGRADE_STATUS, &by_cluster)
-        .await
-        .map_err(err)?;
-    let talos = state
-        .list(types::TALOS_UPGRADE_STATUS, &by_cluster)
-        .await
-        .map_err(err)?;
-
-    let manifests_status = state
-        .get(types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, cluster)
-        .await
-        .map_err(err)?;
-
-    let checks = state
-        .list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster)
-        .await
-        .map_err(err)?;
+    // Independent reads, issued together: one round trip to Omni instead of six.
+    let (status, sets, k8s, talos, manifests_status, checks) = futures::try_join!(
+        state.get(types::CLUSTER_STATUS, cluster),
+        state.list(types::MACHINE_SET_STATUS, &by_cluster),
+        state.list(types::KUBERNETES_UPGRADE_STATUS, &by_cluster),
+        state.list(types::TALOS_UPGRADE_STATUS, &by_cluster),
+        state.get(types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, cluster),
+        state.list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster),
+    )
+    .map_err(err)?;
+    let status = status.ok_or_else(|| StatusError::NotFound(cluster.into()))?;
 
     let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, &status)?;
     let phase = cs.phase();
