@@ -4,7 +4,8 @@
 //! 300 clusters with 10 syncs each, an edit took seconds to reach Omni behind that fan-out
 //! (`omni-bench`, change latency). Waking on nothing from the status went too far: an export
 //! waiting for its cluster to reach Omni then waited out its error backoff (up to 20 s in the
-//! bench's cold start) after the cluster's `Synced` turned `True`.
+//! bench's cold start) after the cluster's `Synced` turned `True`. Secret syncs, which read only
+//! the cluster's existence and spec, are not woken by its conditions either.
 
 mod support;
 
@@ -14,7 +15,7 @@ use futures::StreamExt as _;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use omni_operator::api::OmniCluster;
-use omni_operator::controllers::cluster_changes;
+use omni_operator::controllers::{ClusterStatusTrigger, cluster_changes};
 use serde_json::json;
 use support::{create_json, install_operator_api, kube_sim};
 
@@ -52,7 +53,10 @@ async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_
     )
     .await;
     let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
-    let mut events = Box::pin(cluster_changes(api.clone()));
+    let mut events = Box::pin(cluster_changes(
+        api.clone(),
+        ClusterStatusTrigger::Conditions,
+    ));
     let wait = Duration::from_secs(3);
 
     let first = next_within(&mut events, wait).await;
@@ -137,5 +141,62 @@ async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_
     assert!(
         next_within(&mut events, wait).await.is_some(),
         "the deletion itself"
+    );
+}
+
+/// Secret syncs read only a cluster's existence and spec: its conditions turning wakes none of
+/// them. Before, every condition turn of every cluster re-ran its ten syncs; at 1,000 clusters
+/// those no-op passes kept the operator busy for a minute after the fleet was Ready
+/// (`omni-bench`, idle operator CPU).
+#[tokio::test]
+async fn a_clusters_secret_syncs_are_woken_by_its_spec_and_deletion_not_by_its_conditions() {
+    let (_sim, client) = kube_sim().await;
+    install_operator_api(&client, NS).await;
+    create_json(
+        &client,
+        json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniCluster",
+            "metadata": {"name": "prod", "namespace": NS},
+            "spec": {"connectionRef": {"name": "omni"},
+                     "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
+        }),
+    )
+    .await;
+    let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
+    let mut events = Box::pin(cluster_changes(api.clone(), ClusterStatusTrigger::Ignored));
+    let wait = Duration::from_secs(3);
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "first sighting"
+    );
+
+    let synced = json!({"status": {"conditions": [{
+        "type": "Synced", "status": "True", "reason": "Synced", "message": "synced",
+        "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 1
+    }]}});
+    api.patch_status("prod", &PatchParams::default(), &Patch::Merge(&synced))
+        .await
+        .unwrap_or_else(|e| panic!("status: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_none(),
+        "a condition turning wakes no secret sync"
+    );
+
+    let spec = json!({"spec": {"features": {"enableWorkloadProxy": true}}});
+    api.patch("prod", &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .unwrap_or_else(|e| panic!("spec: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "a spec change"
+    );
+
+    api.delete("prod", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "the deletion"
     );
 }

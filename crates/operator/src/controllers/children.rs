@@ -136,7 +136,10 @@ pub(crate) async fn run<K: Child>(
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });
     let controller = controller.watches_stream(
-        super::cluster_changes(ctx.watch_api::<OmniCluster>()),
+        super::cluster_changes(
+            ctx.watch_api::<OmniCluster>(),
+            super::ClusterStatusTrigger::Conditions,
+        ),
         move |cluster: OmniCluster| {
             if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
                 return Vec::new();

@@ -105,18 +105,32 @@ fn strip_for_cache(obj: &mut DynamicObject) {
         .remove("kubectl.kubernetes.io/last-applied-configuration");
 }
 
-/// The watch events of OmniClusters that can matter to the objects referring to one (its secret
-/// syncs, releases, exports and children): its first sighting, a change of what `own_change`
-/// covers (spec generation, labels, annotations, finalizers, the deletion mark), a condition
-/// turning (its type and status, e.g. `Synced` becoming `True` once Omni holds the cluster) and
-/// its deletion. The rest of its status moving with Omni (phase, machine counts, messages,
-/// timestamps) wakes nobody: it would re-run every dependant of the cluster on each write.
+/// What of an OmniCluster's status wakes the objects that refer to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterStatusTrigger {
+    /// A condition turning (its type and status, e.g. `Synced` becoming `True` once Omni holds
+    /// the cluster): for dependants that wait on it (exports, releases, children).
+    Conditions,
+    /// Nothing: for dependants that read only the cluster's existence and spec (secret syncs).
+    Ignored,
+}
+
+/// The watch events of OmniClusters that can matter to the objects referring to one: its first
+/// sighting, a change of what `own_change` covers (spec generation, labels, annotations,
+/// finalizers, the deletion mark), its deletion and, with [`ClusterStatusTrigger::Conditions`],
+/// a condition turning. The rest of its status moving with Omni (phase, machine counts,
+/// messages, timestamps) wakes nobody: it would re-run every dependant of the cluster on each
+/// write.
 pub fn cluster_changes(
     api: Api<OmniCluster>,
+    status: ClusterStatusTrigger,
 ) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
 {
     use kube::runtime::{WatchStreamExt as _, watcher};
-    cluster_changes_from(watcher(api, watcher::Config::default()).default_backoff())
+    cluster_changes_from(
+        watcher(api, watcher::Config::default()).default_backoff(),
+        status,
+    )
 }
 
 /// [`cluster_changes`] of a given OmniCluster watch (e.g. one that also fills a cache).
@@ -125,6 +139,7 @@ pub(crate) fn cluster_changes_from(
         Item = Result<kube::runtime::watcher::Event<OmniCluster>, kube::runtime::watcher::Error>,
     > + Send
     + 'static,
+    status: ClusterStatusTrigger,
 ) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
 {
     use futures::StreamExt as _;
@@ -139,7 +154,10 @@ pub(crate) fn cluster_changes_from(
                 if let Some(listed) = relisted.as_mut() {
                     listed.insert(id.clone());
                 }
-                let state = own_change(&o).unwrap_or_default() ^ condition_states(&o);
+                let mut state = own_change(&o).unwrap_or_default();
+                if status == ClusterStatusTrigger::Conditions {
+                    state ^= condition_states(&o);
+                }
                 (seen.insert(id, state) != Some(state)).then_some(Ok(o))
             }
             Ok(watcher::Event::Delete(o)) => {

@@ -303,7 +303,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            super::cluster_changes(ctx.watch_api::<OmniCluster>()),
+            super::cluster_changes(
+                ctx.watch_api::<OmniCluster>(),
+                super::ClusterStatusTrigger::Conditions,
+            ),
             move |c: OmniCluster| {
                 index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
