@@ -12,24 +12,23 @@ mod support;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use omni_operator::api::OmniCluster;
-use omni_operator::controllers::{ClusterStatusTrigger, cluster_changes};
+use omni_operator::controllers::{ClusterStatusTrigger, cluster_changes, secret_changes};
 use serde_json::json;
 use support::{create_json, install_operator_api, kube_sim};
 
 const NS: &str = "triggers";
 
 /// The next event within `wait`, if any.
-async fn next_within(
-    events: &mut (
-             impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Unpin
-         ),
+async fn next_within<K>(
+    events: &mut (impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Unpin),
     wait: Duration,
-) -> Option<OmniCluster> {
+) -> Option<K> {
     match tokio::time::timeout(wait, events.next()).await {
-        Ok(Some(Ok(c))) => Some(c),
+        Ok(Some(Ok(o))) => Some(o),
         Ok(Some(Err(e))) => panic!("watch: {e}"),
         Ok(None) => panic!("the watch ended"),
         Err(_) => None,
@@ -198,5 +197,79 @@ async fn a_clusters_secret_syncs_are_woken_by_its_spec_and_deletion_not_by_its_c
     assert!(
         next_within(&mut events, wait).await.is_some(),
         "the deletion"
+    );
+}
+
+/// A Secret wakes the objects that read it (secret syncs) when its content can matter to them:
+/// its data, type, labels or annotations, its deletion. A finalizer added or lifted (an export's
+/// hold on the kubeconfig Secret it wrote) wakes nobody: before, each such write re-ran every
+/// secret sync using that kubeconfig.
+#[tokio::test]
+async fn a_secrets_readers_are_woken_by_its_content_and_deletion_not_by_its_finalizers() {
+    let (_sim, client) = kube_sim().await;
+    install_operator_api(&client, NS).await;
+    create_json(
+        &client,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "kubeconfig", "namespace": NS},
+            "stringData": {"value": "one"}
+        }),
+    )
+    .await;
+    let api: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let mut events = Box::pin(secret_changes(api.clone()));
+    let wait = Duration::from_secs(3);
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "first sighting"
+    );
+
+    let hold = json!({"metadata": {"finalizers": ["omni.texashpc.com/kubeconfig-in-use"]}});
+    api.patch("kubeconfig", &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap_or_else(|e| panic!("hold: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_none(),
+        "a finalizer wakes no reader"
+    );
+
+    let data = json!({"stringData": {"value": "two"}});
+    api.patch("kubeconfig", &PatchParams::default(), &Patch::Merge(&data))
+        .await
+        .unwrap_or_else(|e| panic!("data: {e}"));
+    assert!(next_within(&mut events, wait).await.is_some(), "new data");
+
+    let opt_in = json!({"metadata": {"labels": {"omni.texashpc.com/sync": "true"}}});
+    api.patch(
+        "kubeconfig",
+        &PatchParams::default(),
+        &Patch::Merge(&opt_in),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("label: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "a label (the Secret policy reads labels and annotations)"
+    );
+
+    api.delete("kubeconfig", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "the deletion mark"
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    api.patch(
+        "kubeconfig",
+        &PatchParams::default(),
+        &Patch::Merge(&release),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("release: {e}"));
+    assert!(
+        next_within(&mut events, wait).await.is_some(),
+        "the deletion itself"
     );
 }

@@ -13,6 +13,8 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::{Context, Error, api_resource, error_policy_dyn, index, reconcile_decoded};
+use k8s_openapi::api::core::v1::Secret;
+
 use crate::api::OmniCluster;
 
 /// The key an object's backoff is tracked under.
@@ -142,23 +144,72 @@ pub(crate) fn cluster_changes_from(
     status: ClusterStatusTrigger,
 ) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
 {
+    changes_from(events, move |o: &OmniCluster| {
+        let own = own_change(o).unwrap_or_default();
+        match status {
+            ClusterStatusTrigger::Conditions => own ^ condition_states(o),
+            ClusterStatusTrigger::Ignored => own,
+        }
+    })
+}
+
+/// The watch events of Secrets whose content can matter to the objects that read them: a first
+/// sighting, a change of type, data, labels or annotations (the Secret policy reads the last
+/// two), the deletion mark, and the deletion. A finalizer added or lifted (the holds of
+/// exports and connections) or any other metadata moving wakes nobody: each such write of an
+/// export's kubeconfig Secret re-ran every secret sync using it.
+pub fn secret_changes(
+    api: Api<Secret>,
+) -> impl futures::Stream<Item = Result<Secret, kube::runtime::watcher::Error>> + Send + 'static {
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    changes_from(
+        watcher(api, watcher::Config::default()).default_backoff(),
+        |s: &Secret| {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            s.type_.hash(&mut h);
+            for (key, value) in s.data.iter().flatten() {
+                key.hash(&mut h);
+                value.0.hash(&mut h);
+            }
+            s.metadata.labels.hash(&mut h);
+            s.metadata.annotations.hash(&mut h);
+            s.metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .hash(&mut h);
+            h.finish()
+        },
+    )
+}
+
+/// The objects of a watch whose `state` changed since they were last passed on, plus first
+/// sightings and deletions. Objects gone while the watch was down are forgotten at the re-list.
+fn changes_from<K>(
+    events: impl futures::Stream<
+        Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+    > + Send
+    + 'static,
+    mut state: impl FnMut(&K) -> u64 + Send + 'static,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
     use futures::StreamExt as _;
     use kube::runtime::watcher;
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut relisted: Option<std::collections::HashSet<String>> = None;
     events.filter_map(move |event| {
-        let uid = |o: &OmniCluster| o.meta().uid.clone().unwrap_or_default();
+        let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
         let out = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 let id = uid(&o);
                 if let Some(listed) = relisted.as_mut() {
                     listed.insert(id.clone());
                 }
-                let mut state = own_change(&o).unwrap_or_default();
-                if status == ClusterStatusTrigger::Conditions {
-                    state ^= condition_states(&o);
-                }
-                (seen.insert(id, state) != Some(state)).then_some(Ok(o))
+                let now = state(&o);
+                (seen.insert(id, now) != Some(now)).then_some(Ok(o))
             }
             Ok(watcher::Event::Delete(o)) => {
                 seen.remove(&uid(&o));
@@ -168,7 +219,6 @@ pub(crate) fn cluster_changes_from(
                 relisted = Some(std::collections::HashSet::new());
                 None
             }
-            // Objects gone while the watch was down are forgotten.
             Ok(watcher::Event::InitDone) => {
                 if let Some(listed) = relisted.take() {
                     seen.retain(|id, _| listed.contains(id));

@@ -18,7 +18,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 
 pub(crate) use self::failure::SecretSyncFailure;
 use self::failure::kubeconfig_failure;
@@ -198,9 +197,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
             },
         )
-        .watches(
-            ctx.watch_api::<Secret>(),
-            watcher::Config::default(),
+        .watches_stream(
+            super::secret_changes(ctx.watch_api::<Secret>()),
             move |secret: Secret| {
                 by_secret.get(&RefKey::new(
                     "secret",
