@@ -6,8 +6,6 @@
 //! deletion, which deletes the Secret together with everything else, must leave the key in
 //! place until the clusters are gone from Omni.
 
-#[cfg(test)]
-mod fixtures;
 mod key_hold;
 mod outcome;
 
@@ -173,3 +171,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         );
     drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
+
+#[cfg(test)]
+mod fixtures;

@@ -5,8 +5,6 @@
 //! and the copy is re-checked every `RESYNC` so drift in the workload cluster is corrected.
 
 mod failure;
-#[cfg(test)]
-mod fixtures;
 mod outcome;
 mod target;
 mod write;
@@ -209,3 +207,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         );
     drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
+
+#[cfg(test)]
+mod fixtures;
