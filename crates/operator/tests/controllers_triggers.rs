@@ -35,22 +35,27 @@ async fn next_within<K>(
     }
 }
 
-#[tokio::test]
-async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_not_by_the_rest_of_its_status()
- {
-    let (_sim, client) = kube_sim().await;
-    install_operator_api(&client, NS).await;
+/// Creates OmniCluster `prod` with `finalizers`.
+async fn create_cluster(client: &kube::Client, finalizers: &[&str]) {
     create_json(
-        &client,
+        client,
         json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniCluster",
-            "metadata": {"name": "prod", "namespace": NS, "finalizers": ["test/hold"]},
+            "metadata": {"name": "prod", "namespace": NS, "finalizers": finalizers},
             "spec": {"connectionRef": {"name": "omni"},
                      "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
         }),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_not_by_the_rest_of_its_status()
+ {
+    let (_sim, client) = kube_sim().await;
+    install_operator_api(&client, NS).await;
+    create_cluster(&client, &["test/hold"]).await;
     let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
     let mut events = Box::pin(cluster_changes(
         api.clone(),
@@ -144,24 +149,12 @@ async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_
 }
 
 /// Secret syncs read only a cluster's existence and spec: its conditions turning wakes none of
-/// them. Before, every condition turn of every cluster re-ran its ten syncs; at 1,000 clusters
-/// those no-op passes kept the operator busy for a minute after the fleet was Ready
-/// (`omni-bench`, idle operator CPU).
+/// them. Before, every condition turn of every cluster re-ran its ten syncs, a no-op pass each.
 #[tokio::test]
 async fn a_clusters_secret_syncs_are_woken_by_its_spec_and_deletion_not_by_its_conditions() {
     let (_sim, client) = kube_sim().await;
     install_operator_api(&client, NS).await;
-    create_json(
-        &client,
-        json!({
-            "apiVersion": "omni.texashpc.com/v1alpha1",
-            "kind": "OmniCluster",
-            "metadata": {"name": "prod", "namespace": NS},
-            "spec": {"connectionRef": {"name": "omni"},
-                     "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
-        }),
-    )
-    .await;
+    create_cluster(&client, &[]).await;
     let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
     let mut events = Box::pin(cluster_changes(api.clone(), ClusterStatusTrigger::Ignored));
     let wait = Duration::from_secs(3);
