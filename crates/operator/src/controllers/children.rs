@@ -144,11 +144,7 @@ pub(crate) async fn run<K: Child>(
             if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
                 return Vec::new();
             }
-            index.get(&RefKey::new(
-                "cluster",
-                &namespace_of(&cluster),
-                &cluster.name_any(),
-            ))
+            index.referring_to("cluster", &cluster)
         },
     );
     drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>).await;

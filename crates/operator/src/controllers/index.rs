@@ -98,6 +98,16 @@ where
             .unwrap_or_default()
     }
 
+    /// Objects of `K` with a `what` reference to `obj` (by its namespace and name): what a
+    /// mapped watch of `obj`'s kind wakes.
+    pub(crate) fn referring_to(
+        &self,
+        what: &str,
+        obj: &impl ResourceExt,
+    ) -> Vec<ObjectRef<DynamicObject>> {
+        self.get(&RefKey::new(what, &namespace_of(obj), &obj.name_any()))
+    }
+
     /// Objects of `K` that refer to any of `keys`, each once.
     pub(crate) fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<DynamicObject>> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
@@ -214,6 +224,14 @@ mod tests {
         assert_eq!(
             names(index.get_any(&[cluster("prod"), cluster("dev")])),
             ["a", "b", "c"]
+        );
+        let mut source = k8s_openapi::api::core::v1::Secret::default();
+        source.metadata.name = Some("src-a".into());
+        source.metadata.namespace = Some("ns".into());
+        assert_eq!(
+            names(index.referring_to("secret", &source)),
+            ["a", "c"],
+            "a watched object finds what refers to it by its own namespace and name"
         );
     }
 

@@ -25,7 +25,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
@@ -35,7 +34,6 @@ use self::delete::cleanup;
 pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
 use self::sync::apply_cluster;
-use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
 use super::{Context, Error, drive, indexed_controller_for};
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
@@ -119,11 +117,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 if !crate::baseline::mapped_event_passes("connection→cluster", &conn.metadata) {
                     return Vec::new();
                 }
-                index.get(&RefKey::new(
-                    "connection",
-                    &namespace_of(&conn),
-                    &conn.name_any(),
-                ))
+                index.referring_to("connection", &conn)
             },
         )
         .watches_stream(

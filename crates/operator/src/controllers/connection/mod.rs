@@ -161,13 +161,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .watches(
             ctx.watch_api::<Secret>(),
             watcher::Config::default(),
-            move |secret: Secret| {
-                by_secret.get(&RefKey::new(
-                    "secret",
-                    &namespace_of(&secret),
-                    &secret.name_any(),
-                ))
-            },
+            move |secret: Secret| by_secret.referring_to("secret", &secret),
         );
     drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }

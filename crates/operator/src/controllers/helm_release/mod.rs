@@ -307,18 +307,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 ctx.watch_api::<OmniCluster>(),
                 super::ClusterStatusTrigger::Conditions,
             ),
-            move |c: OmniCluster| {
-                index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
-            },
+            move |c: OmniCluster| index.referring_to("cluster", &c),
         )
         // A kubeconfig or credentials change re-checks the release (a rotation alone does
         // not upgrade it: the digest excludes the kubeconfig).
         .watches(
             ctx.watch_api::<Secret>(),
             watcher::Config::default(),
-            move |s: Secret| {
-                by_secret.get(&RefKey::new("secret", &namespace_of(&s), &s.name_any()))
-            },
+            move |s: Secret| by_secret.referring_to("secret", &s),
         );
     drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }

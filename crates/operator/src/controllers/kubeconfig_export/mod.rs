@@ -165,9 +165,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let controller = controller
         .watches_stream(
             super::cluster_changes_from(clusters, super::ClusterStatusTrigger::Conditions),
-            move |c: OmniCluster| {
-                by_cluster.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
-            },
+            move |c: OmniCluster| by_cluster.referring_to("cluster", &c),
         )
         .watches(
             ctx.watch_api::<OmniConnection>(),

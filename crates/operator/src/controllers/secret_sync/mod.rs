@@ -191,19 +191,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 ctx.watch_api::<OmniCluster>(),
                 super::ClusterStatusTrigger::Ignored,
             ),
-            move |c: OmniCluster| {
-                index.get(&RefKey::new("cluster", &namespace_of(&c), &c.name_any()))
-            },
+            move |c: OmniCluster| index.referring_to("cluster", &c),
         )
         .watches_stream(
             super::secret_changes(ctx.watch_api::<Secret>()),
-            move |secret: Secret| {
-                by_secret.get(&RefKey::new(
-                    "secret",
-                    &namespace_of(&secret),
-                    &secret.name_any(),
-                ))
-            },
+            move |secret: Secret| by_secret.referring_to("secret", &secret),
         );
     drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
 }
