@@ -18,6 +18,12 @@ use crate::controllers::status::Draft;
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
 
+/// Re-read of a synced cluster whose Omni status could not be read. Omni creates a
+/// cluster's status after the cluster itself, so a first pass often finds none; it is
+/// looked at again soon rather than after a whole sync interval (nothing triggers it
+/// otherwise: Omni's side is not watched).
+pub(crate) const STATUS_RECHECK: Duration = Duration::from_secs(10);
+
 /// What a render recorded about the cluster, kept in its status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Rendition {
@@ -197,6 +203,9 @@ pub(crate) fn next_action(
     sync_interval: Duration,
 ) -> Result<Action, ClusterFailure> {
     match outcome {
+        Outcome::Synced(synced) if synced.health.is_err() => {
+            Ok(Action::requeue(STATUS_RECHECK.min(sync_interval)))
+        }
         Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
         Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
         Outcome::Failed { failure, .. } => match failure.retry() {

@@ -404,6 +404,16 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
         Some(Action::requeue(minute))
     );
     assert_eq!(next(Outcome::Suspended, hour), Some(Action::requeue(hour)));
+    let unread = || synced(true, "", Err(StatusError::NotFound("prod".into())));
+    assert_eq!(
+        next(unread(), hour),
+        Some(Action::requeue(STATUS_RECHECK)),
+        "Omni's status for a new cluster comes later: read it again soon"
+    );
+    assert_eq!(
+        next(unread(), Duration::from_secs(5)),
+        Some(Action::requeue(Duration::from_secs(5)))
+    );
     let deleting = Outcome::Deleting {
         waiting_for: Vec::new(),
         output: String::new(),
