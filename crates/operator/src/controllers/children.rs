@@ -138,7 +138,7 @@ pub(crate) async fn run<K: Child>(
     let controller = controller.watches_stream(
         super::cluster_changes(
             ctx.watch_api::<OmniCluster>(),
-            super::ClusterStatusTrigger::Conditions,
+            super::ClusterTrigger::ChangesAndConditions,
         ),
         move |cluster: OmniCluster| {
             if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {

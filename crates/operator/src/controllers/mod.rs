@@ -36,5 +36,5 @@ pub(crate) use self::decoded::{dyn_ref, error_policy_dyn};
 pub(crate) use self::error::RetryPolicy;
 pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
-pub use self::runner::{ClusterStatusTrigger, cluster_changes, drive, secret_changes};
+pub use self::runner::{ClusterTrigger, cluster_changes, drive, secret_changes};
 pub(crate) use self::runner::{cluster_changes_from, indexed_controller_for, instrumented};

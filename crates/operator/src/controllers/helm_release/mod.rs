@@ -305,7 +305,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .watches_stream(
             super::cluster_changes(
                 ctx.watch_api::<OmniCluster>(),
-                super::ClusterStatusTrigger::Conditions,
+                super::ClusterTrigger::ChangesAndConditions,
             ),
             move |c: OmniCluster| index.referring_to("cluster", &c),
         )

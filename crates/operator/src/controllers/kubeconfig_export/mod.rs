@@ -164,7 +164,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     };
     let controller = controller
         .watches_stream(
-            super::cluster_changes_from(clusters, super::ClusterStatusTrigger::Conditions),
+            super::cluster_changes_from(clusters, super::ClusterTrigger::ChangesAndConditions),
             move |c: OmniCluster| by_cluster.referring_to("cluster", &c),
         )
         .watches(
