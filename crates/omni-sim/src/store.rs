@@ -2,7 +2,7 @@
 //! it (omni-wire §3.3, §3.5): versions, phases, owners, finalizers, label queries and a change feed
 //! for watches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use omni_client::proto::cosi::resource::{
@@ -212,7 +212,93 @@ type Kind = (String, String);
 
 #[derive(Default)]
 struct Inner {
-    kinds: BTreeMap<Kind, BTreeMap<String, Resource>>,
+    kinds: BTreeMap<Kind, KindMap>,
+}
+
+/// One kind's resources by ID, with the IDs carrying each label value: a list selecting on a
+/// label (every list Omni's clients make of a cluster's resources) visits only those, not the
+/// whole kind. Labels change only through [`KindMap::insert`] and [`KindMap::remove`].
+#[derive(Default)]
+struct KindMap {
+    items: BTreeMap<String, Resource>,
+    by_label: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl KindMap {
+    fn get(&self, id: &str) -> Option<&Resource> {
+        self.items.get(id)
+    }
+
+    fn contains_key(&self, id: &str) -> bool {
+        self.items.contains_key(id)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Resource> {
+        self.items.values()
+    }
+
+    /// Stores `r` under `id`, returning what it replaced.
+    fn insert(&mut self, id: String, r: Resource) -> Option<Resource> {
+        for (k, v) in &meta(&r).labels {
+            self.by_label
+                .entry((k.clone(), v.clone()))
+                .or_default()
+                .insert(id.clone());
+        }
+        let old = self.items.insert(id.clone(), r)?;
+        let new_labels = &meta(&self.items[&id]).labels;
+        let stale: Vec<(String, String)> = meta(&old)
+            .labels
+            .iter()
+            .filter(|(k, v)| new_labels.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for label in stale {
+            self.unindex(label, &id);
+        }
+        Some(old)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Resource> {
+        let old = self.items.remove(id)?;
+        for (k, v) in &meta(&old).labels {
+            self.unindex((k.clone(), v.clone()), id);
+        }
+        Some(old)
+    }
+
+    fn unindex(&mut self, label: (String, String), id: &str) {
+        if let Some(ids) = self.by_label.get_mut(&label) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_label.remove(&label);
+            }
+        }
+    }
+
+    /// The resources matching every query, sorted by ID.
+    fn matching(&self, queries: &[LabelQuery]) -> Vec<Resource> {
+        let selective = queries
+            .iter()
+            .flat_map(|q| &q.terms)
+            .find(|t| !t.invert && t.op == Operation::Equal as i32 && !t.value.is_empty());
+        match selective {
+            Some(t) => self
+                .by_label
+                .get(&(t.key.clone(), t.value[0].clone()))
+                .into_iter()
+                .flatten()
+                .filter_map(|id| self.items.get(id))
+                .filter(|r| matches_queries(r, queries))
+                .cloned()
+                .collect(),
+            None => self
+                .values()
+                .filter(|r| matches_queries(r, queries))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 /// The shared resource store.
@@ -300,12 +386,7 @@ impl Store {
         self.lock()
             .kinds
             .get(&(ns.to_string(), ty.to_string()))
-            .map(|m| {
-                m.values()
-                    .filter(|r| matches_queries(r, queries))
-                    .cloned()
-                    .collect()
-            })
+            .map(|m| m.matching(queries))
             .unwrap_or_default()
     }
 
@@ -387,11 +468,13 @@ impl Store {
         let md = meta_mut(&mut r);
         let pointer = reference(&md.namespace, &md.r#type, &md.id, &md.version);
         let mut inner = self.lock();
-        let Some(current) = inner
+        let Some(kind) = inner
             .kinds
             .get_mut(&(md.namespace.clone(), md.r#type.clone()))
-            .and_then(|k| k.get_mut(&md.id))
         else {
+            return Err(StoreError::NotFound(pointer));
+        };
+        let Some(current) = kind.get(&md.id) else {
             return Err(StoreError::NotFound(pointer));
         };
         let cur = meta(current).clone();
@@ -428,7 +511,10 @@ impl Store {
         md.owner = owner.to_string();
         md.created = cur.created;
         md.updated = Some(now);
-        let old = std::mem::replace(current, r.clone());
+        let id = md.id.clone();
+        let Some(old) = kind.insert(id, r.clone()) else {
+            return Err(StoreError::NotFound(pointer));
+        };
         drop(inner);
         self.emit(StoreEvent::Updated {
             old,
@@ -474,11 +560,10 @@ impl Store {
         let pointer = reference(ns, ty, id, VERSION_UNDEFINED);
         let now = to_proto(self.clock.now());
         let mut inner = self.lock();
-        let Some(current) = inner
-            .kinds
-            .get_mut(&(ns.to_string(), ty.to_string()))
-            .and_then(|k| k.get_mut(id))
-        else {
+        let Some(kind) = inner.kinds.get_mut(&(ns.to_string(), ty.to_string())) else {
+            return Err(StoreError::NotFound(pointer));
+        };
+        let Some(current) = kind.get(id) else {
             return Err(StoreError::NotFound(pointer));
         };
         let md = meta(current).clone();
@@ -492,12 +577,14 @@ impl Store {
         if md.phase == PHASE_TEARING_DOWN {
             return Ok(ready);
         }
-        let old = current.clone();
-        let m = meta_mut(current);
+        let mut new = current.clone();
+        let m = meta_mut(&mut new);
         m.phase = PHASE_TEARING_DOWN.into();
         m.version = (m.version.parse::<u64>().unwrap_or(0) + 1).to_string();
         m.updated = Some(now);
-        let new = current.clone();
+        let Some(old) = kind.insert(id.to_string(), new.clone()) else {
+            return Err(StoreError::NotFound(pointer));
+        };
         drop(inner);
         self.emit(StoreEvent::Updated { old, new });
         Ok(ready)
@@ -519,7 +606,7 @@ impl Store {
         let id = md.id.clone();
         let mut inner = self.lock();
         let kind = inner.kinds.entry(key).or_default();
-        match kind.get_mut(&id) {
+        match kind.get(&id) {
             Some(current) => {
                 let cur = meta(current).clone();
                 let md = meta(&r);
@@ -540,7 +627,7 @@ impl Store {
                 if r.spec.is_none() {
                     r.spec = Some(Spec::default());
                 }
-                let old = std::mem::replace(current, r.clone());
+                let old = kind.insert(id, r.clone()).unwrap_or_default();
                 drop(inner);
                 self.emit(StoreEvent::Updated {
                     old,
@@ -641,4 +728,74 @@ pub fn label<'a>(r: &'a Resource, key: &str) -> Option<&'a str> {
 /// The ID of a resource.
 pub fn id(r: &Resource) -> &str {
     meta(r).id.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> Store {
+        Store::new(Arc::new(crate::clock::SystemClock))
+    }
+
+    fn labelled(id: &str, cluster: &str) -> Resource {
+        let labels = [("cluster".to_string(), cluster.to_string())];
+        resource("Things.test", id, "sim", labels, &Metadata::default())
+    }
+
+    fn ids(rs: Vec<Resource>) -> Vec<String> {
+        rs.iter().map(|r| meta(r).id.clone()).collect()
+    }
+
+    fn cluster_is(value: &str, invert: bool) -> LabelQuery {
+        LabelQuery {
+            terms: vec![LabelTerm {
+                key: "cluster".into(),
+                op: Operation::Equal as i32,
+                value: vec![value.into()],
+                invert,
+            }],
+        }
+    }
+
+    /// A label selection finds exactly what a scan of the kind would, in ID order, while
+    /// resources are created, relabelled by update and by controller, torn down and removed.
+    #[test]
+    fn a_label_selection_follows_every_change_of_labels() {
+        let s = store();
+        let ns = crate::types::DEFAULT_NS;
+        let list = |value: &str| ids(s.list(ns, "Things.test", &[cluster_is(value, false)]));
+        for (id, cluster) in [("c", "a"), ("a", "a"), ("b", "b")] {
+            s.create(labelled(id, cluster), "sim")
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(list("a"), vec!["a", "c"]);
+        assert_eq!(list("b"), vec!["b"]);
+
+        let mut moved = s
+            .get(ns, "Things.test", "c")
+            .unwrap_or_else(|e| panic!("{e}"));
+        meta_mut(&mut moved)
+            .labels
+            .insert("cluster".into(), "b".into());
+        s.update(moved, "sim", None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list("a"), vec!["a"]);
+        assert_eq!(list("b"), vec!["b", "c"]);
+
+        s.modify(ns, "Things.test", "a", |r| {
+            meta_mut(r).labels.clear();
+        });
+        assert_eq!(list("a"), Vec::<String>::new());
+        let not_b = ids(s.list(ns, "Things.test", &[cluster_is("b", true)]));
+        assert_eq!(not_b, vec!["a"], "an inverted term still scans the kind");
+
+        s.teardown(ns, "Things.test", "b", "sim")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list("b"), vec!["b", "c"], "teardown keeps labels");
+        s.destroy(ns, "Things.test", "b", "sim")
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.remove(ns, "Things.test", "c");
+        assert_eq!(list("b"), Vec::<String>::new());
+    }
 }
