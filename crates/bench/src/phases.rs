@@ -124,7 +124,13 @@ pub struct Progress {
     pub omni_clusters: usize,
     /// Synced Secrets present in their workload cluster with the source's current data.
     pub synced: usize,
+    /// The first few custom resources not yet Ready, with what their status says: an
+    /// unconverged run names what it waits on.
+    pub waiting: Vec<String>,
 }
+
+/// How many not-Ready objects [`Progress::waiting`] names.
+const WAITING_SAMPLE: usize = 10;
 
 impl Progress {
     /// Whether everything has converged.
@@ -133,6 +139,29 @@ impl Progress {
             && self.objects == spec.objects()
             && self.omni_clusters == spec.clusters
             && self.synced == spec.syncs
+    }
+}
+
+/// `kind/name: reason: message` of a not-Ready object, from its `Ready` condition.
+fn waiting_on(kind: &str, obj: &Value) -> String {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let generation = obj["metadata"]["generation"].as_i64();
+    let observed = obj["status"]["observedGeneration"].as_i64();
+    let ready = obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let said = match ready {
+        Some(c) => format!(
+            "{}: {}",
+            c["reason"].as_str().unwrap_or_default(),
+            c["message"].as_str().unwrap_or_default()
+        ),
+        None => "no Ready condition".to_string(),
+    };
+    if observed == generation {
+        format!("{kind}/{name}: {said}")
+    } else {
+        format!("{kind}/{name}: generation {generation:?} observed {observed:?}; {said}")
     }
 }
 
@@ -156,6 +185,8 @@ pub fn progress(emu: &Emulators, spec: &FleetSpec) -> anyhow::Result<Progress> {
             p.objects += 1;
             if ready_at_generation(&obj) {
                 p.ready += 1;
+            } else if p.waiting.len() < WAITING_SAMPLE {
+                p.waiting.push(waiting_on(kind, &obj));
             }
         }
     }
@@ -216,6 +247,8 @@ pub struct ColdStart {
     pub emulator_cpu_secs: f64,
     /// The operator's writes meanwhile.
     pub writes: Writes,
+    /// Its management writes by verb and resource (e.g. `patch omniclusters/status`).
+    pub management_writes: BTreeMap<String, u64>,
     /// Connections the operator opened to Omni.
     pub omni_connections: u64,
 }
@@ -260,6 +293,7 @@ pub async fn cold_start(
     };
     let converged_secs = started.elapsed().as_secs_f64();
     let sample = operator.sample()?;
+    let (cold_writes, management_writes) = writes(emu);
     Ok(ColdStart {
         converged_secs,
         converged,
@@ -268,7 +302,8 @@ pub async fn cold_start(
         operator_peak_rss_mib: mib(sample.peak_rss_bytes),
         operator_peak_sockets: peak_sockets.max(sample.sockets),
         emulator_cpu_secs: crate::operator::own_cpu_secs() - own_cpu,
-        writes: writes(emu).0,
+        writes: cold_writes,
+        management_writes,
         omni_connections: emu.omni.connections_accepted(),
     })
 }
@@ -738,5 +773,22 @@ mod tests {
         assert!(ready_at_generation(&ready));
         assert!(!ready_at_generation(&stale));
         assert!(!ready_at_generation(&failing));
+    }
+
+    #[test]
+    fn a_waiting_object_is_named_with_what_its_status_says() {
+        let failing = json!({"metadata": {"name": "c-1", "generation": 2},
+            "status": {"observedGeneration": 2, "conditions": [
+                {"type": "Ready", "status": "False", "reason": "Waiting", "message": "no cluster"}]}});
+        let stale = json!({"metadata": {"name": "c-2", "generation": 3},
+            "status": {"observedGeneration": 2}});
+        assert_eq!(
+            waiting_on("OmniCluster", &failing),
+            "OmniCluster/c-1: Waiting: no cluster"
+        );
+        assert_eq!(
+            waiting_on("OmniWorkers", &stale),
+            "OmniWorkers/c-2: generation Some(3) observed Some(2); no Ready condition"
+        );
     }
 }

@@ -295,6 +295,16 @@ pub fn run_table(r: &RunResult) -> String {
         ),
     ));
     aligned(&mut t, &rows);
+    if !c.converged {
+        for waiting in &c.progress.waiting {
+            let _ = writeln!(t, "  not Ready: {waiting}");
+        }
+    }
+    let _ = writeln!(
+        t,
+        "  cold-start management writes: {:?}",
+        c.management_writes
+    );
     if !r.idle.management_writes.is_empty() {
         let _ = writeln!(
             t,

@@ -223,7 +223,7 @@ fn deployment_arguments_parse_as_run_flags() {
         &["watch.clusterWide=true"][..],
         &["metrics.enabled=false", "helmBinary=/usr/local/bin/helm"][..],
         &["helmMaxConcurrent=8", "secretSyncResyncInterval=0"][..],
-        &["kubeApiMaxInFlight=64"][..],
+        &["kubeApiMaxInFlight=64", "maxConcurrentReconciles=0"][..],
         &["metrics.secure=true"][..],
         &["metrics.secure=true", "metrics.certSecretName=metrics-tls"][..],
         &[
@@ -345,6 +345,8 @@ fn the_values_schema_rejects_what_the_operator_would_refuse() {
         ("helmMaxConcurrent=0", "helmMaxConcurrent"),
         ("helmMaxConcurrent=100", "helmMaxConcurrent"),
         ("kubeApiMaxInFlight=0", "kubeApiMaxInFlight"),
+        ("maxConcurrentReconciles=-1", "maxConcurrentReconciles"),
+        ("maxConcurrentReconciles=5000", "maxConcurrentReconciles"),
         (
             "secretSyncResyncInterval=5minutes",
             "secretSyncResyncInterval",

@@ -84,6 +84,10 @@ pub struct Args {
     /// turn instead of each opening a connection (see docs/performance.md).
     #[arg(long, env = "KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::api_client::MANAGEMENT_MAX_IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub(crate) kube_api_max_in_flight: u16,
+    /// Most reconciles each controller runs at once (0: unbounded). Objects beyond it wait
+    /// their turn in the controller's queue (see docs/performance.md).
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = crate::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    pub(crate) max_concurrent_reconciles: u16,
     /// How often an in-sync OmniSecretSync re-reads its workload copy to repair drift (Go
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
@@ -213,6 +217,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             .unwrap_or(Duration::from_secs(10)),
         helm_max_concurrent: usize::from(args.helm_max_concurrent),
         secret_sync_resync: args.secret_sync_resync_interval,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
         secret_policy: SecretPolicy {
             require_opt_in: args.require_secret_opt_in,
             allow_cross_namespace_export: args.allow_cross_namespace_export,
@@ -312,6 +317,21 @@ mod tests {
         assert_eq!(config.helm_max_concurrent, DEFAULT_HELM_MAX_CONCURRENT);
         assert_eq!(config.secret_sync_resync, Duration::from_secs(300));
         assert_eq!(config.secret_policy, SecretPolicy::default());
+        assert_eq!(config.max_concurrent_reconciles, 256);
+    }
+
+    #[test]
+    fn the_reconcile_bound_takes_zero_for_unbounded_and_refuses_too_many() {
+        let parse = |value: &str| {
+            Cli::try_parse_from(["run", &format!("--max-concurrent-reconciles={value}")])
+                .map(|cli| cli.args.max_concurrent_reconciles)
+        };
+        assert_eq!(parse("0").ok(), Some(0));
+        assert_eq!(parse("64").ok(), Some(64));
+        for bad in ["4097", "-1", "many"] {
+            let err = parse(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("--max-concurrent-reconciles"), "{bad}: {err}");
+        }
     }
 
     #[test]

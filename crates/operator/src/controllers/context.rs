@@ -63,6 +63,9 @@ pub struct Context {
     /// How often a synced OmniSecretSync re-checks its copy for drift in the workload cluster,
     /// which the operator does not watch.
     pub secret_sync_resync: Duration,
+    /// Most reconciles each controller runs at once (`--max-concurrent-reconciles`); zero is
+    /// unbounded.
+    pub max_concurrent_reconciles: u16,
     /// Directory `file:` patches and manifests of OmniClusters are confined to
     /// (`--template-root`); `None` refuses every `file:` entry.
     pub template_root: Option<std::path::PathBuf>,
@@ -110,6 +113,7 @@ impl Context {
             metrics,
             helm: None,
             secret_sync_resync: secret_sync::RESYNC,
+            max_concurrent_reconciles: crate::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES,
             template_root: None,
             min_interval: crate::api::duration::MIN_INTERVAL
                 .to_std()
@@ -131,6 +135,12 @@ impl Context {
     /// the periodic re-check off.
     pub fn with_secret_sync_resync(mut self, every: Duration) -> Self {
         self.secret_sync_resync = every;
+        self
+    }
+
+    /// Bounds each controller's reconciles in flight; zero is unbounded.
+    pub fn with_max_concurrent_reconciles(mut self, most: u16) -> Self {
+        self.max_concurrent_reconciles = most;
         self
     }
 

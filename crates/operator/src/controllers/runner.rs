@@ -95,7 +95,9 @@ fn controller_with<K: Resource<DynamicType = ()>>(
         })
         .applied_objects()
         .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
-    kube::runtime::Controller::for_stream_with(triggers, reader, ar)
+    kube::runtime::Controller::for_stream_with(triggers, reader, ar).with_config(
+        kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
+    )
 }
 
 /// What no reconcile reads, dropped before an object enters the watch cache: the field
