@@ -112,10 +112,10 @@ fn strip_for_cache(obj: &mut DynamicObject) {
 /// What of an OmniCluster wakes the objects that refer to it: what they read of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterTrigger {
-    /// A change of the cluster itself (what [`own_change`] covers: spec generation, labels,
-    /// annotations, finalizers, the deletion mark) or a condition turning (its type and
-    /// status, e.g. `Synced` becoming `True` once Omni holds the cluster): for dependants that
-    /// read its spec or wait on it (exports, releases, children).
+    /// A change of the cluster itself (its spec generation, labels, annotations, finalizers,
+    /// the deletion mark) or a condition turning (its type and status, e.g. `Synced` becoming
+    /// `True` once Omni holds the cluster): for dependants that read its spec or wait on it
+    /// (exports, releases, children).
     ChangesAndConditions,
     /// Only what names it: its name in Omni (`spec.clusterName`, else its own) and the deletion
     /// mark, besides its appearance and deletion: for dependants that read nothing else of it
