@@ -86,7 +86,13 @@ impl Pipeline for OmniCluster {
     }
 
     fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
-        next_action(outcome, super::periodic(sync_interval(self, ctx))).map_err(Error::from)
+        let status_failing = outcome::status_failing_for(self, ctx.clock.now());
+        next_action(
+            outcome,
+            super::periodic(sync_interval(self, ctx)),
+            status_failing,
+        )
+        .map_err(Error::from)
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {

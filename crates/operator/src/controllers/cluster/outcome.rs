@@ -18,11 +18,27 @@ use crate::controllers::status::Draft;
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
 
-/// Re-read of a synced cluster whose Omni status could not be read. Omni creates a
-/// cluster's status after the cluster itself, so a first pass often finds none; it is
-/// looked at again soon rather than after a whole sync interval (nothing triggers it
-/// otherwise: Omni's side is not watched).
+/// First re-read of a synced cluster whose Omni status could not be read. Omni creates a
+/// cluster's status after the cluster itself, so a first pass often finds none; it is looked
+/// at again soon rather than after a whole sync interval (nothing triggers it otherwise:
+/// Omni's side is not watched). While it stays unreadable the wait grows with how long it
+/// has been (see [`status_failing_for`]), so a status Omni never serves in a readable form
+/// costs a re-read per sync interval, not one every few seconds.
 pub(crate) const STATUS_RECHECK: Duration = Duration::from_secs(10);
+
+/// How long `cluster`'s stored status has reported its Omni status unreadable
+/// (`Ready=False`, `StatusFailed`) as of `now`; zero when it does not. Timed from `Ready`'s
+/// last transition, which an earlier failure (`Ready` already `False` for another reason) may
+/// have set sooner: such a cluster waits longer, at most its sync interval, as before.
+pub(crate) fn status_failing_for(cluster: &OmniCluster, now: jiff::Timestamp) -> Duration {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, ct::READY))
+        .filter(|c| c.status == ConditionStatus::False && c.reason == reasons::STATUS_FAILED)
+        .and_then(|c| Duration::try_from(now.duration_since(c.last_transition_time)).ok())
+        .unwrap_or_default()
+}
 
 /// What a render recorded about the cluster, kept in its status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -196,16 +212,18 @@ fn template_valid(d: &mut Draft<OmniClusterStatus>) {
     );
 }
 
-/// Pure: the next reconcile after `outcome`, for a cluster re-checked every `sync_interval`.
+/// Pure: the next reconcile after `outcome`, for a cluster re-checked every `sync_interval`
+/// whose Omni status has been unreadable for `status_failing` (zero if it was read last time).
 /// `Err` hands the failure to the error backoff.
 pub(crate) fn next_action(
     outcome: Outcome,
     sync_interval: Duration,
+    status_failing: Duration,
 ) -> Result<Action, ClusterFailure> {
     match outcome {
-        Outcome::Synced(synced) if synced.health.is_err() => {
-            Ok(Action::requeue(STATUS_RECHECK.min(sync_interval)))
-        }
+        Outcome::Synced(synced) if synced.health.is_err() => Ok(Action::requeue(
+            status_failing.max(STATUS_RECHECK).min(sync_interval),
+        )),
         Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
         Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
         Outcome::Failed { failure, .. } => match failure.retry() {

@@ -398,7 +398,7 @@ fn a_deletion_in_progress_names_what_omni_still_holds() {
 fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
     let minute = Duration::from_secs(60);
     let hour = Duration::from_secs(3600);
-    let next = |o: Outcome, interval| next_action(o, interval).ok();
+    let next = |o: Outcome, interval| next_action(o, interval, Duration::ZERO).ok();
     assert_eq!(
         next(synced(false, "", Ok(health("RUNNING"))), minute),
         Some(Action::requeue(minute))
@@ -413,6 +413,17 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
     assert_eq!(
         next(unread(), Duration::from_secs(5)),
         Some(Action::requeue(Duration::from_secs(5)))
+    );
+    let after = |failing| next_action(unread(), hour, failing).ok();
+    assert_eq!(
+        after(Duration::from_secs(40)),
+        Some(Action::requeue(Duration::from_secs(40))),
+        "the wait grows with how long the status has been unreadable"
+    );
+    assert_eq!(
+        after(Duration::from_secs(7200)),
+        Some(Action::requeue(hour)),
+        "and never beyond the sync interval"
     );
     let deleting = Outcome::Deleting {
         waiting_for: Vec::new(),
@@ -438,9 +449,24 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
     )));
     assert!(
         matches!(
-            next_action(backoff, minute),
+            next_action(backoff, minute, Duration::ZERO),
             Err(ClusterFailure::BackendApi(_))
         ),
         "handed to the error backoff"
     );
+}
+
+#[test]
+fn an_unreadable_omni_status_is_timed_from_when_ready_turned_status_failed() {
+    let unread = || synced(true, "", Err(StatusError::NotFound("prod".into())));
+    let failing = after(cluster(), &unread(), t(1));
+    assert_eq!(status_failing_for(&failing, t(2)), Duration::from_secs(60));
+    let still = after(failing, &unread(), t(2));
+    assert_eq!(
+        status_failing_for(&still, t(4)),
+        Duration::from_secs(180),
+        "a pass that finds it unreadable again keeps the time it turned"
+    );
+    let ok = after(cluster(), &synced(false, "", Ok(health("RUNNING"))), t(1));
+    assert_eq!(status_failing_for(&ok, t(2)), Duration::ZERO);
 }
