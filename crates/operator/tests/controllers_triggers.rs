@@ -5,49 +5,136 @@
 //! (`omni-bench`, change latency). Waking on nothing from the status went too far: an export
 //! waiting for its cluster to reach Omni then waited out its error backoff (up to 20 s in the
 //! bench's cold start) after the cluster's `Synced` turned `True`. Secret syncs, which read only
-//! the cluster's existence and spec, are not woken by its conditions either.
+//! the cluster's name in Omni, are woken by nothing else of it.
 
 mod support;
 
+use std::fmt::Debug;
+use std::pin::Pin;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
 use omni_operator::api::OmniCluster;
 use omni_operator::controllers::{ClusterTrigger, cluster_changes, secret_changes};
-use serde_json::json;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 use support::{create_json, install_operator_api, kube_sim};
 
 const NS: &str = "triggers";
 
-/// The next event within `wait`, if any.
-async fn next_within<K>(
-    events: &mut (impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Unpin),
-    wait: Duration,
-) -> Option<K> {
-    match tokio::time::timeout(wait, events.next()).await {
-        Ok(Some(Ok(o))) => Some(o),
-        Ok(Some(Err(e))) => panic!("watch: {e}"),
-        Ok(None) => panic!("the watch ended"),
-        Err(_) => None,
+/// How long a change has to come through the filtered stream.
+const WAIT: Duration = Duration::from_secs(3);
+
+/// One object `name` of kind `K` and a filtered stream of its watch events: the scenario
+/// changes the object and says which changes come through.
+struct Watched<K> {
+    api: Api<K>,
+    name: &'static str,
+    events: Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>,
+}
+
+impl<K> Watched<K>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    fn new(
+        api: Api<K>,
+        name: &'static str,
+        events: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    ) -> Self {
+        Self {
+            api,
+            name,
+            events: Box::pin(events),
+        }
+    }
+
+    /// The next event within [`WAIT`], if any.
+    async fn next(&mut self) -> Option<K> {
+        match tokio::time::timeout(WAIT, self.events.next()).await {
+            Ok(Some(Ok(o))) => Some(o),
+            Ok(Some(Err(e))) => panic!("watch: {e}"),
+            Ok(None) => panic!("the watch ended"),
+            Err(_) => None,
+        }
+    }
+
+    /// Asserts that the last change came through (`what` says which), and returns it.
+    async fn wakes(&mut self, what: &str) -> K {
+        self.next()
+            .await
+            .unwrap_or_else(|| panic!("{what}: nothing came through"))
+    }
+
+    /// Asserts that the last change did not come through (`what` says which).
+    async fn wakes_nobody(&mut self, what: &str) {
+        if let Some(o) = self.next().await {
+            panic!("{what}: came through as {o:?}");
+        }
+    }
+
+    /// Merge-patches the object with `body`.
+    async fn patch(&self, body: Value) {
+        self.api
+            .patch(self.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("patch {body}: {e}"));
+    }
+
+    /// Merge-patches the object's status with `body`.
+    async fn patch_status(&self, body: Value) {
+        self.api
+            .patch_status(self.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("patch status {body}: {e}"));
+    }
+
+    /// Deletes the object, which a finalizer holds: the deletion mark comes through, then,
+    /// once the finalizer is lifted, the deletion itself.
+    async fn delete_past_its_finalizer(&mut self) {
+        self.api
+            .delete(self.name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete: {e}"));
+        let marked = self.wakes("the deletion mark").await;
+        assert!(
+            marked.meta().deletion_timestamp.is_some(),
+            "the deletion mark: {marked:?}"
+        );
+        self.patch(json!({"metadata": {"finalizers": null}})).await;
+        self.wakes("the deletion itself").await;
     }
 }
 
-/// Creates OmniCluster `prod` with `finalizers`.
-async fn create_cluster(client: &kube::Client, finalizers: &[&str]) {
+/// Creates OmniCluster `prod` (held by a finalizer) and watches it through `trigger`.
+async fn watched_cluster(client: &kube::Client, trigger: ClusterTrigger) -> Watched<OmniCluster> {
     create_json(
         client,
         json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniCluster",
-            "metadata": {"name": "prod", "namespace": NS, "finalizers": finalizers},
+            "metadata": {"name": "prod", "namespace": NS, "finalizers": ["test/hold"]},
             "spec": {"connectionRef": {"name": "omni"},
                      "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
         }),
     )
     .await;
+    let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
+    Watched::new(api.clone(), "prod", cluster_changes(api, trigger))
+}
+
+/// Condition `Synced` with `status` and `message`, as a status patch.
+fn synced(status: &str, message: &str) -> Value {
+    json!({"status": {"conditions": [{
+        "type": "Synced", "status": status, "reason": "Synced", "message": message,
+        "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 1
+    }]}})
 }
 
 #[tokio::test]
@@ -55,97 +142,38 @@ async fn a_clusters_dependants_are_woken_by_its_changes_conditions_and_deletion_
  {
     let (_sim, client) = kube_sim().await;
     install_operator_api(&client, NS).await;
-    create_cluster(&client, &["test/hold"]).await;
-    let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
-    let mut events = Box::pin(cluster_changes(
-        api.clone(),
-        ClusterTrigger::ChangesAndConditions,
-    ));
-    let wait = Duration::from_secs(3);
+    let mut cluster = watched_cluster(&client, ClusterTrigger::ChangesAndConditions).await;
 
-    let first = next_within(&mut events, wait).await;
-    assert_eq!(
-        first.map(|c| c.name_any()),
-        Some("prod".into()),
-        "first sighting"
-    );
+    let first = cluster.wakes("first sighting").await;
+    assert_eq!(first.name_any(), "prod", "first sighting");
 
-    let status = json!({"status": {"clusterName": "prod", "lastStatusOutput": "phase RUNNING"}});
-    api.patch_status("prod", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap_or_else(|e| panic!("status: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_none(),
-        "a status write wakes no dependant"
-    );
+    cluster
+        .patch_status(
+            json!({"status": {"clusterName": "prod", "lastStatusOutput": "phase RUNNING"}}),
+        )
+        .await;
+    cluster
+        .wakes_nobody("a status write wakes no dependant")
+        .await;
 
-    let condition = |status: &str, message: &str| {
-        json!({"status": {"conditions": [{
-            "type": "Synced", "status": status, "reason": "Synced", "message": message,
-            "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 1
-        }]}})
-    };
-    api.patch_status(
-        "prod",
-        &PatchParams::default(),
-        &Patch::Merge(&condition("False", "waiting")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("status: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "a new condition wakes the dependants"
-    );
-    api.patch_status(
-        "prod",
-        &PatchParams::default(),
-        &Patch::Merge(&condition("False", "still waiting")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("status: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_none(),
-        "a condition's message alone wakes no dependant"
-    );
-    api.patch_status(
-        "prod",
-        &PatchParams::default(),
-        &Patch::Merge(&condition("True", "synced")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("status: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "a condition turning wakes the dependants"
-    );
+    cluster.patch_status(synced("False", "waiting")).await;
+    cluster.wakes("a new condition wakes the dependants").await;
+    cluster.patch_status(synced("False", "still waiting")).await;
+    cluster
+        .wakes_nobody("a condition's message alone wakes no dependant")
+        .await;
+    cluster.patch_status(synced("True", "synced")).await;
+    cluster
+        .wakes("a condition turning wakes the dependants")
+        .await;
 
-    let spec = json!({"spec": {"features": {"enableWorkloadProxy": true}}});
-    api.patch("prod", &PatchParams::default(), &Patch::Merge(&spec))
-        .await
-        .unwrap_or_else(|e| panic!("spec: {e}"));
-    let changed = next_within(&mut events, wait).await;
-    assert_eq!(
-        changed.and_then(|c| c.metadata.generation),
-        Some(2),
-        "a spec change"
-    );
+    cluster
+        .patch(json!({"spec": {"features": {"enableWorkloadProxy": true}}}))
+        .await;
+    let changed = cluster.wakes("a spec change").await;
+    assert_eq!(changed.metadata.generation, Some(2), "a spec change");
 
-    api.delete("prod", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("delete: {e}"));
-    let marked = next_within(&mut events, wait).await;
-    assert!(
-        marked.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
-        "the deletion mark"
-    );
-    let release = json!({"metadata": {"finalizers": null}});
-    api.patch("prod", &PatchParams::default(), &Patch::Merge(&release))
-        .await
-        .unwrap_or_else(|e| panic!("finalizer: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "the deletion itself"
-    );
+    cluster.delete_past_its_finalizer().await;
 }
 
 /// Secret syncs read only what names a cluster (its existence and its name in Omni): neither its
@@ -158,64 +186,29 @@ async fn a_clusters_secret_syncs_are_woken_by_its_name_and_deletion_not_by_its_s
 {
     let (_sim, client) = kube_sim().await;
     install_operator_api(&client, NS).await;
-    create_cluster(&client, &["test/hold"]).await;
-    let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
-    let mut events = Box::pin(cluster_changes(api.clone(), ClusterTrigger::Identity));
-    let wait = Duration::from_secs(3);
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "first sighting"
-    );
+    let mut cluster = watched_cluster(&client, ClusterTrigger::Identity).await;
+    cluster.wakes("first sighting").await;
 
-    let synced = json!({"status": {"conditions": [{
-        "type": "Synced", "status": "True", "reason": "Synced", "message": "synced",
-        "lastTransitionTime": "2026-11-25T00:00:00Z", "observedGeneration": 1
-    }]}});
-    api.patch_status("prod", &PatchParams::default(), &Patch::Merge(&synced))
-        .await
-        .unwrap_or_else(|e| panic!("status: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_none(),
-        "a condition turning wakes no secret sync"
-    );
+    cluster.patch_status(synced("True", "synced")).await;
+    cluster
+        .wakes_nobody("a condition turning wakes no secret sync")
+        .await;
 
-    let spec = json!({"spec": {"features": {"enableWorkloadProxy": true},
-                               "kubernetes": {"version": "v1.35.1"}}});
-    api.patch("prod", &PatchParams::default(), &Patch::Merge(&spec))
-        .await
-        .unwrap_or_else(|e| panic!("spec: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_none(),
-        "a spec change that leaves its name wakes no secret sync"
-    );
+    cluster
+        .patch(json!({"spec": {"features": {"enableWorkloadProxy": true},
+                                "kubernetes": {"version": "v1.35.1"}}}))
+        .await;
+    cluster
+        .wakes_nobody("a spec change that leaves its name wakes no secret sync")
+        .await;
 
-    let renamed = json!({"spec": {"clusterName": "prod-omni"}});
-    api.patch("prod", &PatchParams::default(), &Patch::Merge(&renamed))
-        .await
-        .unwrap_or_else(|e| panic!("rename: {e}"));
-    assert_eq!(
-        next_within(&mut events, wait)
-            .await
-            .map(|c| c.effective_cluster_name()),
-        Some("prod-omni".into()),
-        "its name in Omni"
-    );
+    cluster
+        .patch(json!({"spec": {"clusterName": "prod-omni"}}))
+        .await;
+    let renamed = cluster.wakes("its name in Omni").await;
+    assert_eq!(renamed.effective_cluster_name(), "prod-omni");
 
-    api.delete("prod", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("delete: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "the deletion mark"
-    );
-    let release = json!({"metadata": {"finalizers": null}});
-    api.patch("prod", &PatchParams::default(), &Patch::Merge(&release))
-        .await
-        .unwrap_or_else(|e| panic!("finalizer: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "the deletion"
-    );
+    cluster.delete_past_its_finalizer().await;
 }
 
 /// A Secret wakes the objects that read it (secret syncs) when its content can matter to them:
@@ -236,58 +229,23 @@ async fn a_secrets_readers_are_woken_by_its_content_and_deletion_not_by_its_fina
     )
     .await;
     let api: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let mut events = Box::pin(secret_changes(api.clone()));
-    let wait = Duration::from_secs(3);
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "first sighting"
-    );
+    let mut secret = Watched::new(api.clone(), "kubeconfig", secret_changes(api));
+    secret.wakes("first sighting").await;
 
-    let hold = json!({"metadata": {"finalizers": ["omni.texashpc.com/kubeconfig-in-use"]}});
-    api.patch("kubeconfig", &PatchParams::default(), &Patch::Merge(&hold))
-        .await
-        .unwrap_or_else(|e| panic!("hold: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_none(),
-        "a finalizer wakes no reader"
-    );
+    secret
+        .patch(json!({"metadata": {"finalizers": ["omni.texashpc.com/kubeconfig-in-use"]}}))
+        .await;
+    secret.wakes_nobody("a finalizer wakes no reader").await;
 
-    let data = json!({"stringData": {"value": "two"}});
-    api.patch("kubeconfig", &PatchParams::default(), &Patch::Merge(&data))
-        .await
-        .unwrap_or_else(|e| panic!("data: {e}"));
-    assert!(next_within(&mut events, wait).await.is_some(), "new data");
+    secret.patch(json!({"stringData": {"value": "two"}})).await;
+    secret.wakes("new data").await;
 
-    let opt_in = json!({"metadata": {"labels": {"omni.texashpc.com/sync": "true"}}});
-    api.patch(
-        "kubeconfig",
-        &PatchParams::default(),
-        &Patch::Merge(&opt_in),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("label: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "a label (the Secret policy reads labels and annotations)"
-    );
+    secret
+        .patch(json!({"metadata": {"labels": {"omni.texashpc.com/sync": "true"}}}))
+        .await;
+    secret
+        .wakes("a label (the Secret policy reads labels and annotations)")
+        .await;
 
-    api.delete("kubeconfig", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("delete: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "the deletion mark"
-    );
-    let release = json!({"metadata": {"finalizers": null}});
-    api.patch(
-        "kubeconfig",
-        &PatchParams::default(),
-        &Patch::Merge(&release),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("release: {e}"));
-    assert!(
-        next_within(&mut events, wait).await.is_some(),
-        "the deletion itself"
-    );
+    secret.delete_past_its_finalizer().await;
 }
