@@ -159,16 +159,23 @@ pub(crate) fn cluster_changes_from(
 
 /// A hash of what names `cluster`: its name in Omni and its deletion mark.
 fn identity(cluster: &OmniCluster) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
+    hash_of((
+        cluster.effective_cluster_name(),
+        deletion_mark(&cluster.metadata),
+    ))
+}
+
+/// A hash of `value`: what a trigger reads of an object, to tell whether it changed.
+fn hash_of(value: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher as _;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    cluster.effective_cluster_name().hash(&mut h);
-    cluster
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .hash(&mut h);
+    value.hash(&mut h);
     h.finish()
+}
+
+/// When the object was marked for deletion, if it was.
+fn deletion_mark(meta: &kube::api::ObjectMeta) -> Option<jiff::Timestamp> {
+    meta.deletion_timestamp.as_ref().map(|t| t.0)
 }
 
 /// The watch events of Secrets whose content can matter to the objects that read them: a first
@@ -183,21 +190,15 @@ pub fn secret_changes(
     changes_from(
         watcher(api, watcher::Config::default()).default_backoff(),
         |s: &Secret| {
-            use std::hash::{Hash as _, Hasher as _};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            s.type_.hash(&mut h);
-            for (key, value) in s.data.iter().flatten() {
-                key.hash(&mut h);
-                value.0.hash(&mut h);
-            }
-            s.metadata.labels.hash(&mut h);
-            s.metadata.annotations.hash(&mut h);
-            s.metadata
-                .deletion_timestamp
-                .as_ref()
-                .map(|t| t.0)
-                .hash(&mut h);
-            h.finish()
+            let data: Vec<(&String, &Vec<u8>)> =
+                s.data.iter().flatten().map(|(k, v)| (k, &v.0)).collect();
+            hash_of((
+                &s.type_,
+                data,
+                &s.metadata.labels,
+                &s.metadata.annotations,
+                deletion_mark(&s.metadata),
+            ))
         },
     )
 }
@@ -251,28 +252,27 @@ where
 
 /// A hash of `cluster`'s condition types and statuses (not their messages or times).
 fn condition_states(cluster: &OmniCluster) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for c in cluster.status.iter().flat_map(|s| &s.conditions) {
-        c.type_.hash(&mut h);
-        c.status.hash(&mut h);
-    }
-    h.finish()
+    let states: Vec<_> = cluster
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .map(|c| (&c.type_, &c.status))
+        .collect();
+    hash_of(states)
 }
 
 /// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
 /// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
 /// `status` and `resourceVersion` are deliberately left out.
 pub(crate) fn own_change<K: Resource>(obj: &K) -> Option<u64> {
-    use std::hash::{Hash as _, Hasher as _};
     let meta = obj.meta();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut h);
-    meta.labels.hash(&mut h);
-    meta.annotations.hash(&mut h);
-    meta.finalizers.hash(&mut h);
-    meta.deletion_timestamp.as_ref().map(|t| t.0).hash(&mut h);
-    Some(h.finish())
+    Some(hash_of((
+        meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        &meta.finalizers,
+        deletion_mark(meta),
+    )))
 }
 
 /// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to
