@@ -9,12 +9,13 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::discovery::ApiResource;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use omni_operator::api::OmniConnection;
-use omni_operator::controllers::{Context, Error, Scope, SystemClock, reconcile_decoded, status};
+use omni_operator::controllers::{
+    Cached, Context, Error, Scope, SystemClock, reconcile_decoded, status,
+};
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
 use support::{create_json, install_operator_api, kube_sim};
@@ -110,13 +111,9 @@ async fn a_reconcile_of_a_stale_cached_copy_runs_again_on_the_stored_object() {
     let (sim, client) = kube_sim().await;
     install_operator_api(&client, NS).await;
     create_json(&client, connection()).await;
-    let ar = ApiResource::erase::<OmniConnection>(&());
-    let dynamic: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    let stale = dynamic
-        .get(NAME)
-        .await
-        .unwrap_or_else(|e| panic!("get: {e}"));
-    dynamic
+    let typed: Api<OmniConnection> = Api::namespaced(client.clone(), NS);
+    let stale = typed.get(NAME).await.unwrap_or_else(|e| panic!("get: {e}"));
+    typed
         .patch_status(
             NAME,
             &PatchParams::default(),
@@ -136,7 +133,7 @@ async fn a_reconcile_of_a_stale_cached_copy_runs_again_on_the_stored_object() {
     );
 
     let result = reconcile_decoded::<OmniConnection, _, _>(
-        Arc::new(stale.clone()),
+        Arc::new(Cached::new(stale.clone())),
         Arc::new(ctx),
         write_first_status,
     )

@@ -1,15 +1,19 @@
-//! Each kind's objects are watched as `DynamicObject`s and decoded per reconcile, so one object
-//! with bad stored data cannot stall the watch of every other object of its kind.
+//! Each kind's objects are cached as [`Cached`] values: decoded once, when the watch delivers
+//! them, or kept as a small record of why they do not decode, so one object with bad stored
+//! data cannot stall the watch of every other object of its kind.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 
 use super::{Context, Error};
 use crate::api::common::{Condition, ConditionStatus};
@@ -22,22 +26,105 @@ const STALE_CACHE_RERUNS: usize = 3;
 /// Condition reason for an object whose stored data does not decode as its kind.
 pub(crate) const REASON_INVALID_OBJECT: &str = "InvalidObject";
 
-/// The API resource of kind `K` (the dynamic type of its `DynamicObject` watch).
+/// The API resource of kind `K`.
 pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
-/// Decodes a watched `DynamicObject` as kind `K`.
-pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, serde_json::Error> {
-    serde_json::from_value(serde_json::to_value(obj)?)
+/// An object of kind `K` as a controller's watch caches it: decoded once, when it arrives, or,
+/// when its stored data does not decode as `K` (it bypassed the CRD schema), what is needed to
+/// report that on it. A watch of `K` itself would fail its whole list on one such object and
+/// stall every other object of the kind; a watch of `DynamicObject`s decoded on every reconcile
+/// held each object as a JSON tree, four times the memory of the typed object.
+#[derive(Clone, Debug)]
+pub enum Cached<K> {
+    /// The object, decoded.
+    Decoded(Arc<K>),
+    /// An object whose stored data does not decode as `K`.
+    Undecodable(Arc<Undecodable>),
+}
+
+/// What is kept of an object that does not decode as its kind: enough to report it.
+#[derive(Clone, Debug)]
+pub struct Undecodable {
+    metadata: ObjectMeta,
+    /// The stored `status` as it is, for the conditions already on it.
+    status: Option<serde_json::Value>,
+    /// Why it does not decode.
+    error: String,
+}
+
+impl<K: Resource<DynamicType = ()>> Cached<K> {
+    /// `obj`, decoded.
+    pub fn new(obj: K) -> Self {
+        Self::Decoded(Arc::new(obj))
+    }
+}
+
+impl<K> Resource for Cached<K>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Self::Decoded(k) => k.meta(),
+            Self::Undecodable(u) => &u.metadata,
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        // Only the watch mutates (to strip what no reconcile reads), before anything shares
+        // the object, so neither branch copies.
+        match self {
+            Self::Decoded(k) => Arc::make_mut(k).meta_mut(),
+            Self::Undecodable(u) => &mut Arc::make_mut(u).metadata,
+        }
+    }
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Cached<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match K::deserialize(&value) {
+            Ok(k) => Ok(Self::Decoded(Arc::new(k))),
+            Err(err) => {
+                let metadata = value
+                    .get("metadata")
+                    .map(ObjectMeta::deserialize)
+                    .transpose()
+                    .map_err(D::Error::custom)?
+                    .unwrap_or_default();
+                Ok(Self::Undecodable(Arc::new(Undecodable {
+                    metadata,
+                    status: value.get("status").cloned(),
+                    error: err.to_string(),
+                })))
+            }
+        }
+    }
 }
 
 /// A reference to the object `name` in `namespace` of kind `K`, for mappers.
-pub(crate) fn dyn_ref<K: Resource<DynamicType = ()>>(
+pub(crate) fn cached_ref<K: Resource<DynamicType = ()> + Clone>(
     name: &str,
     namespace: Option<&str>,
-) -> ObjectRef<DynamicObject> {
-    let r = ObjectRef::new_with(name, api_resource::<K>());
+) -> ObjectRef<Cached<K>> {
+    let r = ObjectRef::new(name);
     match namespace {
         Some(ns) => r.within(ns),
         None => r,
@@ -70,52 +157,74 @@ pub(crate) fn invalid_object_conditions(
     changed.then_some(conditions)
 }
 
-/// Decodes `obj` as `K` and runs `inner`; an undecodable object gets a condition and an Event
+/// Runs `inner` on the decoded object; an undecodable object gets a condition and an Event
 /// instead and is left alone until it changes.
 pub async fn reconcile_decoded<K, F, Fut>(
-    obj: Arc<DynamicObject>,
+    obj: Arc<Cached<K>>,
     ctx: Arc<Context>,
     inner: F,
 ) -> Result<Action, Error>
 where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy,
     Fut: Future<Output = Result<Action, Error>>,
 {
     let mut obj = obj;
     let mut reruns = 0;
-    let err = loop {
-        let k = match decode::<K>(&obj) {
-            Ok(k) => k,
-            Err(e) => break e,
+    let bad = loop {
+        let k = match obj.as_ref() {
+            Cached::Decoded(k) => k.clone(),
+            Cached::Undecodable(bad) => break bad.clone(),
         };
-        match inner(Arc::new(k), ctx.clone()).await {
+        match inner(k, ctx.clone()).await {
             // The watch cache lagged behind the server (or has not seen our own write yet):
             // go on from the server's copy, rather than waiting for the cache (its watcher may
             // be backing off) or a backoff.
             Err(Error::StaleCache(stored)) if reruns < STALE_CACHE_RERUNS => {
                 reruns += 1;
-                obj = Arc::new(serde_json::from_value(*stored)?);
+                obj = Arc::new(Cached::deserialize(*stored)?);
             }
             other => return other,
         }
     };
+    report_undecodable::<K>(&bad, &ctx).await
+}
+
+/// Reports `bad` on itself: `Ready=False` reason `InvalidObject` and an Event, once.
+async fn report_undecodable<K: Resource<DynamicType = ()>>(
+    bad: &Undecodable,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let kind = K::kind(&());
-    let name = obj.name_any();
-    let namespace = obj.namespace().unwrap_or_default();
-    let message = format!("stored {kind} cannot be decoded: {err}; fix or delete the object");
-    tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %err, "undecodable object");
-    let status = obj.data.get("status");
-    if let Some(conditions) =
-        invalid_object_conditions(status, &message, obj.metadata.generation, ctx.clock.now())
-    {
+    let name = bad.metadata.name.clone().unwrap_or_default();
+    let namespace = bad.metadata.namespace.clone().unwrap_or_default();
+    let message = format!(
+        "stored {kind} cannot be decoded: {}; fix or delete the object",
+        bad.error
+    );
+    tracing::warn!(kind = %kind, namespace = %namespace, name = %name, error = %bad.error, "undecodable object");
+    if let Some(conditions) = invalid_object_conditions(
+        bad.status.as_ref(),
+        &message,
+        bad.metadata.generation,
+        ctx.clock.now(),
+    ) {
         let ar = api_resource::<K>();
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ar);
         let patch = serde_json::json!({"status": {"conditions": conditions}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(kind.into_owned()),
+            name: Some(name),
+            namespace: Some(namespace),
+            uid: bad.metadata.uid.clone(),
+            resource_version: bad.metadata.resource_version.clone(),
+            field_path: None,
+        };
         ctx.event_for(
-            obj.object_ref(&ar),
+            reference,
             EventType::Warning,
             REASON_INVALID_OBJECT,
             format!("Ready=False: {message}"),
@@ -126,16 +235,11 @@ where
 }
 
 /// The error policy of every controller: retry with per-object exponential backoff.
-pub(crate) fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "{}/{}/{}",
-        obj.types
-            .as_ref()
-            .map(|t| t.kind.as_str())
-            .unwrap_or_default(),
-        obj.namespace().unwrap_or_default(),
-        obj.name_any()
-    );
+pub(crate) fn error_policy<K>(obj: Arc<Cached<K>>, err: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let key = super::runner::object_key(obj.as_ref());
     let delay = ctx.backoff(&key);
     tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -144,23 +248,56 @@ pub(crate) fn error_policy_dyn(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::OmniCluster;
+    use kube::ResourceExt as _;
 
-    #[test]
-    fn undecodable_object_gets_invalid_object_condition_once() {
-        let raw: DynamicObject = serde_json::from_value(serde_json::json!({
+    fn bad_cluster() -> serde_json::Value {
+        serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniCluster",
             "metadata": {"name": "bad", "namespace": "ns", "generation": 2},
-            "spec": {"connectionRef": {"name": "omni"}, "kubernetes": {"version": 7}},
+            "spec": {
+                "connectionRef": {"name": "omni"},
+                "kubernetes": {"version": 7},
+                "talos": {"version": "v1.13.2"}
+            },
             "status": {"conditions": [{
                 "type": "Synced", "status": "True", "reason": "Synced", "message": "m",
                 "lastTransitionTime": "2026-01-01T00:00:00Z"
             }]}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        assert!(decode::<crate::api::OmniCluster>(&raw).is_err());
+        })
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_cached_with_its_metadata_status_and_error() {
+        let cached = Cached::<OmniCluster>::deserialize(bad_cluster())
+            .unwrap_or_else(|e| panic!("an undecodable object must not fail the watch: {e}"));
+        let Cached::Undecodable(bad) = &cached else {
+            panic!("decoded a cluster whose kubernetes.version is a number: {cached:?}");
+        };
+        assert_eq!(cached.name_any(), "bad");
+        assert_eq!(cached.namespace().as_deref(), Some("ns"));
+        assert_eq!(bad.metadata.generation, Some(2));
+        assert!(bad.error.contains("expected a string"), "{}", bad.error);
+        assert!(bad.status.is_some());
+    }
+
+    #[test]
+    fn an_object_that_decodes_is_cached_typed() {
+        let mut good = bad_cluster();
+        good["spec"]["kubernetes"]["version"] = "v1.35.0".into();
+        let cached = Cached::<OmniCluster>::deserialize(good).unwrap_or_else(|e| panic!("{e}"));
+        let Cached::Decoded(cluster) = cached else {
+            panic!("a valid cluster must decode");
+        };
+        assert_eq!(cluster.spec.connection_ref.name, "omni");
+    }
+
+    #[test]
+    fn undecodable_object_gets_invalid_object_condition_once() {
+        let raw = bad_cluster();
         let now = jiff::Timestamp::UNIX_EPOCH;
-        let conditions = invalid_object_conditions(raw.data.get("status"), "bad", Some(2), now)
+        let conditions = invalid_object_conditions(raw.get("status"), "bad", Some(2), now)
             .unwrap_or_else(|| panic!("a first report must change the conditions"));
         let ready = conditions.iter().find(|c| c.type_ == "Ready");
         assert_eq!(

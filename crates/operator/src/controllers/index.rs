@@ -11,11 +11,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{PoisonError, RwLock};
 
-use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+
+use super::Cached;
 
 /// What an object refers to: a kind of reference and the referenced object's namespace and
 /// name, e.g. `RefKey::new("secret", "apps", "registry")`.
@@ -30,16 +30,24 @@ impl RefKey {
     }
 }
 
-type Refs = HashSet<ObjectRef<DynamicObject>>;
+type Refs<K> = HashSet<ObjectRef<Cached<K>>>;
 
-#[derive(Default)]
-struct Entries {
-    by_key: HashMap<RefKey, Refs>,
-    keys_of: HashMap<ObjectRef<DynamicObject>, Vec<RefKey>>,
+struct Entries<K: Resource<DynamicType = ()> + Clone> {
+    by_key: HashMap<RefKey, Refs<K>>,
+    keys_of: HashMap<ObjectRef<Cached<K>>, Vec<RefKey>>,
 }
 
-impl Entries {
-    fn insert(&mut self, obj: ObjectRef<DynamicObject>, keys: Vec<RefKey>) {
+impl<K: Resource<DynamicType = ()> + Clone> Default for Entries<K> {
+    fn default() -> Self {
+        Self {
+            by_key: HashMap::new(),
+            keys_of: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone> Entries<K> {
+    fn insert(&mut self, obj: ObjectRef<Cached<K>>, keys: Vec<RefKey>) {
         self.remove(&obj);
         for key in &keys {
             self.by_key
@@ -50,7 +58,7 @@ impl Entries {
         self.keys_of.insert(obj, keys);
     }
 
-    fn remove(&mut self, obj: &ObjectRef<DynamicObject>) {
+    fn remove(&mut self, obj: &ObjectRef<Cached<K>>) {
         for key in self.keys_of.remove(obj).unwrap_or_default() {
             if let Some(refs) = self.by_key.get_mut(&key) {
                 refs.remove(obj);
@@ -62,33 +70,35 @@ impl Entries {
     }
 }
 
-#[derive(Default)]
-struct State {
-    live: Entries,
+struct State<K: Resource<DynamicType = ()> + Clone> {
+    live: Entries<K>,
     /// Entries being listed after a watch (re)start, swapped in when the list is complete.
-    relisting: Option<Entries>,
+    relisting: Option<Entries<K>>,
 }
 
 /// The objects of kind `K` by what they refer to, kept from `K`'s watch events.
-pub(crate) struct RefIndex<K> {
+pub(crate) struct RefIndex<K: Resource<DynamicType = ()> + Clone> {
     keys: fn(&K) -> Vec<RefKey>,
-    state: RwLock<State>,
+    state: RwLock<State<K>>,
 }
 
 impl<K> RefIndex<K>
 where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone,
 {
     /// An empty index whose entries for an object are `keys(object)`.
     pub(crate) fn new(keys: fn(&K) -> Vec<RefKey>) -> Self {
         Self {
             keys,
-            state: RwLock::default(),
+            state: RwLock::new(State {
+                live: Entries::default(),
+                relisting: None,
+            }),
         }
     }
 
     /// Objects of `K` that refer to `key`.
-    pub(crate) fn get(&self, key: &RefKey) -> Vec<ObjectRef<DynamicObject>> {
+    pub(crate) fn get(&self, key: &RefKey) -> Vec<ObjectRef<Cached<K>>> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         state
             .live
@@ -104,14 +114,14 @@ where
         &self,
         what: &str,
         obj: &impl ResourceExt,
-    ) -> Vec<ObjectRef<DynamicObject>> {
+    ) -> Vec<ObjectRef<Cached<K>>> {
         self.get(&RefKey::new(what, &namespace_of(obj), &obj.name_any()))
     }
 
     /// Objects of `K` that refer to any of `keys`, each once.
-    pub(crate) fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<DynamicObject>> {
+    pub(crate) fn get_any(&self, keys: &[RefKey]) -> Vec<ObjectRef<Cached<K>>> {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        let mut out: Refs = HashSet::new();
+        let mut out: Refs<K> = HashSet::new();
         for key in keys {
             if let Some(refs) = state.live.by_key.get(key) {
                 out.extend(refs.iter().cloned());
@@ -120,18 +130,18 @@ where
         out.into_iter().collect()
     }
 
-    fn entry(&self, obj: &DynamicObject) -> (ObjectRef<DynamicObject>, Vec<RefKey>) {
-        let r = ObjectRef::from_obj_with(obj, super::api_resource::<K>());
+    fn entry(&self, obj: &Cached<K>) -> (ObjectRef<Cached<K>>, Vec<RefKey>) {
         // An object that does not decode refers to nothing we can read; it is reported on
         // by its own reconcile (`InvalidObject`).
-        let keys = super::decode::<K>(obj)
-            .map(|k| (self.keys)(&k))
-            .unwrap_or_default();
-        (r, keys)
+        let keys = match obj {
+            Cached::Decoded(k) => (self.keys)(k),
+            Cached::Undecodable(_) => Vec::new(),
+        };
+        (ObjectRef::from_obj(obj), keys)
     }
 
     /// Applies one event of `K`'s watch.
-    pub(crate) fn apply(&self, event: &watcher::Event<DynamicObject>) {
+    pub(crate) fn apply(&self, event: &watcher::Event<Cached<K>>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Apply(obj) => {
@@ -139,8 +149,7 @@ where
                 state.live.insert(r, keys);
             }
             watcher::Event::Delete(obj) => {
-                let r = ObjectRef::from_obj_with(obj, super::api_resource::<K>());
-                state.live.remove(&r);
+                state.live.remove(&ObjectRef::from_obj(obj));
             }
             watcher::Event::Init => state.relisting = Some(Entries::default()),
             watcher::Event::InitApply(obj) => {
@@ -169,8 +178,17 @@ mod tests {
     use super::*;
     use crate::api::OmniSecretSync;
 
-    fn sync(name: &str, cluster: &str, source: &str, rv: &str) -> DynamicObject {
-        serde_json::from_value(serde_json::json!({
+    fn sync(name: &str, cluster: &str, source: &str, rv: &str) -> Cached<OmniSecretSync> {
+        decode(sync_json(name, cluster, source, rv))
+    }
+
+    fn decode(json: serde_json::Value) -> Cached<OmniSecretSync> {
+        use serde::Deserialize as _;
+        Cached::deserialize(json).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn sync_json(name: &str, cluster: &str, source: &str, rv: &str) -> serde_json::Value {
+        serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniSecretSync",
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
@@ -181,8 +199,7 @@ mod tests {
                 "targetSecretRef": {"name": "dst", "namespace": "apps"},
                 "deletionPolicy": "Delete"
             }
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        })
     }
 
     fn index() -> RefIndex<OmniSecretSync> {
@@ -195,7 +212,7 @@ mod tests {
         })
     }
 
-    fn names(refs: Vec<ObjectRef<DynamicObject>>) -> Vec<String> {
+    fn names(refs: Vec<ObjectRef<Cached<OmniSecretSync>>>) -> Vec<String> {
         let mut names: Vec<String> = refs.into_iter().map(|r| r.name).collect();
         names.sort();
         names
@@ -265,9 +282,9 @@ mod tests {
     #[test]
     fn an_undecodable_object_refers_to_nothing() {
         let index = index();
-        let mut bad = sync("bad", "prod", "src", "1");
-        bad.data["spec"]["clusterRef"] = serde_json::json!(7);
-        index.apply(&watcher::Event::Apply(bad));
+        let mut bad = sync_json("bad", "prod", "src", "1");
+        bad["spec"]["clusterRef"] = serde_json::json!(7);
+        index.apply(&watcher::Event::Apply(decode(bad)));
         assert!(index.get(&cluster("prod")).is_empty());
     }
 }

@@ -7,10 +7,11 @@
 //!
 //! - [`Context`] (`context.rs`): clients, clock, metrics, Events and per-object backoff;
 //! - [`Error`] and `RetryPolicy` (`error.rs`): why a reconcile failed and what it does next;
-//! - `decoded.rs`: each kind's objects are watched as `DynamicObject`s and decoded per reconcile
-//!   ([`reconcile_decoded`]): one object with bad stored data (it bypassed the CRD schema) gets
-//!   a `Ready=False` reason `InvalidObject` condition and an Event, is not retried until it
-//!   changes, and cannot stall the watch of every other object of its kind (`docs/decisions.md`);
+//! - `decoded.rs`: each kind's objects are cached decoded once, as [`Cached`] values, and handed
+//!   to their reconcile by [`reconcile_decoded`]: one object with bad stored data (it bypassed
+//!   the CRD schema) is cached as such, gets a `Ready=False` reason `InvalidObject` condition and
+//!   an Event, is not retried until it changes, and cannot stall the watch of every other object
+//!   of its kind (`docs/decisions.md`);
 //! - `runner.rs`: building and driving a controller (its cache, triggers and error policy);
 //! - [`status`], [`finalizer`], [`index`], [`children`] and [`omni`].
 
@@ -31,10 +32,12 @@ pub mod secret_sync;
 pub mod status;
 
 pub use self::context::{Clock, Context, Scope, SystemClock};
-pub use self::decoded::{api_resource, decode, reconcile_decoded};
-pub(crate) use self::decoded::{dyn_ref, error_policy_dyn};
+pub use self::decoded::{Cached, Undecodable, api_resource, reconcile_decoded};
+pub(crate) use self::decoded::{cached_ref, error_policy};
 pub(crate) use self::error::RetryPolicy;
 pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
 pub use self::runner::{ClusterTrigger, cluster_changes, drive, secret_changes};
-pub(crate) use self::runner::{cluster_changes_from, indexed_controller_for, instrumented};
+pub(crate) use self::runner::{
+    cluster_changes_from, indexed_controller_for, instrumented, strip_for_cache,
+};

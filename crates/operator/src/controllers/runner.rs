@@ -7,13 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::{Context, Error, api_resource, error_policy_dyn, index, reconcile_decoded};
-use k8s_openapi::api::core::v1::Secret;
+use super::{Cached, Context, Error, error_policy, index, reconcile_decoded};
 
 use crate::api::OmniCluster;
 
@@ -48,7 +49,7 @@ where
     result
 }
 
-/// A controller of kind `K` watching its objects as `DynamicObject`s, so one undecodable object
+/// A controller of kind `K` caching its objects as [`Cached`] values, so one undecodable object
 /// cannot stall the whole watch (see [`reconcile_decoded`]).
 ///
 /// Its own objects trigger a reconcile only when [`own_change`] differs: a status write (ours
@@ -63,11 +64,17 @@ pub(crate) fn indexed_controller_for<K>(
     ctx: &Context,
     keys: fn(&K) -> Vec<index::RefKey>,
 ) -> (
-    kube::runtime::Controller<DynamicObject>,
+    kube::runtime::Controller<Cached<K>>,
     Arc<index::RefIndex<K>>,
 )
 where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let index = Arc::new(index::RefIndex::new(keys));
     let kept = index.clone();
@@ -75,16 +82,23 @@ where
     (controller, index)
 }
 
-fn controller_with<K: Resource<DynamicType = ()>>(
+fn controller_with<K>(
     ctx: &Context,
-    mut on_event: impl FnMut(&kube::runtime::watcher::Event<DynamicObject>) + Send + 'static,
-) -> kube::runtime::Controller<DynamicObject> {
+    mut on_event: impl FnMut(&kube::runtime::watcher::Event<Cached<K>>) + Send + 'static,
+) -> kube::runtime::Controller<Cached<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-    let ar = api_resource::<K>();
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
-    let reader = writer.as_reader();
-    let triggers = watcher(ctx.dynamic_watch_api::<K>(), watcher::Config::default())
+    let (reader, writer) = reflector::store::<Cached<K>>();
+    let triggers = watcher(ctx.watch_api::<Cached<K>>(), watcher::Config::default())
         .default_backoff()
         .modify(strip_for_cache)
         .reflect(writer)
@@ -95,7 +109,7 @@ fn controller_with<K: Resource<DynamicType = ()>>(
         })
         .applied_objects()
         .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
-    kube::runtime::Controller::for_stream_with(triggers, reader, ar).with_config(
+    kube::runtime::Controller::for_stream(triggers, reader).with_config(
         kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
     )
 }
@@ -103,7 +117,7 @@ fn controller_with<K: Resource<DynamicType = ()>>(
 /// What no reconcile reads, dropped before an object enters the watch cache: the field
 /// managers' records and the copy of the whole object `kubectl apply` keeps in an annotation
 /// together often outweigh the rest of the object, and the cache holds every object.
-fn strip_for_cache(obj: &mut DynamicObject) {
+pub(crate) fn strip_for_cache(obj: &mut impl Resource) {
     obj.managed_fields_mut().clear();
     obj.annotations_mut()
         .remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -275,15 +289,15 @@ pub(crate) fn own_change<K: Resource>(obj: &K) -> Option<u64> {
     )))
 }
 
-/// Runs `controller` until `shutdown` completes: each object is decoded as `K` and handed to
-/// `reconcile`; failures back off per object (`error_policy_dyn`).
+/// Runs `controller` until `shutdown` completes: each decoded object is handed to `reconcile`;
+/// failures back off per object (`error_policy`).
 pub async fn drive<K, F, Fut>(
-    controller: kube::runtime::Controller<DynamicObject>,
+    controller: kube::runtime::Controller<Cached<K>>,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     reconcile: F,
 ) where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
@@ -293,7 +307,7 @@ pub async fn drive<K, F, Fut>(
         .graceful_shutdown_on(shutdown)
         .run(
             move |obj, ctx| reconcile_decoded(obj, ctx, reconcile),
-            error_policy_dyn,
+            error_policy,
             ctx,
         )
         .for_each(|r| {
@@ -304,7 +318,7 @@ pub async fn drive<K, F, Fut>(
 }
 
 /// Logs each reconcile outcome of a controller stream at debug level (failures are logged
-/// with their backoff by [`error_policy_dyn`]).
+/// with their backoff by the error policy).
 pub(crate) fn log_outcome<T: Debug, E: std::fmt::Display>(kind: &str, result: Result<T, E>) {
     match result {
         Ok(obj) => tracing::debug!(kind, object = ?obj, "reconciled"),
@@ -318,7 +332,7 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_no_field_manager_records_or_applied_copy() {
-        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        let mut obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
             "metadata": {
                 "name": "s", "namespace": "n",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use kube::ResourceExt;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
@@ -14,7 +14,7 @@ use super::failure::ClusterFailure;
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
 use crate::controllers::children::Child;
 use crate::controllers::index::{RefIndex, RefKey, namespace_of};
-use crate::controllers::{Context, Error, dyn_ref};
+use crate::controllers::{Cached, Context, Error, cached_ref};
 
 /// Which child list of a cluster's status a child kind appears in.
 #[derive(Clone, Copy)]
@@ -75,10 +75,11 @@ pub(super) fn child_targets(
     cluster_ref: &str,
     child: &str,
     kind: ChildKind,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<Cached<OmniCluster>>> {
     let ns = namespace.unwrap_or_default();
-    let current = (!cluster_ref.is_empty())
-        .then(|| dyn_ref::<OmniCluster>(cluster_ref, Some(ns.as_str()).filter(|n| !n.is_empty())));
+    let current = (!cluster_ref.is_empty()).then(|| {
+        cached_ref::<OmniCluster>(cluster_ref, Some(ns.as_str()).filter(|n| !n.is_empty()))
+    });
     let rendered = clusters
         .get(&kind.key(&ns, child))
         .into_iter()
@@ -90,7 +91,7 @@ pub(super) fn child_targets(
 pub(super) fn child_mapper<K: Child>(
     clusters: Arc<RefIndex<OmniCluster>>,
     kind: ChildKind,
-) -> impl Fn(K) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static {
+) -> impl Fn(K) -> Vec<ObjectRef<Cached<OmniCluster>>> + Send + Sync + 'static {
     move |child: K| {
         let name = child.name_any();
         child_targets(
@@ -224,6 +225,7 @@ pub(super) fn cached_children<K: Child>(
     use kube::runtime::WatchStreamExt as _;
     watcher(ctx.watch_api::<K>(), watcher::Config::default())
         .default_backoff()
+        .modify(crate::controllers::strip_for_cache)
         .reflect(writer)
         .touched_objects()
 }
@@ -233,8 +235,8 @@ mod tests {
     use super::*;
     use crate::api::cluster::OmniClusterStatus;
 
-    fn cluster_object(name: &str, status: OmniClusterStatus) -> DynamicObject {
-        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+    fn cluster_object(name: &str, status: OmniClusterStatus) -> Cached<OmniCluster> {
+        let mut obj: OmniCluster = serde_json::from_value(serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniCluster",
             "metadata": {"name": name, "namespace": "ns"},
@@ -242,8 +244,8 @@ mod tests {
                      "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}}
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        obj.data["status"] = serde_json::to_value(status).unwrap_or_default();
-        obj
+        obj.status = Some(status);
+        Cached::new(obj)
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub(crate) use self::outcome::ConnectionFailure;
 pub use self::outcome::{Outcome, desired_status, status_str};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Context, Error, drive, dyn_ref, indexed_controller_for};
+use super::{Context, Error, cached_ref, drive, indexed_controller_for};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniConnection};
@@ -154,7 +154,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .then_some(())?;
                 let name = cluster.spec.connection_ref.name.clone();
                 let namespace = cluster.namespace();
-                (!name.is_empty()).then(|| dyn_ref::<OmniConnection>(&name, namespace.as_deref()))
+                (!name.is_empty()).then(|| cached_ref::<OmniConnection>(&name, namespace.as_deref()))
             },
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.

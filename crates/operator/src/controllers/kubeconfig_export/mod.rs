@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use self::outcome::{Done, Outcome};
 use super::index::{RefIndex, RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Context, Error, api_resource, drive, dyn_ref, indexed_controller_for};
+use super::{Cached, Context, Error, api_resource, cached_ref, drive, indexed_controller_for};
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
@@ -123,7 +123,7 @@ impl Pipeline for OmniKubeconfigExport {
 fn deleting_consumer(
     exports: &RefIndex<OmniKubeconfigExport>,
     consumer: &DynamicObject,
-) -> Vec<kube::runtime::reflector::ObjectRef<DynamicObject>> {
+) -> Vec<kube::runtime::reflector::ObjectRef<Cached<OmniKubeconfigExport>>> {
     if consumer.metadata.deletion_timestamp.is_none() {
         return Vec::new();
     }
@@ -160,6 +160,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         use kube::runtime::WatchStreamExt as _;
         watcher(ctx.watch_api::<OmniCluster>(), watcher::Config::default())
             .default_backoff()
+            .modify(super::strip_for_cache)
             .reflect(writer)
     };
     let controller = controller
@@ -206,7 +207,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .cloned()
                     .or_else(|| s.namespace())
                     .unwrap_or_default();
-                Some(dyn_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
+                Some(cached_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
             },
         );
     drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
