@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource};
 use rand::Rng;
 
+use super::events::{Events, Reporter};
 use super::{backoff_delay, cluster, omni, secret_sync, status};
 use crate::api::common::Condition;
 use crate::metrics::Metrics;
@@ -76,7 +77,7 @@ pub struct Context {
     pub secret_policy: crate::secret_policy::SecretPolicy,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
-    recorder: Recorder,
+    events: Events,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -97,7 +98,7 @@ impl Context {
         metrics: Arc<Metrics>,
         instance: Option<String>,
     ) -> Self {
-        let recorder = Recorder::new(
+        let events = Events::new(
             client.clone(),
             Reporter {
                 controller: REPORTER.to_string(),
@@ -120,7 +121,7 @@ impl Context {
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
             cluster_children: std::sync::RwLock::new(None),
-            recorder,
+            events,
             failures: Mutex::default(),
         }
     }
@@ -181,8 +182,8 @@ impl Context {
         }
     }
 
-    /// A `DynamicObject` API handle for kind `K` covering the operator's scope, for the
-    /// decode-tolerant watch of each controller's own kind.
+    /// A `DynamicObject` API handle for kind `K` covering the operator's scope, for watches
+    /// that read one field of several kinds alike (the export's consumers).
     pub(crate) fn dynamic_watch_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
         let ar = ApiResource::erase::<K>(&());
         match &self.scope {
@@ -224,7 +225,7 @@ impl Context {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.events.publish(&event, &reference).await {
             tracing::warn!(error = %e, reason, "could not publish Event");
         }
     }

@@ -12,6 +12,7 @@
 //!   the CRD schema) is cached as such, gets a `Ready=False` reason `InvalidObject` condition and
 //!   an Event, is not retried until it changes, and cannot stall the watch of every other object
 //!   of its kind (`docs/decisions.md`);
+//! - `events.rs`: publishing Events, counting a repeat on the first Event's series;
 //! - `runner.rs`: building and driving a controller (its cache, triggers and error policy);
 //! - [`status`], [`finalizer`], [`index`], [`children`] and [`omni`].
 
@@ -21,6 +22,7 @@ pub mod connection;
 mod context;
 mod decoded;
 mod error;
+mod events;
 pub mod finalizer;
 pub mod helm_release;
 pub mod index;
