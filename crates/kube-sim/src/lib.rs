@@ -15,6 +15,7 @@ pub mod hooks;
 pub mod kubeconfig;
 mod openapi;
 mod openapi_v2;
+mod partial;
 mod patch;
 mod protobuf;
 pub mod rbac;

@@ -774,6 +774,9 @@ async fn serve_verb(
                     &crate::table::render(store, rt, std::slice::from_ref(&obj), meta),
                 ));
             }
+            if crate::partial::wanted(headers) == Some("PartialObjectMetadata") {
+                return Ok(json_response(200, &crate::partial::object(&obj)));
+            }
             Ok(json_response(200, &obj))
         }
         "list" => {
@@ -840,6 +843,10 @@ async fn serve_verb(
                     200,
                     &crate::table::render(store, rt, &objects, meta),
                 ));
+            }
+            if crate::partial::wanted(headers) == Some("PartialObjectMetadataList") {
+                let items = page.items.iter().map(|o| &**o);
+                return Ok(json_response(200, &crate::partial::list(items, meta)));
             }
             // Serialised straight from the stored objects: a list copies no object.
             let mut out = Vec::with_capacity(64 + page.items.len() * 512);

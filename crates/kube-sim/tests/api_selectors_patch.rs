@@ -161,3 +161,54 @@ async fn limit_and_continue_page_through_every_object_once() {
     all.sort();
     assert_eq!(all, ["a", "b", "c"]);
 }
+
+/// kube's `list_metadata`/`get_metadata` ask for `PartialObjectMetadata[List]`: the real server
+/// answers with the metadata alone (the operator lists Secrets that way, for their finalizers,
+/// without their data).
+#[tokio::test]
+async fn metadata_only_lists_and_gets_carry_no_data() {
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    seed(&api).await;
+    let req = |accept: &str| {
+        http::Request::get("/api/v1/namespaces/default/configmaps?labelSelector=tier%3Dweb")
+            .header("accept", accept)
+            .body(Vec::new())
+            .unwrap()
+    };
+    let raw: serde_json::Value = client
+        .request(req(
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(raw["kind"], "PartialObjectMetadataList");
+    assert_eq!(raw["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(raw["items"][0]["kind"], "PartialObjectMetadata");
+    assert_eq!(raw["items"][0]["metadata"]["name"], "a");
+    assert!(raw["items"][0].get("data").is_none(), "{raw}");
+    assert_eq!(
+        raw["items"].as_array().map(Vec::len),
+        Some(1),
+        "selectors apply"
+    );
+
+    let listed = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 3);
+    let one = api.get_metadata("b").await.unwrap();
+    assert_eq!(one.metadata.labels.unwrap_or_default()["tier"], "db");
+    let raw: serde_json::Value = client
+        .request(
+            http::Request::get("/api/v1/namespaces/default/configmaps/b")
+                .header(
+                    "accept",
+                    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                )
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw["kind"], "PartialObjectMetadata");
+    assert!(raw.get("data").is_none(), "{raw}");
+}

@@ -17,10 +17,11 @@ use crate::controllers::{Context, Error};
 pub(crate) const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
 
 /// Whether a connection's hold is on `secret`.
-pub(crate) fn holds_key(secret: &Secret) -> bool {
+pub(crate) fn holds_key(secret: &kube::api::ObjectMeta) -> bool {
     secret
-        .finalizers()
+        .finalizers
         .iter()
+        .flatten()
         .any(|f| f == KEY_IN_USE_FINALIZER)
 }
 
@@ -54,22 +55,23 @@ pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error>
     for name in &needed {
         if let Some(secret) = secrets.get_opt(name).await?
             && secret.metadata.deletion_timestamp.is_none()
-            && !holds_key(&secret)
+            && !holds_key(&secret.metadata)
         {
             let mut list = secret.finalizers().to_vec();
             list.push(KEY_IN_USE_FINALIZER.to_string());
-            set_secret_finalizers(&secrets, &secret, list).await?;
+            set_secret_finalizers(&secrets, &secret.metadata, list).await?;
         }
     }
-    for secret in secrets.list(&lp).await? {
-        if holds_key(&secret) && !needed.contains(&secret.name_any()) {
+    // Metadata alone: the namespace may hold thousands of Secrets, and only finalizers matter.
+    for secret in secrets.list_metadata(&lp).await? {
+        if holds_key(&secret.metadata) && !needed.contains(&secret.name_any()) {
             let rest = secret
                 .finalizers()
                 .iter()
                 .filter(|f| *f != KEY_IN_USE_FINALIZER)
                 .cloned()
                 .collect();
-            set_secret_finalizers(&secrets, &secret, rest).await?;
+            set_secret_finalizers(&secrets, &secret.metadata, rest).await?;
         }
     }
     Ok(())

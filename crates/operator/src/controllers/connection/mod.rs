@@ -154,7 +154,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .then_some(())?;
                 let name = cluster.spec.connection_ref.name.clone();
                 let namespace = cluster.namespace();
-                (!name.is_empty()).then(|| cached_ref::<OmniConnection>(&name, namespace.as_deref()))
+                (!name.is_empty())
+                    .then(|| cached_ref::<OmniConnection>(&name, namespace.as_deref()))
             },
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.

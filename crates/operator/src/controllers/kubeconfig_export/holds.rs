@@ -71,18 +71,18 @@ pub(super) fn with_hold(secret: &mut Secret) {
 /// was read at (a concurrent change fails the patch instead of dropping someone's finalizer).
 pub(crate) async fn set_secret_finalizers(
     api: &Api<Secret>,
-    secret: &Secret,
+    secret: &kube::api::ObjectMeta,
     finalizers: Vec<String>,
 ) -> Result<(), Error> {
     let patch = serde_json::json!({
         "metadata": {
             "finalizers": finalizers,
-            "resourceVersion": secret.metadata.resource_version,
+            "resourceVersion": secret.resource_version,
         }
     });
     match api
         .patch(
-            &secret.name_any(),
+            secret.name.as_deref().unwrap_or_default(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
@@ -99,7 +99,7 @@ pub(crate) async fn set_secret_finalizers(
 pub(super) async fn add_hold(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let mut list = secret.finalizers().to_vec();
     list.push(IN_USE_FINALIZER.to_string());
-    set_secret_finalizers(api, secret, list).await
+    set_secret_finalizers(api, &secret.metadata, list).await
 }
 
 /// Lifts the hold from `secret`; a Secret already being deleted then goes.
@@ -113,7 +113,7 @@ pub(super) async fn release_hold(api: &Api<Secret>, secret: &Secret) -> Result<(
         .filter(|f| *f != IN_USE_FINALIZER)
         .cloned()
         .collect();
-    set_secret_finalizers(api, secret, rest).await
+    set_secret_finalizers(api, &secret.metadata, rest).await
 }
 
 /// Deletes the Secret `ns/name` if this export owns it. `Ok(Err(..))`: it kept changing while
