@@ -137,7 +137,7 @@ where
             Cached::Decoded(k) => (self.keys)(k),
             Cached::Undecodable(_) => Vec::new(),
         };
-        (ObjectRef::from_obj(obj), keys)
+        (bare_ref(obj), keys)
     }
 
     /// Applies one event of `K`'s watch.
@@ -149,7 +149,7 @@ where
                 state.live.insert(r, keys);
             }
             watcher::Event::Delete(obj) => {
-                state.live.remove(&ObjectRef::from_obj(obj));
+                state.live.remove(&bare_ref(obj));
             }
             watcher::Event::Init => state.relisting = Some(Entries::default()),
             watcher::Event::InitApply(obj) => {
@@ -166,6 +166,12 @@ where
             }
         }
     }
+}
+
+/// A reference to `obj` by namespace and name only: the version and uid `ObjectRef::from_obj`
+/// adds are not compared, and the index holds up to four references per object.
+fn bare_ref<K: Resource<DynamicType = ()> + Clone>(obj: &Cached<K>) -> ObjectRef<Cached<K>> {
+    super::cached_ref(&obj.name_any(), obj.namespace().as_deref())
 }
 
 /// The namespace of `obj` (empty for cluster-scoped objects), for building [`RefKey`]s.
