@@ -211,6 +211,40 @@ async fn a_clusters_secret_syncs_are_woken_by_its_name_and_deletion_not_by_its_s
     cluster.delete_past_its_finalizer().await;
 }
 
+/// The connection reads only which connection a cluster names (for its key's hold and a waiting
+/// deletion): neither the cluster's status nor the rest of its spec wakes it. Before, every
+/// status write of every cluster re-ran the connection's pass, which listed every cluster and
+/// every Secret of the namespace and pinged Omni: at 1,000 clusters, the largest allocation
+/// of a cold start.
+#[tokio::test]
+async fn a_clusters_connection_is_woken_by_the_connection_it_names_and_its_deletion_only() {
+    let (_sim, client) = kube_sim().await;
+    install_operator_api(&client, NS).await;
+    let mut cluster = watched_cluster(&client, ClusterTrigger::Connection).await;
+    cluster.wakes("first sighting").await;
+
+    cluster.patch_status(synced("True", "synced")).await;
+    cluster
+        .patch_status(json!({"status": {"lastStatusOutput": "phase RUNNING"}}))
+        .await;
+    cluster.wakes_nobody("its status wakes no connection").await;
+
+    cluster
+        .patch(json!({"spec": {"kubernetes": {"version": "v1.35.1"}}}))
+        .await;
+    cluster
+        .wakes_nobody("a spec change that keeps its connection wakes no connection")
+        .await;
+
+    cluster
+        .patch(json!({"spec": {"connectionRef": {"name": "other"}}}))
+        .await;
+    let moved = cluster.wakes("the connection it names").await;
+    assert_eq!(moved.spec.connection_ref.name, "other");
+
+    cluster.delete_past_its_finalizer().await;
+}
+
 /// A Secret wakes the objects that read it (secret syncs) when its content can matter to them:
 /// its data, type, labels or annotations, its deletion. A finalizer added or lifted (an export's
 /// hold on the kubeconfig Secret it wrote) wakes nobody: before, each such write re-ran every

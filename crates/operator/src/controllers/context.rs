@@ -77,6 +77,8 @@ pub struct Context {
     pub secret_policy: crate::secret_policy::SecretPolicy,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
+    /// The connection controller's record of its last key-hold sweep per namespace.
+    pub(crate) swept_keys: super::connection::SweptKeys,
     events: Events,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -121,6 +123,7 @@ impl Context {
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
             cluster_children: std::sync::RwLock::new(None),
+            swept_keys: super::connection::SweptKeys::default(),
             events,
             failures: Mutex::default(),
         }

@@ -131,6 +131,9 @@ pub enum ClusterTrigger {
     /// `True` once Omni holds the cluster): for dependants that read its spec or wait on it
     /// (exports, releases, children).
     ChangesAndConditions,
+    /// Only the connection it names and the deletion mark, besides its appearance and deletion:
+    /// for the connection (the key's hold and a waiting deletion read nothing else of it).
+    Connection,
     /// Only what names it: its name in Omni (`spec.clusterName`, else its own) and the deletion
     /// mark, besides its appearance and deletion: for dependants that read nothing else of it
     /// (secret syncs). A spec edit of a cluster used to re-run every sync of it, a no-op pass
@@ -168,6 +171,9 @@ pub(crate) fn cluster_changes_from(
             own_change(o).unwrap_or_default() ^ condition_states(o)
         }
         ClusterTrigger::Identity => identity(o),
+        ClusterTrigger::Connection => {
+            hash_of((&o.spec.connection_ref.name, deletion_mark(&o.metadata)))
+        }
     })
 }
 

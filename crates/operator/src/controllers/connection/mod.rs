@@ -19,6 +19,7 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 
+pub(crate) use self::key_hold::SweptKeys;
 use self::key_hold::sync_key_holds;
 pub(crate) use self::outcome::ConnectionFailure;
 pub use self::outcome::{Outcome, desired_status, status_str};
@@ -145,10 +146,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         )]
     });
     let controller = controller
-        // Cluster create/delete re-triggers the connection: this releases a waiting deletion.
-        .watches(
-            ctx.watch_api::<OmniCluster>(),
-            watcher::Config::default(),
+        // A cluster appearing, going or naming another connection re-triggers the connection:
+        // this puts on or lifts the key's hold and releases a waiting deletion. Nothing else
+        // of a cluster matters to it; every status write of every cluster used to re-run it.
+        .watches_stream(
+            super::cluster_changes(
+                ctx.watch_api::<OmniCluster>(),
+                super::ClusterTrigger::Connection,
+            ),
             |cluster: OmniCluster| {
                 crate::baseline::mapped_event_passes("cluster→connection", &cluster.metadata)
                     .then_some(())?;
