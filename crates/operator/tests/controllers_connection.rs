@@ -108,3 +108,40 @@ async fn env_file_in_the_secret_is_refused_before_contacting_omni() {
     assert_eq!(err.reason(), "MissingSecret");
     assert!(!err.to_string().contains("c2VjcmV0"), "{err}");
 }
+
+/// Reconciles of several kinds ask for a connection's client at once at a cold start: the first
+/// build is single-flight, so they share one client and Omni sees one connection. The check and
+/// the insert were two critical sections, so concurrent first asks each built a client (the
+/// benchmark counted two Omni connections for one OmniConnection in some cold starts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_uses_of_a_connection_share_one_client_and_one_omni_connection() {
+    const ASKS: usize = 8;
+    let (sim, key) = support::omni_sim_with_account("operator").await;
+    let conn = connection(sim.endpoint());
+    let clients = std::sync::Arc::new(OmniClients::new(support::unreachable_client()));
+    let before = sim.connections_accepted();
+
+    let start = std::sync::Arc::new(std::sync::Barrier::new(ASKS));
+    let asks: Vec<_> = (0..ASKS)
+        .map(|_| {
+            let (clients, conn, start) = (clients.clone(), conn.clone(), start.clone());
+            let secret = secret(&key, "1");
+            let runtime = tokio::runtime::Handle::current();
+            std::thread::spawn(move || {
+                let _runtime = runtime.enter();
+                start.wait();
+                clients.client_for_secret(&conn, &secret)
+            })
+        })
+        .collect();
+    for ask in asks {
+        let client = ask
+            .join()
+            .unwrap_or_else(|_| panic!("an ask panicked"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        client.ping().await.unwrap_or_else(|e| panic!("ping: {e}"));
+    }
+
+    assert_eq!(sim.connections_accepted() - before, 1);
+    sim.shutdown().await;
+}

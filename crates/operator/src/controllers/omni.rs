@@ -261,7 +261,11 @@ impl OmniClients {
             insecure: conn.spec.insecure_skip_tls_verify,
         };
         let cache_key = format!("{namespace}/{conn_name}");
-        if let Some((fp, client)) = self.lock().get(&cache_key)
+        // One critical section from the look-up to the insert: concurrent first asks (every
+        // kind's reconciles at a cold start) must share one client, hence one Omni connection.
+        // Building a client opens nothing yet, so the lock is held only briefly.
+        let mut cache = self.lock();
+        if let Some((fp, client)) = cache.get(&cache_key)
             && *fp == fingerprint
             && !crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall)
         {
@@ -273,7 +277,7 @@ impl OmniClients {
         let client = OmniClient::new(config).map_err(|e| ConnectionError::Client(e.to_string()))?;
         // Another endpoint may speak another API version.
         lock(&self.api_versions).remove(&cache_key);
-        self.lock().insert(cache_key, (fingerprint, client.clone()));
+        cache.insert(cache_key, (fingerprint, client.clone()));
         Ok(client)
     }
 
