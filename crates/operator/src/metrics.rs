@@ -1,10 +1,14 @@
 //! Prometheus metrics of the operator, served at `/metrics` on `--metrics-bind-address`.
 //!
-//! Label sets are plain `(name, value)` vectors so that every family is one line to declare.
+//! Label sets are plain `(name, value)` vectors so that every family is one line to declare,
+//! except the per-object `resource_info` series ([`InfoLabels`]), of which there are as many as
+//! objects.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -53,17 +57,51 @@ pub(crate) struct ResourceInfo<'a> {
     pub suspended: bool,
 }
 
+/// The labels of one object's `resource_info` series. The values repeated across objects (kind,
+/// namespace, readiness, reason) are shared, and the name is shared with the index of series
+/// per object: as `(String, String)` vectors, held once in the family and once in the index,
+/// the series of 14,000 objects took 12.7 MB (heap profile at 1,000 clusters).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct InfoLabels {
+    kind: Arc<str>,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    ready: Arc<str>,
+    reason: Arc<str>,
+    suspended: &'static str,
+}
+
+impl EncodeLabelSet for InfoLabels {
+    fn encode(&self, encoder: LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [
+            ("kind", &*self.kind),
+            ("namespace", &*self.namespace),
+            ("name", &*self.name),
+            ("ready", &*self.ready),
+            ("reason", &*self.reason),
+            ("suspended", self.suspended),
+        ]
+        .encode(encoder)
+    }
+}
+
+/// An object's identity in the index of its series: kind, namespace, name.
+type ObjectKey = (Arc<str>, Arc<str>, Arc<str>);
+
 /// All operator metrics and the registry that encodes them.
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<Labels, Counter>,
     reconcile_errors: Family<Labels, Counter>,
     reconcile_duration: Family<Labels, Histogram>,
-    resource_info: Family<Labels, Gauge>,
+    resource_info: Family<InfoLabels, Gauge>,
     omni_rpcs: Family<Labels, Counter>,
     kubeconfig_expiry: Family<Labels, Gauge<f64, AtomicU64>>,
     // The label set currently exported per object, so a readiness change replaces its series.
-    info_series: Mutex<HashMap<(String, String, String), Labels>>,
+    info_series: Mutex<HashMap<ObjectKey, InfoLabels>>,
+    /// Shared copies of the label values many objects repeat (kinds, namespaces, readiness,
+    /// reasons): a few dozen strings, kept for the process's life.
+    shared: Mutex<HashSet<Arc<str>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -105,7 +143,7 @@ impl Metrics {
             "Wall time of one reconcile, per kind",
             reconcile_duration.clone(),
         );
-        let resource_info = Family::<Labels, Gauge>::default();
+        let resource_info = Family::<InfoLabels, Gauge>::default();
         registry.register(
             "resource_info",
             "1 for each object with its current readiness, reason and suspension",
@@ -132,6 +170,7 @@ impl Metrics {
             omni_rpcs,
             kubeconfig_expiry,
             info_series: Mutex::default(),
+            shared: Mutex::default(),
         }
     }
 
@@ -148,35 +187,59 @@ impl Metrics {
     /// Replaces the info series of one object (older readiness/reason series are dropped so
     /// exactly one series per object is 1).
     pub(crate) fn set_resource_info(&self, info: &ResourceInfo<'_>) {
-        self.forget_resource(info.kind, info.namespace, info.name);
-        let suspended = if info.suspended { "true" } else { "false" };
-        let l = labels(&[
-            ("kind", info.kind),
-            ("namespace", info.namespace),
-            ("name", info.name),
-            ("ready", info.ready),
-            ("reason", info.reason),
-            ("suspended", suspended),
-        ]);
-        self.resource_info.get_or_create(&l).set(1);
-        let key = (
-            info.kind.to_string(),
-            info.namespace.to_string(),
-            info.name.to_string(),
-        );
-        match self.info_series.lock() {
-            Ok(mut map) => map.insert(key, l),
-            Err(poisoned) => poisoned.into_inner().insert(key, l),
+        let labels = |name: Arc<str>| InfoLabels {
+            kind: self.shared(info.kind),
+            namespace: self.shared(info.namespace),
+            name,
+            ready: self.shared(info.ready),
+            reason: self.shared(info.reason),
+            suspended: if info.suspended { "true" } else { "false" },
         };
+        let mut series = self
+            .info_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (
+            self.shared(info.kind),
+            self.shared(info.namespace),
+            Arc::from(info.name),
+        );
+        match series.get_mut(&key) {
+            Some(current) => {
+                let next = labels(current.name.clone());
+                if *current != next {
+                    self.resource_info.remove(current);
+                    self.resource_info.get_or_create(&next).set(1);
+                    *current = next;
+                }
+            }
+            None => {
+                let next = labels(key.2.clone());
+                self.resource_info.get_or_create(&next).set(1);
+                series.insert(key, next);
+            }
+        }
+    }
+
+    /// The shared copy of `value` (see [`Metrics::shared`]).
+    fn shared(&self, value: &str) -> Arc<str> {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = shared.get(value) {
+            return v.clone();
+        }
+        let v: Arc<str> = Arc::from(value);
+        shared.insert(v.clone());
+        v
     }
 
     /// Drops every series of a deleted object.
     pub(crate) fn forget_resource(&self, kind: &str, namespace: &str, name: &str) {
-        let key = (kind.to_string(), namespace.to_string(), name.to_string());
-        let previous = match self.info_series.lock() {
-            Ok(mut map) => map.remove(&key),
-            Err(poisoned) => poisoned.into_inner().remove(&key),
-        };
+        let key: ObjectKey = (Arc::from(kind), Arc::from(namespace), Arc::from(name));
+        let previous = self
+            .info_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
         if let Some(l) = previous {
             self.resource_info.remove(&l);
         }
@@ -231,6 +294,12 @@ mod tests {
         info.reason = "Synced";
         m.set_resource_info(&info);
         let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(
+                r#"omni_operator_resource_info{kind="OmniCluster",namespace="ns",name="a",ready="True",reason="Synced",suspended="false"} 1"#
+            ),
+            "{text}"
+        );
         assert!(text.contains(r#"reason="Synced""#), "{text}");
         assert!(!text.contains(r#"reason="SyncFailed""#), "{text}");
         m.forget_resource("OmniCluster", "ns", "a");
