@@ -1,7 +1,7 @@
 //! Prometheus metrics of the operator, served at `/metrics` on `--metrics-bind-address`.
 //!
 //! Label sets are plain `(name, value)` vectors so that every family is one line to declare,
-//! except the per-object `resource_info` series ([`InfoLabels`]), of which there are as many as
+//! except the per-object `resource_info` series (`InfoLabels`), of which there are as many as
 //! objects.
 
 use std::collections::{HashMap, HashSet};
@@ -221,7 +221,7 @@ impl Metrics {
         }
     }
 
-    /// The shared copy of `value` (see [`Metrics::shared`]).
+    /// The shared copy of `value`, added to the set of shared values when new.
     fn shared(&self, value: &str) -> Arc<str> {
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(v) = shared.get(value) {
