@@ -49,6 +49,29 @@ where
     result
 }
 
+/// A kind a controller reconciles: one of ours, namespaced, decodable and shareable.
+pub(crate) trait OwnKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + DeserializeOwned
+    + Clone
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> OwnKind for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A controller of kind `K` caching its objects as [`Cached`] values, so one undecodable object
 /// cannot stall the whole watch (see [`reconcile_decoded`]).
 ///
@@ -68,13 +91,7 @@ pub(crate) fn indexed_controller_for<K>(
     Arc<index::RefIndex<K>>,
 )
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + DeserializeOwned
-        + Clone
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: OwnKind,
 {
     let index = Arc::new(index::RefIndex::new(keys));
     let kept = index.clone();
@@ -87,13 +104,7 @@ fn controller_with<K>(
     mut on_event: impl FnMut(&kube::runtime::watcher::Event<Cached<K>>) + Send + 'static,
 ) -> kube::runtime::Controller<Cached<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + DeserializeOwned
-        + Clone
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: OwnKind,
 {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
