@@ -187,11 +187,13 @@ where
             other => return other,
         }
     };
-    report_undecodable::<K>(&bad, &ctx).await
+    report_undecodable(&obj, &bad, &ctx).await
 }
 
-/// Reports `bad` on itself: `Ready=False` reason `InvalidObject` and an Event, once.
-async fn report_undecodable<K: Resource<DynamicType = ()>>(
+/// Reports `bad`, the record of `obj`, on `obj` itself: `Ready=False` reason `InvalidObject`
+/// and an Event, once.
+async fn report_undecodable<K: Resource<DynamicType = ()> + Clone>(
+    obj: &Cached<K>,
     bad: &Undecodable,
     ctx: &Context,
 ) -> Result<Action, Error> {
@@ -214,17 +216,8 @@ async fn report_undecodable<K: Resource<DynamicType = ()>>(
         let patch = serde_json::json!({"status": {"conditions": conditions}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(K::api_version(&()).into_owned()),
-            kind: Some(kind.into_owned()),
-            name: Some(name),
-            namespace: Some(namespace),
-            uid: bad.metadata.uid.clone(),
-            resource_version: bad.metadata.resource_version.clone(),
-            field_path: None,
-        };
         ctx.event_for(
-            reference,
+            obj.object_ref(&()),
             EventType::Warning,
             REASON_INVALID_OBJECT,
             format!("Ready=False: {message}"),

@@ -203,24 +203,26 @@ fn type_name(type_: EventType) -> &'static str {
 
 /// A fingerprint of a happening: the Event's type, action, reason and object (with its version).
 fn happening(event: &Event, regarding: &ObjectReference) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    type_name(event.type_).hash(&mut h);
-    event.action.hash(&mut h);
-    event.reason.hash(&mut h);
-    for r in std::iter::once(regarding).chain(event.secondary.as_ref()) {
-        (
-            &r.api_version,
-            &r.kind,
-            &r.namespace,
-            &r.name,
-            &r.uid,
-            &r.resource_version,
-            &r.field_path,
-        )
-            .hash(&mut h);
-    }
-    h.finish()
+    let objects: Vec<_> = std::iter::once(regarding)
+        .chain(event.secondary.as_ref())
+        .map(|r| {
+            (
+                &r.api_version,
+                &r.kind,
+                &r.namespace,
+                &r.name,
+                &r.uid,
+                &r.resource_version,
+                &r.field_path,
+            )
+        })
+        .collect();
+    super::runner::hash_of((
+        type_name(event.type_),
+        &event.action,
+        &event.reason,
+        objects,
+    ))
 }
 
 #[cfg(test)]

@@ -60,16 +60,12 @@ impl<K: Resource<DynamicType = ()> + Clone> Entries<K> {
         let keys: Box<[RefKey]> = keys
             .into_iter()
             .map(|key| {
-                // The copy the index already holds, if any, so that the text is shared.
-                let key = match self.by_key.get_key_value(&key) {
-                    Some((held, _)) => held.clone(),
-                    None => key,
-                };
-                self.by_key
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(obj.clone());
-                key
+                // An occupied entry's key is the copy the index already holds: its text is
+                // shared rather than held again.
+                let entry = self.by_key.entry(key);
+                let held = entry.key().clone();
+                entry.or_default().insert(obj.clone());
+                held
             })
             .collect();
         self.keys_of.insert(obj, keys);
@@ -300,6 +296,32 @@ mod tests {
         );
         index.apply(&watcher::Event::InitDone);
         assert_eq!(names(index.get(&cluster("prod"))), ["new"]);
+    }
+
+    #[test]
+    fn objects_naming_the_same_thing_share_its_key_and_each_its_reference() {
+        let index = index();
+        index.apply(&watcher::Event::Apply(sync("a", "prod", "src-a", "1")));
+        index.apply(&watcher::Event::Apply(sync("b", "prod", "src-b", "2")));
+        let state = index.state.read().unwrap_or_else(PoisonError::into_inner);
+        let keys_of = |name: &str| {
+            let (r, keys) = state
+                .live
+                .keys_of
+                .iter()
+                .find(|(r, _)| r.name == name)
+                .unwrap_or_else(|| panic!("{name} is indexed"));
+            (r.clone(), keys.clone())
+        };
+        let ((a, a_keys), (_, b_keys)) = (keys_of("a"), keys_of("b"));
+        assert!(
+            Arc::ptr_eq(&a_keys[0].0, &b_keys[0].0),
+            "one copy of the cluster key's text"
+        );
+        let in_set = state.live.by_key[&cluster("prod")]
+            .get(a.as_ref())
+            .unwrap_or_else(|| panic!("a is under its cluster"));
+        assert!(Arc::ptr_eq(in_set, &a), "one copy of a's reference");
     }
 
     #[test]

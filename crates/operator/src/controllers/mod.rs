@@ -39,7 +39,7 @@ pub(crate) use self::decoded::{cached_ref, error_policy};
 pub(crate) use self::error::RetryPolicy;
 pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
-pub use self::runner::{ClusterTrigger, cluster_changes, drive, secret_changes};
+pub use self::runner::{ClusterTrigger, cluster_changes, secret_changes};
 pub(crate) use self::runner::{
-    cluster_changes_from, indexed_controller_for, instrumented, strip_for_cache,
+    cluster_changes_from, drive, indexed_controller_for, instrumented, strip_for_cache,
 };

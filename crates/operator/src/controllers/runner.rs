@@ -196,8 +196,9 @@ fn identity(cluster: &OmniCluster) -> u64 {
     ))
 }
 
-/// A hash of `value`: what a trigger reads of an object, to tell whether it changed.
-fn hash_of(value: impl std::hash::Hash) -> u64 {
+/// A hash of `value`: what a trigger reads of an object, to tell whether it changed (and the
+/// fingerprint of an Event's happening).
+pub(super) fn hash_of(value: impl std::hash::Hash) -> u64 {
     use std::hash::Hasher as _;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     value.hash(&mut h);
@@ -308,13 +309,13 @@ pub(crate) fn own_change<K: Resource>(obj: &K) -> Option<u64> {
 
 /// Runs `controller` until `shutdown` completes: each decoded object is handed to `reconcile`;
 /// failures back off per object (`error_policy`).
-pub async fn drive<K, F, Fut>(
+pub(crate) async fn drive<K, F, Fut>(
     controller: kube::runtime::Controller<Cached<K>>,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     reconcile: F,
 ) where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+    K: OwnKind,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
