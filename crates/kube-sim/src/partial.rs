@@ -4,27 +4,32 @@
 //! `get_metadata`/`list_metadata`, client-go's metadata client). The real server answers these
 //! with each object's `metadata` alone, so a client listing many large objects (Secrets) for
 //! their finalizers or labels does not receive their data.
+//!
+//! [`requested_as`] reads which `meta.k8s.io` representation a request asks for; `table.rs`
+//! uses it too.
 
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
-/// The metadata-only kind the request asks for as its first choice, if any.
-pub(crate) fn wanted(headers: &HeaderMap) -> Option<&'static str> {
+/// The `meta.k8s.io` representation (`as=`: `Table`, `PartialObjectMetadata`,
+/// `PartialObjectMetadataList`) the request asks for as its first choice, if any.
+pub(crate) fn requested_as(headers: &HeaderMap) -> Option<&str> {
     let first = headers
         .get("accept")
         .and_then(|v| v.to_str().ok())
         .and_then(|accept| accept.split(',').next())?;
-    let params: Vec<&str> = first.split(';').map(str::trim).collect();
+    // The media type, then its parameters.
+    let params: Vec<&str> = first.split(';').skip(1).map(str::trim).collect();
     if !params.contains(&"g=meta.k8s.io") {
         return None;
     }
-    if params.contains(&"as=PartialObjectMetadataList") {
-        Some("PartialObjectMetadataList")
-    } else if params.contains(&"as=PartialObjectMetadata") {
-        Some("PartialObjectMetadata")
-    } else {
-        None
-    }
+    params.iter().find_map(|p| p.strip_prefix("as="))
+}
+
+/// The metadata-only kind the request asks for as its first choice, if any.
+pub(crate) fn wanted(headers: &HeaderMap) -> Option<&str> {
+    requested_as(headers)
+        .filter(|kind| matches!(*kind, "PartialObjectMetadata" | "PartialObjectMetadataList"))
 }
 
 /// `obj` as a `PartialObjectMetadata`.

@@ -13,11 +13,7 @@ use crate::store::{ResourceType, Store};
 
 /// Whether the request asks for a Table (as its first choice).
 pub(crate) fn wanted(headers: &HeaderMap) -> bool {
-    headers
-        .get("accept")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|accept| accept.split(',').next())
-        .is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
+    crate::partial::requested_as(headers) == Some("Table")
 }
 
 /// The printer columns of `t`: `(name, type, jsonPath, description, priority)`.
