@@ -13,8 +13,7 @@ use kube::runtime::events::EventType;
 use omni_operator::api::OmniConnection;
 use omni_operator::controllers::{Context, Scope, SystemClock};
 use omni_operator::metrics::Metrics;
-use serde_json::json;
-use support::{create_json, install_operator_api, kube_sim};
+use support::{connection_doc, create_json, install_operator_api, kube_sim};
 
 const NS: &str = "events";
 
@@ -32,15 +31,7 @@ async fn a_repeated_happening_is_counted_on_the_first_event_and_another_gets_its
     install_operator_api(&client, NS).await;
     create_json(
         &client,
-        json!({
-            "apiVersion": "omni.texashpc.com/v1alpha1",
-            "kind": "OmniConnection",
-            "metadata": {"name": "omni", "namespace": NS},
-            "spec": {
-                "endpoint": "https://omni.example.com",
-                "auth": {"serviceAccountSecretRef": {"name": "k", "key": "serviceAccountKey"}}
-            }
-        }),
+        connection_doc(NS, "omni", "https://omni.example.com", "k"),
     )
     .await;
     let connection = Api::<OmniConnection>::namespaced(client.clone(), NS)

@@ -18,21 +18,13 @@ use omni_operator::controllers::{
 };
 use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
-use support::{create_json, install_operator_api, kube_sim};
+use support::{connection_doc, create_json, install_operator_api, kube_sim};
 
 const NS: &str = "stale";
 const NAME: &str = "omni";
 
 fn connection() -> Value {
-    json!({
-        "apiVersion": "omni.texashpc.com/v1alpha1",
-        "kind": "OmniConnection",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {
-            "endpoint": "https://omni.example.com",
-            "auth": {"serviceAccountSecretRef": {"name": "omni-key", "key": "serviceAccountKey"}}
-        }
-    })
+    connection_doc(NS, NAME, "https://omni.example.com", "omni-key")
 }
 
 /// A Ready status whose condition changed state at `at`.

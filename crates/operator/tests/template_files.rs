@@ -408,15 +408,7 @@ mod system {
         .await;
         let _: OmniConnection = create(
             &client,
-            json!({
-                "apiVersion": "omni.texashpc.com/v1alpha1",
-                "kind": "OmniConnection",
-                "metadata": {"name": "omni", "namespace": NS},
-                "spec": {
-                    "endpoint": sim.endpoint(),
-                    "auth": {"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}},
-                },
-            }),
+            support::connection_doc(NS, "omni", sim.endpoint(), "omni-service-account"),
         )
         .await;
 

@@ -300,6 +300,25 @@ pub async fn install_operator_api(client: &kube::Client, namespace: &str) {
     }
 }
 
+/// OmniConnection `namespace/name` to `endpoint`, authenticating with the key under
+/// `serviceAccountKey` in Secret `secret`, as JSON (for [`create_json`]).
+pub fn connection_doc(
+    namespace: &str,
+    name: &str,
+    endpoint: &str,
+    secret: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniConnection",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "endpoint": endpoint,
+            "auth": {"serviceAccountSecretRef": {"name": secret, "key": "serviceAccountKey"}}
+        }
+    })
+}
+
 /// Creates any object given as JSON (`apiVersion`, `kind`, `metadata.namespace` set; the plural
 /// is the lower-cased kind plus `s`, true of every kind the tests create this way).
 pub async fn create_json(client: &kube::Client, obj: serde_json::Value) {
