@@ -324,29 +324,37 @@ async fn lead_and_reconcile(
     .boxed()
     .shared();
     let mut controllers = tokio::task::JoinSet::new();
-    controllers.spawn(controllers::connection::run(ctx.clone(), ctl_stop.clone()));
-    controllers.spawn(controllers::cluster::run(ctx.clone(), ctl_stop.clone()));
-    controllers.spawn(controllers::children::run::<OmniControlPlane>(
+    // Every controller subscribes to the kinds it reads before the watches start: one watch
+    // and one cache per kind, shared.
+    let mut watches = controllers::Watches::new(&ctx);
+    let w = &mut watches;
+    let stop_on = || ctl_stop.clone();
+    controllers.spawn(controllers::connection::start(ctx.clone(), w, stop_on()));
+    controllers.spawn(controllers::cluster::start(ctx.clone(), w, stop_on()));
+    controllers.spawn(controllers::children::start::<OmniControlPlane, _>(
         ctx.clone(),
-        ctl_stop.clone(),
+        w,
+        stop_on(),
     ));
-    controllers.spawn(controllers::children::run::<OmniWorkers>(
+    controllers.spawn(controllers::children::start::<OmniWorkers, _>(
         ctx.clone(),
-        ctl_stop.clone(),
+        w,
+        stop_on(),
     ));
-    controllers.spawn(controllers::children::run::<OmniMachine>(
+    controllers.spawn(controllers::children::start::<OmniMachine, _>(
         ctx.clone(),
-        ctl_stop.clone(),
+        w,
+        stop_on(),
     ));
-    controllers.spawn(controllers::secret_sync::run(ctx.clone(), ctl_stop.clone()));
-    controllers.spawn(controllers::kubeconfig_export::run(
+    controllers.spawn(controllers::secret_sync::start(ctx.clone(), w, stop_on()));
+    controllers.spawn(controllers::kubeconfig_export::start(
         ctx.clone(),
-        ctl_stop.clone(),
+        w,
+        stop_on(),
     ));
-    controllers.spawn(controllers::helm_release::run(
-        ctx.clone(),
-        ctl_stop.clone(),
-    ));
+    controllers.spawn(controllers::helm_release::start(ctx.clone(), w, stop_on()));
+    tracing::debug!(kinds = watches.count(), "watching");
+    controllers.spawn(watches.run(ctl_stop.clone()));
 
     let lost = async {
         let Some(elector) = &elector else {

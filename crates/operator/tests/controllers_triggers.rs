@@ -17,7 +17,6 @@ use futures::{Stream, StreamExt as _};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use omni_operator::api::OmniCluster;
 use omni_operator::controllers::{ClusterTrigger, cluster_changes, secret_changes};
@@ -35,7 +34,7 @@ const WAIT: Duration = Duration::from_secs(3);
 struct Watched<K> {
     api: Api<K>,
     name: &'static str,
-    events: Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>,
+    events: Pin<Box<dyn Stream<Item = K> + Send>>,
 }
 
 impl<K> Watched<K>
@@ -46,7 +45,7 @@ where
     fn new(
         api: Api<K>,
         name: &'static str,
-        events: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+        events: impl Stream<Item = K> + Send + 'static,
     ) -> Self {
         Self {
             api,
@@ -58,8 +57,7 @@ where
     /// The next event within [`WAIT`], if any.
     async fn next(&mut self) -> Option<K> {
         match tokio::time::timeout(WAIT, self.events.next()).await {
-            Ok(Some(Ok(o))) => Some(o),
-            Ok(Some(Err(e))) => panic!("watch: {e}"),
+            Ok(Some(o)) => Some(o),
             Ok(None) => panic!("the watch ended"),
             Err(_) => None,
         }
@@ -126,7 +124,7 @@ async fn watched_cluster(client: &kube::Client, trigger: ClusterTrigger) -> Watc
     )
     .await;
     let api: Api<OmniCluster> = Api::namespaced(client.clone(), NS);
-    Watched::new(api.clone(), "prod", cluster_changes(api, trigger))
+    Watched::new(api, "prod", cluster_changes(client.clone(), NS, trigger))
 }
 
 /// Condition `Synced` with `status` and `message`, as a status patch.
@@ -263,7 +261,7 @@ async fn a_secrets_readers_are_woken_by_its_content_and_deletion_not_by_its_fina
     )
     .await;
     let api: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let mut secret = Watched::new(api.clone(), "kubeconfig", secret_changes(api));
+    let mut secret = Watched::new(api, "kubeconfig", secret_changes(client.clone(), NS));
     secret.wakes("first sighting").await;
 
     secret

@@ -6,12 +6,16 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::{Resource as _, ResourceExt};
 
 use super::index::{RefKey, namespace_of};
 use super::status::Reported;
-use super::{Context, Error, drive, indexed_controller_for, instrumented, status};
+use super::watches::SharedKind;
+use super::{
+    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for,
+    instrumented, status,
+};
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
@@ -127,27 +131,28 @@ async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, E
     .await
 }
 
-/// Runs the controller of child kind `K` until `shutdown` completes.
-pub(crate) async fn run<K: Child>(
+/// The controller of child kind `K`, subscribed to `watches`: runs until `shutdown` completes.
+pub(crate) fn start<K: Child + SharedKind, S>(
     ctx: Arc<Context>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let (controller, index) = indexed_controller_for::<K>(&ctx, |c| {
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<K, S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, index) = indexed_controller_for::<K>(&ctx, watches, |c| {
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });
     let controller = controller.watches_stream(
-        super::cluster_changes(
-            ctx.watch_api::<OmniCluster>(),
-            super::ClusterTrigger::ChangesAndConditions,
-        ),
-        move |cluster: OmniCluster| {
-            if !crate::baseline::mapped_event_passes(&K::kind(&()), &cluster.metadata) {
+        cluster_changes_of(watches, super::ClusterTrigger::ChangesAndConditions),
+        move |cluster: Cached<OmniCluster>| {
+            if !crate::baseline::mapped_event_passes(&K::kind(&()), cluster.meta()) {
                 return Vec::new();
             }
             index.referring_to("cluster", &cluster)
         },
     );
-    drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>).await;
+    drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>)
 }
 
 #[cfg(test)]

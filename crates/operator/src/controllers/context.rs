@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource};
 use rand::Rng;
@@ -182,16 +182,6 @@ impl Context {
         match &self.scope {
             Scope::Namespace(ns) => Api::namespaced(self.client.clone(), ns),
             Scope::All => Api::all(self.client.clone()),
-        }
-    }
-
-    /// A `DynamicObject` API handle for kind `K` covering the operator's scope, for watches
-    /// that read one field of several kinds alike (the export's consumers).
-    pub(crate) fn dynamic_watch_api<K: Resource<DynamicType = ()>>(&self) -> Api<DynamicObject> {
-        let ar = ApiResource::erase::<K>(&());
-        match &self.scope {
-            Scope::Namespace(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            Scope::All => Api::all_with(self.client.clone(), &ar),
         }
     }
 

@@ -61,6 +61,23 @@ impl<K: Resource<DynamicType = ()>> Cached<K> {
     }
 }
 
+impl<K> Cached<K> {
+    /// The object, if it decoded.
+    pub fn decoded(&self) -> Option<&K> {
+        match self {
+            Self::Decoded(k) => Some(k),
+            Self::Undecodable(_) => None,
+        }
+    }
+}
+
+impl Undecodable {
+    /// Why the object does not decode.
+    pub(crate) fn error(&self) -> &str {
+        &self.error
+    }
+}
+
 impl<K> Resource for Cached<K>
 where
     K: Resource<DynamicType = ()> + Clone,

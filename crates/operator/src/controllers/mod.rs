@@ -3,7 +3,8 @@
 //! Every kind with a finalizer runs the same pipeline (`pipeline::reconcile`, see
 //! `docs/architecture.md`): validate → apply (observe, plan, act; returns an outcome) → status
 //! (pure, written once, Events on condition transitions) → next action. Each kind is one
-//! submodule exposing `async fn run(ctx, shutdown)`; what all kinds share lives here:
+//! submodule exposing `start(ctx, watches, shutdown)`, which subscribes to the kinds it reads
+//! and returns the controller's future; what all kinds share lives here:
 //!
 //! - [`Context`] (`context.rs`): clients, clock, metrics, Events and per-object backoff;
 //! - [`Error`] and `RetryPolicy` (`error.rs`): why a reconcile failed and what it does next;
@@ -13,7 +14,8 @@
 //!   an Event, is not retried until it changes, and cannot stall the watch of every other object
 //!   of its kind (`docs/decisions.md`);
 //! - `events.rs`: publishing Events, counting a repeat on the first Event's series;
-//! - `runner.rs`: building and driving a controller (its cache, triggers and error policy);
+//! - [`Watches`] (`watches.rs`): one watch and one cache per kind, shared by every controller;
+//! - `runner.rs`: building and driving a controller (its triggers and error policy);
 //! - [`status`], [`finalizer`], [`index`], [`children`] and [`omni`].
 
 pub mod children;
@@ -32,6 +34,7 @@ pub(crate) mod pipeline;
 mod runner;
 pub mod secret_sync;
 pub mod status;
+mod watches;
 
 pub use self::context::{Clock, Context, Scope, SystemClock};
 pub use self::decoded::{Cached, Undecodable, api_resource, reconcile_decoded};
@@ -41,5 +44,7 @@ pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
 pub use self::runner::{ClusterTrigger, cluster_changes, secret_changes};
 pub(crate) use self::runner::{
-    cluster_changes_from, drive, indexed_controller_for, instrumented, strip_for_cache,
+    OwnKind, cluster_changes_of, drive, indexed_controller_for, instrumented, secret_changes_of,
+    strip_for_cache, touched,
 };
+pub use self::watches::Watches;

@@ -14,6 +14,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::watches::{SharedKind, SharedWatch, WatchEvent, Watches};
 use super::{Cached, Context, Error, error_policy, index, reconcile_decoded};
 
 use crate::api::OmniCluster;
@@ -49,7 +50,8 @@ where
     result
 }
 
-/// A kind a controller reconciles: one of ours, namespaced, decodable and shareable.
+/// A namespaced kind the operator watches, caches decoded and shares between tasks: each of its
+/// own kinds, and Secrets.
 pub(crate) trait OwnKind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + DeserializeOwned
@@ -72,8 +74,9 @@ impl<K> OwnKind for K where
 {
 }
 
-/// A controller of kind `K` caching its objects as [`Cached`] values, so one undecodable object
-/// cannot stall the whole watch (see [`reconcile_decoded`]).
+/// A controller of kind `K`, reading its objects from the kind's shared watch and cache
+/// ([`Watches`]) as [`Cached`] values, so one undecodable object cannot stall the whole watch
+/// (see [`reconcile_decoded`]).
 ///
 /// Its own objects trigger a reconcile only when [`own_change`] differs: a status write (ours
 /// included) is not a reason to reconcile again. Without this filter every status write of a
@@ -85,44 +88,41 @@ impl<K> OwnKind for K where
 /// the same watch, for the controller's mapped watches.
 pub(crate) fn indexed_controller_for<K>(
     ctx: &Context,
+    watches: &mut Watches,
     keys: fn(&K) -> Vec<index::RefKey>,
 ) -> (
     kube::runtime::Controller<Cached<K>>,
     Arc<index::RefIndex<K>>,
 )
 where
-    K: OwnKind,
+    K: SharedKind,
 {
+    use futures::StreamExt as _;
     let index = Arc::new(index::RefIndex::new(keys));
     let kept = index.clone();
-    let controller = controller_with::<K>(ctx, move |event| kept.apply(event));
+    let watch = watches.of::<K>();
+    let reader = watch.store();
+    let events = watch.subscribe().inspect(move |event| kept.apply(event));
+    let triggers = changes_from(events, own_change, Deletions::Skip).map(Ok);
+    let controller = kube::runtime::Controller::for_stream(triggers, reader).with_config(
+        kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
+    );
     (controller, index)
 }
 
-fn controller_with<K>(
-    ctx: &Context,
-    mut on_event: impl FnMut(&kube::runtime::watcher::Event<Cached<K>>) + Send + 'static,
-) -> kube::runtime::Controller<Cached<K>>
-where
-    K: OwnKind,
-{
+/// The objects of kind `K` the shared watch applies or deletes, unfiltered: for mapped watches
+/// whose mapper decides alone what matters.
+pub(crate) fn touched<K: SharedKind>(
+    watches: &mut Watches,
+) -> impl futures::Stream<Item = Result<Cached<K>, kube::runtime::watcher::Error>> + Send + use<K> {
     use futures::StreamExt as _;
-    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-    let (reader, writer) = reflector::store::<Cached<K>>();
-    let triggers = watcher(ctx.watch_api::<Cached<K>>(), watcher::Config::default())
-        .default_backoff()
-        .modify(strip_for_cache)
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                on_event(event);
-            }
+    use kube::runtime::watcher::Event;
+    watches.of::<K>().subscribe().filter_map(|event| {
+        std::future::ready(match event {
+            Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(Ok(o)),
+            Event::Init | Event::InitDone => None,
         })
-        .applied_objects()
-        .predicate_filter(own_change, kube::runtime::PredicateConfig::default());
-    kube::runtime::Controller::for_stream(triggers, reader).with_config(
-        kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
-    )
+    })
 }
 
 /// What no reconcile reads, dropped before an object enters the watch cache: the field
@@ -152,40 +152,51 @@ pub enum ClusterTrigger {
     Identity,
 }
 
-/// The watch events of OmniClusters that can matter to the objects referring to one: its first
-/// sighting, its deletion, and what `trigger` says. The rest of its status moving with Omni
-/// (phase, machine counts, messages, timestamps) wakes nobody: it would re-run every dependant
-/// of the cluster on each write.
-pub fn cluster_changes(
-    api: Api<OmniCluster>,
+/// The OmniClusters whose change can matter to the objects referring to one, from the shared
+/// watch: its first sighting, its deletion, and what `trigger` says. The rest of its status
+/// moving with Omni (phase, machine counts, messages, timestamps) wakes nobody: it would re-run
+/// every dependant of the cluster on each write.
+pub(crate) fn cluster_changes_of(
+    watches: &mut Watches,
     trigger: ClusterTrigger,
-) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<Cached<OmniCluster>, kube::runtime::watcher::Error>> + Send + use<>
 {
-    use kube::runtime::{WatchStreamExt as _, watcher};
-    cluster_changes_from(
-        watcher(api, watcher::Config::default()).default_backoff(),
-        trigger,
-    )
+    use futures::StreamExt as _;
+    cluster_changes_from(watches.of::<OmniCluster>().subscribe(), trigger).map(Ok)
 }
 
-/// [`cluster_changes`] of a given OmniCluster watch (e.g. one that also fills a cache).
-pub(crate) fn cluster_changes_from(
-    events: impl futures::Stream<
-        Item = Result<kube::runtime::watcher::Event<OmniCluster>, kube::runtime::watcher::Error>,
-    > + Send
-    + 'static,
+/// [`cluster_changes_of`] on a watch of its own, for a test to see what wakes a dependant.
+pub fn cluster_changes(
+    client: kube::Client,
+    namespace: &str,
     trigger: ClusterTrigger,
-) -> impl futures::Stream<Item = Result<OmniCluster, kube::runtime::watcher::Error>> + Send + 'static
-{
-    changes_from(events, move |o: &OmniCluster| match trigger {
-        ClusterTrigger::ChangesAndConditions => {
-            own_change(o).unwrap_or_default() ^ condition_states(o)
-        }
-        ClusterTrigger::Identity => identity(o),
-        ClusterTrigger::Connection => {
-            hash_of((&o.spec.connection_ref.name, deletion_mark(&o.metadata)))
-        }
-    })
+) -> impl futures::Stream<Item = OmniCluster> + Send + use<> {
+    let mut watch = SharedWatch::new(Api::namespaced(client, namespace));
+    let changes = cluster_changes_from(watch.subscribe(), trigger);
+    decoded(alongside(watch, changes))
+}
+
+fn cluster_changes_from(
+    events: impl futures::Stream<Item = WatchEvent<OmniCluster>> + Send + 'static,
+    trigger: ClusterTrigger,
+) -> impl futures::Stream<Item = Cached<OmniCluster>> + Send + 'static {
+    changes_from(
+        events,
+        move |cached: &Cached<OmniCluster>| {
+            // An undecodable cluster is woken for by what its metadata says.
+            let Some(o) = cached.decoded() else {
+                return own_change(cached);
+            };
+            match trigger {
+                ClusterTrigger::ChangesAndConditions => own_change(o) ^ condition_states(o),
+                ClusterTrigger::Identity => identity(o),
+                ClusterTrigger::Connection => {
+                    hash_of((&o.spec.connection_ref.name, deletion_mark(&o.metadata)))
+                }
+            }
+        },
+        Deletions::Pass,
+    )
 }
 
 /// A hash of what names `cluster`: its name in Omni and its deletion mark.
@@ -210,18 +221,38 @@ fn deletion_mark(meta: &kube::api::ObjectMeta) -> Option<jiff::Timestamp> {
     meta.deletion_timestamp.as_ref().map(|t| t.0)
 }
 
-/// The watch events of Secrets whose content can matter to the objects that read them: a first
-/// sighting, a change of type, data, labels or annotations (the Secret policy reads the last
-/// two), the deletion mark, and the deletion. A finalizer added or lifted (the holds of
+/// The Secrets whose content can matter to the objects that read them, from the shared watch:
+/// a first sighting, a change of type, data, labels or annotations (the Secret policy reads the
+/// last two), the deletion mark, and the deletion. A finalizer added or lifted (the holds of
 /// exports and connections) or any other metadata moving wakes nobody: each such write of an
 /// export's kubeconfig Secret re-ran every secret sync using it.
+pub(crate) fn secret_changes_of(
+    watches: &mut Watches,
+) -> impl futures::Stream<Item = Result<Cached<Secret>, kube::runtime::watcher::Error>> + Send + use<>
+{
+    use futures::StreamExt as _;
+    secret_changes_from(watches.of::<Secret>().subscribe()).map(Ok)
+}
+
+/// [`secret_changes_of`] on a watch of its own, for a test to see what wakes a reader.
 pub fn secret_changes(
-    api: Api<Secret>,
-) -> impl futures::Stream<Item = Result<Secret, kube::runtime::watcher::Error>> + Send + 'static {
-    use kube::runtime::{WatchStreamExt as _, watcher};
+    client: kube::Client,
+    namespace: &str,
+) -> impl futures::Stream<Item = Secret> + Send + use<> {
+    let mut watch = SharedWatch::new(Api::namespaced(client, namespace));
+    let changes = secret_changes_from(watch.subscribe());
+    decoded(alongside(watch, changes))
+}
+
+fn secret_changes_from(
+    events: impl futures::Stream<Item = WatchEvent<Secret>> + Send + 'static,
+) -> impl futures::Stream<Item = Cached<Secret>> + Send + 'static {
     changes_from(
-        watcher(api, watcher::Config::default()).default_backoff(),
-        |s: &Secret| {
+        events,
+        |cached: &Cached<Secret>| {
+            let Some(s) = cached.decoded() else {
+                return own_change(cached);
+            };
             let data: Vec<(&String, &Vec<u8>)> =
                 s.data.iter().flatten().map(|(k, v)| (k, &v.0)).collect();
             hash_of((
@@ -232,18 +263,46 @@ pub fn secret_changes(
                 deletion_mark(&s.metadata),
             ))
         },
+        Deletions::Pass,
     )
 }
 
+/// `stream`, with `watch` running for as long as it is polled.
+fn alongside<K: SharedKind, T: Send + 'static>(
+    watch: SharedWatch<K>,
+    stream: impl futures::Stream<Item = T> + Send + 'static,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    use futures::StreamExt as _;
+    let watching = futures::stream::once(watch.run()).filter_map(|()| std::future::ready(None));
+    futures::stream::select(stream, watching)
+}
+
+/// The decoded objects of `stream`.
+fn decoded<K: SharedKind>(
+    stream: impl futures::Stream<Item = Cached<K>> + Send + 'static,
+) -> impl futures::Stream<Item = K> + Send + 'static {
+    use futures::StreamExt as _;
+    stream.filter_map(|c| std::future::ready(c.decoded().cloned()))
+}
+
+/// Whether [`changes_from`] passes on deletions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deletions {
+    /// For readers of another kind, which a deletion may concern.
+    Pass,
+    /// For the kind's own controller: a deleted object has nothing left to reconcile (its
+    /// finalizer let it go).
+    Skip,
+}
+
 /// The objects of a watch whose `state` changed since they were last passed on, plus first
-/// sightings and deletions. Objects gone while the watch was down are forgotten at the re-list.
+/// sightings and (unless skipped) deletions. Objects gone while the watch was down are
+/// forgotten at the re-list.
 fn changes_from<K>(
-    events: impl futures::Stream<
-        Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
-    > + Send
-    + 'static,
+    events: impl futures::Stream<Item = kube::runtime::watcher::Event<K>> + Send + 'static,
     mut state: impl FnMut(&K) -> u64 + Send + 'static,
-) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+    deletions: Deletions,
+) -> impl futures::Stream<Item = K> + Send + 'static
 where
     K: Resource + Send + 'static,
 {
@@ -254,29 +313,28 @@ where
     events.filter_map(move |event| {
         let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
         let out = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                 let id = uid(&o);
                 if let Some(listed) = relisted.as_mut() {
                     listed.insert(id.clone());
                 }
                 let now = state(&o);
-                (seen.insert(id, now) != Some(now)).then_some(Ok(o))
+                (seen.insert(id, now) != Some(now)).then_some(o)
             }
-            Ok(watcher::Event::Delete(o)) => {
+            watcher::Event::Delete(o) => {
                 seen.remove(&uid(&o));
-                Some(Ok(o))
+                (deletions == Deletions::Pass).then_some(o)
             }
-            Ok(watcher::Event::Init) => {
+            watcher::Event::Init => {
                 relisted = Some(std::collections::HashSet::new());
                 None
             }
-            Ok(watcher::Event::InitDone) => {
+            watcher::Event::InitDone => {
                 if let Some(listed) = relisted.take() {
                     seen.retain(|id, _| listed.contains(id));
                 }
                 None
             }
-            Err(e) => Some(Err(e)),
         };
         std::future::ready(out)
     })
@@ -296,15 +354,15 @@ fn condition_states(cluster: &OmniCluster) -> u64 {
 /// The parts of an object of our own kinds whose change calls for a reconcile: `generation`
 /// (spec), labels, annotations (e.g. the adopt annotation), finalizers and the deletion mark.
 /// `status` and `resourceVersion` are deliberately left out.
-pub(crate) fn own_change<K: Resource>(obj: &K) -> Option<u64> {
+pub(crate) fn own_change<K: Resource>(obj: &K) -> u64 {
     let meta = obj.meta();
-    Some(hash_of((
+    hash_of((
         meta.generation,
         &meta.labels,
         &meta.annotations,
         &meta.finalizers,
         deletion_mark(meta),
-    )))
+    ))
 }
 
 /// Runs `controller` until `shutdown` completes: each decoded object is handed to `reconcile`;

@@ -327,10 +327,16 @@ impl Operator {
         )
         .with_secret_sync_resync(resync);
         let task = tokio::spawn(async move {
-            omni_operator::controllers::secret_sync::run(Arc::new(ctx), async move {
+            use futures::FutureExt as _;
+            let stop = async move {
                 let _ = rx.await;
-            })
-            .await;
+            }
+            .shared();
+            let ctx = Arc::new(ctx);
+            let mut watches = omni_operator::controllers::Watches::new(&ctx);
+            let sync =
+                omni_operator::controllers::secret_sync::start(ctx, &mut watches, stop.clone());
+            tokio::join!(sync, watches.run(stop));
             Ok(())
         });
         Operator {

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt};
 
 use super::failure::ClusterFailure;
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
@@ -87,17 +86,18 @@ pub(super) fn child_targets(
     current.into_iter().chain(rendered).collect()
 }
 
-/// The mapper of a watch of child kind `K`: a changed child re-renders [`child_targets`].
+/// The mapper of a watch of child kind `K`: a changed child re-renders [`child_targets`] (an
+/// undecodable one, whose cluster is unknown, the clusters that rendered it).
 pub(super) fn child_mapper<K: Child>(
     clusters: Arc<RefIndex<OmniCluster>>,
     kind: ChildKind,
-) -> impl Fn(K) -> Vec<ObjectRef<Cached<OmniCluster>>> + Send + Sync + 'static {
-    move |child: K| {
+) -> impl Fn(Cached<K>) -> Vec<ObjectRef<Cached<OmniCluster>>> + Send + Sync + 'static {
+    move |child: Cached<K>| {
         let name = child.name_any();
         child_targets(
             &clusters,
             child.namespace(),
-            child.cluster_ref(),
+            child.decoded().map_or("", Child::cluster_ref),
             &name,
             kind,
         )
@@ -109,15 +109,16 @@ pub(super) fn child_mapper<K: Child>(
 /// hung every cluster's reconcile with nothing in its status.
 pub(crate) const CHILD_CACHE_WAIT: Duration = Duration::from_secs(5);
 
-/// The cluster controller's caches of OmniControlPlanes, OmniWorkers and OmniMachines, filled
-/// by the same watches that wake it when a child changes. Each reconcile used to list all
-/// three kinds of its namespace: with every cluster reconciling at once in a cold start, that
-/// held clusters × children objects in memory (20 GiB at 1,000 clusters, omni-bench).
+/// The caches of OmniControlPlanes, OmniWorkers and OmniMachines the cluster controller reads:
+/// each kind's one shared cache, which its own controller reads too. Each reconcile used to
+/// list all three kinds of its namespace: with every cluster reconciling at once in a cold
+/// start, that held clusters × children objects in memory (20 GiB at 1,000 clusters,
+/// omni-bench).
 #[derive(Clone)]
 pub(crate) struct ChildCaches {
-    pub(super) control_planes: Store<OmniControlPlane>,
-    pub(super) workers: Store<OmniWorkers>,
-    pub(super) machines: Store<OmniMachine>,
+    pub(super) control_planes: Store<Cached<OmniControlPlane>>,
+    pub(super) workers: Store<Cached<OmniWorkers>>,
+    pub(super) machines: Store<Cached<OmniMachine>>,
 }
 
 /// The children of one cluster, as [`crate::render::render`] takes them.
@@ -127,34 +128,27 @@ pub(super) struct Children {
     pub(super) machines: Vec<OmniMachine>,
 }
 
-/// The children of `cluster` (what `render::render` selects), from the controller's caches
-/// once they are filled, or listed when the controller's watches are not running. A cache not
-/// filled within [`CHILD_CACHE_WAIT`] fails the reconcile naming its kind
-/// ([`ClusterFailure::ChildCacheNotReady`]); `Err` is a failed list.
+/// The children of `cluster` (what `render::render` selects), from the shared caches once they
+/// are filled, or listed when the controller's watches are not running. A cache not filled
+/// within [`CHILD_CACHE_WAIT`] fails the reconcile naming its kind
+/// ([`ClusterFailure::ChildCacheNotReady`]), and so does a child of the namespace that does not
+/// decode ([`ClusterFailure::UnreadableChild`]); `Err` is a failed list.
 pub(super) async fn children_of(
     ctx: &Context,
     cluster: &OmniCluster,
 ) -> Result<Result<Children, ClusterFailure>, Error> {
-    // The selection render::render makes: same namespace, clusterRef naming this cluster.
-    fn mine<K: Child>(cluster: &OmniCluster, all: Vec<Arc<K>>) -> Vec<K> {
-        all.into_iter()
-            .filter(|c| {
-                c.meta().namespace == cluster.metadata.namespace
-                    && Some(c.cluster_ref()) == cluster.metadata.name.as_deref()
-            })
-            .map(|c| c.as_ref().clone())
-            .collect()
-    }
     let caches = ctx.cluster_children.read().ok().and_then(|c| c.clone());
     if let Some(c) = caches {
         // A cache still listing would render the cluster without children it has.
         match c.readiness(CHILD_CACHE_WAIT).await {
             Readiness::Ready => {
-                return Ok(Ok(Children {
-                    control_planes: mine(cluster, c.control_planes.state()),
-                    workers: mine(cluster, c.workers.state()),
-                    machines: mine(cluster, c.machines.state()),
-                }));
+                return Ok((|| {
+                    Ok(Children {
+                        control_planes: cached_of(cluster, c.control_planes.state())?,
+                        workers: cached_of(cluster, c.workers.state())?,
+                        machines: cached_of(cluster, c.machines.state())?,
+                    })
+                })());
             }
             Readiness::NotFilled(kinds) => {
                 return Ok(Err(ClusterFailure::ChildCacheNotReady {
@@ -177,6 +171,34 @@ pub(super) async fn children_of(
         workers: ctx.api::<OmniWorkers>(&namespace).list(&lp).await?.items,
         machines: ctx.api::<OmniMachine>(&namespace).list(&lp).await?.items,
     }))
+}
+
+/// The children of kind `K` among `cached` that `cluster` renders: the same namespace and a
+/// `clusterRef` naming it. One of its namespace that does not decode fails the render.
+fn cached_of<K: Child>(
+    cluster: &OmniCluster,
+    cached: Vec<Arc<Cached<K>>>,
+) -> Result<Vec<K>, ClusterFailure> {
+    let mut mine = Vec::new();
+    for child in cached {
+        if child.meta().namespace != cluster.metadata.namespace {
+            continue;
+        }
+        match child.as_ref() {
+            Cached::Decoded(c) if Some(c.cluster_ref()) == cluster.metadata.name.as_deref() => {
+                mine.push(c.as_ref().clone());
+            }
+            Cached::Decoded(_) => {}
+            Cached::Undecodable(bad) => {
+                return Err(ClusterFailure::UnreadableChild {
+                    kind: K::kind(&()).into_owned(),
+                    name: child.name_any(),
+                    error: bad.error().to_owned(),
+                });
+            }
+        }
+    }
+    Ok(mine)
 }
 
 /// Whether the child caches have completed their first list.
@@ -217,23 +239,12 @@ impl ChildCaches {
     }
 }
 
-/// A watch of child kind `K` that fills `writer` as it goes.
-pub(super) fn cached_children<K: Child>(
-    ctx: &Context,
-    writer: kube::runtime::reflector::store::Writer<K>,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-    use kube::runtime::WatchStreamExt as _;
-    watcher(ctx.watch_api::<K>(), watcher::Config::default())
-        .default_backoff()
-        .modify(crate::controllers::strip_for_cache)
-        .reflect(writer)
-        .touched_objects()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::cluster::OmniClusterStatus;
+    use kube::runtime::watcher;
+    use serde::Deserialize as _;
 
     fn cluster_object(name: &str, status: OmniClusterStatus) -> Cached<OmniCluster> {
         let mut obj: OmniCluster = serde_json::from_value(serde_json::json!({
@@ -289,9 +300,9 @@ mod tests {
     #[tokio::test]
     async fn the_wait_for_the_child_caches_is_bounded_and_names_the_unfilled_kinds() {
         use kube::runtime::reflector::store;
-        let (control_planes, mut cp_writer) = store::<OmniControlPlane>();
-        let (workers, mut workers_writer) = store::<OmniWorkers>();
-        let (machines, mut machines_writer) = store::<OmniMachine>();
+        let (control_planes, mut cp_writer) = store::<Cached<OmniControlPlane>>();
+        let (workers, mut workers_writer) = store::<Cached<OmniWorkers>>();
+        let (machines, mut machines_writer) = store::<Cached<OmniMachine>>();
         let caches = ChildCaches {
             control_planes,
             workers,
@@ -310,5 +321,64 @@ mod tests {
         );
         machines_writer.apply_watcher_event(&watcher::Event::InitDone);
         assert_eq!(caches.readiness(short).await, Readiness::Ready);
+    }
+
+    fn workers(
+        name: &str,
+        namespace: &str,
+        cluster: serde_json::Value,
+    ) -> Arc<Cached<OmniWorkers>> {
+        let cached = Cached::<OmniWorkers>::deserialize(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniWorkers",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterRef": {"name": cluster}, "machineClass": {"name": "c", "size": 1}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Arc::new(cached)
+    }
+
+    #[test]
+    fn a_cluster_renders_the_decoded_children_naming_it_in_its_namespace() {
+        let cluster = cluster_object("prod", OmniClusterStatus::default());
+        let Some(cluster) = cluster.decoded() else {
+            panic!("the fixture decodes");
+        };
+        let cached = vec![
+            workers("mine", "ns", "prod".into()),
+            workers("theirs", "ns", "staging".into()),
+            workers("elsewhere", "other", "prod".into()),
+        ];
+        let mine = cached_of(cluster, cached).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<String> = mine.iter().map(ResourceExt::name_any).collect();
+        assert_eq!(names, ["mine"]);
+    }
+
+    /// Rendering without a child that does not decode could drop its machines from Omni: its
+    /// cluster is unknown, so every cluster of its namespace waits, naming it.
+    #[test]
+    fn an_undecodable_child_of_the_namespace_holds_the_render_and_is_named() {
+        let cluster = cluster_object("prod", OmniClusterStatus::default());
+        let Some(cluster) = cluster.decoded() else {
+            panic!("the fixture decodes");
+        };
+        let bad = workers("broken", "ns", serde_json::json!(7));
+        assert!(bad.decoded().is_none(), "a number is no cluster name");
+        let failure = cached_of(cluster, vec![workers("mine", "ns", "prod".into()), bad])
+            .err()
+            .unwrap_or_else(|| panic!("rendered without an undecodable child"));
+        let message = failure.to_string();
+        assert!(
+            message.starts_with(r#"OmniWorkers "broken" in this namespace cannot be read"#),
+            "{message}"
+        );
+        assert!(
+            cached_of(
+                cluster,
+                vec![workers("broken", "other", serde_json::json!(7))]
+            )
+            .is_ok(),
+            "another namespace's children are not this cluster's"
+        );
     }
 }

@@ -58,6 +58,21 @@ pub enum ClusterFailure {
         /// How long the reconcile waited.
         waited: Duration,
     },
+    /// A child of the cluster's namespace does not decode as its kind (its stored data
+    /// bypassed the CRD schema), so which cluster it belongs to is unknown. Rendering without
+    /// it could drop its machines from Omni, so no cluster of the namespace syncs until it is
+    /// fixed (its own condition says what is wrong with it; fixing it wakes its cluster).
+    #[error(
+        "{kind} {name:?} in this namespace cannot be read, so the cluster is not synced until it is fixed (it may be one of this cluster's): {error}"
+    )]
+    UnreadableChild {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// Why it does not decode.
+        error: String,
+    },
     /// The cluster and its children do not render.
     #[error(transparent)]
     Render(#[from] RenderError),
@@ -163,7 +178,9 @@ impl ClusterFailure {
             Self::InvalidSpec(_) | Self::InvalidTemplate(_) => reasons::VALIDATION_FAILED,
             Self::Render(e) => e.reason(),
             Self::MissingConnection { .. } => reasons::MISSING_CONNECTION,
-            Self::ChildCacheNotReady { .. } => reasons::RECONCILE_FAILED,
+            Self::ChildCacheNotReady { .. } | Self::UnreadableChild { .. } => {
+                reasons::RECONCILE_FAILED
+            }
             Self::OmniClient(_)
             | Self::OwnershipUnreadable { .. }
             | Self::NotOwned { .. }
@@ -188,7 +205,8 @@ impl ClusterFailure {
             }
             | Self::Render(_)
             | Self::InvalidTemplate(_)
-            | Self::NotOwned { .. } => RetryPolicy::Poll(FAILURE_RECHECK),
+            | Self::NotOwned { .. }
+            | Self::UnreadableChild { .. } => RetryPolicy::Poll(FAILURE_RECHECK),
             Self::MissingConnection { .. }
             | Self::ChildCacheNotReady { .. }
             | Self::OmniClient(_)
@@ -205,7 +223,9 @@ impl ClusterFailure {
     pub(crate) fn stage(&self) -> Stage {
         match self {
             Self::InvalidSpec(_) | Self::Render(_) | Self::InvalidTemplate(_) => Stage::Validate,
-            Self::MissingConnection { .. } | Self::ChildCacheNotReady { .. } => Stage::Dereference,
+            Self::MissingConnection { .. }
+            | Self::ChildCacheNotReady { .. }
+            | Self::UnreadableChild { .. } => Stage::Dereference,
             Self::OmniClient(_)
             | Self::OwnershipUnreadable { .. }
             | Self::NotOwned { .. }

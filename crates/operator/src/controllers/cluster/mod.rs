@@ -25,17 +25,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Resource as _;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 
 pub(crate) use self::children::ChildCaches;
-use self::children::{ChildKind, cached_children, child_mapper, cluster_keys};
+use self::children::{ChildKind, child_mapper, cluster_keys};
 use self::delete::cleanup;
 pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
 use self::sync::apply_cluster;
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Context, Error, drive, indexed_controller_for};
+use super::{Cached, Context, Error, Watches, drive, indexed_controller_for, touched};
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
@@ -100,46 +100,50 @@ impl Pipeline for OmniCluster {
     }
 }
 
-/// Runs the OmniCluster controller until `shutdown` completes.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, cluster_keys);
+/// The OmniCluster controller, subscribed to `watches`: runs until `shutdown` completes.
+pub fn start<S>(
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, watches, cluster_keys);
     let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
-    let wc = watcher::Config::default;
-    let (cp_store, cp_writer) = kube::runtime::reflector::store::<OmniControlPlane>();
-    let (workers_store, workers_writer) = kube::runtime::reflector::store::<OmniWorkers>();
-    let (machines_store, machines_writer) = kube::runtime::reflector::store::<OmniMachine>();
     if let Ok(mut slot) = ctx.cluster_children.write() {
         *slot = Some(ChildCaches {
-            control_planes: cp_store,
-            workers: workers_store,
-            machines: machines_store,
+            control_planes: watches.of::<OmniControlPlane>().store(),
+            workers: watches.of::<OmniWorkers>().store(),
+            machines: watches.of::<OmniMachine>().store(),
         });
     }
     let controller = controller
-        .watches(
-            ctx.watch_api::<OmniConnection>(),
-            wc(),
-            move |conn: OmniConnection| {
-                if !crate::baseline::mapped_event_passes("connection→cluster", &conn.metadata) {
+        .watches_stream(
+            touched::<OmniConnection>(watches),
+            move |conn: Cached<OmniConnection>| {
+                if !crate::baseline::mapped_event_passes("connection→cluster", conn.meta()) {
                     return Vec::new();
                 }
                 index.referring_to("connection", &conn)
             },
         )
         .watches_stream(
-            cached_children(&ctx, cp_writer),
+            touched::<OmniControlPlane>(watches),
             child_mapper::<OmniControlPlane>(by_cp, ChildKind::ControlPlane),
         )
         .watches_stream(
-            cached_children(&ctx, workers_writer),
+            touched::<OmniWorkers>(watches),
             child_mapper::<OmniWorkers>(by_workers, ChildKind::Workers),
         )
         .watches_stream(
-            cached_children(&ctx, machines_writer),
+            touched::<OmniMachine>(watches),
             child_mapper::<OmniMachine>(by_machine, ChildKind::Machine),
         );
-    drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
-    if let Ok(mut slot) = ctx.cluster_children.write() {
-        *slot = None;
+    async move {
+        drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
+        if let Ok(mut slot) = ctx.cluster_children.write() {
+            *slot = None;
+        }
     }
 }

@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt};
 
 pub(crate) use self::key_hold::SweptKeys;
 use self::key_hold::sync_key_holds;
@@ -25,7 +24,10 @@ pub(crate) use self::outcome::ConnectionFailure;
 pub use self::outcome::{Outcome, desired_status, status_str};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Context, Error, cached_ref, drive, indexed_controller_for};
+use super::{
+    Cached, Context, Error, Watches, cached_ref, cluster_changes_of, drive, indexed_controller_for,
+    touched,
+};
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniConnection};
@@ -136,9 +138,16 @@ impl Pipeline for OmniConnection {
     }
 }
 
-/// Runs the OmniConnection controller until `shutdown` completes.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, |c| {
+/// The OmniConnection controller, subscribed to `watches`: runs until `shutdown` completes.
+pub fn start<S>(
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, watches, |c| {
         vec![RefKey::new(
             "secret",
             &namespace_of(c),
@@ -150,26 +159,20 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         // this puts on or lifts the key's hold and releases a waiting deletion. Nothing else
         // of a cluster matters to it; every status write of every cluster used to re-run it.
         .watches_stream(
-            super::cluster_changes(
-                ctx.watch_api::<OmniCluster>(),
-                super::ClusterTrigger::Connection,
-            ),
-            |cluster: OmniCluster| {
-                crate::baseline::mapped_event_passes("cluster→connection", &cluster.metadata)
+            cluster_changes_of(watches, super::ClusterTrigger::Connection),
+            |cluster: Cached<OmniCluster>| {
+                crate::baseline::mapped_event_passes("cluster→connection", cluster.meta())
                     .then_some(())?;
-                let name = cluster.spec.connection_ref.name.clone();
+                let name = &cluster.decoded()?.spec.connection_ref.name;
                 let namespace = cluster.namespace();
-                (!name.is_empty())
-                    .then(|| cached_ref::<OmniConnection>(&name, namespace.as_deref()))
+                (!name.is_empty()).then(|| cached_ref::<OmniConnection>(name, namespace.as_deref()))
             },
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.
-        .watches(
-            ctx.watch_api::<Secret>(),
-            watcher::Config::default(),
-            move |secret: Secret| by_secret.referring_to("secret", &secret),
-        );
-    drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
+        .watches_stream(touched::<Secret>(watches), move |secret: Cached<Secret>| {
+            by_secret.referring_to("secret", &secret)
+        });
+    drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile)
 }
 
 #[cfg(test)]

@@ -35,7 +35,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
 
 use self::apply::HelmRun;
 use self::decide::{NextAction, next_action};
@@ -49,7 +48,9 @@ use self::state::{Observation, determine};
 pub use self::state::{pending, plan};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline, unless_deleted_meanwhile};
-use super::{Context, Error, drive, indexed_controller_for};
+use super::{
+    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for, touched,
+};
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::validation::Validation;
@@ -287,9 +288,16 @@ async fn read_release(
         .map_err(|err| format!("read Helm release {name:?}: {err}"))
 }
 
-/// Runs the OmniHelmRelease controller until `shutdown` completes.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, |x| {
+/// The OmniHelmRelease controller, subscribed to `watches`: runs until `shutdown` completes.
+pub fn start<S>(
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, watches, |x| {
         let ns = namespace_of(x);
         let mut keys = vec![
             RefKey::new("cluster", &ns, &x.spec.cluster_ref.name),
@@ -303,20 +311,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            super::cluster_changes(
-                ctx.watch_api::<OmniCluster>(),
-                super::ClusterTrigger::ChangesAndConditions,
-            ),
-            move |c: OmniCluster| index.referring_to("cluster", &c),
+            cluster_changes_of(watches, super::ClusterTrigger::ChangesAndConditions),
+            move |c: Cached<OmniCluster>| index.referring_to("cluster", &c),
         )
         // A kubeconfig or credentials change re-checks the release (a rotation alone does
         // not upgrade it: the digest excludes the kubeconfig).
-        .watches(
-            ctx.watch_api::<Secret>(),
-            watcher::Config::default(),
-            move |s: Secret| by_secret.referring_to("secret", &s),
-        );
-    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
+        .watches_stream(touched::<Secret>(watches), move |s: Cached<Secret>| {
+            by_secret.referring_to("secret", &s)
+        });
+    drive::<OmniHelmRelease, _, _>(controller, ctx, shutdown, pipeline::reconcile)
 }
 
 #[cfg(test)]

@@ -27,15 +27,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt};
 
 use self::outcome::{Done, Outcome};
 use super::index::{RefIndex, RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Cached, Context, Error, api_resource, cached_ref, drive, indexed_controller_for};
+use super::{
+    Cached, Context, Error, Watches, cached_ref, cluster_changes_of, drive, indexed_controller_for,
+    touched,
+};
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
@@ -118,29 +119,33 @@ impl Pipeline for OmniKubeconfigExport {
     }
 }
 
-/// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
-/// matter to them: live consumers hold a Secret without needing the export to act).
+/// The exports whose Secret a consumer (`meta`, reading Secret `secret`) uses, when it is being
+/// deleted (only then can its change matter to them: live consumers hold a Secret without
+/// needing the export to act). An undecodable consumer names no Secret; the export sees it go
+/// at its next re-check.
 fn deleting_consumer(
     exports: &RefIndex<OmniKubeconfigExport>,
-    consumer: &DynamicObject,
+    meta: &kube::api::ObjectMeta,
+    secret: Option<&str>,
 ) -> Vec<kube::runtime::reflector::ObjectRef<Cached<OmniKubeconfigExport>>> {
-    if consumer.metadata.deletion_timestamp.is_none() {
-        return Vec::new();
-    }
-    let ns = consumer.namespace().unwrap_or_default();
-    let Some(secret) = consumer
-        .data
-        .pointer("/spec/kubeconfigSecretRef/name")
-        .and_then(serde_json::Value::as_str)
-    else {
+    let Some(secret) = secret.filter(|_| meta.deletion_timestamp.is_some()) else {
         return Vec::new();
     };
+    let ns = meta.namespace.clone().unwrap_or_default();
     exports.get(&RefKey::new("target", &ns, secret))
 }
 
-/// Runs the OmniKubeconfigExport controller until `shutdown` completes.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, |x| {
+/// The OmniKubeconfigExport controller, subscribed to `watches`: runs until `shutdown`
+/// completes.
+pub fn start<S>(
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, watches, |x| {
         vec![
             RefKey::new("cluster", &namespace_of(x), &x.spec.cluster_ref.name),
             RefKey::new(
@@ -152,63 +157,59 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     });
     let (by_cluster, by_conn, by_release, by_sync) =
         (index.clone(), index.clone(), index.clone(), index);
-    // One watch of the clusters both wakes exports and caches the clusters for mapping a
-    // connection to them. It was a second watch on a bare spawned task, which had no backoff
-    // and outlived the controller (a runtime shutting down spun on its failing requests).
-    let (cluster_store, writer) = kube::runtime::reflector::store::<OmniCluster>();
-    let clusters = {
-        use kube::runtime::WatchStreamExt as _;
-        watcher(ctx.watch_api::<OmniCluster>(), watcher::Config::default())
-            .default_backoff()
-            .modify(super::strip_for_cache)
-            .reflect(writer)
-    };
+    // The clusters' one shared cache maps a connection to its clusters.
+    let cluster_store = watches.of::<OmniCluster>().store();
     let controller = controller
         .watches_stream(
-            super::cluster_changes_from(clusters, super::ClusterTrigger::ChangesAndConditions),
-            move |c: OmniCluster| by_cluster.referring_to("cluster", &c),
+            cluster_changes_of(watches, super::ClusterTrigger::ChangesAndConditions),
+            move |c: Cached<OmniCluster>| by_cluster.referring_to("cluster", &c),
         )
-        .watches(
-            ctx.watch_api::<OmniConnection>(),
-            watcher::Config::default(),
-            move |conn: OmniConnection| {
+        .watches_stream(
+            touched::<OmniConnection>(watches),
+            move |conn: Cached<OmniConnection>| {
                 let (name, ns) = (conn.name_any(), conn.namespace());
                 let clusters: Vec<RefKey> = cluster_store
                     .state()
                     .into_iter()
-                    .filter(|c| c.spec.connection_ref.name == name && c.namespace() == ns)
+                    .filter(|c| {
+                        c.decoded()
+                            .is_some_and(|c| c.spec.connection_ref.name == name)
+                            && c.namespace() == ns
+                    })
                     .map(|c| RefKey::new("cluster", &namespace_of(c.as_ref()), &c.name_any()))
                     .collect();
                 by_conn.get_any(&clusters)
             },
         )
         // A consumer finishing (or starting) its deletion may let a held Secret go.
-        .watches_with(
-            ctx.dynamic_watch_api::<OmniHelmRelease>(),
-            api_resource::<OmniHelmRelease>(),
-            watcher::Config::default(),
-            move |r: DynamicObject| deleting_consumer(&by_release, &r),
+        .watches_stream(
+            touched::<OmniHelmRelease>(watches),
+            move |r: Cached<OmniHelmRelease>| {
+                let secret = r
+                    .decoded()
+                    .map(|r| r.spec.kubeconfig_secret_ref.name.as_str());
+                deleting_consumer(&by_release, r.meta(), secret)
+            },
         )
-        .watches_with(
-            ctx.dynamic_watch_api::<OmniSecretSync>(),
-            api_resource::<OmniSecretSync>(),
-            watcher::Config::default(),
-            move |s: DynamicObject| deleting_consumer(&by_sync, &s),
+        .watches_stream(
+            touched::<OmniSecretSync>(watches),
+            move |s: Cached<OmniSecretSync>| {
+                let secret = s
+                    .decoded()
+                    .map(|s| s.spec.kubeconfig_secret_ref.name.as_str());
+                deleting_consumer(&by_sync, s.meta(), secret)
+            },
         )
         // Editing or deleting the target re-exports it.
-        .watches(
-            ctx.watch_api::<Secret>(),
-            watcher::Config::default(),
-            |s: Secret| {
-                let a = s.annotations();
-                let name = a.get(NAME_ANNOTATION)?.clone();
-                let ns = a
-                    .get(NAMESPACE_ANNOTATION)
-                    .cloned()
-                    .or_else(|| s.namespace())
-                    .unwrap_or_default();
-                Some(cached_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
-            },
-        );
-    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
+        .watches_stream(touched::<Secret>(watches), |s: Cached<Secret>| {
+            let a = s.annotations();
+            let name = a.get(NAME_ANNOTATION)?.clone();
+            let ns = a
+                .get(NAMESPACE_ANNOTATION)
+                .cloned()
+                .or_else(|| s.namespace())
+                .unwrap_or_default();
+            Some(cached_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
+        });
+    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, pipeline::reconcile)
 }

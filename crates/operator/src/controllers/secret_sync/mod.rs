@@ -25,7 +25,10 @@ pub(crate) use self::target::adoptable;
 use self::write::{delete_owned, sync_target};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
-use super::{Context, Error, drive, indexed_controller_for, pipeline};
+use super::{
+    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for, pipeline,
+    secret_changes_of,
+};
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::validation::Validation;
@@ -174,9 +177,16 @@ impl Pipeline for OmniSecretSync {
     }
 }
 
-/// Runs the OmniSecretSync controller until `shutdown` completes.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let (controller, index) = indexed_controller_for::<OmniSecretSync>(&ctx, |s| {
+/// The OmniSecretSync controller, subscribed to `watches`: runs until `shutdown` completes.
+pub fn start<S>(
+    ctx: Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + use<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let (controller, index) = indexed_controller_for::<OmniSecretSync>(&ctx, watches, |s| {
         let ns = namespace_of(s);
         vec![
             RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
@@ -187,17 +197,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            super::cluster_changes(
-                ctx.watch_api::<OmniCluster>(),
-                super::ClusterTrigger::Identity,
-            ),
-            move |c: OmniCluster| index.referring_to("cluster", &c),
+            cluster_changes_of(watches, super::ClusterTrigger::Identity),
+            move |c: Cached<OmniCluster>| index.referring_to("cluster", &c),
         )
-        .watches_stream(
-            super::secret_changes(ctx.watch_api::<Secret>()),
-            move |secret: Secret| by_secret.referring_to("secret", &secret),
-        );
-    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile).await;
+        .watches_stream(secret_changes_of(watches), move |secret: Cached<Secret>| {
+            by_secret.referring_to("secret", &secret)
+        });
+    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile)
 }
 
 #[cfg(test)]
