@@ -1,7 +1,7 @@
 //! Kubernetes clients of workload clusters, built from kubeconfig Secrets in memory.
 //!
-//! A client is cached per Secret and rebuilt when the Secret's resourceVersion changes (a
-//! rotated kubeconfig). No temporary files are written.
+//! A client is cached per Secret key and rebuilt when the kubeconfig in it changes (a rotated
+//! kubeconfig). No temporary files are written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -70,11 +70,15 @@ pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
     kubeconfig.client().await
 }
 
-/// The cached client of one kubeconfig Secret key, with the Secret's resourceVersion it was
-/// built from. Its async lock makes the cache single-flight: concurrent users of one kubeconfig
-/// (hundreds of OmniSecretSyncs of one workload cluster at cold start) wait for one client to
-/// be built instead of each building its own (TLS configuration, connection pool).
-type Slot = Arc<tokio::sync::Mutex<Option<(String, Client)>>>;
+/// The cached client of one kubeconfig Secret key, with the SHA-256 digest of the kubeconfig it
+/// was built from. Its async lock makes the cache single-flight: concurrent users of one
+/// kubeconfig (hundreds of OmniSecretSyncs of one workload cluster at cold start) wait for one
+/// client to be built instead of each building its own (TLS configuration, connection pool).
+///
+/// The digest, not the Secret's resourceVersion, decides whether the client is current: a
+/// finalizer or annotation written on the Secret (an export's hold on its kubeconfig Secret)
+/// changes the version but not the kubeconfig, and rebuilt the client with a new pool.
+type Slot = Arc<tokio::sync::Mutex<Option<([u8; 32], Client)>>>;
 
 /// Cache of workload clients keyed by `namespace/secret/key`.
 pub struct WorkloadClients {
@@ -130,23 +134,11 @@ impl WorkloadClients {
         if let Some(reason) = refusal(policy, &secret, kind, SecretUse::Kubeconfig, &[]) {
             return Err(WorkloadError::Refused { reason });
         }
-        let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let slot = self
-            .lock()
-            .entry(format!("{namespace}/{name}/{key}"))
-            .or_default()
-            .clone();
-        let mut slot = slot.lock().await;
-        if let Some((v, c)) = slot.as_ref()
-            && *v == version
-        {
-            return Ok(c.clone());
-        }
         let bytes = secret
             .data
             .as_ref()
             .and_then(|d| d.get(key))
-            .map(|b| b.0.clone())
+            .map(|b| b.0.as_slice())
             .filter(|b| !b.is_empty());
         let Some(bytes) = bytes else {
             let (namespace, name) = ids();
@@ -156,7 +148,22 @@ impl WorkloadClients {
                 key: key.to_string(),
             });
         };
-        let client = client_from_kubeconfig(&bytes).await.map_err(|detail| {
+        let digest: [u8; 32] = {
+            use sha2::Digest as _;
+            sha2::Sha256::digest(bytes).into()
+        };
+        let slot = self
+            .lock()
+            .entry(format!("{namespace}/{name}/{key}"))
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some((built_from, c)) = slot.as_ref()
+            && *built_from == digest
+        {
+            return Ok(c.clone());
+        }
+        let client = client_from_kubeconfig(bytes).await.map_err(|detail| {
             let (namespace, name) = ids();
             WorkloadError::Invalid {
                 namespace,
@@ -166,7 +173,7 @@ impl WorkloadClients {
         })?;
         self.built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *slot = Some((version, client.clone()));
+        *slot = Some((digest, client.clone()));
         Ok(client)
     }
 
@@ -266,6 +273,71 @@ mod tests {
             assert!(result.is_ok(), "{:?}", result.err());
         }
         assert_eq!(clients.built.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// An export holds its kubeconfig Secret with a finalizer, and annotations come and go: the
+    /// Secret's resourceVersion moves, the kubeconfig does not, and the client (its TLS
+    /// configuration and connection pool) is kept. A new kubeconfig builds a new one. Before,
+    /// the cache compared resourceVersions and built a second client here.
+    #[tokio::test]
+    async fn a_client_is_rebuilt_for_a_new_kubeconfig_not_for_new_metadata() {
+        let sim = kube_sim::server::KubeSim::builder()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("{e}"));
+        let management = Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = |token: &str| {
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
+            )
+        };
+        let secrets = Api::<Secret>::namespaced(management.clone(), "default");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "prod-kubeconfig", "namespace": "default"},
+            "stringData": {"kubeconfig": kubeconfig("one")}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        secrets
+            .create(&Default::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let clients = WorkloadClients::new(management);
+        let policy = SecretPolicy::default();
+        let get = || {
+            clients.get(
+                "default",
+                "prod-kubeconfig",
+                "kubeconfig",
+                &policy,
+                "OmniSecretSync",
+            )
+        };
+        let built = || clients.built.load(std::sync::atomic::Ordering::Relaxed);
+        let patch = |body: serde_json::Value| {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .patch(
+                        "prod-kubeconfig",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&body),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        };
+        get().await.unwrap_or_else(|e| panic!("{e}"));
+        patch(serde_json::json!({"metadata": {
+            "finalizers": ["omni.texashpc.com/kubeconfig-in-use"],
+            "annotations": {"touched": "yes"}
+        }}))
+        .await;
+        get().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(built(), 1, "new metadata, same kubeconfig: the same client");
+        patch(serde_json::json!({"stringData": {"kubeconfig": kubeconfig("two")}})).await;
+        get().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(built(), 2, "a new kubeconfig: a new client");
     }
 
     /// The export's probe of a stored (possibly adopted) kubeconfig goes through here too.
