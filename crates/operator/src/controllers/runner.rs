@@ -165,7 +165,9 @@ pub(crate) fn cluster_changes_of(
     cluster_changes_from(watches.of::<OmniCluster>().subscribe(), trigger).map(Ok)
 }
 
-/// [`cluster_changes_of`] on a watch of its own, for a test to see what wakes a dependant.
+/// The OmniClusters of `namespace` whose change wakes a dependant reading what `trigger` says, on
+/// a watch of their own (the controllers filter the shared watch the same way): for a test to
+/// see what wakes a dependant.
 pub fn cluster_changes(
     client: kube::Client,
     namespace: &str,
@@ -234,7 +236,8 @@ pub(crate) fn secret_changes_of(
     secret_changes_from(watches.of::<Secret>().subscribe()).map(Ok)
 }
 
-/// [`secret_changes_of`] on a watch of its own, for a test to see what wakes a reader.
+/// The Secrets of `namespace` whose change wakes a reader, on a watch of their own (the
+/// controllers filter the shared watch the same way): for a test to see what wakes a reader.
 pub fn secret_changes(
     client: kube::Client,
     namespace: &str,
