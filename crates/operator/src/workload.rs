@@ -237,18 +237,24 @@ mod tests {
         assert_eq!(auth.as_deref(), Some("Bearer workload-token"));
     }
 
-    /// Hundreds of OmniSecretSyncs of one workload cluster reconcile at once at cold start: they
-    /// share one client, built once. Before the cache was single-flight each concurrent caller
-    /// built its own (this test counted 50 builds), which at 3,000 syncs cost gigabytes.
-    #[tokio::test]
-    async fn concurrent_users_of_one_kubeconfig_share_one_client() {
+    /// A kubeconfig of an unreachable workload cluster, authenticating with `token`.
+    fn token_kubeconfig(token: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
+        )
+    }
+
+    /// A management API server holding Secret `default/prod-kubeconfig` with `kubeconfig` under
+    /// `kubeconfig`, and a client of it.
+    async fn management_with_kubeconfig(
+        kubeconfig: &str,
+    ) -> (kube_sim::server::RunningKubeSim, Client) {
         let sim = kube_sim::server::KubeSim::builder()
             .start()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("{e}"));
         let management = Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("{e}"));
-        let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: workload-token\n";
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "prod-kubeconfig", "namespace": "default"},
             "stringData": {"kubeconfig": kubeconfig}
@@ -258,17 +264,36 @@ mod tests {
             .create(&Default::default(), &secret)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let clients = WorkloadClients::new(management);
-        let policy = SecretPolicy::default();
-        let users = (0..50).map(|_| {
-            clients.get(
+        (sim, management)
+    }
+
+    /// The client of `default/prod-kubeconfig` (see [`management_with_kubeconfig`]), for an
+    /// OmniSecretSync.
+    async fn prod_client(
+        clients: &WorkloadClients,
+        policy: &SecretPolicy,
+    ) -> Result<Client, WorkloadError> {
+        clients
+            .get(
                 "default",
                 "prod-kubeconfig",
                 "kubeconfig",
-                &policy,
+                policy,
                 "OmniSecretSync",
             )
-        });
+            .await
+    }
+
+    /// Hundreds of OmniSecretSyncs of one workload cluster reconcile at once at cold start: they
+    /// share one client, built once. Before the cache was single-flight each concurrent caller
+    /// built its own (this test counted 50 builds), which at 3,000 syncs cost gigabytes.
+    #[tokio::test]
+    async fn concurrent_users_of_one_kubeconfig_share_one_client() {
+        let (_sim, management) =
+            management_with_kubeconfig(&token_kubeconfig("workload-token")).await;
+        let clients = WorkloadClients::new(management);
+        let policy = SecretPolicy::default();
+        let users = (0..50).map(|_| prod_client(&clients, &policy));
         for result in futures::future::join_all(users).await {
             assert!(result.is_ok(), "{:?}", result.err());
         }
@@ -281,38 +306,11 @@ mod tests {
     /// the cache compared resourceVersions and built a second client here.
     #[tokio::test]
     async fn a_client_is_rebuilt_for_a_new_kubeconfig_not_for_new_metadata() {
-        let sim = kube_sim::server::KubeSim::builder()
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let uri: http::Uri = sim.base_url.parse().unwrap_or_else(|e| panic!("{e}"));
-        let management = Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("{e}"));
-        let kubeconfig = |token: &str| {
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
-            )
-        };
+        let (_sim, management) = management_with_kubeconfig(&token_kubeconfig("one")).await;
         let secrets = Api::<Secret>::namespaced(management.clone(), "default");
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "prod-kubeconfig", "namespace": "default"},
-            "stringData": {"kubeconfig": kubeconfig("one")}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        secrets
-            .create(&Default::default(), &secret)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
         let clients = WorkloadClients::new(management);
         let policy = SecretPolicy::default();
-        let get = || {
-            clients.get(
-                "default",
-                "prod-kubeconfig",
-                "kubeconfig",
-                &policy,
-                "OmniSecretSync",
-            )
-        };
+        let get = || prod_client(&clients, &policy);
         let built = || clients.built.load(std::sync::atomic::Ordering::Relaxed);
         let patch = |body: serde_json::Value| {
             let secrets = secrets.clone();
@@ -335,7 +333,7 @@ mod tests {
         .await;
         get().await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(built(), 1, "new metadata, same kubeconfig: the same client");
-        patch(serde_json::json!({"stringData": {"kubeconfig": kubeconfig("two")}})).await;
+        patch(serde_json::json!({"stringData": {"kubeconfig": token_kubeconfig("two")}})).await;
         get().await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(built(), 2, "a new kubeconfig: a new client");
     }

@@ -13,7 +13,7 @@ use super::index::{RefKey, namespace_of};
 use super::status::Reported;
 use super::watches::SharedKind;
 use super::{
-    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for,
+    Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
     instrumented, status,
 };
 use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
@@ -132,14 +132,11 @@ async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 /// The controller of child kind `K`, subscribed to `watches`: runs until `shutdown` completes.
-pub(crate) fn start<K: Child + SharedKind, S>(
+pub(crate) fn start<K: Child + SharedKind, S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<K, S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<K, S> {
     let (controller, index) = indexed_controller_for::<K>(&ctx, watches, |c| {
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });

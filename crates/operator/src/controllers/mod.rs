@@ -42,7 +42,7 @@ pub(crate) use self::decoded::{cached_ref, error_policy};
 pub(crate) use self::error::RetryPolicy;
 pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
-pub use self::runner::{ClusterTrigger, cluster_changes, secret_changes};
+pub use self::runner::{ClusterTrigger, Shutdown, cluster_changes, secret_changes};
 pub(crate) use self::runner::{
     OwnKind, cluster_changes_of, drive, indexed_controller_for, instrumented, secret_changes_of,
     strip_for_cache, touched,

@@ -74,6 +74,12 @@ impl<K> OwnKind for K where
 {
 }
 
+/// What stops a controller: a future that completes when the operator shuts down (or loses its
+/// leadership).
+pub trait Shutdown: Future<Output = ()> + Send + Sync + 'static {}
+
+impl<S: Future<Output = ()> + Send + Sync + 'static> Shutdown for S {}
+
 /// A controller of kind `K`, reading its objects from the kind's shared watch and cache
 /// ([`Watches`]) as [`Cached`] values, so one undecodable object cannot stall the whole watch
 /// (see [`reconcile_decoded`]).
@@ -373,7 +379,7 @@ pub(crate) fn own_change<K: Resource>(obj: &K) -> u64 {
 pub(crate) async fn drive<K, F, Fut>(
     controller: kube::runtime::Controller<Cached<K>>,
     ctx: Arc<Context>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Shutdown,
     reconcile: F,
 ) where
     K: OwnKind,

@@ -35,7 +35,7 @@ pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
 use self::sync::apply_cluster;
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Cached, Context, Error, Watches, drive, indexed_controller_for, touched};
+use super::{Cached, Context, Error, Shutdown, Watches, drive, indexed_controller_for, touched};
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
@@ -101,14 +101,11 @@ impl Pipeline for OmniCluster {
 }
 
 /// The OmniCluster controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S>(
+pub fn start<S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, watches, cluster_keys);
     let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
     if let Ok(mut slot) = ctx.cluster_children.write() {

@@ -25,8 +25,8 @@ pub use self::outcome::{Outcome, desired_status, status_str};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
 use super::{
-    Cached, Context, Error, Watches, cached_ref, cluster_changes_of, drive, indexed_controller_for,
-    touched,
+    Cached, Context, Error, Shutdown, Watches, cached_ref, cluster_changes_of, drive,
+    indexed_controller_for, touched,
 };
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::validation::Validation;
@@ -139,14 +139,11 @@ impl Pipeline for OmniConnection {
 }
 
 /// The OmniConnection controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S>(
+pub fn start<S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, watches, |c| {
         vec![RefKey::new(
             "secret",

@@ -49,7 +49,8 @@ pub use self::state::{pending, plan};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline, unless_deleted_meanwhile};
 use super::{
-    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for, touched,
+    Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
+    touched,
 };
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
@@ -289,14 +290,11 @@ async fn read_release(
 }
 
 /// The OmniHelmRelease controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S>(
+pub fn start<S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniHelmRelease>(&ctx, watches, |x| {
         let ns = namespace_of(x);
         let mut keys = vec![

@@ -27,15 +27,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource as _, ResourceExt};
 
 use self::outcome::{Done, Outcome};
 use super::index::{RefIndex, RefKey, namespace_of};
 use super::pipeline::{self, Cleanup, Pipeline};
 use super::{
-    Cached, Context, Error, Watches, cached_ref, cluster_changes_of, drive, indexed_controller_for,
-    touched,
+    Cached, Context, Error, Shutdown, Watches, cached_ref, cluster_changes_of, drive,
+    indexed_controller_for, touched,
 };
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
@@ -119,32 +119,49 @@ impl Pipeline for OmniKubeconfigExport {
     }
 }
 
-/// The exports whose Secret a consumer (`meta`, reading Secret `secret`) uses, when it is being
-/// deleted (only then can its change matter to them: live consumers hold a Secret without
-/// needing the export to act). An undecodable consumer names no Secret; the export sees it go
-/// at its next re-check.
-fn deleting_consumer(
+/// A kind that reads a kubeconfig Secret an export may write: a consumer the export's hold on
+/// the Secret waits for.
+trait KubeconfigConsumer: super::OwnKind {
+    /// `spec.kubeconfigSecretRef.name`.
+    fn kubeconfig_secret(&self) -> &str;
+}
+
+impl KubeconfigConsumer for OmniHelmRelease {
+    fn kubeconfig_secret(&self) -> &str {
+        &self.spec.kubeconfig_secret_ref.name
+    }
+}
+
+impl KubeconfigConsumer for OmniSecretSync {
+    fn kubeconfig_secret(&self) -> &str {
+        &self.spec.kubeconfig_secret_ref.name
+    }
+}
+
+/// The exports whose Secret `consumer` uses, when it is being deleted (only then can its change
+/// matter to them: live consumers hold a Secret without needing the export to act). An
+/// undecodable consumer names no Secret; the export sees it go at its next re-check.
+fn deleting_consumer<K: KubeconfigConsumer>(
     exports: &RefIndex<OmniKubeconfigExport>,
-    meta: &kube::api::ObjectMeta,
-    secret: Option<&str>,
+    consumer: &Cached<K>,
 ) -> Vec<kube::runtime::reflector::ObjectRef<Cached<OmniKubeconfigExport>>> {
-    let Some(secret) = secret.filter(|_| meta.deletion_timestamp.is_some()) else {
+    let Some(secret) = consumer
+        .decoded()
+        .filter(|c| c.meta().deletion_timestamp.is_some())
+        .map(K::kubeconfig_secret)
+    else {
         return Vec::new();
     };
-    let ns = meta.namespace.clone().unwrap_or_default();
-    exports.get(&RefKey::new("target", &ns, secret))
+    exports.get(&RefKey::new("target", &namespace_of(consumer), secret))
 }
 
 /// The OmniKubeconfigExport controller, subscribed to `watches`: runs until `shutdown`
 /// completes.
-pub fn start<S>(
+pub fn start<S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, watches, |x| {
         vec![
             RefKey::new("cluster", &namespace_of(x), &x.spec.cluster_ref.name),
@@ -184,21 +201,11 @@ where
         // A consumer finishing (or starting) its deletion may let a held Secret go.
         .watches_stream(
             touched::<OmniHelmRelease>(watches),
-            move |r: Cached<OmniHelmRelease>| {
-                let secret = r
-                    .decoded()
-                    .map(|r| r.spec.kubeconfig_secret_ref.name.as_str());
-                deleting_consumer(&by_release, r.meta(), secret)
-            },
+            move |r: Cached<OmniHelmRelease>| deleting_consumer(&by_release, &r),
         )
         .watches_stream(
             touched::<OmniSecretSync>(watches),
-            move |s: Cached<OmniSecretSync>| {
-                let secret = s
-                    .decoded()
-                    .map(|s| s.spec.kubeconfig_secret_ref.name.as_str());
-                deleting_consumer(&by_sync, s.meta(), secret)
-            },
+            move |s: Cached<OmniSecretSync>| deleting_consumer(&by_sync, &s),
         )
         // Editing or deleting the target re-exports it.
         .watches_stream(touched::<Secret>(watches), |s: Cached<Secret>| {

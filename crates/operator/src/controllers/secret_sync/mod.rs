@@ -26,8 +26,8 @@ use self::write::{delete_owned, sync_target};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
 use super::{
-    Cached, Context, Error, Watches, cluster_changes_of, drive, indexed_controller_for, pipeline,
-    secret_changes_of,
+    Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
+    pipeline, secret_changes_of,
 };
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
@@ -178,14 +178,11 @@ impl Pipeline for OmniSecretSync {
 }
 
 /// The OmniSecretSync controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S>(
+pub fn start<S: Shutdown>(
     ctx: Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
-) -> impl Future<Output = ()> + Send + use<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniSecretSync>(&ctx, watches, |s| {
         let ns = namespace_of(s);
         vec![
