@@ -1120,8 +1120,61 @@ async fn a_child_kind_the_operator_cannot_list_is_named_in_the_cluster_status() 
 /// so the cluster must look again soon on its own, not after its (here hour-long) sync
 /// interval. At 1,000 clusters in the benchmark, one cluster stayed `StatusFailed` this way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_omni_status_unreadable_at_first_is_read_again_before_the_sync_interval() {
+async fn a_change_of_its_status_in_omni_reaches_a_cluster_before_its_sync_interval() {
     let env = Env::builder().start().await;
+    env.cluster(
+        "watched",
+        "dddddddd-0000-4000-8000-000000000002",
+        json!({"syncInterval": "1h"}),
+    )
+    .await;
+    let omni_phase = |c: &OmniCluster| c.status.as_ref().and_then(|s| s.omni_phase.clone());
+    env.wait::<OmniCluster>("watched", "Omni's phase RUNNING", |c| {
+        omni_phase(c).as_deref() == Some("RUNNING")
+    })
+    .await;
+    let started = Instant::now();
+    env.omni
+        .set_cluster_status(
+            "watched",
+            omni_client::proto::specs::cluster_status_spec::Phase::ScalingDown,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("set the ClusterStatus: {e}"));
+    env.wait::<OmniCluster>("watched", "Omni's phase SCALING_DOWN", |c| {
+        omni_phase(c).as_deref() == Some("SCALING_DOWN")
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "seen after {:?}",
+        started.elapsed()
+    );
+    // Omni's status is watched, not polled: a status that cannot be decoded is reported at once
+    // and a repair seen at once, without a pass of the cluster's own.
+    support::make_cluster_status_unreadable(&env.omni, "watched");
+    env.wait_cond::<OmniCluster>("watched", is_false("Ready").because("StatusFailed"))
+        .await;
+    env.omni
+        .set_cluster_status(
+            "watched",
+            omni_client::proto::specs::cluster_status_spec::Phase::Running,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("repair the ClusterStatus: {e}"));
+    env.wait_cond::<OmniCluster>("watched", is_true("Ready").because("Synced"))
+        .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_status_watch_an_unreadable_status_is_read_again_before_the_sync_interval() {
+    let env = Env::builder().start().await;
+    // Omni refuses the operator's status watches (a role that may not watch every cluster):
+    // statuses are read from Omni on each pass, and re-read while unreadable.
+    const PERMISSION_DENIED: i32 = 7;
+    env.omni
+        .inject_failure(omni_sim::methods::WATCH, PERMISSION_DENIED.into(), u32::MAX);
     env.cluster(
         "late",
         "dddddddd-0000-4000-8000-000000000001",

@@ -12,6 +12,7 @@ mod files;
 mod model;
 mod state;
 mod status;
+mod status_watch;
 mod sync;
 mod translate;
 mod validate;
@@ -32,8 +33,9 @@ pub use model::{
 pub use state::{EventStream, LabelCondition, StateError, TemplateState};
 pub use status::{
     ClusterHealth, HealthCheckResult, MachineCounts, MachineSetHealth, ManifestGroupSync,
-    ManifestSync, ManifestsSync, StatusError, Upgrades, status_cluster,
+    ManifestSync, ManifestsSync, StatusError, StatusResources, Upgrades, health_of, status_cluster,
 };
+pub use status_watch::{OnChange, StatusWatch};
 pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync, to_wire};
 pub use translate::{
     DesiredResource, NAMESPACE, ResourceRef, Spec, SpecDecodeError, TranslateError, keys,

@@ -7,8 +7,9 @@
 
 use tokio::time::Instant;
 
+use super::api::EPHEMERAL_NAMESPACE;
 use super::state::{LabelCondition, StateError, TemplateState};
-use super::translate::{keys, types};
+use super::translate::{NAMESPACE, keys, types};
 use crate::proto::cosi::resource::Resource;
 use crate::proto::specs;
 
@@ -42,7 +43,7 @@ pub enum StatusError {
 }
 
 /// Machine counters as Omni reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct MachineCounts {
     /// Machines in the cluster or set.
     pub total: u32,
@@ -67,7 +68,7 @@ impl From<Option<specs::Machines>> for MachineCounts {
 }
 
 /// One machine set's status.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MachineSetHealth {
     /// Machine-set ID.
     pub id: String,
@@ -82,7 +83,7 @@ pub struct MachineSetHealth {
 }
 
 /// Kubernetes and Talos upgrade state; `None` when Omni has no such status resource.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Upgrades {
     /// Kubernetes upgrade phase (`Done`, `Upgrading`, ...).
     pub kubernetes_phase: Option<String>,
@@ -95,7 +96,7 @@ pub struct Upgrades {
 }
 
 /// The last run of one Kubernetes health check (Omni's `KubernetesHealthCheckStatus`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HealthCheckResult {
     /// Health-check ID (`cluster-<cluster>-<name>` or its `idOverride`).
     pub id: String,
@@ -112,7 +113,7 @@ pub struct HealthCheckResult {
 }
 
 /// The sync state of a cluster's Kubernetes manifests (Omni's `ClusterKubernetesManifestsStatus`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ManifestsSync {
     /// Manifest groups, sorted by ID.
     pub groups: Vec<ManifestGroupSync>,
@@ -125,7 +126,7 @@ pub struct ManifestsSync {
 }
 
 /// One manifest group in Omni's `ClusterKubernetesManifestsStatus`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ManifestGroupSync {
     /// Manifest-group ID.
     pub id: String,
@@ -141,7 +142,7 @@ pub struct ManifestGroupSync {
 }
 
 /// One manifest of a group, as Omni lists it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ManifestSync {
     /// Kind, e.g. `ConfigMap`.
     pub kind: String,
@@ -156,7 +157,7 @@ pub struct ManifestSync {
 }
 
 /// A cluster's health as Omni reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClusterHealth {
     /// Cluster name.
     pub cluster: String,
@@ -211,6 +212,46 @@ fn id(r: &Resource) -> String {
         .unwrap_or_default()
 }
 
+/// The status resources Omni keeps for one cluster: everything its health is assembled from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatusResources {
+    /// `ClusterStatus` (ID = the cluster); `None` when Omni has none (yet).
+    pub cluster_status: Option<Resource>,
+    /// `MachineSetStatus`es labelled with the cluster.
+    pub machine_sets: Vec<Resource>,
+    /// `KubernetesUpgradeStatus`es labelled with the cluster.
+    pub kubernetes_upgrades: Vec<Resource>,
+    /// `TalosUpgradeStatus`es labelled with the cluster.
+    pub talos_upgrades: Vec<Resource>,
+    /// `ClusterKubernetesManifestsStatus` (ID = the cluster).
+    pub manifests: Option<Resource>,
+    /// `KubernetesHealthCheckStatus`es (namespace `ephemeral`) labelled with the cluster.
+    pub health_checks: Vec<Resource>,
+}
+
+/// Where each of a cluster's status resources is found: read by ID (the cluster's name) or
+/// listed by the `omni.sidero.dev/cluster` label, in which namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keyed {
+    /// ID = the cluster name (namespace `default`).
+    ById,
+    /// Labelled with the cluster, in this namespace.
+    ByLabel(&'static str),
+}
+
+/// The status types a cluster's health is assembled from, and how each is keyed.
+pub(crate) const STATUS_TYPES: [(&str, Keyed); 6] = [
+    (types::CLUSTER_STATUS, Keyed::ById),
+    (types::MACHINE_SET_STATUS, Keyed::ByLabel(NAMESPACE)),
+    (types::KUBERNETES_UPGRADE_STATUS, Keyed::ByLabel(NAMESPACE)),
+    (types::TALOS_UPGRADE_STATUS, Keyed::ByLabel(NAMESPACE)),
+    (types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, Keyed::ById),
+    (
+        types::KUBERNETES_HEALTH_CHECK_STATUS,
+        Keyed::ByLabel(EPHEMERAL_NAMESPACE),
+    ),
+];
+
 async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealth, StatusError> {
     let err = |source| StatusError::State {
         cluster: cluster.into(),
@@ -218,7 +259,14 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
     };
     let by_cluster = [LabelCondition::equal(keys::CLUSTER, cluster)];
     // Independent reads, issued together: one round trip to Omni instead of six.
-    let (status, sets, k8s, talos, manifests_status, checks) = futures::try_join!(
+    let (
+        cluster_status,
+        machine_sets,
+        kubernetes_upgrades,
+        talos_upgrades,
+        manifests,
+        health_checks,
+    ) = futures::try_join!(
         state.get(types::CLUSTER_STATUS, cluster),
         state.list(types::MACHINE_SET_STATUS, &by_cluster),
         state.list(types::KUBERNETES_UPGRADE_STATUS, &by_cluster),
@@ -227,12 +275,37 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         state.list_ephemeral(types::KUBERNETES_HEALTH_CHECK_STATUS, &by_cluster),
     )
     .map_err(err)?;
-    let status = status.ok_or_else(|| StatusError::NotFound(cluster.into()))?;
+    health_of(
+        cluster,
+        &StatusResources {
+            cluster_status,
+            machine_sets,
+            kubernetes_upgrades,
+            talos_upgrades,
+            manifests,
+            health_checks,
+        },
+    )
+}
 
-    let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, &status)?;
+/// Pure: the health of `cluster` as Omni's status resources `r` describe it.
+pub fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, StatusError> {
+    let status = r
+        .cluster_status
+        .as_ref()
+        .ok_or_else(|| StatusError::NotFound(cluster.into()))?;
+    let (sets, k8s, talos, checks, manifests_status) = (
+        &r.machine_sets,
+        &r.kubernetes_upgrades,
+        &r.talos_upgrades,
+        &r.health_checks,
+        &r.manifests,
+    );
+
+    let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, status)?;
     let phase = cs.phase();
     let mut machine_sets = Vec::new();
-    for r in &sets {
+    for r in sets {
         let s: specs::MachineSetStatusSpec = decode(cluster, types::MACHINE_SET_STATUS, r)?;
         machine_sets.push(MachineSetHealth {
             id: id(r),
@@ -245,21 +318,21 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
     machine_sets.sort_by(|a, b| a.id.cmp(&b.id));
     let mut upgrades = Upgrades::default();
     let mut upgrades_done = true;
-    for r in &k8s {
+    for r in k8s {
         let s: specs::KubernetesUpgradeStatusSpec =
             decode(cluster, types::KUBERNETES_UPGRADE_STATUS, r)?;
         upgrades_done &= s.phase() == specs::kubernetes_upgrade_status_spec::Phase::Done;
         upgrades.kubernetes_phase = Some(s.phase().as_str_name().to_string());
         upgrades.kubernetes_error = s.error.clone();
     }
-    for r in &talos {
+    for r in talos {
         let s: specs::TalosUpgradeStatusSpec = decode(cluster, types::TALOS_UPGRADE_STATUS, r)?;
         upgrades_done &= s.phase() == specs::talos_upgrade_status_spec::Phase::Done;
         upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
         upgrades.talos_error = s.error.clone();
     }
     let mut health_checks = Vec::new();
-    for r in &checks {
+    for r in checks {
         let s: specs::KubernetesHealthCheckStatusSpec =
             decode(cluster, types::KUBERNETES_HEALTH_CHECK_STATUS, r)?;
         health_checks.push(HealthCheckResult {
@@ -272,7 +345,7 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
         });
     }
     health_checks.sort_by(|a, b| a.id.cmp(&b.id));
-    let manifests = match &manifests_status {
+    let manifests = match manifests_status {
         Some(r) => {
             let s: specs::ClusterKubernetesManifestsStatusSpec =
                 decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;

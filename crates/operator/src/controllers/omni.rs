@@ -1,16 +1,17 @@
-//! Omni clients per OmniConnection, and the service-account key rules of the connection
-//! Secret.
+//! Omni clients per OmniConnection, the status watch on each client's connection, and the
+//! service-account key rules of the connection Secret.
 //!
-//! A client is reused while the Secret's resourceVersion, the endpoint and the TLS flag stay
-//! the same; any change rebuilds it. The key itself is never logged or put in a message.
+//! A client is reused while the key, the endpoint and the TLS flag stay the same; any change
+//! rebuilds it (and its status watch). The key itself is never logged or put in a message.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use omni_client::template::BackendApi;
+use omni_client::template::{BackendApi, StatusWatch};
 use omni_client::{Client as OmniClient, ClientConfig};
 
 use crate::api::OmniConnection;
@@ -181,12 +182,35 @@ struct Fingerprint {
     insecure: bool,
 }
 
+/// A cached client: what it was built from, and the status watch on its connection once a
+/// cluster's pass asked for it.
+struct Entry {
+    fingerprint: Fingerprint,
+    client: OmniClient,
+    status: Option<Arc<StatusWatch>>,
+}
+
+/// A cluster whose health in a connection's Omni changed since the operator last read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatusChange {
+    /// The OmniConnection's namespace.
+    pub(crate) namespace: String,
+    /// The OmniConnection's name.
+    pub(crate) connection: String,
+    /// The cluster's name in Omni.
+    pub(crate) cluster: String,
+}
+
+type StatusSink = Arc<Mutex<Option<mpsc::UnboundedSender<StatusChange>>>>;
+
 /// Cache of Omni clients keyed by `namespace/connection`, with the backend API version each
 /// connection's Omni reported.
 pub struct OmniClients {
     client: kube::Client,
-    cache: Mutex<HashMap<String, (Fingerprint, OmniClient)>>,
+    cache: Mutex<HashMap<String, Entry>>,
     api_versions: Mutex<HashMap<String, u32>>,
+    /// Where the status watches tell of changed clusters: the OmniCluster controller.
+    status_changes: StatusSink,
 }
 
 /// Why templates cannot be synced to a connection's Omni because of its API version.
@@ -213,6 +237,7 @@ impl OmniClients {
             client,
             cache: Mutex::default(),
             api_versions: Mutex::default(),
+            status_changes: StatusSink::default(),
         }
     }
 
@@ -265,11 +290,11 @@ impl OmniClients {
         // kind's reconciles at a cold start) must share one client, hence one Omni connection.
         // Building a client opens nothing yet, so the lock is held only briefly.
         let mut cache = self.lock();
-        if let Some((fp, client)) = cache.get(&cache_key)
-            && *fp == fingerprint
+        if let Some(entry) = cache.get(&cache_key)
+            && entry.fingerprint == fingerprint
             && !crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall)
         {
-            return Ok(client.clone());
+            return Ok(entry.client.clone());
         }
         let mut config = ClientConfig::from_encoded_key(conn.spec.endpoint.clone(), &key)
             .map_err(|e| ConnectionError::Client(e.to_string()))?;
@@ -277,8 +302,67 @@ impl OmniClients {
         let client = OmniClient::new(config).map_err(|e| ConnectionError::Client(e.to_string()))?;
         // Another endpoint may speak another API version.
         lock(&self.api_versions).remove(&cache_key);
-        cache.insert(cache_key, (fingerprint, client.clone()));
+        // A replaced entry's status watch ends with it (it watched on the old connection).
+        cache.insert(
+            cache_key,
+            Entry {
+                fingerprint,
+                client: client.clone(),
+                status: None,
+            },
+        );
         Ok(client)
+    }
+
+    /// The status watch on the connection of `conn`'s cached client ([`get`](Self::get) it
+    /// first), started at the first ask; `None` without a cached client, or when the baseline
+    /// model of the original (a client per call, no watches) is on.
+    pub(crate) fn status_watch(&self, conn: &OmniConnection) -> Option<Arc<StatusWatch>> {
+        if crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall) {
+            return None;
+        }
+        let (namespace, connection) = (
+            conn.metadata.namespace.clone().unwrap_or_default(),
+            conn.metadata.name.clone().unwrap_or_default(),
+        );
+        let mut cache = self.lock();
+        let entry = cache.get_mut(&format!("{namespace}/{connection}"))?;
+        let sink = self.status_changes.clone();
+        let watch = entry.status.get_or_insert_with(|| {
+            Arc::new(StatusWatch::start(
+                &entry.client,
+                Box::new(move |cluster| {
+                    if let Some(tx) = lock(&sink).as_ref() {
+                        // A closed channel means the cluster controller stopped: nobody to wake.
+                        let _ = tx.unbounded_send(StatusChange {
+                            namespace: namespace.clone(),
+                            connection: connection.clone(),
+                            cluster: cluster.to_owned(),
+                        });
+                    }
+                }),
+            ))
+        });
+        Some(watch.clone())
+    }
+
+    /// The changes the status watches announce from now on (to the last caller only).
+    pub(crate) fn status_changes(&self) -> mpsc::UnboundedReceiver<StatusChange> {
+        let (tx, rx) = mpsc::unbounded();
+        *lock(&self.status_changes) = Some(tx);
+        rx
+    }
+
+    /// Stops announcing changes of the Omni cluster `cluster` seen through `namespace/connection`:
+    /// the OmniCluster reading it is gone.
+    pub(crate) fn forget_status_of(&self, namespace: &str, connection: &str, cluster: &str) {
+        let watch = self
+            .lock()
+            .get(&format!("{namespace}/{connection}"))
+            .and_then(|e| e.status.clone());
+        if let Some(watch) = watch {
+            watch.forget(cluster);
+        }
     }
 
     /// Reads the backend API version of `conn`'s Omni (the connection controller does this on
@@ -316,7 +400,7 @@ impl OmniClients {
         lock(&self.api_versions).remove(&format!("{namespace}/{name}"));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Fingerprint, OmniClient)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         match self.cache.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),

@@ -36,15 +36,27 @@ impl ChildKind {
     }
 }
 
-/// What a cluster refers to: its connection, and the children its last render used (listed in
-/// its status), so a child moved to another cluster finds the cluster it left.
+/// The index key of the OmniClusters that read the status of Omni cluster `omni_name` through
+/// the OmniConnection `connection` of `namespace`.
+pub(super) fn omni_status_key(namespace: &str, connection: &str, omni_name: &str) -> RefKey {
+    // Omni cluster names hold only letters, digits, `-` and `_`; connection names no `/`.
+    RefKey::new(
+        "omni-status",
+        namespace,
+        &format!("{connection}/{omni_name}"),
+    )
+}
+
+/// What a cluster refers to: its connection, its cluster in that connection's Omni (whose status
+/// changes wake it), and the children its last render used (listed in its status), so a child
+/// moved to another cluster finds the cluster it left.
 pub(super) fn cluster_keys(cluster: &OmniCluster) -> Vec<RefKey> {
     let ns = namespace_of(cluster);
-    let mut keys = vec![RefKey::new(
-        "connection",
-        &ns,
-        &cluster.spec.connection_ref.name,
-    )];
+    let connection = &cluster.spec.connection_ref.name;
+    let mut keys = vec![
+        RefKey::new("connection", &ns, connection),
+        omni_status_key(&ns, connection, &cluster.effective_cluster_name()),
+    ];
     if let Some(s) = &cluster.status {
         keys.extend(
             s.control_plane_ref

@@ -22,6 +22,8 @@ mod ownership;
 mod sync;
 
 use std::future::Future;
+
+use futures::StreamExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use kube::Resource as _;
 use kube::runtime::controller::Action;
 
 pub(crate) use self::children::ChildCaches;
-use self::children::{ChildKind, child_mapper, cluster_keys};
+use self::children::{ChildKind, child_mapper, cluster_keys, omni_status_key};
 use self::delete::cleanup;
 pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
@@ -96,7 +98,15 @@ impl Pipeline for OmniCluster {
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
-        cleanup(&ctx, &self).await
+        let step = cleanup(&ctx, &self).await?;
+        if matches!(step, Cleanup::Done) {
+            ctx.omni.forget_status_of(
+                &self.metadata.namespace.clone().unwrap_or_default(),
+                &self.spec.connection_ref.name,
+                &self.effective_cluster_name(),
+            );
+        }
+        Ok(step)
     }
 }
 
@@ -108,6 +118,12 @@ pub fn start<S: Shutdown>(
 ) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, watches, cluster_keys);
     let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
+    let by_omni_status = index.clone();
+    // A change of a cluster's status in Omni, from the connection's status watch.
+    let status_changes = ctx.omni.status_changes().flat_map(move |change| {
+        let key = omni_status_key(&change.namespace, &change.connection, &change.cluster);
+        futures::stream::iter(by_omni_status.get(&key))
+    });
     if let Ok(mut slot) = ctx.cluster_children.write() {
         *slot = Some(ChildCaches {
             control_planes: watches.of::<OmniControlPlane>().store(),
@@ -136,7 +152,8 @@ pub fn start<S: Shutdown>(
         .watches_stream(
             touched::<OmniMachine>(watches),
             child_mapper::<OmniMachine>(by_machine, ChildKind::Machine),
-        );
+        )
+        .reconcile_on(status_changes);
     async move {
         drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
         if let Ok(mut slot) = ctx.cluster_children.write() {

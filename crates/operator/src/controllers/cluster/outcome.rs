@@ -18,12 +18,13 @@ use crate::controllers::status::Draft;
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
 
-/// First re-read of a synced cluster whose Omni status could not be read. Omni creates a
-/// cluster's status after the cluster itself, so a first pass often finds none; it is looked
-/// at again soon rather than after a whole sync interval (nothing triggers it otherwise:
-/// Omni's side is not watched). While it stays unreadable the wait grows with how long it
-/// has been (see [`status_failing_for`]), so a status Omni never serves in a readable form
-/// costs a re-read per sync interval, not one every few seconds.
+/// First re-read of a synced cluster whose Omni status could not be read from Omni directly
+/// (its connection's status watch not live). Omni creates a cluster's status after the cluster
+/// itself, so a first pass often finds none; it is looked at again soon rather than after a
+/// whole sync interval (nothing else triggers it without the watch). While it stays unreadable
+/// the wait grows with how long it has been (see [`status_failing_for`]), so a status Omni
+/// never serves in a readable form costs a re-read per sync interval, not one every few
+/// seconds.
 pub(crate) const STATUS_RECHECK: Duration = Duration::from_secs(10);
 
 /// How long `cluster`'s stored status has reported its Omni status unreadable
@@ -80,6 +81,8 @@ pub(crate) struct Synced {
     pub(crate) output: String,
     /// Omni's view of the cluster after the sync.
     pub(crate) health: Result<ClusterHealth, StatusError>,
+    /// Whether `health` came from a live status watch, which wakes the cluster when it changes.
+    pub(crate) watched: bool,
 }
 
 /// What one pass came to.
@@ -221,9 +224,10 @@ pub(crate) fn next_action(
     status_failing: Duration,
 ) -> Result<Action, ClusterFailure> {
     match outcome {
-        Outcome::Synced(synced) if synced.health.is_err() => Ok(Action::requeue(
-            status_failing.max(STATUS_RECHECK).min(sync_interval),
-        )),
+        // A watched status that cannot be read (none yet) wakes the cluster when it changes.
+        Outcome::Synced(synced) if synced.health.is_err() && !synced.watched => Ok(
+            Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval)),
+        ),
         Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
         Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
         Outcome::Failed { failure, .. } => match failure.retry() {

@@ -75,6 +75,18 @@ fn synced(changed: bool, output: &str, health: Result<ClusterHealth, StatusError
         changed,
         output: output.into(),
         health,
+        watched: false,
+    }))
+}
+
+/// A sync whose status came from the connection's live status watch.
+fn synced_watched(health: Result<ClusterHealth, StatusError>) -> Outcome {
+    Outcome::Synced(Box::new(Synced {
+        rendered: rendition(),
+        changed: false,
+        output: String::new(),
+        health,
+        watched: true,
     }))
 }
 
@@ -424,6 +436,14 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
         after(Duration::from_secs(7200)),
         Some(Action::requeue(hour)),
         "and never beyond the sync interval"
+    );
+    assert_eq!(
+        next(
+            synced_watched(Err(StatusError::NotFound("prod".into()))),
+            hour
+        ),
+        Some(Action::requeue(hour)),
+        "a watched status is not polled: its watch wakes the cluster when it appears"
     );
     let deleting = Outcome::Deleting {
         waiting_for: Vec::new(),

@@ -149,20 +149,32 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
     };
     ctx.metrics.omni_rpc("sync", synced);
 
-    // status from Omni
-    let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-    let health = status_cluster(&client.template_state(deadline), &name, deadline).await;
-    match &health {
-        Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
-        Err(e) => {
-            ctx.metrics.omni_rpc("status", RpcOutcome::Error);
-            tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
+    // status from Omni: from the connection's status watch while it is live (no call, and a
+    // change of it wakes this cluster), else read.
+    let watch = ctx.omni.status_watch(&conn);
+    let (health, watched) = match watch.as_ref().and_then(|w| w.read(&name)) {
+        Some(health) => (health, true),
+        None => {
+            let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+            let health = status_cluster(&client.template_state(deadline), &name, deadline).await;
+            match &health {
+                Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
+                Err(e) => {
+                    ctx.metrics.omni_rpc("status", RpcOutcome::Error);
+                    tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
+                }
+            }
+            if let Some(watch) = &watch {
+                watch.note_read(&name, &health);
+            }
+            (health, false)
         }
-    }
+    };
     Ok(Outcome::Synced(Box::new(Synced {
         rendered: rendition,
         changed,
         output,
         health,
+        watched,
     })))
 }
