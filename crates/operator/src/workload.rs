@@ -1,10 +1,14 @@
 //! Kubernetes clients of workload clusters, built from kubeconfig Secrets in memory.
 //!
 //! A client is cached per Secret key and rebuilt when the kubeconfig in it changes (a rotated
-//! kubeconfig). No temporary files are written.
+//! kubeconfig). A client nobody asked for in [`IDLE_EVICTION`], or whose Secret or key is gone,
+//! leaves the cache, and with it its connection pool. No temporary files are written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
@@ -80,10 +84,30 @@ pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
 /// changes the version but not the kubeconfig, and rebuilt the client with a new pool.
 type Slot = Arc<tokio::sync::Mutex<Option<([u8; 32], Client)>>>;
 
+/// How long a workload client stays cached without being asked for. Every object using one
+/// re-checks at least every few minutes (secret syncs' resync, helm's drift check, exports'
+/// probes), so only clients of workload clusters nothing uses any more go: a deleted cluster's
+/// client, with its pooled connections, no longer stays for the life of the process.
+pub(crate) const IDLE_EVICTION: Duration = Duration::from_secs(15 * 60);
+
+/// A cached client and when it was last asked for.
+struct Entry {
+    slot: Slot,
+    used: Instant,
+}
+
+/// The cache's entries, and when idle ones were last looked for.
+struct Cache {
+    entries: HashMap<String, Entry>,
+    swept: Instant,
+}
+
 /// Cache of workload clients keyed by `namespace/secret/key`.
 pub struct WorkloadClients {
     client: Client,
-    cache: Mutex<HashMap<String, Slot>>,
+    cache: Mutex<Cache>,
+    /// Clients unused this long are dropped ([`IDLE_EVICTION`]).
+    idle_eviction: Duration,
     /// Clients built so far (each a TLS configuration and a connection pool).
     built: std::sync::atomic::AtomicU64,
 }
@@ -97,9 +121,17 @@ impl std::fmt::Debug for WorkloadClients {
 impl WorkloadClients {
     /// An empty cache reading Secrets through `client` (the management cluster).
     pub fn new(client: Client) -> Self {
+        Self::evicting_after(client, IDLE_EVICTION)
+    }
+
+    fn evicting_after(client: Client, idle_eviction: Duration) -> Self {
         Self {
             client,
-            cache: Mutex::default(),
+            cache: Mutex::new(Cache {
+                entries: HashMap::new(),
+                swept: Instant::now(),
+            }),
+            idle_eviction,
             built: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -115,10 +147,12 @@ impl WorkloadClients {
         kind: &str,
     ) -> Result<Client, WorkloadError> {
         let ids = || (namespace.to_string(), name.to_string());
+        let cache_key = format!("{namespace}/{name}/{key}");
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let secret = match secrets.get_opt(name).await {
             Ok(Some(s)) => s,
             Ok(None) => {
+                self.evict(&cache_key);
                 let (namespace, name) = ids();
                 return Err(WorkloadError::MissingSecret { namespace, name });
             }
@@ -141,6 +175,7 @@ impl WorkloadClients {
             .map(|b| b.0.as_slice())
             .filter(|b| !b.is_empty());
         let Some(bytes) = bytes else {
+            self.evict(&cache_key);
             let (namespace, name) = ids();
             return Err(WorkloadError::MissingKey {
                 namespace,
@@ -152,11 +187,7 @@ impl WorkloadClients {
             use sha2::Digest as _;
             sha2::Sha256::digest(bytes).into()
         };
-        let slot = self
-            .lock()
-            .entry(format!("{namespace}/{name}/{key}"))
-            .or_default()
-            .clone();
+        let slot = self.slot(cache_key);
         let mut slot = slot.lock().await;
         if let Some((built_from, c)) = slot.as_ref()
             && *built_from == digest
@@ -177,7 +208,33 @@ impl WorkloadClients {
         Ok(client)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    /// The slot of `cache_key`, marked used now; first drops the entries idle for longer than
+    /// the eviction time (looked for at most once per eviction time, and never one a caller
+    /// holds).
+    fn slot(&self, cache_key: String) -> Slot {
+        let now = Instant::now();
+        let mut cache = self.lock();
+        if now.duration_since(cache.swept) >= self.idle_eviction {
+            cache.swept = now;
+            let idle = self.idle_eviction;
+            cache
+                .entries
+                .retain(|_, e| now.duration_since(e.used) < idle || Arc::strong_count(&e.slot) > 1);
+        }
+        let entry = cache.entries.entry(cache_key).or_insert_with(|| Entry {
+            slot: Slot::default(),
+            used: now,
+        });
+        entry.used = now;
+        entry.slot.clone()
+    }
+
+    /// Drops the client of `cache_key`: its Secret or key is gone.
+    fn evict(&self, cache_key: &str) {
+        self.lock().entries.remove(cache_key);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
         match self.cache.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -336,6 +393,47 @@ mod tests {
         patch(serde_json::json!({"stringData": {"kubeconfig": token_kubeconfig("two")}})).await;
         get().await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(built(), 2, "a new kubeconfig: a new client");
+    }
+
+    /// A client nobody asks for leaves the cache after the eviction time, and one whose Secret
+    /// is deleted at once: before, every workload client stayed for the life of the process.
+    #[tokio::test]
+    async fn idle_clients_and_clients_of_deleted_secrets_leave_the_cache() {
+        let (_sim, management) = management_with_kubeconfig(&token_kubeconfig("one")).await;
+        let secrets = Api::<Secret>::namespaced(management.clone(), "default");
+        let clients = WorkloadClients::evicting_after(management, Duration::from_millis(200));
+        let policy = SecretPolicy::default();
+        let cached = || clients.lock().entries.len();
+        let built = || clients.built.load(std::sync::atomic::Ordering::Relaxed);
+
+        prod_client(&clients, &policy)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        prod_client(&clients, &policy)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((cached(), built()), (1, 1), "in use: kept");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        prod_client(&clients, &policy)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            built(),
+            2,
+            "idle past the eviction time: dropped, then built anew"
+        );
+
+        secrets
+            .delete("prod-kubeconfig", &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gone = prod_client(&clients, &policy).await;
+        assert!(
+            matches!(gone, Err(WorkloadError::MissingSecret { .. })),
+            "{:?}",
+            gone.err()
+        );
+        assert_eq!(cached(), 0, "the Secret is gone: so is its client");
     }
 
     /// The export's probe of a stored (possibly adopted) kubeconfig goes through here too.
