@@ -113,6 +113,12 @@ pub fn writes(emu: &Emulators) -> (Writes, BTreeMap<String, u64>) {
     )
 }
 
+/// Calls the operator made to Omni so far (reads, writes and watches opened), whatever their
+/// outcome.
+pub fn omni_calls(emu: &Emulators) -> u64 {
+    emu.omni.call_counts().values().sum()
+}
+
 /// How far the fleet has converged.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Progress {
@@ -251,6 +257,8 @@ pub struct ColdStart {
     pub management_writes: BTreeMap<String, u64>,
     /// Connections the operator opened to Omni.
     pub omni_connections: u64,
+    /// Calls the operator made to Omni (reads, writes, watches opened).
+    pub omni_calls: u64,
 }
 
 /// Waits until the fleet converges (or `limit` passes), sampling the operator.
@@ -305,6 +313,7 @@ pub async fn cold_start(
         writes: cold_writes,
         management_writes,
         omni_connections: emu.omni.connections_accepted(),
+        omni_calls: omni_calls(emu),
     })
 }
 
@@ -355,6 +364,8 @@ pub struct Idle {
     pub emulator_cpu_secs_per_minute: f64,
     /// Connections opened to Omni during the window.
     pub omni_connections: u64,
+    /// Calls to Omni per minute (reads, writes, watches opened): the periodic passes' reads.
+    pub omni_calls_per_minute: f64,
 }
 
 /// Writes per minute.
@@ -385,6 +396,7 @@ pub async fn idle(
     let cpu = operator.sample()?.cpu_secs;
     let own = crate::operator::own_cpu_secs();
     let connections = emu.omni.connections_accepted();
+    let calls = omni_calls(emu);
     let started = Instant::now();
     tokio::time::sleep(window).await;
     operator.check_alive()?;
@@ -412,6 +424,7 @@ pub async fn idle(
         operator_rss_mib: mib(sample.rss_bytes),
         emulator_cpu_secs_per_minute: per_minute(crate::operator::own_cpu_secs() - own),
         omni_connections: emu.omni.connections_accepted() - connections,
+        omni_calls_per_minute: per_minute((omni_calls(emu) - calls) as f64),
     })
 }
 

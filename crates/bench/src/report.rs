@@ -34,6 +34,8 @@ pub fn figures(r: &RunResult) -> BTreeMap<&'static str, f64> {
         r.idle.operator_cpu_secs_per_minute,
     );
     f.insert("idle_omni_connections", r.idle.omni_connections as f64);
+    f.insert("cold_start_omni_calls", r.cold_start.omni_calls as f64);
+    f.insert("idle_omni_calls_per_minute", r.idle.omni_calls_per_minute);
     if let Some(l) = &r.latency {
         f.insert("change_to_omni_p50_ms", l.cluster_to_omni.p50_ms);
         f.insert("change_to_omni_p99_ms", l.cluster_to_omni.p99_ms);
@@ -242,6 +244,7 @@ pub fn run_table(r: &RunResult) -> String {
             "cold start: Omni connections",
             c.omni_connections.to_string(),
         ),
+        ("cold start: Omni calls", c.omni_calls.to_string()),
         (
             "idle: writes per minute (mgmt / workload / Omni)",
             format!(
@@ -266,6 +269,10 @@ pub fn run_table(r: &RunResult) -> String {
         (
             "idle: Omni connections opened",
             r.idle.omni_connections.to_string(),
+        ),
+        (
+            "idle: Omni calls per minute",
+            format!("{:.0}", r.idle.omni_calls_per_minute),
         ),
     ];
     let mut rows = rows;
