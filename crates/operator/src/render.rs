@@ -333,7 +333,7 @@ pub fn render(
                     id_override: h.id_override.clone().unwrap_or_default(),
                     job: h.job.clone(),
                     file: h.file.clone().unwrap_or_default(),
-                    interval: h.interval.clone().unwrap_or_default().into(),
+                    interval: h.interval.clone().unwrap_or_default(),
                     labels: h.labels.clone().unwrap_or_default(),
                     annotations: h.annotations.clone().unwrap_or_default(),
                 })
@@ -352,7 +352,7 @@ pub fn render(
                 .backup_configuration
                 .as_ref()
                 .map(|b| BackupConfiguration {
-                    interval: b.interval.clone().into(),
+                    interval: b.interval.clone(),
                 }),
         }),
         patches: patches(spec.patches.as_ref()),

@@ -257,7 +257,7 @@ fn decoding_applies_the_same_defaults_as_the_schema() {
                  "talos": {"version": "v1.13.2"}}
     }))
     .unwrap();
-    assert_eq!(cluster.spec.sync_interval, "5m");
+    assert_eq!(cluster.spec.sync_interval.as_str(), "5m");
     assert_eq!(
         cluster.spec.kubernetes.manifests.unwrap()[0].mode,
         api::cluster::ManifestMode::Full
@@ -270,7 +270,7 @@ fn decoding_applies_the_same_defaults_as_the_schema() {
     .unwrap();
     assert_eq!(release.spec.kubeconfig_secret_ref.key, "kubeconfig");
     assert_eq!(release.spec.namespace, "default");
-    assert_eq!(release.spec.timeout, "5m");
+    assert_eq!(release.spec.timeout.as_str(), "5m");
     assert_eq!(release.spec.deletion_policy, "Uninstall");
     assert_eq!(release.spec.chart.values, json!({}));
     let conn: api::OmniConnection = serde_json::from_value(json!({

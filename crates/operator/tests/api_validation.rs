@@ -609,7 +609,7 @@ fn export_defaults_the_key_and_the_namespace() {
         e.effective_target_namespace(),
         "omni-cluster-operator-system"
     );
-    assert_eq!(e.ttl().unwrap().to_string(), "24h0m0s");
+    assert_eq!(e.spec.ttl.duration().unwrap().to_string(), "24h0m0s");
 }
 
 // ---- OmniHelmRelease (parity 7.6) ----

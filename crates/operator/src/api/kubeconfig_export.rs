@@ -12,7 +12,7 @@ use super::common::{
     default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
     validate_delete_orphan,
 };
-use super::duration::{Bounds, GoDuration, MIN_INTERVAL};
+use super::duration::{Bounds, DurationError, DurationField, GoDuration, MIN_INTERVAL};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
@@ -83,11 +83,11 @@ pub struct OmniKubeconfigExportSpec {
     )]
     pub(crate) context_namespace: Option<String>,
     /// Lifetime of each exported kubeconfig, in Go duration syntax (`24h`).
-    pub ttl: String,
+    pub ttl: DurationField,
     /// Rotate this long before expiry (`4h`); must be shorter than `ttl`. Without it the
     /// kubeconfig is rotated when it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renew_before: Option<String>,
+    pub renew_before: Option<DurationField>,
     /// `Delete` removes the Secret (if this export owns it) when the export is deleted;
     /// `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
@@ -273,16 +273,11 @@ impl OmniKubeconfigExport {
         }
     }
 
-    /// Parsed `spec.ttl`.
-    pub fn ttl(&self) -> Result<GoDuration, super::duration::DurationError> {
-        GoDuration::parse(&self.spec.ttl)
-    }
-
     /// Parsed `spec.renewBefore`; `Ok(None)` when unset or empty.
-    pub fn renew_before(&self) -> Result<Option<GoDuration>, super::duration::DurationError> {
-        match self.spec.renew_before.as_deref() {
-            None | Some("") => Ok(None),
-            Some(s) => GoDuration::parse(s).map(Some),
+    pub fn renew_before(&self) -> Result<Option<GoDuration>, &DurationError> {
+        match &self.spec.renew_before {
+            Some(renew_before) if !renew_before.is_empty() => renew_before.duration().map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -332,7 +327,7 @@ impl OmniKubeconfigExport {
     /// format unless it is `Kubeconfig`. A change
     /// of this hash forces a new export; Secret name/namespace, `renewBefore`,
     /// `deletionPolicy` and `allowClusterAdmin` are deliberately not covered.
-    pub fn spec_hash(&self, cluster_name: &str) -> Result<String, super::duration::DurationError> {
+    pub fn spec_hash(&self, cluster_name: &str) -> Result<String, &DurationError> {
         let payload = SpecHashPayload {
             version: "v1",
             cluster_name,
@@ -340,7 +335,7 @@ impl OmniKubeconfigExport {
             context_namespace: self.spec.context_namespace.as_deref().unwrap_or_default(),
             service_account_user: &self.spec.service_account.user,
             service_account_groups: &self.spec.service_account.groups,
-            ttl: self.ttl()?.to_string(),
+            ttl: self.spec.ttl.duration()?.to_string(),
             format: self
                 .format()
                 .filter(|f| *f != ExportFormat::Kubeconfig)
@@ -466,11 +461,11 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             }
         }
     }
-    let ttl = match GoDuration::parse(&spec.ttl) {
+    let ttl = match spec.ttl.duration() {
         Ok(ttl) if !ttl.is_positive() => {
             v.push(FieldError::invalid(
                 "spec.ttl",
-                &spec.ttl,
+                spec.ttl.as_str(),
                 "ttl must be greater than zero",
             ));
             None
@@ -478,7 +473,7 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
         Ok(ttl) if bounds == Bounds::Enforce && ttl < MIN_INTERVAL => {
             v.push(FieldError::invalid(
                 "spec.ttl",
-                &spec.ttl,
+                spec.ttl.as_str(),
                 format!("ttl must be at least {MIN_INTERVAL}"),
             ));
             None
@@ -489,8 +484,9 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             None
         }
     };
-    if let Some(raw) = spec.renew_before.as_deref() {
-        match GoDuration::parse(raw) {
+    if let Some(renew_before) = &spec.renew_before {
+        let raw = renew_before.as_str();
+        match renew_before.duration() {
             Ok(rb) if !rb.is_positive() => v.push(FieldError::invalid(
                 "spec.renewBefore",
                 raw,
@@ -516,7 +512,11 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
                 ))
             }
             Ok(_) => {}
-            Err(_) => v.push(duration_error("spec.renewBefore", "renewBefore", raw)),
+            Err(_) => v.push(duration_error(
+                "spec.renewBefore",
+                "renewBefore",
+                renew_before,
+            )),
         }
     }
     validate_delete_orphan(&spec.deletion_policy, &mut v);

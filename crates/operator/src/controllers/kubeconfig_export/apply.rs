@@ -89,13 +89,16 @@ async fn export(
     conn: &OmniConnection,
 ) -> Result<Attempt, Error> {
     // Validated before; a failure here would be a validation gap, reported as such.
-    let (ttl, renew_before, spec_hash) =
-        match (e.ttl(), e.renew_before(), e.spec_hash(cluster_name)) {
-            (Ok(ttl), Ok(rb), Ok(hash)) => (ttl, rb, hash),
-            (Err(err), ..) | (_, Err(err), _) | (.., Err(err)) => {
-                return Ok(Err(ExportFailure::InvalidSpec(err.to_string())));
-            }
-        };
+    let (ttl, renew_before, spec_hash) = match (
+        e.spec.ttl.duration(),
+        e.renew_before(),
+        e.spec_hash(cluster_name),
+    ) {
+        (Ok(ttl), Ok(rb), Ok(hash)) => (ttl, rb, hash),
+        (Err(err), ..) | (_, Err(err), _) | (.., Err(err)) => {
+            return Ok(Err(ExportFailure::InvalidSpec(err.to_string())));
+        }
+    };
     let format = e.format().unwrap_or(ExportFormat::Kubeconfig);
     let key = e.effective_target_key();
     let now = whole_seconds(ctx.clock.now());
