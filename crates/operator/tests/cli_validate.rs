@@ -60,11 +60,12 @@ metadata:
 spec:
   clusterRef: {name: edge}
   targetSecretRef: {name: edge-kc}
+  contextNamespace: Apps
   serviceAccount:
     user: automation
     groups: [system:masters]
   ttl: 1d
-  deletionPolicy: Keep
+  deletionPolicy: Delete
 ---
 apiVersion: omni.texashpc.com/v1alpha1
 kind: OmniWorkers
@@ -110,17 +111,15 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     assert_eq!(out.status.code(), Some(1));
     let f = bad.display().to_string();
     let problems = lines(&out.stdout);
-    let deletion =
-        r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#;
+    let namespace = r#"spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#;
     let masters = "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true";
     let ttl = r#"spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#;
     let machines = r#"spec.machines: Invalid value: "not-a-list": spec.machines in body must be of type array: "string""#;
     assert_eq!(
         problems[..4],
         [
-            // Schema (API server) findings come first; the enum error is not repeated by the
-            // webhook layer.
-            format!("{f}:1 OmniKubeconfigExport/edge-kc: {deletion}"),
+            // Schema (API server) findings come first, then the webhook's.
+            format!("{f}:1 OmniKubeconfigExport/edge-kc: {namespace}"),
             format!("{f}:1 OmniKubeconfigExport/edge-kc: {masters}"),
             format!("{f}:1 OmniKubeconfigExport/edge-kc: {ttl}"),
             format!("{f}:2 OmniWorkers/edge-workers: {machines}"),
@@ -133,6 +132,42 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     assert!(
         stderr.last().unwrap().contains("5 problem(s)"),
         "{stderr:?}"
+    );
+}
+
+/// A policy or format outside its enum is refused by the schema, naming the field, as the API
+/// server refuses it. The admission rules are not reached (the API server would not call the
+/// webhook, and the typed fields do not decode), so the bad ttl is not reported yet.
+#[test]
+fn a_value_outside_a_schema_enum_is_refused_by_the_schema_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniKubeconfigExport
+metadata:
+  name: edge-kc
+spec:
+  clusterRef: {name: edge}
+  targetSecretRef: {name: edge-kc}
+  serviceAccount: {user: automation, groups: [automation]}
+  ttl: 1d
+  deletionPolicy: Keep
+  format: argocd
+";
+    let file = write(dir.path(), "enums.yaml", text);
+    let out = validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = file.display();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            format!(
+                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ),
+            format!(
+                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
+            ),
+        ]
     );
 }
 

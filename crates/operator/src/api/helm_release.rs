@@ -109,9 +109,9 @@ pub struct OmniHelmReleaseSpec {
     #[schemars(range(min = 0))]
     pub(crate) max_history: Option<i64>,
     /// `Uninstall` removes the release when this object is deleted; `Orphan` leaves it running.
-    #[serde(default = "default_helm_deletion_policy")]
+    #[serde(default)]
     #[schemars(schema_with = "uninstall_orphan_schema")]
-    pub deletion_policy: String,
+    pub deletion_policy: HelmDeletionPolicy,
     /// Let the operator recover a release left in `pending-install`, `pending-upgrade` or
     /// `pending-rollback` for longer than `timeout` (an interrupted Helm run): a pending upgrade
     /// or rollback is rolled back to the previous revision, a pending install is uninstalled,
@@ -228,44 +228,19 @@ pub(crate) fn default_drift_check_interval() -> DurationField {
     "5m".into()
 }
 
-/// Default `spec.deletionPolicy`.
-pub(crate) fn default_helm_deletion_policy() -> String {
-    HelmDeletionPolicy::Uninstall.as_str().to_string()
-}
-
-fn uninstall_orphan_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn uninstall_orphan_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ["Uninstall", "Orphan"] })
 }
 
-/// What deleting an OmniHelmRelease does to the release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What deleting an OmniHelmRelease does to the release (`spec.deletionPolicy`). Only these
+/// spellings pass the CRD schema, which the API server checks before any webhook runs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HelmDeletionPolicy {
-    /// Run `helm uninstall`.
+    /// Run `helm uninstall` (the default).
+    #[default]
     Uninstall,
     /// Leave the release in the workload cluster.
     Orphan,
-}
-
-impl HelmDeletionPolicy {
-    /// Accepted spellings.
-    pub(crate) const VALUES: [&'static str; 2] = ["Uninstall", "Orphan"];
-
-    /// Parses a policy; empty means `Uninstall`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "" | "Uninstall" => Some(Self::Uninstall),
-            "Orphan" => Some(Self::Orphan),
-            _ => None,
-        }
-    }
-
-    /// The wire form.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Uninstall => "Uninstall",
-            Self::Orphan => "Orphan",
-        }
-    }
 }
 
 /// Observed state of an OmniHelmRelease.
@@ -342,11 +317,6 @@ impl OmniHelmRelease {
     ) -> Result<Option<std::time::Duration>, &DurationError> {
         let interval = self.spec.drift_check_interval.duration()?;
         Ok(interval.to_std().filter(|d| !d.is_zero()))
-    }
-
-    /// Parsed `spec.deletionPolicy`.
-    pub fn deletion_policy(&self) -> Option<HelmDeletionPolicy> {
-        HelmDeletionPolicy::parse(&self.spec.deletion_policy)
     }
 }
 
@@ -507,13 +477,6 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "spec.maxHistory",
             h.to_string(),
             "maxHistory must not be negative",
-        ));
-    }
-    if HelmDeletionPolicy::parse(&spec.deletion_policy).is_none() {
-        v.push(FieldError::not_supported(
-            "spec.deletionPolicy",
-            &spec.deletion_policy,
-            &HelmDeletionPolicy::VALUES,
         ));
     }
     if !spec.chart.values.is_object() {
