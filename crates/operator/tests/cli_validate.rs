@@ -136,36 +136,31 @@ fn problems_are_reported_one_per_line_and_exit_one() {
 }
 
 /// A policy or format outside its enum is refused by the schema, naming the field, as the API
-/// server refuses it. The admission rules are not reached (the API server would not call the
-/// webhook, and the typed fields do not decode), so the bad ttl is not reported yet.
+/// server refuses it, with the object's other schema errors. The admission rules are not
+/// reached (the API server would not call the webhook, and the typed fields do not decode),
+/// so BAD's system:masters and ttl problems are not reported yet.
 #[test]
 fn a_value_outside_a_schema_enum_is_refused_by_the_schema_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let text = "\
-apiVersion: omni.texashpc.com/v1alpha1
-kind: OmniKubeconfigExport
-metadata:
-  name: edge-kc
-spec:
-  clusterRef: {name: edge}
-  targetSecretRef: {name: edge-kc}
-  serviceAccount: {user: automation, groups: [automation]}
-  ttl: 1d
-  deletionPolicy: Keep
-  format: argocd
-";
-    let file = write(dir.path(), "enums.yaml", text);
+    let export = BAD.split("---\n").nth(1).unwrap().replace(
+        "deletionPolicy: Delete",
+        "deletionPolicy: Keep\n  format: argocd",
+    );
+    let file = write(dir.path(), "enums.yaml", &export);
     let out = validate(&[&file]);
     assert_eq!(out.status.code(), Some(1));
-    let f = file.display();
+    let subject = format!("{}:1 OmniKubeconfigExport/edge-kc", file.display());
     assert_eq!(
         lines(&out.stdout),
         [
             format!(
-                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+                r#"{subject}: spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#
             ),
             format!(
-                r#"{f}:1 OmniKubeconfigExport/edge-kc: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
+                r#"{subject}: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ),
+            format!(
+                r#"{subject}: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
             ),
         ]
     );
