@@ -3,10 +3,17 @@
 //! as Go's) and prints as Go's `Duration.String()` (the kubeconfig export's spec hash embeds
 //! it). Template fields, CLI flags and the operator's CRD fields all parse with it, so a
 //! duration copied from Omni or omnictl documentation means the same everywhere.
+//!
+//! [`DurationField`] is the type of a duration field in a document (cluster template, CRD
+//! spec): the text as written and its parse, computed once when the field is decoded. With the
+//! `schemars` feature it has the JSON schema of a plain string.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const NANOSECOND: u64 = 1;
 const MICROSECOND: u64 = 1_000 * NANOSECOND;
@@ -313,6 +320,108 @@ fn format_fraction(v: u64, prec: u32) -> (String, u64) {
     (format!(".{}", digits.trim_end_matches('0')), int)
 }
 
+/// A Go duration field of a document: the text as written and its [`GoDuration::parse`],
+/// computed once when the field is decoded.
+///
+/// Any string decodes, including one Go would reject: the validators (admission, the
+/// controllers, template validation) then report it at its field path with the text as
+/// written, as they would any other bad value, instead of the whole document failing to
+/// decode. It serialises back to the text unchanged (`1.5h` stays `1.5h`, not `1h30m0s`), and
+/// two fields are equal when their texts are.
+#[derive(Debug, Clone)]
+pub struct DurationField {
+    text: String,
+    duration: Result<GoDuration, DurationError>,
+}
+
+impl DurationField {
+    /// The text as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The parsed duration, or why Go's `time.ParseDuration` would reject the text.
+    pub fn duration(&self) -> Result<GoDuration, &DurationError> {
+        self.duration.as_ref().copied()
+    }
+
+    /// True when the text is empty, which template fields read as "not given".
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+}
+
+impl Default for DurationField {
+    /// The empty text, which is not a duration ([`Self::duration`] is an error).
+    fn default() -> Self {
+        Self::from(String::new())
+    }
+}
+
+impl From<String> for DurationField {
+    fn from(text: String) -> Self {
+        let duration = GoDuration::parse(&text);
+        Self { text, duration }
+    }
+}
+
+impl From<&str> for DurationField {
+    fn from(text: &str) -> Self {
+        Self::from(text.to_owned())
+    }
+}
+
+impl PartialEq for DurationField {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for DurationField {}
+
+impl Hash for DurationField {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl fmt::Display for DurationField {
+    /// The text as written.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for DurationField {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationField {
+    /// Fails only where a `String` would (a value that is not a string).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from)
+    }
+}
+
+/// The schema of a plain string, as the field had before it was typed: the duration syntax is
+/// checked by the validators, which word their errors as Go does, not by the schema.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for DurationField {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DurationField".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,5 +557,101 @@ mod tests {
             parse_go_duration("-5m").map_err(|e| e.to_string()),
             Err(r#"negative duration "-5m" is not allowed"#.to_string())
         );
+    }
+
+    #[test]
+    fn a_duration_field_decodes_any_string_and_parses_it_once() {
+        let good: DurationField = serde_json::from_str(r#""1h30m""#).unwrap();
+        assert_eq!(good.as_str(), "1h30m");
+        assert_eq!(good.duration(), Ok(GoDuration::from_secs(5400)));
+        let bad: DurationField =
+            serde_json::from_str(r#""1d""#).expect("a value Go rejects still decodes");
+        assert_eq!(bad.as_str(), "1d");
+        assert_eq!(
+            bad.duration().map_err(ToString::to_string),
+            Err(r#"time: unknown unit "d" in duration "1d""#.to_string())
+        );
+        let empty = DurationField::default();
+        assert!(empty.is_empty() && !good.is_empty());
+        assert_eq!(
+            empty.duration(),
+            Err(&DurationError::Invalid(String::new()))
+        );
+        // What is not a string fails as it would for a `String` field.
+        let err = serde_json::from_str::<DurationField>("90")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected a string"), "{err}");
+    }
+
+    #[test]
+    fn a_duration_field_serialises_the_text_as_written() {
+        for text in ["1.5h", "90s", "0", "-5m", "1d", " 5m", ""] {
+            let json = serde_json::to_string(text).unwrap();
+            let field: DurationField = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&field).unwrap(), json);
+            assert_eq!(field.to_string(), text);
+            assert_eq!(field, DurationField::from(text.to_string()));
+        }
+    }
+
+    #[test]
+    fn duration_fields_compare_and_hash_by_text() {
+        let (short, long) = (DurationField::from("90s"), DurationField::from("1m30s"));
+        assert_eq!(short.duration(), long.duration());
+        assert_ne!(short, long);
+        let set: std::collections::HashSet<DurationField> =
+            [short.clone(), long, short].into_iter().collect();
+        assert_eq!(set.len(), 2);
+    }
+
+    /// A field typed `DurationField` has exactly the schema it had as a `String`, description,
+    /// default and length bounds included, so the CRDs built from it do not change.
+    #[cfg(feature = "schemars")]
+    #[test]
+    fn a_duration_field_has_the_schema_of_a_string() {
+        use schemars::{JsonSchema, SchemaGenerator, json_schema};
+
+        #[derive(JsonSchema, Serialize)]
+        #[schemars(rename = "Fields")]
+        #[serde(rename_all = "camelCase")]
+        struct Typed {
+            /// How often.
+            #[serde(default = "every_five_minutes")]
+            sync_interval: DurationField,
+            /// How long, if set.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            timeout: Option<DurationField>,
+            /// Never empty.
+            #[schemars(length(min = 1))]
+            interval: DurationField,
+        }
+        fn every_five_minutes() -> DurationField {
+            "5m".into()
+        }
+
+        #[derive(JsonSchema, Serialize)]
+        #[schemars(rename = "Fields")]
+        #[serde(rename_all = "camelCase")]
+        struct Plain {
+            /// How often.
+            #[serde(default = "five_minutes_text")]
+            sync_interval: String,
+            /// How long, if set.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            timeout: Option<String>,
+            /// Never empty.
+            #[schemars(length(min = 1))]
+            interval: String,
+        }
+        fn five_minutes_text() -> String {
+            "5m".into()
+        }
+
+        assert_eq!(
+            SchemaGenerator::default().subschema_for::<DurationField>(),
+            json_schema!({ "type": "string" })
+        );
+        assert_eq!(schemars::schema_for!(Typed), schemars::schema_for!(Plain));
     }
 }

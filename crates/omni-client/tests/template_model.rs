@@ -131,6 +131,25 @@ fn unknown_fields_and_kinds_are_errors() {
     assert!(matches!(err, ParseError::Document { .. }), "{err}");
 }
 
+/// A duration is kept as written (`1.5m` is not re-emitted as `1m30s`), and one Go rejects
+/// still parses, so validation reports it at its field in Go's words.
+#[test]
+fn durations_keep_their_text_and_bad_ones_are_validation_errors() {
+    let text = format!(
+        "kind: Cluster\nname: demo\nkubernetes:\n  version: v1.32.3\n  healthchecks:\n    - name: smoke\n      job: \"apiVersion: batch/v1\\nkind: Job\\n\"\n      interval: 1.5m\ntalos:\n  version: v1.9.5\nfeatures:\n  backupConfiguration:\n    interval: 1d\n---\nkind: ControlPlane\nmachines: [{A}]\n"
+    );
+    let t = Template::parse(&text).expect("a bad duration is not a parse error");
+    let yaml = t.to_yaml();
+    assert!(yaml.contains("      interval: 1.5m\n"), "{yaml}");
+    assert!(yaml.contains("    interval: 1d\n"), "{yaml}");
+    assert_eq!(
+        messages(&text, &FileResolver::default()),
+        [
+            r#"Cluster "demo" (document 0): features.backupConfiguration.interval: time: unknown unit "d" in duration "1d""#
+        ]
+    );
+}
+
 #[test]
 fn machine_class_size_keeps_int_versus_string() {
     let t = Template::parse("kind: Workers\nmachineClass:\n  name: c\n  size: 3\n").expect("parse");

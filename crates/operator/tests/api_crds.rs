@@ -257,7 +257,7 @@ fn decoding_applies_the_same_defaults_as_the_schema() {
                  "talos": {"version": "v1.13.2"}}
     }))
     .unwrap();
-    assert_eq!(cluster.spec.sync_interval, "5m");
+    assert_eq!(cluster.spec.sync_interval.as_str(), "5m");
     assert_eq!(
         cluster.spec.kubernetes.manifests.unwrap()[0].mode,
         api::cluster::ManifestMode::Full
@@ -270,8 +270,11 @@ fn decoding_applies_the_same_defaults_as_the_schema() {
     .unwrap();
     assert_eq!(release.spec.kubeconfig_secret_ref.key, "kubeconfig");
     assert_eq!(release.spec.namespace, "default");
-    assert_eq!(release.spec.timeout, "5m");
-    assert_eq!(release.spec.deletion_policy, "Uninstall");
+    assert_eq!(release.spec.timeout.as_str(), "5m");
+    assert_eq!(
+        release.spec.deletion_policy,
+        api::helm_release::HelmDeletionPolicy::Uninstall
+    );
     assert_eq!(release.spec.chart.values, json!({}));
     let conn: api::OmniConnection = serde_json::from_value(json!({
         "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniConnection", "metadata": {"name": "o"},
@@ -281,6 +284,56 @@ fn decoding_applies_the_same_defaults_as_the_schema() {
     assert_eq!(
         conn.spec.auth.service_account_secret_ref.key,
         "serviceAccountKey"
+    );
+}
+
+/// Typed spec fields write back exactly what was stored: durations as written (`1.5h`, not
+/// `1h30m0s`; even one Go rejects), policies and the format in their CRD spelling.
+#[test]
+fn typed_spec_fields_serialise_as_written() {
+    fn round_trip<K: serde::de::DeserializeOwned + serde::Serialize>(kind: &str, spec: Value) {
+        let object = json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1", "kind": kind,
+            "metadata": {"name": "x", "namespace": "ns"}, "spec": spec,
+        });
+        let decoded: K = serde_json::from_value(object.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let written = serde_json::to_value(&decoded).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written["spec"], object["spec"], "{kind}");
+    }
+    round_trip::<api::OmniCluster>(
+        "OmniCluster",
+        json!({
+            "connectionRef": {"name": "omni"},
+            "kubernetes": {"version": "v1.35.0", "healthChecks": [{"name": "h", "job": {"kind": "Job"}, "interval": "45.5s"}]},
+            "talos": {"version": "v1.13.2"},
+            "features": {"backupConfiguration": {"interval": "1d"}},
+            "syncInterval": "1.5h",
+        }),
+    );
+    round_trip::<api::OmniHelmRelease>(
+        "OmniHelmRelease",
+        json!({
+            "clusterRef": {"name": "c"}, "kubeconfigSecretRef": {"name": "k", "key": "kubeconfig"},
+            "namespace": "default",
+            "chart": {"repository": "https://x", "chart": "c", "version": "1", "values": {}},
+            "timeout": "90s", "deletionPolicy": "Orphan", "driftCheckInterval": "0",
+        }),
+    );
+    round_trip::<api::OmniKubeconfigExport>(
+        "OmniKubeconfigExport",
+        json!({
+            "clusterRef": {"name": "c"}, "targetSecretRef": {"name": "t", "key": "kubeconfig"},
+            "serviceAccount": {"user": "u", "groups": ["g"]},
+            "ttl": "1440m", "renewBefore": "+4h", "deletionPolicy": "Delete", "format": "ArgoCDCluster",
+        }),
+    );
+    round_trip::<api::OmniSecretSync>(
+        "OmniSecretSync",
+        json!({
+            "clusterRef": {"name": "c"}, "kubeconfigSecretRef": {"name": "k", "key": "kubeconfig"},
+            "sourceSecretRef": {"name": "s"}, "targetSecretRef": {"name": "t", "namespace": "n"},
+            "deletionPolicy": "Orphan",
+        }),
     );
 }
 

@@ -60,11 +60,12 @@ metadata:
 spec:
   clusterRef: {name: edge}
   targetSecretRef: {name: edge-kc}
+  contextNamespace: Apps
   serviceAccount:
     user: automation
     groups: [system:masters]
   ttl: 1d
-  deletionPolicy: Keep
+  deletionPolicy: Delete
 ---
 apiVersion: omni.texashpc.com/v1alpha1
 kind: OmniWorkers
@@ -110,17 +111,15 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     assert_eq!(out.status.code(), Some(1));
     let f = bad.display().to_string();
     let problems = lines(&out.stdout);
-    let deletion =
-        r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#;
+    let namespace = r#"spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#;
     let masters = "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true";
     let ttl = r#"spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#;
     let machines = r#"spec.machines: Invalid value: "not-a-list": spec.machines in body must be of type array: "string""#;
     assert_eq!(
         problems[..4],
         [
-            // Schema (API server) findings come first; the enum error is not repeated by the
-            // webhook layer.
-            format!("{f}:1 OmniKubeconfigExport/edge-kc: {deletion}"),
+            // Schema (API server) findings come first, then the webhook's.
+            format!("{f}:1 OmniKubeconfigExport/edge-kc: {namespace}"),
             format!("{f}:1 OmniKubeconfigExport/edge-kc: {masters}"),
             format!("{f}:1 OmniKubeconfigExport/edge-kc: {ttl}"),
             format!("{f}:2 OmniWorkers/edge-workers: {machines}"),
@@ -133,6 +132,37 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     assert!(
         stderr.last().unwrap().contains("5 problem(s)"),
         "{stderr:?}"
+    );
+}
+
+/// A policy or format outside its enum is refused by the schema, naming the field, as the API
+/// server refuses it, with the object's other schema errors. The admission rules are not
+/// reached (the API server would not call the webhook, and the typed fields do not decode),
+/// so BAD's system:masters and ttl problems are not reported yet.
+#[test]
+fn a_value_outside_a_schema_enum_is_refused_by_the_schema_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = BAD.split("---\n").nth(1).unwrap().replace(
+        "deletionPolicy: Delete",
+        "deletionPolicy: Keep\n  format: argocd",
+    );
+    let file = write(dir.path(), "enums.yaml", &export);
+    let out = validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let subject = format!("{}:1 OmniKubeconfigExport/edge-kc", file.display());
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            format!(
+                r#"{subject}: spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#
+            ),
+            format!(
+                r#"{subject}: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ),
+            format!(
+                r#"{subject}: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
+            ),
+        ]
     );
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer};
 
 use super::yaml::{self, Node};
+use crate::duration::DurationField;
 
 /// String map of user labels or annotations ("descriptors").
 pub type Descriptors = BTreeMap<String, String>;
@@ -145,9 +146,9 @@ pub struct Features {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BackupConfiguration {
-    /// Go duration text; a value > 0 enables backups.
+    /// Go duration; a value > 0 enables backups.
     #[serde(default, deserialize_with = "nullable")]
-    pub interval: String,
+    pub interval: DurationField,
 }
 
 /// A `ControlPlane` or `Workers` document (same fields; validation restricts each kind).
@@ -359,9 +360,9 @@ pub struct HealthCheck {
     /// File holding the Job manifest.
     #[serde(default, deserialize_with = "nullable")]
     pub file: String,
-    /// Go duration between runs (0 = Omni's default).
+    /// Go duration between runs (empty or 0 = Omni's default).
     #[serde(default, deserialize_with = "nullable")]
-    pub interval: String,
+    pub interval: DurationField,
     /// Labels for the resource.
     #[serde(default, deserialize_with = "nullable")]
     pub labels: Descriptors,
@@ -571,7 +572,7 @@ fn cluster_node(c: &Cluster) -> Node {
         }
         if let Some(backup) = &f.backup_configuration {
             let mut bb = MapBuilder::empty();
-            bb.str("interval", &backup.interval);
+            bb.str("interval", backup.interval.as_str());
             fb.put("backupConfiguration", bb.build());
         }
         b.put("features", fb.build());
@@ -686,7 +687,7 @@ fn healthcheck_node(h: &HealthCheck) -> Node {
         b.put("job", Node::from_json(job));
     }
     b.str("file", &h.file);
-    b.str("interval", &h.interval);
+    b.str("interval", h.interval.as_str());
     b.descriptors("labels", &h.labels);
     b.descriptors("annotations", &h.annotations);
     b.build()

@@ -10,7 +10,7 @@ use super::files::{FileError, FileResolver};
 use super::model::{Descriptors, Document, MachineSet, Patch, Template, UpdateStrategy};
 use super::validate::{CONTROL_PLANES, allocation, healthcheck_id, inline_content, workers_name};
 use super::yaml::{self, Node};
-use crate::duration::GoDuration;
+use crate::duration::DurationField;
 use crate::proto::specs;
 
 /// Namespace of every resource the template writes.
@@ -308,9 +308,10 @@ fn strip_v(version: &str) -> String {
 
 fn to_proto_duration(
     field: &str,
-    text: &str,
+    value: &DurationField,
 ) -> Result<Option<prost_types::Duration>, TranslateError> {
-    let nanos = GoDuration::parse(text)
+    let nanos = value
+        .duration()
         .map_err(|e| TranslateError::Invalid {
             field: field.to_string(),
             message: e.to_string(),

@@ -7,7 +7,7 @@ use std::fmt;
 use super::files::FileResolver;
 use super::model::{Cluster, Descriptors, Document, Machine, MachineSet, Patch, Size, Template};
 use super::yaml::{self, Node};
-use crate::duration::GoDuration;
+use crate::duration::DurationField;
 
 /// Prefix reserved for Omni's own labels and annotations.
 pub const RESERVED_PREFIX: &str = "omni.sidero.dev/";
@@ -287,8 +287,8 @@ impl Ctx<'_> {
         }
     }
 
-    fn duration(&mut self, doc: &DocCtx, field: &str, text: &str) -> Option<i128> {
-        match GoDuration::parse(text) {
+    fn duration(&mut self, doc: &DocCtx, field: &str, value: &DurationField) -> Option<i128> {
+        match value.duration() {
             Ok(d) => Some(i128::from(d.as_nanos())),
             Err(e) => {
                 self.push(doc, field, e.to_string());

@@ -11,7 +11,7 @@ use super::common::{
     Condition, LocalObjectReference, Patch, conditions_schema, date_time_schema,
     has_parent_segment, validate_file_reference, validate_patches,
 };
-use super::duration::{GoDuration, short_interval_error};
+use super::duration::{DurationField, GoDuration, short_interval_error};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
@@ -110,7 +110,7 @@ pub struct OmniClusterSpec {
     pub(crate) delete_policy: Option<DeletePolicy>,
     /// How often the template is re-synced to Omni, in Go duration syntax (`5m`, `1h`).
     #[serde(default = "default_sync_interval")]
-    pub sync_interval: String,
+    pub sync_interval: DurationField,
     /// Stop syncing to Omni while keeping the object, its status and its finalizer.
     /// Deletion still removes the Omni cluster.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -118,8 +118,8 @@ pub struct OmniClusterSpec {
 }
 
 /// Default `spec.syncInterval`.
-pub(crate) fn default_sync_interval() -> String {
-    "5m".to_string()
+pub(crate) fn default_sync_interval() -> DurationField {
+    "5m".into()
 }
 
 /// Interval used when `syncInterval` is zero, negative or unparseable.
@@ -164,7 +164,7 @@ pub struct KubernetesHealthCheck {
     /// How often Omni re-runs the check while it holds an upgrade, in Go duration syntax;
     /// Omni's default is `30s`, and a set value must be at least `5s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<String>,
+    pub interval: Option<DurationField>,
     /// Labels for the health-check resource in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -262,7 +262,7 @@ pub struct ClusterFeatures {
 pub(crate) struct BackupConfiguration {
     /// Backup interval in Go duration syntax, passed to Omni as is; `0` disables backups.
     #[schemars(length(min = 1))]
-    pub interval: String,
+    pub interval: DurationField,
 }
 
 /// What happens in Omni when the OmniCluster is deleted.
@@ -474,7 +474,7 @@ impl OmniCluster {
     /// The resync interval: `spec.syncInterval` when it parses and is positive, otherwise 5m.
     /// Controllers raise it to their floor with `super::duration::clamp_interval`.
     pub fn sync_interval(&self) -> GoDuration {
-        match GoDuration::parse(&self.spec.sync_interval) {
+        match self.spec.sync_interval.duration() {
             Ok(d) if d.is_positive() => d,
             _ => DEFAULT_SYNC_INTERVAL,
         }
@@ -495,10 +495,10 @@ impl OmniCluster {
 }
 
 /// Builds the "must be a duration" error used for every duration field.
-pub(crate) fn duration_error(path: &str, field: &str, value: &str) -> FieldError {
+pub(crate) fn duration_error(path: &str, field: &str, value: &DurationField) -> FieldError {
     FieldError::invalid(
         path,
-        value,
+        value.as_str(),
         format!("{field} must be a duration such as 24h, 1h30m or 90s"),
     )
 }
@@ -545,10 +545,10 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
         .and_then(|f| f.backup_configuration.as_ref())
     {
         let path = "spec.features.backupConfiguration.interval";
-        match GoDuration::parse(&backup.interval) {
+        match backup.interval.duration() {
             Ok(d) if d.is_negative() => v.push(FieldError::invalid(
                 path,
-                &backup.interval,
+                backup.interval.as_str(),
                 "interval must not be negative",
             )),
             Ok(_) => {}
@@ -566,10 +566,10 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
             "orphan and destroyMachines cannot both be true",
         ));
     }
-    match GoDuration::parse(&spec.sync_interval) {
+    match spec.sync_interval.duration() {
         Ok(d) if d.is_negative() => v.push(FieldError::invalid(
             "spec.syncInterval",
-            &spec.sync_interval,
+            spec.sync_interval.as_str(),
             "syncInterval must not be negative",
         )),
         Ok(_) => {}
@@ -704,19 +704,19 @@ fn validate_health_checks(cluster: &OmniCluster, v: &mut Validation) {
                 }
             }
         }
-        if let Some(interval) = check.interval.as_deref() {
+        if let Some(interval) = &check.interval {
             let field = format!("{path}.interval");
-            match GoDuration::parse(interval) {
+            match interval.duration() {
                 Err(_) => v.push(duration_error(&field, "interval", interval)),
                 Ok(d) if d.is_negative() => v.push(FieldError::invalid(
                     &field,
-                    interval,
+                    interval.as_str(),
                     "interval must not be negative",
                 )),
                 Ok(d) if d.is_positive() && d < MIN_HEALTH_CHECK_INTERVAL => {
                     v.push(FieldError::invalid(
                         &field,
-                        interval,
+                        interval.as_str(),
                         "healthcheck interval must be at least 5s",
                     ))
                 }

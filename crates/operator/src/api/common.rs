@@ -331,48 +331,22 @@ pub(crate) fn string_set_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Schema for a `Delete`/`Orphan` policy string.
+/// Schema for a [`DeletionPolicy`] field.
 pub(crate) fn delete_orphan_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ["Delete", "Orphan"] })
 }
 
 /// What happens to an external object when the custom resource that manages it is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// The CRD schema allows only these two spellings, and the API server checks the schema
+/// before any webhook runs, so only data stored past the schema fails to decode (reported as
+/// `InvalidObject`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeletionPolicy {
     /// Delete the external object (only if this resource owns it).
     Delete,
     /// Leave the external object in place.
     Orphan,
-}
-
-impl DeletionPolicy {
-    /// Accepted spellings.
-    pub(crate) const VALUES: [&'static str; 2] = ["Delete", "Orphan"];
-
-    /// Parses the exact spelling; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "Delete" => Some(Self::Delete),
-            "Orphan" => Some(Self::Orphan),
-            _ => None,
-        }
-    }
-}
-
-/// Checks a required `Delete`/`Orphan` field at `spec.deletionPolicy`.
-pub(crate) fn validate_delete_orphan(value: &str, out: &mut Validation) {
-    if value.is_empty() {
-        out.push(FieldError::required(
-            "spec.deletionPolicy",
-            "deletionPolicy is required",
-        ));
-    } else if DeletionPolicy::parse(value).is_none() {
-        out.push(FieldError::not_supported(
-            "spec.deletionPolicy",
-            value,
-            &DeletionPolicy::VALUES,
-        ));
-    }
 }
 
 /// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
@@ -542,6 +516,46 @@ mod tests {
         assert!(!is_uuid("11111111-1111-4111-8111-11111111111g"));
         assert!(!is_uuid("11111111_1111_4111_8111_111111111111"));
         assert!(!is_uuid("(11111111-1111-4111-8111-111111111111)"));
+    }
+
+    /// Each policy enum decodes exactly the spellings its CRD schema allows and writes them back
+    /// as they are; anything else does not decode.
+    #[test]
+    fn policy_enums_decode_the_values_of_their_schema() {
+        use super::super::helm_release::{HelmDeletionPolicy, uninstall_orphan_schema};
+        use super::super::kubeconfig_export::{ExportFormat, export_format_schema};
+
+        fn check<T>(schema: Schema, refused: &str) -> Vec<T>
+        where
+            T: serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
+        {
+            let values = schema.get("enum").and_then(serde_json::Value::as_array);
+            let values = values.cloned().unwrap_or_default();
+            assert!(!values.is_empty(), "{schema:?}");
+            let decoded: Vec<T> = values
+                .iter()
+                .map(|v| serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}")))
+                .collect();
+            for (value, policy) in values.iter().zip(&decoded) {
+                assert_eq!(serde_json::to_value(policy).ok().as_ref(), Some(value));
+            }
+            assert!(
+                serde_json::from_value::<T>(refused.into()).is_err(),
+                "{refused}"
+            );
+            decoded
+        }
+        let mut generator = SchemaGenerator::default();
+        check::<DeletionPolicy>(delete_orphan_schema(&mut generator), "delete");
+        check::<HelmDeletionPolicy>(uninstall_orphan_schema(&mut generator), "");
+        let formats = check::<ExportFormat>(export_format_schema(&mut generator), "ArgoCdCluster");
+        for format in formats {
+            assert_eq!(ExportFormat::parse(format.as_str()), Some(format));
+            assert_eq!(
+                serde_json::to_value(format).ok(),
+                Some(format.as_str().into())
+            );
+        }
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Go-syntax durations (`300ms`, `90s`, `1h30m`, `1.5h`, `-5m`, `0`).
 //!
-//! Spec fields keep durations as text so that a value this parser rejects still decodes; the
-//! webhook and controllers parse with [`GoDuration::parse`]. Formatting follows Go's
-//! `Duration.String()` exactly because the kubeconfig export spec hash embeds it.
+//! Spec fields are [`DurationField`]s: the text as written and its [`GoDuration::parse`], made
+//! once when the object is decoded. Any string decodes, so a value the parser rejects is still
+//! reported by the webhook and the controllers at its field path, with the text as written.
+//! Formatting follows Go's `Duration.String()` exactly because the kubeconfig export spec hash
+//! embeds it.
 
-pub(crate) use omni_client::duration::DurationError;
 pub use omni_client::duration::GoDuration;
+pub(crate) use omni_client::duration::{DurationError, DurationField};
 
 /// Shortest periodic interval accepted for `syncInterval`, `driftCheckInterval`, the time
 /// between kubeconfig rotations and `--secret-sync-resync-interval` (`0` keeps its own meaning:
@@ -22,14 +24,14 @@ pub(crate) const MAX_TIMEOUT: GoDuration = GoDuration::from_secs(3600);
 pub(crate) fn short_interval_error(
     path: &str,
     field: &str,
-    raw: &str,
+    value: &DurationField,
     zero_means: &str,
 ) -> Option<super::validation::FieldError> {
-    let d = GoDuration::parse(raw).ok()?;
+    let d = value.duration().ok()?;
     (d.is_positive() && d < MIN_INTERVAL).then(|| {
         super::validation::FieldError::invalid(
             path,
-            raw,
+            value.as_str(),
             format!("{field} must be 0 ({zero_means}) or at least {MIN_INTERVAL}"),
         )
     })

@@ -10,7 +10,7 @@ use super::common::{
     Condition, KubeconfigSecretRef, LocalObjectReference, any_json_schema, conditions_schema,
     date_time_schema, is_blank,
 };
-use super::duration::{Bounds, GoDuration, MAX_TIMEOUT, short_interval_error};
+use super::duration::{Bounds, DurationError, DurationField, MAX_TIMEOUT, short_interval_error};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniHelmRelease.
@@ -90,7 +90,7 @@ pub struct OmniHelmReleaseSpec {
     pub(crate) wait_for_jobs: bool,
     /// Time limit of each Helm operation, in Go duration syntax.
     #[serde(default = "default_timeout")]
-    pub timeout: String,
+    pub timeout: DurationField,
     /// Roll back a failed install or upgrade (and clean up resources created by a failed upgrade).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub atomic: bool,
@@ -109,9 +109,9 @@ pub struct OmniHelmReleaseSpec {
     #[schemars(range(min = 0))]
     pub(crate) max_history: Option<i64>,
     /// `Uninstall` removes the release when this object is deleted; `Orphan` leaves it running.
-    #[serde(default = "default_helm_deletion_policy")]
+    #[serde(default)]
     #[schemars(schema_with = "uninstall_orphan_schema")]
-    pub deletion_policy: String,
+    pub deletion_policy: HelmDeletionPolicy,
     /// Let the operator recover a release left in `pending-install`, `pending-upgrade` or
     /// `pending-rollback` for longer than `timeout` (an interrupted Helm run): a pending upgrade
     /// or rollback is rolled back to the previous revision, a pending install is uninstalled,
@@ -123,7 +123,7 @@ pub struct OmniHelmReleaseSpec {
     /// so a release deleted, failed or changed out of band is repaired; Go duration syntax,
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
-    pub(crate) drift_check_interval: String,
+    pub(crate) drift_check_interval: DurationField,
 }
 
 /// The chart to install.
@@ -219,53 +219,28 @@ pub(crate) fn default_release_namespace() -> String {
 }
 
 /// Default `spec.timeout`.
-pub(crate) fn default_timeout() -> String {
-    "5m".to_string()
+pub(crate) fn default_timeout() -> DurationField {
+    "5m".into()
 }
 
 /// Default `spec.driftCheckInterval`.
-pub(crate) fn default_drift_check_interval() -> String {
-    "5m".to_string()
+pub(crate) fn default_drift_check_interval() -> DurationField {
+    "5m".into()
 }
 
-/// Default `spec.deletionPolicy`.
-pub(crate) fn default_helm_deletion_policy() -> String {
-    HelmDeletionPolicy::Uninstall.as_str().to_string()
-}
-
-fn uninstall_orphan_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn uninstall_orphan_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ["Uninstall", "Orphan"] })
 }
 
-/// What deleting an OmniHelmRelease does to the release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What deleting an OmniHelmRelease does to the release (`spec.deletionPolicy`). Only these
+/// spellings pass the CRD schema, which the API server checks before any webhook runs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HelmDeletionPolicy {
-    /// Run `helm uninstall`.
+    /// Run `helm uninstall` (the default).
+    #[default]
     Uninstall,
     /// Leave the release in the workload cluster.
     Orphan,
-}
-
-impl HelmDeletionPolicy {
-    /// Accepted spellings.
-    pub(crate) const VALUES: [&'static str; 2] = ["Uninstall", "Orphan"];
-
-    /// Parses a policy; empty means `Uninstall`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "" | "Uninstall" => Some(Self::Uninstall),
-            "Orphan" => Some(Self::Orphan),
-            _ => None,
-        }
-    }
-
-    /// The wire form.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Uninstall => "Uninstall",
-            Self::Orphan => "Orphan",
-        }
-    }
 }
 
 /// Observed state of an OmniHelmRelease.
@@ -336,22 +311,12 @@ impl OmniHelmRelease {
         }
     }
 
-    /// Parsed `spec.timeout`.
-    pub fn timeout(&self) -> Result<GoDuration, super::duration::DurationError> {
-        GoDuration::parse(&self.spec.timeout)
-    }
-
     /// Parsed `spec.driftCheckInterval`; `None` when the periodic check is off (`0`).
     pub(crate) fn drift_check_interval(
         &self,
-    ) -> Result<Option<std::time::Duration>, super::duration::DurationError> {
-        let interval = GoDuration::parse(&self.spec.drift_check_interval)?;
+    ) -> Result<Option<std::time::Duration>, &DurationError> {
+        let interval = self.spec.drift_check_interval.duration()?;
         Ok(interval.to_std().filter(|d| !d.is_zero()))
-    }
-
-    /// Parsed `spec.deletionPolicy`.
-    pub fn deletion_policy(&self) -> Option<HelmDeletionPolicy> {
-        HelmDeletionPolicy::parse(&self.spec.deletion_policy)
     }
 }
 
@@ -468,24 +433,24 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             problem,
         ));
     }
-    match GoDuration::parse(&spec.timeout) {
+    match spec.timeout.duration() {
         Ok(t) if !t.is_positive() => v.push(FieldError::invalid(
             "spec.timeout",
-            &spec.timeout,
+            spec.timeout.as_str(),
             "timeout must be greater than zero",
         )),
         Ok(t) if bounds == Bounds::Enforce && t > MAX_TIMEOUT => v.push(FieldError::invalid(
             "spec.timeout",
-            &spec.timeout,
+            spec.timeout.as_str(),
             "timeout must be at most 1h",
         )),
         Ok(_) => {}
         Err(_) => v.push(duration_error("spec.timeout", "timeout", &spec.timeout)),
     }
-    match GoDuration::parse(&spec.drift_check_interval) {
+    match spec.drift_check_interval.duration() {
         Ok(d) if d.is_negative() => v.push(FieldError::invalid(
             "spec.driftCheckInterval",
-            &spec.drift_check_interval,
+            spec.drift_check_interval.as_str(),
             DRIFT_NEGATIVE,
         )),
         Ok(_) if bounds == Bounds::Clamped => {}
@@ -512,13 +477,6 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "spec.maxHistory",
             h.to_string(),
             "maxHistory must not be negative",
-        ));
-    }
-    if HelmDeletionPolicy::parse(&spec.deletion_policy).is_none() {
-        v.push(FieldError::not_supported(
-            "spec.deletionPolicy",
-            &spec.deletion_policy,
-            &HelmDeletionPolicy::VALUES,
         ));
     }
     if !spec.chart.values.is_object() {
@@ -560,7 +518,7 @@ mod tests {
     fn stuck_recovery_is_off_and_drift_checks_run_every_five_minutes_by_default() {
         let r = release(serde_json::json!({}));
         assert!(!r.spec.recover_stuck_release);
-        assert_eq!(r.spec.drift_check_interval, "5m");
+        assert_eq!(r.spec.drift_check_interval.as_str(), "5m");
         assert_eq!(
             r.drift_check_interval().ok().flatten(),
             Some(std::time::Duration::from_secs(300))

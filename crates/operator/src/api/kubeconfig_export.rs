@@ -10,9 +10,8 @@ use super::cluster::duration_error;
 use super::common::{
     Condition, DeletionPolicy, LocalObjectReference, conditions_schema, date_time_schema,
     default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
-    validate_delete_orphan,
 };
-use super::duration::{Bounds, GoDuration, MIN_INTERVAL};
+use super::duration::{Bounds, DurationError, DurationField, GoDuration, MIN_INTERVAL};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
@@ -83,45 +82,48 @@ pub struct OmniKubeconfigExportSpec {
     )]
     pub(crate) context_namespace: Option<String>,
     /// Lifetime of each exported kubeconfig, in Go duration syntax (`24h`).
-    pub ttl: String,
+    pub ttl: DurationField,
     /// Rotate this long before expiry (`4h`); must be shorter than `ttl`. Without it the
     /// kubeconfig is rotated when it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renew_before: Option<String>,
+    pub renew_before: Option<DurationField>,
     /// `Delete` removes the Secret (if this export owns it) when the export is deleted;
     /// `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
-    pub deletion_policy: String,
+    pub deletion_policy: DeletionPolicy,
     /// Shape of the target Secret: `Kubeconfig` (the default) writes the kubeconfig under
     /// `targetSecretRef.key`; `ArgoCDCluster` writes an Argo CD cluster Secret (`name`, `server`,
     /// `config`, labelled `argocd.argoproj.io/secret-type: cluster`); `FluxValue` writes the
     /// kubeconfig under `value`, the key Flux's `spec.kubeConfig.secretRef` reads by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "export_format_schema")]
-    pub format: Option<String>,
+    pub format: Option<ExportFormat>,
 }
 
-fn export_format_schema(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn export_format_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ExportFormat::VALUES })
 }
 
-/// The shape of the Secret an export writes (`spec.format`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The shape of the Secret an export writes (`spec.format`). Only these spellings pass the
+/// CRD schema, which the API server checks before any webhook runs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportFormat {
     /// The kubeconfig under `targetSecretRef.key` (the default, and the only shape before
     /// `spec.format` existed).
     Kubeconfig,
     /// An Argo CD declarative cluster Secret.
+    #[serde(rename = "ArgoCDCluster")]
     ArgoCdCluster,
     /// The kubeconfig under `value`, as Flux reads a remote cluster's kubeconfig.
     FluxValue,
 }
 
 impl ExportFormat {
-    /// Accepted spellings of `spec.format`.
+    /// Accepted spellings of `spec.format` (also its serde names).
     pub(crate) const VALUES: [&'static str; 3] = ["Kubeconfig", "ArgoCDCluster", "FluxValue"];
 
-    /// Parses the exact spelling; `None` for anything else.
+    /// Parses the exact spelling (of `spec.format`, or of the annotation recording the shape
+    /// last written); `None` for anything else.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "Kubeconfig" => Some(Self::Kubeconfig),
@@ -255,40 +257,27 @@ impl OmniKubeconfigExport {
         }
     }
 
-    /// Parsed `spec.format`: `Kubeconfig` when absent, `None` for an unknown value.
-    pub fn format(&self) -> Option<ExportFormat> {
-        match self.spec.format.as_deref() {
-            None => Some(ExportFormat::Kubeconfig),
-            Some(f) => ExportFormat::parse(f),
-        }
+    /// `spec.format`, `Kubeconfig` when absent.
+    pub fn format(&self) -> ExportFormat {
+        self.spec.format.unwrap_or(ExportFormat::Kubeconfig)
     }
 
     /// Data key holding the credential in the target Secret: the kubeconfig key for
     /// `Kubeconfig`, `value` for `FluxValue`, `config` for `ArgoCDCluster`.
     pub(crate) fn credential_key(&self) -> String {
         match self.format() {
-            Some(ExportFormat::FluxValue) => "value".to_string(),
-            Some(ExportFormat::ArgoCdCluster) => "config".to_string(),
-            _ => self.effective_target_key(),
+            ExportFormat::FluxValue => "value".to_string(),
+            ExportFormat::ArgoCdCluster => "config".to_string(),
+            ExportFormat::Kubeconfig => self.effective_target_key(),
         }
-    }
-
-    /// Parsed `spec.ttl`.
-    pub fn ttl(&self) -> Result<GoDuration, super::duration::DurationError> {
-        GoDuration::parse(&self.spec.ttl)
     }
 
     /// Parsed `spec.renewBefore`; `Ok(None)` when unset or empty.
-    pub fn renew_before(&self) -> Result<Option<GoDuration>, super::duration::DurationError> {
-        match self.spec.renew_before.as_deref() {
-            None | Some("") => Ok(None),
-            Some(s) => GoDuration::parse(s).map(Some),
+    pub fn renew_before(&self) -> Result<Option<GoDuration>, &DurationError> {
+        match &self.spec.renew_before {
+            Some(renew_before) if !renew_before.is_empty() => renew_before.duration().map(Some),
+            _ => Ok(None),
         }
-    }
-
-    /// Parsed `spec.deletionPolicy`.
-    pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
-        DeletionPolicy::parse(&self.spec.deletion_policy)
     }
 }
 
@@ -296,7 +285,7 @@ impl OmniKubeconfigExport {
     /// `targetSecretRef.key` names the kubeconfig's key in the `Kubeconfig` shape only; the
     /// other shapes have the keys their consumer reads, so a key set with them is a mistake.
     fn key_format_problem(&self) -> Option<String> {
-        let format = self.format()?;
+        let format = self.format();
         (format != ExportFormat::Kubeconfig
             && self.spec.target_secret_ref.key.trim() != default_kubeconfig_key())
         .then(|| {
@@ -332,7 +321,8 @@ impl OmniKubeconfigExport {
     /// format unless it is `Kubeconfig`. A change
     /// of this hash forces a new export; Secret name/namespace, `renewBefore`,
     /// `deletionPolicy` and `allowClusterAdmin` are deliberately not covered.
-    pub fn spec_hash(&self, cluster_name: &str) -> Result<String, super::duration::DurationError> {
+    pub fn spec_hash(&self, cluster_name: &str) -> Result<String, &DurationError> {
+        let format = self.format();
         let payload = SpecHashPayload {
             version: "v1",
             cluster_name,
@@ -340,11 +330,8 @@ impl OmniKubeconfigExport {
             context_namespace: self.spec.context_namespace.as_deref().unwrap_or_default(),
             service_account_user: &self.spec.service_account.user,
             service_account_groups: &self.spec.service_account.groups,
-            ttl: self.ttl()?.to_string(),
-            format: self
-                .format()
-                .filter(|f| *f != ExportFormat::Kubeconfig)
-                .map(ExportFormat::as_str),
+            ttl: self.spec.ttl.duration()?.to_string(),
+            format: (format != ExportFormat::Kubeconfig).then_some(format.as_str()),
         };
         // Serialising borrowed strings into JSON cannot fail.
         let json = serde_json::to_string(&payload).unwrap_or_default();
@@ -466,11 +453,11 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             }
         }
     }
-    let ttl = match GoDuration::parse(&spec.ttl) {
+    let ttl = match spec.ttl.duration() {
         Ok(ttl) if !ttl.is_positive() => {
             v.push(FieldError::invalid(
                 "spec.ttl",
-                &spec.ttl,
+                spec.ttl.as_str(),
                 "ttl must be greater than zero",
             ));
             None
@@ -478,7 +465,7 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
         Ok(ttl) if bounds == Bounds::Enforce && ttl < MIN_INTERVAL => {
             v.push(FieldError::invalid(
                 "spec.ttl",
-                &spec.ttl,
+                spec.ttl.as_str(),
                 format!("ttl must be at least {MIN_INTERVAL}"),
             ));
             None
@@ -489,8 +476,9 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             None
         }
     };
-    if let Some(raw) = spec.renew_before.as_deref() {
-        match GoDuration::parse(raw) {
+    if let Some(renew_before) = &spec.renew_before {
+        let raw = renew_before.as_str();
+        match renew_before.duration() {
             Ok(rb) if !rb.is_positive() => v.push(FieldError::invalid(
                 "spec.renewBefore",
                 raw,
@@ -516,25 +504,19 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
                 ))
             }
             Ok(_) => {}
-            Err(_) => v.push(duration_error("spec.renewBefore", "renewBefore", raw)),
+            Err(_) => v.push(duration_error(
+                "spec.renewBefore",
+                "renewBefore",
+                renew_before,
+            )),
         }
     }
-    validate_delete_orphan(&spec.deletion_policy, &mut v);
-    match spec.format.as_deref() {
-        Some(f) if ExportFormat::parse(f).is_none() => v.push(FieldError::not_supported(
-            "spec.format",
-            f,
-            &ExportFormat::VALUES,
-        )),
-        _ => {
-            if let Some(problem) = new.key_format_problem() {
-                v.push(FieldError::invalid(
-                    "spec.targetSecretRef.key",
-                    &spec.target_secret_ref.key,
-                    problem,
-                ));
-            }
-        }
+    if let Some(problem) = new.key_format_problem() {
+        v.push(FieldError::invalid(
+            "spec.targetSecretRef.key",
+            &spec.target_secret_ref.key,
+            problem,
+        ));
     }
     if sa.allow_cluster_admin && cluster_admin_requested {
         v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
@@ -546,12 +528,15 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
 mod tests {
     use super::*;
 
-    fn export(spec: serde_json::Value) -> OmniKubeconfigExport {
+    fn decode(spec: serde_json::Value) -> Result<OmniKubeconfigExport, serde_json::Error> {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniKubeconfigExport",
             "metadata": {"name": "e", "namespace": "ns"}, "spec": spec,
         }))
-        .unwrap()
+    }
+
+    fn export(spec: serde_json::Value) -> OmniKubeconfigExport {
+        decode(spec).unwrap()
     }
 
     fn base() -> serde_json::Value {
@@ -654,7 +639,9 @@ mod tests {
 
     /// Every rule of the controller's former `spec_problem` check is one of the webhook's,
     /// reported at its field: the controller now runs `validate` on stored objects (admission
-    /// bypassed) and reports `error_summary()`.
+    /// bypassed) and reports `error_summary()`. An unknown `format` or `deletionPolicy` is the
+    /// exception: the CRD schema refuses it, and stored past the schema it does not decode
+    /// (`InvalidObject`).
     #[test]
     fn validate_covers_every_rule_the_controller_checked() {
         let set = |path: &str, value: serde_json::Value| {
@@ -704,10 +691,6 @@ mod tests {
                 "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true",
             ),
             (
-                set("format", "argocd".into()),
-                r#"spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#,
-            ),
-            (
                 {
                     let mut spec = base();
                     spec["format"] = "FluxValue".into();
@@ -728,17 +711,31 @@ mod tests {
                 set("renewBefore", "24h".into()),
                 r#"spec.renewBefore: Invalid value: "24h": renewBefore must be less than ttl"#,
             ),
-            (
-                set("deletionPolicy", "Keep".into()),
-                r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#,
-            ),
-            (
-                set("deletionPolicy", "".into()),
-                "spec.deletionPolicy: Required value: deletionPolicy is required",
-            ),
         ];
         for (e, want) in cases {
             assert_eq!(validate(&e, None).error_summary(), want);
+        }
+        for (field, value, want) in [
+            (
+                "format",
+                "argocd",
+                "unknown variant `argocd`, expected one of `Kubeconfig`, `ArgoCDCluster`, `FluxValue`",
+            ),
+            (
+                "deletionPolicy",
+                "Keep",
+                "unknown variant `Keep`, expected `Delete` or `Orphan`",
+            ),
+            (
+                "deletionPolicy",
+                "",
+                "unknown variant ``, expected `Delete` or `Orphan`",
+            ),
+        ] {
+            let mut spec = base();
+            spec[field] = value.into();
+            let err = decode(spec).map(|_| ()).map_err(|e| e.to_string());
+            assert_eq!(err, Err(want.to_string()), "{field}: {value:?}");
         }
         let ttl = validate(&set("ttl", "a day".into()), None).error_summary();
         assert!(

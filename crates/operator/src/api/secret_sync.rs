@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     Condition, DeletionPolicy, KubeconfigSecretRef, LocalObjectReference, conditions_schema,
-    date_time_schema, delete_orphan_schema, is_blank, validate_delete_orphan,
+    date_time_schema, delete_orphan_schema, is_blank,
 };
 use super::validation::{FieldError, Validation};
 
@@ -84,7 +84,7 @@ pub struct OmniSecretSyncSpec {
     pub create_namespace: bool,
     /// `Delete` removes the copy (if this sync owns it) when the sync is deleted; `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
-    pub deletion_policy: String,
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// A Secret in the workload cluster.
@@ -146,13 +146,6 @@ pub struct OmniSecretSyncStatus {
     pub last_error: Option<String>,
 }
 
-impl OmniSecretSync {
-    /// Parsed `spec.deletionPolicy`.
-    pub fn deletion_policy(&self) -> Option<DeletionPolicy> {
-        DeletionPolicy::parse(&self.spec.deletion_policy)
-    }
-}
-
 /// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.
 pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validation {
     let mut v = Validation::new();
@@ -202,7 +195,6 @@ pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validatio
             "type must not be blank",
         ));
     }
-    validate_delete_orphan(&spec.deletion_policy, &mut v);
     if let Some(old) = old {
         if old.spec.kubeconfig_secret_ref.name != spec.kubeconfig_secret_ref.name {
             v.push(FieldError::forbidden(

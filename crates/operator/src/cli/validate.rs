@@ -186,13 +186,7 @@ fn check_document(at: &str, value: &serde_json::Value, report: &mut Report) {
     let schema_failed = !problems.is_empty();
     match api::validate_dynamic(kind, value, None) {
         Ok(validation) => {
-            for e in &validation.errors {
-                let line = format!("{subject}: {e}");
-                // Some rules exist in both layers (enums); say it once.
-                if !problems.contains(&line) {
-                    problems.push(line);
-                }
-            }
+            problems.extend(validation.errors.iter().map(|e| format!("{subject}: {e}")));
             report.warnings.extend(
                 validation
                     .warnings

@@ -195,7 +195,9 @@ pub(crate) fn timeout_of(r: &OmniHelmRelease) -> Duration {
     let most = crate::api::duration::MAX_TIMEOUT
         .to_std()
         .unwrap_or(DEFAULT_TIMEOUT);
-    r.timeout()
+    r.spec
+        .timeout
+        .duration()
         .ok()
         .and_then(|t| t.to_std())
         .unwrap_or(DEFAULT_TIMEOUT)

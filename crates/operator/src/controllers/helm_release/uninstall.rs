@@ -18,7 +18,7 @@ use crate::helm::{HelmError, ReleaseSession};
 
 /// Deletes `r`'s release: `Done` once the finalizer may go, `Waiting` while it cannot.
 pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup<Outcome>, Error> {
-    if r.deletion_policy() == Some(HelmDeletionPolicy::Orphan) {
+    if r.spec.deletion_policy == HelmDeletionPolicy::Orphan {
         return Ok(Cleanup::Done);
     }
     let name = r.effective_release_name();

@@ -16,7 +16,6 @@ use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::target::{build_target, is_owned, prepared_kubeconfig};
 use super::{RETRY, ROTATED_REASON};
 use crate::api::common::DeletionPolicy;
-use crate::api::kubeconfig_export::ExportFormat;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
 use crate::controllers::secret_sync::adoptable;
 use crate::controllers::{Context, Error, Scope};
@@ -89,14 +88,17 @@ async fn export(
     conn: &OmniConnection,
 ) -> Result<Attempt, Error> {
     // Validated before; a failure here would be a validation gap, reported as such.
-    let (ttl, renew_before, spec_hash) =
-        match (e.ttl(), e.renew_before(), e.spec_hash(cluster_name)) {
-            (Ok(ttl), Ok(rb), Ok(hash)) => (ttl, rb, hash),
-            (Err(err), ..) | (_, Err(err), _) | (.., Err(err)) => {
-                return Ok(Err(ExportFailure::InvalidSpec(err.to_string())));
-            }
-        };
-    let format = e.format().unwrap_or(ExportFormat::Kubeconfig);
+    let (ttl, renew_before, spec_hash) = match (
+        e.spec.ttl.duration(),
+        e.renew_before(),
+        e.spec_hash(cluster_name),
+    ) {
+        (Ok(ttl), Ok(rb), Ok(hash)) => (ttl, rb, hash),
+        (Err(err), ..) | (_, Err(err), _) | (.., Err(err)) => {
+            return Ok(Err(ExportFailure::InvalidSpec(err.to_string())));
+        }
+    };
+    let format = e.format();
     let key = e.effective_target_key();
     let now = whole_seconds(ctx.clock.now());
 
@@ -106,7 +108,7 @@ async fn export(
         e.effective_target_namespace(),
         e.spec.target_secret_ref.name.clone(),
     );
-    if e.deletion_policy() == Some(DeletionPolicy::Delete)
+    if e.spec.deletion_policy == DeletionPolicy::Delete
         && let Some(old_name) = st.target_secret_ref.as_deref().filter(|n| !n.is_empty())
     {
         let old_ns = st

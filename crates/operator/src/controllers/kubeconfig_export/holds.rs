@@ -189,7 +189,7 @@ pub(super) async fn end_target(
     let Some(secret) = api.get_opt(&name).await?.filter(|s| is_owned(s, e)) else {
         return Ok(TargetEnd::Done);
     };
-    let delete = e.deletion_policy() == Some(DeletionPolicy::Delete);
+    let delete = e.spec.deletion_policy == DeletionPolicy::Delete;
     if delete || secret.metadata.deletion_timestamp.is_some() {
         let users = consumers(ctx, &ns, &name).await?;
         if !users.is_empty() {

@@ -222,7 +222,7 @@ fn exported_message(e: &OmniKubeconfigExport) -> String {
         "exported kubeconfig to Secret \"{}/{}\" {}",
         e.effective_target_namespace(),
         e.spec.target_secret_ref.name,
-        match e.format().unwrap_or(ExportFormat::Kubeconfig) {
+        match e.format() {
             ExportFormat::Kubeconfig => format!("key {key:?}"),
             ExportFormat::FluxValue => "key \"value\" (format FluxValue)".to_string(),
             ExportFormat::ArgoCdCluster =>

@@ -61,7 +61,7 @@ async fn workload_client(
 
 /// Deletes the copy this sync owns when its deletion policy says so.
 async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutcome>, Error> {
-    if sync.deletion_policy() != Some(DeletionPolicy::Delete) {
+    if sync.spec.deletion_policy != DeletionPolicy::Delete {
         return Ok(Cleanup::Done);
     }
     let workload = match workload_client(ctx, sync).await {
@@ -129,7 +129,7 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
     // A renamed target under Delete: remove the previous copy if it is ours.
     let st = sync.status.clone().unwrap_or_default();
     let t = &sync.spec.target_secret_ref;
-    if sync.deletion_policy() == Some(DeletionPolicy::Delete)
+    if sync.spec.deletion_policy == DeletionPolicy::Delete
         && let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
         && (old_ns != &t.namespace || old_name != &t.name)
         && let Err(m) = delete_owned(&workload, sync, old_ns, old_name).await

@@ -130,7 +130,7 @@ mod tests {
     #[test]
     fn an_invalid_spec_is_reported_with_the_webhooks_field_path() {
         let mut s = sync();
-        s.spec.deletion_policy = "Keep".into();
+        s.spec.type_ = Some(" ".into());
         let validation = Pipeline::validate(&s);
         assert!(!validation.is_valid());
         let outcome = <OmniSecretSync as Pipeline>::invalid(validation.error_summary());
@@ -140,7 +140,7 @@ mod tests {
             ready.map(|c| (c.reason.as_str(), c.message.as_str())),
             Some((
                 "ValidationFailed",
-                r#"spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+                r#"spec.type: Invalid value: " ": type must not be blank"#
             ))
         );
         assert_eq!(
