@@ -283,27 +283,12 @@ impl RecordingServer {
                 http::StatusCode::UNAUTHORIZED
             }
         });
-        let counted = connections.clone();
-        tokio::spawn(async move {
-            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            while let Ok((stream, _)) = listener.accept().await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                let (acceptor, service) = (
-                    acceptor.clone(),
-                    hyper_util::service::TowerToHyperService::new(app.clone()),
-                );
-                tokio::spawn(async move {
-                    let Ok(stream) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
-        });
+        tokio::spawn(support::chart_repo::serve_tls_counting(
+            listener,
+            app,
+            config,
+            connections.clone(),
+        ));
         RecordingServer {
             url: format!("https://{addr}"),
             ca_pem: ca.cert_pem().to_string(),
