@@ -19,27 +19,21 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use kube_sim::server::RunningKubeSim;
+use kube::ResourceExt;
 use omni_client::proto::specs::ClusterSpec;
 use omni_operator::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
-use omni_operator::cli::run::{OperatorConfig, run_operator};
-use omni_operator::controllers::Scope;
 use omni_operator::controllers::cluster::OMNI_DEADLINE;
-use omni_operator::metrics::Metrics;
 use omni_sim::types::ty;
-use omni_sim::{AppliedWrites, OmniSim, Outage, Role, RunningOmniSim};
-use serde_json::{Value, json};
-use support::{TestClock, condition, create_json, kube_sim, ready, wait_for, wait_gone};
+use omni_sim::{AppliedWrites, Outage, RunningOmniSim};
+use serde_json::json;
+use support::conditions::{Cond, is_false, is_true};
+use support::env::{CONNECTION, Env, Namespaced, eventually_within};
 use tokio::time::Instant;
 
-const NS: &str = "outage";
 const FINALIZER: &str = "omni.texashpc.com/finalizer";
+const READY: Cond = is_true("Ready");
 
 fn soak() -> bool {
     std::env::var("FAULT_SOAK").is_ok_and(|v| v == "1")
@@ -58,39 +52,11 @@ fn quiet_window() -> Duration {
     Duration::from_secs(if soak() { 60 } else { 5 })
 }
 
-fn ours(kind: &str, name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "omni.texashpc.com/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    })
-}
-
-fn cluster(name: &str) -> Value {
-    ours(
-        "OmniCluster",
-        name,
-        json!({
-            "connectionRef": {"name": "omni"},
-            "kubernetes": {"version": "v1.35.0"},
-            "talos": {"version": "v1.13.2"},
-            "syncInterval": "5m",
-        }),
-    )
-}
-
-fn control_plane(cluster: &str, machine: &str) -> Value {
-    ours(
-        "OmniControlPlane",
-        &format!("{cluster}-cp"),
-        json!({"clusterRef": {"name": cluster}, "machines": [machine]}),
-    )
-}
-
-/// `(status, reason, message)` of `Ready`.
-fn ready_condition(obj: &impl serde::Serialize) -> (String, String, String) {
-    condition(obj, "Ready").unwrap_or_default()
+/// OmniCluster `name` with its control plane of one `machine`, re-checked every 5 minutes (so
+/// only the outage and the changes make the operator call Omni).
+async fn cluster(env: &Env, name: &str, machine: &str) {
+    env.cluster(name, machine, json!({"syncInterval": "5m"}))
+        .await;
 }
 
 fn status_time(obj: &impl serde::Serialize, field: &str) -> Option<jiff::Timestamp> {
@@ -98,21 +64,6 @@ fn status_time(obj: &impl serde::Serialize, field: &str) -> Option<jiff::Timesta
         .as_str()?
         .parse()
         .ok()
-}
-
-/// The bearer token of a kubeconfig the operator exported (a secret the leak scan looks for).
-fn exported_token(secret: &Secret) -> String {
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("kubeconfig"))
-        .map(|b| b.0.clone())
-        .unwrap_or_default();
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token:"))
-        .map(|t| t.trim().trim_matches('"').to_string())
-        .unwrap_or_default()
 }
 
 /// What changed in Omni's applied writes since `before`.
@@ -125,169 +76,51 @@ fn writes_since(before: &AppliedWrites, now: &AppliedWrites) -> BTreeMap<String,
         .collect()
 }
 
-/// Polls `probe` until it yields a value; panics naming `what` after `limit`.
-async fn eventually<T>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what} did not happen within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-struct Env {
-    mgmt: RunningKubeSim,
-    client: kube::Client,
-    omni: RunningOmniSim,
-    key: String,
-    clock: Arc<TestClock>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Env {
-    /// kube-sim, omni-sim and the embedded operator; clusters `edit-me` and `delete-me` Ready
-    /// and an export of `edit-me`'s kubeconfig done.
-    async fn start() -> Env {
-        let (mgmt, client) = kube_sim().await;
-        support::install_operator_api(&client, NS).await;
-        let omni = OmniSim::builder()
-            // Static machine IDs in these tests are not seeded: let them connect.
-            .auto_register_machines(true)
-            .status_step(Duration::from_millis(20))
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
-        // Exported kubeconfigs point at a closed loopback port: the operator's usability probe
-        // is then inconclusive and keeps them, as with a workload cluster that is down.
-        omni.set_workload_provider(Arc::new(omni_sim::FixedWorkloadProvider(format!(
-            "https://127.0.0.1:{}",
-            support::free_addr().port()
-        ))));
-        let key = omni
-            .register_service_account("operator", Role::Operator)
-            .unwrap_or_else(|e| panic!("register: {e}"));
-        create_json(
-            &client,
+/// The environment with a test clock, where exported kubeconfigs point at a closed port (the
+/// operator's usability probe is then inconclusive and keeps them, as with a workload cluster
+/// that is down); clusters `edit-me` and `delete-me` Ready and an export of `edit-me`'s
+/// kubeconfig done.
+async fn start() -> Env {
+    let env = Env::builder()
+        .test_clock()
+        .kubeconfigs_point_at_a_closed_port()
+        .start()
+        .await;
+    cluster(&env, "edit-me", "aaaaaaaa-0000-4000-8000-000000000001").await;
+    cluster(&env, "delete-me", "aaaaaaaa-0000-4000-8000-000000000002").await;
+    let _: OmniKubeconfigExport = env
+        .create_spec(
+            "kc",
             json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "omni-service-account", "namespace": NS},
-                "stringData": {"serviceAccountKey": key},
+                "clusterRef": {"name": "edit-me"},
+                "targetSecretRef": {"name": "kc-kubeconfig"},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "24h",
+                "renewBefore": "4h",
+                "deletionPolicy": "Delete",
             }),
         )
         .await;
-
-        let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-            .unwrap_or_else(|e| panic!("{e}"));
-        let clock = Arc::new(TestClock::new(start));
-        let _ = support::operator_logs();
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
-        config.metrics = Arc::new(Metrics::new());
-        config.clock = clock.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(run_operator(config, client.clone(), async move {
-            let _ = rx.await;
-        }));
-        let env = Env {
-            mgmt,
-            client,
-            omni,
-            key,
-            clock,
-            stop: Some(tx),
-        };
-
-        let c = &env.client;
-        create_json(
-            c,
-            ours(
-                "OmniConnection",
-                "omni",
-                json!({
-                    "endpoint": env.omni.endpoint(),
-                    "auth": {"serviceAccountSecretRef": {"name": "omni-service-account", "key": "serviceAccountKey"}},
-                }),
-            ),
-        )
-        .await;
-        create_json(c, cluster("edit-me")).await;
-        create_json(
-            c,
-            control_plane("edit-me", "aaaaaaaa-0000-4000-8000-000000000001"),
-        )
-        .await;
-        create_json(c, cluster("delete-me")).await;
-        create_json(
-            c,
-            control_plane("delete-me", "aaaaaaaa-0000-4000-8000-000000000002"),
-        )
-        .await;
-        create_json(
-            c,
-            ours(
-                "OmniKubeconfigExport",
-                "kc",
-                json!({
-                    "clusterRef": {"name": "edit-me"},
-                    "targetSecretRef": {"name": "kc-kubeconfig"},
-                    "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                    "ttl": "24h",
-                    "renewBefore": "4h",
-                    "deletionPolicy": "Delete",
-                }),
-            ),
-        )
-        .await;
-        for name in ["edit-me", "delete-me"] {
-            wait_for(&env.clusters(), name, "Ready", ready).await;
-        }
-        wait_for(&env.exports(), "kc", "Ready", ready).await;
-        wait_for(&env.connections(), "omni", "Ready", ready).await;
-        env
+    for name in ["edit-me", "delete-me"] {
+        env.wait_cond::<OmniCluster>(name, READY).await;
     }
+    env.wait_cond::<OmniKubeconfigExport>("kc", READY).await;
+    env.wait_cond::<OmniConnection>(CONNECTION, READY).await;
+    env
+}
 
-    fn clusters(&self) -> Api<OmniCluster> {
-        Api::namespaced(self.client.clone(), NS)
-    }
+/// The bearer token of the kubeconfig exported by `kc` (a secret the leak scan looks for).
+async fn exported_token(env: &Env) -> String {
+    env.exported_token("kc-kubeconfig")
+        .await
+        .unwrap_or_default()
+}
 
-    fn exports(&self) -> Api<OmniKubeconfigExport> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    fn connections(&self) -> Api<OmniConnection> {
-        Api::namespaced(self.client.clone(), NS)
-    }
-
-    async fn exported_token(&self) -> String {
-        let secret = Api::<Secret>::namespaced(self.client.clone(), NS)
-            .get("kc-kubeconfig")
-            .await
-            .unwrap_or_else(|e| panic!("exported Secret: {e}"));
-        exported_token(&secret)
-    }
-
-    /// Omni's Kubernetes version of `cluster`, if Omni has that cluster.
-    fn omni_kubernetes_version(&self, cluster: &str) -> Option<String> {
-        let r = self.omni.get(ty::CLUSTER, cluster)?;
-        let spec: ClusterSpec = omni_sim::store::decode_spec(&r).ok()?;
-        Some(spec.kubernetes_version)
-    }
-
-    async fn shutdown(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.omni.shutdown().await;
-        self.mgmt.shutdown();
-    }
+/// Omni's Kubernetes version of `cluster`, if Omni has that cluster.
+fn omni_kubernetes_version(omni: &RunningOmniSim, cluster: &str) -> Option<String> {
+    let r = omni.get(ty::CLUSTER, cluster)?;
+    let spec: ClusterSpec = omni_sim::store::decode_spec(&r).ok()?;
+    Some(spec.kubernetes_version)
 }
 
 /// Whether a failure message says what the outage looks like from the operator.
@@ -299,14 +132,34 @@ fn names_the_outage(mode: Outage, message: &str) -> bool {
     }
 }
 
+/// Waits until object `name` reports `Ready=False` with `reason` and a message naming the
+/// outage, for at most one pass's deadline and 30 s; returns the message.
+async fn reports_the_outage<K: Namespaced>(
+    env: &Env,
+    name: &str,
+    reason: &'static str,
+    mode: Outage,
+) -> String {
+    let failed = is_false("Ready").because(reason);
+    let api = env.api::<K>();
+    let limit = OMNI_DEADLINE + Duration::from_secs(30);
+    eventually_within(&format!("{name} reporting {reason}"), limit, async || {
+        let obj = api.get_opt(name).await.ok().flatten()?;
+        failed
+            .holds(&obj)
+            .then(|| failed.message(&obj))
+            .filter(|message| names_the_outage(mode, message))
+    })
+    .await
+}
+
 async fn scenario(mode: Outage) {
-    let env = Env::start().await;
-    let token_before = env.exported_token().await;
+    let env = start().await;
+    let clusters = env.api::<OmniCluster>();
+    let exports = env.api::<OmniKubeconfigExport>();
+    let token_before = exported_token(&env).await;
     let next_rotation = status_time(
-        &env.exports()
-            .get("kc")
-            .await
-            .unwrap_or_else(|e| panic!("{e}")),
+        &exports.get("kc").await.unwrap_or_else(|e| panic!("{e}")),
         "nextRotationTime",
     )
     .unwrap_or_else(|| panic!("the export has no nextRotationTime"));
@@ -320,66 +173,31 @@ async fn scenario(mode: Outage) {
     // Omni goes down; meanwhile users create, edit and delete clusters and a rotation comes due.
     env.omni.set_outage(Some(mode));
     let outage_started = Instant::now();
-    create_json(&env.client, cluster("new")).await;
-    create_json(
-        &env.client,
-        control_plane("new", "aaaaaaaa-0000-4000-8000-000000000003"),
-    )
-    .await;
-    env.clusters()
-        .patch(
-            "edit-me",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"kubernetes": {"version": "v1.35.1"}}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("edit: {e}"));
-    env.clusters()
-        .delete("delete-me", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("delete: {e}"));
-    env.clock.set(next_rotation);
-    env.exports()
+    cluster(&env, "new", "aaaaaaaa-0000-4000-8000-000000000003").await;
+    let _: OmniCluster = env
+        .patch_spec("edit-me", json!({"kubernetes": {"version": "v1.35.1"}}))
+        .await;
+    env.delete::<OmniCluster>("delete-me").await;
+    env.clock().set(next_rotation);
+    let _: OmniKubeconfigExport = env
         .patch(
             "kc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"test/rotate": "now"}}})),
+            json!({"metadata": {"annotations": {"test/rotate": "now"}}}),
         )
-        .await
-        .unwrap_or_else(|e| panic!("poke export: {e}"));
+        .await;
 
     // Each object reports the outage within one pass's deadline (a hung call ends at its own
     // 30 s deadline), instead of waiting on Omni forever.
-    let failure_limit = OMNI_DEADLINE + Duration::from_secs(30);
-    let clusters = env.clusters();
-    let exports = env.exports();
     let mut collected = Vec::new();
     for (name, reason) in [
         ("new", "SyncFailed"),
         ("edit-me", "SyncFailed"),
         ("delete-me", "DeleteFailed"),
     ] {
-        let (_, _, message) = eventually(
-            &format!("{name} reporting {reason}"),
-            failure_limit,
-            async || {
-                let c = clusters.get_opt(name).await.ok().flatten()?;
-                let (status, r, message) = ready_condition(&c);
-                (status == "False" && r == reason && names_the_outage(mode, &message))
-                    .then_some((status, r, message))
-            },
-        )
-        .await;
-        collected.push(message);
+        collected.push(reports_the_outage::<OmniCluster>(&env, name, reason, mode).await);
     }
-    let (_, _, message) = eventually("kc reporting ExportFailed", failure_limit, async || {
-        let e = exports.get_opt("kc").await.ok().flatten()?;
-        let (status, r, message) = ready_condition(&e);
-        (status == "False" && r == "ExportFailed" && names_the_outage(mode, &message))
-            .then_some((status, r, message))
-    })
-    .await;
-    collected.push(message);
+    collected
+        .push(reports_the_outage::<OmniKubeconfigExport>(&env, "kc", "ExportFailed", mode).await);
     let first_failures = outage_started.elapsed();
 
     // The deleted cluster keeps its finalizer while Omni cannot confirm the teardown.
@@ -400,7 +218,7 @@ async fn scenario(mode: Outage) {
     // The failed objects retry later (with backoff) while Omni is still down.
     let calls_at_failure = env.omni.outage_calls();
     let outage = outage_window(mode);
-    eventually(
+    eventually_within(
         "a retry during the outage",
         outage + OMNI_DEADLINE,
         async || (env.omni.outage_calls() > calls_at_failure).then_some(()),
@@ -418,17 +236,18 @@ async fn scenario(mode: Outage) {
     let outage_lasted = outage_started.elapsed();
     let faults = env.omni.outage_calls();
     let recovered = Instant::now();
-    wait_for(&clusters, "new", "Ready", ready).await;
-    wait_for(&clusters, "edit-me", "Ready with the edit synced", |c| {
-        ready(c) && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
+    env.wait_cond::<OmniCluster>("new", READY).await;
+    env.wait::<OmniCluster>("edit-me", "Ready with the edit synced", |c| {
+        READY.holds(c)
+            && c.status.as_ref().and_then(|s| s.observed_generation) == c.metadata.generation
     })
     .await;
-    wait_gone(&clusters, "delete-me").await;
-    wait_for(&exports, "kc", "rotated", |e| {
-        ready(e) && status_time(e, "lastRotationTime") == Some(next_rotation)
+    env.wait_gone::<OmniCluster>("delete-me").await;
+    env.wait::<OmniKubeconfigExport>("kc", "rotated", |e| {
+        READY.holds(e) && status_time(e, "lastRotationTime") == Some(next_rotation)
     })
     .await;
-    wait_for(&env.connections(), "omni", "Ready", ready).await;
+    env.wait_cond::<OmniConnection>(CONNECTION, READY).await;
     let recovery = recovered.elapsed();
 
     // Omni holds exactly what the custom resources say.
@@ -441,14 +260,14 @@ async fn scenario(mode: Outage) {
     omni_clusters.sort();
     assert_eq!(omni_clusters, ["edit-me", "new"]);
     assert_eq!(
-        env.omni_kubernetes_version("edit-me").as_deref(),
+        omni_kubernetes_version(&env.omni, "edit-me").as_deref(),
         Some("1.35.1")
     );
     assert_eq!(
-        env.omni_kubernetes_version("new").as_deref(),
+        omni_kubernetes_version(&env.omni, "new").as_deref(),
         Some("1.35.0")
     );
-    let token_after = env.exported_token().await;
+    let token_after = exported_token(&env).await;
     assert_ne!(token_after, token_before, "the kubeconfig was not rotated");
 
     // Each change reached Omni exactly once, however many attempts the outage cost.
@@ -474,7 +293,7 @@ async fn scenario(mode: Outage) {
 
     // Quiet afterwards: no Omni write, no write to the operator's objects or Secrets.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    env.mgmt.hooks().reset();
+    env.kube.hooks().reset();
     let omni_writes = env.omni.writes_total();
     tokio::time::sleep(quiet_window()).await;
     assert_eq!(
@@ -483,7 +302,7 @@ async fn scenario(mode: Outage) {
         "Omni writes after converging"
     );
     let kube_writes = support::writes_to(
-        &env.mgmt,
+        &env.kube,
         &[
             "omniclusters",
             "omniconnections",

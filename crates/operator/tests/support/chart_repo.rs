@@ -139,8 +139,21 @@ async fn serve_tls(
     app: axum::Router,
     config: Arc<rustls::ServerConfig>,
 ) {
+    serve_tls_counting(listener, app, config, Arc::default()).await;
+}
+
+/// Serves `app` over TLS with `config` on `listener` until the listener fails, counting in
+/// `accepted` every connection accepted (before its handshake, so a client that gives up on
+/// the certificate counts too).
+pub async fn serve_tls_counting(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    config: Arc<rustls::ServerConfig>,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     while let Ok((stream, _)) = listener.accept().await {
+        accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (acceptor, service) = (
             acceptor.clone(),
             hyper_util::service::TowerToHyperService::new(app.clone()),

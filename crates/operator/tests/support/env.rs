@@ -19,6 +19,7 @@ use kube_sim::server::RunningKubeSim;
 use omni_operator::cli::run::OperatorConfig;
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
+use omni_operator::secret_policy::SecretPolicy;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -86,6 +87,16 @@ pub struct EnvBuilder {
     helm: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Resources whose lists the management cluster refuses from the start.
     refused_lists: Vec<&'static str>,
+    /// The operator watches every namespace, not only [`NS`].
+    all_namespaces: bool,
+    /// What the operator enforces on the Secrets the custom resources name.
+    secret_policy: SecretPolicy,
+    /// Namespaces created besides [`NS`].
+    other_namespaces: Vec<&'static str>,
+    /// Every kubeconfig omni-sim mints points at a closed loopback port.
+    kubeconfigs_at_closed_port: bool,
+    /// The operator runs the real helm with a work directory of the environment's own.
+    real_helm: bool,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -107,6 +118,8 @@ pub struct Env {
     /// The operator's clock, when the scenario moves time by hand ([`EnvBuilder::test_clock`]).
     pub clock: Option<Arc<super::TestClock>>,
     operator: Option<Operator>,
+    /// The helm work directory of [`EnvBuilder::real_helm`], removed with the environment.
+    _helm_dir: Option<tempfile::TempDir>,
 }
 
 impl EnvBuilder {
@@ -182,10 +195,46 @@ impl EnvBuilder {
         self
     }
 
+    /// The operator watches every namespace (`Scope::All`), as a cluster-wide install does.
+    pub fn watch_all_namespaces(mut self) -> Self {
+        self.all_namespaces = true;
+        self
+    }
+
+    /// The operator applies `policy` to the Secrets the custom resources name.
+    pub fn secret_policy(mut self, policy: SecretPolicy) -> Self {
+        self.secret_policy = policy;
+        self
+    }
+
+    /// The management cluster has namespace `name` too (empty).
+    pub fn other_namespace(mut self, name: &'static str) -> Self {
+        self.other_namespaces.push(name);
+        self
+    }
+
+    /// Every kubeconfig omni-sim mints points at a closed loopback port: the operator's
+    /// usability probe of an exported kubeconfig is then inconclusive and keeps it, as with a
+    /// workload cluster that is down.
+    pub fn kubeconfigs_point_at_a_closed_port(mut self) -> Self {
+        self.kubeconfigs_at_closed_port = true;
+        self
+    }
+
+    /// The operator runs the real helm ([`super::helm_bin`]) with a work directory of its own
+    /// that lives as long as the environment.
+    pub fn real_helm(mut self) -> Self {
+        self.real_helm = true;
+        self
+    }
+
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
         let (kube, client) = super::kube_sim().await;
         super::install_operator_api(&client, NS).await;
+        for name in &self.other_namespaces {
+            super::stack::create_namespace(&client, name).await;
+        }
         for resource in &self.refused_lists {
             kube.hooks()
                 .fail_randomly(&["list"], Some(resource), 403, 1.0);
@@ -228,6 +277,12 @@ impl EnvBuilder {
             omni =
                 omni.workload_provider(Arc::new(super::WorkloadAt(workload.sim.base_url.clone())));
         }
+        if self.kubeconfigs_at_closed_port {
+            omni = omni.workload_provider(Arc::new(omni_sim::FixedWorkloadProvider(format!(
+                "https://127.0.0.1:{}",
+                super::free_addr().port()
+            ))));
+        }
         let omni = omni
             .start()
             .await
@@ -236,8 +291,13 @@ impl EnvBuilder {
             .register_service_account("operator", Role::Operator)
             .unwrap_or_else(|e| panic!("register: {e}"));
         let metrics = Arc::new(Metrics::new());
-        let mut config = OperatorConfig::embedded(Scope::Namespace(NS.into()));
+        let scope = match self.all_namespaces {
+            true => Scope::All,
+            false => Scope::Namespace(NS.into()),
+        };
+        let mut config = OperatorConfig::embedded(scope);
         config.metrics = metrics.clone();
+        config.secret_policy = self.secret_policy;
         let clock = self.test_clock.then(|| {
             let now = jiff::Timestamp::now().as_second();
             let start = jiff::Timestamp::from_second(now).unwrap_or_else(|e| panic!("{e}"));
@@ -250,6 +310,12 @@ impl EnvBuilder {
             config.helm_binary = binary;
             config.helm_work_dir = work_dir;
         }
+        let helm_dir = self.real_helm.then(|| {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("helm work dir: {e}"));
+            config.helm_binary = super::helm_bin();
+            config.helm_work_dir = dir.path().to_path_buf();
+            dir
+        });
         let mut env = Env {
             ns: NS.to_string(),
             kube,
@@ -260,6 +326,7 @@ impl EnvBuilder {
             workload,
             clock,
             operator: None,
+            _helm_dir: helm_dir,
         };
         env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
             .await;
@@ -276,7 +343,7 @@ impl EnvBuilder {
 
 impl Env {
     /// The defaults: API version 2, machines connect when named, an OmniConnection, no workload
-    /// cluster.
+    /// cluster; the operator watches only [`NS`], with the default Secret policy.
     pub fn builder() -> EnvBuilder {
         EnvBuilder {
             omni_api: None,
@@ -289,6 +356,11 @@ impl Env {
             only_secret_sync: None,
             helm: None,
             refused_lists: Vec::new(),
+            all_namespaces: false,
+            secret_policy: SecretPolicy::default(),
+            other_namespaces: Vec::new(),
+            kubeconfigs_at_closed_port: false,
+            real_helm: false,
         }
     }
 
@@ -447,6 +519,17 @@ impl Env {
         cluster
     }
 
+    /// The bearer token of the kubeconfig an export wrote into Secret `secret` (see
+    /// [`super::kubeconfig_token`]).
+    pub async fn exported_token(&self, secret: &str) -> Option<String> {
+        let exported = self
+            .api::<Secret>()
+            .get(secret)
+            .await
+            .unwrap_or_else(|e| panic!("exported Secret {secret}: {e}"));
+        super::kubeconfig_token(&exported)
+    }
+
     /// Annotates the key Secret with `touched: value`, which makes the connection controller
     /// check Omni again at once (instead of at its 5-minute re-check), e.g. after an upgrade.
     pub async fn touch_key_secret(&self, value: &str) {
@@ -600,6 +683,26 @@ pub async fn eventually(what: &str, mut pred: impl FnMut() -> bool) {
     while !pred() {
         assert!(tokio::time::Instant::now() < until, "never: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `probe` until it yields a value and returns it; panics naming `what` after `limit`
+/// (for a scenario whose point is how soon something happens).
+pub async fn eventually_within<T>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -85,6 +85,26 @@ pub fn ready(obj: &impl serde::Serialize) -> bool {
     condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
 }
 
+/// The value under `key` in `secret`'s data, as text (empty when there is none).
+pub fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// The bearer token of the kubeconfig under `kubeconfig` in `secret` (as an export writes it: a
+/// secret the leak scans look for), if it has one.
+pub fn kubeconfig_token(secret: &k8s_openapi::api::core::v1::Secret) -> Option<String> {
+    secret_text(secret, "kubeconfig")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token:"))
+        .map(|t| t.trim().trim_matches('"').to_string())
+        .filter(|t| !t.is_empty())
+}
+
 /// The documents of one file in `config/samples/`.
 pub fn sample(file: &str) -> Vec<serde_json::Value> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

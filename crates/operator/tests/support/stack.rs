@@ -70,7 +70,8 @@ pub fn ours(kind: &str, ns: &str, name: &str, spec: Value) -> Value {
     })
 }
 
-async fn create_namespace(client: &kube::Client, name: &str) {
+/// Creates the empty namespace `name`.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))
         .unwrap_or_else(|e| panic!("{e}"));
     Api::<Namespace>::all(client.clone())

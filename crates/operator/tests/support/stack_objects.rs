@@ -123,14 +123,6 @@ impl Stack {
             .get(export)
             .await
             .unwrap_or_else(|e| panic!("exported Secret {export}: {e}"));
-        let kubeconfig = exported
-            .data
-            .and_then(|d| d.get("kubeconfig").cloned())
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-            .unwrap_or_default();
-        kubeconfig
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("token: "))
-            .map(|t| t.trim_matches('"').to_string())
+        super::kubeconfig_token(&exported)
     }
 }
