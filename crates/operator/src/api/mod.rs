@@ -71,6 +71,18 @@ pub enum ValidateError {
     },
 }
 
+/// Decodes `value` as `T`; the error names the field it is about (`spec.deletionPolicy: unknown
+/// variant ...`), which serde's own message does not. The path is worked out only for a value
+/// that fails, so a decode that succeeds costs what it always did.
+pub(crate) fn decode<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, String> {
+    T::deserialize(value).map_err(
+        |plain| match serde_path_to_error::deserialize::<_, T>(value) {
+            Err(e) if e.path().iter().next().is_some() => format!("{}: {}", e.path(), e.inner()),
+            _ => plain.to_string(),
+        },
+    )
+}
+
 /// Decodes `new` (and `old` on update), both full objects as JSON, as `kind` and runs that
 /// kind's validation.
 pub fn validate_dynamic(
@@ -85,9 +97,9 @@ pub fn validate_dynamic(
         validate: fn(&T, Option<&T>) -> Validation,
     ) -> Result<Validation, ValidateError> {
         let decode = |value: &serde_json::Value| {
-            T::deserialize(value).map_err(|e| ValidateError::Decode {
+            decode::<T>(value).map_err(|message| ValidateError::Decode {
                 kind: kind.to_string(),
-                message: e.to_string(),
+                message,
             })
         };
         let new = decode(new)?;

@@ -117,7 +117,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Cached<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
         let value = serde_json::Value::deserialize(deserializer)?;
-        match K::deserialize(&value) {
+        match crate::api::decode::<K>(&value) {
             Ok(k) => Ok(Self::Decoded(Arc::new(k))),
             Err(err) => {
                 let metadata = value
@@ -129,7 +129,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Cached<K> {
                 Ok(Self::Undecodable(Arc::new(Undecodable {
                     metadata,
                     status: value.get("status").cloned(),
-                    error: err.to_string(),
+                    error: err,
                 })))
             }
         }
@@ -288,6 +288,12 @@ mod tests {
         assert_eq!(cached.name_any(), "bad");
         assert_eq!(cached.namespace().as_deref(), Some("ns"));
         assert_eq!(bad.metadata.generation, Some(2));
+        assert!(
+            bad.error
+                .starts_with("spec.kubernetes.version: invalid type"),
+            "the message names the field: {}",
+            bad.error
+        );
         assert!(bad.error.contains("expected a string"), "{}", bad.error);
         assert!(bad.status.is_some());
     }
