@@ -2,6 +2,9 @@
 //! and a change of a cluster that was read is announced, including a status that appears after
 //! the read and a change made while the watches were down.
 
+#[path = "support/template_sim.rs"]
+mod template_sim;
+
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -10,8 +13,8 @@ use omni_client::proto::specs;
 use omni_client::template::{
     FileResolver, StatusError, StatusWatch, Template, apply, plan_sync, status_cluster,
 };
-use omni_client::transport::{Client, ClientConfig};
-use omni_sim::{OmniSim, Outage, Role, RunningOmniSim};
+use omni_client::transport::Client;
+use omni_sim::{Outage, RunningOmniSim};
 use tokio::time::Instant;
 
 const A: &str = "11111111-1111-1111-1111-111111111111";
@@ -21,18 +24,7 @@ const B: &str = "22222222-2222-2222-2222-222222222222";
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn start() -> (RunningOmniSim, Client) {
-    let sim = OmniSim::builder()
-        .auto_register_machines(true)
-        .status_step(Duration::from_millis(20))
-        .start()
-        .await
-        .expect("start omni-sim");
-    let key = sim
-        .register_service_account("status-watch-tests", Role::Operator)
-        .expect("register");
-    let client = Client::new(ClientConfig::from_encoded_key(sim.endpoint(), &key).expect("key"))
-        .expect("client");
-    (sim, client)
+    template_sim::start("status-watch-tests").await
 }
 
 async fn sync_demo(client: &Client) {

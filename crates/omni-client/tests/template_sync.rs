@@ -1,6 +1,9 @@
 //! Template sync, delete and status against omni-sim over real gRPC (signed requests, Omni's
 //! COSI rules and controllers).
 
+#[path = "support/template_sim.rs"]
+mod template_sim;
+
 use std::time::Duration;
 
 use omni_client::proto::cosi::resource::Resource;
@@ -10,7 +13,7 @@ use omni_client::template::{
     apply, delete_cluster, keys, plan_sync, status_cluster, types,
 };
 use omni_client::transport::{Client, ClientConfig};
-use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
+use omni_sim::{PoolMachine, Role, RunningOmniSim};
 use tokio::time::Instant;
 
 const A: &str = "11111111-1111-1111-1111-111111111111";
@@ -21,19 +24,7 @@ fn deadline() -> Instant {
 }
 
 async fn start() -> (RunningOmniSim, Client) {
-    let sim = OmniSim::builder()
-        // Static machine IDs in these tests are not seeded: let them connect.
-        .auto_register_machines(true)
-        .status_step(Duration::from_millis(20))
-        .start()
-        .await
-        .expect("start omni-sim");
-    let key = sim
-        .register_service_account("template-tests", Role::Operator)
-        .expect("register");
-    let client = Client::new(ClientConfig::from_encoded_key(sim.endpoint(), &key).expect("key"))
-        .expect("client");
-    (sim, client)
+    template_sim::start("template-tests").await
 }
 
 fn template(workers: bool, disk: &str) -> Template {
