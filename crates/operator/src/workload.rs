@@ -1,7 +1,7 @@
 //! Kubernetes clients of workload clusters, built from kubeconfig Secrets in memory.
 //!
 //! A client is cached per Secret key and rebuilt when the kubeconfig in it changes (a rotated
-//! kubeconfig). A client nobody asked for in [`IDLE_EVICTION`], or whose Secret or key is gone,
+//! kubeconfig). A client nobody asked for in 15 minutes, or whose Secret or key is gone,
 //! leaves the cache, and with it its connection pool. No temporary files are written.
 
 use std::collections::HashMap;
