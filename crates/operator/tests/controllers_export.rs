@@ -15,7 +15,7 @@ use omni_operator::controllers::Clock;
 use omni_sim::RunningOmniSim;
 use serde_json::{Value, json};
 use support::env::{Env, EnvBuilder, NS, SAMPLE_CLUSTER};
-use support::{condition, ready, sample, wait_for, writes_to};
+use support::{condition, ready, sample, secret_text, status_time, wait_for, writes_to};
 use tokio::time::Instant;
 
 /// gRPC status code 14 (Unavailable); the operator crate does not depend on tonic directly.
@@ -80,13 +80,6 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn status_time(e: &OmniKubeconfigExport, field: &str) -> Option<jiff::Timestamp> {
-    serde_json::to_value(e).ok()?["status"][field]
-        .as_str()?
-        .parse()
-        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -724,14 +717,6 @@ fn data_keys(s: &Secret) -> Vec<String> {
     s.data.iter().flatten().map(|(k, _)| k.clone()).collect()
 }
 
-fn data_text(s: &Secret, key: &str) -> String {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).to_string())
-        .unwrap_or_default()
-}
-
 const ARGOCD_LABEL: &str = "argocd.argoproj.io/secret-type";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -753,12 +738,12 @@ async fn an_argocd_cluster_secret_has_the_shape_argo_cd_reads() {
         Some("cluster")
     );
     assert_eq!(
-        data_text(&secret, "name"),
+        secret_text(&secret, "name"),
         "edge-sample",
         "the Omni cluster name"
     );
-    assert_eq!(data_text(&secret, "server"), server);
-    let config: ArgoClusterConfig = serde_json::from_str(&data_text(&secret, "config"))
+    assert_eq!(secret_text(&secret, "server"), server);
+    let config: ArgoClusterConfig = serde_json::from_str(&secret_text(&secret, "config"))
         .unwrap_or_else(|e| panic!("config is not an Argo CD ClusterConfig: {e}"));
     assert!(config.exec_provider_config.is_none() && config.aws_auth_config.is_none());
     let tls = config
@@ -810,7 +795,7 @@ async fn a_flux_value_secret_holds_a_kubeconfig_that_reaches_the_workload_cluste
     assert_eq!(status_str(&e, "targetSecretKey"), "value");
 
     // What Flux does with `spec.kubeConfig.secretRef`: a client from the `value` key.
-    let client = support::client_from_kubeconfig(&data_text(&secret, "value")).await;
+    let client = support::client_from_kubeconfig(&secret_text(&secret, "value")).await;
     let (user, groups) = support::whoami(&client)
         .await
         .unwrap_or_else(|e| panic!("whoami: {e}"));
@@ -953,7 +938,7 @@ async fn a_format_change_rewrites_the_secret_in_the_new_shape() {
             "{format}: {:?}",
             secret.labels()
         );
-        assert_eq!(data_text(&secret, "notes"), "kept");
+        assert_eq!(secret_text(&secret, "notes"), "kept");
         let e = wait_for(&exports, "shape", "Ready for the new shape", |e| {
             ready(e)
                 && e.status.as_ref().and_then(|s| s.observed_generation) == e.metadata.generation

@@ -61,13 +61,9 @@ fn helm_changes(log: &Path) -> usize {
         .count()
 }
 
+/// An object of one of the operator's kinds in the test namespace.
 fn ours(kind: &str, name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "omni.texashpc.com/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    })
+    support::stack::ours(kind, NS, name, spec)
 }
 
 /// One failing object: its plural resource, name, and the `Ready=False` reason it must hold.

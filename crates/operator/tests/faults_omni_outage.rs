@@ -30,6 +30,7 @@ use omni_sim::{AppliedWrites, Outage, RunningOmniSim};
 use serde_json::json;
 use support::conditions::{Cond, is_false, is_true};
 use support::env::{CONNECTION, Env, Namespaced, eventually_within};
+use support::status_time;
 use tokio::time::Instant;
 
 const FINALIZER: &str = "omni.texashpc.com/finalizer";
@@ -57,13 +58,6 @@ fn quiet_window() -> Duration {
 async fn cluster(env: &Env, name: &str, machine: &str) {
     env.cluster(name, machine, json!({"syncInterval": "5m"}))
         .await;
-}
-
-fn status_time(obj: &impl serde::Serialize, field: &str) -> Option<jiff::Timestamp> {
-    serde_json::to_value(obj).ok()?["status"][field]
-        .as_str()?
-        .parse()
-        .ok()
 }
 
 /// What changed in Omni's applied writes since `before`.

@@ -80,6 +80,14 @@ pub fn condition(obj: &impl serde::Serialize, type_: &str) -> Option<(String, St
         })
 }
 
+/// The timestamp at `status.<field>` of `obj`, when it holds one.
+pub fn status_time(obj: &impl serde::Serialize, field: &str) -> Option<jiff::Timestamp> {
+    serde_json::to_value(obj).ok()?["status"][field]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
 /// Whether the object's `Ready` condition is `True`.
 pub fn ready(obj: &impl serde::Serialize) -> bool {
     condition(obj, "Ready").is_some_and(|(s, _, _)| s == "True")
