@@ -367,14 +367,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     let export_writes = || writes_to(&env.kube, &["omnikubeconfigexports", "secrets", "events"]);
     let kube_before = export_writes();
     let omni_before = env.omni.writes_total();
-    let kubeconfig_calls = |sim: &RunningOmniSim| {
-        sim.call_counts()
-            .iter()
-            .filter(|((m, _), _)| m == omni_sim::methods::KUBECONFIG)
-            .map(|(_, n)| *n)
-            .sum::<u64>()
-    };
-    let minted_before = kubeconfig_calls(&env.omni);
+    let minted_before = kubeconfig_mints(&env.omni);
     for n in 1..=3 {
         env.poke("idle", n).await;
     }
@@ -389,7 +382,7 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
         "an idle export wrote to Omni"
     );
     assert_eq!(
-        kubeconfig_calls(&env.omni),
+        kubeconfig_mints(&env.omni),
         minted_before,
         "an idle export minted a new kubeconfig"
     );
@@ -1000,4 +993,59 @@ async fn the_api_server_refuses_an_unknown_format_naming_the_field() {
         "{}",
         refusal.message
     );
+}
+
+/// How many kubeconfigs omni-sim has been asked to mint.
+fn kubeconfig_mints(sim: &RunningOmniSim) -> u64 {
+    sim.call_counts()
+        .iter()
+        .filter(|((m, _), _)| m == omni_sim::methods::KUBECONFIG)
+        .map(|(_, n)| *n)
+        .sum()
+}
+
+/// A GitOps prune deletes an export and its Secret together, and the Secret's deletion can
+/// reach the export's controller before the export's own deletion does (the two come on
+/// different watches). The pass that finds the Secret gone must not mint a credential and write
+/// it back for an export that is already being deleted: with `Orphan`, that Secret would
+/// outlive both. Failed before the export re-read itself ahead of minting: one more mint, and
+/// the Secret written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_pruned_with_its_secret_mints_no_new_one() {
+    let env = start().await;
+    env.export_with("pruned", json!({"deletionPolicy": "Orphan"}))
+        .await;
+    env.wait::<OmniKubeconfigExport>("pruned", "Ready", ready)
+        .await;
+    let mints = kubeconfig_mints(&env.omni);
+
+    // The exports' watch lags: it is cut, and its next request waits five seconds.
+    let hooks = env.kube.hooks();
+    for verb in ["watch", "list"] {
+        hooks.add_latency(
+            Some(verb),
+            Some("omnikubeconfigexports"),
+            Duration::from_secs(5),
+            Some(1),
+        );
+    }
+    hooks.cut_watches(Some("omnikubeconfigexports"));
+    env.delete::<OmniKubeconfigExport>("pruned").await;
+    env.delete::<Secret>("pruned-kubeconfig").await;
+
+    env.wait_gone::<OmniKubeconfigExport>("pruned").await;
+    assert_eq!(
+        kubeconfig_mints(&env.omni),
+        mints,
+        "a kubeconfig was minted for an export being deleted"
+    );
+    assert!(
+        env.api::<Secret>()
+            .get_opt("pruned-kubeconfig")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none(),
+        "the pruned Secret was written again"
+    );
+    env.shutdown().await;
 }

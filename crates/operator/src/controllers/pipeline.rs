@@ -95,12 +95,24 @@ pub(crate) async fn unless_deleted_meanwhile<P: Pipeline>(
     obj: &P,
     outcome: P::Outcome,
 ) -> Result<P::Outcome, Error> {
+    not_deleted_meanwhile(ctx, obj).await?;
+    Ok(outcome)
+}
+
+/// `Err(StaleCache)` with the stored copy when the object is being deleted on the server
+/// although `obj` (from the watch cache) is not. Asked before an action that would outlive a
+/// deletion the cache has not seen yet (an export minting a credential and writing it into a
+/// Secret its prune just removed).
+pub(crate) async fn not_deleted_meanwhile<P: Pipeline>(
+    ctx: &Context,
+    obj: &P,
+) -> Result<(), Error> {
     let api = ctx.api::<P>(&obj.namespace().unwrap_or_default());
     match api.get_opt(&obj.name_any()).await? {
         Some(stored) if stored.meta().deletion_timestamp.is_some() => {
             Err(Error::stale_cache(&stored)?)
         }
-        _ => Ok(outcome),
+        _ => Ok(()),
     }
 }
 

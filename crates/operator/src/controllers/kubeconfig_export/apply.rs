@@ -17,6 +17,7 @@ use super::target::{build_target, is_owned, prepared_kubeconfig};
 use super::{RETRY, ROTATED_REASON};
 use crate::api::common::DeletionPolicy;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
+use crate::controllers::pipeline::not_deleted_meanwhile;
 use crate::controllers::secret_sync::adoptable;
 use crate::controllers::{Context, Error, Scope};
 use crate::export_format;
@@ -165,7 +166,9 @@ async fn export(
         }
     }
 
-    // Mint a new kubeconfig.
+    // Mint a new kubeconfig, unless the export is being deleted and the watch has not told
+    // yet: a prune that removed the Secret with its export must not find it written again.
+    not_deleted_meanwhile(ctx, e).await?;
     let client = match ctx.omni.get(conn).await {
         Ok(c) => c,
         Err(err) => return Ok(Err(ExportFailure::OmniClient(err))),
