@@ -126,12 +126,35 @@ impl OperatorProcess {
         if let Some((key, value)) = extra {
             cmd.env(key, value);
         }
+        // An omni-bench killed outright (SIGKILL, the OOM killer, a CI timeout) cannot stop
+        // its child, so the kernel does: the child gets SIGKILL when the thread that spawned it
+        // ends. That is a Tokio worker or the main thread, which live as long as the process.
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // async-signal-safe functions (prctl, getppid), allocating nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl: then no signal would come.
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
         let program = cmd.as_std().get_program().to_owned();
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", program.to_string_lossy()))?;
         let pid = child.id().context("the process exited at once")?;
         Ok(Self { child, pid, log })
+    }
+
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// CPU and memory now.
