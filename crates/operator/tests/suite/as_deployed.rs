@@ -23,11 +23,33 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
+/// `path` spelled relative to this process's working directory, without passing through `/`.
+fn relative_to_cwd(path: &std::path::Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap();
+    let common = cwd
+        .components()
+        .zip(path.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        common > 1,
+        "{} and {} share no directory",
+        cwd.display(),
+        path.display()
+    );
+    let up: PathBuf = cwd.components().skip(common).map(|_| "..").collect();
+    up.join(path.components().skip(common).collect::<PathBuf>())
+}
+
 async fn start(values: &[&str]) -> (tempfile::TempDir, Sandbox) {
-    let dir = tempfile::tempdir().unwrap();
+    // Under the build's own scratch directory, so that a relative path to it does not start at
+    // `/` (a path that walks up to the root would still resolve after the pod's `cd /`).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let opts = Options {
         listen: "127.0.0.1:0".parse().unwrap(),
-        dir: dir.path().join("sandbox"),
+        // Relative, as the default `--dir sandbox` is (the pod's script changes its root and
+        // directory: the sandbox must resolve the path itself).
+        dir: relative_to_cwd(&dir.path().join("sandbox")),
         helm: find_helm(Some(&tool("helm"))).unwrap(),
         empty: false,
         as_deployed: Some(AsDeployed {
