@@ -11,6 +11,7 @@ use futures::stream::SelectAll;
 use tokio::time::Instant;
 
 use super::api::BackendApi;
+use super::diff::ResourceChange;
 use super::files::FileResolver;
 use super::model::Template;
 use super::state::{LabelCondition, StateError, TemplateState, event_type};
@@ -177,6 +178,13 @@ pub struct Plan {
     pub deletes: Vec<ResourceRef>,
     /// The delete phases: torn down together, each finished before the next starts.
     pub delete_phases: Vec<Vec<ResourceRef>>,
+    /// Every create, update and delete with the resource before and after, in apply order
+    /// (see [`ResourceChange::fields`] for what changes in each).
+    pub changes: Vec<ResourceChange>,
+    /// Machines allocated to each machine set of the cluster by Omni's machine-set-node
+    /// controller (machine-class sets), by machine-set ID. Counted from the nodes the plan
+    /// reads anyway; a set without allocated machines is absent.
+    pub allocated: BTreeMap<String, u32>,
     create_resources: Vec<Resource>,
     update_resources: Vec<Resource>,
 }
@@ -213,6 +221,25 @@ impl Plan {
         );
         out
     }
+
+    /// [`Plan::lines`] with the fields each update changes indented under it
+    /// (`    spec.machineAllocation.machineCount: 3 → 2`; content by its size only).
+    pub fn lines_with_fields(&self, dry_run: bool) -> Vec<String> {
+        let dry = if dry_run { " (dry run)" } else { "" };
+        let mut out = Vec::new();
+        for change in &self.changes {
+            let verb = match change.action {
+                super::diff::ChangeAction::Create => "creating",
+                super::diff::ChangeAction::Update => "updating",
+                super::diff::ChangeAction::Delete => "tearing down",
+            };
+            out.push(format!("* {verb}{dry} {}", change.resource));
+            if change.action == super::diff::ChangeAction::Update {
+                out.extend(change.fields().iter().map(|f| format!("    {f}")));
+            }
+        }
+        out
+    }
 }
 
 /// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
@@ -221,6 +248,17 @@ pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
     cluster: &str,
     api: BackendApi,
+) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
+    collect_owned_counting(state, cluster, api, &mut BTreeMap::new()).await
+}
+
+/// [`collect_owned`], also counting into `allocated` the nodes Omni's machine-set-node
+/// controller made for each machine set (which the template does not own).
+async fn collect_owned_counting<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    api: BackendApi,
+    allocated: &mut BTreeMap<String, u32>,
 ) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
     const OWNED_TYPES: [&str; 6] = [
         types::MACHINE_SET,
@@ -265,6 +303,11 @@ pub(crate) async fn collect_owned<S: TemplateState>(
                 || m.labels
                     .contains_key(keys::MANAGED_BY_MACHINE_SET_NODE_CONTROLLER)
             {
+                if t == types::MACHINE_SET_NODE
+                    && let Some(set) = m.labels.get(keys::MACHINE_SET)
+                {
+                    *allocated.entry(set.clone()).or_default() += 1;
+                }
                 continue;
             }
             if t == types::MACHINE_SET_NODE {
@@ -432,7 +475,8 @@ pub async fn plan_sync_for<S: TemplateState>(
         .map(|c| c.name.clone())
         .ok_or(TranslateError::NoCluster)?;
 
-    let mut actual = collect_owned(state, &cluster, api).await?;
+    let mut allocated = BTreeMap::new();
+    let mut actual = collect_owned_counting(state, &cluster, api, &mut allocated).await?;
     for d in &desired {
         let r = d.reference();
         if actual.contains_key(&r) {
@@ -453,7 +497,8 @@ pub async fn plan_sync_for<S: TemplateState>(
     }
 
     let mut creates: Vec<Resource> = Vec::new();
-    let mut updates: Vec<Resource> = Vec::new();
+    // Each update with the resource as Omni holds it.
+    let mut updates: Vec<(Resource, Resource)> = Vec::new();
     let mut deletes: Vec<Resource> = Vec::new();
     let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
 
@@ -470,7 +515,7 @@ pub async fn plan_sync_for<S: TemplateState>(
                     m.finalizers = cur.finalizers.clone();
                 }
                 if !equal(current, &expected) {
-                    updates.push(expected);
+                    updates.push((current.clone(), expected));
                 }
             }
             None => {
@@ -496,7 +541,7 @@ pub async fn plan_sync_for<S: TemplateState>(
         }
         if r.resource_type == types::KERNEL_ARGS {
             if let Some(released) = release_kernel_args(current) {
-                updates.push(released);
+                updates.push((current.clone(), released));
             }
             continue;
         }
@@ -512,13 +557,17 @@ pub async fn plan_sync_for<S: TemplateState>(
                 if desired_refs.contains(&node) {
                     deletes.push(current.clone());
                 } else if let Some(released) = release_kernel_args(current) {
-                    updates.push(released);
+                    updates.push((current.clone(), released));
                 }
             }
             continue;
         }
         deletes.push(current.clone());
     }
+    let deleted: BTreeMap<ResourceRef, Resource> = deletes
+        .iter()
+        .map(|r| (reference_of(r), r.clone()))
+        .collect();
     let delete_phases = delete_phases_for(&cluster, deletes)?;
 
     let order = |a: &Resource, b: &Resource| {
@@ -528,15 +577,34 @@ pub async fn plan_sync_for<S: TemplateState>(
             .then_with(|| x.id.cmp(&y.id))
     };
     creates.sort_by(order);
-    updates.sort_by(order);
+    updates.sort_by(|a, b| order(&a.1, &b.1));
+    let deletes: Vec<ResourceRef> = delete_phases.iter().flatten().cloned().collect();
+    let changes = creates
+        .iter()
+        .map(ResourceChange::create)
+        .chain(
+            updates
+                .iter()
+                .map(|(old, new)| ResourceChange::update(old, new)),
+        )
+        .chain(
+            deletes
+                .iter()
+                .filter_map(|r| deleted.get(r))
+                .map(ResourceChange::delete),
+        )
+        .collect();
+    let update_resources: Vec<Resource> = updates.into_iter().map(|(_, new)| new).collect();
     Ok(Plan {
         cluster,
         creates: creates.iter().map(reference_of).collect(),
-        updates: updates.iter().map(reference_of).collect(),
-        deletes: delete_phases.iter().flatten().cloned().collect(),
+        updates: update_resources.iter().map(reference_of).collect(),
+        deletes,
         delete_phases,
+        changes,
+        allocated,
         create_resources: creates,
-        update_resources: updates,
+        update_resources,
     })
 }
 
