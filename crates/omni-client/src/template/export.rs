@@ -147,7 +147,7 @@ pub fn export_template(
             "was not created from a template: taking it over adds the annotation omni.sidero.dev/managed-by-cluster-templates",
         );
     }
-    let features = spec.features.clone().unwrap_or_default();
+    let features = spec.features.unwrap_or_default();
     let backup = match &spec.backup_configuration {
         None => None,
         Some(b) if b.enabled && b.interval.as_ref().is_some_and(|d| nanos(d) > 0) => {
@@ -1011,10 +1011,12 @@ systemExtensions: [siderolabs/gvisor]
             .collect()
     }
 
+    type Pairs = Vec<(String, String)>;
+
     /// What a sync compares: type, ID, labels, annotations, spec.
     fn comparable(
         owned: &BTreeMap<ResourceRef, Resource>,
-    ) -> BTreeMap<ResourceRef, (Vec<(String, String)>, Vec<(String, String)>, Option<Spec>)> {
+    ) -> BTreeMap<ResourceRef, (Pairs, Pairs, Option<Spec>)> {
         owned
             .iter()
             .map(|(r, res)| {

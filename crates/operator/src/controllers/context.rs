@@ -75,6 +75,9 @@ pub struct Context {
     pub min_interval: Duration,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: crate::secret_policy::SecretPolicy,
+    /// How OmniClusters without `spec.changePolicy.destructive` treat destructive plans
+    /// (`--default-destructive-policy`).
+    pub default_destructive: crate::api::plan::DestructivePolicy,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
     /// The connection controller's record of its last key-hold sweep per namespace.
@@ -122,6 +125,7 @@ impl Context {
                 .to_std()
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
+            default_destructive: crate::api::plan::DestructivePolicy::Allow,
             cluster_children: std::sync::RwLock::new(None),
             swept_keys: super::connection::SweptKeys::default(),
             events,
@@ -163,6 +167,15 @@ impl Context {
     /// Sets the Secret policy (`--require-secret-opt-in`, `--allow-cross-namespace-export`).
     pub(crate) fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
         self.secret_policy = policy;
+        self
+    }
+
+    /// Sets the destructive-change policy of clusters that do not choose one.
+    pub(crate) fn with_default_destructive(
+        mut self,
+        policy: crate::api::plan::DestructivePolicy,
+    ) -> Self {
+        self.default_destructive = policy;
         self
     }
 
@@ -230,7 +243,8 @@ impl Context {
         K: Resource<DynamicType = ()>,
     {
         if let Some(c) = status::event_worthy(old, new) {
-            let type_ = if status::condition_healthy(c) {
+            // A plan held for a person to approve is waiting, not failing.
+            let type_ = if status::condition_healthy(c) || crate::plan::is_hold_reason(&c.reason) {
                 EventType::Normal
             } else {
                 EventType::Warning

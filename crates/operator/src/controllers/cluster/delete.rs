@@ -78,6 +78,16 @@ pub(super) async fn cleanup(
         }
         Ok(_) => {}
     }
+    // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it.
+    let approved = match super::plan::deletion_gate(ctx, cluster, &conn, &name) {
+        Ok(approved) => approved,
+        Err(held) => {
+            return Ok(Cleanup::Waiting(Outcome::Held {
+                held,
+                rendered: None,
+            }));
+        }
+    };
     // On API 3 the machines' install-disk configs are released too; a version that cannot
     // be read or is unknown still lets the cluster go (API 2 touches only what every
     // version has).
@@ -112,6 +122,7 @@ pub(super) async fn cleanup(
             Ok(Cleanup::Waiting(Outcome::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
+                approved,
             }))
         }
         Err(source) => {
