@@ -934,14 +934,39 @@ async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
             .is_none()
     );
 
-    // Adopted: synced, and stamped with the owner.
+    // Adopted: it differs from the manifests, so the plan is held first and nothing written;
+    // approving the plan by its hash syncs it, and stamps it with the owner.
     env.patch::<OmniCluster>(
         "prod",
         json!({"metadata": {"annotations": {"omni.texashpc.com/adopt": "true"}}}),
     )
     .await;
+    let held = env
+        .wait_cond::<OmniCluster>("prod", is_false("Synced").because("AdoptionDiff"))
+        .await;
+    assert_eq!(user_view(env.omni.get(ty::CLUSTER, "prod")), untouched);
+    let hash = held
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .map(|p| p.hash.clone())
+        .unwrap_or_default();
+    env.patch::<OmniCluster>(
+        "prod",
+        json!({"metadata": {"annotations": {"omni.texashpc.com/approve-plan": hash}}}),
+    )
+    .await;
     env.wait_cond::<OmniCluster>("prod", is_true("Synced").because("Synced"))
         .await;
+    // The Event follows the status write.
+    support::env::eventually_within("the PlanApplied Event", WAIT, async || {
+        env.events_of("prod")
+            .await
+            .iter()
+            .any(|(reason, note)| reason == "PlanApplied" && note.contains(&hash))
+            .then_some(())
+    })
+    .await;
     let stamped = env
         .omni
         .get(ty::CLUSTER, "prod")
