@@ -26,7 +26,8 @@ pub struct ChangePolicy {
     pub destructive: Option<DestructivePolicy>,
 }
 
-/// `spec.changePolicy.mode`.
+/// `Apply` (the default) writes every plan to Omni; `Plan` only computes it and shows it in
+/// `status.plan`, and never writes to Omni, deletion included.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ChangeMode {
     /// Write each plan to Omni.
@@ -36,7 +37,9 @@ pub enum ChangeMode {
     Plan,
 }
 
-/// `spec.changePolicy.destructive`, and the operator's default for it.
+/// `Allow` applies a plan that would destroy something like any other; `RequireApproval` holds
+/// it, all of it, until the annotation `omni.texashpc.com/approve-plan` equals its hash
+/// (`status.plan.hash`). Unset: the operator's `--default-destructive-policy`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum DestructivePolicy {
     /// Apply destructive plans like any other.
