@@ -438,6 +438,14 @@ async fn plan_mode_shows_the_plan_and_never_writes_to_omni() {
     assert_eq!(c.status.and_then(|s| s.plan), None);
     assert!(env.omni.get(ty::CLUSTER, "observer").is_some());
 
+    // An observe-only cluster that Omni never had goes at once: there is nothing to delete.
+    env.cluster("never-applied", W1, json!({"changePolicy": {"mode": "Plan"}}))
+        .await;
+    env.wait_cond::<OmniCluster>("never-applied", is_false("Ready").because("PlanOnly"))
+        .await;
+    env.delete::<OmniCluster>("never-applied").await;
+    env.wait_gone::<OmniCluster>("never-applied").await;
+
     // Back to Plan, then deleted: the Omni cluster stays until the mode or the policy changes.
     env.patch_spec::<OmniCluster>("observer", json!({"changePolicy": {"mode": "Plan"}}))
         .await;

@@ -56,7 +56,7 @@ pub(super) async fn cleanup(
             name,
         }));
     }
-    match existing_ownership(&state, cluster, &name).await {
+    let exists = match existing_ownership(&state, cluster, &name).await {
         Err(source) => {
             return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
                 name,
@@ -76,12 +76,14 @@ pub(super) async fn cleanup(
             .await;
             return Ok(Cleanup::Done);
         }
-        Ok(_) => {}
-    }
-    // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it.
-    let approved = match super::plan::deletion_gate(ctx, cluster, &conn, &name) {
-        Ok(approved) => approved,
-        Err(held) => {
+        Ok(found) => found.is_some(),
+    };
+    // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it
+    // (a cluster Omni does not have is no deletion to hold).
+    let approved = match exists.then(|| super::plan::deletion_gate(ctx, cluster, &conn, &name)) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(hash))) => Some(hash),
+        Some(Err(held)) => {
             return Ok(Cleanup::Waiting(Outcome::Held {
                 held,
                 rendered: None,
