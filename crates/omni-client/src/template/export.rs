@@ -591,8 +591,11 @@ impl Exporter {
         }
     }
 
-    /// The patches of one owner, in ID order; `idOverride` only where the ID differs from the
-    /// one the template would generate at that position.
+    /// The patches of one owner, in the order that reproduces their IDs: a patch whose ID is the
+    /// one a template generates (`<weight>-<prefix>-<name>`) goes to the position of that
+    /// weight, the others (`idOverride`) fill the gaps in ID order and follow. When the gaps
+    /// cannot be filled that way, every patch keeps ID order and gets an `idOverride` wherever
+    /// its position would generate another ID.
     fn patches(
         &mut self,
         resources: &[&Resource],
@@ -602,12 +605,12 @@ impl Exporter {
     ) -> Vec<Patch> {
         let mut sorted: Vec<&Resource> = resources.to_vec();
         sorted.sort_by_key(|r| id(r));
-        let mut out = Vec::new();
+        // Each usable patch with its name and content.
+        let mut found = Vec::new();
         for r in sorted {
             let Some(data) = self.plain_data(r) else {
                 continue;
             };
-            let patch_id = id(r);
             let name = match annotation(r, keys::NAME) {
                 Some(name) if !name.is_empty() => name,
                 _ => {
@@ -615,21 +618,29 @@ impl Exporter {
                         r,
                         "has no name annotation, which templates always write: syncing adds one",
                     );
-                    patch_id.clone()
+                    id(r)
                 }
             };
-            let generated = format!("{:03}-{prefix}-{name}", base_weight + out.len());
+            found.push((r, name, data));
+        }
+        let generated = |weight: usize, name: &str| format!("{weight:03}-{prefix}-{name}");
+        let order = generated_order(&found, base_weight, &generated)
+            .unwrap_or_else(|| (0..found.len()).collect());
+        let mut out = Vec::new();
+        for index in order {
+            let (r, name, data) = &found[index];
+            let patch_id = id(r);
             let (labels, annotations) = self.descriptors(r, system_labels, &[keys::NAME]);
             out.push(Patch {
-                name,
-                id_override: if generated == patch_id {
+                id_override: if generated(base_weight + out.len(), name) == patch_id {
                     String::new()
                 } else {
                     patch_id
                 },
+                name: name.clone(),
                 labels,
                 annotations,
-                inline: Some(serde_json::Value::String(data)),
+                inline: Some(serde_json::Value::String(data.clone())),
                 ..Patch::default()
             });
         }
@@ -849,6 +860,47 @@ impl Exporter {
     }
 }
 
+/// The order of `found` (patches with their names, in ID order) in which every patch whose ID
+/// a template generates sits at the position of its weight and the rest fill the gaps; `None`
+/// when a gap stays (too few of the rest) or two patches claim one position.
+fn generated_order<T>(
+    found: &[(T, String, String)],
+    base_weight: usize,
+    generated: &impl Fn(usize, &str) -> String,
+) -> Option<Vec<usize>>
+where
+    T: std::ops::Deref<Target = Resource>,
+{
+    let mut slots: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut rest = Vec::new();
+    for (index, (r, name, _)) in found.iter().enumerate() {
+        let patch_id = id(r);
+        let weight = patch_id
+            .get(..3)
+            .and_then(|w| w.parse::<usize>().ok())
+            .filter(|w| *w >= base_weight && generated(*w, name) == patch_id);
+        match weight {
+            Some(w) if !slots.contains_key(&(w - base_weight)) => {
+                slots.insert(w - base_weight, index);
+            }
+            _ => rest.push(index),
+        }
+    }
+    let mut rest = rest.into_iter();
+    let last = slots.keys().next_back().copied();
+    let mut order = Vec::with_capacity(found.len());
+    if let Some(last) = last {
+        for position in 0..=last {
+            order.push(match slots.get(&position) {
+                Some(index) => *index,
+                None => rest.next()?,
+            });
+        }
+    }
+    order.extend(rest);
+    Some(order)
+}
+
 /// The Machine document of `machine`, created on first use.
 fn machine_doc<'a>(machines: &'a mut BTreeMap<String, Machine>, machine: &str) -> &'a mut Machine {
     machines
@@ -930,77 +982,9 @@ mod tests {
     use super::*;
     use crate::template::{DesiredResource, to_wire, translate_for};
 
-    /// A template with every part an export has to reproduce.
-    const RICH: &str = r#"
-kind: Cluster
-name: rich
-labels: {team: a}
-annotations: {note: "x"}
-kubernetes:
-  version: v1.32.3
-  manifests:
-    - name: cni
-      mode: full
-      inline: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cni\n"
-    - name: once
-      mode: one-time
-      inline: []
-      labels: {m: "1"}
-  healthchecks:
-    - name: dns
-      job: "apiVersion: batch/v1\nkind: Job\n"
-      interval: 1m30s
-    - idOverride: custom-check
-      job: "apiVersion: batch/v1\nkind: Job\n"
-talos:
-  version: v1.9.5
-features:
-  enableWorkloadProxy: true
-  backupConfiguration:
-    interval: 1h
-patches:
-  - name: a
-    inline: {machine: {network: {hostname: a}}}
-  - name: b
-    idOverride: 999-custom
-    inline: "cluster:\n  allowSchedulingOnControlPlanes: true\n"
-    annotations: {owner: me}
-systemExtensions: [siderolabs/iscsi-tools]
----
-kind: ControlPlane
-machines: [11111111-1111-4111-8111-111111111111]
-upgradeStrategy: {type: Rolling, rolling: {maxParallelism: 1}}
-patches:
-  - name: cp
-    inline: {machine: {kubelet: {extraArgs: {a: b}}}}
----
-kind: Workers
-machines: [22222222-2222-4222-8222-222222222222, 33333333-3333-4333-8333-333333333333]
-kernelArgs: [console=ttyS0]
-updateStrategy: {type: Unset}
-deleteStrategy: {type: Rolling, rolling: {maxParallelism: 2}}
-systemExtensions: []
----
-kind: Workers
-name: gpu
-machineClass: {name: gpu-class, size: 2}
-labels: {pool: gpu}
----
-kind: Workers
-name: burst
-machineClass: {name: any, size: unlimited}
----
-kind: Machine
-name: 22222222-2222-4222-8222-222222222222
-locked: true
-labels: {rack: r1}
-install: {disk: /dev/sda}
-kernelArgs: [console=tty0, quiet]
-patches:
-  - name: m
-    inline: "machine:\n  sysctls:\n    a: b\n"
-systemExtensions: [siderolabs/gvisor]
-"#;
+    /// A template with every part an export has to reproduce (shared with the operator's
+    /// export tests).
+    const RICH: &str = include_str!("testdata/round-trip.yaml");
 
     fn resources(template: &Template, api: BackendApi) -> BTreeMap<ResourceRef, Resource> {
         let files = FileResolver::disabled("no files");
@@ -1039,8 +1023,8 @@ systemExtensions: [siderolabs/gvisor]
         let template = Template::parse(RICH).unwrap_or_else(|e| panic!("{e}"));
         for api in [BackendApi::V2, BackendApi::V3] {
             let owned = resources(&template, api);
-            let exported =
-                export_template("rich", &owned, api, &[]).unwrap_or_else(|e| panic!("export: {e}"));
+            let exported = export_template("prod-1", &owned, api, &[])
+                .unwrap_or_else(|e| panic!("export: {e}"));
             assert_eq!(exported.unexpressed, Vec::new(), "{api:?}");
             let again = resources(&exported.template, api);
             assert_eq!(
@@ -1063,7 +1047,7 @@ systemExtensions: [siderolabs/gvisor]
         let patch = DesiredResource {
             id: "500-ui-made".into(),
             labels: [
-                (keys::CLUSTER.to_string(), "rich".to_string()),
+                (keys::CLUSTER.to_string(), "prod-1".to_string()),
                 (
                     keys::CLUSTER_MACHINE.to_string(),
                     "44444444-4444-4444-8444-444444444444".to_string(),
@@ -1079,8 +1063,8 @@ systemExtensions: [siderolabs/gvisor]
         owned.insert(patch.reference(), to_wire(&patch));
         // Content Omni stores compressed.
         let compressed = DesiredResource {
-            id: "201-cluster-rich-big".into(),
-            labels: [(keys::CLUSTER.to_string(), "rich".to_string())].into(),
+            id: "201-cluster-prod-1-big".into(),
+            labels: [(keys::CLUSTER.to_string(), "prod-1".to_string())].into(),
             annotations: [(keys::NAME.to_string(), "big".to_string())].into(),
             spec: Spec::ConfigPatch(specs::ConfigPatchSpec {
                 compressed_data: vec![1, 2, 3],
@@ -1090,7 +1074,7 @@ systemExtensions: [siderolabs/gvisor]
         owned.insert(compressed.reference(), to_wire(&compressed));
         // A reserved label on a machine set, and bookkeeping annotations that are ignored.
         if let Some(m) = owned
-            .get_mut(&ResourceRef::new(types::MACHINE_SET, "rich-gpu"))
+            .get_mut(&ResourceRef::new(types::MACHINE_SET, "prod-1-gpu"))
             .and_then(|r| r.metadata.as_mut())
         {
             m.labels
@@ -1098,7 +1082,7 @@ systemExtensions: [siderolabs/gvisor]
             m.annotations
                 .insert("owner-stamp".into(), "ns/x/uid".into());
         }
-        let exported = export_template("rich", &owned, BackendApi::V2, &["owner-stamp"])
+        let exported = export_template("prod-1", &owned, BackendApi::V2, &["owner-stamp"])
             .unwrap_or_else(|e| panic!("export: {e}"));
         let listed: Vec<String> = exported
             .unexpressed
@@ -1106,10 +1090,10 @@ systemExtensions: [siderolabs/gvisor]
             .map(ToString::to_string)
             .collect();
         assert_eq!(listed.len(), 3, "{listed:#?}");
-        assert!(listed[0].starts_with("ConfigPatches.omni.sidero.dev(201-cluster-rich-big): Omni holds its content compressed"), "{listed:#?}");
+        assert!(listed[0].starts_with("ConfigPatches.omni.sidero.dev(201-cluster-prod-1-big): Omni holds its content compressed"), "{listed:#?}");
         assert!(
             listed[1].starts_with(
-                "MachineSets.omni.sidero.dev(rich-gpu): carries label omni.sidero.dev/something"
+                "MachineSets.omni.sidero.dev(prod-1-gpu): carries label omni.sidero.dev/something"
             ),
             "{listed:#?}"
         );
@@ -1120,6 +1104,41 @@ systemExtensions: [siderolabs/gvisor]
             "{listed:#?}"
         );
         assert!(!exported.template.to_yaml().contains("owner-stamp"));
+    }
+
+    /// Generated IDs keep their positions and overrides fill the gaps; a gap nothing can fill
+    /// falls back to ID order (with overrides where the position generates another ID).
+    #[test]
+    fn patches_keep_the_positions_their_ids_were_generated_at() {
+        let patch = |id: &str, name: &str| {
+            to_wire(&DesiredResource {
+                id: id.into(),
+                labels: BTreeMap::new(),
+                annotations: [(keys::NAME.to_string(), name.to_string())].into(),
+                spec: Spec::ConfigPatch(specs::ConfigPatchSpec::default()),
+            })
+        };
+        let generated = |w: usize, name: &str| format!("{w:03}-p-{name}");
+        let order = |ids: &[(&str, &str)]| {
+            let resources: Vec<Resource> = ids.iter().map(|(id, n)| patch(id, n)).collect();
+            let found: Vec<(&Resource, String, String)> = resources
+                .iter()
+                .zip(ids)
+                .map(|(r, (_, n))| (r, n.to_string(), String::new()))
+                .collect();
+            generated_order(&found, 200, &generated)
+        };
+        // In ID order: 200-p-a, 202-p-c, 999-x (an override) → a, the override, c.
+        assert_eq!(
+            order(&[("200-p-a", "a"), ("202-p-c", "c"), ("999-x", "b")]),
+            Some(vec![0, 2, 1])
+        );
+        assert_eq!(
+            order(&[("200-p-a", "a"), ("202-p-c", "c")]),
+            None,
+            "a gap stays"
+        );
+        assert_eq!(order(&[("9-odd", "a")]), Some(vec![0]));
     }
 
     #[test]

@@ -446,62 +446,9 @@ mod tests {
     use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
     use omni_client::template::{BackendApi, FileResolver, translate_for};
 
-    const TEMPLATE: &str = r#"
-kind: Cluster
-name: prod-1
-labels: {team: a}
-kubernetes:
-  version: v1.32.3
-  manifests:
-    - name: cni
-      mode: full
-      inline: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cni\n"
-    - name: once
-      mode: one-time
-      inline: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n"
-  healthchecks:
-    - name: dns
-      job: "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
-      interval: 1m30s
-talos:
-  version: v1.9.5
-features:
-  useEmbeddedDiscoveryService: true
-  backupConfiguration: {interval: 1h}
-patches:
-  - name: a
-    inline: "machine:\n  network:\n    hostname: \"a\"   \n\n\n"
-  - name: b
-    idOverride: 999-custom
-    inline: "  leading: spaces\n"
-    annotations: {owner: me}
-systemExtensions: [siderolabs/iscsi-tools]
----
-kind: ControlPlane
-machines: [11111111-1111-4111-8111-111111111111]
-bootstrapSpec: {clusterUUID: u, snapshot: s}
-upgradeStrategy: {type: Rolling, rolling: {maxParallelism: 1}}
----
-kind: Workers
-name: gpu
-machineClass: {name: gpu-class, size: 2}
-deleteStrategy: {type: Rolling, rolling: {maxParallelism: 2}}
----
-kind: Workers
-machines: [22222222-2222-4222-8222-222222222222]
-kernelArgs: [console=ttyS0]
-updateStrategy: {type: Unset}
----
-kind: Machine
-name: 22222222-2222-4222-8222-222222222222
-locked: true
-labels: {rack: r1}
-install: {disk: /dev/sda}
-patches:
-  - name: m
-    inline: "machine: {}\n"
-systemExtensions: []
-"#;
+    /// The template the export tests of omni-client reproduce too.
+    const TEMPLATE: &str =
+        include_str!("../../../omni-client/src/template/testdata/round-trip.yaml");
 
     fn typed<T: serde::de::DeserializeOwned>(doc: &Value) -> T {
         // Through YAML, as `kubectl apply` would read the printed manifests.
@@ -529,6 +476,7 @@ systemExtensions: []
                 "OmniControlPlane",
                 "OmniWorkers",
                 "OmniWorkers",
+                "OmniWorkers",
                 "OmniMachine"
             ]
         );
@@ -536,8 +484,8 @@ systemExtensions: []
         let mut cluster: OmniCluster = typed(&docs[0]);
         cluster.metadata.uid = Some("u".into());
         let cps: Vec<OmniControlPlane> = vec![typed(&docs[1])];
-        let workers: Vec<OmniWorkers> = vec![typed(&docs[2]), typed(&docs[3])];
-        let machines: Vec<OmniMachine> = vec![typed(&docs[4])];
+        let workers: Vec<OmniWorkers> = vec![typed(&docs[2]), typed(&docs[3]), typed(&docs[4])];
+        let machines: Vec<OmniMachine> = vec![typed(&docs[5])];
         for doc in &docs {
             let kind = doc["kind"].as_str().unwrap_or_default();
             let v = crate::api::validate_dynamic(kind, doc, None).unwrap_or_else(|e| panic!("{e}"));

@@ -857,21 +857,6 @@ async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
 // ---------------------------------------------------------------------------------------------
 // Ownership: the operator never changes or deletes Omni resources it did not create.
 
-/// An Omni cluster made by someone else (the UI, omnictl, another tool): no owner stamp.
-fn foreign_cluster(name: &str) -> omni_client::proto::cosi::resource::Resource {
-    omni_sim::store::resource(
-        ty::CLUSTER,
-        name,
-        "",
-        Vec::new(),
-        &omni_client::proto::specs::ClusterSpec {
-            kubernetes_version: "1.34.0".into(),
-            talos_version: "1.12.0".into(),
-            ..Default::default()
-        },
-    )
-}
-
 /// What a user-visible change would alter: phase, spec, labels and annotations as text (Omni's
 /// own controllers add a finalizer and bump the version by themselves).
 fn user_view(r: Option<omni_client::proto::cosi::resource::Resource>) -> Option<String> {
@@ -890,7 +875,7 @@ fn user_view(r: Option<omni_client::proto::cosi::resource::Resource>) -> Option<
 async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
     let env = Env::builder().start().await;
     env.wait::<OmniConnection>("omni", "Ready", ready).await;
-    env.omni.put(foreign_cluster("prod"));
+    env.omni.put(support::foreign_cluster("prod"));
     let untouched = user_view(env.omni.get(ty::CLUSTER, "prod"));
 
     // Created suspended and deleted: the existing Omni cluster is not deleted.

@@ -199,6 +199,27 @@ fn user_view(env: &Env, name: &str) -> Vec<String> {
     out
 }
 
+/// Waits until OmniCluster `name` has adopted its Omni cluster (`Ready`, no plan pending) and
+/// asserts that Omni saw only the operator's bookkeeping since `written`: updates, and every
+/// resource as a user sees it as `before`.
+async fn assert_adopted_unchanged(
+    env: &Env,
+    name: &str,
+    before: &[String],
+    written: &AppliedWrites,
+) {
+    let c = env
+        .wait_cond::<OmniCluster>(name, is_true("Ready").because("Synced"))
+        .await;
+    assert_eq!(c.status.and_then(|s| s.plan), None);
+    assert_eq!(user_view(env, name), before, "adoption changed the cluster");
+    let writes = writes_since(env, written);
+    assert!(
+        !writes.is_empty() && writes.iter().all(|(verb, _, _)| verb == "update"),
+        "only the operator's bookkeeping is written: {writes:?}"
+    );
+}
+
 /// Removing a config patch under `RequireApproval` is held, all of it, until the annotation
 /// carries the current plan's hash; a hash of an earlier plan is ignored and says so; one Event
 /// when held, one when the approved plan is applied.
@@ -439,8 +460,12 @@ async fn plan_mode_shows_the_plan_and_never_writes_to_omni() {
     assert!(env.omni.get(ty::CLUSTER, "observer").is_some());
 
     // An observe-only cluster that Omni never had goes at once: there is nothing to delete.
-    env.cluster("never-applied", W1, json!({"changePolicy": {"mode": "Plan"}}))
-        .await;
+    env.cluster(
+        "never-applied",
+        W1,
+        json!({"changePolicy": {"mode": "Plan"}}),
+    )
+    .await;
     env.wait_cond::<OmniCluster>("never-applied", is_false("Ready").because("PlanOnly"))
         .await;
     env.delete::<OmniCluster>("never-applied").await;
@@ -603,20 +628,7 @@ async fn adopting_a_differing_cluster_holds_until_the_manifests_match() {
         json!({"patches": [{"name": "p", "inline": {"machine": {"sysctls": {"a": "1"}}}}]}),
     )
     .await;
-    let c = env
-        .wait_cond::<OmniCluster>("adoptee", is_true("Ready").because("Synced"))
-        .await;
-    assert_eq!(c.status.and_then(|s| s.plan), None);
-    assert_eq!(
-        user_view(&env, "adoptee"),
-        before,
-        "adoption changed the cluster"
-    );
-    let writes = writes_since(&env, &written);
-    assert!(
-        !writes.is_empty() && writes.iter().all(|(verb, _, _)| verb == "update"),
-        "{writes:?}"
-    );
+    assert_adopted_unchanged(&env, "adoptee", &before, &written).await;
     let stamp = env
         .omni
         .get(ty::CLUSTER, "adoptee")
@@ -847,20 +859,7 @@ patches:
         json!({"metadata": {"annotations": {"touched": "1"}}}),
     )
     .await;
-    let c = env
-        .wait_cond::<OmniCluster>("handmade", is_true("Ready").because("Synced"))
-        .await;
-    assert_eq!(c.status.and_then(|s| s.plan), None);
-    assert_eq!(
-        user_view(&env, "handmade"),
-        before,
-        "adoption changed the cluster"
-    );
-    let writes = writes_since(&env, &written);
-    assert!(
-        writes.iter().all(|(verb, _, _)| verb == "update"),
-        "only bookkeeping updates: {writes:?}"
-    );
+    assert_adopted_unchanged(&env, "handmade", &before, &written).await;
     env.shutdown().await;
 }
 

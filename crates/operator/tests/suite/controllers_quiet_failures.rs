@@ -343,17 +343,7 @@ impl Quiet {
         )
         .await;
         // AdoptionDiff: an existing Omni cluster that differs from the manifests.
-        self.env.omni.put(omni_sim::store::resource(
-            omni_sim::types::ty::CLUSTER,
-            "adoptee",
-            "",
-            Vec::new(),
-            &omni_client::proto::specs::ClusterSpec {
-                kubernetes_version: "1.34.0".into(),
-                talos_version: "1.12.0".into(),
-                ..Default::default()
-            },
-        ));
+        self.env.omni.put(support::foreign_cluster("adoptee"));
         let mut adoptee = cluster("adoptee", json!({}));
         adoptee["metadata"]["annotations"] = json!({"omni.texashpc.com/adopt": "true"});
         create_json(c, adoptee).await;
