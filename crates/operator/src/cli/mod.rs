@@ -2,6 +2,7 @@
 //! (`Args`, a `clap::Args`) and its `run` function.
 
 pub mod crds;
+pub(crate) mod manifests;
 pub mod omni;
 pub mod omni_template;
 pub mod render;
