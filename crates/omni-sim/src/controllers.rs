@@ -113,6 +113,8 @@ pub struct Controllers {
     health_passed_for: Mutex<HashMap<String, String>>,
     /// Test hook (default none): the error applying a cluster's manifests fails with, by cluster.
     manifest_errors: Mutex<HashMap<String, String>>,
+    /// Writes the manifests into the workload cluster, when an embedder plugged one in.
+    pub(crate) manifest_sync: crate::manifest_sync::ManifestSync,
 }
 
 /// One Kubernetes object of a manifest group, as Omni names it in its sync status.
@@ -246,6 +248,7 @@ impl Controllers {
             health_runs: Mutex::new(HashMap::new()),
             health_passed_for: Mutex::new(HashMap::new()),
             manifest_errors: Mutex::new(HashMap::new()),
+            manifest_sync: Default::default(),
             store,
         }
     }
@@ -1125,7 +1128,7 @@ impl Controllers {
     /// group is APPLIED when all its manifests are, PROGRESSING otherwise, and DELETING once
     /// it is no longer declared. Totals count every manifest listed.
     fn progress_manifests(&self, cluster: &str, api_ready: bool) {
-        let error = self
+        let mut error = self
             .manifest_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1158,7 +1161,23 @@ impl Controllers {
             group: doc.group,
         };
         let applied = manifest_status::Phase::Applied as i32;
-        // An apply succeeds (and prunes) only with the API up and no error injected.
+        // Omni writes into the workload cluster once its API answers; a failed write is the
+        // apply's error.
+        if api_ready && error.is_none() {
+            let groups: Vec<(bool, String)> = self
+                .store
+                .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
+                .iter()
+                .map(|group| {
+                    let spec: KubernetesManifestGroupSpec = spec_of(group);
+                    (spec.mode == Mode::OneTime as i32, spec.data)
+                })
+                .collect();
+            if let Err(e) = self.manifest_sync.sync(cluster, &groups) {
+                error = Some(e);
+            }
+        }
+        // An apply succeeds (and prunes) only with the API up and no error.
         let apply_succeeds = api_ready && error.is_none();
 
         self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {

@@ -17,6 +17,7 @@
 pub mod auth;
 pub mod clock;
 pub mod controllers;
+pub mod manifest_sync;
 pub mod server;
 pub mod store;
 pub mod sysversion;
@@ -45,6 +46,7 @@ use tonic::codec::CompressionEncoding;
 pub use auth::Identity;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use controllers::{ControllerConfig, HealthCheckOutcome, PoolMachine};
+pub use manifest_sync::ManifestSink;
 pub use server::{AppliedWrites, CallCounts, Outage, Outcome, methods};
 pub use store::{Store, StoreError};
 pub use types::Role;
@@ -591,6 +593,12 @@ impl RunningOmniSim {
     /// removed ones stay DELETING (nothing is pruned), as in Omni.
     pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
         self.controllers.set_manifests_error(cluster, error);
+    }
+
+    /// Where clusters' Kubernetes manifests are written once their API answers (see
+    /// [`manifest_sync`]); `None` (the default) writes them nowhere.
+    pub fn set_manifest_sink(&self, sink: Option<Arc<dyn ManifestSink>>) {
+        self.controllers.manifest_sync.set_sink(sink);
     }
 
     /// The `KubernetesHealthCheckStatus` of health check `id` (namespace `ephemeral`).

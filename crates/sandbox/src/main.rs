@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
                         .context("the sandbox binary has no directory")?
                         .join("omni-operator"),
                 },
-                values: args.values,
+                values: args.values.clone(),
             }),
         },
     };
@@ -102,6 +102,15 @@ async fn main() -> anyhow::Result<()> {
     println!("==> management API at {}", sandbox.management.base_url);
     println!("==> kubeconfig written to {kubeconfig}");
     println!("==> Omni (omni-sim) at {}", sandbox.omni.endpoint());
+    println!(
+        "==> operator metrics at {}://{}/metrics",
+        if args.values.iter().any(|v| v == "metrics.secure=true") {
+            "https"
+        } else {
+            "http"
+        },
+        sandbox.metrics
+    );
 
     let expected: BTreeSet<(String, String)> = sandbox.applied.iter().cloned().collect();
     let deadline = started + args.timeout;
