@@ -153,7 +153,14 @@ fn missing_clusters(objects: &[Checked<'_>], out: &mut Vec<Finding>) {
 /// whose objects are all clean, as the operator would, and reports what rendering refuses.
 fn templates(objects: &[Checked<'_>], partial: bool, out: &mut Vec<Finding>) {
     let template_kinds = ["OmniControlPlane", "OmniWorkers", "OmniMachine"];
+    let mut seen = Vec::new();
     for cluster in objects.iter().filter(|o| o.subject.kind == "OmniCluster") {
+        // A duplicate is reported as such; its template is the first one's.
+        let key = (cluster.namespace(), cluster.subject.name.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
         let children: Vec<&Checked<'_>> = objects
             .iter()
             .filter(|o| {
