@@ -7,4 +7,5 @@ pub mod omni;
 pub mod omni_template;
 pub mod render;
 pub mod run;
+pub mod status;
 pub mod validate;

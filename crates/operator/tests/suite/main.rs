@@ -14,6 +14,7 @@ mod as_deployed;
 mod bench_smoke;
 mod chart_runtime;
 mod charts;
+mod cli_status;
 mod cli_validate;
 mod controllers_cluster;
 mod controllers_connection;
