@@ -218,6 +218,8 @@ fn defaults_match_parity() {
         ("OmniHelmRelease", "spec.namespace", json!("default")),
         ("OmniHelmRelease", "spec.timeout", json!("5m")),
         ("OmniHelmRelease", "spec.deletionPolicy", json!("Uninstall")),
+        // The original had none (the field was required); docs/decisions.md says why `Delete`.
+        ("OmniKubeconfigExport", "spec.deletionPolicy", json!("Delete")),
         ("OmniHelmRelease", "spec.chart.values", json!({})),
         (
             "OmniSecretSync",
@@ -234,7 +236,6 @@ fn defaults_match_parity() {
     }
     // Fields the parity inventory lists without a CRD default must not get one.
     for (kind, path) in [
-        ("OmniKubeconfigExport", "spec.deletionPolicy"),
         ("OmniSecretSync", "spec.deletionPolicy"),
         ("OmniKubeconfigExport", "spec.ttl"),
         ("OmniControlPlane", "spec.machines"),
@@ -474,7 +475,6 @@ fn required_fields() {
         req("OmniKubeconfigExport", "spec"),
         set(&[
             "clusterRef",
-            "deletionPolicy",
             "serviceAccount",
             "targetSecretRef",
             "ttl"
