@@ -219,7 +219,11 @@ fn defaults_match_parity() {
         ("OmniHelmRelease", "spec.timeout", json!("5m")),
         ("OmniHelmRelease", "spec.deletionPolicy", json!("Uninstall")),
         // The original had none (the field was required); docs/decisions.md says why `Delete`.
-        ("OmniKubeconfigExport", "spec.deletionPolicy", json!("Delete")),
+        (
+            "OmniKubeconfigExport",
+            "spec.deletionPolicy",
+            json!("Delete"),
+        ),
         ("OmniHelmRelease", "spec.chart.values", json!({})),
         (
             "OmniSecretSync",
@@ -473,12 +477,7 @@ fn required_fields() {
     assert_eq!(req("OmniMachine", "spec"), set(&["clusterRef"]));
     assert_eq!(
         req("OmniKubeconfigExport", "spec"),
-        set(&[
-            "clusterRef",
-            "serviceAccount",
-            "targetSecretRef",
-            "ttl"
-        ])
+        set(&["clusterRef", "serviceAccount", "targetSecretRef", "ttl"])
     );
     assert_eq!(
         req("OmniKubeconfigExport", "spec.serviceAccount"),

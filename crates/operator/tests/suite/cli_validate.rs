@@ -664,7 +664,11 @@ fn an_export_without_a_deletion_policy_is_valid_and_deletes_its_secret() {
     let export = GOOD_EXPORT.replace("  deletionPolicy: Delete\n", "");
     let file = write(dir.path(), "export.yaml", &export);
     let out = run_validate(&["--partial"], &[&file]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let value: serde_json::Value = serde_saphyr::from_str(&export).unwrap();
     let typed: omni_operator::api::OmniKubeconfigExport = serde_json::from_value(value).unwrap();
     assert_eq!(

@@ -12,6 +12,7 @@ mod api_schema_check;
 mod api_validation;
 mod as_deployed;
 mod bench_smoke;
+mod chart_rollout;
 mod chart_runtime;
 mod charts;
 mod cli_status;
