@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod chart_repo;
+pub mod cli;
 pub mod pod;
 pub mod samples;
 pub mod status;

@@ -39,8 +39,9 @@ pub struct Args {
     /// `table` for people, `json` for scripts.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: Output,
-    /// Report exported kubeconfigs that expire within this time (a Go duration).
-    #[arg(long, value_name = "DURATION", default_value = "72h", value_parser = parse_window)]
+    /// Report exported kubeconfigs that expire within this time (a Go duration). The default
+    /// is the shipped alert's: rotation normally replaces a kubeconfig well before that.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_window)]
     pub expiring_within: Duration,
 }
 

@@ -101,7 +101,7 @@ async fn summarises_the_fleet_as_a_table_and_as_json() {
         "omni",
         export("soon"),
         json!({"conditions": ready("True", "Exported", "exported"), "targetSecretRef": "soon-kc",
-               "expirationTime": rfc3339(Duration::from_secs(3600)),
+               "expirationTime": rfc3339(Duration::from_secs(1800)),
                "nextRotationTime": rfc3339(Duration::from_secs(600))}),
     )
     .await;
@@ -154,7 +154,7 @@ async fn summarises_the_fleet_as_a_table_and_as_json() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
         lines[0],
-        "4 object(s) in namespace omni: 2 cluster(s), 1 not running; 0 object(s) not Ready; 1 kubeconfig(s) expiring within 72h",
+        "4 object(s) in namespace omni: 2 cluster(s), 1 not running; 0 object(s) not Ready; 1 kubeconfig(s) expiring within 1h",
         "{table}"
     );
     assert!(
