@@ -395,8 +395,7 @@ fn documents(text: &str) -> Vec<Document<'_>> {
     let mut start = 0;
     let mut start_pos = Position { line: 1, column: 1 };
     let mut offset = 0;
-    let mut line_no = 1u32;
-    for line in text.split_inclusive('\n') {
+    for (line_no, line) in (1u32..).zip(text.split_inclusive('\n')) {
         let bare = line.trim_end_matches(['\n', '\r']);
         let is_marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
         if is_marker || bare == "..." {
@@ -424,7 +423,6 @@ fn documents(text: &str) -> Vec<Document<'_>> {
             };
         }
         offset += line.len();
-        line_no += 1;
     }
     docs.push(Document {
         text: &text[start..],

@@ -4,7 +4,7 @@
 //! neither Omni nor the workload clusters.
 //!
 //! Output: `--output table` (default) prints one section per finding kind and a summary line;
-//! `--output json` prints one document for scripts (see [`Summary`]). The exit status is 0
+//! `--output json` prints one document for scripts (the `Summary` below). The exit status is 0
 //! when the summary could be read, whatever it says.
 
 use std::path::PathBuf;
