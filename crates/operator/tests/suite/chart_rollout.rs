@@ -94,14 +94,7 @@ fn viewer_and_editor_cover_every_kind_and_aggregate_into_the_built_in_roles() {
 /// `helm install --dry-run=server` of the operator chart against kube-sim, with `sets`.
 fn dry_run_install(sim: &kube_sim::server::RunningKubeSim, sets: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    kube_sim::kubeconfig::Kubeconfig::new(
-        sim.base_url.clone(),
-        "admin",
-        kube_sim::kubeconfig::Credential::Token("admin".into()),
-    )
-    .write(&kubeconfig)
-    .unwrap();
+    let kubeconfig = support::write_kubeconfig(sim, dir.path(), None);
     let mut command = Command::new(support::helm_bin());
     command
         .args(["install", "omni-cluster-operator"])

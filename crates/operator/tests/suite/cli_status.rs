@@ -124,15 +124,7 @@ async fn summarises_the_fleet_as_a_table_and_as_json() {
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    kube_sim::kubeconfig::Kubeconfig::new(
-        sim.base_url.clone(),
-        "admin",
-        kube_sim::kubeconfig::Credential::Token("admin".into()),
-    )
-    .with_namespace("omni")
-    .write(&kubeconfig)
-    .unwrap();
+    let kubeconfig = support::write_kubeconfig(&sim, dir.path(), Some("omni"));
     let status = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_omni-operator"))
             .arg("status")

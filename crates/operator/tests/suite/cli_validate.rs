@@ -30,6 +30,25 @@ fn run_validate(flags: &[&str], files: &[&Path]) -> Output {
     cmd.output().unwrap()
 }
 
+/// `validate ARGS` with `stdin` on its standard input.
+fn validate_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = bin()
+        .arg("validate")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn lines(bytes: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(bytes)
         .lines()
@@ -370,40 +389,14 @@ fn substituted_manifests_validate_from_stdin() {
         "kubernetes:\n    version: ${KUBERNETES_VERSION}",
     );
     let substituted = built.replace("${KUBERNETES_VERSION}", "v1.35.0");
-    let mut child = bin()
-        .args(["validate", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(substituted.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = validate_stdin(&["-f", "-"], &substituted);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
     // Unsubstituted, the variable is refused where it stands.
-    let mut child = bin()
-        .args(["validate", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(built.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = validate_stdin(&["-f", "-"], &built);
     assert_eq!(out.status.code(), Some(1));
     let problems = lines(&out.stdout);
     assert!(
@@ -485,22 +478,8 @@ fn warnings_go_to_stderr_and_do_not_fail() {
 fn several_files_and_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let good = write(dir.path(), "good.yaml", GOOD);
-    let mut child = bin()
-        .args(["validate", "-f"])
-        .arg(&good)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(BAD.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let good = good.to_str().unwrap();
+    let out = validate_stdin(&["-f", good, "-f", "-"], BAD);
     assert_eq!(out.status.code(), Some(1));
     let problems = lines(&out.stdout);
     // BAD's children name an OmniCluster edge that is in neither input.

@@ -13,15 +13,11 @@ use crate::cli::manifests::{Manifest, Position};
 use crate::cli::render::Objects;
 use crate::render::{RenderError, render};
 
-/// Kinds whose `spec.clusterRef` names an OmniCluster of their namespace.
-const CHILD_KINDS: [&str; 6] = [
-    "OmniControlPlane",
-    "OmniWorkers",
-    "OmniMachine",
-    "OmniKubeconfigExport",
-    "OmniHelmRelease",
-    "OmniSecretSync",
-];
+/// Kinds whose `spec.clusterRef` names an OmniCluster of their namespace: every kind after
+/// the connection and the cluster, in `api::KINDS`' dependency order.
+pub(super) fn child_kinds() -> &'static [&'static str] {
+    &crate::api::KINDS[2..]
+}
 
 /// One object of our API group that was validated.
 pub(super) struct Checked<'a> {
@@ -128,7 +124,7 @@ fn missing_clusters(objects: &[Checked<'_>], out: &mut Vec<Finding>) {
         .map(|o| (o.namespace(), o.subject.name.as_str()))
         .collect();
     for object in objects {
-        if !CHILD_KINDS.contains(&object.subject.kind.as_str()) {
+        if !child_kinds().contains(&object.subject.kind.as_str()) {
             continue;
         }
         let Some(cluster) = object.cluster_ref().filter(|c| !c.is_empty()) else {

@@ -455,6 +455,18 @@ mod tests {
     }
 
     #[test]
+    fn child_kinds_are_the_kinds_with_a_cluster_ref() {
+        for crd in api::crds() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let has_ref =
+                !schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["clusterRef"]
+                    .is_null();
+            let kind = crd.spec.names.kind.as_str();
+            assert_eq!(cross::child_kinds().contains(&kind), has_ref, "{kind}");
+        }
+    }
+
+    #[test]
     fn split_field_only_takes_object_paths() {
         assert_eq!(split_field("spec.a[1]: bad"), (Some("spec.a[1]"), "bad"));
         assert_eq!(split_field("insecure: bad"), (None, "insecure: bad"));

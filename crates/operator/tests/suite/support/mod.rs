@@ -241,6 +241,28 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
     (sim, client)
 }
 
+/// Writes an admin kubeconfig of `sim` (a bearer token kube-sim accepts) to `dir/kubeconfig`,
+/// with `namespace` as the context's namespace when given, for tools run as processes.
+pub fn write_kubeconfig(
+    sim: &kube_sim::server::RunningKubeSim,
+    dir: &std::path::Path,
+    namespace: Option<&str>,
+) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let mut kubeconfig = kube_sim::kubeconfig::Kubeconfig::new(
+        sim.base_url.clone(),
+        "admin",
+        kube_sim::kubeconfig::Credential::Token("admin".into()),
+    );
+    if let Some(ns) = namespace {
+        kubeconfig = kubeconfig.with_namespace(ns);
+    }
+    kubeconfig
+        .write(&path)
+        .unwrap_or_else(|e| panic!("write kubeconfig: {e}"));
+    path
+}
+
 /// A client that reaches the API server the way `kubeconfig` (YAML) says.
 pub async fn client_from_kubeconfig(kubeconfig: &str) -> kube::Client {
     let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
