@@ -5,7 +5,6 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,14 +15,8 @@ use serde_json::{Value, json};
 use support::of_kind;
 
 const NAMESPACE: &str = "omni-cluster-operator-system";
+/// Generous bound for one step on a loaded machine; never a timing assertion.
 const STEP: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
 
 fn role<'a>(docs: &'a [Value], name: &str) -> &'a Value {
     of_kind(docs, "ClusterRole")
@@ -98,7 +91,7 @@ fn dry_run_install(sim: &kube_sim::server::RunningKubeSim, sets: &[&str]) -> (bo
     let mut command = Command::new(support::helm_bin());
     command
         .args(["install", "omni-cluster-operator"])
-        .arg(repo().join("charts/omni-cluster-operator"))
+        .arg(support::repo().join("charts/omni-cluster-operator"))
         .args(["--namespace", "default", "--dry-run=server"])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
@@ -184,7 +177,7 @@ async fn without_cert_manager_the_chart_says_what_to_do() {
 
 /// The shell block of docs/install.md marked `byo-certificate-recipe`.
 fn recipe() -> String {
-    let install = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let install = std::fs::read_to_string(support::repo().join("docs/install.md")).unwrap();
     let after = install
         .split("<!-- byo-certificate-recipe")
         .nth(1)

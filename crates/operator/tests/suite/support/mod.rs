@@ -241,6 +241,14 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
     (sim, client)
 }
 
+/// The repository checkout the tests run in.
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("repository root: {e}"))
+}
+
 /// Writes an admin kubeconfig of `sim` (a bearer token kube-sim accepts) to `dir/kubeconfig`,
 /// with `namespace` as the context's namespace when given, for tools run as processes.
 pub fn write_kubeconfig(
