@@ -1,5 +1,5 @@
 //! The COSI `State` API over a signed [`Client`]: get, list, watch, create, update, teardown and
-//! destroy, with errors classified by gRPC code and message (omni-wire §3.5).
+//! destroy, with errors classified by gRPC code and message (docs/omni-wire.md#errors).
 
 use std::future::Future;
 use std::pin::Pin;

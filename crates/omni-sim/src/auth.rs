@@ -1,5 +1,6 @@
 //! Service-account keys and `siderov1` request verification, implemented independently of the
-//! client's signer (omni-wire §2) so that a client bug cannot hide behind a shared mistake.
+//! client's signer (docs/omni-wire.md#request-signing) so that a client bug cannot hide behind a
+//! shared mistake.
 //!
 //! Keys are registered as `PublicKeys.omni.sidero.dev` resources in the store (ID = fingerprint,
 //! label `user-id`), as Omni does; users and their roles live beside the store.
@@ -25,7 +26,8 @@ use crate::clock::{Clock, from_proto, to_proto};
 use crate::store::{Store, decode_spec, resource};
 use crate::types::{DEFAULT_NS, Role, label, ty};
 
-/// The ten header names covered by the signed payload, in Go's sorted order (omni-wire §2.4).
+/// The ten header names covered by the signed payload, in Go's sorted order
+/// (docs/omni-wire.md#signed-payload).
 pub const SIGNED_HEADERS: [&str; 10] = [
     "authorization",
     "cluster",
@@ -126,7 +128,7 @@ pub enum KeyError {
     Generate(String),
 }
 
-/// Full identity e-mail for a service-account name (omni-wire §2.2).
+/// Full identity e-mail for a service-account name (docs/omni-wire.md#service-account-keys).
 pub fn service_account_email(name: &str) -> String {
     match name.strip_prefix("infra-provider:") {
         Some(rest) => format!("{rest}@infra-provider.serviceaccount.omni.sidero.dev"),
@@ -186,7 +188,7 @@ impl std::fmt::Debug for GeneratedKey {
 }
 
 /// Generates an Ed25519 (legacy EdDSA) v4 key with an ECDH Curve25519 subkey, the shape omnictl
-/// produces (omni-wire §2.2), and encodes it as a service-account key.
+/// produces (docs/omni-wire.md#service-account-keys), and encodes it as a service-account key.
 pub fn generate_key(name: &str) -> Result<GeneratedKey, KeyError> {
     let gen_err = |e: &dyn std::fmt::Display| KeyError::Generate(e.to_string());
     let email = service_account_email(name);
@@ -342,7 +344,8 @@ impl Authenticator {
         Ok(fp)
     }
 
-    /// Verifies a request's signature per omni-wire §2.6, in the server's order.
+    /// Verifies a request's signature per docs/omni-wire.md#what-the-server-checks, in the
+    /// server's order.
     pub fn authenticate(&self, method: &str, md: &MetadataMap) -> Result<Identity, AuthFailure> {
         // 2. signature header
         let header = md

@@ -1,4 +1,5 @@
-//! Emulation of the Omni controllers a template client observes (omni-wire §5.8, §5.9, §7):
+//! Emulation of the Omni controllers a template client observes
+//! (docs/omni-wire.md#what-omni-sims-controllers-do):
 //! status resources, finalizers, machine allocation, teardown cascades and status progression.
 //!
 //! Structural work (creating statuses, finalizers, cascades) happens as soon as the store

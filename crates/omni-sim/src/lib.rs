@@ -1,5 +1,5 @@
 //! A simulator of Sidero Omni's gRPC API, faithful to the behaviour documented in
-//! `omni-wire.md`: `siderov1` signature checks, roles, COSI state semantics (versions, phases,
+//! `docs/omni-wire.md`: `siderov1` signature checks, roles, COSI state semantics (versions, phases,
 //! owners, finalizers, watches), Omni's write validations, the controllers a template client
 //! observes, and service-account kubeconfig minting. It is a test fixture and a sandbox part.
 //!

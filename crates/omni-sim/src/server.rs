@@ -279,7 +279,7 @@ impl Shared {
     }
 }
 
-/// How the State API exposes a resource type (omni-wire §3.8).
+/// How the State API exposes a resource type (docs/omni-wire.md#who-may-read-and-write-what).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
     UserWritable,

@@ -1,6 +1,6 @@
 //! The in-memory COSI state store with the semantics of COSI's in-memory backend as Omni serves
-//! it (omni-wire §3.3, §3.5): versions, phases, owners, finalizers, label queries and a change feed
-//! for watches.
+//! it (docs/omni-wire.md#metadata-rules, docs/omni-wire.md#errors): versions, phases, owners,
+//! finalizers, label queries and a change feed for watches.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -120,7 +120,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The gRPC status code for this error (omni-wire §3.5).
+    /// The gRPC status code for this error (docs/omni-wire.md#errors).
     pub fn code(&self) -> tonic::Code {
         match self {
             StoreError::NotFound(_) => tonic::Code::NotFound,

@@ -1,4 +1,5 @@
-//! The simulator's stand-in for Omni's service-account JWTs (omni-wire §6 step 4).
+//! The simulator's stand-in for Omni's service-account JWTs
+//! (docs/omni-wire.md#service-account-kubeconfigs, step 4).
 //!
 //! Tokens are JWT-shaped (`header.claims.signature`, base64url without padding) and carry the
 //! same claims as Omni's. The signature is a SHA-256 digest keyed with a constant simulator

@@ -1,5 +1,6 @@
-//! Omni's write validations that template workflows can trip (omni-wire §3.3, §3.8). Every
-//! failure becomes `INVALID_ARGUMENT failed to validate: <reason>`.
+//! Omni's write validations that template workflows can trip (docs/omni-wire.md#metadata-rules,
+//! docs/omni-wire.md#write-validations). Every failure becomes
+//! `INVALID_ARGUMENT failed to validate: <reason>`.
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
@@ -15,7 +16,7 @@ use crate::types::{DEFAULT_NS, label as l, ty};
 
 /// Config-patch paths users may not set in the legacy (kind-less) document: Omni v1.10's list
 /// (`client/pkg/omni/resources/omni/config_patch.go`), which added `cluster.ca` and
-/// `cluster.serviceAccount` to omni-wire §3.8.
+/// `cluster.serviceAccount` to v1.9's list (docs/omni-wire.md#write-validations).
 pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
     "cluster.clusterName",
     "cluster.id",

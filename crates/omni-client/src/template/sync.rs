@@ -215,7 +215,7 @@ impl Plan {
     }
 }
 
-/// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
+/// What the template owns in Omni right now (docs/omni-wire.md#sync-the-change-set: owner `""` resources
 /// carrying the cluster label, not node-controller-made nodes, plus its nodes' KernelArgs).
 pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
