@@ -31,7 +31,7 @@ use crate::store::{
 };
 use crate::types::{DEFAULT_NS, Role, ty};
 use crate::validate::{Op, validate};
-use crate::{WorkloadProvider, token};
+use crate::{WorkloadEndpoint, WorkloadProvider, token};
 
 /// Full gRPC method paths served by the simulator.
 #[allow(missing_docs)]
@@ -917,6 +917,68 @@ pub const MAX_KUBECONFIG_TTL_SECS: i64 = 87_600 * 3600;
 #[derive(Debug, Clone)]
 pub struct ManagementSvc(pub Arc<Shared>);
 
+/// Omni's rules for a kubeconfig request, in its order: the role, then the request's fields.
+/// Returns the cluster and the TTL.
+fn check_kubeconfig_request(
+    ident: &Identity,
+    cluster: Option<String>,
+    r: &KubeconfigRequest,
+) -> Result<(String, prost_types::Duration), Status> {
+    if !r.service_account {
+        return Err(Status::unimplemented(
+            "the simulator only issues service-account kubeconfigs",
+        ));
+    }
+    need(ident, Role::Reader, "")?;
+    need(ident, Role::Operator, "")?;
+    let cluster =
+        cluster.ok_or_else(|| Status::invalid_argument("cluster name is not in context"))?;
+    if r.service_account_user.is_empty() {
+        return Err(Status::invalid_argument(
+            "service account user name is not set",
+        ));
+    }
+    let ttl = r
+        .service_account_ttl
+        .ok_or_else(|| Status::invalid_argument("service account ttl is not set"))?;
+    if ttl.seconds < 0 || (ttl.seconds == 0 && ttl.nanos <= 0) {
+        return Err(Status::invalid_argument(
+            "service account ttl is must be positive",
+        ));
+    }
+    if ttl.seconds > MAX_KUBECONFIG_TTL_SECS
+        || (ttl.seconds == MAX_KUBECONFIG_TTL_SECS && ttl.nanos > 0)
+    {
+        return Err(Status::invalid_argument(
+            "service account ttl is too long (max allowed: 87600h0m0s)",
+        ));
+    }
+    Ok((cluster, ttl))
+}
+
+/// The minted kubeconfig: one cluster, context and user, all called `name`.
+fn kubeconfig_yaml(name: &str, endpoint: &WorkloadEndpoint, jwt: &str) -> String {
+    let mut yaml = String::new();
+    yaml.push_str("apiVersion: v1\nkind: Config\nclusters:\n  - cluster:\n");
+    yaml.push_str(&format!("      server: {}\n", q(&endpoint.server)));
+    if let Some(ca) = &endpoint.ca_data {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
+        yaml.push_str(&format!("      certificate-authority-data: {b64}\n"));
+    }
+    yaml.push_str(&format!("    name: {}\n", q(name)));
+    yaml.push_str("contexts:\n  - context:\n");
+    yaml.push_str(&format!("      cluster: {}\n", q(name)));
+    yaml.push_str("      namespace: default\n");
+    yaml.push_str(&format!("      user: {}\n", q(name)));
+    yaml.push_str(&format!("    name: {}\n", q(name)));
+    yaml.push_str(&format!("current-context: {}\n", q(name)));
+    yaml.push_str("users:\n");
+    yaml.push_str(&format!("  - name: {}\n    user:\n", q(name)));
+    yaml.push_str(&format!("      token: {}\n", q(jwt)));
+    yaml
+}
+
 /// YAML double-quoted scalar (JSON string syntax is valid YAML).
 fn q(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
@@ -940,35 +1002,7 @@ impl ManagementSvc {
         };
         let cluster = header("cluster").or_else(|| header("context"));
         let r = req.get_ref();
-        if !r.service_account {
-            return Err(Status::unimplemented(
-                "the simulator only issues service-account kubeconfigs",
-            ));
-        }
-        need(&ident, Role::Reader, "")?;
-        need(&ident, Role::Operator, "")?;
-        let cluster =
-            cluster.ok_or_else(|| Status::invalid_argument("cluster name is not in context"))?;
-        if r.service_account_user.is_empty() {
-            return Err(Status::invalid_argument(
-                "service account user name is not set",
-            ));
-        }
-        let ttl = r
-            .service_account_ttl
-            .ok_or_else(|| Status::invalid_argument("service account ttl is not set"))?;
-        if ttl.seconds < 0 || (ttl.seconds == 0 && ttl.nanos <= 0) {
-            return Err(Status::invalid_argument(
-                "service account ttl is must be positive",
-            ));
-        }
-        if ttl.seconds > MAX_KUBECONFIG_TTL_SECS
-            || (ttl.seconds == MAX_KUBECONFIG_TTL_SECS && ttl.nanos > 0)
-        {
-            return Err(Status::invalid_argument(
-                "service account ttl is too long (max allowed: 87600h0m0s)",
-            ));
-        }
+        let (cluster, ttl) = check_kubeconfig_request(&ident, cluster, r)?;
         let uuid_res = self
             .0
             .store
@@ -1003,26 +1037,8 @@ impl ManagementSvc {
             .clone()
             .endpoint(&cluster);
         let name = format!("{account}-{cluster}-{}", r.service_account_user);
-        let mut yaml = String::new();
-        yaml.push_str("apiVersion: v1\nkind: Config\nclusters:\n  - cluster:\n");
-        yaml.push_str(&format!("      server: {}\n", q(&endpoint.server)));
-        if let Some(ca) = &endpoint.ca_data {
-            use base64::Engine as _;
-            let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
-            yaml.push_str(&format!("      certificate-authority-data: {b64}\n"));
-        }
-        yaml.push_str(&format!("    name: {}\n", q(&name)));
-        yaml.push_str("contexts:\n  - context:\n");
-        yaml.push_str(&format!("      cluster: {}\n", q(&name)));
-        yaml.push_str("      namespace: default\n");
-        yaml.push_str(&format!("      user: {}\n", q(&name)));
-        yaml.push_str(&format!("    name: {}\n", q(&name)));
-        yaml.push_str(&format!("current-context: {}\n", q(&name)));
-        yaml.push_str("users:\n");
-        yaml.push_str(&format!("  - name: {}\n    user:\n", q(&name)));
-        yaml.push_str(&format!("      token: {}\n", q(&jwt)));
         Ok(Response::new(KubeconfigResponse {
-            kubeconfig: yaml.into_bytes(),
+            kubeconfig: kubeconfig_yaml(&name, &endpoint, &jwt).into_bytes(),
         }))
     }
 

@@ -197,11 +197,24 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     let kube = parse_semver(&spec.kubernetes_version)
         .ok_or_else(|| format!("invalid kubernetes version {:?}", spec.kubernetes_version))?;
     let old_spec: Option<ClusterSpec> = old.map(decode).transpose()?;
-    // Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
-    // changes (always on create); a deprecated target (below Omni's minimum) only from a
-    // deprecated current version (patch upgrades within it), never for a new cluster; an
-    // `unsupported` one (beyond the newest Talos this Omni supports) never.
-    let versions_changed = old_spec.as_ref().is_none_or(|o| {
+    talos_catalogue(store, &spec, old_spec.as_ref())?;
+    discovery_service(&spec, old_spec.as_ref(), talos)?;
+    disk_encryption(&spec, old_spec.as_ref(), talos)?;
+    if let Some(old_spec) = &old_spec {
+        upgrade_path(store, name, &spec, old_spec, talos, kube)?;
+    }
+    Ok(())
+}
+
+/// The Talos version against Omni's catalogue (`TalosVersions`), and the Kubernetes version
+/// against the Talos version's compatible ones.
+///
+/// Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
+/// changes (always on create); a deprecated target (below Omni's minimum) only from a
+/// deprecated current version (patch upgrades within it), never for a new cluster; an
+/// `unsupported` one (beyond the newest Talos this Omni supports) never.
+fn talos_catalogue(store: &Store, spec: &ClusterSpec, old_spec: Option<&ClusterSpec>) -> V {
+    let versions_changed = old_spec.is_none_or(|o| {
         o.talos_version != spec.talos_version || o.kubernetes_version != spec.kubernetes_version
     });
     let tv = store
@@ -214,7 +227,6 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
         })?;
     let tv: TalosVersionSpec = decode(&tv)?;
     let current_deprecated = old_spec
-        .as_ref()
         .and_then(|o| store.try_get(DEFAULT_NS, ty::TALOS_VERSION, &o.talos_version))
         .and_then(|r| decode::<TalosVersionSpec>(&r).ok())
         .is_some_and(|v| v.deprecated);
@@ -240,29 +252,38 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             spec.kubernetes_version, spec.talos_version
         ));
     }
-    // Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off
-    // only for clusters created with Talos 1.14+ (here: the version before this update, which
-    // minor downgrades keep at or below the creation version), and only with the embedded one.
-    if spec
+    Ok(())
+}
+
+/// Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off only
+/// for clusters created with Talos 1.14+ (here: the version before this update, which minor
+/// downgrades keep at or below the creation version), and only with the embedded one.
+fn discovery_service(spec: &ClusterSpec, old_spec: Option<&ClusterSpec>, talos: Semver) -> V {
+    if !spec
         .features
         .as_ref()
         .is_some_and(|f| f.disable_public_discovery_service)
     {
-        let created = old_spec
-            .as_ref()
-            .and_then(|o| parse_semver(&o.talos_version))
-            .unwrap_or(talos);
-        if (created.major, created.minor) < (1, 14) {
-            return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
-        }
-        if !spec
-            .features
-            .as_ref()
-            .is_some_and(|f| f.use_embedded_discovery_service)
-        {
-            return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
-        }
+        return Ok(());
     }
+    let created = old_spec
+        .and_then(|o| parse_semver(&o.talos_version))
+        .unwrap_or(talos);
+    if (created.major, created.minor) < (1, 14) {
+        return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
+    }
+    if !spec
+        .features
+        .as_ref()
+        .is_some_and(|f| f.use_embedded_discovery_service)
+    {
+        return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
+    }
+    Ok(())
+}
+
+/// Disk encryption needs Talos 1.5 and cannot change after the cluster is created.
+fn disk_encryption(spec: &ClusterSpec, old_spec: Option<&ClusterSpec>, talos: Semver) -> V {
     let encryption = spec.features.as_ref().is_some_and(|f| f.disk_encryption);
     if encryption
         && talos
@@ -274,7 +295,7 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     {
         return Err("disk encryption is supported only for Talos version >= 1.5.0".into());
     }
-    if let Some(old_spec) = &old_spec {
+    if let Some(old_spec) = old_spec {
         let old_encryption = old_spec
             .features
             .as_ref()
@@ -282,27 +303,39 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
         if old_encryption != encryption {
             return Err("disk encryption cannot be changed after the cluster is created".into());
         }
-        if let Some(old_kube) = parse_semver(&old_spec.kubernetes_version)
-            && kube.major == old_kube.major
-            && kube.minor > old_kube.minor + 1
-        {
-            return Err(format!(
-                "unsupported Kubernetes version upgrade path {} -> {}",
-                old_spec.kubernetes_version, spec.kubernetes_version
-            ));
-        }
-        // No minor downgrade below the version the cluster was created with.
-        if let Some(initial) = store
-            .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
-            .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
-            && let Some(initial_version) = parse_semver(&initial.version)
-            && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
-        {
-            return Err(format!(
-                "downgrading from version {:?} to {:?} is not supported",
-                initial.version, spec.talos_version
-            ));
-        }
+    }
+    Ok(())
+}
+
+/// An update may raise Kubernetes by at most one minor and may not take Talos a minor below
+/// the version the cluster was created with.
+fn upgrade_path(
+    store: &Store,
+    name: &str,
+    spec: &ClusterSpec,
+    old_spec: &ClusterSpec,
+    talos: Semver,
+    kube: Semver,
+) -> V {
+    if let Some(old_kube) = parse_semver(&old_spec.kubernetes_version)
+        && kube.major == old_kube.major
+        && kube.minor > old_kube.minor + 1
+    {
+        return Err(format!(
+            "unsupported Kubernetes version upgrade path {} -> {}",
+            old_spec.kubernetes_version, spec.kubernetes_version
+        ));
+    }
+    if let Some(initial) = store
+        .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
+        .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
+        && let Some(initial_version) = parse_semver(&initial.version)
+        && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
+    {
+        return Err(format!(
+            "downgrading from version {:?} to {:?} is not supported",
+            initial.version, spec.talos_version
+        ));
     }
     Ok(())
 }
