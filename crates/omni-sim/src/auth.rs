@@ -28,7 +28,7 @@ use crate::types::{DEFAULT_NS, Role, label, ty};
 
 /// The ten header names covered by the signed payload, in Go's sorted order
 /// (docs/omni-wire.md#signed-payload).
-pub const SIGNED_HEADERS: [&str; 10] = [
+pub(crate) const SIGNED_HEADERS: [&str; 10] = [
     "authorization",
     "cluster",
     "context",
@@ -42,10 +42,10 @@ pub const SIGNED_HEADERS: [&str; 10] = [
 ];
 
 /// Allowed distance between the request timestamp and the server clock.
-pub const MAX_SKEW: SignedDuration = SignedDuration::from_secs(300);
+pub(crate) const MAX_SKEW: SignedDuration = SignedDuration::from_secs(300);
 
 /// Longest lifetime Omni accepts for a service-account key (365 days + 1 minute).
-pub const MAX_KEY_LIFETIME: SignedDuration = SignedDuration::from_secs(365 * 24 * 3600 + 60);
+pub(crate) const MAX_KEY_LIFETIME: SignedDuration = SignedDuration::from_secs(365 * 24 * 3600 + 60);
 
 /// Owner used for the resources the simulated account service creates.
 const ACCOUNT_OWNER: &str = "ServiceAccountController";
@@ -53,7 +53,7 @@ const ACCOUNT_OWNER: &str = "ServiceAccountController";
 /// Why a request was not authenticated. Only ever logged at debug level: the client always sees
 /// `invalid signature`.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// No `x-sidero-signature` header.
     #[error("signature header missing")]
     MissingSignature,
@@ -96,13 +96,13 @@ pub enum AuthFailure {
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Full identity (e-mail form).
-    pub email: String,
+    pub(crate) email: String,
     /// Name from the signature header (informational).
-    pub name: String,
+    pub(crate) name: String,
     /// Effective role: the lower of the user's and the key's role.
-    pub role: Role,
+    pub(crate) role: Role,
 }
 
 /// Errors of key registration.
@@ -129,7 +129,7 @@ pub enum KeyError {
 }
 
 /// Full identity e-mail for a service-account name (docs/omni-wire.md#service-account-keys).
-pub fn service_account_email(name: &str) -> String {
+pub(crate) fn service_account_email(name: &str) -> String {
     match name.strip_prefix("infra-provider:") {
         Some(rest) => format!("{rest}@infra-provider.serviceaccount.omni.sidero.dev"),
         None => format!("{name}@serviceaccount.omni.sidero.dev"),
@@ -137,12 +137,12 @@ pub fn service_account_email(name: &str) -> String {
 }
 
 /// Lowercase hex v4 fingerprint of a key's primary key.
-pub fn fingerprint(key: &SignedPublicKey) -> String {
+pub(crate) fn fingerprint(key: &SignedPublicKey) -> String {
     hex::encode(key.fingerprint().as_bytes())
 }
 
 /// Parses an ASCII-armored public key.
-pub fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
+pub(crate) fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
     if armored.contains("PRIVATE KEY BLOCK") {
         return Err(KeyError::Private);
     }
@@ -152,7 +152,7 @@ pub fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
 }
 
 /// Expiration time recorded in the key's self-signatures, if any.
-pub fn key_expiration(key: &SignedPublicKey) -> Option<Timestamp> {
+pub(crate) fn key_expiration(key: &SignedPublicKey) -> Option<Timestamp> {
     let created = i64::from(key.created_at().as_secs());
     key.details
         .users
@@ -236,7 +236,7 @@ struct User {
 }
 
 /// Registered users and key checks. Keys themselves are PublicKey resources in the store.
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     store: Arc<Store>,
     clock: Arc<dyn Clock>,
     users: Mutex<HashMap<String, User>>,
@@ -250,7 +250,7 @@ impl std::fmt::Debug for Authenticator {
 
 impl Authenticator {
     /// An authenticator over `store`.
-    pub fn new(store: Arc<Store>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(store: Arc<Store>, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
             clock,
@@ -261,7 +261,7 @@ impl Authenticator {
     /// Registers an armored public key for account `name` with `role`. The expiration is
     /// `expiration` if given, else the key's own, else one year from now. With `strict`, Omni's
     /// CreateServiceAccount checks apply (lifetime set and ≤ 365 days, e-mail user ID).
-    pub fn register(
+    pub(crate) fn register(
         &self,
         name: &str,
         armored: &str,
@@ -346,7 +346,11 @@ impl Authenticator {
 
     /// Verifies a request's signature per docs/omni-wire.md#what-the-server-checks, in the
     /// server's order.
-    pub fn authenticate(&self, method: &str, md: &MetadataMap) -> Result<Identity, AuthFailure> {
+    pub(crate) fn authenticate(
+        &self,
+        method: &str,
+        md: &MetadataMap,
+    ) -> Result<Identity, AuthFailure> {
         // 2. signature header
         let header = md
             .get("x-sidero-signature")
@@ -468,7 +472,11 @@ fn verify_time(
 }
 
 /// Validates the payload JSON against the called method and the actual metadata.
-pub fn check_payload(method: &str, md: &MetadataMap, payload: &[u8]) -> Result<(), AuthFailure> {
+pub(crate) fn check_payload(
+    method: &str,
+    md: &MetadataMap,
+    payload: &[u8],
+) -> Result<(), AuthFailure> {
     let value: Value = serde_json::from_slice(payload).map_err(|_| AuthFailure::Payload)?;
     let obj = value.as_object().ok_or(AuthFailure::Payload)?;
     let payload_method = obj

@@ -31,9 +31,9 @@ use crate::store::{Store, decode_spec, id, label, meta, resource, tearing_down};
 use crate::types::{DEFAULT_NS, EPHEMERAL_NS, label as l, ty};
 
 /// Finalizer the simulated cluster controller puts on Clusters.
-pub const CLUSTER_FINALIZER: &str = "ClusterController";
+pub(crate) const CLUSTER_FINALIZER: &str = "ClusterController";
 /// Finalizer the simulated machine-set controller puts on MachineSets.
-pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
+pub(crate) const MACHINE_SET_FINALIZER: &str = "MachineSetController";
 
 const STATUS_OWNER: &str = "ClusterStatusController";
 const MANIFESTS_OWNER: &str = "ClusterKubernetesManifestsStatusController";
@@ -49,9 +49,9 @@ const MSN_OWNER: &str = "MachineSetNodeController";
 const MACHINE_OWNER: &str = "MachineStatusController";
 
 /// Omni's re-check interval of a failing health check that sets none.
-pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// Omni names a health check's runner Job `omni-healthcheck-<health check ID>`.
-pub const HEALTH_CHECK_JOB_PREFIX: &str = "omni-healthcheck-";
+pub(crate) const HEALTH_CHECK_JOB_PREFIX: &str = "omni-healthcheck-";
 /// Omni keeps at most this many characters of a failure in `error` (one line).
 const HEALTH_CHECK_ERROR_LIMIT: usize = 256;
 
@@ -91,13 +91,13 @@ pub struct PoolMachine {
 
 /// Controller knobs.
 #[derive(Debug, Clone)]
-pub struct ControllerConfig {
+pub(crate) struct ControllerConfig {
     /// Interval of status progression steps.
-    pub step: Duration,
+    pub(crate) step: Duration,
     /// Test convenience (default off): add unknown machines named by manual MachineSetNodes to
     /// the pool, as if they had connected, so manual sets become ready without seeding the pool.
     /// Off, a node naming a machine Omni has never seen stays not ready, as in Omni.
-    pub auto_register_machines: bool,
+    pub(crate) auto_register_machines: bool,
 }
 
 impl Default for ControllerConfig {
@@ -110,7 +110,7 @@ impl Default for ControllerConfig {
 }
 
 /// The emulated controllers.
-pub struct Controllers {
+pub(crate) struct Controllers {
     store: Arc<Store>,
     cfg: ControllerConfig,
     pinned: Mutex<HashSet<(String, String)>>,
@@ -332,7 +332,7 @@ fn spec_of<M: prost::Message + Default>(r: &Resource) -> M {
 
 impl Controllers {
     /// Controllers over `store`.
-    pub fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
+    pub(crate) fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
         Self {
             cfg,
             pinned: Mutex::new(HashSet::new()),
@@ -351,7 +351,7 @@ impl Controllers {
     }
 
     /// Sets what the runner Job of health check `id` does from its next run on.
-    pub fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
+    pub(crate) fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
         self.health_outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -360,7 +360,7 @@ impl Controllers {
     }
 
     /// Test hook: applying `cluster`'s manifests fails with `error` (`None`: succeeds again).
-    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+    pub(crate) fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
         let mut errors = self
             .manifest_errors
             .lock()
@@ -374,7 +374,7 @@ impl Controllers {
     }
 
     /// Stops status progression for one resource, so a test's manual phase flip sticks.
-    pub fn pin(&self, ty: &str, id: &str) {
+    pub(crate) fn pin(&self, ty: &str, id: &str) {
         self.pinned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -383,7 +383,7 @@ impl Controllers {
     }
 
     /// Resumes status progression for a pinned resource.
-    pub fn unpin(&self, ty: &str, id: &str) {
+    pub(crate) fn unpin(&self, ty: &str, id: &str) {
         self.pinned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -406,7 +406,7 @@ impl Controllers {
     }
 
     /// Adds (or refreshes) a machine in the pool: a MachineStatus and a SideroLink Link.
-    pub fn add_machine(&self, m: &PoolMachine) {
+    pub(crate) fn add_machine(&self, m: &PoolMachine) {
         self.removed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -443,7 +443,7 @@ impl Controllers {
 
     /// Runs until `shutdown` flips: reacts to store changes at once and progresses statuses on
     /// every tick.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut rx = self.store.subscribe();
         let mut tick = tokio::time::interval(self.cfg.step);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -468,7 +468,7 @@ impl Controllers {
     }
 
     /// One reconciliation pass; with `progress`, statuses advance one step.
-    pub fn reconcile(&self, progress: bool) {
+    pub(crate) fn reconcile(&self, progress: bool) {
         let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let changed = dirty.absorb();
         if !changed && dirty.all_settled {
@@ -1499,7 +1499,7 @@ fn job_namespace(job: &str) -> String {
 /// Whether machine labels satisfy a MachineClass: any entry of `match_labels` may match; an
 /// entry is a comma-separated list of terms (`key`, `!key`, `key=value`, `key==value`,
 /// `key!=value`, `key in (a, b)`, `key notin (a, b)`) that must all hold.
-pub fn class_matches(
+pub(crate) fn class_matches(
     match_labels: &[String],
     labels: &std::collections::HashMap<String, String>,
 ) -> bool {

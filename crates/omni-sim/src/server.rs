@@ -77,7 +77,7 @@ pub enum Outage {
 
 /// Per-method instrumentation: call counts, injected failures, latency and outages.
 #[derive(Debug)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     counts: Mutex<CallCounts>,
     failures: Mutex<HashMap<String, (Code, u32)>>,
     latency: Mutex<HashMap<String, Duration>>,
@@ -104,22 +104,17 @@ impl Default for Hooks {
 impl Hooks {
     /// Starts (`Some`) or ends (`None`) an outage of every method. Calls hung by
     /// [`Outage::Hang`] go on normally once it ends, if their client still waits.
-    pub fn set_outage(&self, outage: Option<Outage>) {
+    pub(crate) fn set_outage(&self, outage: Option<Outage>) {
         self.outage.send_replace(outage);
     }
 
-    /// The outage in force, if any.
-    pub fn outage(&self) -> Option<Outage> {
-        *self.outage.borrow()
-    }
-
     /// Calls that met an outage (answered `UNAVAILABLE`, or hung), whatever became of them.
-    pub fn outage_calls(&self) -> u64 {
+    pub(crate) fn outage_calls(&self) -> u64 {
         self.outage_calls.load(Ordering::SeqCst)
     }
 
     /// A copy of the applied-write counters.
-    pub fn applied_writes(&self) -> AppliedWrites {
+    pub(crate) fn applied_writes(&self) -> AppliedWrites {
         self.applied
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -168,7 +163,7 @@ impl Hooks {
     }
 
     /// Makes the next `count` calls of `method` fail with `code` (after authentication).
-    pub fn inject_failure(&self, method: &str, code: Code, count: u32) {
+    pub(crate) fn inject_failure(&self, method: &str, code: Code, count: u32) {
         self.failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -176,7 +171,7 @@ impl Hooks {
     }
 
     /// Delays every call of `method` by `delay` (zero removes the delay).
-    pub fn set_latency(&self, method: &str, delay: Duration) {
+    pub(crate) fn set_latency(&self, method: &str, delay: Duration) {
         let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
         if delay.is_zero() {
             l.remove(method);
@@ -186,7 +181,7 @@ impl Hooks {
     }
 
     /// A copy of the call counters.
-    pub fn call_counts(&self) -> CallCounts {
+    pub(crate) fn call_counts(&self) -> CallCounts {
         self.counts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -195,7 +190,7 @@ impl Hooks {
 
     /// Number of write RPCs received (Create, Update, Destroy, Teardown, TeardownAndDestroy),
     /// whatever their outcome.
-    pub fn writes_total(&self) -> u64 {
+    pub(crate) fn writes_total(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
     }
 
@@ -224,19 +219,19 @@ impl Hooks {
 }
 
 /// Everything the services share.
-pub struct Shared {
+pub(crate) struct Shared {
     /// Resource store.
-    pub store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     /// Key registry and verifier.
-    pub auth: Arc<Authenticator>,
+    pub(crate) auth: Arc<Authenticator>,
     /// Instrumentation.
-    pub hooks: Arc<Hooks>,
+    pub(crate) hooks: Arc<Hooks>,
     /// Server clock.
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Where minted kubeconfigs point.
-    pub workload: Mutex<Arc<dyn WorkloadProvider>>,
+    pub(crate) workload: Mutex<Arc<dyn WorkloadProvider>>,
     /// Flips to true on shutdown; ends open watches.
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -403,7 +398,7 @@ fn event(event_type: EventType, resource: Resource, old: Option<Resource>) -> Ev
 
 /// The `cosi.resource.State` service.
 #[derive(Debug, Clone)]
-pub struct StateService(pub Arc<Shared>);
+pub(crate) struct StateService(pub Arc<Shared>);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -911,11 +906,11 @@ impl State for StateService {
 }
 
 /// Longest service-account kubeconfig TTL Omni allows (10 × 365 days = 87600h).
-pub const MAX_KUBECONFIG_TTL_SECS: i64 = 87_600 * 3600;
+pub(crate) const MAX_KUBECONFIG_TTL_SECS: i64 = 87_600 * 3600;
 
 /// The `management.ManagementService` service.
 #[derive(Debug, Clone)]
-pub struct ManagementSvc(pub Arc<Shared>);
+pub(crate) struct ManagementSvc(pub Arc<Shared>);
 
 /// Omni's rules for a kubeconfig request, in its order: the role, then the request's fields.
 /// Returns the cluster and the TTL.
@@ -1104,7 +1099,7 @@ impl ManagementService for ManagementSvc {
 /// `application/grpc` reach the gRPC services; everything else (the web UI in real Omni) gets
 /// `415 Unsupported Media Type` here.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcGateLayer;
+pub(crate) struct GrpcGateLayer;
 
 impl<S> tower::Layer<S> for GrpcGateLayer {
     type Service = GrpcGate<S>;
@@ -1116,7 +1111,7 @@ impl<S> tower::Layer<S> for GrpcGateLayer {
 
 /// See [`GrpcGateLayer`].
 #[derive(Debug, Clone)]
-pub struct GrpcGate<S> {
+pub(crate) struct GrpcGate<S> {
     inner: S,
 }
 

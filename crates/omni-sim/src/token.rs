@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Key id placed in the token header.
-pub const KEY_ID: &str = "omni-sim";
+pub(crate) const KEY_ID: &str = "omni-sim";
 const SECRET: &[u8] = b"omni-sim token signing secret (not a real secret)";
 
 /// What a minted token says about its bearer.
@@ -72,7 +72,7 @@ fn signature(signing_input: &str) -> String {
 }
 
 /// Mints a token for `claims`. Deterministic: the same claims give the same token.
-pub fn mint(claims: &TokenClaims) -> String {
+pub(crate) fn mint(claims: &TokenClaims) -> String {
     let header = serde_json::json!({ "alg": "HS256", "kid": KEY_ID, "typ": "JWT" });
     let wire = Wire {
         iat: claims.issued_at.as_second(),

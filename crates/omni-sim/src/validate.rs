@@ -17,7 +17,7 @@ use crate::types::{DEFAULT_NS, label as l, ty};
 /// Config-patch paths users may not set in the legacy (kind-less) document: Omni v1.10's list
 /// (`client/pkg/omni/resources/omni/config_patch.go`), which added `cluster.ca` and
 /// `cluster.serviceAccount` to v1.9's list (docs/omni-wire.md#write-validations).
-pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
+pub(crate) const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
     "cluster.clusterName",
     "cluster.id",
     "cluster.controlPlane.endpoint",
@@ -36,19 +36,19 @@ pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
 ];
 
 /// Multi-document config kinds a patch may not contain (Omni v1.10: they carry CA keys).
-pub const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] =
+pub(crate) const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] =
     ["KubeAPIServerCAConfig", "KubeAggregatorCAConfig"];
 
 /// Fields refused inside documents of a kind (Omni v1.10).
-pub const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &str); 1] =
+pub(crate) const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &str); 1] =
     [("KubeServiceAccountConfig", "issuer.privateKey")];
 
 /// Refused in patches from backend API 3 on: the install disk is a resource of its own there.
-pub const API3_FORBIDDEN_PATCH_FIELD: &str = "machine.install.disk";
+pub(crate) const API3_FORBIDDEN_PATCH_FIELD: &str = "machine.install.disk";
 
 /// A write being validated.
 #[derive(Debug, Clone, Copy)]
-pub enum Op<'a> {
+pub(crate) enum Op<'a> {
     /// Create of `new`.
     Create(&'a Resource),
     /// Update from `old` (stored) to `new`.
@@ -65,7 +65,7 @@ pub enum Op<'a> {
 type V = Result<(), String>;
 
 /// Runs the metadata limits and the type's validations.
-pub fn validate(store: &Store, op: Op<'_>) -> V {
+pub(crate) fn validate(store: &Store, op: Op<'_>) -> V {
     match op {
         Op::Create(r) | Op::Update { new: r, .. } => check_metadata(r)?,
         Op::Destroy(_) => {}
@@ -128,7 +128,7 @@ fn decode<M: prost::Message + Default>(r: &Resource) -> Result<M, String> {
 
 /// A parsed semantic version (pre-release and build tags are accepted and ignored for ordering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Semver {
+pub(crate) struct Semver {
     /// Major.
     pub major: u64,
     /// Minor.
@@ -138,7 +138,7 @@ pub struct Semver {
 }
 
 /// Parses `MAJOR.MINOR.PATCH[-pre][+build]` strictly (no leading `v`: Omni stores bare versions).
-pub fn parse_semver(s: &str) -> Option<Semver> {
+pub(crate) fn parse_semver(s: &str) -> Option<Semver> {
     let core = s.split(['+', '-']).next()?;
     let mut it = core.split('.');
     let mut num = || -> Option<u64> {
@@ -346,7 +346,7 @@ fn get_cluster(store: &Store, name: &str) -> Option<Resource> {
 
 /// Checks a Talos config patch for a backend speaking `api_version`: YAML documents that are
 /// mappings, no forbidden document, none setting a forbidden field. Messages are Omni's.
-pub fn check_config_patch_for(data: &str, api_version: u32) -> V {
+pub(crate) fn check_config_patch_for(data: &str, api_version: u32) -> V {
     let docs: Vec<Value> = serde_saphyr::from_multiple(data)
         .map_err(|e| format!("config patch is not valid YAML: {e}"))?;
     for doc in &docs {
@@ -402,11 +402,6 @@ pub fn check_config_patch_for(data: &str, api_version: u32) -> V {
         }
     }
     Ok(())
-}
-
-/// [`check_config_patch_for`] at backend API 2.
-pub fn check_config_patch(data: &str) -> V {
-    check_config_patch_for(data, 2)
 }
 
 fn config_patch(store: &Store, op: Op<'_>) -> V {
@@ -736,6 +731,11 @@ fn health_check(op: Op<'_>) -> V {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`check_config_patch_for`] at backend API 2.
+    fn check_config_patch(data: &str) -> V {
+        check_config_patch_for(data, 2)
+    }
 
     #[test]
     fn semver_is_strict() {
