@@ -62,6 +62,14 @@ pub mod types {
     pub const TALOS_UPGRADE_STATUS: &str = "TalosUpgradeStatuses.omni.sidero.dev";
     /// `ClusterMachineStatus`.
     pub const CLUSTER_MACHINE_STATUS: &str = "ClusterMachineStatuses.omni.sidero.dev";
+    /// `MachineClass` (ID = class name).
+    pub const MACHINE_CLASS: &str = "MachineClasses.omni.sidero.dev";
+    /// `ClusterUUID` (ID = cluster name); a kubeconfig needs it.
+    pub const CLUSTER_UUID: &str = "ClusterUUIDs.omni.sidero.dev";
+    /// `TalosVersion` (ID = version without `v`).
+    pub const TALOS_VERSION: &str = "TalosVersions.omni.sidero.dev";
+    /// `PublicKey` (ID = key fingerprint; not reachable through the State API).
+    pub const PUBLIC_KEY: &str = "PublicKeys.omni.sidero.dev";
 }
 
 /// Label and annotation keys templates write or read.
@@ -136,7 +144,7 @@ pub enum SpecDecodeError {
 
 impl Spec {
     /// The COSI type this spec belongs to.
-    pub fn resource_type(&self) -> &'static str {
+    pub(crate) fn resource_type(&self) -> &'static str {
         match self {
             Spec::Cluster(_) => types::CLUSTER,
             Spec::ConfigPatch(_) => types::CONFIG_PATCH,
