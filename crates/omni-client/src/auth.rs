@@ -29,11 +29,11 @@ use pgp::types::{KeyDetails as _, KeyVersion, Password, SignedUser, Timestamp};
 /// Header carrying the Unix time (seconds) the request was signed at.
 pub const TIMESTAMP_HEADER: &str = "x-sidero-timestamp";
 /// Header carrying the exact signed JSON payload.
-pub(crate) const PAYLOAD_HEADER: &str = "x-sidero-payload";
+pub const PAYLOAD_HEADER: &str = "x-sidero-payload";
 /// Header carrying `siderov1 <name> <fingerprint> <base64 signature>`.
-pub(crate) const SIGNATURE_HEADER: &str = "x-sidero-signature";
+pub const SIGNATURE_HEADER: &str = "x-sidero-signature";
 /// Version tag of the signature header.
-pub(crate) const SIGNATURE_VERSION: &str = "siderov1";
+pub const SIGNATURE_VERSION: &str = "siderov1";
 
 /// The metadata keys covered by the signed payload, in the byte-wise sorted order Go emits them.
 ///

@@ -93,7 +93,7 @@ pub(crate) fn mint(claims: &TokenClaims) -> String {
     format!("{input}.{sig}")
 }
 
-/// Decodes a token minted by [`mint`]; `None` when malformed or tampered with. Expiry is not
+/// Decodes a token the simulator minted; `None` when malformed or tampered with. Expiry is not
 /// checked here (see [`TokenClaims::is_expired`]) so callers can apply their own clock.
 pub fn decode(token: &str) -> Option<TokenClaims> {
     let (input, sig) = token.rsplit_once('.')?;

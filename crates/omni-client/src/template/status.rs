@@ -214,19 +214,19 @@ fn id(r: &Resource) -> String {
 
 /// The status resources Omni keeps for one cluster: everything its health is assembled from.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StatusResources {
+pub(crate) struct StatusResources {
     /// `ClusterStatus` (ID = the cluster); `None` when Omni has none (yet).
-    pub cluster_status: Option<Resource>,
+    pub(crate) cluster_status: Option<Resource>,
     /// `MachineSetStatus`es labelled with the cluster.
-    pub machine_sets: Vec<Resource>,
+    pub(crate) machine_sets: Vec<Resource>,
     /// `KubernetesUpgradeStatus`es labelled with the cluster.
-    pub kubernetes_upgrades: Vec<Resource>,
+    pub(crate) kubernetes_upgrades: Vec<Resource>,
     /// `TalosUpgradeStatus`es labelled with the cluster.
-    pub talos_upgrades: Vec<Resource>,
+    pub(crate) talos_upgrades: Vec<Resource>,
     /// `ClusterKubernetesManifestsStatus` (ID = the cluster).
-    pub manifests: Option<Resource>,
+    pub(crate) manifests: Option<Resource>,
     /// `KubernetesHealthCheckStatus`es (namespace `ephemeral`) labelled with the cluster.
-    pub health_checks: Vec<Resource>,
+    pub(crate) health_checks: Vec<Resource>,
 }
 
 /// Where each of a cluster's status resources is found: read by ID (the cluster's name) or
@@ -289,7 +289,7 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
 }
 
 /// Pure: the health of `cluster` as Omni's status resources `r` describe it.
-pub fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, StatusError> {
+pub(crate) fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, StatusError> {
     let status = r
         .cluster_status
         .as_ref()

@@ -109,7 +109,7 @@ fn cluster_label(r: &Resource) -> String {
 }
 
 /// The wire form of a desired resource, as sent on create.
-pub fn to_wire(d: &DesiredResource) -> Resource {
+pub(crate) fn to_wire(d: &DesiredResource) -> Resource {
     let stamp = now();
     Resource {
         metadata: Some(Metadata {

@@ -262,7 +262,7 @@ impl DesiredResource {
 
 /// Rank of a type in apply order (Omni's order: clusters first, nodes and kernel args last;
 /// the install disk before the node that makes the machine installable).
-pub fn type_rank(resource_type: &str) -> u8 {
+pub(crate) fn type_rank(resource_type: &str) -> u8 {
     match resource_type {
         types::CLUSTER => 1,
         types::EXTENSIONS_CONFIGURATION => 2,

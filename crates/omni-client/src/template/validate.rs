@@ -730,7 +730,7 @@ impl Ctx<'_> {
 }
 
 /// The reserved machine-set name suffix of the control plane.
-pub const CONTROL_PLANES: &str = "control-planes";
+pub(crate) const CONTROL_PLANES: &str = "control-planes";
 
 /// `(type, count)` of a machine-class allocation: `Static` = 0, `Unlimited` = 1 (Omni's enum).
 pub(crate) fn allocation(size: &Size) -> Result<(i32, u32), String> {
