@@ -13,6 +13,8 @@ mod field_validation;
 mod gc;
 pub mod hooks;
 pub mod kubeconfig;
+mod numbers;
+mod object_meta;
 mod openapi;
 mod openapi_v2;
 mod partial;

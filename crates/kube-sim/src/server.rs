@@ -652,7 +652,15 @@ impl Gate<'_> {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        crate::apply::record_update(old, obj, &manager, self.t.subresource.as_deref(), &now);
+        let subresource = self.t.subresource.as_deref();
+        let shape = crate::apply::Shape::of(
+            &self.t.group,
+            &self.t.resource,
+            crate::crd::find(self.store, &self.t.group, &self.t.resource).is_some(),
+            self.rt.status_subresource,
+            subresource,
+        );
+        crate::apply::record_update(old, obj, &manager, subresource, &shape, &now);
     }
 
     /// Asks the webhooks whose rules match; a denial or a failed call under
@@ -751,6 +759,8 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
             "the body of the request is not a JSON object",
         ));
     }
+    let mut v = v;
+    crate::numbers::normalize(&mut v);
     Ok(v)
 }
 
@@ -893,7 +903,8 @@ async fn serve_verb(
                 .unknown
                 .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
             gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
-            crate::schema::validate(store, rt, &obj)?;
+            drop_status_on_create(rt, &mut obj);
+            crate::schema::validate(store, rt, &obj, None)?;
             gate.record_update(None, &mut obj, q, headers);
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;
@@ -907,13 +918,15 @@ async fn serve_verb(
                 unknown: prune_metadata(&mut obj),
             };
             let old = store.get(&t.group, &t.resource, ns, name)?;
-            keep_status_split(rt, t, &old, &mut obj);
-            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+            // Decoding (pruning, unknown-field warnings) sees the whole body; the status split
+            // comes after it, as in the API server's update strategy.
             findings
                 .unknown
                 .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+            keep_status_split(rt, t, &old, &mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
-            crate::schema::validate(store, rt, &obj)?;
+            crate::schema::validate(store, rt, &obj, Some(&old))?;
             gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
@@ -948,6 +961,8 @@ async fn serve_verb(
                     ))
                 })?
             };
+            let mut patch = patch;
+            crate::numbers::normalize(&mut patch);
             if apply {
                 return server_side_apply(gate, name, q, patch).await;
             }
@@ -971,13 +986,13 @@ async fn serve_verb(
                 json_patch(&mut obj, &patch)?;
             }
             findings.unknown = prune_metadata(&mut obj);
-            keep_status_split(rt, t, &old, &mut obj);
-            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             findings
                 .unknown
                 .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+            keep_status_split(rt, t, &old, &mut obj);
+            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
             gate.warn(findings.enforce(directive, None)?);
-            crate::schema::validate(store, rt, &obj)?;
+            crate::schema::validate(store, rt, &obj, Some(&old))?;
             gate.record_update(Some(&old), &mut obj, q, headers);
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
@@ -1102,6 +1117,16 @@ fn decode_continue(token: &str, namespaced: bool) -> Result<(String, String), Ap
     }
 }
 
+/// With a status subresource, a create through the main endpoint drops `status`, as the real
+/// server's create strategy does (a controller writes it through `/status` afterwards).
+fn drop_status_on_create(rt: &ResourceType, obj: &mut Value) {
+    if rt.status_subresource
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.remove("status");
+    }
+}
+
 /// With a status subresource, the main endpoint ignores status and `/status`
 /// ignores everything but status, as on the real server.
 fn keep_status_split(rt: &ResourceType, t: &Target, old: &Value, obj: &mut Value) {
@@ -1171,11 +1196,15 @@ async fn server_side_apply(
         .to_string();
     let mut fields = json!({});
     field_set(&patch, &mut fields);
-    // apiVersion and kind identify the object; the real server does not track them.
-    if let Some(f) = fields.as_object_mut() {
-        f.remove("f:apiVersion");
-        f.remove("f:kind");
-    }
+    // Identity (apiVersion, kind, name, namespace) and what the strategy resets are nobody's.
+    crate::apply::Shape::of(
+        &t.group,
+        &t.resource,
+        crate::crd::find(store, &t.group, &t.resource).is_some(),
+        rt.status_subresource,
+        t.subresource.as_deref(),
+    )
+    .trim_applied(&mut fields);
     let entry = json!({
         "manager": manager, "operation": "Apply", "apiVersion": api_version,
         "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields,
@@ -1192,6 +1221,7 @@ async fn server_side_apply(
                     && e.get("operation").and_then(Value::as_str) == Some("Apply"))
             });
             list.push(entry.clone());
+            crate::apply::sort_entries(&mut list);
             meta.insert("managedFields".into(), Value::Array(list));
         }
     };
@@ -1204,9 +1234,11 @@ async fn server_side_apply(
                     meta.insert("namespace".into(), json!(ns));
                 }
             }
-            set_entry(&mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            crate::schema::prune_and_default_object(store, rt, &mut obj);
+            drop_status_on_create(rt, &mut obj);
+            set_entry(&mut obj);
+            crate::schema::validate(store, rt, &obj, None)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;
             Ok(json_response(201, &created))
@@ -1234,9 +1266,10 @@ async fn server_side_apply(
             crate::apply::remove_paths(&mut obj, &dropped);
             obj["metadata"]["managedFields"] = Value::Array(others);
             set_entry(&mut obj);
+            crate::schema::prune_and_default_object(store, rt, &mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            crate::schema::validate(store, rt, &obj, Some(&old))?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = gate.update(name, obj)?;
