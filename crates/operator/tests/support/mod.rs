@@ -8,6 +8,7 @@ pub mod chart_repo;
 pub mod conditions;
 pub mod env;
 pub mod leaks;
+pub mod real;
 pub mod stack;
 pub mod stack_objects;
 
