@@ -204,3 +204,36 @@ pub(crate) fn served_version(store: &Store, t: &ResourceType) -> Option<Value> {
         .crd_version(t)
         .map(|v| std::sync::Arc::unwrap_or_clone(v.version))
 }
+
+/// A `Warning` for each `x-kubernetes-validations` rule of a CRD being written that kube-sim's
+/// CEL subset cannot evaluate (the real server would evaluate it; kube-sim would not): such a
+/// rule is visible at once, and the differential test fails on the extra warning.
+pub(crate) fn unevaluated_rule_warnings(group: &str, resource: &str, crd: &Value) -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for rule in map
+                    .get("x-kubernetes-validations")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r.get("rule").and_then(Value::as_str))
+                {
+                    if !crate::cel::supported(rule) {
+                        out.push(format!(
+                            "kube-sim: x-kubernetes-validations rule outside its CEL subset, not evaluated: {rule}"
+                        ));
+                    }
+                }
+                map.values().for_each(|child| walk(child, out));
+            }
+            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if group == "apiextensions.k8s.io" && resource == "customresourcedefinitions" {
+        walk(crd.get("spec").unwrap_or(&Value::Null), &mut out);
+    }
+    out
+}

@@ -885,6 +885,7 @@ async fn serve_verb(
             gate.hooks,
             WatchOptions {
                 bookmark_interval: gate.bookmark_interval,
+                table: crate::table::wanted(headers),
             },
             rt,
             t,
@@ -905,6 +906,11 @@ async fn serve_verb(
             gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
             drop_status_on_create(rt, &mut obj);
             crate::schema::validate(store, rt, &obj, None)?;
+            gate.warn(crate::crd::unevaluated_rule_warnings(
+                &t.group,
+                &t.resource,
+                &obj,
+            ));
             gate.record_update(None, &mut obj, q, headers);
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;

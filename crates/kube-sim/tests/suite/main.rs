@@ -29,6 +29,7 @@ mod kube_rs;
 mod kubectl;
 mod kubectl_e2e;
 mod kubectl_validation;
+mod kubectl_watch;
 #[path = "../fixtures/tools.rs"]
 mod tools;
 #[path = "../fixtures/webhook_server.rs"]
