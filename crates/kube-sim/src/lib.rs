@@ -1,6 +1,6 @@
 //! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 pub mod admission;
 mod apply;
 pub mod auth;
