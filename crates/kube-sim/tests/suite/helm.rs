@@ -159,11 +159,7 @@ async fn helm_installs_upgrades_rolls_back_and_uninstalls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_crd_chart_installs_over_crds_created_through_the_api() {
     let sim = KubeSim::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    Kubeconfig::new(&sim.base_url, "admin", Credential::Token("admin".into()))
-        .write(&kubeconfig)
-        .unwrap();
+    let (dir, kubeconfig) = tools::admin_kubeconfig(&sim);
     let client = kube::Client::try_from(kube::Config::new(sim.base_url.parse().unwrap())).unwrap();
     let crds: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
         client,

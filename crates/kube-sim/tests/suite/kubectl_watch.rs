@@ -6,7 +6,6 @@ use crate::tools;
 
 use std::time::Duration;
 
-use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::KubeSim;
 use tokio::io::AsyncReadExt as _;
 
@@ -15,11 +14,7 @@ const NS: &str = "default";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_watch_keeps_every_column_after_the_first_row() {
     let sim = KubeSim::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    Kubeconfig::new(&sim.base_url, "admin", Credential::Token("admin".into()))
-        .write(&kubeconfig)
-        .unwrap();
+    let (dir, kubeconfig) = tools::admin_kubeconfig(&sim);
     let home = dir.path().to_path_buf();
     let kubectl = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -74,7 +69,8 @@ async fn kubectl_get_watch_keeps_every_column_after_the_first_row() {
         let mut text = String::new();
         let mut buf = [0u8; 4096];
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while text.lines().count() < 3 && tokio::time::Instant::now() < deadline {
+        // Three whole lines: a header and two rows (a read may end mid-line).
+        while text.matches('\n').count() < 3 && tokio::time::Instant::now() < deadline {
             match tokio::time::timeout(Duration::from_secs(1), stdout.read(&mut buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => break,
                 Ok(Ok(n)) => text.push_str(&String::from_utf8_lossy(&buf[..n])),

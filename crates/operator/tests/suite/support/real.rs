@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use clap::{Args as _, FromArgMatches as _};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
-use omni_operator::cli::run::{Args, OperatorConfig, config_from_args};
+use omni_operator::cli::run::OperatorConfig;
 use serde_json::{Value, json};
 use test_apiserver::ControlPlane;
 
@@ -226,39 +225,7 @@ pub fn chart_operator_config(ca_pem: &str, sets: &[&str]) -> OperatorConfig {
     let mut all: Vec<String> = chart_sets(ca_pem);
     all.extend(sets.iter().map(|s| s.to_string()));
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let docs = super::render_operator_chart(NS, &all);
-    let deployment = super::of_kind(&docs, "Deployment")
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("the chart renders no Deployment"));
-    let manager = deployment["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == "manager"))
-        .unwrap_or_else(|| panic!("no manager container"));
-    let mut argv = vec!["omni-operator".to_string()];
-    argv.extend(
-        manager["args"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string),
-    );
-    argv.push(format!("--namespace={NS}"));
-    let command = clap::Command::new("omni-operator")
-        .arg(
-            clap::Arg::new("log-format")
-                .long("log-format")
-                .global(true)
-                .value_parser(["json", "text"]),
-        )
-        .subcommand(Args::augment_args(clap::Command::new("run")));
-    let matches = command
-        .try_get_matches_from(&argv)
-        .unwrap_or_else(|e| panic!("the chart's arguments {argv:?} do not parse: {e}"));
-    let (_, run) = matches.subcommand().unwrap_or_else(|| panic!("no run"));
-    let args = Args::from_arg_matches(run).unwrap_or_else(|e| panic!("{e}"));
-    config_from_args(&args).unwrap_or_else(|e| panic!("{e}"))
+    super::chart_operator_config(&super::render_operator_chart(NS, &all), NS)
 }
 
 /// The operator running as the chart deploys it, against a [`RealCluster`].
