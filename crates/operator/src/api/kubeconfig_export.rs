@@ -296,7 +296,7 @@ impl OmniKubeconfigExport {
     }
 }
 
-/// What the spec hash covers (parity §6.4); field order is part of the hash.
+/// What the spec hash covers (docs/parity.md#the-spec-hash); field order is part of the hash.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SpecHashPayload<'a> {

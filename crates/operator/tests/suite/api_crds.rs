@@ -232,7 +232,7 @@ fn defaults_match_parity() {
             "{kind} {path}"
         );
     }
-    // Fields the parity inventory lists without a CRD default must not get one.
+    // Fields the original has without a CRD default (docs/parity.md#the-api) must not get one.
     for (kind, path) in [
         ("OmniKubeconfigExport", "spec.deletionPolicy"),
         ("OmniSecretSync", "spec.deletionPolicy"),

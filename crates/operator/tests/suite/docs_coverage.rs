@@ -196,3 +196,124 @@ fn every_run_flag_and_environment_variable_is_in_operations() {
         "`omni-operator run` settings missing from docs/operations.md: {missing:?}"
     );
 }
+
+/// The anchors GitHub gives the headings of a Markdown page: lowercase, punctuation dropped,
+/// spaces as `-`, a repeated heading numbered `-1`, `-2`, ...
+fn heading_anchors(markdown: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        let Some(heading) = line.strip_prefix('#').filter(|_| !in_code) else {
+            continue;
+        };
+        let slug: String = heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let count = seen.entry(slug.clone()).or_default();
+        anchors.insert(if *count == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{count}")
+        });
+        *count += 1;
+    }
+    anchors
+}
+
+/// Source and documentation files of the repository (build output excluded).
+fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            text_files(&path, out);
+        } else if path.extension().is_some_and(|e| {
+            ["rs", "md", "proto", "yaml", "tpl"].contains(&e.to_str().unwrap_or(""))
+        }) {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn references_point_inside_the_repository() {
+    // Facts the code relies on are written down in docs/ (omni-wire.md, parity.md, ...): every
+    // `<page>.md#<anchor>` naming a page of docs/ must name one of its headings, and no file may
+    // cite the outside notes the project started from. The patterns are split so that this file
+    // does not match itself.
+    let docs_dir = repo().join("docs");
+    let mut anchors = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&docs_dir).expect("docs/").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(page) = name.strip_suffix(".md") {
+            let text = std::fs::read_to_string(entry.path()).expect("read page");
+            anchors.insert(page.to_string(), heading_anchors(&text));
+        }
+    }
+    let outside = [
+        concat!("omni-wire ", "§"),
+        concat!("omni-wire.md ", "§"),
+        concat!("parity ", "§"),
+        concat!("omni-", "2026"),
+        concat!("/work/", "shared"),
+    ];
+    let mut files = Vec::new();
+    for dir in ["crates", "docs", "charts"] {
+        text_files(&repo().join(dir), &mut files);
+    }
+    files.push(repo().join("README.md"));
+    files.push(repo().join("CHANGELOG.md"));
+    let mut problems = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let shown = file
+            .strip_prefix(repo())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for pattern in outside {
+            if text.contains(pattern) {
+                problems.push(format!("{shown}: cites {pattern:?}"));
+            }
+        }
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(".md#") {
+            let before = &rest[..at];
+            let page_start = before
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .map_or(0, |i| i + 1);
+            let page = &before[page_start..];
+            let after = &rest[at + 4..];
+            let anchor_end = after
+                .find(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_'))
+                .unwrap_or(after.len());
+            let anchor = &after[..anchor_end];
+            // Only pages of docs/ are checked (a crate README's anchors are its own business).
+            let in_docs = before[..page_start].ends_with("docs/")
+                || before[..page_start].ends_with("](")
+                || before[..page_start].ends_with("](../../docs/");
+            if in_docs
+                && let Some(page_anchors) = anchors.get(page)
+                && !page_anchors.contains(anchor)
+            {
+                problems.push(format!("{shown}: {page}.md#{anchor} names no heading"));
+            }
+            rest = &after[anchor_end..];
+        }
+    }
+    assert!(problems.is_empty(), "references to fix: {problems:#?}");
+}
