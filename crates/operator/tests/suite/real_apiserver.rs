@@ -119,6 +119,22 @@ async fn charts_install_cleanly_and_admission_answers_with_the_real_messages() {
             webhook("OmniMachine"),
         ),
         (
+            ours("OmniWorkers", "w1", json!({"clusterRef": {"name": "c"}, "machineClass": {"name": "gpu", "size": 3},
+                "workerSetName": "control-planes"})),
+            format!("{}OmniWorkers.omni.texashpc.com \"w1\" is invalid: spec.workerSetName: Invalid value: \"control-planes\": workerSetName is reserved by Omni", webhook("OmniWorkers")),
+        ),
+        (
+            ours("OmniHelmRelease", "h1", json!({"clusterRef": {"name": "c"}, "kubeconfigSecretRef": {"name": "kc"},
+                "releaseName": " ms", "chart": {"repository": "https://charts.example.com", "chart": "ms", "version": "1.0.0"}})),
+            format!("{}OmniHelmRelease.omni.texashpc.com \"h1\" is invalid: spec.releaseName: Invalid value: \" ms\": releaseName must not include leading or trailing whitespace", webhook("OmniHelmRelease")),
+        ),
+        (
+            ours("OmniSecretSync", "s1", json!({"clusterRef": {"name": "c"}, "kubeconfigSecretRef": {"name": "kc"},
+                "sourceSecretRef": {"name": "  "}, "targetSecretRef": {"name": "t", "namespace": "apps"},
+                "deletionPolicy": "Delete"})),
+            format!("{}OmniSecretSync.omni.texashpc.com \"s1\" is invalid: spec.sourceSecretRef.name: Required value: source Secret name is required", webhook("OmniSecretSync")),
+        ),
+        (
             ours("OmniKubeconfigExport", "admin", json!({"clusterRef": {"name": "c"}, "targetSecretRef": {"name": "s"},
                 "serviceAccount": {"user": "u", "groups": ["system:masters"]}, "ttl": "1h", "deletionPolicy": "Delete"})),
             webhook("OmniKubeconfigExport"),
