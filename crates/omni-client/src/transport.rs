@@ -26,7 +26,7 @@ use crate::proto::management::management_service_client::ManagementServiceClient
 /// Largest message accepted from the server (Omni's own limit).
 pub(crate) const MAX_DECODING_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
 /// Default deadline of unary calls and `List` streams.
-pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default TCP/TLS connect deadline.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keepalive ping interval (what the Go client uses).
