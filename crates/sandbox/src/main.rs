@@ -15,7 +15,9 @@ async fn helm(explicit: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
         return Ok(h);
     }
     println!("==> helm not found: running scripts/install-test-tools");
+    // Only helm and kubectl: the real control plane the script also builds is for the tests.
     let status = tokio::process::Command::new(repo_root().join("scripts/install-test-tools"))
+        .env("SKIP_CONTROL_PLANE", "1")
         .status()
         .await
         .context("running scripts/install-test-tools")?;

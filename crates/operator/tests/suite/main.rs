@@ -38,6 +38,7 @@ mod faults_omni_outage;
 mod faults_operator_killed;
 mod fuzz_input;
 mod metrics_secure;
+mod real_apiserver;
 mod render;
 mod render_cli;
 mod render_sync;
