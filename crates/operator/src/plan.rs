@@ -174,14 +174,13 @@ impl ChangeSet {
         hex::encode(mac.finalize().into_bytes())
     }
 
-    /// Counts per Omni resource type, types in apply order.
+    /// Counts per Omni resource type, sorted by type.
     fn counts(&self) -> Vec<PlanCount> {
-        let mut by_type: BTreeMap<(u8, String), PlanCount> = BTreeMap::new();
+        let mut by_type: BTreeMap<String, PlanCount> = BTreeMap::new();
         for c in &self.changes {
             let short = short_type(&c.resource.resource_type);
-            let rank = omni_client::template::type_rank(&c.resource.resource_type);
             let entry = by_type
-                .entry((rank, short.to_string()))
+                .entry(short.to_string())
                 .or_insert_with(|| PlanCount {
                     type_: short.to_string(),
                     ..PlanCount::default()

@@ -1,11 +1,31 @@
 use std::collections::BTreeMap;
 
+use omni_client::proto::cosi::resource::{Metadata, Resource, Spec as WireSpec};
 use omni_client::proto::specs;
-use omni_client::template::{DesiredResource, Plan, ResourceChange, Spec, keys, to_wire, types};
+use omni_client::template::{DesiredResource, Plan, ResourceChange, Spec, keys, types};
 
 use super::*;
 
 const KEY: &[u8] = b"test key";
+
+/// `d` as Omni holds it (running, no owner).
+fn to_wire(d: &DesiredResource) -> Resource {
+    Resource {
+        metadata: Some(Metadata {
+            namespace: "default".into(),
+            r#type: d.resource_type().into(),
+            id: d.id.clone(),
+            phase: "running".into(),
+            labels: d.labels.clone().into_iter().collect(),
+            annotations: d.annotations.clone().into_iter().collect(),
+            ..Metadata::default()
+        }),
+        spec: Some(WireSpec {
+            proto_spec: d.spec.encode(),
+            yaml_spec: String::new(),
+        }),
+    }
+}
 
 fn set(count: u32, class: &str, unlimited: bool) -> DesiredResource {
     DesiredResource {

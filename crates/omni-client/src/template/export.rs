@@ -980,7 +980,8 @@ fn go_duration(d: &prost_types::Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::template::{DesiredResource, to_wire, translate_for};
+    use crate::template::sync::to_wire;
+    use crate::template::{DesiredResource, translate_for};
 
     /// A template with every part an export has to reproduce (shared with the operator's
     /// export tests).

@@ -110,7 +110,7 @@ fn cluster_label(r: &Resource) -> String {
 }
 
 /// The wire form of a desired resource, as sent on create.
-pub fn to_wire(d: &DesiredResource) -> Resource {
+pub(crate) fn to_wire(d: &DesiredResource) -> Resource {
     let stamp = now();
     Resource {
         metadata: Some(Metadata {
@@ -242,7 +242,7 @@ impl Plan {
     }
 }
 
-/// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
+/// What the template owns in Omni right now (docs/omni-wire.md#sync-the-change-set: owner `""` resources
 /// carrying the cluster label, not node-controller-made nodes, plus its nodes' KernelArgs).
 pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
@@ -477,14 +477,84 @@ pub async fn plan_sync_for<S: TemplateState>(
 
     let mut allocated = BTreeMap::new();
     let mut actual = collect_owned_counting(state, &cluster, api, &mut allocated).await?;
-    for d in &desired {
+    take_over_by_id(state, &cluster, &desired, &mut actual).await?;
+    let (mut creates, mut updates) = creates_and_updates(state, &desired, &actual).await?;
+    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
+    let (releases, deletes) = leftovers(&actual, &desired_refs);
+    updates.extend(releases);
+    let deleted: BTreeMap<ResourceRef, Resource> = deletes
+        .iter()
+        .map(|r| (reference_of(r), r.clone()))
+        .collect();
+    let delete_phases = delete_phases_for(&cluster, deletes)?;
+
+    let order = |a: &Resource, b: &Resource| {
+        let (x, y) = (reference_of(a), reference_of(b));
+        type_rank(&x.resource_type)
+            .cmp(&type_rank(&y.resource_type))
+            .then_with(|| x.id.cmp(&y.id))
+    };
+    creates.sort_by(order);
+    updates.sort_by(order);
+    let deletes: Vec<ResourceRef> = delete_phases.iter().flatten().cloned().collect();
+    let changes = changes_of(&creates, &updates, &deletes, &actual, &deleted);
+    Ok(Plan {
+        cluster,
+        creates: creates.iter().map(reference_of).collect(),
+        updates: updates.iter().map(reference_of).collect(),
+        deletes,
+        delete_phases,
+        changes,
+        allocated,
+        create_resources: creates,
+        update_resources: updates,
+    })
+}
+
+/// Every change of a plan with the resource before (as Omni holds it, from `actual`, or from
+/// `deleted` for a deletion) and after, in apply order.
+fn changes_of(
+    creates: &[Resource],
+    updates: &[Resource],
+    deletes: &[ResourceRef],
+    actual: &BTreeMap<ResourceRef, Resource>,
+    deleted: &BTreeMap<ResourceRef, Resource>,
+) -> Vec<ResourceChange> {
+    let updated = updates.iter().filter_map(|new| {
+        actual
+            .get(&reference_of(new))
+            .map(|old| ResourceChange::update(old, new))
+    });
+    creates
+        .iter()
+        .map(ResourceChange::create)
+        .chain(updated)
+        .chain(
+            deletes
+                .iter()
+                .filter_map(|r| deleted.get(r))
+                .map(ResourceChange::delete),
+        )
+        .collect()
+}
+
+/// Adds to `actual` the desired resources that exist in Omni without having been collected as
+/// the template's, when they may be taken over.
+///
+/// Unlike Omni's own client, a resource found by ID is taken over only when it already belongs
+/// to this cluster (KernelArgs carry no cluster label): an ID collision with another cluster's,
+/// or an unlabelled, resource is a conflict in [`creates_and_updates`], never an overwrite.
+async fn take_over_by_id<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    desired: &[DesiredResource],
+    actual: &mut BTreeMap<ResourceRef, Resource>,
+) -> Result<(), SyncError> {
+    for d in desired {
         let r = d.reference();
         if actual.contains_key(&r) {
             continue;
         }
-        // Unlike Omni's own client, a resource found by ID is taken over only when it already
-        // belongs to this cluster (KernelArgs carry no cluster label): an ID collision with
-        // another cluster's, or an unlabelled, resource is a conflict below, never an overwrite.
         if let Some(found) = state
             .get(&r.resource_type, &r.id)
             .await
@@ -495,14 +565,19 @@ pub async fn plan_sync_for<S: TemplateState>(
             actual.insert(r, found);
         }
     }
+    Ok(())
+}
 
-    let mut creates: Vec<Resource> = Vec::new();
-    // Each update with the resource as Omni holds it.
-    let mut updates: Vec<(Resource, Resource)> = Vec::new();
-    let mut deletes: Vec<Resource> = Vec::new();
-    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
-
-    for d in &desired {
+/// What to create and what to update so that every desired resource exists as desired. A
+/// desired resource that exists in Omni without being the template's is a conflict.
+async fn creates_and_updates<S: TemplateState>(
+    state: &S,
+    desired: &[DesiredResource],
+    actual: &BTreeMap<ResourceRef, Resource>,
+) -> Result<(Vec<Resource>, Vec<Resource>), SyncError> {
+    let mut creates = Vec::new();
+    let mut updates = Vec::new();
+    for d in desired {
         let r = d.reference();
         let mut expected = to_wire(d);
         match actual.get(&r) {
@@ -515,7 +590,7 @@ pub async fn plan_sync_for<S: TemplateState>(
                     m.finalizers = cur.finalizers.clone();
                 }
                 if !equal(current, &expected) {
-                    updates.push((current.clone(), expected));
+                    updates.push(expected);
                 }
             }
             None => {
@@ -535,13 +610,24 @@ pub async fn plan_sync_for<S: TemplateState>(
             }
         }
     }
-    for (r, current) in &actual {
+    Ok((creates, updates))
+}
+
+/// What becomes of the template's resources that it no longer describes: machine-scoped ones
+/// are released (an update), the rest deleted. Returns `(updates, deletes)`.
+fn leftovers(
+    actual: &BTreeMap<ResourceRef, Resource>,
+    desired_refs: &BTreeSet<ResourceRef>,
+) -> (Vec<Resource>, Vec<Resource>) {
+    let mut updates = Vec::new();
+    let mut deletes = Vec::new();
+    for (r, current) in actual {
         if desired_refs.contains(r) {
             continue;
         }
         if r.resource_type == types::KERNEL_ARGS {
             if let Some(released) = release_kernel_args(current) {
-                updates.push((current.clone(), released));
+                updates.push(released);
             }
             continue;
         }
@@ -557,55 +643,14 @@ pub async fn plan_sync_for<S: TemplateState>(
                 if desired_refs.contains(&node) {
                     deletes.push(current.clone());
                 } else if let Some(released) = release_kernel_args(current) {
-                    updates.push((current.clone(), released));
+                    updates.push(released);
                 }
             }
             continue;
         }
         deletes.push(current.clone());
     }
-    let deleted: BTreeMap<ResourceRef, Resource> = deletes
-        .iter()
-        .map(|r| (reference_of(r), r.clone()))
-        .collect();
-    let delete_phases = delete_phases_for(&cluster, deletes)?;
-
-    let order = |a: &Resource, b: &Resource| {
-        let (x, y) = (reference_of(a), reference_of(b));
-        type_rank(&x.resource_type)
-            .cmp(&type_rank(&y.resource_type))
-            .then_with(|| x.id.cmp(&y.id))
-    };
-    creates.sort_by(order);
-    updates.sort_by(|a, b| order(&a.1, &b.1));
-    let deletes: Vec<ResourceRef> = delete_phases.iter().flatten().cloned().collect();
-    let changes = creates
-        .iter()
-        .map(ResourceChange::create)
-        .chain(
-            updates
-                .iter()
-                .map(|(old, new)| ResourceChange::update(old, new)),
-        )
-        .chain(
-            deletes
-                .iter()
-                .filter_map(|r| deleted.get(r))
-                .map(ResourceChange::delete),
-        )
-        .collect();
-    let update_resources: Vec<Resource> = updates.into_iter().map(|(_, new)| new).collect();
-    Ok(Plan {
-        cluster,
-        creates: creates.iter().map(reference_of).collect(),
-        updates: update_resources.iter().map(reference_of).collect(),
-        deletes,
-        delete_phases,
-        changes,
-        allocated,
-        create_resources: creates,
-        update_resources,
-    })
+    (updates, deletes)
 }
 
 /// Applies a plan: creates, updates, then each delete phase. Progress lines are appended to

@@ -86,7 +86,7 @@ pub struct PlanStatus {
     pub generation: i64,
     /// One line, e.g. `1 to create, 2 to update, 1 to delete (destructive)`.
     pub summary: String,
-    /// Creates, updates and deletes per Omni resource type.
+    /// Creates, updates and deletes per Omni resource type, sorted by type.
     #[serde(default)]
     pub counts: Vec<PlanCount>,
     /// Whether applying the plan would destroy something.
