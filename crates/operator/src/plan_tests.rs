@@ -400,6 +400,30 @@ fn apply_or_hold() {
     }
 }
 
+/// The gate skips judging the change set for mode `Apply`, `Allow`, no adoption: `decide`
+/// applies every plan there, destructive or not, approved or not.
+#[test]
+fn without_a_guard_every_plan_is_applied() {
+    let destructive = ChangeSet::from_plan(
+        &plan_of(vec![delete(&plain(types::CONFIG_PATCH, "p"))]),
+        &[],
+    );
+    for changes in [&destructive, &ChangeSet::default()] {
+        for approval in [None, Some("H"), Some("old")] {
+            let got = decide(&Situation {
+                mode: ChangeMode::Apply,
+                destructive_policy: DestructivePolicy::Allow,
+                adopting: false,
+                nothing_to_write: false,
+                changes,
+                hash: "H",
+                approval,
+            });
+            assert_eq!(got, Decision::Apply { approved: false });
+        }
+    }
+}
+
 #[test]
 fn held_messages_say_why_and_how_to_approve() {
     let set = ChangeSet::from_plan(

@@ -80,12 +80,21 @@ pub(super) fn gate(
     plan: &Plan,
     adopting: bool,
 ) -> Gate {
+    let (mode, destructive_policy) = (mode(cluster), destructive_policy(cluster, ctx));
+    // What `decide` answers for these inputs whatever the change set: judging it is left out
+    // where nothing could hold it (the default, and most passes of a cold start).
+    if plan.is_empty() {
+        return Gate::InSync;
+    }
+    if mode == ChangeMode::Apply && destructive_policy == DestructivePolicy::Allow && !adopting {
+        return Gate::Apply { approved: None };
+    }
     let changes = ChangeSet::from_plan(plan, &OPERATOR_BOOKKEEPING);
     let hash = changes.hash(&ctx.omni.plan_key(conn));
     let approval = approval(cluster);
     let decision = decide(&Situation {
-        mode: mode(cluster),
-        destructive_policy: destructive_policy(cluster, ctx),
+        mode,
+        destructive_policy,
         adopting,
         nothing_to_write: plan.is_empty(),
         changes: &changes,
