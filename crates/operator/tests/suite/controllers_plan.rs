@@ -391,6 +391,34 @@ async fn a_destructive_plan_is_held_until_its_hash_is_approved() {
             .contains(&second.hash),
         "{applied_events:?}"
     );
+
+    // Deleting the OmniCluster would delete the Omni cluster: held too, until approved.
+    env.delete::<OmniCluster>("guarded").await;
+    let c = env
+        .wait_cond::<OmniCluster>("guarded", is_false("Ready").because("ApprovalRequired"))
+        .await;
+    let deletion = plan(&c);
+    assert_eq!(deletion.summary, "1 to delete (destructive)");
+    assert_eq!(
+        deletion.destructive_changes,
+        ["deletes Omni cluster \"guarded\" with its machine sets, config patches and manifests"]
+    );
+    assert_eq!(
+        deletion.ignored_approval.as_deref(),
+        Some(second.hash.as_str())
+    );
+    assert_quiet(&env, "guarded", 2).await;
+    assert!(env.omni.get(ty::CLUSTER, "guarded").is_some());
+    env.patch::<OmniCluster>(
+        "guarded",
+        json!({"metadata": {"annotations": {APPROVE: deletion.hash}}}),
+    )
+    .await;
+    env.wait_gone::<OmniCluster>("guarded").await;
+    assert!(
+        env.omni.get(ty::CLUSTER, "guarded").is_none(),
+        "the approved deletion ran"
+    );
     env.assert_key_never_leaked().await;
     env.shutdown().await;
 }
