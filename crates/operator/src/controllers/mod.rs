@@ -44,7 +44,7 @@ pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
 pub use self::runner::{ClusterTrigger, Shutdown, cluster_changes, secret_changes};
 pub(crate) use self::runner::{
-    OwnKind, cluster_changes_of, drive, indexed_controller_for, instrumented, secret_changes_of,
-    strip_for_cache, touched,
+    OwnKind, cluster_changes_of, drive, indexed_controller_for, instrumented, own_changes_of,
+    secret_changes_of, strip_for_cache, touched,
 };
 pub use self::watches::Watches;

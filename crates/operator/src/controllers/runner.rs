@@ -131,6 +131,18 @@ pub(crate) fn touched<K: SharedKind>(
     })
 }
 
+/// The objects of kind `K` whose own change (see [`own_change`]) can matter to another kind's
+/// objects, from the shared watch: first sightings, deletions, and a change of spec, labels,
+/// annotations, finalizers or the deletion mark. A status write alone wakes nobody: the
+/// cluster reads its children's specs, and each child's controller writes the child's status
+/// after every spec edit, which re-rendered the cluster a second time.
+pub(crate) fn own_changes_of<K: SharedKind>(
+    watches: &mut Watches,
+) -> impl futures::Stream<Item = Result<Cached<K>, kube::runtime::watcher::Error>> + Send + use<K> {
+    use futures::StreamExt as _;
+    changes_from(watches.of::<K>().subscribe(), own_change, Deletions::Pass).map(Ok)
+}
+
 /// What no reconcile reads, dropped before an object enters the watch cache: the field
 /// managers' records and the copy of the whole object `kubectl apply` keeps in an annotation
 /// together often outweigh the rest of the object, and the cache holds every object.

@@ -37,7 +37,10 @@ pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
 use self::sync::apply_cluster;
 use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Cached, Context, Error, Shutdown, Watches, drive, indexed_controller_for, touched};
+use super::{
+    Cached, Context, Error, Shutdown, Watches, drive, indexed_controller_for, own_changes_of,
+    touched,
+};
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
@@ -142,15 +145,15 @@ pub fn start<S: Shutdown>(
             },
         )
         .watches_stream(
-            touched::<OmniControlPlane>(watches),
+            own_changes_of::<OmniControlPlane>(watches),
             child_mapper::<OmniControlPlane>(by_cp, ChildKind::ControlPlane),
         )
         .watches_stream(
-            touched::<OmniWorkers>(watches),
+            own_changes_of::<OmniWorkers>(watches),
             child_mapper::<OmniWorkers>(by_workers, ChildKind::Workers),
         )
         .watches_stream(
-            touched::<OmniMachine>(watches),
+            own_changes_of::<OmniMachine>(watches),
             child_mapper::<OmniMachine>(by_machine, ChildKind::Machine),
         )
         .reconcile_on(status_changes);
