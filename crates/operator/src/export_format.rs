@@ -21,8 +21,6 @@ use sha2::{Digest, Sha256};
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::kubeconfig::{KubeconfigError, WorkloadKubeconfig};
 
-/// The label Argo CD finds its cluster Secrets by.
-pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-type", "cluster");
 /// The key Flux reads a kubeconfig from by default.
 pub(crate) const FLUX_KEY: &str = "value";
 /// The keys of an Argo CD cluster Secret the export writes, in hash order.

@@ -13,14 +13,10 @@ use omni_client::template::{
 };
 use sha2::{Digest, Sha256};
 
+use crate::api::Reason;
 use crate::api::common::{self, MachineClassSize, MachineSetFields};
 use crate::api::workers::{self, RESERVED_WORKER_SET_NAME, StrategyType};
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-
-/// Condition reason for a missing or ambiguous OmniControlPlane.
-pub(crate) const REASON_MISSING_TEMPLATE: &str = "MissingTemplate";
-/// Condition reason for every other render failure.
-pub(crate) const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
 
 /// A rendered template and the children it was built from.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,10 +68,10 @@ pub enum RenderError {
 
 impl RenderError {
     /// The condition reason the cluster controller reports (`Validated=False`).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            RenderError::ControlPlaneCount { .. } => REASON_MISSING_TEMPLATE,
-            _ => REASON_VALIDATION_FAILED,
+            RenderError::ControlPlaneCount { .. } => Reason::MissingTemplate,
+            _ => Reason::ValidationFailed,
         }
     }
 }

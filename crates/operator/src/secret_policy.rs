@@ -17,10 +17,7 @@ use kube::ResourceExt;
 
 use crate::api::OmniConnection;
 
-/// Label that makes a Secret usable by the kinds it names (`.`-separated kind names, e.g.
-/// `OmniHelmRelease` or `OmniHelmRelease.OmniSecretSync`), required under
-/// `--require-secret-opt-in`.
-pub const USABLE_BY_LABEL: &str = "omni.texashpc.com/usable-by";
+pub use crate::api::keys::USABLE_BY_LABEL;
 
 /// Type of the Secrets the API server fills with a service-account token.
 pub(crate) const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";

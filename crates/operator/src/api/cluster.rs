@@ -12,6 +12,7 @@ use super::common::{
     has_parent_segment, validate_file_reference, validate_patches,
 };
 use super::duration::{DurationField, GoDuration, short_interval_error};
+use super::keys;
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
@@ -830,9 +831,6 @@ fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
 /// older ones deprecated and Omni refuses them unless the cluster already runs a deprecated one.
 pub(crate) const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
 
-/// Annotation that lets an OmniCluster take over an existing Omni cluster.
-const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
-
 /// Omni's Talos version rules that can be checked without Omni: a new OmniCluster may not ask
 /// for a release below [`MIN_TALOS_VERSION`] (refused; a warning when it adopts an existing
 /// Omni cluster, which Omni lets keep its version), and lowering the Talos minor warns: Omni
@@ -850,13 +848,7 @@ fn validate_talos_version(new: &OmniCluster, old: Option<&OmniCluster>, v: &mut 
             let why = format!(
                 "talos version {bare:?} is no longer supported: Omni refuses Talos releases older than v{major}.{minor}.{patch} for new clusters"
             );
-            let adopting = new
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ADOPT_ANNOTATION))
-                .is_some_and(|value| value == "true");
-            if adopting {
+            if keys::adopt_requested(&new.metadata) {
                 v.warn(format!(
                     "spec.talos.version: {why} (the adopted Omni cluster may keep the release it runs)"
                 ));

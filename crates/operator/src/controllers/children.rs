@@ -16,7 +16,7 @@ use super::{
     Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
     instrumented, status,
 };
-use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use crate::api::common::{Condition, condition_types, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
 use crate::api::workers::OmniWorkersStatus;
@@ -81,26 +81,15 @@ pub(crate) fn child_conditions(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Vec<Condition> {
-    let (status, reason, message) = if cluster_exists {
-        (
-            ConditionStatus::True,
-            reasons::ACCEPTED,
-            format!("attached to OmniCluster {cluster:?}"),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            reasons::MISSING_CLUSTER,
-            format!("OmniCluster {cluster:?} does not exist"),
-        )
+    let accepted = Condition::accepted(cluster, cluster_exists, generation, now);
+    // kstatus readers look at `Ready`: it says the same as `Accepted`.
+    let ready = Condition {
+        type_: condition_types::READY.to_string(),
+        ..accepted.clone()
     };
     let mut conditions = current;
-    for type_ in [condition_types::ACCEPTED, condition_types::READY] {
-        set_condition(
-            &mut conditions,
-            Condition::new(type_, status, reason, message.clone(), generation, now),
-        );
-    }
+    set_condition(&mut conditions, accepted);
+    set_condition(&mut conditions, ready);
     conditions
 }
 
@@ -155,6 +144,7 @@ pub(crate) fn start<K: Child + SharedKind, S: Shutdown>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::ConditionStatus;
 
     #[test]
     fn accepted_and_ready_follow_parent_existence() {

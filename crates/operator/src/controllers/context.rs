@@ -13,6 +13,7 @@ use rand::Rng;
 
 use super::events::{Events, Reporter};
 use super::{backoff_delay, cluster, omni, secret_sync, status};
+use crate::api::Reason;
 use crate::api::common::Condition;
 use crate::metrics::Metrics;
 
@@ -186,11 +187,11 @@ impl Context {
     }
 
     /// Publishes an Event about `obj`. Failures are logged, never fatal: Events are advisory.
-    pub async fn event<K>(&self, obj: &K, type_: EventType, reason: &str, note: String)
+    pub async fn event<K>(&self, obj: &K, type_: EventType, reason: Reason, note: String)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.event_for(obj.object_ref(&()), type_, reason, note)
+        self.event_for(obj.object_ref(&()), type_, reason.as_str(), note)
             .await;
     }
 
@@ -236,7 +237,8 @@ impl Context {
                 EventType::Warning
             };
             let note = format!("{}={:?}: {}", c.type_, c.status, c.message);
-            self.event(obj, type_, &c.reason, note).await;
+            self.event_for(obj.object_ref(&()), type_, &c.reason, note)
+                .await;
         }
     }
 

@@ -16,15 +16,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use super::{Context, Error};
+use crate::api::Reason;
 use crate::api::common::{Condition, ConditionStatus};
 
 /// How many times in a row one reconcile goes on from a newer stored copy
 /// ([`Error::StaleCache`]) before leaving the object to the error backoff: adding the
 /// finalizer takes one, a status write racing another writer one more.
 const STALE_CACHE_RERUNS: usize = 3;
-
-/// Condition reason for an object whose stored data does not decode as its kind.
-pub(crate) const REASON_INVALID_OBJECT: &str = "InvalidObject";
 
 /// The API resource of kind `K`.
 pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
@@ -165,7 +163,7 @@ pub(crate) fn invalid_object_conditions(
         Condition::new(
             "Ready",
             ConditionStatus::False,
-            REASON_INVALID_OBJECT,
+            Reason::InvalidObject,
             message,
             generation,
             now,
@@ -236,7 +234,7 @@ async fn report_undecodable<K: Resource<DynamicType = ()> + Clone>(
         ctx.event_for(
             obj.object_ref(&()),
             EventType::Warning,
-            REASON_INVALID_OBJECT,
+            Reason::InvalidObject.as_str(),
             format!("Ready=False: {message}"),
         )
         .await;
@@ -318,7 +316,7 @@ mod tests {
         let ready = conditions.iter().find(|c| c.type_ == "Ready");
         assert_eq!(
             ready.map(|c| c.reason.as_str()),
-            Some(REASON_INVALID_OBJECT)
+            Some(Reason::InvalidObject.as_str())
         );
         assert!(
             conditions.iter().any(|c| c.type_ == "Synced"),

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Error;
-use crate::api::{FINALIZER, LEGACY_FINALIZER};
+use crate::api::keys::{FINALIZER, LEGACY_FINALIZER};
 
 /// Whether `obj` carries the current finalizer, or (when `legacy` is honoured) the legacy one.
 pub(crate) fn has_finalizer<K: Resource>(obj: &K, legacy: bool) -> bool {

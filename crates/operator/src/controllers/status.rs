@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{Context, Error};
+use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
     Condition, ConditionStatus, condition_types, find_condition, set_condition,
@@ -282,10 +283,18 @@ impl<S: Conditioned> Draft<S> {
     }
 
     /// Sets condition `type_` to `ok` with `reason` and `message`.
-    pub(crate) fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+    pub(crate) fn set(&mut self, type_: &str, ok: bool, reason: Reason, message: &str) {
         set_condition(
             self.s.conditions_mut(),
             Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
+        );
+    }
+
+    /// `Accepted`: whether the OmniCluster `cluster` the object names exists.
+    pub(crate) fn accepted(&mut self, cluster: &str, exists: bool) {
+        set_condition(
+            self.s.conditions_mut(),
+            Condition::accepted(cluster, exists, self.generation, self.now),
         );
     }
 
@@ -295,7 +304,7 @@ impl<S: Conditioned> Draft<S> {
     }
 
     /// The outcome condition and `Ready` together, with one reason and message.
-    pub(crate) fn outcome(&mut self, ok: bool, reason: &str, message: &str) {
+    pub(crate) fn outcome(&mut self, ok: bool, reason: Reason, message: &str) {
         self.set(self.outcome_type, ok, reason, message);
         self.set(condition_types::READY, ok, reason, message);
     }
@@ -307,14 +316,17 @@ mod tests {
     use serde_json::json;
 
     fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
-        Condition::new(
-            type_,
-            status,
-            reason,
-            "m",
-            Some(1),
-            jiff::Timestamp::UNIX_EPOCH,
-        )
+        Condition {
+            reason: reason.to_string(),
+            ..Condition::new(
+                type_,
+                status,
+                Reason::Accepted,
+                "m",
+                Some(1),
+                jiff::Timestamp::UNIX_EPOCH,
+            )
+        }
     }
 
     #[test]
@@ -388,7 +400,7 @@ mod tests {
             jiff::Timestamp::UNIX_EPOCH,
             condition_types::SYNCED,
         );
-        d.outcome(false, "SyncFailed", "boom");
+        d.outcome(false, Reason::SyncFailed, "boom");
         let got: Vec<(&str, ConditionStatus, &str, Option<i64>)> =
             d.s.conditions()
                 .iter()

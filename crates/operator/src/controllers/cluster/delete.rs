@@ -10,12 +10,10 @@ use super::omni_state::trim_output;
 use super::outcome::Outcome;
 use super::ownership::existing_ownership;
 use crate::api::OmniCluster;
+use crate::api::Reason;
 use crate::controllers::pipeline::Cleanup;
 use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
-
-/// Event reason when a deletion left an Omni cluster alone because this object does not own it.
-pub(crate) const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
 
 /// A deletion still waiting on `failure`.
 fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {
@@ -67,7 +65,7 @@ pub(super) async fn cleanup(
             ctx.event(
                 cluster,
                 EventType::Warning,
-                REASON_DELETE_SKIPPED,
+                Reason::DeleteSkipped,
                 format!(
                     "left Omni cluster {name:?} in place: it {}",
                     owner.describe()

@@ -6,10 +6,10 @@ use std::time::Duration;
 use omni_client::template::{StateError, SyncError, ValidationErrors};
 
 use super::ownership::OmniOwnership;
-use crate::api::common::reasons;
+use crate::api::Reason;
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::RetryPolicy;
 use crate::controllers::omni::{ApiVersionError, ConnectionError};
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::render::RenderError;
 
 /// The longest wait before a failure that no watch reports the end of (Omni, template files)
@@ -173,23 +173,23 @@ pub(crate) enum Stage {
 
 impl ClusterFailure {
     /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) | Self::InvalidTemplate(_) => reasons::VALIDATION_FAILED,
+            Self::InvalidSpec(_) | Self::InvalidTemplate(_) => Reason::ValidationFailed,
             Self::Render(e) => e.reason(),
-            Self::MissingConnection { .. } => reasons::MISSING_CONNECTION,
+            Self::MissingConnection { .. } => Reason::MissingConnection,
             Self::ChildCacheNotReady { .. } | Self::UnreadableChild { .. } => {
-                reasons::RECONCILE_FAILED
+                Reason::ReconcileFailed
             }
             Self::OmniClient(_)
             | Self::OwnershipUnreadable { .. }
             | Self::NotOwned { .. }
             | Self::BackendApi(_)
-            | Self::Sync { .. } => reasons::SYNC_FAILED,
+            | Self::Sync { .. } => Reason::SyncFailed,
             Self::DeleteWithoutConnection { .. }
             | Self::RenamedBeforeDelete { .. }
             | Self::DeleteOwnershipUnreadable { .. }
-            | Self::Delete { .. } => reasons::DELETE_FAILED,
+            | Self::Delete { .. } => Reason::DeleteFailed,
         }
     }
 

@@ -10,8 +10,9 @@ use omni_client::template::{ClusterHealth, StatusError};
 use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
 use crate::api::OmniCluster;
+use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
-use crate::api::common::{ConditionStatus, condition_types as ct, find_condition, reasons};
+use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
 use crate::controllers::RetryPolicy;
 use crate::controllers::status::Draft;
 
@@ -36,7 +37,7 @@ pub(crate) fn status_failing_for(cluster: &OmniCluster, now: jiff::Timestamp) ->
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, ct::READY))
-        .filter(|c| c.status == ConditionStatus::False && c.reason == reasons::STATUS_FAILED)
+        .filter(|c| c.status == ConditionStatus::False && c.reason == Reason::StatusFailed)
         .and_then(|c| Duration::try_from(now.duration_since(c.last_transition_time)).ok())
         .unwrap_or_default()
 }
@@ -135,7 +136,7 @@ pub(crate) fn desired_status(
         Outcome::Suspended => d.set(
             ct::READY,
             false,
-            reasons::SUSPENDED,
+            Reason::Suspended,
             "remote Omni sync is suspended",
         ),
         Outcome::Failed { failure, rendered } => {
@@ -178,18 +179,18 @@ pub(crate) fn desired_status(
                 d.s.last_sync_output = Some(synced.output.clone());
             }
             template_valid(&mut d);
-            d.set(ct::SYNCED, true, reasons::SYNCED, "template synced to Omni");
+            d.set(ct::SYNCED, true, Reason::Synced, "template synced to Omni");
             match &synced.health {
                 Ok(health) => {
                     omni_state(&mut d.s, health);
                     d.set(
                         ct::READY,
                         true,
-                        reasons::SYNCED,
+                        Reason::Synced,
                         "cluster template is synced and status was read from Omni",
                     );
                 }
-                Err(e) => d.set(ct::READY, false, reasons::STATUS_FAILED, &e.to_string()),
+                Err(e) => d.set(ct::READY, false, Reason::StatusFailed, &e.to_string()),
             }
         }
         Outcome::Deleting {
@@ -200,7 +201,7 @@ pub(crate) fn desired_status(
                 d.s.last_sync_output = Some(output.clone());
             }
             let m = format!("waiting for Omni to delete {}", waiting_for.join(", "));
-            d.set(ct::READY, false, reasons::DELETING, &m);
+            d.set(ct::READY, false, Reason::Deleting, &m);
         }
     }
     d.s
@@ -210,7 +211,7 @@ fn template_valid(d: &mut Draft<OmniClusterStatus>) {
     d.set(
         ct::VALIDATED,
         true,
-        reasons::VALIDATED,
+        Reason::Validated,
         "rendered Omni cluster template is valid",
     );
 }

@@ -11,8 +11,9 @@ use super::children::children_of;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Outcome, Rendition, Synced};
-use super::ownership::{OMNI_OWNER_ANNOTATION, adopt_requested, existing_ownership, owner_stamp};
+use super::ownership::{existing_ownership, owner_stamp};
 use super::{GITOPS_TOOL, OMNI_DEADLINE};
+use crate::api::keys::{OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::{Context, Error};
 use crate::metrics::RpcOutcome;
@@ -105,7 +106,7 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
     let state = client.template_state(deadline);
     // Never sync into an existing Omni cluster this object did not create, unless adopted.
     match existing_ownership(&state, cluster, &name).await {
-        Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(cluster) => {
+        Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(&cluster.metadata) => {
             return failed(ClusterFailure::NotOwned { name, owner });
         }
         Ok(_) => {}

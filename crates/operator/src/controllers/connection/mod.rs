@@ -2,9 +2,9 @@
 //! while OmniClusters still use the connection.
 //!
 //! The connection also holds its service-account key Secret while OmniClusters use it
-//! (`KEY_IN_USE_FINALIZER` on the Secret): deleting an OmniCluster needs Omni, so a namespace
-//! deletion, which deletes the Secret together with everything else, must leave the key in
-//! place until the clusters are gone from Omni.
+//! (`omni.texashpc.com/omni-key-in-use` on the Secret): deleting an OmniCluster needs Omni, so
+//! a namespace deletion, which deletes the Secret together with everything else, must leave
+//! the key in place until the clusters are gone from Omni.
 
 mod key_hold;
 mod outcome;

@@ -1,7 +1,8 @@
 //! What one check found, and the status it leads to (pure).
 
 use crate::api::OmniConnection;
-use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use crate::api::Reason;
+use crate::api::common::{Condition, ConditionStatus, condition_types, set_condition};
 use crate::api::connection::OmniConnectionStatus;
 use crate::controllers::RetryPolicy;
 use crate::controllers::omni::{ApiVersionError, ConnectionError};
@@ -25,11 +26,11 @@ pub enum ConnectionFailure {
 
 impl ConnectionFailure {
     /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) => reasons::VALIDATION_FAILED,
+            Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::Client(e) => e.reason(),
-            Self::BackendApi(_) | Self::Ping(_) => reasons::CONNECTION_FAILED,
+            Self::BackendApi(_) | Self::Ping(_) => Reason::ConnectionFailed,
         }
     }
 
@@ -79,7 +80,7 @@ pub fn desired_status(
     s.observed_generation = generation;
     s.connection_ref = conn.metadata.name.clone();
     s.endpoint = Some(conn.spec.endpoint.clone());
-    let mut set = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
+    let mut set = |type_: &str, status: ConditionStatus, reason: Reason, message: &str| {
         set_condition(
             &mut s.conditions,
             Condition::new(type_, status, reason, message, generation, now),
@@ -91,19 +92,19 @@ pub fn desired_status(
             set(
                 condition_types::REACHABLE,
                 ConditionStatus::True,
-                reasons::CONNECTION_READY,
+                Reason::ConnectionReady,
                 &m,
             );
             set(
                 condition_types::READY,
                 ConditionStatus::True,
-                reasons::CONNECTION_READY,
+                Reason::ConnectionReady,
                 &m,
             );
             set(
                 condition_types::STALLED,
                 ConditionStatus::False,
-                reasons::CONNECTION_READY,
+                Reason::ConnectionReady,
                 &m,
             );
         }
@@ -137,20 +138,20 @@ pub fn desired_status(
             set(
                 condition_types::REACHABLE,
                 ConditionStatus::True,
-                reasons::CONNECTION_READY,
+                Reason::ConnectionReady,
                 &format!("connected to {endpoint}"),
             );
             set(
                 condition_types::READY,
                 ConditionStatus::False,
-                reasons::UNSUPPORTED_OMNI_API,
+                Reason::UnsupportedOmniApi,
                 &m,
             );
             // Nothing this operator does will fix it: only an Omni or operator upgrade will.
             set(
                 condition_types::STALLED,
                 ConditionStatus::True,
-                reasons::UNSUPPORTED_OMNI_API,
+                Reason::UnsupportedOmniApi,
                 &m,
             );
         }
@@ -162,13 +163,13 @@ pub fn desired_status(
             set(
                 condition_types::READY,
                 ConditionStatus::False,
-                reasons::DELETING,
+                Reason::Deleting,
                 &m,
             );
             set(
                 condition_types::STALLED,
                 ConditionStatus::True,
-                reasons::DELETING,
+                Reason::Deleting,
                 &m,
             );
         }
@@ -199,7 +200,7 @@ mod tests {
     #[test]
     fn a_failure_sets_its_reason_on_every_condition() {
         let missing = ConnectionFailure::Client(ConnectionError::Client("no route".into()));
-        assert_eq!(missing.reason(), "ConnectionFailed");
+        assert_eq!(missing.reason().as_str(), "ConnectionFailed");
         assert_eq!(missing.retry(), RetryPolicy::Backoff);
         let invalid = ConnectionFailure::InvalidSpec("spec.endpoint: required".into());
         assert_eq!(invalid.retry(), RetryPolicy::AwaitChange);

@@ -5,10 +5,10 @@ use kube::runtime::events::EventType;
 
 use super::outcome::{After, Applied, Outcome, action_name};
 use super::ownership::run_labels;
-use super::{REASON_ADOPTED, REASON_DRIFT, REASON_ROLLED_BACK};
 use crate::api::OmniHelmRelease;
+use crate::api::Reason;
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::Context;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::helm::args::InstallVerb;
 use crate::helm::{HelmError, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth};
 
@@ -56,7 +56,7 @@ impl HelmRun<'_> {
             ctx.event(
                 r,
                 EventType::Warning,
-                REASON_DRIFT,
+                Reason::DriftDetected,
                 format!("Helm release {name:?} drifted ({seen}); re-applying"),
             )
             .await;
@@ -73,7 +73,7 @@ impl HelmRun<'_> {
                     ctx.event(
                         r,
                         EventType::Normal,
-                        REASON_ADOPTED,
+                        Reason::Adopted,
                         format!(
                             "adopted Helm release {name:?} in namespace {:?} ({ADOPT_ANNOTATION})",
                             r.spec.namespace
@@ -98,7 +98,7 @@ impl HelmRun<'_> {
                     ctx.event(
                         r,
                         EventType::Warning,
-                        REASON_ROLLED_BACK,
+                        Reason::RolledBack,
                         format!("{message}; {undone}"),
                     )
                     .await;

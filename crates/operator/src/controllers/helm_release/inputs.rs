@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use super::KIND;
 use super::ownership::owner_labels;
 use crate::api::OmniHelmRelease;
-use crate::api::common::reasons;
+use crate::api::Reason;
 use crate::controllers::{Context, Error};
 use crate::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
 use crate::secret_policy::{self, SecretUse};
@@ -37,11 +37,11 @@ pub(crate) enum Problem {
 
 impl Problem {
     /// The condition reason this problem is reported under.
-    pub(crate) fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> Reason {
         match self {
-            Self::MissingSecret(_) => reasons::MISSING_SECRET,
-            Self::Invalid(_) => reasons::VALIDATION_FAILED,
-            Self::HelmUnavailable(_) => super::REASON_HELM_UNAVAILABLE,
+            Self::MissingSecret(_) => Reason::MissingSecret,
+            Self::Invalid(_) => Reason::ValidationFailed,
+            Self::HelmUnavailable(_) => Reason::HelmUnavailable,
         }
     }
 

@@ -62,39 +62,6 @@ const KIND: &str = "OmniHelmRelease";
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
-/// Reason while a `pending-*` release is younger than its timeout (another Helm run may own it).
-pub(crate) const REASON_RELEASE_PENDING: &str = "ReleasePending";
-/// Reason when a release has been `pending-*` for longer than its timeout.
-pub(crate) const REASON_RELEASE_STUCK: &str = "ReleaseStuck";
-/// Event reason when a stuck release was recovered (`spec.recoverStuckRelease`).
-pub(crate) const REASON_STUCK_RECOVERED: &str = "StuckReleaseRecovered";
-/// Reason when the operator has no usable helm binary.
-pub(crate) const REASON_HELM_UNAVAILABLE: &str = "HelmUnavailable";
-/// Event reason when Helm rolled a failed upgrade back (`atomic`).
-pub(crate) const REASON_ROLLED_BACK: &str = "RolledBack";
-/// Event reason when a deletion left a release alone because this object does not own it.
-pub(crate) const REASON_UNINSTALL_SKIPPED: &str = "UninstallSkipped";
-/// Event reason when an existing release was taken over on the user's request.
-pub(crate) const REASON_ADOPTED: &str = "Adopted";
-/// Event reason when a healthy-looking release drifted and is repaired.
-pub(crate) const REASON_DRIFT: &str = "DriftDetected";
-
-/// Release label (helm `--labels`, kept on helm's storage Secret) holding the UID of the
-/// OmniHelmRelease that owns the release. UIDs are random per object and per management
-/// cluster, so this names both the object and the management cluster it lives in.
-pub(crate) const OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
-/// Release label with the owning OmniHelmRelease's namespace (for people; the UID decides).
-pub(crate) const OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
-/// Release label with the owning OmniHelmRelease's name, when it fits a label value (63 chars).
-pub(crate) const OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
-
-/// Release label naming the operator process that started the revision: its helm driver's
-/// run id ([`crate::helm::Helm::run_id`]), random per process.
-pub(crate) const STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
-/// Release label with the revision number that process started. Helm merges release labels
-/// into later revisions, so a revision someone else starts on top of ours (a `helm upgrade` by
-/// hand, a rollback) inherits our run label but not a matching revision number.
-pub(crate) const STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
 
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a
@@ -137,18 +104,13 @@ impl Pipeline for OmniHelmRelease {
         old: Option<&OmniHelmReleaseStatus>,
         new: &OmniHelmReleaseStatus,
     ) {
-        let ready = |s: &OmniHelmReleaseStatus| find_condition(&s.conditions, ct::READY).cloned();
-        if let (true, Some(now_ready), Some(was_ready)) =
-            (outcome.deployed(), ready(new), old.and_then(ready))
-            && now_ready.reason == was_ready.reason
-        {
-            ctx.event(
-                self,
-                EventType::Normal,
-                &now_ready.reason,
-                now_ready.message,
-            )
-            .await;
+        let _ = new;
+        let Some((reason, message)) = outcome.deployed(self) else {
+            return;
+        };
+        let was_ready = old.and_then(|s| find_condition(&s.conditions, ct::READY));
+        if was_ready.is_some_and(|c| c.reason == reason) {
+            ctx.event(self, EventType::Normal, reason, message).await;
         }
     }
 }

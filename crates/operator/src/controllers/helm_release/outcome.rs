@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
+use super::RETRY;
 use super::inputs::{Problem, drift_check};
 use super::ownership::Ownership;
 use super::state::input_digest;
-use super::{REASON_RELEASE_PENDING, REASON_RELEASE_STUCK, RETRY};
 use crate::api::OmniHelmRelease;
-use crate::api::common::{condition_types as ct, reasons};
+use crate::api::Reason;
+use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::{Error, status};
 use crate::helm::ReleaseInfo;
 use crate::helm::args::InstallVerb;
@@ -54,7 +55,7 @@ pub(crate) enum Applied {
 #[error("{message}")]
 pub struct HelmFailure {
     /// The condition reason it is reported under.
-    pub reason: &'static str,
+    pub reason: Reason,
     /// The message in the condition.
     pub message: String,
 }
@@ -93,16 +94,21 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    /// Whether a new revision was deployed: each such Helm action is worth an Event, even when
-    /// the `Ready` reason (and so the condition Event) stays the same.
-    pub(crate) fn deployed(&self) -> bool {
-        matches!(
-            self,
+    /// The `Ready` reason and message of a pass that deployed a new revision of `r`'s release
+    /// (`None` for any other): each such Helm action is worth an Event, even when the `Ready`
+    /// reason (and so the condition Event) stays the same.
+    pub(crate) fn deployed(&self, r: &OmniHelmRelease) -> Option<(Reason, String)> {
+        match self {
             Outcome::Ran {
-                applied: Applied::Deployed(_),
-                ..
-            }
-        )
+                verb,
+                applied: Applied::Deployed(info),
+            } => Some(success_condition(
+                Some(action_name(*verb)),
+                &r.effective_release_name(),
+                info.revision,
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -119,7 +125,7 @@ pub(crate) const WAY_OUT: &str =
     "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
 
 /// Reason and message of a failing outcome; `None` for the healthy ones.
-fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, String)> {
+fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(Reason, String)> {
     let name = r.effective_release_name();
     let timeout = &r.spec.timeout;
     let pending = |info: &ReleaseInfo| {
@@ -130,19 +136,19 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
         )
     };
     Some(match outcome {
-        Outcome::Invalid(m) => (reasons::VALIDATION_FAILED, m.clone()),
+        Outcome::Invalid(m) => (Reason::ValidationFailed, m.clone()),
         Outcome::MissingCluster => (
-            reasons::MISSING_CLUSTER,
-            format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name),
+            Reason::MissingCluster,
+            missing_cluster(&r.spec.cluster_ref.name),
         ),
         Outcome::Blocked(problem) | Outcome::UninstallBlocked(problem) => {
             (problem.reason(), problem.to_string())
         }
         Outcome::HelmFailed(m) | Outcome::UninstallFailed(m) => {
-            (reasons::RECONCILE_FAILED, m.clone())
+            (Reason::ReconcileFailed, m.clone())
         }
         Outcome::Refused(o) => (
-            REASON_TARGET_NOT_OWNED,
+            Reason::TargetNotOwned,
             format!(
                 "Helm release {name:?} in namespace {:?} {}; it was left unchanged (annotate this OmniHelmRelease {ADOPT_ANNOTATION}=\"true\" to take it over)",
                 r.spec.namespace,
@@ -150,14 +156,14 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
             ),
         ),
         Outcome::Locked { release, .. } => (
-            REASON_RELEASE_PENDING,
+            Reason::ReleasePending,
             format!(
                 "{}; another Helm operation may still own it, so it is left alone until its timeout {timeout} has passed",
                 pending(release)
             ),
         ),
         Outcome::Stuck { release, because } => (
-            REASON_RELEASE_STUCK,
+            Reason::ReleaseStuck,
             format!(
                 "{}, longer than its timeout {timeout}; {}",
                 pending(release),
@@ -174,14 +180,14 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
         Outcome::Ran { verb, applied } => match applied {
             Applied::Deployed(_) => return None,
             Applied::NotDeployed(info) => (
-                reasons::RECONCILE_FAILED,
+                Reason::ReconcileFailed,
                 format!(
                     "Helm {} of release {name:?} ended in status {}",
                     action_name(*verb).to_lowercase(),
                     info.status
                 ),
             ),
-            Applied::Failed { message, .. } => (reasons::RECONCILE_FAILED, message.clone()),
+            Applied::Failed { message, .. } => (Reason::ReconcileFailed, message.clone()),
         },
         Outcome::InSync(_) => return None,
     })
@@ -197,22 +203,22 @@ pub(crate) fn success_condition(
     action: Option<&str>,
     name: &str,
     revision: i64,
-) -> (&'static str, String) {
+) -> (Reason, String) {
     match action {
         Some("Install") => (
-            reasons::HELM_INSTALLED,
+            Reason::HelmInstalled,
             format!("installed Helm release {name:?} revision {revision}"),
         ),
         Some("Upgrade") => (
-            reasons::HELM_UPGRADED,
+            Reason::HelmUpgraded,
             format!("upgraded Helm release {name:?} to revision {revision}"),
         ),
         _ if revision <= 1 => (
-            reasons::HELM_INSTALLED,
+            Reason::HelmInstalled,
             format!("Helm release {name:?} is deployed at revision {revision}"),
         ),
         _ => (
-            reasons::HELM_UPGRADED,
+            Reason::HelmUpgraded,
             format!("Helm release {name:?} is deployed at revision {revision}"),
         ),
     }
@@ -241,7 +247,7 @@ fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
 
 impl Draft {
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
-    fn failed(&mut self, reason: &str, message: &str) {
+    fn failed(&mut self, reason: Reason, message: &str) {
         self.outcome(false, reason, message);
         self.s.last_error = Some(message.to_string());
         self.s.last_attempt_time = Some(self.now());
@@ -272,16 +278,8 @@ pub(crate) fn desired_status(
         // Before the cluster was looked at, or while deleting: `Accepted` stays as it was.
         Outcome::Invalid(_) | Outcome::UninstallBlocked(_) => {}
         Outcome::UninstallFailed(_) => d.s.last_action = Some("Uninstall".into()),
-        Outcome::MissingCluster => {
-            let m = format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name);
-            d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
-        }
-        _ => d.set(
-            ct::ACCEPTED,
-            true,
-            reasons::ACCEPTED,
-            &format!("attached to OmniCluster {:?}", r.spec.cluster_ref.name),
-        ),
+        Outcome::MissingCluster => d.accepted(&r.spec.cluster_ref.name, false),
+        _ => d.accepted(&r.spec.cluster_ref.name, true),
     }
     match outcome {
         Outcome::Refused(_) => {

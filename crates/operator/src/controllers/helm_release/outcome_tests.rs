@@ -1,7 +1,9 @@
 //! Status and requeue decisions of `outcome.rs`, one scenario per test.
 
 use super::*;
+use crate::api::Reason;
 use crate::api::common::{ConditionStatus, find_condition};
+use crate::api::keys;
 use crate::controllers::helm_release::test_support::{at, info, release};
 
 fn now() -> jiff::Timestamp {
@@ -30,16 +32,16 @@ fn condition(s: &OmniHelmReleaseStatus, type_: &str) -> (ConditionStatus, String
 #[test]
 fn a_healthy_release_never_reports_a_failure_reason() {
     let (reason, message) = success_condition(Some("Install"), "app", 1);
-    assert_eq!(reason, reasons::HELM_INSTALLED);
+    assert_eq!(reason, Reason::HelmInstalled);
     assert_eq!(message, r#"installed Helm release "app" revision 1"#);
     let (reason, message) = success_condition(Some("Upgrade"), "app", 4);
-    assert_eq!(reason, reasons::HELM_UPGRADED);
+    assert_eq!(reason, Reason::HelmUpgraded);
     assert_eq!(message, r#"upgraded Helm release "app" to revision 4"#);
     // Status restored from a backup, or written by another tool: no recorded action.
     for (action, revision, expected) in [
-        (None, 1, reasons::HELM_INSTALLED),
-        (None, 3, reasons::HELM_UPGRADED),
-        (Some("Uninstall"), 2, reasons::HELM_UPGRADED),
+        (None, 1, Reason::HelmInstalled),
+        (None, 3, Reason::HelmUpgraded),
+        (Some("Uninstall"), 2, Reason::HelmUpgraded),
     ] {
         let (reason, message) = success_condition(action, "app", revision);
         assert_eq!(reason, expected, "{action:?} revision {revision}");
@@ -62,7 +64,7 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
         condition(&s, ct::READY),
         (
             ConditionStatus::True,
-            reasons::HELM_INSTALLED.to_string(),
+            Reason::HelmInstalled.to_string(),
             r#"installed Helm release "app" revision 1"#.to_string()
         )
     );
@@ -72,7 +74,7 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     assert_eq!(s.last_action.as_deref(), Some("Install"));
     assert_eq!(s.last_success_time, Some(now()));
     assert_eq!(s.last_error, None);
-    assert!(outcome.deployed());
+    assert!(outcome.deployed(&r).is_some());
     assert_eq!(
         next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
         Some(Action::requeue(Duration::from_secs(300)))
@@ -87,7 +89,7 @@ fn an_unchanged_release_is_described_by_its_last_recorded_action() {
         condition(&s, ct::READY),
         (
             ConditionStatus::True,
-            reasons::HELM_UPGRADED.to_string(),
+            Reason::HelmUpgraded.to_string(),
             r#"upgraded Helm release "app" to revision 2"#.to_string()
         )
     );
@@ -107,13 +109,13 @@ fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
     let (status, reason, message) = condition(&s, ct::READY);
     assert_eq!(
         (status, reason.as_str()),
-        (ConditionStatus::False, REASON_TARGET_NOT_OWNED)
+        (ConditionStatus::False, "TargetNotOwned")
     );
     assert!(
         message.contains("belongs to OmniHelmRelease ns/b (uid u)"),
         "{message}"
     );
-    assert!(message.contains(ADOPT_ANNOTATION), "{message}");
+    assert!(message.contains(keys::ADOPT_ANNOTATION), "{message}");
     assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_ok());
 }
 
@@ -129,7 +131,7 @@ fn a_young_pending_release_is_reported_and_looked_at_after_its_timeout() {
     assert_eq!(s.release_revision, Some(3));
     assert_eq!(s.release_status.as_deref(), Some("pending-upgrade"));
     let (_, reason, message) = condition(&s, ct::READY);
-    assert_eq!(reason, REASON_RELEASE_PENDING);
+    assert_eq!(reason, Reason::ReleasePending);
     assert!(message.starts_with(r#"Helm release "app" is pending-upgrade at revision 3 since 2026-11-23T01:59:00Z; another Helm operation"#), "{message}");
     assert_eq!(
         next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
@@ -156,7 +158,7 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
         };
         let s = desired_status(&r, &outcome, now());
         let (_, reason, message) = condition(&s, ct::READY);
-        assert_eq!(reason, REASON_RELEASE_STUCK);
+        assert_eq!(reason, Reason::ReleaseStuck);
         assert!(
             message.contains("since an unknown time, longer than its timeout"),
             "{message}"
@@ -191,10 +193,10 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
             .as_ref()
             .and_then(|s| s.last_applied_digest.clone())
     );
-    assert_eq!(condition(&s, ct::RELEASED).1, reasons::RECONCILE_FAILED);
+    assert_eq!(condition(&s, ct::RELEASED).1, Reason::ReconcileFailed);
     match next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0) {
         Err(Error::HelmRelease(HelmFailure { reason, message })) => {
-            assert_eq!(reason, reasons::RECONCILE_FAILED);
+            assert_eq!(reason, Reason::ReconcileFailed);
             assert_eq!(message, "Helm install failed for release \"app\": boom");
         }
         other => panic!("{other:?}"),
@@ -228,7 +230,7 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
         condition(&s, ct::ACCEPTED),
         (
             ConditionStatus::False,
-            reasons::MISSING_CLUSTER.to_string(),
+            Reason::MissingCluster.to_string(),
             r#"OmniCluster "c" does not exist"#.to_string()
         )
     );
@@ -247,7 +249,7 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     let blocked = Outcome::Blocked(Problem::MissingSecret("no kubeconfig".into()));
     let s = desired_status(&r, &blocked, now());
     assert_eq!(condition(&s, ct::ACCEPTED).0, ConditionStatus::True);
-    assert_eq!(condition(&s, ct::READY).1, reasons::MISSING_SECRET);
+    assert_eq!(condition(&s, ct::READY).1, Reason::MissingSecret);
 }
 
 #[test]
@@ -269,19 +271,19 @@ fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() 
 #[test]
 fn an_input_problem_knows_its_reason() {
     let missing = Problem::MissingSecret("kubeconfig Secret \"ns/kc\" does not exist".into());
-    assert_eq!(missing.reason(), reasons::MISSING_SECRET);
+    assert_eq!(missing.reason(), Reason::MissingSecret);
     let blocked = missing.map_message(|m| format!("cannot uninstall: {m}"));
-    assert_eq!(blocked.reason(), reasons::MISSING_SECRET);
+    assert_eq!(blocked.reason(), Reason::MissingSecret);
     assert_eq!(
         blocked.to_string(),
         "cannot uninstall: kubeconfig Secret \"ns/kc\" does not exist"
     );
     assert_eq!(
         Problem::Invalid("x".into()).reason(),
-        reasons::VALIDATION_FAILED
+        Reason::ValidationFailed
     );
     assert_eq!(
         Problem::HelmUnavailable("x".into()).reason(),
-        super::super::REASON_HELM_UNAVAILABLE
+        Reason::HelmUnavailable
     );
 }

@@ -5,19 +5,22 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use super::{
-    OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OWNER_UID_LABEL, STARTED_BY_RUN_LABEL,
-    STARTED_REVISION_LABEL,
-};
 use crate::api::OmniHelmRelease;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
+use crate::api::keys;
+use crate::api::keys::{
+    HELM_OWNER_NAME_LABEL, HELM_OWNER_NAMESPACE_LABEL, HELM_OWNER_UID_LABEL,
+    HELM_STARTED_BY_RUN_LABEL, HELM_STARTED_REVISION_LABEL,
+};
 use crate::helm::ReleaseInfo;
 
 /// The labels marking the revision `revision` as started by the operator process `run_id`.
 pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
     vec![
-        (STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
-        (STARTED_REVISION_LABEL.to_string(), revision.to_string()),
+        (HELM_STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
+        (
+            HELM_STARTED_REVISION_LABEL.to_string(),
+            revision.to_string(),
+        ),
     ]
 }
 
@@ -41,8 +44,8 @@ pub(crate) fn starter(
     run_id: &str,
 ) -> Starter {
     match (
-        labels.get(STARTED_BY_RUN_LABEL),
-        labels.get(STARTED_REVISION_LABEL),
+        labels.get(HELM_STARTED_BY_RUN_LABEL),
+        labels.get(HELM_STARTED_REVISION_LABEL),
     ) {
         (Some(run), Some(revision)) if *revision == info.revision.to_string() => {
             if run == run_id {
@@ -60,14 +63,14 @@ pub(crate) fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
     let Some(uid) = r.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
         return Vec::new();
     };
-    let mut labels = vec![(OWNER_UID_LABEL.to_string(), uid.to_string())];
+    let mut labels = vec![(HELM_OWNER_UID_LABEL.to_string(), uid.to_string())];
     if let Some(ns) = r.metadata.namespace.as_deref() {
-        labels.push((OWNER_NAMESPACE_LABEL.to_string(), ns.to_string()));
+        labels.push((HELM_OWNER_NAMESPACE_LABEL.to_string(), ns.to_string()));
     }
     let name = r.name_any();
     // Object names may be 253 characters long, label values only 63.
     if name.len() <= 63 {
-        labels.push((OWNER_NAME_LABEL.to_string(), name));
+        labels.push((HELM_OWNER_NAME_LABEL.to_string(), name));
     }
     labels
 }
@@ -109,12 +112,12 @@ pub fn ownership(
     info: &ReleaseInfo,
 ) -> Ownership {
     let own_uid = r.metadata.uid.as_deref().filter(|u| !u.is_empty());
-    match labels.get(OWNER_UID_LABEL) {
+    match labels.get(HELM_OWNER_UID_LABEL) {
         Some(uid) if Some(uid.as_str()) == own_uid => Ownership::Owned,
         Some(uid) => Ownership::OwnedByOther(
             match (
-                labels.get(OWNER_NAMESPACE_LABEL),
-                labels.get(OWNER_NAME_LABEL),
+                labels.get(HELM_OWNER_NAMESPACE_LABEL),
+                labels.get(HELM_OWNER_NAME_LABEL),
             ) {
                 (Some(ns), Some(name)) => format!("OmniHelmRelease {ns}/{name} (uid {uid})"),
                 _ => format!("another OmniHelmRelease (uid {uid})"),
@@ -142,11 +145,6 @@ fn installed_before_labels(r: &OmniHelmRelease, info: &ReleaseInfo) -> bool {
         && s.release_revision == Some(info.revision)
 }
 
-/// Whether the user allowed this object to take over a release it does not own.
-fn adopt_requested(r: &OmniHelmRelease) -> bool {
-    r.annotations().get(ADOPT_ANNOTATION).map(String::as_str) == Some("true")
-}
-
 /// What this object may do with the release it found, decided once per pass, before anything
 /// may change the release (a recovery, an install or an upgrade).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +152,7 @@ pub(crate) enum Claim {
     /// Ours (or there is no release to claim): change it freely. Tells who started its newest
     /// revision, which decides whether a `pending-*` revision was abandoned.
     Ours(Starter),
-    /// Someone else's, taken over because the user asked ([`ADOPT_ANNOTATION`]). It stays
+    /// Someone else's, taken over because the user asked ([`keys::ADOPT_ANNOTATION`]). It stays
     /// someone else's until our install or upgrade has labelled it, so it is never recovered
     /// at once as abandoned.
     Adopting,
@@ -172,7 +170,7 @@ pub(crate) fn claim(
     let o = ownership(r, labels, info);
     if o.is_ours() {
         Claim::Ours(starter(labels, info, run_id))
-    } else if adopt_requested(r) {
+    } else if keys::adopt_requested(&r.metadata) {
         Claim::Adopting
     } else {
         Claim::Refused(o)
@@ -191,12 +189,12 @@ mod tests {
         let mut r = release(serde_json::json!({}));
         r.metadata.uid = Some("uid-a".into());
         let deployed = info("deployed", 2);
-        let stamped = labels(&[(OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
+        let stamped = labels(&[(HELM_OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
         assert_eq!(ownership(&r, &stamped, &deployed), Ownership::Owned);
         let other = labels(&[
-            (OWNER_UID_LABEL, "uid-b"),
-            (OWNER_NAMESPACE_LABEL, "ns"),
-            (OWNER_NAME_LABEL, "second"),
+            (HELM_OWNER_UID_LABEL, "uid-b"),
+            (HELM_OWNER_NAMESPACE_LABEL, "ns"),
+            (HELM_OWNER_NAME_LABEL, "second"),
         ]);
         assert_eq!(
             ownership(&r, &other, &deployed),
@@ -241,13 +239,17 @@ mod tests {
         assert_eq!(
             owner_labels(&r),
             vec![
-                (OWNER_UID_LABEL.to_string(), "uid-a".to_string()),
-                (OWNER_NAMESPACE_LABEL.to_string(), "ns".to_string()),
-                (OWNER_NAME_LABEL.to_string(), "app".to_string()),
+                (HELM_OWNER_UID_LABEL.to_string(), "uid-a".to_string()),
+                (HELM_OWNER_NAMESPACE_LABEL.to_string(), "ns".to_string()),
+                (HELM_OWNER_NAME_LABEL.to_string(), "app".to_string()),
             ]
         );
         r.metadata.name = Some("n".repeat(64));
-        assert!(owner_labels(&r).iter().all(|(k, _)| k != OWNER_NAME_LABEL));
+        assert!(
+            owner_labels(&r)
+                .iter()
+                .all(|(k, _)| k != HELM_OWNER_NAME_LABEL)
+        );
     }
 
     #[test]
@@ -255,9 +257,9 @@ mod tests {
         let pending_rev = info("pending-upgrade", 4);
         let marked = |run: &str, revision: &str| {
             labels(&[
-                (OWNER_UID_LABEL, "uid-a"),
-                (STARTED_BY_RUN_LABEL, run),
-                (STARTED_REVISION_LABEL, revision),
+                (HELM_OWNER_UID_LABEL, "uid-a"),
+                (HELM_STARTED_BY_RUN_LABEL, run),
+                (HELM_STARTED_REVISION_LABEL, revision),
             ])
         };
         assert_eq!(
@@ -275,7 +277,7 @@ mod tests {
         );
         assert_eq!(
             starter(
-                &labels(&[(OWNER_UID_LABEL, "uid-a")]),
+                &labels(&[(HELM_OWNER_UID_LABEL, "uid-a")]),
                 &pending_rev,
                 "run-b"
             ),
@@ -284,8 +286,8 @@ mod tests {
         assert_eq!(
             run_labels("run-b", 5),
             [
-                (STARTED_BY_RUN_LABEL.to_string(), "run-b".to_string()),
-                (STARTED_REVISION_LABEL.to_string(), "5".to_string()),
+                (HELM_STARTED_BY_RUN_LABEL.to_string(), "run-b".to_string()),
+                (HELM_STARTED_REVISION_LABEL.to_string(), "5".to_string()),
             ]
         );
     }
@@ -296,9 +298,9 @@ mod tests {
         r.metadata.uid = Some("uid-a".into());
         let pending_rev = info("pending-upgrade", 4);
         let ours = labels(&[
-            (OWNER_UID_LABEL, "uid-a"),
-            (STARTED_BY_RUN_LABEL, "run-a"),
-            (STARTED_REVISION_LABEL, "4"),
+            (HELM_OWNER_UID_LABEL, "uid-a"),
+            (HELM_STARTED_BY_RUN_LABEL, "run-a"),
+            (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
             claim(&r, &ours, &pending_rev, "run-b"),
@@ -307,9 +309,9 @@ mod tests {
         // Someone else's release with marks of an earlier run: refused, or adopted on request
         // (and then never treated as abandoned by us).
         let theirs = labels(&[
-            (OWNER_UID_LABEL, "uid-b"),
-            (STARTED_BY_RUN_LABEL, "run-a"),
-            (STARTED_REVISION_LABEL, "4"),
+            (HELM_OWNER_UID_LABEL, "uid-b"),
+            (HELM_STARTED_BY_RUN_LABEL, "run-a"),
+            (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
             claim(&r, &theirs, &pending_rev, "run-b"),
@@ -320,7 +322,7 @@ mod tests {
         r.metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(ADOPT_ANNOTATION.into(), "true".into());
+            .insert(keys::ADOPT_ANNOTATION.into(), "true".into());
         assert_eq!(claim(&r, &theirs, &pending_rev, "run-b"), Claim::Adopting);
     }
 }

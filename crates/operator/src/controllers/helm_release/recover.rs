@@ -3,10 +3,10 @@
 
 use kube::runtime::events::EventType;
 
-use super::REASON_STUCK_RECOVERED;
 use super::inputs::timeout_of;
 use super::outcome::{Outcome, StuckBecause};
 use crate::api::OmniHelmRelease;
+use crate::api::Reason;
 use crate::controllers::Context;
 use crate::helm::{HistoryEntry, ReleaseInfo, ReleaseSession};
 
@@ -96,7 +96,7 @@ pub(crate) async fn recover(
     ctx.event(
         r,
         EventType::Warning,
-        REASON_STUCK_RECOVERED,
+        Reason::StuckReleaseRecovered,
         format!(
             "Helm release {name:?} is {} at revision {} since {since}, {why}; {done}",
             info.status, info.revision

@@ -4,13 +4,12 @@
 
 use kube::runtime::events::EventType;
 
-use super::REASON_UNINSTALL_SKIPPED;
 use super::apply::helm_failure;
 use super::inputs::{Problem, kubeconfig, release_key, timeout_of};
 use super::outcome::{Outcome, WAY_OUT};
 use super::ownership::{Ownership, ownership};
 use crate::api::OmniHelmRelease;
-use crate::api::common::reasons;
+use crate::api::Reason;
 use crate::api::helm_release::HelmDeletionPolicy;
 use crate::controllers::pipeline::Cleanup;
 use crate::controllers::{Context, Error};
@@ -54,7 +53,7 @@ pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup
             ctx.event(
                 r,
                 EventType::Warning,
-                REASON_UNINSTALL_SKIPPED,
+                Reason::UninstallSkipped,
                 format!(
                     "left Helm release {name:?} in namespace {:?} in place: it {}",
                     r.spec.namespace,
@@ -68,7 +67,7 @@ pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup
             ctx.event(
                 r,
                 EventType::Normal,
-                reasons::HELM_UNINSTALLED,
+                Reason::HelmUninstalled,
                 format!("uninstalled Helm release {name:?}"),
             )
             .await;

@@ -9,16 +9,17 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
+use super::RETRY;
 use super::holds::{add_hold, consumers, delete_owned, holds, release_hold};
 use super::outcome::{Done, ExportFailure, Exported, Outcome};
 use super::probe::{ACCEPTED, keep_stored};
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::target::{build_target, is_owned, prepared_kubeconfig};
-use super::{RETRY, ROTATED_REASON};
+use crate::api::Reason;
 use crate::api::common::DeletionPolicy;
+use crate::api::keys;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
 use crate::controllers::pipeline::not_deleted_meanwhile;
-use crate::controllers::secret_sync::adoptable;
 use crate::controllers::{Context, Error, Scope};
 use crate::export_format;
 use crate::metrics::RpcOutcome;
@@ -141,7 +142,7 @@ async fn export(
         }
     }
     if let Some(s) = &existing {
-        if !is_owned(s, e) && !adoptable(s) {
+        if !is_owned(s, e) && !keys::adopt_requested(&s.metadata) {
             return Ok(Err(ExportFailure::TargetNotOwned {
                 namespace: target_ns,
                 name: target_name,
@@ -225,7 +226,7 @@ async fn export(
         ctx.event(
             e,
             EventType::Normal,
-            ROTATED_REASON,
+            Reason::KubeconfigRotated,
             format!(
                 "rotated the kubeconfig in Secret \"{target_ns}/{target_name}\"; it expires at {expiration}"
             ),

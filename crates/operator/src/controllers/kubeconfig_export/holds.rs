@@ -1,5 +1,6 @@
-//! The export's hold on its Secret ([`IN_USE_FINALIZER`]) and the Secret's end: consumers that
-//! still need it keep it, an owned one is deleted or released, nothing else is touched.
+//! The export's hold on its Secret ([`keys::KUBECONFIG_IN_USE_FINALIZER`]) and the Secret's
+//! end: consumers that still need it keep it, an owned one is deleted or released, nothing
+//! else is touched.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
@@ -8,19 +9,17 @@ use kube::{Api, ResourceExt};
 use super::outcome::{ExportFailure, Waiting};
 use super::target::is_owned;
 use crate::api::common::DeletionPolicy;
+use crate::api::keys;
 use crate::api::{OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
 use crate::controllers::{Context, Error, api_resource, finalizer};
 use crate::delete_guard::{Deleted, delete_observed};
 
-/// Finalizer the export keeps on the Secret it writes. A Secret being deleted (by hand, by a
-/// namespace deletion) stays while an OmniHelmRelease or OmniSecretSync still needs it as its
-/// kubeconfig — for its own deletion above all: uninstalling the release and removing the copy
-/// need the workload cluster's credentials. Like `kubernetes.io/pvc-protection` for volumes.
-pub(crate) const IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
-
 /// Whether the export's hold is on `secret`.
 pub fn holds(secret: &Secret) -> bool {
-    secret.finalizers().iter().any(|f| f == IN_USE_FINALIZER)
+    secret
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::KUBECONFIG_IN_USE_FINALIZER)
 }
 
 /// Whether `consumer` (an OmniHelmRelease or OmniSecretSync, decoded loosely so one bad object
@@ -63,7 +62,7 @@ pub(super) fn with_hold(secret: &mut Secret) {
             .metadata
             .finalizers
             .get_or_insert_with(Vec::new)
-            .push(IN_USE_FINALIZER.to_string());
+            .push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
     }
 }
 
@@ -98,7 +97,7 @@ pub(crate) async fn set_secret_finalizers(
 /// Secrets.
 pub(super) async fn add_hold(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let mut list = secret.finalizers().to_vec();
-    list.push(IN_USE_FINALIZER.to_string());
+    list.push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
     set_secret_finalizers(api, &secret.metadata, list).await
 }
 
@@ -110,7 +109,7 @@ pub(super) async fn release_hold(api: &Api<Secret>, secret: &Secret) -> Result<(
     let rest = secret
         .finalizers()
         .iter()
-        .filter(|f| *f != IN_USE_FINALIZER)
+        .filter(|f| *f != keys::KUBECONFIG_IN_USE_FINALIZER)
         .cloned()
         .collect();
     set_secret_finalizers(api, &secret.metadata, rest).await
@@ -233,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_consumer_needs_the_kubeconfig_until_its_own_cleanup_is_done() {
-        let ours = crate::api::FINALIZER;
+        let ours = crate::api::keys::FINALIZER;
         assert!(needs_kubeconfig(&consumer("kc", false, &[]), "kc"), "live");
         assert!(
             needs_kubeconfig(&consumer("kc", true, &[ours]), "kc"),

@@ -6,9 +6,9 @@
 //! known hash and rotation times in status instead of clearing them.
 //!
 //! The export holds its Secret while OmniHelmReleases or OmniSecretSyncs use it as their
-//! kubeconfig (`IN_USE_FINALIZER` on the Secret, and a wait in the export's own deletion), so
-//! that deleting everything at once — a GitOps prune, a namespace deletion — lets the release
-//! be uninstalled and the copy removed before the kubeconfig disappears.
+//! kubeconfig (`omni.texashpc.com/kubeconfig-in-use` on the Secret, and a wait in the export's
+//! own deletion), so that deleting everything at once — a GitOps prune, a namespace deletion —
+//! lets the release be uninstalled and the copy removed before the kubeconfig disappears.
 //!
 //! A reconcile is the controllers' one pipeline: the webhook's own `validate`, then `apply`
 //! (find the cluster and connection, reuse the stored kubeconfig or mint one) ending in an
@@ -37,6 +37,7 @@ use super::{
     Cached, Context, Error, Shutdown, Watches, cached_ref, cluster_changes_of, drive,
     indexed_controller_for, touched,
 };
+use crate::api::keys;
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
@@ -50,21 +51,6 @@ pub use self::rotation::{Stored, reusable, sha256_hex};
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
 /// Bound of the usability probe against the workload API server.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
-pub(crate) const ROTATED_REASON: &str = "KubeconfigRotated";
-
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
-const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
-const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
-const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
-const NAMESPACE_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-namespace";
-const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-hash";
-const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
-const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
-const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
-/// The shape last written (`spec.format`), absent for `Kubeconfig`: a format change removes the
-/// keys (and the Argo CD label) of the old shape.
-const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
 
 /// The pipeline's steps for OmniKubeconfigExport.
 impl Pipeline for OmniKubeconfigExport {
@@ -210,9 +196,9 @@ pub fn start<S: Shutdown>(
         // Editing or deleting the target re-exports it.
         .watches_stream(touched::<Secret>(watches), |s: Cached<Secret>| {
             let a = s.annotations();
-            let name = a.get(NAME_ANNOTATION)?.clone();
+            let name = a.get(keys::EXPORT_NAME_ANNOTATION)?.clone();
             let ns = a
-                .get(NAMESPACE_ANNOTATION)
+                .get(keys::EXPORT_NAMESPACE_ANNOTATION)
                 .cloned()
                 .or_else(|| s.namespace())
                 .unwrap_or_default();

@@ -8,11 +8,12 @@ use kube::runtime::controller::Action;
 use super::RETRY;
 use super::rotation::{rotation_delay, whole_seconds};
 use crate::api::OmniKubeconfigExport;
-use crate::api::common::{condition_types as ct, reasons};
+use crate::api::Reason;
+use crate::api::common::{condition_types as ct, missing_cluster};
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
 use crate::controllers::RetryPolicy;
 use crate::controllers::omni::ConnectionError;
-use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
 use crate::controllers::status::Draft;
 
 /// Why an OmniKubeconfigExport has no current kubeconfig in its Secret; the message is its
@@ -35,7 +36,7 @@ pub enum ExportFailure {
         own: String,
     },
     /// The referenced OmniCluster does not exist.
-    #[error("OmniCluster {cluster:?} does not exist")]
+    #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
         cluster: String,
@@ -100,19 +101,19 @@ pub enum ExportFailure {
 
 impl ExportFailure {
     /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => reasons::VALIDATION_FAILED,
-            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => Reason::ValidationFailed,
+            Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
-                reasons::MISSING_CONNECTION
+                Reason::MissingConnection
             }
-            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
+            Self::TargetNotOwned { .. } => Reason::TargetNotOwned,
             Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. } => reasons::EXPORT_FAILED,
-            Self::TargetKeepsChanging { .. } => reasons::DELETE_FAILED,
+            | Self::WriteFailed { .. } => Reason::ExportFailed,
+            Self::TargetKeepsChanging { .. } => Reason::DeleteFailed,
         }
     }
 
@@ -250,8 +251,7 @@ pub(crate) fn desired_status(
     let mut d = Draft::new(s, e.metadata.generation, whole_seconds(now), ct::EXPORTED);
     let cluster = &e.spec.cluster_ref.name;
     if let Some(name) = &outcome.cluster_name {
-        let m = format!("attached to OmniCluster {cluster:?}");
-        d.set(ct::ACCEPTED, true, reasons::ACCEPTED, &m);
+        d.accepted(cluster, true);
         d.s.cluster_name = Some(name.clone());
     }
     if let Some((name, endpoint)) = &outcome.connection {
@@ -264,14 +264,14 @@ pub(crate) fn desired_status(
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;
             d.s.next_rotation_time = Some(x.next_rotation);
-            d.outcome(true, reasons::EXPORTED, &exported_message(e));
+            d.outcome(true, Reason::Exported, &exported_message(e));
         }
         Ok(Done::HoldChanged(_)) => {}
-        Ok(Done::Waiting(w)) => d.outcome(false, reasons::DELETING, &w.to_string()),
+        Ok(Done::Waiting(w)) => d.outcome(false, Reason::Deleting, &w.to_string()),
         Err(f) => {
             let m = f.to_string();
             if let ExportFailure::MissingCluster { .. } = f {
-                d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
+                d.accepted(cluster, false);
             }
             d.outcome(false, f.reason(), &m);
         }

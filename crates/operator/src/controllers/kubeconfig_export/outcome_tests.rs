@@ -159,7 +159,7 @@ fn failures_carry_their_reason_retry_and_message() {
         ),
     ];
     for (failure, reason, retry, message) in cases {
-        assert_eq!(failure.reason(), reason, "{failure:?}");
+        assert_eq!(failure.reason().as_str(), reason, "{failure:?}");
         assert_eq!(failure.retry(), retry, "{failure:?}");
         assert_eq!(failure.to_string(), message);
     }
@@ -308,7 +308,7 @@ fn a_waiting_deletion_names_the_users_and_the_way_out() {
 #[test]
 fn each_outcome_decides_the_next_reconcile() {
     let floor = Duration::from_secs(10);
-    let next = |o: Outcome| next_action(o, at(1000), floor).map_err(|f| f.reason());
+    let next = |o: Outcome| next_action(o, at(1000), floor).map_err(|f| f.reason().as_str());
     assert_eq!(
         next(exported()),
         Ok(Action::requeue(Duration::from_secs(2000))),

@@ -8,10 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
-use super::{
-    EXPIRATION_ANNOTATION, HASH_ANNOTATION, LAST_ROTATION_ANNOTATION, SPEC_HASH_ANNOTATION,
-};
 use crate::api::duration::GoDuration;
+use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::export_format;
 
@@ -104,15 +102,18 @@ pub fn reusable(
         .map(|(k, v)| (k.clone(), v.0.as_slice()))
         .collect();
     let a = secret.annotations();
-    if a.get(SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
+    if a.get(keys::EXPORT_SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
         return None;
     }
     let hash = export_format::data_hash(format, key, &data)?;
-    if a.get(HASH_ANNOTATION) != Some(&hash) {
+    if a.get(keys::KUBECONFIG_HASH_ANNOTATION) != Some(&hash) {
         return None;
     }
-    let expiration: jiff::Timestamp = a.get(EXPIRATION_ANNOTATION)?.parse().ok()?;
-    let last_rotation = match a.get(LAST_ROTATION_ANNOTATION) {
+    let expiration: jiff::Timestamp = a
+        .get(keys::KUBECONFIG_EXPIRATION_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let last_rotation = match a.get(keys::KUBECONFIG_LAST_ROTATION_ANNOTATION) {
         Some(t) => Some(t.parse().ok()?),
         None => None,
     };
@@ -185,9 +186,18 @@ mod tests {
             ..Secret::default()
         };
         s.metadata.annotations = Some(BTreeMap::from([
-            (SPEC_HASH_ANNOTATION.to_string(), "spec".to_string()),
-            (HASH_ANNOTATION.to_string(), sha256_hex(&kc)),
-            (EXPIRATION_ANNOTATION.to_string(), at(100).to_string()),
+            (
+                keys::EXPORT_SPEC_HASH_ANNOTATION.to_string(),
+                "spec".to_string(),
+            ),
+            (
+                keys::KUBECONFIG_HASH_ANNOTATION.to_string(),
+                sha256_hex(&kc),
+            ),
+            (
+                keys::KUBECONFIG_EXPIRATION_ANNOTATION.to_string(),
+                at(100).to_string(),
+            ),
         ]));
         let rb = Some(GoDuration::from_secs(20));
         let kubeconfig = ExportFormat::Kubeconfig;

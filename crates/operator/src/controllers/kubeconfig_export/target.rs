@@ -9,23 +9,24 @@ use kube::api::ObjectMeta;
 
 use super::holds::with_hold;
 use super::rotation::whole_seconds;
-use super::{
-    CLUSTER_LABEL, EXPIRATION_ANNOTATION, FORMAT_ANNOTATION, HASH_ANNOTATION,
-    LAST_ROTATION_ANNOTATION, MANAGED_BY, NAME_ANNOTATION, NAMESPACE_ANNOTATION,
-    SPEC_HASH_ANNOTATION, UID_LABEL,
-};
 use crate::api::OmniKubeconfigExport;
+use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::export_format;
 
 /// Ownership rule of parity §6.5.
 pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
     match export.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {
-            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+            secret
+                .labels()
+                .get(keys::EXPORT_UID_LABEL)
+                .map(String::as_str)
+                == Some(uid)
         }
-        _ => secret.annotations().get(NAME_ANNOTATION) == export.metadata.name.as_ref(),
+        _ => {
+            secret.annotations().get(keys::EXPORT_NAME_ANNOTATION) == export.metadata.name.as_ref()
+        }
     }
 }
 
@@ -87,7 +88,7 @@ pub(crate) fn build_target(
     let owned = existing.is_some_and(|s| is_owned(s, export));
     // What this export wrote last time (only an owned Secret's record is believed).
     let old_format = match existing.filter(|_| owned) {
-        Some(s) => match s.annotations().get(FORMAT_ANNOTATION) {
+        Some(s) => match s.annotations().get(keys::EXPORT_FORMAT_ANNOTATION) {
             Some(f) => ExportFormat::parse(f),
             None => Some(ExportFormat::Kubeconfig),
         },
@@ -103,47 +104,50 @@ pub(crate) fn build_target(
         ..Secret::default()
     });
     let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
     labels.insert(
-        UID_LABEL.into(),
+        keys::EXPORT_UID_LABEL.into(),
         export.metadata.uid.clone().unwrap_or_default(),
     );
-    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    labels.insert(keys::CLUSTER_LABEL.into(), cluster_name.into());
     if format == ExportFormat::ArgoCdCluster {
         labels.insert(
-            export_format::ARGOCD_SECRET_TYPE.0.into(),
-            export_format::ARGOCD_SECRET_TYPE.1.into(),
+            keys::ARGOCD_SECRET_TYPE.0.into(),
+            keys::ARGOCD_SECRET_TYPE.1.into(),
         );
     } else if old_format == Some(ExportFormat::ArgoCdCluster) {
         // Argo CD must no longer take it for a cluster.
-        labels.remove(export_format::ARGOCD_SECRET_TYPE.0);
+        labels.remove(keys::ARGOCD_SECRET_TYPE.0);
     }
     let a = secret
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new);
-    a.remove(ADOPT_ANNOTATION);
-    a.insert(NAME_ANNOTATION.into(), export.name_any());
+    a.remove(keys::ADOPT_ANNOTATION);
+    a.insert(keys::EXPORT_NAME_ANNOTATION.into(), export.name_any());
     a.insert(
-        NAMESPACE_ANNOTATION.into(),
+        keys::EXPORT_NAMESPACE_ANNOTATION.into(),
         export.namespace().unwrap_or_default(),
     );
-    a.insert(SPEC_HASH_ANNOTATION.into(), spec_hash.into());
+    a.insert(keys::EXPORT_SPEC_HASH_ANNOTATION.into(), spec_hash.into());
     a.insert(
-        HASH_ANNOTATION.into(),
+        keys::KUBECONFIG_HASH_ANNOTATION.into(),
         export_format::data_hash(format, &key, data).unwrap_or_default(),
     );
     if format == ExportFormat::Kubeconfig {
-        a.remove(FORMAT_ANNOTATION);
+        a.remove(keys::EXPORT_FORMAT_ANNOTATION);
     } else {
-        a.insert(FORMAT_ANNOTATION.into(), format.as_str().into());
+        a.insert(
+            keys::EXPORT_FORMAT_ANNOTATION.into(),
+            format.as_str().into(),
+        );
     }
     a.insert(
-        EXPIRATION_ANNOTATION.into(),
+        keys::KUBECONFIG_EXPIRATION_ANNOTATION.into(),
         whole_seconds(expiration).to_string(),
     );
     a.insert(
-        LAST_ROTATION_ANNOTATION.into(),
+        keys::KUBECONFIG_LAST_ROTATION_ANNOTATION.into(),
         whole_seconds(now).to_string(),
     );
     let st = export.status.clone().unwrap_or_default();

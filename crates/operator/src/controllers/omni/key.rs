@@ -1,6 +1,7 @@
 //! The rules of an OmniConnection's service-account key Secret, and why no Omni client could be
 //! built. The key itself is never logged or put in a message.
 
+use crate::api::Reason;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -77,15 +78,15 @@ pub enum ConnectionError {
 
 impl ConnectionError {
     /// Condition reason: `MissingSecret` for Secret problems, else `ConnectionFailed`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
             ConnectionError::MissingSecret { .. }
             | ConnectionError::MissingKey { .. }
             | ConnectionError::EmptyKey { .. }
             | ConnectionError::EnvAssignments { .. }
             | ConnectionError::NotBase64 { .. }
-            | ConnectionError::Read { .. } => crate::api::common::reasons::MISSING_SECRET,
-            ConnectionError::Client(_) => crate::api::common::reasons::CONNECTION_FAILED,
+            | ConnectionError::Read { .. } => Reason::MissingSecret,
+            ConnectionError::Client(_) => Reason::ConnectionFailed,
         }
     }
 }
@@ -211,7 +212,7 @@ mod tests {
             e.to_string(),
             r#"MissingSecret "omni": secrets "omni" not found"#
         );
-        assert_eq!(e.reason(), "MissingSecret");
+        assert_eq!(e.reason().as_str(), "MissingSecret");
     }
 
     #[test]

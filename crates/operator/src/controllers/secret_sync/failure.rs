@@ -2,9 +2,11 @@
 
 use kube::ResourceExt;
 
-use super::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED, RETRY};
+use super::RETRY;
 use crate::api::OmniSecretSync;
-use crate::api::common::reasons;
+use crate::api::Reason;
+use crate::api::common::missing_cluster;
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::RetryPolicy;
 use crate::workload::WorkloadError;
 
@@ -18,7 +20,7 @@ pub enum SecretSyncFailure {
     #[error("{0}")]
     Refused(String),
     /// The referenced OmniCluster does not exist.
-    #[error("OmniCluster {cluster:?} does not exist")]
+    #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
         cluster: String,
@@ -100,20 +102,20 @@ pub enum SecretSyncFailure {
 
 impl SecretSyncFailure {
     /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
             Self::InvalidSpec(_) | Self::Refused(_) | Self::InvalidKubeconfig { .. } => {
-                reasons::VALIDATION_FAILED
+                Reason::ValidationFailed
             }
-            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
-            | Self::MissingKubeconfigKey { .. } => reasons::MISSING_SECRET,
+            | Self::MissingKubeconfigKey { .. } => Reason::MissingSecret,
             Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
-                reasons::SYNC_FAILED
+                Reason::SyncFailed
             }
-            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
-            Self::DeleteFailed(_) => reasons::DELETE_FAILED,
+            Self::TargetNotOwned { .. } => Reason::TargetNotOwned,
+            Self::DeleteFailed(_) => Reason::DeleteFailed,
         }
     }
 
@@ -215,7 +217,7 @@ mod tests {
                     namespace: ns,
                     name,
                 },
-                REASON_TARGET_NOT_OWNED,
+                "TargetNotOwned",
                 RetryPolicy::Poll(RETRY),
                 format!(
                     r#"workload Secret "apps/dst" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}="true" to let the sync take it over)"#
@@ -229,7 +231,7 @@ mod tests {
             ),
         ];
         for (failure, reason, retry, message) in cases {
-            assert_eq!(failure.reason(), reason, "{failure:?}");
+            assert_eq!(failure.reason().as_str(), reason, "{failure:?}");
             assert_eq!(failure.retry(), retry, "{failure:?}");
             assert_eq!(failure.to_string(), message);
         }

@@ -21,7 +21,6 @@ pub(crate) use self::failure::SecretSyncFailure;
 use self::failure::kubeconfig_failure;
 pub(crate) use self::outcome::SyncOutcome;
 use self::outcome::desired_status;
-pub(crate) use self::target::adoptable;
 use self::write::{delete_owned, sync_target};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
@@ -39,10 +38,6 @@ use crate::secret_policy::{self, SecretUse};
 pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 /// Re-check while a dependency is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
-/// Annotation a user puts on an existing workload Secret to let a sync take it over.
-pub(crate) const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
-/// Condition reason for a target Secret that belongs to someone else.
-pub(crate) const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
 
 const KIND: &str = "OmniSecretSync";
 

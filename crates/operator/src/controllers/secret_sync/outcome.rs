@@ -3,7 +3,8 @@
 use super::failure::SecretSyncFailure;
 use super::write::Synced;
 use crate::api::OmniSecretSync;
-use crate::api::common::{Condition, condition_types as ct, reasons, set_condition};
+use crate::api::Reason;
+use crate::api::common::{Condition, condition_types as ct, set_condition};
 use crate::api::secret_sync::OmniSecretSyncStatus;
 
 /// What one pass did, and whether the cluster it names exists (`accepted`; `None` when the
@@ -37,31 +38,19 @@ pub(super) fn desired_status(
     s.kubeconfig_secret_ref = Some(sync.spec.kubeconfig_secret_ref.name.clone());
     s.kubeconfig_secret_key = Some(sync.spec.kubeconfig_secret_ref.key.clone());
     s.source_secret_ref = Some(sync.spec.source_secret_ref.name.clone());
-    let set = |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: &str, message: &str| {
+    let set =
+        |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: Reason, message: &str| {
+            set_condition(
+                &mut s.conditions,
+                Condition::new(type_, ok.into(), reason, message, generation, now),
+            );
+        };
+    if let Some(exists) = *accepted {
+        let name = &sync.spec.cluster_ref.name;
         set_condition(
             &mut s.conditions,
-            Condition::new(type_, ok.into(), reason, message, generation, now),
+            Condition::accepted(name, exists, generation, now),
         );
-    };
-    if let Some(accepted) = *accepted {
-        let name = &sync.spec.cluster_ref.name;
-        if accepted {
-            set(
-                &mut s,
-                ct::ACCEPTED,
-                true,
-                reasons::ACCEPTED,
-                &format!("attached to OmniCluster {name:?}"),
-            );
-        } else {
-            set(
-                &mut s,
-                ct::ACCEPTED,
-                false,
-                reasons::MISSING_CLUSTER,
-                &format!("OmniCluster {name:?} does not exist"),
-            );
-        }
     }
     let changed_copy;
     match result {
@@ -71,8 +60,8 @@ pub(super) fn desired_status(
                 "synced Secret {:?} to workload Secret \"{}/{}\"",
                 sync.spec.source_secret_ref.name, t.namespace, t.name
             );
-            set(&mut s, ct::SYNCED, true, reasons::SYNCED, &m);
-            set(&mut s, ct::READY, true, reasons::SYNCED, &m);
+            set(&mut s, ct::SYNCED, true, Reason::Synced, &m);
+            set(&mut s, ct::READY, true, Reason::Synced, &m);
             s.target_secret_ref = Some(t.name.clone());
             s.target_namespace = Some(t.namespace.clone());
             s.secret_type = Some(done.type_.clone());
