@@ -11,7 +11,7 @@
 
 pub mod api;
 pub mod api_client;
-pub mod baseline;
+pub mod benchmark;
 pub mod cli;
 pub mod controllers;
 pub(crate) mod delete_guard;

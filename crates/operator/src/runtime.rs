@@ -15,14 +15,19 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use futures::future::{BoxFuture, FutureExt, Shared};
 
-use crate::api::{OmniControlPlane, OmniMachine, OmniWorkers};
-use crate::controllers::{self, Clock, Context, Scope, SystemClock};
+use crate::benchmark::Quirks;
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::omni::OmniClients;
+use crate::controllers::shared::setup::Setup;
+use crate::controllers::shared::watches::Watches;
+use crate::controllers::{self, Clock, Scope, SystemClock};
 use crate::helm::{Helm, HelmConfig};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
 use crate::secret_policy::SecretPolicy;
 use crate::secure_metrics::{self, SecureMetricsConfig};
 use crate::webhook::{self, WebhookConfig};
+use crate::workload::WorkloadClients;
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -75,6 +80,8 @@ pub struct OperatorConfig {
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
     pub metrics: Arc<Metrics>,
+    /// The behaviours of the original modelled for `omni-bench --baseline` (none by default).
+    pub baseline: Quirks,
 }
 
 impl std::fmt::Debug for OperatorConfig {
@@ -114,6 +121,7 @@ impl OperatorConfig {
             secret_policy: SecretPolicy::default(),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
+            baseline: Quirks::default(),
         }
     }
 }
@@ -137,11 +145,9 @@ pub(crate) fn default_helm_work_dir() -> PathBuf {
 /// `sessions/` at start-up, which must never hit another running operator's sessions (tests
 /// run several in one process, and several test processes at once).
 fn embedded_helm_work_dir() -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
     std::env::temp_dir().join(format!(
-        "omni-operator-helm-embedded-{}-{n}",
-        std::process::id()
+        "omni-operator-helm-embedded-{}",
+        uuid::Uuid::new_v4().simple()
     ))
 }
 
@@ -302,6 +308,17 @@ async fn lead_and_reconcile(
     let renewed = Arc::new(std::sync::Mutex::new(renewed_at));
     let pod = std::env::var("POD_NAME").ok();
     let helm = start_helm(config).await;
+    let omni = OmniClients::new(client.clone());
+    let setup = Setup {
+        config,
+        omni: Arc::new(if config.baseline.connects_per_call() {
+            omni.without_reuse()
+        } else {
+            omni
+        }),
+        workload: Arc::new(WorkloadClients::new(client.clone())),
+        helm,
+    };
     let ctx = Arc::new(
         Context::new(
             client,
@@ -310,12 +327,8 @@ async fn lead_and_reconcile(
             config.metrics.clone(),
             pod,
         )
-        .with_helm(helm)
-        .with_secret_sync_resync(config.secret_sync_resync)
         .with_max_concurrent_reconciles(config.max_concurrent_reconciles)
-        .with_template_root(config.template_root.clone())
-        .with_min_interval(config.min_interval)
-        .with_secret_policy(config.secret_policy),
+        .with_baseline(config.baseline),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
@@ -326,33 +339,10 @@ async fn lead_and_reconcile(
     let mut controllers = tokio::task::JoinSet::new();
     // Every controller subscribes to the kinds it reads before the watches start: one watch
     // and one cache per kind, shared.
-    let mut watches = controllers::Watches::new(&ctx);
-    let w = &mut watches;
-    let stop_on = || ctl_stop.clone();
-    controllers.spawn(controllers::connection::start(ctx.clone(), w, stop_on()));
-    controllers.spawn(controllers::cluster::start(ctx.clone(), w, stop_on()));
-    controllers.spawn(controllers::children::start::<OmniControlPlane, _>(
-        ctx.clone(),
-        w,
-        stop_on(),
-    ));
-    controllers.spawn(controllers::children::start::<OmniWorkers, _>(
-        ctx.clone(),
-        w,
-        stop_on(),
-    ));
-    controllers.spawn(controllers::children::start::<OmniMachine, _>(
-        ctx.clone(),
-        w,
-        stop_on(),
-    ));
-    controllers.spawn(controllers::secret_sync::start(ctx.clone(), w, stop_on()));
-    controllers.spawn(controllers::kubeconfig_export::start(
-        ctx.clone(),
-        w,
-        stop_on(),
-    ));
-    controllers.spawn(controllers::helm_release::start(ctx.clone(), w, stop_on()));
+    let mut watches = Watches::new(&ctx);
+    for controller in controllers::start_all(&ctx, &setup, &mut watches, ctl_stop.clone()) {
+        controllers.spawn(controller);
+    }
     tracing::debug!(kinds = watches.count(), "watching");
     controllers.spawn(watches.run(ctl_stop.clone()));
 

@@ -242,6 +242,17 @@ pub(crate) fn missing_cluster(cluster: &str) -> String {
     format!("OmniCluster {cluster:?} does not exist")
 }
 
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
 impl From<bool> for ConditionStatus {
     fn from(value: bool) -> Self {
         if value {

@@ -110,9 +110,9 @@ pub struct Args {
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
     pub(crate) allow_cross_namespace_export: bool,
-    /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
-    #[arg(long, hide = true, value_parser = crate::baseline::parse)]
-    pub baseline_quirks: Option<crate::baseline::Quirks>,
+    /// Benchmarks only: model the original implementation's costs (see `crate::benchmark`).
+    #[arg(long, hide = true, value_parser = crate::benchmark::parse)]
+    pub baseline_quirks: Option<crate::benchmark::Quirks>,
 }
 
 fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
@@ -224,13 +224,19 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         },
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
+        baseline: args.baseline_quirks.unwrap_or_default(),
     })
 }
 
 /// Runs the subcommand until SIGINT/SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let config = config_from_args(&args)?;
-    crate::baseline::install(args.baseline_quirks.unwrap_or_default());
+    if config.baseline != crate::benchmark::Quirks::default() {
+        tracing::warn!(
+            quirks = ?config.baseline,
+            "baseline quirks are on: this process models the original implementation for benchmarks"
+        );
+    }
     let kube_config = kube::Config::infer()
         .await
         .context("connect to the Kubernetes API")?;
@@ -336,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_baseline_flag_parses_and_stays_out_of_the_help() {
-        use crate::baseline::Quirk;
+        use crate::benchmark::Quirk;
         use clap::CommandFactory as _;
         let help = Cli::command().render_long_help().to_string();
         assert!(!help.contains("baseline"), "{help}");

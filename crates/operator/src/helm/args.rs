@@ -1,4 +1,4 @@
-//! Pure construction of helm command lines.
+//! Pure construction of helm command lines: every argv the driver runs is built here.
 //!
 //! Kept free of IO so the flag differences between helm 3 and helm 4 are unit-tested without a
 //! helm binary. Paths to the private kubeconfig and values files are passed in by the caller.
@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{ChartSource, HelmFlavor, ReleaseRequest};
+use super::{ChartSource, HelmFlavor, ReleaseRequest, Revision};
 
 /// Where the per-call private files live.
 #[derive(Clone, Debug)]
@@ -60,6 +60,16 @@ pub(crate) enum InstallVerb {
     Upgrade,
 }
 
+impl InstallVerb {
+    /// The helm verb.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            InstallVerb::Install => "install",
+            InstallVerb::Upgrade => "upgrade",
+        }
+    }
+}
+
 /// Ends the flags: every later argument is positional, so a release or chart name that starts
 /// with `-` (both come from the custom resource) is never parsed as a helm flag.
 pub(crate) const END_OF_FLAGS: &str = "--";
@@ -98,27 +108,28 @@ fn labels_flag(labels: &[(String, String)]) -> Option<String> {
     Some(format!("--labels={}", pairs.join(",")))
 }
 
-/// `helm install|upgrade ... -- NAME CHART` for the given flavor.
+/// `helm install|upgrade ... -- NAME CHART` for the given flavor, creating `revision`.
 pub(crate) fn install_or_upgrade(
     verb: InstallVerb,
     flavor: HelmFlavor,
     request: &ReleaseRequest,
+    revision: &Revision,
     files: &CallFiles<'_>,
     repo_alias: Option<&str>,
 ) -> Vec<String> {
-    let mut args = vec![
-        match verb {
-            InstallVerb::Install => "install",
-            InstallVerb::Upgrade => "upgrade",
-        }
-        .to_string(),
-    ];
+    let mut args = vec![verb.as_str().to_string()];
     let (chart_flags, chart) = chart_arguments(&request.chart, &request.chart_version, repo_alias);
     args.extend(chart_flags);
     args.extend(common_flags(files, &request.namespace));
     // Helm merges these into the labels of the previous revision on upgrade, so they always
     // name the current owner (see docs/helm.md, "Ownership").
-    args.extend(labels_flag(&request.owner_labels));
+    let all_labels: Vec<(String, String)> = request
+        .owner_labels
+        .iter()
+        .chain(&revision.labels)
+        .cloned()
+        .collect();
+    args.extend(labels_flag(&all_labels));
     args.extend([
         "--values".into(),
         files.values.display().to_string(),
@@ -130,7 +141,7 @@ pub(crate) fn install_or_upgrade(
     if verb == InstallVerb::Install && request.create_namespace {
         args.push("--create-namespace".into());
     }
-    if verb == InstallVerb::Install && request.replace {
+    if verb == InstallVerb::Install && revision.replace {
         args.push("--replace".into());
     }
     if verb == InstallVerb::Upgrade {
@@ -184,96 +195,165 @@ pub(crate) fn wait_flags(flavor: HelmFlavor, wait: bool, wait_for_jobs: bool) ->
 }
 
 /// `helm uninstall NAME ...`.
-pub fn uninstall(
+pub(crate) fn uninstall(
     flavor: HelmFlavor,
-    release: &str,
-    namespace: &str,
-    timeout: Duration,
-    disable_hooks: bool,
-    wait: bool,
+    request: &ReleaseRequest,
     files: &CallFiles<'_>,
 ) -> Vec<String> {
     let mut args = vec!["uninstall".to_string()];
-    args.extend(common_flags(files, namespace));
-    args.extend(["--timeout".into(), go_duration(timeout)]);
-    if disable_hooks {
+    args.extend(common_flags(files, &request.namespace));
+    args.extend(["--timeout".into(), go_duration(request.timeout)]);
+    if request.disable_hooks {
         args.push("--no-hooks".into());
     }
     if flavor == HelmFlavor::V4 {
         // helm 3 only learned this flag in later minor versions; for it "not found" is
         // recognised from the error text instead.
         args.push("--ignore-not-found".into());
-        if wait {
+        if request.wait {
             args.push("--wait=watcher".into());
         }
-    } else if wait {
+    } else if request.wait {
         args.push("--wait".into());
     }
-    args.extend([END_OF_FLAGS.into(), release.to_string()]);
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
     args
 }
 
 /// `helm rollback NAME REVISION ...`.
-pub fn rollback(
+pub(crate) fn rollback(
     flavor: HelmFlavor,
-    release: &str,
-    namespace: &str,
+    request: &ReleaseRequest,
     revision: i64,
-    timeout: Duration,
-    wait: bool,
     files: &CallFiles<'_>,
 ) -> Vec<String> {
     let mut args = vec!["rollback".to_string()];
-    args.extend(common_flags(files, namespace));
-    args.extend(["--timeout".into(), go_duration(timeout)]);
-    args.extend(wait_flags(flavor, wait, false));
+    args.extend(common_flags(files, &request.namespace));
+    args.extend(["--timeout".into(), go_duration(request.timeout)]);
+    args.extend(wait_flags(flavor, request.wait, false));
     args.extend([
         END_OF_FLAGS.into(),
-        release.to_string(),
+        request.release_name.clone(),
         revision.to_string(),
     ]);
     args
 }
 
 /// `helm status -o json -- NAME`.
-pub fn status(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+pub(crate) fn status(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
     let mut args = vec!["status".to_string()];
-    args.extend(common_flags(files, namespace));
+    args.extend(common_flags(files, &request.namespace));
     args.extend([
         "--output".into(),
         "json".into(),
         END_OF_FLAGS.into(),
-        release.to_string(),
+        request.release_name.clone(),
     ]);
     args
 }
 
 /// `helm get metadata -o json -- NAME`: the newest revision's metadata, including the release
 /// labels (helm keeps them as labels of its storage Secret, not in `status` output).
-pub fn metadata(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+pub(crate) fn metadata(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
     let mut args = vec!["get".to_string(), "metadata".into()];
-    args.extend(common_flags(files, namespace));
+    args.extend(common_flags(files, &request.namespace));
     args.extend([
         "--output".into(),
         "json".into(),
         END_OF_FLAGS.into(),
-        release.to_string(),
+        request.release_name.clone(),
     ]);
     args
 }
 
 /// `helm history -o json -- NAME`.
-pub fn history(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<String> {
+pub(crate) fn history(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
     let mut args = vec!["history".to_string()];
-    args.extend(common_flags(files, namespace));
+    args.extend(common_flags(files, &request.namespace));
     args.extend([
         "--output".into(),
         "json".into(),
         "--max".into(),
         "32".into(),
         END_OF_FLAGS.into(),
-        release.to_string(),
+        request.release_name.clone(),
     ]);
+    args
+}
+
+/// The name a chart repository that needs credentials or a CA is added under, in the call's
+/// private `repositories.yaml`.
+pub(crate) const REPO_ALIAS: &str = "release-repo";
+
+/// How a repository or registry login authenticates: never a password on the command line.
+#[derive(Clone, Debug)]
+pub(crate) struct Login<'a> {
+    /// User name, if any.
+    pub(crate) username: Option<&'a str>,
+    /// Whether a password follows on stdin (`--password-stdin`).
+    pub(crate) password_on_stdin: bool,
+    /// CA bundle to trust for the repository's certificate.
+    pub(crate) ca_file: Option<&'a Path>,
+}
+
+impl Login<'_> {
+    fn flags(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(user) = self.username {
+            args.extend(["--username".into(), user.to_string()]);
+        }
+        if self.password_on_stdin {
+            args.push("--password-stdin".into());
+        }
+        if let Some(ca) = self.ca_file {
+            args.extend(["--ca-file".into(), ca.display().to_string()]);
+        }
+        args
+    }
+}
+
+/// `helm repo add --force-update ... -- ALIAS URL` into the call's private repository files.
+pub(crate) fn repo_add(
+    files: &CallFiles<'_>,
+    login: &Login<'_>,
+    alias: &str,
+    url: &str,
+) -> Vec<String> {
+    let mut args = vec![
+        "repo".to_string(),
+        "add".into(),
+        "--force-update".into(),
+        "--repository-config".into(),
+        files.repository_config.display().to_string(),
+        "--repository-cache".into(),
+        files.repository_cache.display().to_string(),
+    ];
+    args.extend(login.flags());
+    args.extend([END_OF_FLAGS.into(), alias.to_string(), url.to_string()]);
+    args
+}
+
+/// `helm registry login ... -- HOST` for the registry of the OCI chart `reference`, into the
+/// call's private registry credentials file.
+pub(crate) fn registry_login(
+    files: &CallFiles<'_>,
+    login: &Login<'_>,
+    reference: &str,
+) -> Vec<String> {
+    let host = reference
+        .trim_start_matches("oci://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut args = vec![
+        "registry".to_string(),
+        "login".into(),
+        "--registry-config".into(),
+        files.registry_config.display().to_string(),
+    ];
+    args.extend(login.flags());
+    args.extend([END_OF_FLAGS.into(), host]);
     args
 }
 
@@ -284,6 +364,8 @@ mod tests {
 
     fn request() -> ReleaseRequest {
         ReleaseRequest {
+            lock_key: "ns/kc/kube-system/metrics-server".into(),
+            digest: "d".into(),
             release_name: "metrics-server".into(),
             namespace: "kube-system".into(),
             chart: ChartSource::Repository {
@@ -300,7 +382,6 @@ mod tests {
             disable_hooks: false,
             skip_crds: true,
             max_history: 5,
-            replace: false,
             owner_labels: vec![("omni.texashpc.com/owner-uid".into(), "u-1".into())],
         }
     }
@@ -345,7 +426,14 @@ mod tests {
     #[test]
     fn helm4_install_uses_strategy_flags_and_rollback_on_failure() {
         let args = with_files(|f| {
-            install_or_upgrade(InstallVerb::Install, HelmFlavor::V4, &request(), f, None)
+            install_or_upgrade(
+                InstallVerb::Install,
+                HelmFlavor::V4,
+                &request(),
+                &Revision::default(),
+                f,
+                None,
+            )
         });
         assert_eq!(args[0], "install");
         assert_eq!(positionals(&args), ["metrics-server", "metrics-server"]);
@@ -373,6 +461,7 @@ mod tests {
                 InstallVerb::Upgrade,
                 HelmFlavor::V3,
                 &request(),
+                &Revision::default(),
                 f,
                 Some("r0"),
             )
@@ -387,6 +476,27 @@ mod tests {
         assert!(has_pair(&args, "--history-max", "5"));
         assert!(!args.contains(&"--create-namespace".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--wait=")));
+    }
+
+    /// A revision's own labels follow the owner's in one `--labels`; `--replace` is an
+    /// install's alone.
+    #[test]
+    fn a_revision_adds_its_marks_and_an_install_may_replace_kept_history() {
+        let revision = Revision {
+            labels: vec![("omni.texashpc.com/started-revision".into(), "4".into())],
+            replace: true,
+        };
+        let (install, upgrade) = with_files(|f| {
+            let run =
+                |verb| install_or_upgrade(verb, HelmFlavor::V4, &request(), &revision, f, None);
+            (run(InstallVerb::Install), run(InstallVerb::Upgrade))
+        });
+        let labels =
+            "--labels=omni.texashpc.com/owner-uid=u-1,omni.texashpc.com/started-revision=4";
+        assert!(install.contains(&labels.to_string()), "{install:?}");
+        assert!(upgrade.contains(&labels.to_string()), "{upgrade:?}");
+        assert!(install.contains(&"--replace".to_string()));
+        assert!(!upgrade.contains(&"--replace".to_string()));
     }
 
     #[test]
@@ -424,7 +534,14 @@ mod tests {
         hostile.namespace = "--debug".into();
         with_files(|f| {
             for verb in [InstallVerb::Install, InstallVerb::Upgrade] {
-                let args = install_or_upgrade(verb, HelmFlavor::V4, &hostile, f, None);
+                let args = install_or_upgrade(
+                    verb,
+                    HelmFlavor::V4,
+                    &hostile,
+                    &Revision::default(),
+                    f,
+                    None,
+                );
                 assert_eq!(
                     positionals(&args),
                     ["--kubeconfig=/etc/operator", "--post-renderer=sh"]
@@ -432,16 +549,44 @@ mod tests {
                 assert!(args.contains(&"--version=-1".to_string()));
                 assert!(args.contains(&"--namespace=--debug".to_string()));
             }
-            let name = "-x";
-            assert_eq!(positionals(&status(name, "ns", f)), ["-x"]);
-            assert_eq!(positionals(&metadata(name, "ns", f)), ["-x"]);
-            assert_eq!(positionals(&history(name, "ns", f)), ["-x"]);
-            let d = Duration::from_secs(1);
-            let rb = rollback(HelmFlavor::V4, name, "ns", 2, d, false, f);
+            let named = ReleaseRequest {
+                release_name: "-x".into(),
+                namespace: "ns".into(),
+                timeout: Duration::from_secs(1),
+                wait: false,
+                ..request()
+            };
+            assert_eq!(positionals(&status(&named, f)), ["-x"]);
+            assert_eq!(positionals(&metadata(&named, f)), ["-x"]);
+            assert_eq!(positionals(&history(&named, f)), ["-x"]);
+            let rb = rollback(HelmFlavor::V4, &named, 2, f);
             assert_eq!(positionals(&rb), ["-x", "2"]);
-            let un = uninstall(HelmFlavor::V3, name, "ns", d, false, false, f);
+            let un = uninstall(HelmFlavor::V3, &named, f);
             assert_eq!(positionals(&un), ["-x"]);
+            let login = Login {
+                username: Some("-u"),
+                password_on_stdin: true,
+                ca_file: None,
+            };
+            let add = repo_add(f, &login, REPO_ALIAS, "--url");
+            assert_eq!(positionals(&add), [REPO_ALIAS, "--url"]);
+            assert!(has_pair(&add, "--username", "-u"));
+            let oci = registry_login(f, &login, "oci://-registry/charts/app");
+            assert_eq!(positionals(&oci), ["-registry"]);
         });
+    }
+
+    /// The request of release `app` in namespace `apps`, with `timeout`, `disable_hooks` and
+    /// `wait` as given.
+    fn app(timeout: Duration, disable_hooks: bool, wait: bool) -> ReleaseRequest {
+        ReleaseRequest {
+            release_name: "app".into(),
+            namespace: "apps".into(),
+            timeout,
+            disable_hooks,
+            wait,
+            ..request()
+        }
     }
 
     #[test]
@@ -449,11 +594,7 @@ mod tests {
         let args = with_files(|f| {
             uninstall(
                 HelmFlavor::V4,
-                "app",
-                "apps",
-                Duration::from_secs(60),
-                true,
-                false,
+                &app(Duration::from_secs(60), true, false),
                 f,
             )
         });
@@ -464,11 +605,7 @@ mod tests {
         let v3 = with_files(|f| {
             uninstall(
                 HelmFlavor::V3,
-                "app",
-                "apps",
-                Duration::from_secs(60),
-                false,
-                false,
+                &app(Duration::from_secs(60), false, false),
                 f,
             )
         });
@@ -478,17 +615,10 @@ mod tests {
     #[test]
     fn status_history_rollback_request_json() {
         with_files(|f| {
-            assert!(has_pair(&status("app", "apps", f), "--output", "json"));
-            assert!(has_pair(&history("app", "apps", f), "--output", "json"));
-            let rb = rollback(
-                HelmFlavor::V4,
-                "app",
-                "apps",
-                3,
-                Duration::from_secs(30),
-                true,
-                f,
-            );
+            let req = app(Duration::from_secs(30), false, true);
+            assert!(has_pair(&status(&req, f), "--output", "json"));
+            assert!(has_pair(&history(&req, f), "--output", "json"));
+            let rb = rollback(HelmFlavor::V4, &req, 3, f);
             assert_eq!(rb[0], "rollback");
             assert_eq!(positionals(&rb), ["app", "3"]);
             assert!(rb.contains(&"--wait=watcher".to_string()));

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedMutexGuard, Semaphore};
 
-pub(crate) use output::{HistoryEntry, ReleaseInfo};
+pub(crate) use output::{HelmStatus, HistoryEntry, ReleaseInfo};
 
 use args::{CallFiles, InstallVerb};
 
@@ -71,9 +71,18 @@ impl ChartSource {
     }
 }
 
-/// Everything helm needs to install or upgrade one release.
+/// One release as one pass of its OmniHelmRelease resolved it from the spec: everything helm
+/// needs to read, install, upgrade, roll back or uninstall it. Built once per pass, so every
+/// action works on the same name, namespace, timeout and inputs.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ReleaseRequest {
+    /// Names the release in its workload cluster for the helm driver's per-release lock, so two
+    /// objects pointing at the same release never run helm on it at once.
+    pub(crate) lock_key: String,
+    /// Digest of the inputs that define the release (target, chart, version, values; not the
+    /// kubeconfig and not the operation knobs): a release applied with this digest is as the
+    /// spec wants it. Not sent to helm.
+    pub(crate) digest: String,
     /// Release name.
     pub(crate) release_name: String,
     /// Release namespace in the workload cluster.
@@ -100,12 +109,20 @@ pub(crate) struct ReleaseRequest {
     pub(crate) skip_crds: bool,
     /// Revisions to keep on upgrade (0 = helm's default).
     pub(crate) max_history: u32,
-    /// Install over a release that was uninstalled with its history kept (`--replace`).
-    pub replace: bool,
-    /// Release labels naming the owning OmniHelmRelease and the operator process that starts
-    /// the revision (`--labels`, helm 3.13+). Helm keeps them as labels of its storage Secret
-    /// and carries them over to later revisions.
+    /// Release labels naming the owning OmniHelmRelease (`--labels`, helm 3.13+). Helm keeps
+    /// them as labels of its storage Secret and carries them over to later revisions.
     pub(crate) owner_labels: Vec<(String, String)>,
+}
+
+/// What one install or upgrade adds to its release's request: what is particular to the
+/// revision it creates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Revision {
+    /// Release labels beyond the owner's: the marks of the operator process that starts the
+    /// revision.
+    pub(crate) labels: Vec<(String, String)>,
+    /// Install over a release that was uninstalled with its history kept (`--replace`).
+    pub(crate) replace: bool,
 }
 
 /// Credentials for a chart repository or OCI registry, and a CA bundle to trust.
@@ -523,15 +540,14 @@ impl ReleaseSession {
     }
 
     /// Current release state, or `None` when the release does not exist.
-    pub async fn status(
+    pub(crate) async fn status(
         &self,
-        release: &str,
-        namespace: &str,
+        req: &ReleaseRequest,
     ) -> Result<Option<ReleaseInfo>, HelmError> {
         match self
             .run(
                 "status",
-                args::status(release, namespace, &self.files()),
+                args::status(req, &self.files()),
                 QUICK_CALL_LIMIT,
                 None,
                 &[],
@@ -553,15 +569,14 @@ impl ReleaseSession {
 
     /// The release labels of the newest revision (helm's own `name`, `owner`, `status`,
     /// `version`, `modifiedAt` included), or `None` when the release does not exist.
-    pub async fn labels(
+    pub(crate) async fn labels(
         &self,
-        release: &str,
-        namespace: &str,
+        req: &ReleaseRequest,
     ) -> Result<Option<std::collections::BTreeMap<String, String>>, HelmError> {
         match self
             .run(
                 "get metadata",
-                args::metadata(release, namespace, &self.files()),
+                args::metadata(req, &self.files()),
                 QUICK_CALL_LIMIT,
                 None,
                 &[],
@@ -582,15 +597,14 @@ impl ReleaseSession {
     }
 
     /// Release history, oldest first; empty when the release does not exist.
-    pub async fn history(
+    pub(crate) async fn history(
         &self,
-        release: &str,
-        namespace: &str,
+        req: &ReleaseRequest,
     ) -> Result<Vec<HistoryEntry>, HelmError> {
         match self
             .run(
                 "history",
-                args::history(release, namespace, &self.files()),
+                args::history(req, &self.files()),
                 QUICK_CALL_LIMIT,
                 None,
                 &[],
@@ -612,31 +626,23 @@ impl ReleaseSession {
     pub(crate) async fn install_or_upgrade(
         &self,
         verb: InstallVerb,
-        request: &ReleaseRequest,
+        req: &ReleaseRequest,
+        revision: &Revision,
         auth: &RepositoryAuth,
     ) -> Result<ReleaseInfo, HelmError> {
-        let values = serde_json::to_vec(&request.values)
+        let values = serde_json::to_vec(&req.values)
             .map_err(|err| HelmError::Io(format!("cannot encode values: {err}")))?;
         write_private(&self.values, &values)?;
         let secrets: Vec<&str> = auth.password.iter().map(String::as_str).collect();
-        let alias = self.prepare_chart_access(request, auth, &secrets).await?;
+        let alias = self.prepare_chart_access(req, auth, &secrets).await?;
         let files = CallFiles {
             ca_file: auth.ca_bundle.is_some().then_some(self.ca_file.as_path()),
             ..self.files()
         };
-        let args = args::install_or_upgrade(verb, self.helm.flavor(), request, &files, alias);
-        let action = match verb {
-            InstallVerb::Install => "install",
-            InstallVerb::Upgrade => "upgrade",
-        };
+        let args = args::install_or_upgrade(verb, self.helm.flavor(), req, revision, &files, alias);
+        let action = verb.as_str();
         let out = self
-            .run(
-                action,
-                args,
-                request.timeout + PROCESS_GRACE,
-                None,
-                &secrets,
-            )
+            .run(action, args, req.timeout + PROCESS_GRACE, None, &secrets)
             .await?;
         output::parse_release(&out).map_err(|err| HelmError::Output {
             action,
@@ -648,38 +654,24 @@ impl ReleaseSession {
     /// no password ever appears on a command line. Returns the repository alias to use.
     async fn prepare_chart_access(
         &self,
-        request: &ReleaseRequest,
+        req: &ReleaseRequest,
         auth: &RepositoryAuth,
         secrets: &[&str],
     ) -> Result<Option<&'static str>, HelmError> {
         if let Some(ca) = &auth.ca_bundle {
             write_private(&self.ca_file, ca)?;
         }
-        match &request.chart {
+        let login = args::Login {
+            username: auth.username.as_deref(),
+            password_on_stdin: auth.password.is_some(),
+            ca_file: auth.ca_bundle.is_some().then_some(self.ca_file.as_path()),
+        };
+        match &req.chart {
             ChartSource::Repository { url, .. } => {
                 if !auth.needs_login() && auth.ca_bundle.is_none() {
                     return Ok(None);
                 }
-                const ALIAS: &str = "release-repo";
-                let mut args = vec![
-                    "repo".to_string(),
-                    "add".into(),
-                    "--force-update".into(),
-                    "--repository-config".into(),
-                    self.repository_config.display().to_string(),
-                    "--repository-cache".into(),
-                    self.repository_cache.display().to_string(),
-                ];
-                if let Some(user) = &auth.username {
-                    args.extend(["--username".into(), user.clone()]);
-                }
-                if auth.password.is_some() {
-                    args.push("--password-stdin".into());
-                }
-                if auth.ca_bundle.is_some() {
-                    args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
-                }
-                args.extend([args::END_OF_FLAGS.into(), ALIAS.into(), url.clone()]);
+                let args = args::repo_add(&self.files(), &login, args::REPO_ALIAS, url);
                 self.run(
                     "repo add",
                     args,
@@ -688,34 +680,13 @@ impl ReleaseSession {
                     secrets,
                 )
                 .await?;
-                Ok(Some(ALIAS))
+                Ok(Some(args::REPO_ALIAS))
             }
             ChartSource::Oci { reference } => {
                 if !auth.needs_login() {
                     return Ok(None);
                 }
-                let host = reference
-                    .trim_start_matches("oci://")
-                    .split('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                let mut args = vec![
-                    "registry".to_string(),
-                    "login".into(),
-                    "--registry-config".into(),
-                    self.registry_config.display().to_string(),
-                ];
-                if let Some(user) = &auth.username {
-                    args.extend(["--username".into(), user.clone()]);
-                }
-                if auth.password.is_some() {
-                    args.push("--password-stdin".into());
-                }
-                if auth.ca_bundle.is_some() {
-                    args.extend(["--ca-file".into(), self.ca_file.display().to_string()]);
-                }
-                args.extend([args::END_OF_FLAGS.into(), host]);
+                let args = args::registry_login(&self.files(), &login, reference);
                 self.run(
                     "registry login",
                     args,
@@ -730,48 +701,25 @@ impl ReleaseSession {
     }
 
     /// Rolls the release back to `revision`.
-    pub async fn rollback(
+    pub(crate) async fn rollback(
         &self,
-        release: &str,
-        namespace: &str,
+        req: &ReleaseRequest,
         revision: i64,
-        timeout: Duration,
-        wait: bool,
     ) -> Result<(), HelmError> {
-        let args = args::rollback(
-            self.helm.flavor(),
-            release,
-            namespace,
-            revision,
-            timeout,
-            wait,
-            &self.files(),
-        );
-        self.run("rollback", args, timeout + PROCESS_GRACE, None, &[])
+        let args = args::rollback(self.helm.flavor(), req, revision, &self.files());
+        self.run("rollback", args, req.timeout + PROCESS_GRACE, None, &[])
             .await?;
         Ok(())
     }
 
     /// Uninstalls the release; a missing release is not an error.
-    pub async fn uninstall(
+    pub(crate) async fn uninstall(
         &self,
-        release: &str,
-        namespace: &str,
-        timeout: Duration,
-        disable_hooks: bool,
-        wait: bool,
+        req: &ReleaseRequest,
     ) -> Result<UninstallOutcome, HelmError> {
-        let args = args::uninstall(
-            self.helm.flavor(),
-            release,
-            namespace,
-            timeout,
-            disable_hooks,
-            wait,
-            &self.files(),
-        );
+        let args = args::uninstall(self.helm.flavor(), req, &self.files());
         match self
-            .run("uninstall", args, timeout + PROCESS_GRACE, None, &[])
+            .run("uninstall", args, req.timeout + PROCESS_GRACE, None, &[])
             .await
         {
             Ok(out) if output::is_release_not_found(&out) => Ok(UninstallOutcome::NotFound),

@@ -1,6 +1,89 @@
 //! Parsing of helm's JSON output (`status -o json`, `install|upgrade -o json`, `history -o json`).
 
-use serde::Deserialize;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+
+/// A release's (or one revision's) status as helm reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum HelmStatus {
+    /// `deployed`: the current revision, in place.
+    Deployed,
+    /// `failed`: the last operation on it failed.
+    Failed,
+    /// `pending-install`: an install is running, or died while running.
+    PendingInstall,
+    /// `pending-upgrade`: an upgrade is running, or died while running.
+    PendingUpgrade,
+    /// `pending-rollback`: a rollback is running, or died while running.
+    PendingRollback,
+    /// `uninstalling`: an uninstall is running.
+    Uninstalling,
+    /// `uninstalled`: uninstalled with its history kept.
+    Uninstalled,
+    /// `superseded`: an earlier revision, replaced by a later one.
+    Superseded,
+    /// `unknown`, as helm itself may say.
+    #[default]
+    Unknown,
+    /// A status this operator does not know (a newer helm), kept as written.
+    Other(String),
+}
+
+impl HelmStatus {
+    /// The status helm printed as `text`.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "deployed" => Self::Deployed,
+            "failed" => Self::Failed,
+            "pending-install" => Self::PendingInstall,
+            "pending-upgrade" => Self::PendingUpgrade,
+            "pending-rollback" => Self::PendingRollback,
+            "uninstalling" => Self::Uninstalling,
+            "uninstalled" => Self::Uninstalled,
+            "superseded" => Self::Superseded,
+            "unknown" => Self::Unknown,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// The status as helm writes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Deployed => "deployed",
+            Self::Failed => "failed",
+            Self::PendingInstall => "pending-install",
+            Self::PendingUpgrade => "pending-upgrade",
+            Self::PendingRollback => "pending-rollback",
+            Self::Uninstalling => "uninstalling",
+            Self::Uninstalled => "uninstalled",
+            Self::Superseded => "superseded",
+            Self::Unknown => "unknown",
+            Self::Other(text) => text,
+        }
+    }
+
+    /// Whether helm holds the release in one of its `pending-*` states, in which it refuses
+    /// new operations until it is rolled back or the lock is otherwise cleared.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self,
+            Self::PendingInstall | Self::PendingUpgrade | Self::PendingRollback
+        )
+    }
+}
+
+impl fmt::Display for HelmStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for HelmStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self::parse(&String::deserialize(deserializer)?))
+    }
+}
 
 /// The state of a release as helm reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,9 +94,8 @@ pub struct ReleaseInfo {
     pub namespace: String,
     /// Revision number (1 for a fresh install).
     pub revision: i64,
-    /// Helm status: `deployed`, `failed`, `pending-install`, `pending-upgrade`,
-    /// `pending-rollback`, `uninstalling`, `superseded`, `uninstalled` or `unknown`.
-    pub status: String,
+    /// Helm's status of the release.
+    pub status: HelmStatus,
     /// Chart name.
     pub chart: String,
     /// Chart version.
@@ -22,14 +104,6 @@ pub struct ReleaseInfo {
     pub description: String,
     /// When this revision was deployed (RFC 3339, as helm prints it).
     pub last_deployed: Option<String>,
-}
-
-impl ReleaseInfo {
-    /// Whether the release is in one of helm's `pending-*` states, in which helm refuses new
-    /// operations until it is rolled back or the lock is otherwise cleared.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.status.starts_with("pending-")
-    }
 }
 
 #[derive(Deserialize)]
@@ -49,7 +123,7 @@ struct RawRelease {
 #[derive(Default, Deserialize)]
 struct RawInfo {
     #[serde(default)]
-    status: String,
+    status: HelmStatus,
     #[serde(default)]
     description: String,
     #[serde(default)]
@@ -94,7 +168,7 @@ pub struct HistoryEntry {
     pub revision: i64,
     /// Status of that revision.
     #[serde(default)]
-    pub status: String,
+    pub status: HelmStatus,
     /// `<chart>-<version>`.
     #[serde(default)]
     pub chart: String,
@@ -141,12 +215,12 @@ mod tests {
         assert_eq!(info.name, "app");
         assert_eq!(info.namespace, "apps");
         assert_eq!(info.revision, 2);
-        assert_eq!(info.status, "deployed");
+        assert_eq!(info.status, HelmStatus::Deployed);
         assert_eq!(info.chart, "demo");
         assert_eq!(info.chart_version, "0.2.0");
         assert_eq!(info.description, "Upgrade complete");
         assert_eq!(info.last_deployed.as_deref(), Some("2026-01-02T00:00:00Z"));
-        assert!(!info.is_pending());
+        assert!(!info.status.is_pending());
     }
 
     #[test]
@@ -154,7 +228,7 @@ mod tests {
         let out = "WARNING: something\n{\"name\":\"a\",\"version\":1,\"info\":{\"status\":\"pending-install\"}}";
         let info = parse_release(out).unwrap();
         assert_eq!(info.revision, 1);
-        assert!(info.is_pending());
+        assert!(info.status.is_pending());
     }
 
     #[test]
@@ -168,7 +242,7 @@ mod tests {
         let history = parse_history(out).unwrap();
         assert_eq!(history.len(), 2);
         assert_eq!(history[1].revision, 2);
-        assert_eq!(history[1].status, "deployed");
+        assert_eq!(history[1].status, HelmStatus::Deployed);
     }
 
     #[test]
@@ -180,6 +254,30 @@ mod tests {
         assert_eq!(labels.get("owner").map(String::as_str), Some("helm"));
         assert!(parse_labels(r#"{"name":"x"}"#).unwrap().is_empty());
         assert!(parse_labels("Error").is_err());
+    }
+
+    #[test]
+    fn statuses_read_back_as_helm_writes_them() {
+        for text in [
+            "deployed",
+            "failed",
+            "pending-install",
+            "pending-upgrade",
+            "pending-rollback",
+            "uninstalling",
+            "uninstalled",
+            "superseded",
+            "unknown",
+            "something-newer",
+        ] {
+            let status = HelmStatus::parse(text);
+            assert_eq!(status.as_str(), text);
+            assert_eq!(status.is_pending(), text.starts_with("pending-"), "{text}");
+        }
+        assert_eq!(
+            HelmStatus::parse("something-newer"),
+            HelmStatus::Other("something-newer".into())
+        );
     }
 
     #[test]

@@ -4,15 +4,16 @@
 use kube::runtime::events::EventType;
 use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
 
-use super::OMNI_DEADLINE;
+use super::ClusterState;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
-use super::outcome::Outcome;
+use super::outcome::{Done, Outcome};
 use super::ownership::existing_ownership;
-use crate::api::OmniCluster;
-use crate::api::Reason;
-use crate::controllers::pipeline::Cleanup;
-use crate::controllers::{Context, Error};
+use super::sync::{OMNI_DEADLINE, connection_of};
+use crate::api::{OmniCluster, Reason};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::pipeline::Cleanup;
 use crate::metrics::RpcOutcome;
 
 /// A deletion still waiting on `failure`.
@@ -24,6 +25,7 @@ fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {
 /// failed read of the management cluster, which the status does not report.
 pub(super) async fn cleanup(
     ctx: &Context,
+    state: &ClusterState,
     cluster: &OmniCluster,
 ) -> Result<Cleanup<Outcome>, Error> {
     if cluster.orphan_on_delete() {
@@ -37,15 +39,15 @@ pub(super) async fn cleanup(
             cause,
         })
     };
-    let conn = match super::sync::connection_of(ctx, cluster).await {
+    let conn = match connection_of(ctx, cluster).await {
         Ok(c) => c,
         Err(cause) => return Ok(without(cause)),
     };
-    let client = match ctx.omni.get(&conn).await {
+    let client = match state.omni.get(&conn).await {
         Ok(c) => c,
         Err(e) => return Ok(without(ConnectionLookup::Client(Box::new(e)))),
     };
-    let state = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
+    let omni = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
     // Delete only what this object created: never a renamed target, never someone else's.
     let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
     if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
@@ -54,7 +56,7 @@ pub(super) async fn cleanup(
             name,
         }));
     }
-    match existing_ownership(&state, cluster, &name).await {
+    match existing_ownership(&omni, cluster, &name).await {
         Err(source) => {
             return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
                 name,
@@ -79,14 +81,14 @@ pub(super) async fn cleanup(
     // On API 3 the machines' install-disk configs are released too; a version that cannot
     // be read or is unknown still lets the cluster go (API 2 touches only what every
     // version has).
-    let api: BackendApi = ctx
+    let api: BackendApi = state
         .omni
         .backend_api(&conn, &client)
         .await
         .unwrap_or_default();
     let mut output = Vec::new();
     let progress = delete_cluster_for(
-        &state,
+        &omni,
         &name,
         cluster.destroy_machines_on_delete(),
         api,
@@ -107,10 +109,10 @@ pub(super) async fn cleanup(
         }
         Ok(DeleteProgress::InProgress { waiting_for }) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Changed);
-            Ok(Cleanup::Waiting(Outcome::Deleting {
+            Ok(Cleanup::Waiting(Outcome::done(Done::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
-            }))
+            })))
         }
         Err(source) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Error);

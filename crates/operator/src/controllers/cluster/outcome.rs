@@ -1,6 +1,6 @@
-//! What one pass of the OmniCluster controller came to ([`Outcome`]), and the two pure
-//! decisions taken from it: the status to write
-//! ([`desired_status`]) and the next reconcile ([`next_action`]).
+//! What one pass of the OmniCluster controller came to ([`Outcome`]), and the pure decisions
+//! taken from it: the status to write ([`desired_status`]) and the next reconcile
+//! ([`recheck`] after a pass that did not fail, [`retry_policy`] after one that did).
 
 use std::time::Duration;
 
@@ -13,8 +13,9 @@ use crate::api::OmniCluster;
 use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
-use crate::controllers::RetryPolicy;
-use crate::controllers::status::Draft;
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status::Draft;
 
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
@@ -74,8 +75,6 @@ impl Rendition {
 /// A sync that reached Omni.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    /// What was rendered.
-    pub(crate) rendered: Rendition,
     /// Whether Omni was changed.
     pub(crate) changed: bool,
     /// What was done (trimmed).
@@ -86,18 +85,14 @@ pub(crate) struct Synced {
     pub(crate) watched: bool,
 }
 
-/// What one pass came to.
+/// What one pass came to: the rendition when it got as far as rendering, and its end.
+pub(crate) type Outcome = pipeline::Outcome<OmniCluster>;
+
+/// What a pass that did not fail came to.
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub(crate) enum Done {
     /// `spec.suspend`: nothing was done.
     Suspended,
-    /// The pass failed; `rendered` when it got as far as rendering.
-    Failed {
-        /// Why.
-        failure: ClusterFailure,
-        /// What the render recorded, if it ran.
-        rendered: Option<Box<Rendition>>,
-    },
     /// Omni holds the template.
     Synced(Box<Synced>),
     /// Deletion waits for Omni to tear these resources down; `output` is what was done.
@@ -107,16 +102,6 @@ pub(crate) enum Outcome {
         /// The step's output (trimmed).
         output: String,
     },
-}
-
-impl Outcome {
-    /// A failure before anything was rendered.
-    pub(crate) fn failed(failure: impl Into<ClusterFailure>) -> Self {
-        Self::Failed {
-            failure: failure.into(),
-            rendered: None,
-        }
-    }
 }
 
 /// Pure: the status `cluster` should have after `outcome`, conditions stamped `now`. A
@@ -132,17 +117,17 @@ pub(crate) fn desired_status(
     stored.observed_generation = generation;
     let mut d = Draft::new(stored, generation, now, ct::SYNCED);
     let name = cluster.effective_cluster_name();
-    match outcome {
-        Outcome::Suspended => d.set(
+    if let Some(rendered) = &outcome.found {
+        rendered.record(&mut d.s, &name);
+    }
+    match &outcome.result {
+        Ok(Done::Suspended) => d.set(
             ct::READY,
             false,
             Reason::Suspended,
             "remote Omni sync is suspended",
         ),
-        Outcome::Failed { failure, rendered } => {
-            if let Some(r) = rendered {
-                r.record(&mut d.s, &name);
-            }
+        Err(failure) => {
             let (reason, message) = (failure.reason(), failure.to_string());
             match failure.stage() {
                 Stage::Validate => {
@@ -168,8 +153,7 @@ pub(crate) fn desired_status(
             }
             d.set(ct::READY, false, reason, &message);
         }
-        Outcome::Synced(synced) => {
-            synced.rendered.record(&mut d.s, &name);
+        Ok(Done::Synced(synced)) => {
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);
@@ -193,10 +177,10 @@ pub(crate) fn desired_status(
                 Err(e) => d.set(ct::READY, false, Reason::StatusFailed, &e.to_string()),
             }
         }
-        Outcome::Deleting {
+        Ok(Done::Deleting {
             waiting_for,
             output,
-        } => {
+        }) => {
             if !output.is_empty() {
                 d.s.last_sync_output = Some(output.clone());
             }
@@ -216,26 +200,26 @@ fn template_valid(d: &mut Draft<OmniClusterStatus>) {
     );
 }
 
-/// Pure: the next reconcile after `outcome`, for a cluster re-checked every `sync_interval`
-/// whose Omni status has been unreadable for `status_failing` (zero if it was read last time).
-/// `Err` hands the failure to the error backoff.
-pub(crate) fn next_action(
-    outcome: Outcome,
-    sync_interval: Duration,
-    status_failing: Duration,
-) -> Result<Action, ClusterFailure> {
-    match outcome {
+/// Pure: the next reconcile after a pass that came to `done`, for a cluster re-checked every
+/// `sync_interval` whose Omni status has been unreadable for `status_failing` (zero if it was
+/// read last time).
+pub(crate) fn recheck(done: &Done, sync_interval: Duration, status_failing: Duration) -> Action {
+    match done {
         // A watched status that cannot be read (none yet) wakes the cluster when it changes.
-        Outcome::Synced(synced) if synced.health.is_err() && !synced.watched => Ok(
-            Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval)),
-        ),
-        Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
-        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
-        Outcome::Failed { failure, .. } => match failure.retry() {
-            RetryPolicy::AwaitChange => Ok(Action::await_change()),
-            RetryPolicy::Poll(after) => Ok(Action::requeue(after.min(sync_interval))),
-            RetryPolicy::Backoff => Err(failure),
-        },
+        Done::Synced(synced) if synced.health.is_err() && !synced.watched => {
+            Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval))
+        }
+        Done::Suspended | Done::Synced(_) => Action::requeue(sync_interval),
+        Done::Deleting { .. } => Action::requeue(DELETE_POLL),
+    }
+}
+
+/// Pure: what follows `failure` for a cluster re-checked every `sync_interval`: its own
+/// policy, a poll never later than the next periodic pass.
+pub(crate) fn retry_policy(failure: &ClusterFailure, sync_interval: Duration) -> RetryPolicy {
+    match failure.retry() {
+        RetryPolicy::Poll(after) => RetryPolicy::Poll(after.min(sync_interval)),
+        other => other,
     }
 }
 

@@ -22,7 +22,7 @@ pub(crate) fn owner_stamp(cluster: &OmniCluster) -> String {
 
 /// Whose an existing Omni cluster is, as far as this OmniCluster is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OmniOwnership {
+pub(crate) enum OmniOwnership {
     /// Stamped with this object's owner annotation.
     Owned,
     /// Unstamped, but synced by this object before clusters were stamped: its status records a
@@ -44,7 +44,7 @@ impl OmniOwnership {
     }
 
     /// Whose it is, for messages ("it …").
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             OmniOwnership::OwnedByOther(stamp) => {
                 format!("belongs to {stamp} ({OMNI_OWNER_ANNOTATION})")

@@ -3,21 +3,33 @@
 //! Omni's view of the cluster back. Every end of the pass is an [`Outcome`].
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::ResourceExt;
 use omni_client::template::{Document, SyncOptions, apply, keys, plan_sync_for, status_cluster};
 
+use super::ClusterState;
 use super::children::children_of;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
-use super::outcome::{Outcome, Rendition, Synced};
+use super::outcome::{Done, Outcome, Rendition, Synced};
 use super::ownership::{existing_ownership, owner_stamp};
-use super::{GITOPS_TOOL, OMNI_DEADLINE};
 use crate::api::keys::{OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
-use crate::controllers::{Context, Error};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
 use crate::metrics::RpcOutcome;
 use crate::render;
+
+/// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
+/// the status read; one delete step. Each call is bounded by the client's request timeout
+/// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
+/// the pass (and the object retries with backoff) instead of wedging the object.
+pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
+/// operator writes: Omni's UI then tells people who manages the resource.
+const GITOPS_TOOL: &str = "omni-operator";
 
 /// The OmniConnection `cluster` names, or why it cannot be had.
 pub(super) async fn connection_of(
@@ -38,9 +50,13 @@ pub(super) async fn connection_of(
 
 /// Syncs `cluster` (valid, with its finalizer) to Omni. `Err` only for a failed read of the
 /// management cluster, which the status does not report.
-pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Result<Outcome, Error> {
+pub(super) async fn apply_cluster(
+    ctx: &Context,
+    state: &ClusterState,
+    cluster: &OmniCluster,
+) -> Result<Outcome, Error> {
     if cluster.spec.suspend {
-        return Ok(Outcome::Suspended);
+        return Ok(Outcome::done(Done::Suspended));
     }
     let name = cluster.effective_cluster_name();
 
@@ -56,7 +72,7 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         Ok(c) => c,
         Err(cause) => return Ok(missing(cause)),
     };
-    let children = match children_of(ctx, cluster).await? {
+    let children = match children_of(ctx, &state.children, cluster).await? {
         Ok(children) => children,
         Err(failure) => return Ok(Outcome::failed(failure)),
     };
@@ -80,10 +96,10 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         machine_refs: rendered.machine_refs.clone(),
     };
     let failed = |failure| {
-        Ok(Outcome::Failed {
-            failure,
-            rendered: Some(Box::new(rendition.clone())),
-        })
+        Ok(Outcome::new(
+            Some(Box::new(rendition.clone())),
+            Err(failure),
+        ))
     };
     // The owner stamp is added after hashing: it identifies the writer, not the template.
     for doc in &mut rendered.template.documents {
@@ -92,20 +108,20 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
                 .insert(OMNI_OWNER_ANNOTATION.to_string(), owner_stamp(cluster));
         }
     }
-    let files = render::file_resolver(cluster, ctx.template_root.as_deref());
+    let files = render::file_resolver(cluster, state.template_root.as_deref());
     if let Err(e) = rendered.template.validate(&files) {
         return failed(ClusterFailure::InvalidTemplate(e));
     }
 
     // apply: plan (reads only), write only when Omni differs.
-    let client = match ctx.omni.get(&conn).await {
+    let client = match state.omni.get(&conn).await {
         Ok(c) => c,
         Err(e) => return failed(ClusterFailure::OmniClient(e)),
     };
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-    let state = client.template_state(deadline);
+    let omni = client.template_state(deadline);
     // Never sync into an existing Omni cluster this object did not create, unless adopted.
-    match existing_ownership(&state, cluster, &name).await {
+    match existing_ownership(&omni, cluster, &name).await {
         Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(&cluster.metadata) => {
             return failed(ClusterFailure::NotOwned { name, owner });
         }
@@ -113,7 +129,7 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         Err(source) => return failed(ClusterFailure::OwnershipUnreadable { name, source }),
     }
     // The install disk is translated for the backend API version Omni speaks.
-    let api = match ctx.omni.backend_api(&conn, &client).await {
+    let api = match state.omni.backend_api(&conn, &client).await {
         Ok(api) => api,
         Err(e) => return failed(ClusterFailure::BackendApi(e)),
     };
@@ -125,9 +141,9 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         )]),
     };
     let mut output = Vec::new();
-    let applied = match plan_sync_for(&state, &rendered.template, &files, &options).await {
+    let applied = match plan_sync_for(&omni, &rendered.template, &files, &options).await {
         Ok(plan) if plan.is_empty() => Ok(false),
-        Ok(plan) => apply(&state, &plan, deadline, &mut output)
+        Ok(plan) => apply(&omni, &plan, deadline, &mut output)
             .await
             .map(|()| true),
         Err(e) => Err(e),
@@ -152,7 +168,7 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
 
     // status from Omni: from the connection's status watch while it is live (no call, and a
     // change of it wakes this cluster), else read.
-    let watch = ctx.omni.status_watch(&conn);
+    let watch = state.omni.status_watch(&conn);
     let (health, watched) = match watch.as_ref().and_then(|w| w.read(&name)) {
         Some(health) => (health, true),
         None => {
@@ -171,11 +187,13 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
             (health, false)
         }
     };
-    Ok(Outcome::Synced(Box::new(Synced {
-        rendered: rendition,
-        changed,
-        output,
-        health,
-        watched,
-    })))
+    Ok(Outcome::new(
+        Some(Box::new(rendition)),
+        Ok(Done::Synced(Box::new(Synced {
+            changed,
+            output,
+            health,
+            watched,
+        }))),
+    ))
 }

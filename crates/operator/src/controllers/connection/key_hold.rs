@@ -9,8 +9,9 @@ use kube::api::ListParams;
 
 use crate::api::keys;
 use crate::api::{OmniCluster, OmniConnection};
-use crate::controllers::kubeconfig_export::set_secret_finalizers;
-use crate::controllers::{Context, Error};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::finalizer::set_secret_finalizers;
 
 /// Whether a connection's hold is on `secret`.
 pub(crate) fn holds_key(secret: &kube::api::ObjectMeta) -> bool {
@@ -65,7 +66,11 @@ impl SweptKeys {
 /// Puts the hold on the key Secrets of `ns` that its clusters need and lifts it from those no
 /// longer needed (the last cluster went, a connection now names another Secret, the connection
 /// is gone). A Secret being deleted takes no new finalizer; one held goes once it is released.
-pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error> {
+pub(super) async fn sync_key_holds(
+    ctx: &Context,
+    swept: &SweptKeys,
+    ns: &str,
+) -> Result<(), Error> {
     let lp = ListParams::default();
     let connections = ctx.api::<OmniConnection>(ns).list(&lp).await?.items;
     let clusters = ctx.api::<OmniCluster>(ns).list(&lp).await?.items;
@@ -81,7 +86,7 @@ pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error>
             set_secret_finalizers(&secrets, &secret.metadata, list).await?;
         }
     }
-    if ctx.swept_keys.swept_for(ns, &needed) {
+    if swept.swept_for(ns, &needed) {
         return Ok(());
     }
     // Metadata alone: the namespace may hold thousands of Secrets, and only finalizers matter.
@@ -96,7 +101,7 @@ pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error>
             set_secret_finalizers(&secrets, &secret.metadata, rest).await?;
         }
     }
-    ctx.swept_keys.record(ns, needed);
+    swept.record(ns, needed);
     Ok(())
 }
 

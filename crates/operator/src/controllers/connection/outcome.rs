@@ -4,12 +4,13 @@ use crate::api::OmniConnection;
 use crate::api::Reason;
 use crate::api::common::{Condition, ConditionStatus, condition_types, set_condition};
 use crate::api::connection::OmniConnectionStatus;
-use crate::controllers::RetryPolicy;
-use crate::controllers::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::shared::pipeline;
 
 /// Why an OmniConnection is not ready; the message is its condition's and Event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectionFailure {
+pub(crate) enum ConnectionFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
@@ -24,9 +25,8 @@ pub enum ConnectionFailure {
     Ping(#[source] omni_client::state::StateError),
 }
 
-impl ConnectionFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> Reason {
+impl Failure for ConnectionFailure {
+    fn reason(&self) -> Reason {
         match self {
             Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::Client(e) => e.reason(),
@@ -34,8 +34,8 @@ impl ConnectionFailure {
         }
     }
 
-    /// What the reconcile does next: an invalid spec waits for a change, the rest backs off.
-    pub fn retry(&self) -> RetryPolicy {
+    /// An invalid spec waits for a change, the rest backs off.
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
             Self::Client(_) | Self::BackendApi(_) | Self::Ping(_) => RetryPolicy::Backoff,
@@ -43,16 +43,17 @@ impl ConnectionFailure {
     }
 }
 
-/// The outcome of one check, before it becomes conditions.
+/// What one pass came to, before it becomes conditions.
+pub(crate) type Outcome = pipeline::Outcome<OmniConnection>;
+
+/// What a check that did not fail found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Checked {
     /// Omni answered.
     Reachable {
         /// Endpoint as the Omni client reports it.
         endpoint: String,
     },
-    /// The spec is invalid, or building the client or pinging failed.
-    Failed(ConnectionFailure),
     /// Omni answered but speaks a backend API version this operator cannot translate for.
     UnsupportedApi {
         /// Endpoint as the Omni client reports it.
@@ -69,7 +70,7 @@ pub enum Outcome {
 
 /// Pure: the status a connection should have after `outcome`. `lastCheckTime` moves only when
 /// something else in the status changed, so idle re-checks write nothing.
-pub fn desired_status(
+pub(crate) fn desired_status(
     conn: &OmniConnection,
     outcome: &Outcome,
     now: jiff::Timestamp,
@@ -86,8 +87,8 @@ pub fn desired_status(
             Condition::new(type_, status, reason, message, generation, now),
         );
     };
-    match outcome {
-        Outcome::Reachable { endpoint } => {
+    match &outcome.result {
+        Ok(Checked::Reachable { endpoint }) => {
             let m = format!("connected to {endpoint}");
             set(
                 condition_types::REACHABLE,
@@ -108,7 +109,7 @@ pub fn desired_status(
                 &m,
             );
         }
-        Outcome::Failed(failure) => {
+        Err(failure) => {
             let (reason, message) = (failure.reason(), failure.to_string());
             let message = &message;
             set(
@@ -130,7 +131,7 @@ pub fn desired_status(
                 message,
             );
         }
-        Outcome::UnsupportedApi { endpoint, version } => {
+        Ok(Checked::UnsupportedApi { endpoint, version }) => {
             let m = format!(
                 "connected to {endpoint}, but {}",
                 omni_client::template::unsupported_message(*version)
@@ -155,7 +156,7 @@ pub fn desired_status(
                 &m,
             );
         }
-        Outcome::Deleting { clusters } => {
+        Ok(Checked::Deleting { clusters }) => {
             let m = format!(
                 "waiting for OmniCluster references to be deleted: {}",
                 clusters.join(", ")
@@ -180,15 +181,6 @@ pub fn desired_status(
     s
 }
 
-/// `True`, `False` or `Unknown`.
-pub fn status_str(s: ConditionStatus) -> &'static str {
-    match s {
-        ConditionStatus::True => "True",
-        ConditionStatus::False => "False",
-        ConditionStatus::Unknown => "Unknown",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +198,7 @@ mod tests {
         assert_eq!(invalid.retry(), RetryPolicy::AwaitChange);
         let s = desired_status(
             &conn(),
-            &Outcome::Failed(missing),
+            &Outcome::failed(missing),
             jiff::Timestamp::UNIX_EPOCH,
         );
         for type_ in ["Reachable", "Ready", "Stalled"] {
@@ -226,9 +218,9 @@ mod tests {
     fn reachable_sets_three_conditions_and_idle_recheck_changes_nothing() {
         let t0 = jiff::Timestamp::UNIX_EPOCH;
         let mut c = conn();
-        let out = Outcome::Reachable {
+        let out = Outcome::done(Checked::Reachable {
             endpoint: "https://omni.example:443".into(),
-        };
+        });
         let s = desired_status(&c, &out, t0);
         for t in ["Reachable", "Ready"] {
             let cond = find_condition(&s.conditions, t).unwrap_or_else(|| panic!("{t}"));
@@ -254,9 +246,9 @@ mod tests {
     fn deleting_lists_clusters() {
         let s = desired_status(
             &conn(),
-            &Outcome::Deleting {
+            &Outcome::done(Checked::Deleting {
                 clusters: vec!["a".into(), "b".into()],
-            },
+            }),
             jiff::Timestamp::UNIX_EPOCH,
         );
         let ready = find_condition(&s.conditions, "Ready").unwrap_or_else(|| panic!("Ready"));

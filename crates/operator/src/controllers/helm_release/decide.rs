@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::ownership::Ownership;
-use super::state::{Pending, ReleaseState, State};
+use super::release::{Pending, ReleaseState, State};
 use crate::helm::ReleaseInfo;
 
 /// What the reconcile does next with the release.

@@ -1,10 +1,31 @@
 //! Status and requeue decisions of `outcome.rs`, one scenario per test.
 
 use super::*;
-use crate::api::Reason;
 use crate::api::common::{ConditionStatus, find_condition};
 use crate::api::keys;
+use crate::controllers::helm_release::inputs::request;
 use crate::controllers::helm_release::test_support::{at, info, release};
+use crate::controllers::shared::error::Error;
+
+/// The digest of `r`'s inputs, as its pass resolves them.
+fn input_digest(r: &OmniHelmRelease) -> String {
+    request(r).digest
+}
+
+/// A pass that found the cluster and ended with `result`.
+fn attached(result: Result<Done, HelmFailure>) -> Outcome {
+    Outcome::new(Some(true), result)
+}
+
+/// The next reconcile after `outcome` (drift checks at least 10 s apart, unspread); `Err`
+/// hands a failure to the backoff.
+fn next_reconcile(r: &OmniHelmRelease, outcome: Outcome) -> Result<Action, Error> {
+    let floor = Duration::from_secs(10);
+    match outcome.result {
+        Ok(_) => Ok(recheck(r, floor, 1.0)),
+        Err(failure) => retry_policy(r, &failure, floor, 1.0).after(failure),
+    }
+}
 
 fn now() -> jiff::Timestamp {
     "2026-11-23T02:00:00Z".parse().unwrap()
@@ -55,10 +76,11 @@ fn a_healthy_release_never_reports_a_failure_reason() {
 #[test]
 fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     let r = release(serde_json::json!({}));
-    let outcome = Outcome::Ran {
+    let outcome = attached(Ok(Done::Deployed {
         verb: InstallVerb::Install,
-        applied: Applied::Deployed(info("deployed", 1)),
-    };
+        info: info("deployed", 1),
+        digest: input_digest(&r),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(
         condition(&s, ct::READY),
@@ -76,7 +98,7 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     assert_eq!(s.last_error, None);
     assert!(outcome.deployed(&r).is_some());
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, outcome).ok(),
         Some(Action::requeue(Duration::from_secs(300)))
     );
 }
@@ -84,7 +106,11 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
 #[test]
 fn an_unchanged_release_is_described_by_its_last_recorded_action() {
     let r = applied();
-    let s = desired_status(&r, &Outcome::InSync(Some(info("deployed", 2))), now());
+    let s = desired_status(
+        &r,
+        &attached(Ok(Done::InSync(Some(info("deployed", 2))))),
+        now(),
+    );
     assert_eq!(
         condition(&s, ct::READY),
         (
@@ -99,9 +125,11 @@ fn an_unchanged_release_is_described_by_its_last_recorded_action() {
 #[test]
 fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
     let r = applied();
-    let outcome = Outcome::Refused(Ownership::OwnedByOther(
-        "OmniHelmRelease ns/b (uid u)".into(),
-    ));
+    let outcome = attached(Err(HelmFailure::Refused {
+        name: "app".into(),
+        namespace: "default".into(),
+        owner: Ownership::OwnedByOther("OmniHelmRelease ns/b (uid u)".into()),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.last_applied_digest, None);
     assert_eq!(s.release_revision, None);
@@ -116,17 +144,19 @@ fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
         "{message}"
     );
     assert!(message.contains(keys::ADOPT_ANNOTATION), "{message}");
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_ok());
+    assert!(next_reconcile(&r, outcome).is_ok());
 }
 
 #[test]
 fn a_young_pending_release_is_reported_and_looked_at_after_its_timeout() {
     let r = applied();
     let pending = at("pending-upgrade", 3, Some("2026-11-23T01:59:00Z"));
-    let outcome = Outcome::Locked {
+    let outcome = attached(Err(HelmFailure::Locked {
+        name: "app".into(),
         release: pending,
+        timeout: r.spec.timeout.to_string(),
         retry_after: Duration::from_secs(245),
-    };
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, Some(3));
     assert_eq!(s.release_status.as_deref(), Some("pending-upgrade"));
@@ -134,7 +164,7 @@ fn a_young_pending_release_is_reported_and_looked_at_after_its_timeout() {
     assert_eq!(reason, Reason::ReleasePending);
     assert!(message.starts_with(r#"Helm release "app" is pending-upgrade at revision 3 since 2026-11-23T01:59:00Z; another Helm operation"#), "{message}");
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, outcome).ok(),
         Some(Action::requeue(Duration::from_secs(245)))
     );
 }
@@ -152,10 +182,12 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
             "no earlier revision to roll back to",
         ),
     ] {
-        let outcome = Outcome::Stuck {
+        let outcome = attached(Err(HelmFailure::Stuck {
+            name: "app".into(),
             release: info("pending-upgrade", 1),
+            timeout: r.spec.timeout.to_string(),
             because,
-        };
+        }));
         let s = desired_status(&r, &outcome, now());
         let (_, reason, message) = condition(&s, ct::READY);
         assert_eq!(reason, Reason::ReleaseStuck);
@@ -166,7 +198,7 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
         assert!(message.contains(hint), "{message}");
         assert_eq!(s.last_error.as_deref(), Some(message.as_str()));
         assert_eq!(
-            next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+            next_reconcile(&r, outcome).ok(),
             Some(Action::requeue(RETRY))
         );
     }
@@ -175,13 +207,11 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
 #[test]
 fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconcile() {
     let r = applied();
-    let outcome = Outcome::Ran {
+    let outcome = attached(Err(HelmFailure::RunFailed {
         verb: InstallVerb::Install,
-        applied: Applied::Failed {
-            message: "Helm install failed for release \"app\": boom".into(),
-            after: After::Gone,
-        },
-    };
+        message: "Helm install failed for release \"app\": boom".into(),
+        after: After::Gone,
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, None);
     assert_eq!(s.release_status, None);
@@ -194,10 +224,13 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
             .and_then(|s| s.last_applied_digest.clone())
     );
     assert_eq!(condition(&s, ct::RELEASED).1, Reason::ReconcileFailed);
-    match next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0) {
-        Err(Error::HelmRelease(HelmFailure { reason, message })) => {
-            assert_eq!(reason, Reason::ReconcileFailed);
-            assert_eq!(message, "Helm install failed for release \"app\": boom");
+    match next_reconcile(&r, outcome) {
+        Err(Error::Failed(failure)) => {
+            assert_eq!(failure.reason(), Reason::ReconcileFailed);
+            assert_eq!(
+                failure.to_string(),
+                "Helm install failed for release \"app\": boom"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -207,25 +240,29 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
 fn an_upgrade_that_ended_in_another_status_is_recorded_but_not_counted_as_applied() {
     let mut r = applied();
     r.spec.chart.version = "2.0.0".into();
-    let outcome = Outcome::Ran {
+    let outcome = attached(Err(HelmFailure::NotDeployed {
         verb: InstallVerb::Upgrade,
-        applied: Applied::NotDeployed(info("failed", 3)),
-    };
+        name: "app".into(),
+        info: info("failed", 3),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, Some(3));
     assert_ne!(s.last_applied_digest, Some(input_digest(&r)));
     let message = r#"Helm upgrade of release "app" ended in status failed"#;
     assert_eq!(s.last_error.as_deref(), Some(message));
     assert!(matches!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0),
-        Err(Error::HelmRelease(HelmFailure { message: m, .. })) if m == message
+        next_reconcile(&r, outcome),
+        Err(Error::Failed(f)) if f.to_string() == message
     ));
 }
 
 #[test]
 fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     let r = applied();
-    let s = desired_status(&r, &Outcome::MissingCluster, now());
+    let missing = HelmFailure::MissingCluster {
+        cluster: "c".into(),
+    };
+    let s = desired_status(&r, &Outcome::new(Some(false), Err(missing)), now());
     assert_eq!(
         condition(&s, ct::ACCEPTED),
         (
@@ -235,9 +272,11 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
         )
     );
     for outcome in [
-        Outcome::Invalid("spec.timeout: bad".into()),
-        Outcome::UninstallBlocked(Problem::MissingSecret("gone".into())),
-        Outcome::UninstallFailed("helm uninstall failed".into()),
+        Outcome::failed(HelmFailure::InvalidSpec("spec.timeout: bad".into())),
+        Outcome::failed(HelmFailure::UninstallBlocked(Problem::MissingSecret(
+            "gone".into(),
+        ))),
+        Outcome::failed(HelmFailure::UninstallFailed("helm uninstall failed".into())),
     ] {
         let s = desired_status(&r, &outcome, now());
         assert!(
@@ -246,7 +285,9 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
         );
         assert_eq!(condition(&s, ct::READY).0, ConditionStatus::False);
     }
-    let blocked = Outcome::Blocked(Problem::MissingSecret("no kubeconfig".into()));
+    let blocked = attached(Err(HelmFailure::Blocked(Problem::MissingSecret(
+        "no kubeconfig".into(),
+    ))));
     let s = desired_status(&r, &blocked, now());
     assert_eq!(condition(&s, ct::ACCEPTED).0, ConditionStatus::True);
     assert_eq!(condition(&s, ct::READY).1, Reason::MissingSecret);
@@ -255,13 +296,13 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
 #[test]
 fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() {
     let r = applied();
-    let outcome = Outcome::UninstallFailed("Helm uninstall failed".into());
+    let outcome = Outcome::failed(HelmFailure::UninstallFailed("Helm uninstall failed".into()));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.last_action.as_deref(), Some("Uninstall"));
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_err());
-    let invalid = Outcome::Invalid("spec.timeout: bad".into());
+    assert!(next_reconcile(&r, outcome).is_err());
+    let invalid = Outcome::failed(HelmFailure::InvalidSpec("spec.timeout: bad".into()));
     assert_eq!(
-        next_reconcile(&r, &invalid, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, invalid).ok(),
         Some(Action::await_change()),
         "only a spec change can fix an invalid spec"
     );

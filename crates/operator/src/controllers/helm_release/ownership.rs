@@ -11,7 +11,7 @@ use crate::api::keys::{
     HELM_OWNER_NAME_LABEL, HELM_OWNER_NAMESPACE_LABEL, HELM_OWNER_UID_LABEL,
     HELM_STARTED_BY_RUN_LABEL, HELM_STARTED_REVISION_LABEL,
 };
-use crate::helm::ReleaseInfo;
+use crate::helm::{ReleaseInfo, ReleaseRequest};
 
 /// The labels marking the revision `revision` as started by the operator process `run_id`.
 pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
@@ -26,7 +26,7 @@ pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
 
 /// Who started the newest revision of a release, as its labels tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Starter {
+pub(crate) enum Starter {
     /// This operator process.
     ThisRun,
     /// An earlier operator process. Leader election fences every earlier leader before a new
@@ -77,7 +77,7 @@ pub(crate) fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
 
 /// Whose an existing release is, as far as this OmniHelmRelease is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Labelled with this object's UID.
     Owned,
     /// Unlabelled, but installed by this object before releases were labelled: its stored
@@ -104,10 +104,11 @@ impl Ownership {
     }
 }
 
-/// Pure ownership decision from the release labels (`helm get metadata`), Helm's view of the
-/// release and this object's stored status.
-pub fn ownership(
+/// Pure ownership decision on the release `req` of `r` from its labels (`helm get metadata`),
+/// Helm's view of it and this object's stored status.
+pub(crate) fn ownership(
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     labels: &BTreeMap<String, String>,
     info: &ReleaseInfo,
 ) -> Ownership {
@@ -123,7 +124,7 @@ pub fn ownership(
                 _ => format!("another OmniHelmRelease (uid {uid})"),
             },
         ),
-        None if installed_before_labels(r, info) => Ownership::InstalledBeforeLabels,
+        None if installed_before_labels(r, req, info) => Ownership::InstalledBeforeLabels,
         None => Ownership::Unowned,
     }
 }
@@ -133,13 +134,13 @@ pub fn ownership(
 /// Secret and key) and Helm's current revision, and record a successful apply (the digest).
 /// The status is only written by the operator (status subresource), and any refusal clears the
 /// digest, so an object pointed at someone else's release never matches.
-fn installed_before_labels(r: &OmniHelmRelease, info: &ReleaseInfo) -> bool {
+fn installed_before_labels(r: &OmniHelmRelease, req: &ReleaseRequest, info: &ReleaseInfo) -> bool {
     let Some(s) = &r.status else {
         return false;
     };
     s.last_applied_digest.is_some()
-        && s.release_name.as_deref() == Some(r.effective_release_name().as_str())
-        && s.namespace.as_deref() == Some(r.spec.namespace.as_str())
+        && s.release_name.as_deref() == Some(req.release_name.as_str())
+        && s.namespace.as_deref() == Some(req.namespace.as_str())
         && s.kubeconfig_secret_ref.as_deref() == Some(r.spec.kubeconfig_secret_ref.name.as_str())
         && s.kubeconfig_secret_key.as_deref() == Some(r.spec.kubeconfig_secret_ref.key.as_str())
         && s.release_revision == Some(info.revision)
@@ -160,14 +161,15 @@ pub(crate) enum Claim {
     Refused(Ownership),
 }
 
-/// Pure claim on an existing release from its labels and Helm's view of it.
+/// Pure claim on the existing release `req` from its labels and Helm's view of it.
 pub(crate) fn claim(
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     labels: &BTreeMap<String, String>,
     info: &ReleaseInfo,
     run_id: &str,
 ) -> Claim {
-    let o = ownership(r, labels, info);
+    let o = ownership(r, req, labels, info);
     if o.is_ours() {
         Claim::Ours(starter(labels, info, run_id))
     } else if keys::adopt_requested(&r.metadata) {
@@ -181,7 +183,7 @@ pub(crate) fn claim(
 mod tests {
     use super::*;
     use crate::api::helm_release::OmniHelmReleaseStatus;
-    use crate::controllers::helm_release::state::input_digest;
+    use crate::controllers::helm_release::inputs::request;
     use crate::controllers::helm_release::test_support::{info, labels, release};
 
     #[test]
@@ -190,21 +192,27 @@ mod tests {
         r.metadata.uid = Some("uid-a".into());
         let deployed = info("deployed", 2);
         let stamped = labels(&[(HELM_OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
-        assert_eq!(ownership(&r, &stamped, &deployed), Ownership::Owned);
+        assert_eq!(
+            ownership(&r, &request(&r), &stamped, &deployed),
+            Ownership::Owned
+        );
         let other = labels(&[
             (HELM_OWNER_UID_LABEL, "uid-b"),
             (HELM_OWNER_NAMESPACE_LABEL, "ns"),
             (HELM_OWNER_NAME_LABEL, "second"),
         ]);
         assert_eq!(
-            ownership(&r, &other, &deployed),
+            ownership(&r, &request(&r), &other, &deployed),
             Ownership::OwnedByOther("OmniHelmRelease ns/second (uid uid-b)".into())
         );
         // `helm install` by hand: no label, no status.
-        assert_eq!(ownership(&r, &labels(&[]), &deployed), Ownership::Unowned);
+        assert_eq!(
+            ownership(&r, &request(&r), &labels(&[]), &deployed),
+            Ownership::Unowned
+        );
         // Installed by this object before releases were labelled.
         r.status = Some(OmniHelmReleaseStatus {
-            last_applied_digest: Some(input_digest(&r)),
+            last_applied_digest: Some(request(&r).digest),
             release_revision: Some(2),
             release_name: Some("app".into()),
             namespace: Some("default".into()),
@@ -213,22 +221,22 @@ mod tests {
             ..OmniHelmReleaseStatus::default()
         });
         assert_eq!(
-            ownership(&r, &labels(&[]), &deployed),
+            ownership(&r, &request(&r), &labels(&[]), &deployed),
             Ownership::InstalledBeforeLabels
         );
         // ...but not once Helm is at a revision the status never saw,
         assert_eq!(
-            ownership(&r, &labels(&[]), &info("deployed", 3)),
+            ownership(&r, &request(&r), &labels(&[]), &info("deployed", 3)),
             Ownership::Unowned
         );
         // nor when the object now points at another release, nor for another owner's label.
         let mut moved = r.clone();
         moved.spec.release_name = Some("other".into());
         assert_eq!(
-            ownership(&moved, &labels(&[]), &deployed),
+            ownership(&moved, &request(&moved), &labels(&[]), &deployed),
             Ownership::Unowned
         );
-        assert!(!ownership(&r, &other, &deployed).is_ours());
+        assert!(!ownership(&r, &request(&r), &other, &deployed).is_ours());
     }
 
     #[test]
@@ -303,7 +311,7 @@ mod tests {
             (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
-            claim(&r, &ours, &pending_rev, "run-b"),
+            claim(&r, &request(&r), &ours, &pending_rev, "run-b"),
             Claim::Ours(Starter::EarlierRun)
         );
         // Someone else's release with marks of an earlier run: refused, or adopted on request
@@ -314,7 +322,7 @@ mod tests {
             (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
-            claim(&r, &theirs, &pending_rev, "run-b"),
+            claim(&r, &request(&r), &theirs, &pending_rev, "run-b"),
             Claim::Refused(Ownership::OwnedByOther(
                 "another OmniHelmRelease (uid uid-b)".into()
             ))
@@ -323,6 +331,9 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .insert(keys::ADOPT_ANNOTATION.into(), "true".into());
-        assert_eq!(claim(&r, &theirs, &pending_rev, "run-b"), Claim::Adopting);
+        assert_eq!(
+            claim(&r, &request(&r), &theirs, &pending_rev, "run-b"),
+            Claim::Adopting
+        );
     }
 }

@@ -9,18 +9,18 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
-use super::RETRY;
 use super::holds::{add_hold, consumers, delete_owned, holds, release_hold};
-use super::outcome::{Done, ExportFailure, Exported, Outcome};
-use super::probe::{ACCEPTED, keep_stored};
+use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY};
+use super::probe::keep_stored;
 use super::rotation::{reusable, rotation_times, whole_seconds};
+use super::state::ExportState;
 use super::target::{build_target, is_owned, prepared_kubeconfig};
-use crate::api::Reason;
 use crate::api::common::DeletionPolicy;
 use crate::api::keys;
-use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
-use crate::controllers::pipeline::not_deleted_meanwhile;
-use crate::controllers::{Context, Error, Scope};
+use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};
+use crate::controllers::shared::context::{Context, Scope};
+use crate::controllers::shared::error::PassError;
+use crate::controllers::shared::pipeline::not_deleted_meanwhile;
 use crate::export_format;
 use crate::metrics::RpcOutcome;
 
@@ -29,17 +29,25 @@ type Attempt = Result<Done, ExportFailure>;
 
 /// In cluster-wide mode a target outside the export's own namespace needs
 /// `--allow-cross-namespace-export`.
-fn cross_namespace_refusal(ctx: &Context, e: &OmniKubeconfigExport) -> Option<ExportFailure> {
+fn cross_namespace_refusal(
+    ctx: &Context,
+    state: &ExportState,
+    e: &OmniKubeconfigExport,
+) -> Option<ExportFailure> {
     let own = e.namespace().unwrap_or_default();
     let target = e.effective_target_namespace();
-    (ctx.scope == Scope::All && !ctx.secret_policy.allow_cross_namespace_export && target != own)
+    (ctx.scope == Scope::All && !state.secret_policy.allow_cross_namespace_export && target != own)
         .then_some(ExportFailure::CrossNamespace { target, own })
 }
 
 /// Observe → plan → apply for an export whose spec is valid and which carries the finalizer.
 /// `Err` only for management API failures the status does not report.
-pub(super) async fn apply(ctx: &Context, e: &OmniKubeconfigExport) -> Result<Outcome, Error> {
-    if let Some(f) = cross_namespace_refusal(ctx, e) {
+pub(super) async fn apply(
+    ctx: &Context,
+    state: &ExportState,
+    e: &OmniKubeconfigExport,
+) -> Result<Outcome, PassError<OmniKubeconfigExport>> {
+    if let Some(f) = cross_namespace_refusal(ctx, state, e) {
         return Ok(Outcome::early(Err(f)));
     }
     let namespace = e.namespace().unwrap_or_default();
@@ -55,10 +63,12 @@ pub(super) async fn apply(ctx: &Context, e: &OmniKubeconfigExport) -> Result<Out
     };
     let cluster_name = cluster.effective_cluster_name();
     let connection = cluster.spec.connection_ref.name.clone();
-    let found = |connection: Option<(String, String)>, result: Attempt| Outcome {
-        cluster_name: Some(cluster_name.clone()),
-        connection,
-        result,
+    let found = |connection: Option<(String, String)>, result: Attempt| {
+        let found = Found {
+            cluster_name: Some(cluster_name.clone()),
+            connection,
+        };
+        Outcome::new(found, result)
     };
     let conn = match ctx
         .api::<OmniConnection>(&namespace)
@@ -75,7 +85,7 @@ pub(super) async fn apply(ctx: &Context, e: &OmniKubeconfigExport) -> Result<Out
             return Ok(found(None, Err(f)));
         }
     };
-    let result = export(ctx, e, &cluster_name, &conn).await?;
+    let result = export(ctx, state, e, &cluster_name, &conn).await?;
     Ok(found(
         Some((connection, conn.spec.endpoint.clone())),
         result,
@@ -85,10 +95,11 @@ pub(super) async fn apply(ctx: &Context, e: &OmniKubeconfigExport) -> Result<Out
 /// The export proper, once the cluster and its connection are known.
 async fn export(
     ctx: &Context,
+    state: &ExportState,
     e: &OmniKubeconfigExport,
     cluster_name: &str,
     conn: &OmniConnection,
-) -> Result<Attempt, Error> {
+) -> Result<Attempt, PassError<OmniKubeconfigExport>> {
     // Validated before; a failure here would be a validation gap, reported as such.
     let (ttl, renew_before, spec_hash) = match (
         e.spec.ttl.duration(),
@@ -156,7 +167,7 @@ async fn export(
                 .map(|(k, v)| (k.clone(), v.0.clone()))
                 .collect();
             let bytes = export_format::stored_kubeconfig(format, &key, &data).unwrap_or_default();
-            if keep_stored(&ACCEPTED, &stored.hash, &bytes, now).await {
+            if keep_stored(&state.accepted, &stored.hash, &bytes, now).await {
                 return Ok(Ok(Done::Exported(Exported {
                     hash: Some(stored.hash),
                     expiration: stored.expiration,
@@ -170,7 +181,7 @@ async fn export(
     // Mint a new kubeconfig, unless the export is being deleted and the watch has not told
     // yet: a prune that removed the Secret with its export must not find it written again.
     not_deleted_meanwhile(ctx, e).await?;
-    let client = match ctx.omni.get(conn).await {
+    let client = match state.omni.get(conn).await {
         Ok(c) => c,
         Err(err) => return Ok(Err(ExportFailure::OmniClient(err))),
     };
@@ -236,7 +247,7 @@ async fn export(
     let hash = export_format::data_hash(format, &key, &data);
     if let Some(hash) = &hash {
         // Omni minted it moments ago: the reconcile our write causes need not probe it.
-        ACCEPTED.remember(hash.clone(), now);
+        state.accepted.remember(hash.clone(), now);
     }
     Ok(Ok(Done::Exported(Exported {
         hash,

@@ -3,7 +3,7 @@
 //! else is touched.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 
 use super::outcome::{ExportFailure, Waiting};
@@ -11,11 +11,14 @@ use super::target::is_owned;
 use crate::api::common::DeletionPolicy;
 use crate::api::keys;
 use crate::api::{OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
-use crate::controllers::{Context, Error, api_resource, finalizer};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::decoded::api_resource;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::finalizer::{self, Finalizer, set_secret_finalizers};
 use crate::delete_guard::{Deleted, delete_observed};
 
 /// Whether the export's hold is on `secret`.
-pub fn holds(secret: &Secret) -> bool {
+pub(crate) fn holds(secret: &Secret) -> bool {
     secret
         .finalizers()
         .iter()
@@ -33,7 +36,7 @@ pub(crate) fn needs_kubeconfig(consumer: &DynamicObject, secret: &str) -> bool {
         .and_then(serde_json::Value::as_str)
         == Some(secret)
         && (consumer.metadata.deletion_timestamp.is_none()
-            || finalizer::has_finalizer(consumer, false))
+            || finalizer::has_finalizer(consumer, Finalizer::Current))
 }
 
 /// The OmniHelmReleases and OmniSecretSyncs in `ns` that still need Secret `secret`, named for
@@ -63,33 +66,6 @@ pub(super) fn with_hold(secret: &mut Secret) {
             .finalizers
             .get_or_insert_with(Vec::new)
             .push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
-    }
-}
-
-/// Changes the finalizers of `secret` to `finalizers`, conditional on the resourceVersion it
-/// was read at (a concurrent change fails the patch instead of dropping someone's finalizer).
-pub(crate) async fn set_secret_finalizers(
-    api: &Api<Secret>,
-    secret: &kube::api::ObjectMeta,
-    finalizers: Vec<String>,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": secret.resource_version,
-        }
-    });
-    match api
-        .patch(
-            secret.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use sha2::{Digest, Sha256};
 
 use crate::api::duration::GoDuration;
 use crate::api::keys;
@@ -67,27 +66,22 @@ pub(crate) fn rotation_delay(
         .max(floor)
 }
 
-/// Hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 /// What the stored Secret says about the current kubeconfig, if it can be reused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
+pub(crate) struct Stored {
     /// Hash of the stored kubeconfig.
-    pub hash: String,
+    pub(crate) hash: String,
     /// Its expiration.
-    pub expiration: jiff::Timestamp,
+    pub(crate) expiration: jiff::Timestamp,
     /// When it was written, if recorded.
     pub(crate) last_rotation: Option<jiff::Timestamp>,
     /// When it should be rotated.
-    pub next_rotation: jiff::Timestamp,
+    pub(crate) next_rotation: jiff::Timestamp,
 }
 
 /// Pure part of reuse (parity §6.7 step 9, before the probe): the stored data of the shape
 /// `format` (`key` is the kubeconfig key of the `Kubeconfig` shape).
-pub fn reusable(
+pub(crate) fn reusable(
     secret: &Secret,
     format: ExportFormat,
     key: &str,
@@ -132,6 +126,11 @@ pub fn reusable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
+
+    fn sha256_hex(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
     use k8s_openapi::ByteString;
 
     fn at(s: i64) -> jiff::Timestamp {

@@ -2,17 +2,21 @@
 
 use kube::ResourceExt;
 
-use super::RETRY;
+use std::time::Duration;
+
 use crate::api::OmniSecretSync;
 use crate::api::Reason;
 use crate::api::common::missing_cluster;
 use crate::api::keys::ADOPT_ANNOTATION;
-use crate::controllers::RetryPolicy;
+use crate::controllers::shared::error::{Failure, RetryPolicy};
 use crate::workload::WorkloadError;
+
+/// Re-check while a dependency is missing.
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 
 /// Why an OmniSecretSync is not synced; the message is its condition's and Event's.
 #[derive(Debug, thiserror::Error)]
-pub enum SecretSyncFailure {
+pub(crate) enum SecretSyncFailure {
     /// The spec is invalid (it bypassed admission).
     #[error("{0}")]
     InvalidSpec(String),
@@ -100,9 +104,8 @@ pub enum SecretSyncFailure {
     DeleteFailed(String),
 }
 
-impl SecretSyncFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> Reason {
+impl Failure for SecretSyncFailure {
+    fn reason(&self) -> Reason {
         match self {
             Self::InvalidSpec(_) | Self::Refused(_) | Self::InvalidKubeconfig { .. } => {
                 Reason::ValidationFailed
@@ -119,8 +122,7 @@ impl SecretSyncFailure {
         }
     }
 
-    /// What the reconcile does next.
-    pub fn retry(&self) -> RetryPolicy {
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
             // An unowned target lives in the workload cluster, which is not watched: poll so

@@ -1,7 +1,18 @@
-//! Scenarios of `state.rs`: digests, plans, pending verdicts and the state of a release.
+//! Scenarios of `release.rs`: digests, pending verdicts and the state of a release.
 
 use super::*;
+use crate::controllers::helm_release::inputs::request;
 use crate::controllers::helm_release::test_support::{at, info, release};
+
+/// The digest of `r`'s inputs, as its pass resolves them.
+fn input_digest(r: &OmniHelmRelease) -> String {
+    request(r).digest
+}
+
+/// The state of `r`'s release after one look `look` at `now`.
+fn determine(r: &OmniHelmRelease, look: &Observation, now: jiff::Timestamp) -> State {
+    super::determine(r, &request(r), look, now, false)
+}
 
 #[test]
 fn digest_tracks_inputs_but_not_operation_knobs() {
@@ -74,7 +85,7 @@ fn a_pending_revision_of_an_earlier_operator_process_is_recovered_at_once() {
 }
 
 #[test]
-fn plan_upgrades_only_on_change_or_drift() {
+fn a_release_is_upgraded_only_on_change_or_drift() {
     let r = release(serde_json::json!({}));
     let digest = input_digest(&r);
     let applied = OmniHelmReleaseStatus {
@@ -82,37 +93,37 @@ fn plan_upgrades_only_on_change_or_drift() {
         release_revision: Some(2),
         ..OmniHelmReleaseStatus::default()
     };
-    assert_eq!(plan(None, &applied, &digest), Plan::Install);
+    assert_eq!(sync_state(None, &applied, &digest), ReleaseState::Absent);
     assert_eq!(
-        plan(Some(&info("deployed", 2)), &applied, &digest),
-        Plan::UpToDate
+        sync_state(Some(&info("deployed", 2)), &applied, &digest),
+        ReleaseState::InSync
     );
     assert_eq!(
-        plan(Some(&info("deployed", 2)), &applied, "other"),
-        Plan::Upgrade,
+        sync_state(Some(&info("deployed", 2)), &applied, "other"),
+        ReleaseState::OutOfSync,
         "inputs changed"
     );
     assert_eq!(
-        plan(Some(&info("deployed", 3)), &applied, &digest),
-        Plan::Upgrade,
+        sync_state(Some(&info("deployed", 3)), &applied, &digest),
+        ReleaseState::OutOfSync,
         "upgraded out of band"
     );
     assert_eq!(
-        plan(Some(&info("failed", 2)), &applied, &digest),
-        Plan::Upgrade,
+        sync_state(Some(&info("failed", 2)), &applied, &digest),
+        ReleaseState::OutOfSync,
         "failed release is repaired"
     );
     assert_eq!(
-        plan(Some(&info("uninstalled", 2)), &applied, &digest),
-        Plan::Install
+        sync_state(Some(&info("uninstalled", 2)), &applied, &digest),
+        ReleaseState::Absent
     );
     assert_eq!(
-        plan(
+        sync_state(
             Some(&info("deployed", 1)),
             &OmniHelmReleaseStatus::default(),
             &digest
         ),
-        Plan::Upgrade,
+        ReleaseState::OutOfSync,
         "an adopted release without a recorded digest gets our inputs applied"
     );
 }
@@ -245,6 +256,30 @@ fn an_adopted_pending_release_is_recovered_by_its_timeout_never_as_abandoned() {
         ReleaseState::Pending(Pending::Recover, stuck)
     );
     assert!(state.adopting);
+}
+
+/// The baseline model's `helm-upgrade-every-trigger` upgrades a release in sync, and nothing
+/// else.
+#[test]
+fn the_baseline_quirk_upgrades_a_release_in_sync_only() {
+    let now: jiff::Timestamp = "2026-11-23T02:00:00Z".parse().unwrap();
+    let r = applied_at_revision_2();
+    let req = request(&r);
+    let look = |release| Observation {
+        release: Some(release),
+        claim: Claim::Ours(Starter::Unknown),
+        recovered: false,
+    };
+    let in_sync = look(info("deployed", 2));
+    assert_eq!(
+        super::determine(&r, &req, &in_sync, now, true).release,
+        ReleaseState::OutOfSync
+    );
+    let uninstalled = look(info("uninstalled", 2));
+    assert_eq!(
+        super::determine(&r, &req, &uninstalled, now, true).release,
+        ReleaseState::Absent
+    );
 }
 
 #[test]

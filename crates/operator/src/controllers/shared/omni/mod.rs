@@ -17,7 +17,7 @@ use crate::api::OmniConnection;
 
 mod key;
 
-pub use self::key::ConnectionError;
+pub(crate) use self::key::ConnectionError;
 pub(crate) use self::key::key_from_secret;
 
 /// What an Omni client is built from. Not the Secret's resourceVersion: a change of its
@@ -54,17 +54,21 @@ type StatusSink = Arc<Mutex<Option<mpsc::UnboundedSender<StatusChange>>>>;
 
 /// Cache of Omni clients keyed by `namespace/connection`, with the backend API version each
 /// connection's Omni reported.
-pub struct OmniClients {
+pub(crate) struct OmniClients {
     client: kube::Client,
     cache: Mutex<HashMap<String, Entry>>,
     api_versions: Mutex<HashMap<String, u32>>,
     /// Where the status watches tell of changed clusters: the OmniCluster controller.
     status_changes: StatusSink,
+    /// Whether a client is kept for later passes. Only the baseline model of the original
+    /// (`connection-per-call`, benchmarks) builds a new one for every call, and then watches
+    /// nothing.
+    reuse: bool,
 }
 
 /// Why templates cannot be synced to a connection's Omni because of its API version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiVersionError {
+pub(crate) enum ApiVersionError {
     /// The version could not be read.
     #[error("read Omni backend API version: {0}")]
     Read(String),
@@ -81,18 +85,26 @@ impl std::fmt::Debug for OmniClients {
 
 impl OmniClients {
     /// An empty cache reading Secrets through `client`.
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             client,
             cache: Mutex::default(),
             api_versions: Mutex::default(),
             status_changes: StatusSink::default(),
+            reuse: true,
         }
+    }
+
+    /// A cache that builds a new client for every call, as the original did (the baseline
+    /// model's `connection-per-call`, benchmarks only).
+    pub(crate) fn without_reuse(mut self) -> Self {
+        self.reuse = false;
+        self
     }
 
     /// The client for `conn`, reading its Secret (uncached) and rebuilding the client when
     /// the Secret, endpoint or TLS flag changed.
-    pub async fn get(&self, conn: &OmniConnection) -> Result<OmniClient, ConnectionError> {
+    pub(crate) async fn get(&self, conn: &OmniConnection) -> Result<OmniClient, ConnectionError> {
         let namespace = conn.metadata.namespace.clone().unwrap_or_default();
         let r = &conn.spec.auth.service_account_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
@@ -116,7 +128,7 @@ impl OmniClients {
 
     /// The client for `conn` given its (already read) Secret: reused while the key, the key
     /// name, the endpoint and the TLS flag are unchanged.
-    pub fn client_for_secret(
+    pub(crate) fn client_for_secret(
         &self,
         conn: &OmniConnection,
         secret: &Secret,
@@ -141,7 +153,7 @@ impl OmniClients {
         let mut cache = self.lock();
         if let Some(entry) = cache.get(&cache_key)
             && entry.fingerprint == fingerprint
-            && !crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall)
+            && self.reuse
         {
             return Ok(entry.client.clone());
         }
@@ -167,7 +179,7 @@ impl OmniClients {
     /// first), started at the first ask; `None` without a cached client, or when the baseline
     /// model of the original (a client per call, no watches) is on.
     pub(crate) fn status_watch(&self, conn: &OmniConnection) -> Option<Arc<StatusWatch>> {
-        if crate::baseline::on(crate::baseline::Quirk::ConnectionPerCall) {
+        if !self.reuse {
             return None;
         }
         let (namespace, connection) = (

@@ -217,7 +217,7 @@ fn happening(event: &Event, regarding: &ObjectReference) -> u64 {
             )
         })
         .collect();
-    super::runner::hash_of((
+    super::triggers::hash_of((
         type_name(event.type_),
         &event.action,
         &event.reason,

@@ -1,11 +1,16 @@
 //! Why a reconcile failed, what it does next, and the delays it waits.
+//!
+//! Each kind's failures are its own enum; what the shell needs of them is the [`Failure`]
+//! trait: the condition reason they are reported under and the [`RetryPolicy`] that says what
+//! happens next (the shape of Stackable's `ReconcilerError::category()`). A failure that backs
+//! off travels as [`Error::Failed`], so this module names no kind.
 
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use rand::Rng;
 
-use super::{cluster, connection, helm_release, kubeconfig_export, secret_sync};
+use crate::api::Reason;
 
 /// A periodic re-check's delay spread by ±10 %, so objects created together (a cold start, a
 /// GitOps apply of a fleet) do not come due together for ever after, in waves that hit Omni,
@@ -20,53 +25,87 @@ pub(crate) fn periodic_spread() -> f64 {
 }
 
 /// The un-jittered delay is 5s·2^(failures-1), capped at 300s; `jitter` scales it.
-pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
+pub(crate) fn backoff_delay(failures: u32, jitter: f64) -> Duration {
     let exp = failures.saturating_sub(1).min(10);
     let base = (5u64 << exp).min(300) as f64;
     Duration::from_secs_f64(base * jitter)
 }
 
-/// Why a reconcile failed. The object's status already explains user-facing failures; this
-/// error drives logging and backoff.
+/// Why an object is not where its spec wants it: one variant of a kind's failure enum. The
+/// message (`Display`) is the condition's and the Event's, so it never carries a secret.
+pub(crate) trait Failure: std::error::Error + Send + Sync + 'static {
+    /// The condition reason it is reported under.
+    fn reason(&self) -> Reason;
+    /// What the reconcile does next.
+    fn retry(&self) -> RetryPolicy;
+}
+
+/// Why a reconcile failed. The object's status already explains a kind's failures; this error
+/// drives logging and the per-object backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A request to the management cluster failed.
     #[error("Kubernetes API request failed: {0}")]
     Kube(#[from] kube::Error),
     /// A status could not be serialised.
     #[error("could not serialise status: {0}")]
     Serialize(#[from] serde_json::Error),
-    /// An OmniConnection failure retried with backoff; also in the object's conditions.
-    #[error(transparent)]
-    Connection(#[from] connection::ConnectionFailure),
-    /// An OmniSecretSync failure retried with backoff; also in the object's conditions.
-    #[error(transparent)]
-    SecretSync(#[from] secret_sync::SecretSyncFailure),
-    /// An OmniHelmRelease failure retried with backoff; also in the object's conditions.
-    #[error(transparent)]
-    HelmRelease(#[from] helm_release::HelmFailure),
-    /// An OmniKubeconfigExport failure retried with backoff; also in the object's conditions.
-    #[error(transparent)]
-    Export(#[from] kubeconfig_export::ExportFailure),
-    /// An OmniCluster failure retried with backoff; also in the object's conditions.
-    #[error(transparent)]
-    Cluster(#[from] cluster::ClusterFailure),
-    /// The cached copy a status was computed from is older than the stored object, which it
-    /// carries; nothing was written (see `status::write`).
-    #[error("the cached copy of the object is older than the stored one")]
-    StaleCache(Box<serde_json::Value>),
+    /// A kind's failure whose [`RetryPolicy`] is [`RetryPolicy::Backoff`]; also in the
+    /// object's conditions.
+    #[error("{0}")]
+    Failed(Box<dyn Failure>),
+    /// The stored object kept changing under the pass, which went on from a newer copy as
+    /// many times as it may (see `decoded::STALE_CACHE_RERUNS`).
+    #[error("the stored object kept changing while it was reconciled")]
+    StaleCache,
 }
 
 impl Error {
-    /// [`Error::StaleCache`] carrying `stored`, the object as the server holds it now.
-    pub(crate) fn stale_cache<K: serde::Serialize>(stored: &K) -> Result<Self, Error> {
-        Ok(Self::StaleCache(Box::new(serde_json::to_value(stored)?)))
+    /// `failure`, handed to the per-object backoff.
+    pub(crate) fn failed(failure: impl Failure) -> Self {
+        Self::Failed(Box::new(failure))
+    }
+}
+
+/// Why one pass over an object of kind `K` stopped before its end.
+#[derive(Debug)]
+pub(crate) enum PassError<K> {
+    /// The cached copy the pass started from is older than the stored object, which it
+    /// carries: nothing was written, and the pass runs again on the stored copy (see
+    /// `status::write`, `finalizer::ensure`).
+    Stale(Box<K>),
+    /// It failed.
+    Failed(Error),
+}
+
+impl<K> PassError<K> {
+    /// The stored copy `stored`, newer than the one the pass started from.
+    pub(crate) fn stale(stored: K) -> Self {
+        Self::Stale(Box::new(stored))
+    }
+}
+
+impl<K> From<Error> for PassError<K> {
+    fn from(error: Error) -> Self {
+        Self::Failed(error)
+    }
+}
+
+impl<K> From<kube::Error> for PassError<K> {
+    fn from(error: kube::Error) -> Self {
+        Self::Failed(error.into())
+    }
+}
+
+impl<K> From<serde_json::Error> for PassError<K> {
+    fn from(error: serde_json::Error) -> Self {
+        Self::Failed(error.into())
     }
 }
 
 /// What a reconcile that ended in a failure (reported in the object's conditions) does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryPolicy {
+pub(crate) enum RetryPolicy {
     /// Nothing until the object changes: retrying cannot help (a spec or policy problem).
     AwaitChange,
     /// Look again after this delay: what is missing is not watched, or not by this controller.
@@ -83,6 +122,11 @@ impl RetryPolicy {
             Self::Poll(after) => Some(Action::requeue(after)),
             Self::Backoff => None,
         }
+    }
+
+    /// The next reconcile after `failure`, or `Err` handing it to the backoff.
+    pub(crate) fn after(self, failure: impl Failure) -> Result<Action, Error> {
+        self.action().ok_or_else(|| Error::failed(failure))
     }
 }
 

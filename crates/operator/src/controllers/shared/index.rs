@@ -4,7 +4,7 @@
 //! object of the kind per event: quadratic at cold start, when every Secret and every cluster
 //! arrives once and thousands of objects refer to them.
 //!
-//! An index is kept from the same watch as the kind's cache (`super::indexed_controller_for`):
+//! An index is kept from the same watch as the kind's cache (`runner::indexed_controller_for`):
 //! each object of the kind is decoded once per event of its own, and a re-list rebuilds the
 //! index the way it rebuilds the cache.
 
@@ -15,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::Cached;
+use super::decoded::{Cached, cached_ref};
 
 /// What an object refers to: a kind of reference and the referenced object's namespace and
 /// name, e.g. `RefKey::new("secret", "apps", "registry")`.
@@ -184,7 +184,7 @@ where
 /// A reference to `obj` by namespace and name only: the version and uid `ObjectRef::from_obj`
 /// adds are not compared, and the index holds up to four references per object.
 fn bare_ref<K: Resource<DynamicType = ()> + Clone>(obj: &Cached<K>) -> ObjectRef<Cached<K>> {
-    super::cached_ref(&obj.name_any(), obj.namespace().as_deref())
+    cached_ref(&obj.name_any(), obj.namespace().as_deref())
 }
 
 /// The namespace of `obj` (empty for cluster-scoped objects), for building [`RefKey`]s.

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 /// Why no Omni client could be built for a connection. Messages are the user-facing texts of
 /// the original operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectionError {
+pub(crate) enum ConnectionError {
     /// The Secret does not exist.
     #[error("MissingSecret {name:?}: secrets {name:?} not found")]
     MissingSecret {
@@ -78,7 +78,7 @@ pub enum ConnectionError {
 
 impl ConnectionError {
     /// Condition reason: `MissingSecret` for Secret problems, else `ConnectionFailed`.
-    pub fn reason(&self) -> Reason {
+    pub(crate) fn reason(&self) -> Reason {
         match self {
             ConnectionError::MissingSecret { .. }
             | ConnectionError::MissingKey { .. }

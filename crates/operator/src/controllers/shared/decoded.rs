@@ -3,7 +3,6 @@
 //! data cannot stall the watch of every other object of its kind.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -15,17 +14,13 @@ use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
-use super::{Context, Error};
+use super::context::Context;
+use super::error::Error;
 use crate::api::Reason;
 use crate::api::common::{Condition, ConditionStatus};
 
-/// How many times in a row one reconcile goes on from a newer stored copy
-/// ([`Error::StaleCache`]) before leaving the object to the error backoff: adding the
-/// finalizer takes one, a status write racing another writer one more.
-const STALE_CACHE_RERUNS: usize = 3;
-
 /// The API resource of kind `K`.
-pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
+pub(crate) fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
@@ -35,7 +30,7 @@ pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
 /// stall every other object of the kind; a watch of `DynamicObject`s decoded on every reconcile
 /// held each object as a JSON tree, four times the memory of the typed object.
 #[derive(Clone, Debug)]
-pub enum Cached<K> {
+pub(crate) enum Cached<K> {
     /// The object, decoded.
     Decoded(Arc<K>),
     /// An object whose stored data does not decode as `K`.
@@ -44,7 +39,7 @@ pub enum Cached<K> {
 
 /// What is kept of an object that does not decode as its kind: enough to report it.
 #[derive(Clone, Debug)]
-pub struct Undecodable {
+pub(crate) struct Undecodable {
     metadata: ObjectMeta,
     /// The stored `status` as it is, for the conditions already on it.
     status: Option<serde_json::Value>,
@@ -54,14 +49,14 @@ pub struct Undecodable {
 
 impl<K: Resource<DynamicType = ()>> Cached<K> {
     /// `obj`, decoded.
-    pub fn new(obj: K) -> Self {
+    pub(crate) fn new(obj: K) -> Self {
         Self::Decoded(Arc::new(obj))
     }
 }
 
 impl<K> Cached<K> {
     /// The object, if it decoded.
-    pub fn decoded(&self) -> Option<&K> {
+    pub(crate) fn decoded(&self) -> Option<&K> {
         match self {
             Self::Decoded(k) => Some(k),
             Self::Undecodable(_) => None,
@@ -172,42 +167,9 @@ pub(crate) fn invalid_object_conditions(
     changed.then_some(conditions)
 }
 
-/// Runs `inner` on the decoded object; an undecodable object gets a condition and an Event
-/// instead and is left alone until it changes.
-pub async fn reconcile_decoded<K, F, Fut>(
-    obj: Arc<Cached<K>>,
-    ctx: Arc<Context>,
-    inner: F,
-) -> Result<Action, Error>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
-    F: FnOnce(Arc<K>, Arc<Context>) -> Fut + Copy,
-    Fut: Future<Output = Result<Action, Error>>,
-{
-    let mut obj = obj;
-    let mut reruns = 0;
-    let bad = loop {
-        let k = match obj.as_ref() {
-            Cached::Decoded(k) => k.clone(),
-            Cached::Undecodable(bad) => break bad.clone(),
-        };
-        match inner(k, ctx.clone()).await {
-            // The watch cache lagged behind the server (or has not seen our own write yet):
-            // go on from the server's copy, rather than waiting for the cache (its watcher may
-            // be backing off) or a backoff.
-            Err(Error::StaleCache(stored)) if reruns < STALE_CACHE_RERUNS => {
-                reruns += 1;
-                obj = Arc::new(Cached::deserialize(*stored)?);
-            }
-            other => return other,
-        }
-    };
-    report_undecodable(&obj, &bad, &ctx).await
-}
-
 /// Reports `bad`, the record of `obj`, on `obj` itself: `Ready=False` reason `InvalidObject`
 /// and an Event, once.
-async fn report_undecodable<K: Resource<DynamicType = ()> + Clone>(
+pub(crate) async fn report_undecodable<K: Resource<DynamicType = ()> + Clone>(
     obj: &Cached<K>,
     bad: &Undecodable,
     ctx: &Context,
@@ -240,17 +202,6 @@ async fn report_undecodable<K: Resource<DynamicType = ()> + Clone>(
         .await;
     }
     Ok(Action::await_change())
-}
-
-/// The error policy of every controller: retry with per-object exponential backoff.
-pub(crate) fn error_policy<K>(obj: Arc<Cached<K>>, err: &Error, ctx: Arc<Context>) -> Action
-where
-    K: Resource<DynamicType = ()> + Clone,
-{
-    let key = super::runner::object_key(obj.as_ref());
-    let delay = ctx.backoff(&key);
-    tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
 }
 
 #[cfg(test)]

@@ -8,27 +8,18 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{Context, Error};
+use kube::runtime::events::EventType;
+
+use super::context::Context;
+use super::error::PassError;
 use crate::api::Reason;
-use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{
     Condition, ConditionStatus, condition_types, find_condition, set_condition,
-};
-use crate::api::connection::OmniConnectionStatus;
-use crate::api::control_plane::OmniControlPlaneStatus;
-use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
-use crate::api::machine::OmniMachineStatus;
-use crate::api::secret_sync::OmniSecretSyncStatus;
-use crate::api::workers::OmniWorkersStatus;
-use crate::api::{
-    OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniKubeconfigExport,
-    OmniMachine, OmniSecretSync, OmniWorkers,
 };
 use crate::metrics::ResourceInfo;
 
 /// Conditions of `new` whose status or reason differs from `old` (or that are new).
-pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
+pub(crate) fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
     new.iter()
         .filter(|c| {
             old.iter()
@@ -125,22 +116,18 @@ fn merge_patch(old: &Value, new: &Value) -> Value {
 /// after cut streams or `410 Gone` can stay seconds behind). A status computed from a stale
 /// copy would rewrite what a previous reconcile already wrote, with fresh transition times.
 /// So a needed write is first checked against the server's copy: when that is newer,
-/// nothing is written and [`Error::StaleCache`] hands it to the caller to reconcile again on
-/// ([`super::reconcile_decoded`] does). The write itself carries the checked `resourceVersion`, so
-/// a change landing in between is refused with `409 Conflict` rather than overwritten, and
-/// handled like a stale cache.
-pub async fn write<K, S>(api: &Api<K>, obj: &K, new_status: &S) -> Result<bool, Error>
+/// nothing is written and [`PassError::Stale`] hands it to the caller to reconcile again on.
+/// The write itself carries the checked `resourceVersion`, so a change landing in between is
+/// refused with `409 Conflict` rather than overwritten, and handled like a stale cache.
+pub(crate) async fn write<K>(api: &Api<K>, obj: &K, desired: Value) -> Result<bool, PassError<K>>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-    S: Serialize,
 {
     let object = serde_json::to_value(obj)?;
     let current = object
         .get("status")
         .cloned()
         .unwrap_or(Value::Object(Map::new()));
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let desired = crate::baseline::stamp_status(kind, serde_json::to_value(new_status)?);
     let Some(mut patch) = status_patch(&current, &desired) else {
         return Ok(false);
     };
@@ -148,7 +135,7 @@ where
     let cached = obj.meta().resource_version.clone();
     let stored = api.get(&name).await?;
     if stored.meta().resource_version != cached {
-        return Err(Error::stale_cache(&stored)?);
+        return Err(PassError::stale(stored));
     }
     if let Some(rv) = cached {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
@@ -159,14 +146,13 @@ where
     {
         Ok(_) => Ok(true),
         // Another writer landed between the check and the write: the same as a stale cache.
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            Err(Error::stale_cache(&api.get(&name).await?)?)
-        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(PassError::stale(api.get(&name).await?)),
         Err(e) => Err(e.into()),
     }
 }
 
-/// A status type of ours: every one keeps its conditions in `conditions`.
+/// A status type of ours: every one keeps its conditions in `conditions` (each kind's module
+/// implements it for its status).
 pub(crate) trait Conditioned {
     /// The conditions of this status.
     fn conditions(&self) -> &[Condition];
@@ -174,7 +160,7 @@ pub(crate) trait Conditioned {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
 }
 
-/// A kind of ours whose status [`report`] writes.
+/// A kind of ours whose status [`report`] writes (each kind's module implements it).
 pub(crate) trait Reported:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug
 {
@@ -192,66 +178,49 @@ pub(crate) trait Reported:
     }
 }
 
-macro_rules! reported {
-    ($($kind:ident => $status:ident),* $(,)?) => {$(
-        impl Conditioned for $status {
-            fn conditions(&self) -> &[Condition] {
-                &self.conditions
-            }
-            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-                &mut self.conditions
-            }
-        }
-        impl Reported for $kind {
-            type Status = $status;
-            fn stored_status(&self) -> Option<&$status> {
-                self.status.as_ref()
-            }
-            reported!(@suspended $kind);
-        }
-    )*};
-    (@suspended OmniCluster) => {
-        fn suspended(&self) -> bool {
-            self.spec.suspend
-        }
-    };
-    (@suspended $kind:ident) => {};
-}
-
-reported! {
-    OmniCluster => OmniClusterStatus,
-    OmniConnection => OmniConnectionStatus,
-    OmniControlPlane => OmniControlPlaneStatus,
-    OmniWorkers => OmniWorkersStatus,
-    OmniMachine => OmniMachineStatus,
-    OmniSecretSync => OmniSecretSyncStatus,
-    OmniKubeconfigExport => OmniKubeconfigExportStatus,
-    OmniHelmRelease => OmniHelmReleaseStatus,
-}
-
 /// The end of every reconcile: writes `new` if it changed ([`write`]), publishes the Event of
 /// the condition transition it makes (only when written) and sets the object's info metric from
 /// its `Ready` condition. Returns whether a write happened.
-pub(crate) async fn report<K>(ctx: &Context, obj: &K, new: &K::Status) -> Result<bool, Error>
+pub(crate) async fn report<K>(ctx: &Context, obj: &K, new: &K::Status) -> Result<bool, PassError<K>>
 where
     K: Reported<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     let namespace = obj.meta().namespace.clone().unwrap_or_default();
-    let written = write(&ctx.api::<K>(&namespace), obj, new).await?;
+    let desired = ctx
+        .baseline
+        .stamp_status(&K::kind(&()), serde_json::to_value(new)?);
+    let written = write(&ctx.api::<K>(&namespace), obj, desired).await?;
     if written {
-        ctx.condition_events(obj, obj.stored_conditions(), new.conditions())
-            .await;
+        condition_events(ctx, obj, obj.stored_conditions(), new.conditions()).await;
     }
     let ready = find_condition(new.conditions(), condition_types::READY);
     ctx.metrics.set_resource_info(&ResourceInfo {
         kind: &K::kind(&()),
         namespace: &namespace,
         name: obj.meta().name.as_deref().unwrap_or_default(),
-        ready: ready.map_or("Unknown", |c| super::connection::status_str(c.status)),
+        ready: ready.map_or("Unknown", |c| c.status.as_str()),
         reason: ready.map_or("", |c| c.reason.as_str()),
         suspended: obj.suspended(),
     });
     Ok(written)
+}
+
+/// Publishes at most one Event for a status write, for the condition transition that says the
+/// most (see [`event_worthy`]).
+async fn condition_events<K>(ctx: &Context, obj: &K, old: &[Condition], new: &[Condition])
+where
+    K: Resource<DynamicType = ()>,
+{
+    if let Some(c) = event_worthy(old, new) {
+        let type_ = if condition_healthy(c) {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let note = format!("{}={:?}: {}", c.type_, c.status, c.message);
+        ctx.event_for(obj.object_ref(&()), type_, &c.reason, note)
+            .await;
+    }
 }
 
 /// Status builder starting from the stored status `s`, so a failure keeps what the last
@@ -313,6 +282,7 @@ impl<S: Conditioned> Draft<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::secret_sync::OmniSecretSyncStatus;
     use serde_json::json;
 
     fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
@@ -372,24 +342,6 @@ mod tests {
             "a secondary condition turning good while Ready stays False"
         );
         assert_eq!(worthy(&fresh, &fresh), None);
-    }
-
-    /// The info metric's `suspended` label comes from the kind: only an OmniCluster can be.
-    /// (A macro matching the kind as a type once lost this.)
-    #[test]
-    fn only_a_suspended_cluster_reports_suspended() {
-        let cluster = |suspend: bool| -> OmniCluster {
-            serde_json::from_value(json!({
-                "apiVersion": "omni.texashpc.com/v1alpha1",
-                "kind": "OmniCluster",
-                "metadata": {"name": "edge", "namespace": "ops"},
-                "spec": {"connectionRef": {"name": "omni"}, "suspend": suspend,
-                         "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}},
-            }))
-            .unwrap_or_else(|e| panic!("{e}"))
-        };
-        assert!(cluster(true).suspended());
-        assert!(!cluster(false).suspended());
     }
 
     #[test]
