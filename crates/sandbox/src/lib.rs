@@ -151,6 +151,24 @@ impl Sandbox {
     pub async fn start(opts: &Options, progress: impl Fn(&str)) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&opts.dir)
             .with_context(|| format!("creating {}", opts.dir.display()))?;
+        // Every path handed on is absolute: the pod runner's script changes its root and
+        // directory, so a relative `--dir` (the default, `sandbox`) would name nothing there.
+        let opts = &Options {
+            dir: std::fs::canonicalize(&opts.dir)
+                .with_context(|| format!("resolving {}", opts.dir.display()))?,
+            helm: std::path::absolute(&opts.helm)?,
+            as_deployed: opts
+                .as_deployed
+                .as_ref()
+                .map(|deployed| -> anyhow::Result<AsDeployed> {
+                    Ok(AsDeployed {
+                        operator_binary: std::path::absolute(&deployed.operator_binary)?,
+                        values: deployed.values.clone(),
+                    })
+                })
+                .transpose()?,
+            ..opts.clone()
+        };
         let ca = CertificateAuthority::generate("omni-sandbox-ca")?;
 
         progress("starting the management cluster (kube-sim, HTTPS)");
