@@ -4,7 +4,7 @@
 //! it. So each one is defined here once, with the sentence that explains it, and nowhere
 //! else: a failure type names the variant it is reported under, never a string. The reference
 //! table in `docs/operations.md` ("Every reason") lists exactly these variants with these
-//! sentences; a test below compares the two.
+//! sentences; the docs coverage test compares the two.
 
 /// Declares [`Reason`] with its spelling and its one-sentence meaning per variant.
 macro_rules! reasons {
@@ -124,38 +124,6 @@ impl PartialEq<Reason> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    /// The rows of the "Every reason" table of `docs/operations.md`: reason → meaning.
-    fn documented() -> BTreeMap<String, String> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let (_, section) = text
-            .split_once("\n### Every reason\n")
-            .unwrap_or_else(|| panic!("docs/operations.md has no \"### Every reason\" section"));
-        section
-            .lines()
-            .skip_while(|l| !l.starts_with('|'))
-            .take_while(|l| l.starts_with('|'))
-            .skip(2)
-            .map(|row| {
-                let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-                let reason = cells.first().copied().unwrap_or_default().trim_matches('`');
-                let meaning = cells.get(1).copied().unwrap_or_default();
-                (reason.to_string(), meaning.to_string())
-            })
-            .collect()
-    }
-
-    /// The docs list every reason, with its meaning as written here, and nothing else.
-    #[test]
-    fn the_docs_list_every_reason_and_nothing_else() {
-        let code: BTreeMap<String, String> = Reason::ALL
-            .iter()
-            .map(|r| (r.as_str().to_string(), r.meaning().to_string()))
-            .collect();
-        assert_eq!(documented(), code);
-    }
 
     #[test]
     fn each_reason_is_spelled_once() {

@@ -229,3 +229,5 @@ pub(crate) fn start<S: Shutdown>(
 
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod omni_tests;

@@ -24,8 +24,9 @@ pub(crate) fn periodic_spread() -> f64 {
     rand::thread_rng().gen_range(0.9..1.1)
 }
 
-/// The un-jittered delay is 5s·2^(failures-1), capped at 300s; `jitter` scales it.
-pub(crate) fn backoff_delay(failures: u32, jitter: f64) -> Duration {
+/// The per-object retry delay after `failures` failures in a row: 5s·2^(failures-1), capped at
+/// 300s, scaled by `jitter` (the operator draws it from [0.8, 1.2)).
+pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
     let exp = failures.saturating_sub(1).min(10);
     let base = (5u64 << exp).min(300) as f64;
     Duration::from_secs_f64(base * jitter)

@@ -308,3 +308,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod published;

@@ -26,5 +26,7 @@ pub(crate) mod pipeline;
 pub(crate) mod runner;
 pub(crate) mod setup;
 pub(crate) mod status;
+#[cfg(test)]
+pub(crate) mod test_env;
 pub(crate) mod triggers;
 pub(crate) mod watches;

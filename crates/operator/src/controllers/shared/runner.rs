@@ -70,7 +70,13 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
     controller
         .graceful_shutdown_on(shutdown)
         .run(
-            move |obj, ctx| run_pass(obj, ctx, state.clone()),
+            move |obj, ctx: Arc<Context>| {
+                let state = state.clone();
+                let pass_ctx = ctx.clone();
+                run_pass(obj, ctx, move |k| {
+                    pipeline::reconcile(k, pass_ctx.clone(), state.clone())
+                })
+            },
             error_policy,
             ctx,
         )
@@ -84,15 +90,20 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
         .await;
 }
 
-/// One reconcile of `obj`: the kind's pipeline on the decoded object, again on the stored copy
-/// when the cached one was stale, with metrics and backoff bookkeeping around each attempt. An
-/// undecodable object gets a condition and an Event instead and is left alone until it
-/// changes.
-async fn run_pass<P: Pipeline>(
-    obj: Arc<Cached<P>>,
+/// One reconcile of `obj`: `pass` (the kind's pipeline) on the decoded object, again on the
+/// stored copy when the cached one was stale, with metrics and backoff bookkeeping around each
+/// attempt. An undecodable object gets a condition and an Event instead and is left alone until
+/// it changes.
+async fn run_pass<K, F, Fut>(
+    obj: Arc<Cached<K>>,
     ctx: Arc<Context>,
-    state: Arc<P::State>,
-) -> Result<Action, Error> {
+    pass: F,
+) -> Result<Action, Error>
+where
+    K: OwnKind,
+    F: Fn(Arc<K>) -> Fut,
+    Fut: Future<Output = Result<Action, PassError<K>>>,
+{
     let mut obj = obj;
     let mut reruns = 0;
     let bad = loop {
@@ -101,11 +112,11 @@ async fn run_pass<P: Pipeline>(
             Cached::Undecodable(bad) => break bad.clone(),
         };
         let started = Instant::now();
-        let result = pipeline::reconcile(k.clone(), ctx.clone(), state.clone()).await;
+        let result = pass(k.clone()).await;
         // A stale cache is no failure: the pass runs again at once on the stored object.
         let failed = matches!(result, Err(PassError::Failed(_)));
         ctx.metrics
-            .reconciled(&P::kind(&()), started.elapsed().as_secs_f64(), failed);
+            .reconciled(&K::kind(&()), started.elapsed().as_secs_f64(), failed);
         match result {
             Ok(action) => {
                 ctx.reset_backoff(k.as_ref());
@@ -135,3 +146,7 @@ where
     tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
+
+#[cfg(test)]
+#[path = "stale_tests.rs"]
+mod stale_tests;

@@ -311,41 +311,6 @@ impl Operator {
         }
     }
 
-    /// Starts only the OmniSecretSync controller of an operator with `config`, re-checking
-    /// every `resync`.
-    pub fn spawn_secret_sync_only(
-        config: OperatorConfig,
-        client: kube::Client,
-        resync: Duration,
-    ) -> Operator {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let ctx = omni_operator::controllers::Context::new(
-            client,
-            config.scope.clone(),
-            config.clock.clone(),
-            config.metrics.clone(),
-            None,
-        )
-        .with_secret_sync_resync(resync);
-        let task = tokio::spawn(async move {
-            use futures::FutureExt as _;
-            let stop = async move {
-                let _ = rx.await;
-            }
-            .shared();
-            let ctx = Arc::new(ctx);
-            let mut watches = omni_operator::controllers::Watches::new(&ctx);
-            let sync =
-                omni_operator::controllers::secret_sync::start(ctx, &mut watches, stop.clone());
-            tokio::join!(sync, watches.run(stop));
-            Ok(())
-        });
-        Operator {
-            stop: Some(tx),
-            task,
-        }
-    }
-
     /// Kills the operator where it stands, like a crashed or OOM-killed pod: its task is aborted
     /// at its next await point, in-flight reconciles and helm processes are dropped, nothing
     /// drains. Returns once the task is gone.

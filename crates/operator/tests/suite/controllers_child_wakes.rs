@@ -5,16 +5,15 @@
 //! child watches were filtered, one spec edit reconciled the cluster three times and a
 //! status-only change once.
 
-mod support;
-
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use omni_operator::api::{OmniCluster, OmniWorkers};
 use serde_json::json;
-use support::env::Env;
-use support::ready;
 use tokio::time::Instant;
+
+use crate::support::env::Env;
+use crate::support::{self, ready};
 
 /// How long the count must stay the same to call the operator settled: far longer than a
 /// reconcile takes here, far shorter than the cluster's one-hour re-check.

@@ -4,21 +4,24 @@
 //! transition times, and a second Event. The fault suite's quiet hold found it
 //! (`faults_kube_api`: "1 writes for 0 changes", intermittently); these scenarios pin it down.
 
-use crate::support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use omni_operator::api::OmniConnection;
-use omni_operator::controllers::{
-    Cached, Context, Error, Scope, SystemClock, reconcile_decoded, status,
-};
-use omni_operator::metrics::Metrics;
 use serde_json::{Value, json};
-use support::{connection_doc, create_json, install_operator_api, kube_sim};
+
+use super::run_pass;
+use crate::api::OmniConnection;
+use crate::controllers::shared::context::{Context, Scope, SystemClock};
+use crate::controllers::shared::decoded::Cached;
+use crate::controllers::shared::error::PassError;
+use crate::controllers::shared::status;
+use crate::controllers::shared::test_env::{
+    connection_doc, create_json, install_operator_api, kube_sim,
+};
+use crate::metrics::Metrics;
 
 const NS: &str = "stale";
 const NAME: &str = "omni";
@@ -58,15 +61,15 @@ async fn a_status_computed_from_a_stale_cached_copy_is_not_written() {
     let api: Api<OmniConnection> = Api::namespaced(client.clone(), NS);
     let cached = api.get(NAME).await.unwrap_or_else(|e| panic!("get: {e}"));
 
-    let wrote = status::write(&api, &cached, &ready_since(FIRST)).await;
+    let wrote = status::write(&api, &cached, ready_since(FIRST)).await;
     assert!(matches!(wrote, Ok(true)), "first status: {wrote:?}");
     let writes = sim
         .hooks()
         .writes_to_object("omniconnections", Some(NS), NAME);
 
     // The same cached copy, now behind the server: the status it yields is not written.
-    let wrote = status::write(&api, &cached, &ready_since(LATER)).await;
-    assert!(matches!(wrote, Err(Error::StaleCache(_))), "{wrote:?}");
+    let wrote = status::write(&api, &cached, ready_since(LATER)).await;
+    assert!(matches!(wrote, Err(PassError::Stale(_))), "{wrote:?}");
     assert_eq!(
         sim.hooks()
             .writes_to_object("omniconnections", Some(NS), NAME),
@@ -81,22 +84,23 @@ async fn a_status_computed_from_a_stale_cached_copy_is_not_written() {
 
     // The stored copy agrees with what the first write stored: nothing to do.
     let fresh = api.get(NAME).await.unwrap_or_else(|e| panic!("get: {e}"));
-    let wrote = status::write(&api, &fresh, &ready_since(FIRST)).await;
+    let wrote = status::write(&api, &fresh, ready_since(FIRST)).await;
     assert!(matches!(wrote, Ok(false)), "{wrote:?}");
 }
 
-/// Reconciles `reconcile_decoded` ran, counted across its retries.
-static RECONCILES: AtomicUsize = AtomicUsize::new(0);
-
-async fn write_first_status(obj: Arc<OmniConnection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    RECONCILES.fetch_add(1, Ordering::SeqCst);
-    let api: Api<OmniConnection> = Api::namespaced(ctx.client.clone(), NS);
-    status::write(&api, obj.as_ref(), &ready_since(FIRST)).await?;
+/// A pass that writes the first status, counting itself in `passes`.
+async fn write_first_status(
+    obj: Arc<OmniConnection>,
+    client: kube::Client,
+    passes: Arc<AtomicUsize>,
+) -> Result<Action, PassError<OmniConnection>> {
+    passes.fetch_add(1, Ordering::SeqCst);
+    let api: Api<OmniConnection> = Api::namespaced(client, NS);
+    status::write(&api, obj.as_ref(), ready_since(FIRST)).await?;
     Ok(Action::await_change())
 }
 
-/// The controllers' driver: a reconcile handed a stale copy runs once more on the stored
-/// object, which already has the status, so nothing is written. Before this change the stale
+/// The controllers' runner: a pass handed a stale copy runs once more on the stored object, which already has the status, so nothing is written. Before this change the stale
 /// reconcile wrote the status again.
 #[tokio::test]
 async fn a_reconcile_of_a_stale_cached_copy_runs_again_on_the_stored_object() {
@@ -124,16 +128,15 @@ async fn a_reconcile_of_a_stale_cached_copy_runs_again_on_the_stored_object() {
         None,
     );
 
-    let result = reconcile_decoded::<OmniConnection, _, _>(
-        Arc::new(Cached::new(stale.clone())),
-        Arc::new(ctx),
-        write_first_status,
-    )
+    let passes = Arc::new(AtomicUsize::new(0));
+    let result = run_pass(Arc::new(Cached::new(stale.clone())), Arc::new(ctx), |obj| {
+        write_first_status(obj, client.clone(), passes.clone())
+    })
     .await;
 
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(
-        RECONCILES.load(Ordering::SeqCst),
+        passes.load(Ordering::SeqCst),
         2,
         "once on the cached copy, once on the stored one"
     );

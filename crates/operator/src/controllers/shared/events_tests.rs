@@ -1,8 +1,7 @@
-//! Events as the operator publishes them: a new happening creates an Event; the same happening
-//! again within six minutes is counted on that Event's `series`, as kube's `Recorder` did, while
-//! the operator remembers only a fingerprint of each (not the whole Event).
-
-use crate::support;
+//! Events as the operator publishes them, against kube-sim: a new happening creates an Event;
+//! the same happening again within six minutes is counted on that Event's `series`, as kube's
+//! `Recorder` did, while the operator remembers only a fingerprint of each (not the whole
+//! Event).
 
 use std::sync::Arc;
 
@@ -10,10 +9,13 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::events::EventType;
-use omni_operator::api::OmniConnection;
-use omni_operator::controllers::{Context, Scope, SystemClock};
-use omni_operator::metrics::Metrics;
-use support::{connection_doc, create_json, install_operator_api, kube_sim};
+
+use crate::api::{OmniConnection, Reason};
+use crate::controllers::shared::context::{Context, Scope, SystemClock};
+use crate::controllers::shared::test_env::{
+    connection_doc, create_json, install_operator_api, kube_sim,
+};
+use crate::metrics::Metrics;
 
 const NS: &str = "events";
 
@@ -50,7 +52,7 @@ async fn a_repeated_happening_is_counted_on_the_first_event_and_another_gets_its
         ctx.event(
             &connection,
             EventType::Warning,
-            "ConnectionFailed",
+            Reason::ConnectionFailed,
             note.to_string(),
         )
     };
@@ -73,7 +75,7 @@ async fn a_repeated_happening_is_counted_on_the_first_event_and_another_gets_its
     ctx.event(
         &connection,
         EventType::Normal,
-        "Connected",
+        Reason::ConnectionReady,
         "connected".into(),
     )
     .await;
@@ -83,5 +85,5 @@ async fn a_repeated_happening_is_counted_on_the_first_event_and_another_gets_its
         .filter_map(|e| e.reason)
         .collect();
     reasons.sort();
-    assert_eq!(reasons, ["Connected", "ConnectionFailed"]);
+    assert_eq!(reasons, ["ConnectionFailed", "ConnectionReady"]);
 }

@@ -1,17 +1,17 @@
 //! OmniConnection's Omni side against omni-sim: the key rules, pinging with the Secret's key,
 //! and rebuilding the cached client when the Secret changes.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
-use omni_operator::api::OmniConnection;
-use omni_operator::api::common::{ConditionStatus, find_condition};
-use omni_operator::controllers::connection::{Outcome, desired_status};
-use omni_operator::controllers::omni::{ConnectionError, OmniClients};
+
+use super::outcome::{Checked, Outcome, desired_status};
+use crate::api::OmniConnection;
+use crate::api::common::{ConditionStatus, find_condition};
+use crate::controllers::shared::omni::{ConnectionError, OmniClients};
+use crate::controllers::shared::test_env::{omni_sim_with_account, unreachable_client};
 
 fn connection(endpoint: &str) -> OmniConnection {
     serde_json::from_value(serde_json::json!({
@@ -44,12 +44,12 @@ fn secret(value: &str, resource_version: &str) -> Secret {
 
 #[tokio::test]
 async fn ping_with_the_secret_key_and_rebuild_when_the_secret_changes() {
-    let (sim, good) = support::omni_sim_with_account("operator").await;
+    let (sim, good) = omni_sim_with_account("operator").await;
     // A well-formed key Omni does not know: what a revoked or foreign key looks like.
-    let (other, unknown) = support::omni_sim_with_account("stranger").await;
+    let (other, unknown) = omni_sim_with_account("stranger").await;
 
     let conn = connection(sim.endpoint());
-    let clients = OmniClients::new(support::unreachable_client());
+    let clients = OmniClients::new(unreachable_client());
 
     // Surrounding whitespace (a trailing newline from `kubectl create secret --from-file`) is fine.
     let client = clients
@@ -58,7 +58,7 @@ async fn ping_with_the_secret_key_and_rebuild_when_the_secret_changes() {
     let endpoint = client.ping().await.unwrap_or_else(|e| panic!("ping: {e}"));
     let status = desired_status(
         &conn,
-        &Outcome::Reachable { endpoint },
+        &Outcome::done(Checked::Reachable { endpoint }),
         jiff::Timestamp::now(),
     );
     let ready = find_condition(&status.conditions, "Ready").unwrap_or_else(|| panic!("Ready"));
@@ -96,7 +96,7 @@ async fn ping_with_the_secret_key_and_rebuild_when_the_secret_changes() {
 #[tokio::test]
 async fn env_file_in_the_secret_is_refused_before_contacting_omni() {
     let conn = connection("https://omni.invalid");
-    let clients = OmniClients::new(support::unreachable_client());
+    let clients = OmniClients::new(unreachable_client());
     let env = "export OMNI_ENDPOINT=https://omni.invalid\nexport OMNI_SERVICE_ACCOUNT_KEY=c2VjcmV0";
     let err = clients
         .client_for_secret(&conn, &secret(env, "1"))
@@ -105,7 +105,7 @@ async fn env_file_in_the_secret_is_refused_before_contacting_omni() {
         matches!(err, ConnectionError::EnvAssignments { .. }),
         "{err:?}"
     );
-    assert_eq!(err.reason(), "MissingSecret");
+    assert_eq!(err.reason().as_str(), "MissingSecret");
     assert!(!err.to_string().contains("c2VjcmV0"), "{err}");
 }
 
@@ -116,9 +116,9 @@ async fn env_file_in_the_secret_is_refused_before_contacting_omni() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_uses_of_a_connection_share_one_client_and_one_omni_connection() {
     const ASKS: usize = 8;
-    let (sim, key) = support::omni_sim_with_account("operator").await;
+    let (sim, key) = omni_sim_with_account("operator").await;
     let conn = connection(sim.endpoint());
-    let clients = std::sync::Arc::new(OmniClients::new(support::unreachable_client()));
+    let clients = std::sync::Arc::new(OmniClients::new(unreachable_client()));
     let before = sim.connections_accepted();
 
     let start = std::sync::Arc::new(std::sync::Barrier::new(ASKS));
