@@ -10,6 +10,7 @@ mod api_crds;
 mod api_samples;
 mod api_schema_check;
 mod api_validation;
+mod architecture;
 mod as_deployed;
 mod bench_smoke;
 mod chart_runtime;

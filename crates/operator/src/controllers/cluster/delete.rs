@@ -4,11 +4,11 @@
 use kube::runtime::events::EventType;
 use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
 
-use super::ClusterState;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Done, Outcome};
 use super::ownership::existing_ownership;
+use super::state::ClusterState;
 use super::sync::{OMNI_DEADLINE, connection_of};
 use crate::api::{OmniCluster, Reason};
 use crate::controllers::shared::context::Context;

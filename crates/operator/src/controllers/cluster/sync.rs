@@ -8,12 +8,12 @@ use std::time::Duration;
 use kube::ResourceExt;
 use omni_client::template::{Document, SyncOptions, apply, keys, plan_sync_for, status_cluster};
 
-use super::ClusterState;
 use super::children::children_of;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Done, Outcome, Rendition, Synced};
 use super::ownership::{existing_ownership, owner_stamp};
+use super::state::ClusterState;
 use crate::api::keys::{OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::shared::context::Context;

@@ -9,12 +9,12 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
-use super::holds::{add_hold, consumers, delete_owned, holds, release_hold};
+use super::holds::{add_hold, consumers, delete_owned, release_hold};
 use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY};
 use super::probe::keep_stored;
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::state::ExportState;
-use super::target::{build_target, is_owned, prepared_kubeconfig};
+use super::target::{build_target, holds, is_owned, prepared_kubeconfig};
 use crate::api::common::DeletionPolicy;
 use crate::api::keys;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};

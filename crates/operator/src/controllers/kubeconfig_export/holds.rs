@@ -7,7 +7,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 
 use super::outcome::{ExportFailure, Waiting};
-use super::target::is_owned;
+use super::target::{holds, is_owned};
 use crate::api::common::DeletionPolicy;
 use crate::api::keys;
 use crate::api::{OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
@@ -16,14 +16,6 @@ use crate::controllers::shared::decoded::api_resource;
 use crate::controllers::shared::error::Error;
 use crate::controllers::shared::finalizer::{self, Finalizer, set_secret_finalizers};
 use crate::delete_guard::{Deleted, delete_observed};
-
-/// Whether the export's hold is on `secret`.
-pub(crate) fn holds(secret: &Secret) -> bool {
-    secret
-        .finalizers()
-        .iter()
-        .any(|f| f == keys::KUBECONFIG_IN_USE_FINALIZER)
-}
 
 /// Whether `consumer` (an OmniHelmRelease or OmniSecretSync, decoded loosely so one bad object
 /// cannot hide the others) uses the Secret `secret` of its namespace as its kubeconfig and may
@@ -55,18 +47,6 @@ pub(super) async fn consumers(ctx: &Context, ns: &str, secret: &str) -> Result<V
         }
     }
     Ok(found)
-}
-
-/// Puts the hold on `secret` (a Secret this export owns that is not being deleted: a deleting
-/// object takes no new finalizers).
-pub(super) fn with_hold(secret: &mut Secret) {
-    if !holds(secret) {
-        secret
-            .metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
-    }
 }
 
 /// Puts the hold on `secret`, which this export owns but wrote before exports held their

@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
-use super::holds::with_hold;
 use super::rotation::whole_seconds;
 use crate::api::OmniKubeconfigExport;
 use crate::api::keys;
@@ -182,6 +181,26 @@ pub(crate) fn build_target(
         with_hold(&mut secret);
     }
     secret
+}
+
+/// Whether the export's hold is on `secret`.
+pub(crate) fn holds(secret: &Secret) -> bool {
+    secret
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::KUBECONFIG_IN_USE_FINALIZER)
+}
+
+/// Puts the hold on `secret` (a Secret this export owns that is not being deleted: a deleting
+/// object takes no new finalizers).
+pub(super) fn with_hold(secret: &mut Secret) {
+    if !holds(secret) {
+        secret
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
+    }
 }
 
 #[cfg(test)]

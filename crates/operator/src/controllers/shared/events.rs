@@ -217,12 +217,16 @@ fn happening(event: &Event, regarding: &ObjectReference) -> u64 {
             )
         })
         .collect();
-    super::triggers::hash_of((
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
         type_name(event.type_),
         &event.action,
         &event.reason,
         objects,
-    ))
+    )
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]

@@ -42,8 +42,7 @@ pub(crate) fn own_changes<K: OwnKind>(
     changes_from(events, own_change, Deletions::Pass).map(Ok)
 }
 
-/// A hash of `value`: what a trigger reads of an object, to tell whether it changed (and the
-/// fingerprint of an Event's happening).
+/// A hash of `value`: what a trigger reads of an object, to tell whether it changed.
 pub(crate) fn hash_of(value: impl std::hash::Hash) -> u64 {
     use std::hash::Hasher as _;
     let mut h = std::collections::hash_map::DefaultHasher::new();
