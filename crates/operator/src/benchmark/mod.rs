@@ -11,7 +11,7 @@
 //! - `status-every-reconcile`: OmniConnection and OmniCluster write their status on every
 //!   reconcile, with a fresh check/sync timestamp (the original always changes a timestamp
 //!   there, so every reconcile of those two kinds writes); its mapped watches then pass only
-//!   the events the original's predicate passes ([`Quirks::mapped_events`]).
+//!   the events the original's predicate passes (`Quirks::mapped_events`).
 //! - `connection-per-call`: no Omni client is reused; every reconcile builds a new one, so it
 //!   opens a new connection (and TLS handshake) to Omni.
 //! - `helm-upgrade-every-trigger`: an OmniHelmRelease whose deployed release is up to date is

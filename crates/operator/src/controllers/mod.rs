@@ -1,10 +1,10 @@
-//! The controllers: one module per kind, holding only that kind's decisions, and [`shared`],
+//! The controllers: one module per kind, holding only that kind's decisions, and `shared`,
 //! the machinery every kind runs on (see `docs/architecture.md`).
 //!
 //! Every kind runs the same pipeline (`shared::pipeline`): validate → apply (observe, plan,
 //! act; returns an outcome) → status (pure, written once, Events on condition transitions) →
 //! next reconcile. Each kind's module exposes `start(ctx, setup, watches, shutdown)`, which
-//! subscribes to the kinds it reads and returns the controller's future; [`start_all`] is the
+//! subscribes to the kinds it reads and returns the controller's future; `start_all` is the
 //! one list of them.
 
 pub(crate) mod children;

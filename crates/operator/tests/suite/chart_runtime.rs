@@ -13,7 +13,7 @@ use std::process::Command;
 
 use clap::{Args as _, FromArgMatches as _};
 use omni_operator::cli::run::{Args, SHUTDOWN_MAX, config_from_args};
-use omni_operator::helm::{Helm, HelmConfig};
+use omni_operator::domain::helm::{Helm, HelmConfig};
 use serde_json::Value;
 use support::of_kind;
 

@@ -1,7 +1,7 @@
 //! The rendered Omni template: exact format, determinism and render-time errors.
 
 use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-use omni_operator::render::{RenderError, file_resolver, render};
+use omni_operator::domain::render::{RenderError, file_resolver, render};
 use sha2::{Digest, Sha256};
 
 const A: &str = "11111111-1111-1111-1111-111111111111";

@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::{OmniCluster, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
-use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
+use omni_operator::domain::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
 use serde_json::{Value, json};
 use support::conditions::{Cond, is_false, is_true};
 use support::env::{CONNECTION, Env, EnvBuilder, Namespaced, eventually, eventually_within};

@@ -134,7 +134,7 @@ pub(crate) struct ChildCaches {
     pub(super) machines: Store<Cached<OmniMachine>>,
 }
 
-/// The children of one cluster, as [`crate::render::render`] takes them.
+/// The children of one cluster, as [`crate::domain::render::render`] takes them.
 pub(super) struct Children {
     pub(super) control_planes: Vec<OmniControlPlane>,
     pub(super) workers: Vec<OmniWorkers>,

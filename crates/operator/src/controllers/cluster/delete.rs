@@ -14,7 +14,7 @@ use crate::api::{OmniCluster, Reason};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
 use crate::controllers::shared::pipeline::Cleanup;
-use crate::metrics::RpcOutcome;
+use crate::process::metrics::RpcOutcome;
 
 /// A deletion still waiting on `failure`.
 fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {

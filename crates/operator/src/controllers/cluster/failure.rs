@@ -10,7 +10,7 @@ use crate::api::Reason;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::shared::error::{Failure, RetryPolicy};
 use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
-use crate::render::RenderError;
+use crate::domain::render::RenderError;
 
 /// The longest wait before a failure that no watch reports the end of (Omni, template files)
 /// is looked at again: the default `syncInterval`; a shorter one of the cluster wins.

@@ -9,7 +9,7 @@ use crate::controllers::cluster::ownership::OmniOwnership;
 use crate::controllers::shared::error::Failure;
 use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
 use crate::controllers::shared::status::status_patch;
-use crate::render::RenderError;
+use crate::domain::render::RenderError;
 use omni_client::template::{StateError, SyncError, ValidationErrors};
 
 fn t(minute: i64) -> jiff::Timestamp {

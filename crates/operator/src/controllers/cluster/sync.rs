@@ -18,8 +18,8 @@ use crate::api::keys::{OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
-use crate::metrics::RpcOutcome;
-use crate::render;
+use crate::domain::render;
+use crate::process::metrics::RpcOutcome;
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
 /// the status read; one delete step. Each call is bounded by the client's request timeout

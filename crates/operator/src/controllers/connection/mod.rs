@@ -37,7 +37,7 @@ use super::shared::watches::Watches;
 use crate::api::common::Condition;
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
-use crate::metrics::RpcOutcome;
+use crate::process::metrics::RpcOutcome;
 
 /// Re-check interval of a reachable connection.
 pub(crate) const RECHECK: Duration = Duration::from_secs(300);

@@ -8,8 +8,8 @@ use super::ownership::run_labels;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
-use crate::helm::args::InstallVerb;
-use crate::helm::{
+use crate::domain::helm::args::InstallVerb;
+use crate::domain::helm::{
     HelmError, HelmStatus, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth, Revision,
 };
 

@@ -15,7 +15,7 @@ use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::unless_deleted_meanwhile;
-use crate::helm::{ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth};
+use crate::domain::helm::{ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth};
 
 /// The pass of an object that is not being deleted: its inputs, then the release.
 pub(super) async fn attached(

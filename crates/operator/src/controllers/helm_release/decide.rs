@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::ownership::Ownership;
 use super::release::{Pending, ReleaseState, State};
-use crate::helm::ReleaseInfo;
+use crate::domain::helm::ReleaseInfo;
 
 /// What the reconcile does next with the release.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use super::ownership::owner_labels;
 use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
-use crate::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
-use crate::secret_policy::{self, SecretPolicy, SecretUse};
+use crate::domain::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
+use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
 
 const KIND: &str = "OmniHelmRelease";
 
@@ -90,7 +90,7 @@ pub(crate) async fn kubeconfig(
     }
     // Helm gets the kubeconfig the operator writes from the checked fields, never these bytes:
     // no exec, auth provider or file path reaches it. Errors name fields and positions only.
-    Ok(match crate::kubeconfig::parse(&bytes) {
+    Ok(match crate::domain::kubeconfig::parse(&bytes) {
         Ok(checked) => Ok(checked.to_bytes()),
         Err(e) => Err(Problem::Invalid(format!(
             "kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"

@@ -3,8 +3,8 @@
 use super::apply::HelmRun;
 use super::outcome::{After, Done, HelmFailure};
 use crate::api::OmniHelmRelease;
-use crate::helm::HelmStatus;
-use crate::helm::args::InstallVerb;
+use crate::domain::helm::HelmStatus;
+use crate::domain::helm::args::InstallVerb;
 
 /// Installs the release.
 pub(crate) async fn install(run: &HelmRun<'_>) -> Result<Done, HelmFailure> {

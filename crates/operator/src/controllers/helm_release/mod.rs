@@ -1,5 +1,5 @@
 //! OmniHelmRelease: a Helm release in a workload cluster, driven through the helm CLI
-//! ([`crate::helm`]) with the kubeconfig from an explicitly named Secret.
+//! ([`crate::domain::helm`]) with the kubeconfig from an explicitly named Secret.
 //!
 //! Differences from the original (see `docs/helm.md`): Helm runs only when the input digest
 //! (target, chart, version, values) changed or the release drifted (missing, failed, or changed

@@ -15,8 +15,8 @@ use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::error::{Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
 use crate::controllers::shared::status;
-use crate::helm::ReleaseInfo;
-use crate::helm::args::InstallVerb;
+use crate::domain::helm::ReleaseInfo;
+use crate::domain::helm::args::InstallVerb;
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);

@@ -11,7 +11,7 @@ use crate::api::keys::{
     HELM_OWNER_NAME_LABEL, HELM_OWNER_NAMESPACE_LABEL, HELM_OWNER_UID_LABEL,
     HELM_STARTED_BY_RUN_LABEL, HELM_STARTED_REVISION_LABEL,
 };
-use crate::helm::{ReleaseInfo, ReleaseRequest};
+use crate::domain::helm::{ReleaseInfo, ReleaseRequest};
 
 /// The labels marking the revision `revision` as started by the operator process `run_id`.
 pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {

@@ -6,7 +6,7 @@ use kube::runtime::events::EventType;
 use super::outcome::{HelmFailure, StuckBecause};
 use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
-use crate::helm::{HelmStatus, HistoryEntry, ReleaseInfo, ReleaseRequest, ReleaseSession};
+use crate::domain::helm::{HelmStatus, HistoryEntry, ReleaseInfo, ReleaseRequest, ReleaseSession};
 
 /// How a stuck release is recovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::ownership::{Claim, Ownership, Starter};
 use crate::api::OmniHelmRelease;
 use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::helm::{HelmStatus, ReleaseInfo, ReleaseRequest};
+use crate::domain::helm::{HelmStatus, ReleaseInfo, ReleaseRequest};
 
 /// What to do about a release Helm reports in a `pending-*` state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

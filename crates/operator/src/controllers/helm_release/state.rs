@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::setup::Setup;
-use crate::helm::Helm;
-use crate::secret_policy::SecretPolicy;
+use crate::domain::helm::Helm;
+use crate::domain::secret_policy::SecretPolicy;
 
 /// The release controller's own state and configuration.
 pub(crate) struct HelmState {

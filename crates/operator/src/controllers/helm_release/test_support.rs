@@ -1,7 +1,7 @@
 //! Objects shared by the unit tests of this module's files.
 
 use crate::api::OmniHelmRelease;
-use crate::helm::{HelmStatus, ReleaseInfo};
+use crate::domain::helm::{HelmStatus, ReleaseInfo};
 
 pub(crate) fn release(values: serde_json::Value) -> OmniHelmRelease {
     serde_json::from_value(serde_json::json!({

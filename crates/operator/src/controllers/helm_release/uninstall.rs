@@ -14,7 +14,7 @@ use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
 use crate::controllers::shared::pipeline::Cleanup;
-use crate::helm::{HelmError, ReleaseRequest, ReleaseSession};
+use crate::domain::helm::{HelmError, ReleaseRequest, ReleaseSession};
 
 /// Deletes `r`'s release: `Done` once the finalizer may go, `Waiting` while it cannot.
 pub(crate) async fn delete(

@@ -21,8 +21,8 @@ use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};
 use crate::controllers::shared::context::{Context, Scope};
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::not_deleted_meanwhile;
-use crate::export_format;
-use crate::metrics::RpcOutcome;
+use crate::domain::export_format;
+use crate::process::metrics::RpcOutcome;
 
 /// How an export attempt ended, when the management API let it end.
 type Attempt = Result<Done, ExportFailure>;

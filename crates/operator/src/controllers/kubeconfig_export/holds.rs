@@ -15,7 +15,7 @@ use crate::controllers::shared::context::Context;
 use crate::controllers::shared::decoded::api_resource;
 use crate::controllers::shared::error::Error;
 use crate::controllers::shared::finalizer::{self, Finalizer, set_secret_finalizers};
-use crate::delete_guard::{Deleted, delete_observed};
+use crate::domain::delete_guard::{Deleted, delete_observed};
 
 /// Whether `consumer` (an OmniHelmRelease or OmniSecretSync, decoded loosely so one bad object
 /// cannot hide the others) uses the Secret `secret` of its namespace as its kubeconfig and may

@@ -30,14 +30,14 @@ pub(super) enum Verdict {
 
 /// Probes `kubeconfig` against its workload API server. The stored Secret may have been
 /// adopted or edited by anyone who can write Secrets, so its kubeconfig is checked like any
-/// other ([`crate::kubeconfig`]): one that asks for a command or a file is never used, only
+/// other ([`crate::domain::kubeconfig`]): one that asks for a command or a file is never used, only
 /// replaced.
 ///
 /// Only a verdict is logged above `debug`: a rejected kubeconfig is replaced (`info`); a probe
 /// that cannot reach the server or times out keeps the stored kubeconfig and is repeated at the
 /// next reconcile, so it is no failure (`debug`).
 pub(super) async fn probe(kubeconfig: &[u8]) -> Verdict {
-    let client = match crate::workload::client_from_kubeconfig(kubeconfig).await {
+    let client = match crate::domain::workload::client_from_kubeconfig(kubeconfig).await {
         Ok(c) => c,
         Err(err) => {
             tracing::info!(error = %err, "stored kubeconfig is unusable; exporting a new one");
@@ -192,7 +192,7 @@ mod tests {
         let writer = out.clone();
         let filter = tracing_subscriber::EnvFilter::new(format!(
             "{},omni_operator=debug",
-            crate::telemetry::DEFAULT_FILTER
+            crate::process::telemetry::DEFAULT_FILTER
         ));
         let subscriber = tracing_subscriber::registry().with(filter).with(
             tracing_subscriber::fmt::layer()

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use crate::api::duration::GoDuration;
 use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::export_format;
+use crate::domain::export_format;
 
 fn signed(d: GoDuration) -> jiff::SignedDuration {
     jiff::SignedDuration::from_nanos(d.as_nanos())

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::probe::Accepted;
 use crate::controllers::shared::omni::OmniClients;
 use crate::controllers::shared::setup::Setup;
-use crate::secret_policy::SecretPolicy;
+use crate::domain::secret_policy::SecretPolicy;
 
 /// The export controller's own state and configuration.
 pub(crate) struct ExportState {

@@ -11,7 +11,7 @@ use super::rotation::whole_seconds;
 use crate::api::OmniKubeconfigExport;
 use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::export_format;
+use crate::domain::export_format;
 
 /// Ownership rule of parity §6.5.
 pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
@@ -36,7 +36,7 @@ pub(crate) fn with_context_namespace(
 ) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(kubeconfig)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
-    let mut kc = crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
+    let mut kc = crate::domain::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
     let current = kc.current_context.clone().unwrap_or_default();
     let Some(ctx) = kc
         .contexts
@@ -62,7 +62,7 @@ pub(super) fn prepared_kubeconfig(
 ) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(minted)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
-    crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
+    crate::domain::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
     match context_namespace.filter(|n| !n.is_empty()) {
         Some(ns) => with_context_namespace(minted, ns),
         None => Ok(minted.to_vec()),

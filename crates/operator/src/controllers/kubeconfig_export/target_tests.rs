@@ -1,6 +1,5 @@
 use super::*;
 use crate::api::keys;
-use crate::controllers::kubeconfig_export::holds::holds;
 use kube::config::Kubeconfig;
 
 fn at(s: i64) -> jiff::Timestamp {

@@ -9,7 +9,7 @@ use crate::api::Reason;
 use crate::api::common::missing_cluster;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::shared::error::{Failure, RetryPolicy};
-use crate::workload::WorkloadError;
+use crate::domain::workload::WorkloadError;
 
 /// Re-check while a dependency is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);

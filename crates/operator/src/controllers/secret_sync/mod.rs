@@ -34,8 +34,8 @@ use super::shared::watches::Watches;
 use crate::api::common::{Condition, DeletionPolicy};
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
-use crate::secret_policy::{self, SecretPolicy, SecretUse};
-use crate::workload::WorkloadClients;
+use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
+use crate::domain::workload::WorkloadClients;
 use k8s_openapi::api::core::v1::Secret;
 
 /// Periodic re-check of a synced Secret (drift correction), unless configured otherwise.

@@ -17,7 +17,7 @@ use super::error::backoff_delay;
 use super::events::{Events, Reporter};
 use crate::api::Reason;
 use crate::benchmark::Quirks;
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// Where the operator looks for objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl Context {
             scope,
             clock,
             metrics,
-            max_concurrent_reconciles: crate::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES,
+            max_concurrent_reconciles: crate::process::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES,
             baseline: Quirks::default(),
             events,
             failures: Mutex::default(),

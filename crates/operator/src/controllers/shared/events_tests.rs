@@ -15,7 +15,7 @@ use crate::controllers::shared::context::{Context, Scope, SystemClock};
 use crate::controllers::shared::test_env::{
     connection_doc, create_json, install_operator_api, kube_sim,
 };
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 const NS: &str = "events";
 

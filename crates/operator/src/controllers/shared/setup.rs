@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::omni::OmniClients;
-use crate::helm::Helm;
-use crate::runtime::OperatorConfig;
-use crate::workload::WorkloadClients;
+use crate::domain::helm::Helm;
+use crate::domain::workload::WorkloadClients;
+use crate::process::runtime::OperatorConfig;
 
 /// The configuration and shared clients the controllers start with.
 pub(crate) struct Setup<'a> {

@@ -21,7 +21,7 @@ use crate::controllers::shared::status;
 use crate::controllers::shared::test_env::{
     connection_doc, create_json, install_operator_api, kube_sim,
 };
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 const NS: &str = "stale";
 const NAME: &str = "omni";

@@ -16,7 +16,7 @@ use crate::api::Reason;
 use crate::api::common::{
     Condition, ConditionStatus, condition_types, find_condition, set_condition,
 };
-use crate::metrics::ResourceInfo;
+use crate::process::metrics::ResourceInfo;
 
 /// Conditions of `new` whose status or reason differs from `old` (or that are new).
 pub(crate) fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {

@@ -19,7 +19,7 @@ use kube::discovery::ApiResource;
 use kube_sim::server::RunningKubeSim;
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
-use omni_operator::metrics::Metrics;
+use omni_operator::process::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde_json::{Value, json};
 

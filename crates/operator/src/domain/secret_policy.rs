@@ -36,7 +36,7 @@ pub struct SecretPolicy {
 /// What a Secret is about to be used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretUse {
-    /// A kubeconfig of a workload cluster (checked further by [`crate::kubeconfig`]).
+    /// A kubeconfig of a workload cluster (checked further by [`crate::domain::kubeconfig`]).
     Kubeconfig,
     /// Helm repository credentials, sent to the chart repository.
     RepositoryCredentials,

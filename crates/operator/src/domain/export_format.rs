@@ -9,7 +9,7 @@
 //!   `ClusterConfig` filled from the kubeconfig's inline credentials, and the label
 //!   `argocd.argoproj.io/secret-type: cluster` (set by the controller).
 //!
-//! The Argo CD shape is built from [`crate::kubeconfig::parse`], so a kubeconfig that asks for
+//! The Argo CD shape is built from [`crate::domain::kubeconfig::parse`], so a kubeconfig that asks for
 //! a command or a file can never be turned into one; reading it back for the usability probe is
 //! as strict (unknown `config` fields, `execProviderConfig` among them, make it unusable).
 
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::kubeconfig::{KubeconfigError, WorkloadKubeconfig};
+use crate::domain::kubeconfig::{KubeconfigError, WorkloadKubeconfig};
 
 /// The key Flux reads a kubeconfig from by default.
 pub(crate) const FLUX_KEY: &str = "value";
@@ -95,7 +95,7 @@ pub(crate) fn secret_data(
         ExportFormat::Kubeconfig => single(key),
         ExportFormat::FluxValue => single(FLUX_KEY),
         ExportFormat::ArgoCdCluster => {
-            let kc = crate::kubeconfig::parse(kubeconfig)?;
+            let kc = crate::domain::kubeconfig::parse(kubeconfig)?;
             if kc.token.is_none() && kc.client_key_data.is_none() && kc.password.is_none() {
                 return Err(ShapeError::NoCredentials);
             }
@@ -284,7 +284,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let back = stored_kubeconfig(ExportFormat::ArgoCdCluster, "kubeconfig", &data)
             .unwrap_or_else(|| panic!("not readable"));
-        let parsed = crate::kubeconfig::parse(&back).unwrap_or_else(|e| panic!("{e}"));
+        let parsed = crate::domain::kubeconfig::parse(&back).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed.server(), "https://omni.example:8100/");
         assert_eq!(parsed.token.as_deref(), Some("t0k"));
         assert_eq!(parsed.certificate_authority_data.as_deref(), Some(CA));

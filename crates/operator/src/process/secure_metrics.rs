@@ -31,8 +31,8 @@ use kube::Api;
 use kube::api::PostParams;
 use sha2::{Digest, Sha256};
 
-use crate::metrics::Metrics;
-use crate::tls::{self, CertFiles, TlsError};
+use crate::process::metrics::Metrics;
+use crate::process::tls::{self, CertFiles, TlsError};
 
 /// The path served, and the non-resource URL a scraper must be allowed to `get`.
 pub(crate) const METRICS_PATH: &str = "/metrics";

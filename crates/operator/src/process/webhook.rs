@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 
 use crate::api::{self, ValidateError, Validation};
-use crate::tls::{self, CertFiles, TlsError};
+use crate::process::tls::{self, CertFiles, TlsError};
 
 /// Every webhook path is this prefix followed by the lowercase kind.
 pub(crate) const PATH_PREFIX: &str = "/validate-omni-texashpc-com-v1alpha1-";

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
-use crate::secret_policy::{SecretPolicy, SecretUse, refusal};
+use crate::domain::secret_policy::{SecretPolicy, SecretUse, refusal};
 
 /// Why no workload client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum WorkloadError {
         key: String,
     },
     /// The kubeconfig does not parse, uses a field the operator refuses (see
-    /// [`crate::kubeconfig`]) or cannot be turned into a client. The detail names fields and
+    /// [`crate::domain::kubeconfig`]) or cannot be turned into a client. The detail names fields and
     /// positions, never credential values.
     #[error("kubeconfig in Secret {namespace}/{name} is unusable: {detail}")]
     Invalid {
@@ -48,7 +48,7 @@ pub enum WorkloadError {
         /// Loader error.
         detail: String,
     },
-    /// The Secret may not be used by this object (see [`crate::secret_policy`]).
+    /// The Secret may not be used by this object (see [`crate::domain::secret_policy`]).
     #[error("{reason}")]
     Refused {
         /// Why, naming the Secret and the rule.
@@ -67,10 +67,10 @@ pub enum WorkloadError {
 }
 
 /// Builds a client from kubeconfig YAML bytes (current context). The kubeconfig is checked by
-/// [`crate::kubeconfig::parse`] first: one that asks for a command, a plugin or a file is
+/// [`crate::domain::kubeconfig::parse`] first: one that asks for a command, a plugin or a file is
 /// refused before any client exists.
 pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
-    let kubeconfig = crate::kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
+    let kubeconfig = crate::domain::kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
     kubeconfig.client().await
 }
 

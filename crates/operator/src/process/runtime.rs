@@ -21,13 +21,13 @@ use crate::controllers::shared::omni::OmniClients;
 use crate::controllers::shared::setup::Setup;
 use crate::controllers::shared::watches::Watches;
 use crate::controllers::{self, Clock, Scope, SystemClock};
-use crate::helm::{Helm, HelmConfig};
-use crate::leader::{LeaderConfig, LeaderElector};
-use crate::metrics::Metrics;
-use crate::secret_policy::SecretPolicy;
-use crate::secure_metrics::{self, SecureMetricsConfig};
-use crate::webhook::{self, WebhookConfig};
-use crate::workload::WorkloadClients;
+use crate::domain::helm::{Helm, HelmConfig};
+use crate::domain::secret_policy::SecretPolicy;
+use crate::domain::workload::WorkloadClients;
+use crate::process::leader::{LeaderConfig, LeaderElector};
+use crate::process::metrics::Metrics;
+use crate::process::secure_metrics::{self, SecureMetricsConfig};
+use crate::process::webhook::{self, WebhookConfig};
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -40,7 +40,7 @@ pub(crate) const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const SHUTDOWN_MAX: Duration = Duration::from_secs(
     SHUTDOWN_GRACE.as_secs()
         + LEASE_RELEASE_TIMEOUT.as_secs()
-        + crate::tls::SHUTDOWN_GRACE.as_secs(),
+        + crate::process::tls::SHUTDOWN_GRACE.as_secs(),
 );
 
 /// Everything [`run_operator`] needs besides the client.

@@ -86,7 +86,7 @@ fn forbidden_reason(key: &str) -> Option<&'static str> {
 
 /// A kubeconfig reduced to the current context's server and inline credentials.
 #[derive(Clone, PartialEq, Eq, Default)]
-// The fields are crate-visible for the export's other Secret shapes (`crate::export_format`);
+// The fields are crate-visible for the export's other Secret shapes (`crate::domain::export_format`);
 // base64 fields hold the compact base64 text, checked to decode.
 pub struct WorkloadKubeconfig {
     pub(crate) server: String,
@@ -184,8 +184,11 @@ impl WorkloadKubeconfig {
         )
         .await
         .map_err(|e| e.to_string())?;
-        crate::api_client::client(config, crate::api_client::WORKLOAD_MAX_IN_FLIGHT)
-            .map_err(|e| e.to_string())
+        crate::process::api_client::client(
+            config,
+            crate::process::api_client::WORKLOAD_MAX_IN_FLIGHT,
+        )
+        .map_err(|e| e.to_string())
     }
 }
 
