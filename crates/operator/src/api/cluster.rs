@@ -581,14 +581,32 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
         )),
     }
     validate_patches(spec.patches.as_deref(), "spec.patches", &mut v);
-    for (i, manifest) in spec
-        .kubernetes
-        .manifests
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
+    validate_manifests(
+        spec.kubernetes.manifests.as_deref().unwrap_or_default(),
+        &mut v,
+    );
+    validate_health_checks(new, &mut v);
+    if let Some(root) = spec.template_root.as_deref()
+        && has_parent_segment(root)
     {
+        v.push(FieldError::invalid(
+            "spec.templateRoot",
+            root,
+            "must not contain \"..\" segments: it may only narrow the operator's template root",
+        ));
+    }
+    if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
+        v.warn(
+            "cluster-level kernelArgs are valid only when every machine set uses static machines instead of machineClass",
+        );
+    }
+    v
+}
+
+/// The rules of `spec.kubernetes.manifests[]`: exactly one of `file` and `inline`, inline
+/// content Omni can take, files inside the template root.
+fn validate_manifests(manifests: &[KubernetesManifest], v: &mut Validation) {
+    for (i, manifest) in manifests.iter().enumerate() {
         let path = format!("spec.kubernetes.manifests[{i}]");
         let has_file = manifest.file.as_deref().is_some_and(|f| !f.is_empty());
         let has_inline = match &manifest.inline {
@@ -620,25 +638,9 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
             _ => {}
         }
         if let Some(file) = manifest.file.as_deref().filter(|f| !f.is_empty()) {
-            validate_file_reference(&format!("{path}.file"), file, &mut v);
+            validate_file_reference(&format!("{path}.file"), file, v);
         }
     }
-    validate_health_checks(new, &mut v);
-    if let Some(root) = spec.template_root.as_deref()
-        && has_parent_segment(root)
-    {
-        v.push(FieldError::invalid(
-            "spec.templateRoot",
-            root,
-            "must not contain \"..\" segments: it may only narrow the operator's template root",
-        ));
-    }
-    if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
-        v.warn(
-            "cluster-level kernelArgs are valid only when every machine set uses static machines instead of machineClass",
-        );
-    }
-    v
 }
 
 /// Omni refuses a health-check re-check interval below this (`kubernetes_healthchecks.go`).

@@ -356,6 +356,24 @@ pub(crate) fn validate_stored(new: &OmniHelmRelease) -> Validation {
 fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
+    target_rules(spec, &mut v);
+    chart_rules(&spec.chart, &mut v);
+    timing_rules(spec, bounds, &mut v);
+    if !spec.chart.values.is_object() {
+        v.push(FieldError::invalid(
+            "spec.chart.values",
+            spec.chart.values.to_string(),
+            VALUES_NOT_OBJECT,
+        ));
+    }
+    if !spec.kubeconfig_secret_ref.name.is_empty() {
+        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
+    }
+    v
+}
+
+/// Where the release goes: the cluster, its kubeconfig, the release name and namespace.
+fn target_rules(spec: &OmniHelmReleaseSpec, v: &mut Validation) {
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
             "spec.clusterRef.name",
@@ -398,32 +416,35 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "namespace must not include leading or trailing whitespace",
         ));
     }
-    if is_blank(&spec.chart.repository) {
+}
+
+/// Where the chart comes from: repository, name, version and credentials.
+fn chart_rules(chart: &HelmChart, v: &mut Validation) {
+    if is_blank(&chart.repository) {
         v.push(FieldError::required(
             "spec.chart.repository",
             "chart.repository is required",
         ));
-    } else if !is_absolute_url(spec.chart.repository.trim()) {
+    } else if !is_absolute_url(chart.repository.trim()) {
         v.push(FieldError::invalid(
             "spec.chart.repository",
-            &spec.chart.repository,
+            &chart.repository,
             "chart.repository must be an absolute URL",
         ));
     }
-    if is_blank(&spec.chart.chart) {
+    if is_blank(&chart.chart) {
         v.push(FieldError::required(
             "spec.chart.chart",
             "chart.chart is required",
         ));
     }
-    if is_blank(&spec.chart.version) {
+    if is_blank(&chart.version) {
         v.push(FieldError::required(
             "spec.chart.version",
             "chart.version is required",
         ));
     }
-    if let Some((field, problem)) = spec
-        .chart
+    if let Some((field, problem)) = chart
         .credentials_secret_ref
         .as_ref()
         .and_then(ChartCredentialsRef::problem)
@@ -433,6 +454,10 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             problem,
         ));
     }
+}
+
+/// How long Helm may take, how often drift is looked for, and how much history is kept.
+fn timing_rules(spec: &OmniHelmReleaseSpec, bounds: Bounds, v: &mut Validation) {
     match spec.timeout.duration() {
         Ok(t) if !t.is_positive() => v.push(FieldError::invalid(
             "spec.timeout",
@@ -479,17 +504,6 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "maxHistory must not be negative",
         ));
     }
-    if !spec.chart.values.is_object() {
-        v.push(FieldError::invalid(
-            "spec.chart.values",
-            spec.chart.values.to_string(),
-            VALUES_NOT_OBJECT,
-        ));
-    }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
-    }
-    v
 }
 
 #[cfg(test)]

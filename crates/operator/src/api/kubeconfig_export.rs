@@ -375,6 +375,25 @@ pub(crate) fn validate_stored(new: &OmniKubeconfigExport) -> Validation {
 fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
+    reference_rules(spec, &mut v);
+    let cluster_admin_requested = service_account_rules(&spec.service_account, &mut v);
+    duration_rules(spec, bounds, &mut v);
+    let sa = &spec.service_account;
+    if let Some(problem) = new.key_format_problem() {
+        v.push(FieldError::invalid(
+            "spec.targetSecretRef.key",
+            &spec.target_secret_ref.key,
+            problem,
+        ));
+    }
+    if sa.allow_cluster_admin && cluster_admin_requested {
+        v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
+    }
+    v
+}
+
+/// The cluster, the target Secret and the context namespace the export names.
+fn reference_rules(spec: &OmniKubeconfigExportSpec, v: &mut Validation) {
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
             "spec.clusterRef.name",
@@ -410,7 +429,10 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             "target Secret key must not be blank",
         ));
     }
-    let sa = &spec.service_account;
+}
+
+/// The identity the kubeconfig is minted for; whether it asks for `system:masters`.
+fn service_account_rules(sa: &ExportServiceAccount, v: &mut Validation) -> bool {
     if is_blank(&sa.user) {
         v.push(FieldError::required(
             "spec.serviceAccount.user",
@@ -453,6 +475,11 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             }
         }
     }
+    cluster_admin_requested
+}
+
+/// The kubeconfig's lifetime and when it is renewed.
+fn duration_rules(spec: &OmniKubeconfigExportSpec, bounds: Bounds, v: &mut Validation) {
     let ttl = match spec.ttl.duration() {
         Ok(ttl) if !ttl.is_positive() => {
             v.push(FieldError::invalid(
@@ -511,17 +538,6 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             )),
         }
     }
-    if let Some(problem) = new.key_format_problem() {
-        v.push(FieldError::invalid(
-            "spec.targetSecretRef.key",
-            &spec.target_secret_ref.key,
-            problem,
-        ));
-    }
-    if sa.allow_cluster_admin && cluster_admin_requested {
-        v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
-    }
-    v
 }
 
 #[cfg(test)]

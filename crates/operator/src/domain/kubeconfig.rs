@@ -227,8 +227,50 @@ pub fn parse(bytes: &[u8]) -> Result<WorkloadKubeconfig, KubeconfigError> {
     let clusters = entries(top, "clusters", "cluster")?;
     let users = entries(top, "users", "user")?;
     let contexts = entries(top, "contexts", "context")?;
-    // Every entry is checked, not only the current context's: a kubeconfig that asks for code
-    // or files anywhere is refused as a whole, so its author learns it at once.
+    allow_only_checked_fields(&clusters, &users, &contexts)?;
+    let current = string(top, "", "current-context")?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| KubeconfigError::Missing("current-context".into()))?;
+    let ci = find(&contexts, &current).ok_or_else(|| KubeconfigError::Dangling {
+        field: "current-context".into(),
+        name: current.clone(),
+        list: "contexts",
+    })?;
+    let context = contexts[ci].1;
+    let cprefix = format!("contexts[{ci}].context.");
+    let cluster_name = string(context, &cprefix, "cluster")?
+        .ok_or_else(|| KubeconfigError::Missing(format!("{cprefix}cluster")))?;
+    let ki = find(&clusters, &cluster_name).ok_or_else(|| KubeconfigError::Dangling {
+        field: format!("{cprefix}cluster"),
+        name: cluster_name.clone(),
+        list: "clusters",
+    })?;
+    let mut out = cluster_of(clusters[ki].1, &format!("clusters[{ki}].cluster."))?;
+    out.namespace = string(context, &cprefix, "namespace")?.filter(|s| !s.is_empty());
+    // A context without a user talks to the server anonymously, as kubectl would.
+    if let Some(user_name) = string(context, &cprefix, "user")?.filter(|s| !s.is_empty()) {
+        let ui = find(&users, &user_name).ok_or_else(|| KubeconfigError::Dangling {
+            field: format!("{cprefix}user"),
+            name: user_name.clone(),
+            list: "users",
+        })?;
+        with_user(&mut out, users[ui].1, &format!("users[{ui}].user."))?;
+    }
+    Ok(out)
+}
+
+/// The position of the entry `name` in `list`.
+fn find(list: &[Entry<'_>], name: &str) -> Option<usize> {
+    list.iter().position(|(n, _)| n == name)
+}
+
+/// Every entry is checked, not only the current context's: a kubeconfig that asks for code or
+/// files anywhere is refused as a whole, so its author learns it at once.
+fn allow_only_checked_fields(
+    clusters: &[Entry<'_>],
+    users: &[Entry<'_>],
+    contexts: &[Entry<'_>],
+) -> Result<(), KubeconfigError> {
     for (i, (_, c)) in clusters.iter().enumerate() {
         allow_only(
             c,
@@ -264,75 +306,56 @@ pub fn parse(bytes: &[u8]) -> Result<WorkloadKubeconfig, KubeconfigError> {
             &["cluster", "user", "namespace", "extensions"],
         )?;
     }
-    let current = string(top, "", "current-context")?
+    Ok(())
+}
+
+/// The connection fields of the cluster entry `cluster` (at `prefix`), its server checked.
+fn cluster_of(
+    cluster: &Map<String, Value>,
+    prefix: &str,
+) -> Result<WorkloadKubeconfig, KubeconfigError> {
+    let server = string(cluster, prefix, "server")?
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| KubeconfigError::Missing("current-context".into()))?;
-    let find = |list: &[Entry<'_>], name: &str| list.iter().position(|(n, _)| n == name);
-    let ci = find(&contexts, &current).ok_or_else(|| KubeconfigError::Dangling {
-        field: "current-context".into(),
-        name: current.clone(),
-        list: "contexts",
-    })?;
-    let context = contexts[ci].1;
-    let cprefix = format!("contexts[{ci}].context.");
-    let cluster_name = string(context, &cprefix, "cluster")?
-        .ok_or_else(|| KubeconfigError::Missing(format!("{cprefix}cluster")))?;
-    let ki = find(&clusters, &cluster_name).ok_or_else(|| KubeconfigError::Dangling {
-        field: format!("{cprefix}cluster"),
-        name: cluster_name.clone(),
-        list: "clusters",
-    })?;
-    let cluster = clusters[ki].1;
-    let kprefix = format!("clusters[{ki}].cluster.");
-    let server = string(cluster, &kprefix, "server")?
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| KubeconfigError::Missing(format!("{kprefix}server")))?;
+        .ok_or_else(|| KubeconfigError::Missing(format!("{prefix}server")))?;
     if !(server.starts_with("https://") || server.starts_with("http://"))
         || server.parse::<http::Uri>().is_err()
     {
         return Err(KubeconfigError::Invalid {
-            field: format!("{kprefix}server"),
+            field: format!("{prefix}server"),
             problem: "must be an http:// or https:// URL",
         });
     }
-    let mut out = WorkloadKubeconfig {
+    Ok(WorkloadKubeconfig {
         server,
-        certificate_authority_data: base64_field(cluster, &kprefix, "certificate-authority-data")?,
-        insecure_skip_tls_verify: boolean(cluster, &kprefix, "insecure-skip-tls-verify")?,
-        tls_server_name: string(cluster, &kprefix, "tls-server-name")?,
-        disable_compression: boolean(cluster, &kprefix, "disable-compression")?,
-        namespace: string(context, &cprefix, "namespace")?.filter(|s| !s.is_empty()),
+        certificate_authority_data: base64_field(cluster, prefix, "certificate-authority-data")?,
+        insecure_skip_tls_verify: boolean(cluster, prefix, "insecure-skip-tls-verify")?,
+        tls_server_name: string(cluster, prefix, "tls-server-name")?,
+        disable_compression: boolean(cluster, prefix, "disable-compression")?,
         ..WorkloadKubeconfig::default()
-    };
-    // A context without a user talks to the server anonymously, as kubectl would.
-    if let Some(user_name) = string(context, &cprefix, "user")?.filter(|s| !s.is_empty()) {
-        let ui = find(&users, &user_name).ok_or_else(|| KubeconfigError::Dangling {
-            field: format!("{cprefix}user"),
-            name: user_name.clone(),
-            list: "users",
-        })?;
-        let user = users[ui].1;
-        let uprefix = format!("users[{ui}].user.");
-        out.token = string(user, &uprefix, "token")?.filter(|s| !s.is_empty());
-        out.client_certificate_data = base64_field(user, &uprefix, "client-certificate-data")?;
-        out.client_key_data = base64_field(user, &uprefix, "client-key-data")?;
-        out.username = string(user, &uprefix, "username")?;
-        out.password = string(user, &uprefix, "password")?;
-        match (&out.client_certificate_data, &out.client_key_data) {
-            (Some(_), None) => {
-                return Err(KubeconfigError::Missing(format!(
-                    "{uprefix}client-key-data (with client-certificate-data)"
-                )));
-            }
-            (None, Some(_)) => {
-                return Err(KubeconfigError::Missing(format!(
-                    "{uprefix}client-certificate-data (with client-key-data)"
-                )));
-            }
-            _ => {}
-        }
+    })
+}
+
+/// The credentials of the user entry `user` (at `prefix`) into `out`: a client certificate
+/// only with its key.
+fn with_user(
+    out: &mut WorkloadKubeconfig,
+    user: &Map<String, Value>,
+    prefix: &str,
+) -> Result<(), KubeconfigError> {
+    out.token = string(user, prefix, "token")?.filter(|s| !s.is_empty());
+    out.client_certificate_data = base64_field(user, prefix, "client-certificate-data")?;
+    out.client_key_data = base64_field(user, prefix, "client-key-data")?;
+    out.username = string(user, prefix, "username")?;
+    out.password = string(user, prefix, "password")?;
+    match (&out.client_certificate_data, &out.client_key_data) {
+        (Some(_), None) => Err(KubeconfigError::Missing(format!(
+            "{prefix}client-key-data (with client-certificate-data)"
+        ))),
+        (None, Some(_)) => Err(KubeconfigError::Missing(format!(
+            "{prefix}client-certificate-data (with client-key-data)"
+        ))),
+        _ => Ok(()),
     }
-    Ok(out)
 }
 
 fn mapping<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Value>, KubeconfigError> {

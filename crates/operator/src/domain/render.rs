@@ -220,19 +220,22 @@ fn strategy(
     }))
 }
 
-/// Renders `cluster` with the children (from the same namespace) that reference it.
-///
-/// Children of other clusters or namespaces in the slices are ignored, so callers may pass
-/// everything they listed.
-pub fn render(
-    cluster: &OmniCluster,
-    control_planes: &[OmniControlPlane],
-    workers: &[OmniWorkers],
-    machines: &[OmniMachine],
-) -> Result<Rendered, RenderError> {
-    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
-    let name = cluster.metadata.name.clone().unwrap_or_default();
+/// The children of one cluster a render uses: its one control plane, its workers by effective
+/// set name and its machines by effective ID (both sorted, so the template is stable).
+struct Selected<'a> {
+    control_plane: &'a OmniControlPlane,
+    workers: Vec<(String, &'a OmniWorkers)>,
+    machines: Vec<(String, &'a OmniMachine)>,
+}
 
+/// The children among the slices that reference `cluster` from its namespace, checked against
+/// what the template allows (exactly one control plane, no reserved worker set name).
+fn select<'a>(
+    cluster: &OmniCluster,
+    control_planes: &'a [OmniControlPlane],
+    workers: &'a [OmniWorkers],
+    machines: &'a [OmniMachine],
+) -> Result<Selected<'a>, RenderError> {
     let selected_cps: Vec<&OmniControlPlane> = control_planes
         .iter()
         .filter(|cp| {
@@ -245,79 +248,48 @@ pub fn render(
         .collect();
     let [control_plane] = selected_cps.as_slice() else {
         return Err(RenderError::ControlPlaneCount {
-            namespace,
-            name,
+            namespace: cluster.metadata.namespace.clone().unwrap_or_default(),
+            name: cluster.metadata.name.clone().unwrap_or_default(),
             found: selected_cps.len(),
         });
     };
-    let mut selected_workers: Vec<(String, &OmniWorkers)> = workers
+    let mut workers: Vec<(String, &OmniWorkers)> = workers
         .iter()
         .filter(|w| same_scope(cluster, w.metadata.namespace.as_ref(), &w.spec.cluster_ref))
         .map(|w| (w.effective_worker_set_name(), w))
         .collect();
-    selected_workers.sort_by(|a, b| {
+    workers.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then_with(|| a.1.metadata.name.cmp(&b.1.metadata.name))
     });
-    let mut selected_machines: Vec<(String, &OmniMachine)> = machines
+    let mut machines: Vec<(String, &OmniMachine)> = machines
         .iter()
         .filter(|m| same_scope(cluster, m.metadata.namespace.as_ref(), &m.spec.cluster_ref))
         .map(|m| (m.effective_machine_id(), m))
         .collect();
-    selected_machines.sort_by(|a, b| {
+    machines.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then_with(|| a.1.metadata.name.cmp(&b.1.metadata.name))
     });
+    Ok(Selected {
+        control_plane,
+        workers,
+        machines,
+    })
+}
 
+/// The `Cluster` document of `cluster`; `kernel_args` only where every machine set lists
+/// static machines (`any_machine_class` false).
+fn cluster_document(cluster: &OmniCluster, any_machine_class: bool) -> Cluster {
     let spec = &cluster.spec;
     let manifests = spec.kubernetes.manifests.as_deref().unwrap_or_default();
-    let mut seen = std::collections::BTreeSet::new();
-    for m in manifests {
-        if !seen.insert(m.name.as_str()) {
-            return Err(RenderError::DuplicateManifest(m.name.clone()));
-        }
-    }
-    for (effective, w) in &selected_workers {
-        if effective == RESERVED_WORKER_SET_NAME {
-            return Err(RenderError::ReservedWorkerSetName(
-                w.metadata.name.clone().unwrap_or_default(),
-            ));
-        }
-    }
-
-    let any_machine_class = control_plane.spec.machine_set.machine_class.is_some()
-        || selected_workers
-            .iter()
-            .any(|(_, w)| w.spec.machine_set.machine_class.is_some());
-
-    let mut documents = Vec::with_capacity(2 + selected_workers.len() + selected_machines.len());
-    documents.push(Document::Cluster(Cluster {
+    Cluster {
         name: cluster.effective_cluster_name(),
         labels: spec.labels.clone().unwrap_or_default(),
         annotations: spec.annotations.clone().unwrap_or_default(),
         kubernetes: KubernetesCluster {
             version: spec.kubernetes.version.clone(),
-            manifests: manifests
-                .iter()
-                .map(|m| {
-                    let file = m.file.clone().unwrap_or_default();
-                    Manifest {
-                        name: m.name.clone(),
-                        mode: m.mode.as_str().to_string(),
-                        // Without a file the inline content is always written, `[]` included;
-                        // a YAML string stays a string.
-                        inline: file.is_empty().then(|| match &m.inline {
-                            Some(serde_json::Value::Null) | None => {
-                                serde_json::Value::Array(Vec::new())
-                            }
-                            Some(content) => content.clone(),
-                        }),
-                        file,
-                        labels: m.labels.clone().unwrap_or_default(),
-                        annotations: m.annotations.clone().unwrap_or_default(),
-                    }
-                })
-                .collect(),
+            manifests: manifests.iter().map(manifest).collect(),
             healthchecks: spec
                 .kubernetes
                 .health_checks
@@ -354,8 +326,32 @@ pub fn render(
         patches: patches(spec.patches.as_ref()),
         system_extensions: optional_list(spec.system_extensions.as_ref()),
         kernel_args: kernel_args_where_allowed(spec.kernel_args.as_ref(), !any_machine_class),
-    }));
+    }
+}
 
+/// One manifest of the cluster as the template writes it.
+fn manifest(m: &crate::api::cluster::KubernetesManifest) -> Manifest {
+    let file = m.file.clone().unwrap_or_default();
+    Manifest {
+        name: m.name.clone(),
+        mode: m.mode.as_str().to_string(),
+        // Without a file the inline content is always written, `[]` included; a YAML string
+        // stays a string.
+        inline: file.is_empty().then(|| match &m.inline {
+            Some(serde_json::Value::Null) | None => serde_json::Value::Array(Vec::new()),
+            Some(content) => content.clone(),
+        }),
+        file,
+        labels: m.labels.clone().unwrap_or_default(),
+        annotations: m.annotations.clone().unwrap_or_default(),
+    }
+}
+
+/// The `ControlPlane` document of `control_plane`, of a cluster in `namespace`.
+fn control_plane_document(
+    namespace: &str,
+    control_plane: &OmniControlPlane,
+) -> Result<MachineSet, RenderError> {
     let mut cp = machine_set(&control_plane.spec.machine_set);
     cp.bootstrap_spec = control_plane
         .spec
@@ -374,38 +370,106 @@ pub fn render(
         "upgradeStrategy",
         control_plane.spec.upgrade_strategy.as_ref(),
     )?;
-    documents.push(Document::ControlPlane(cp));
+    Ok(cp)
+}
 
-    for (effective, w) in &selected_workers {
-        let object = format!(
-            "OmniWorkers {}/{}",
-            namespace,
-            w.metadata.name.as_deref().unwrap_or_default()
-        );
-        let mut set = machine_set(&w.spec.machine_set);
-        set.name = effective.clone();
-        set.update_strategy = strategy(&object, "updateStrategy", w.spec.update_strategy.as_ref())?;
-        set.upgrade_strategy =
-            strategy(&object, "upgradeStrategy", w.spec.upgrade_strategy.as_ref())?;
-        set.delete_strategy = strategy(&object, "deleteStrategy", w.spec.delete_strategy.as_ref())?;
-        documents.push(Document::Workers(set));
+/// The `Workers` document of `workers` under its effective set name `name`.
+fn workers_document(
+    namespace: &str,
+    name: &str,
+    workers: &OmniWorkers,
+) -> Result<MachineSet, RenderError> {
+    let object = format!(
+        "OmniWorkers {}/{}",
+        namespace,
+        workers.metadata.name.as_deref().unwrap_or_default()
+    );
+    let spec = &workers.spec;
+    let mut set = machine_set(&spec.machine_set);
+    set.name = name.to_string();
+    set.update_strategy = strategy(&object, "updateStrategy", spec.update_strategy.as_ref())?;
+    set.upgrade_strategy = strategy(&object, "upgradeStrategy", spec.upgrade_strategy.as_ref())?;
+    set.delete_strategy = strategy(&object, "deleteStrategy", spec.delete_strategy.as_ref())?;
+    Ok(set)
+}
+
+/// The `Machine` document of `machine` under its effective ID `id`.
+fn machine_document(id: &str, machine: &OmniMachine) -> Machine {
+    let s = &machine.spec;
+    Machine {
+        name: id.to_string(),
+        labels: s.labels.clone().unwrap_or_default(),
+        annotations: s.annotations.clone().unwrap_or_default(),
+        locked: s.locked,
+        install: s.install.as_ref().map(|i| Install {
+            disk: i.disk.clone().unwrap_or_default(),
+            disk_selector: i.disk_selector.clone().unwrap_or_default(),
+        }),
+        patches: patches(s.patches.as_ref()),
+        system_extensions: optional_list(s.system_extensions.as_ref()),
+        kernel_args: optional_list(s.kernel_args.as_ref()),
     }
+}
 
-    for (effective, m) in &selected_machines {
-        let s = &m.spec;
-        documents.push(Document::Machine(Machine {
-            name: effective.clone(),
-            labels: s.labels.clone().unwrap_or_default(),
-            annotations: s.annotations.clone().unwrap_or_default(),
-            locked: s.locked,
-            install: s.install.as_ref().map(|i| Install {
-                disk: i.disk.clone().unwrap_or_default(),
-                disk_selector: i.disk_selector.clone().unwrap_or_default(),
-            }),
-            patches: patches(s.patches.as_ref()),
-            system_extensions: optional_list(s.system_extensions.as_ref()),
-            kernel_args: optional_list(s.kernel_args.as_ref()),
-        }));
+/// Renders `cluster` with the children (from the same namespace) that reference it: select
+/// the children, check what the template allows, build one document each, hash the YAML.
+///
+/// Children of other clusters or namespaces in the slices are ignored, so callers may pass
+/// everything they listed.
+pub fn render(
+    cluster: &OmniCluster,
+    control_planes: &[OmniControlPlane],
+    workers: &[OmniWorkers],
+    machines: &[OmniMachine],
+) -> Result<Rendered, RenderError> {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let selected = select(cluster, control_planes, workers, machines)?;
+    let manifests = cluster
+        .spec
+        .kubernetes
+        .manifests
+        .as_deref()
+        .unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in manifests {
+        if !seen.insert(m.name.as_str()) {
+            return Err(RenderError::DuplicateManifest(m.name.clone()));
+        }
+    }
+    for (effective, w) in &selected.workers {
+        if effective == RESERVED_WORKER_SET_NAME {
+            return Err(RenderError::ReservedWorkerSetName(
+                w.metadata.name.clone().unwrap_or_default(),
+            ));
+        }
+    }
+    let any_machine_class = selected
+        .control_plane
+        .spec
+        .machine_set
+        .machine_class
+        .is_some()
+        || selected
+            .workers
+            .iter()
+            .any(|(_, w)| w.spec.machine_set.machine_class.is_some());
+
+    let mut documents = Vec::with_capacity(2 + selected.workers.len() + selected.machines.len());
+    documents.push(Document::Cluster(cluster_document(
+        cluster,
+        any_machine_class,
+    )));
+    documents.push(Document::ControlPlane(control_plane_document(
+        &namespace,
+        selected.control_plane,
+    )?));
+    for (effective, w) in &selected.workers {
+        documents.push(Document::Workers(workers_document(
+            &namespace, effective, w,
+        )?));
+    }
+    for (effective, m) in &selected.machines {
+        documents.push(Document::Machine(machine_document(effective, m)));
     }
 
     let template = Template { documents };
@@ -415,12 +479,19 @@ pub fn render(
         template,
         yaml,
         hash,
-        control_plane_ref: control_plane.metadata.name.clone().unwrap_or_default(),
-        workers_refs: selected_workers
+        control_plane_ref: selected
+            .control_plane
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default(),
+        workers_refs: selected
+            .workers
             .iter()
             .map(|(_, w)| w.metadata.name.clone().unwrap_or_default())
             .collect(),
-        machine_refs: selected_machines
+        machine_refs: selected
+            .machines
             .iter()
             .map(|(_, m)| m.metadata.name.clone().unwrap_or_default())
             .collect(),

@@ -267,45 +267,72 @@ pub async fn run_operator(
     result
 }
 
-async fn lead_and_reconcile(
+/// Waits until `elector` holds the Lease; the start of the successful attempt (what the renewal
+/// deadline and the write fence count from), or `None` when `shutdown` came first.
+async fn acquire(
+    elector: &LeaderElector,
+    shutdown: &Shared<BoxFuture<'static, ()>>,
+) -> Option<tokio::time::Instant> {
+    let leader = elector.config();
+    tracing::info!(identity = %leader.identity, "waiting for leadership");
+    loop {
+        let started = tokio::time::Instant::now();
+        let attempt = elector.try_acquire_or_renew(leader.renew_deadline);
+        tokio::select! {
+            _ = shutdown.clone() => return None,
+            result = attempt => match result {
+                Ok(true) => {
+                    tracing::info!("acquired leadership");
+                    return Some(started);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "leader election"),
+            },
+        }
+        tokio::select! {
+            _ = shutdown.clone() => return None,
+            _ = tokio::time::sleep(leader.retry_period) => {}
+        }
+    }
+}
+
+/// Renews the Lease of `elector` until a renewal fails for good; `renewed` holds the start of
+/// the last successful one. Returns when leadership is lost (or never, without an elector).
+async fn keep_leading(
+    elector: Option<&LeaderElector>,
+    renewed: &std::sync::Mutex<tokio::time::Instant>,
+) {
+    let Some(elector) = elector else {
+        return std::future::pending::<()>().await;
+    };
+    let leader = elector.config();
+    loop {
+        tokio::time::sleep(leader.retry_period).await;
+        let started = tokio::time::Instant::now();
+        let last = *renewed.lock().unwrap_or_else(|p| p.into_inner());
+        let stop_at = leader.stop_leading_at(last);
+        if started >= stop_at {
+            tracing::warn!("no renewal within the renew deadline; stepping down");
+            return;
+        }
+        // The attempt has only the time left until the deadline: a hung API server must
+        // not keep the leader writing past the point where a standby may take over.
+        match elector.try_acquire_or_renew(stop_at - started).await {
+            Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = started,
+            Ok(false) => return,
+            Err(e) => tracing::warn!(error = %e, "could not renew leadership"),
+        }
+    }
+}
+
+/// Starts every controller and the shared watches on the tasks of `controllers`, until
+/// `stop` completes.
+async fn start_controllers(
     config: &OperatorConfig,
     client: kube::Client,
     stop: Stop,
-    shutdown: Shared<BoxFuture<'static, ()>>,
-    ready: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    let elector = config
-        .leader
-        .clone()
-        .map(|c| LeaderElector::new(client.clone(), c));
-    // Start of the last successful renewal (or of the acquisition): what the renewal deadline
-    // and the write fence count from.
-    let mut renewed_at = tokio::time::Instant::now();
-    if let Some(elector) = &elector {
-        let leader = elector.config();
-        tracing::info!(identity = %leader.identity, "waiting for leadership");
-        loop {
-            let started = tokio::time::Instant::now();
-            let attempt = elector.try_acquire_or_renew(leader.renew_deadline);
-            tokio::select! {
-                _ = shutdown.clone() => return Ok(()),
-                result = attempt => match result {
-                    Ok(true) => {
-                        renewed_at = started;
-                        break;
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "leader election"),
-                },
-            }
-            tokio::select! {
-                _ = shutdown.clone() => return Ok(()),
-                _ = tokio::time::sleep(leader.retry_period) => {}
-            }
-        }
-        tracing::info!("acquired leadership");
-    }
-    let renewed = Arc::new(std::sync::Mutex::new(renewed_at));
+    controllers: &mut tokio::task::JoinSet<()>,
+) {
     let pod = std::env::var("POD_NAME").ok();
     let helm = start_helm(config).await;
     let omni = OmniClients::new(client.clone());
@@ -330,6 +357,50 @@ async fn lead_and_reconcile(
         .with_max_concurrent_reconciles(config.max_concurrent_reconciles)
         .with_baseline(config.baseline),
     );
+    // Every controller subscribes to the kinds it reads before the watches start: one watch
+    // and one cache per kind, shared.
+    let mut watches = Watches::new(&ctx);
+    for controller in controllers::start_all(&ctx, &setup, &mut watches, stop.clone()) {
+        controllers.spawn(controller);
+    }
+    tracing::debug!(kinds = watches.count(), "watching");
+    controllers.spawn(watches.run(stop));
+}
+
+/// Gives the in-flight reconciles of `controllers` until `until`, then aborts what is left.
+async fn drain(controllers: &mut tokio::task::JoinSet<()>, until: tokio::time::Instant) {
+    let drained = tokio::time::timeout_at(until, async {
+        while controllers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("in-flight reconciles did not finish in time; aborting them");
+        controllers.abort_all();
+        while controllers.join_next().await.is_some() {}
+    }
+}
+
+async fn lead_and_reconcile(
+    config: &OperatorConfig,
+    client: kube::Client,
+    stop: Stop,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let elector = config
+        .leader
+        .clone()
+        .map(|c| LeaderElector::new(client.clone(), c));
+    // Start of the last successful renewal (or of the acquisition): what the renewal deadline
+    // and the write fence count from.
+    let mut renewed_at = tokio::time::Instant::now();
+    if let Some(elector) = &elector {
+        match acquire(elector, &shutdown).await {
+            Some(started) => renewed_at = started,
+            None => return Ok(()),
+        }
+    }
+    let renewed = std::sync::Mutex::new(renewed_at);
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {
         let _ = ctl_rx.wait_for(|v| *v).await;
@@ -337,42 +408,11 @@ async fn lead_and_reconcile(
     .boxed()
     .shared();
     let mut controllers = tokio::task::JoinSet::new();
-    // Every controller subscribes to the kinds it reads before the watches start: one watch
-    // and one cache per kind, shared.
-    let mut watches = Watches::new(&ctx);
-    for controller in controllers::start_all(&ctx, &setup, &mut watches, ctl_stop.clone()) {
-        controllers.spawn(controller);
-    }
-    tracing::debug!(kinds = watches.count(), "watching");
-    controllers.spawn(watches.run(ctl_stop.clone()));
-
-    let lost = async {
-        let Some(elector) = &elector else {
-            return std::future::pending::<()>().await;
-        };
-        let leader = elector.config();
-        loop {
-            tokio::time::sleep(leader.retry_period).await;
-            let started = tokio::time::Instant::now();
-            let last = *renewed.lock().unwrap_or_else(|p| p.into_inner());
-            let stop_at = leader.stop_leading_at(last);
-            if started >= stop_at {
-                tracing::warn!("no renewal within the renew deadline; stepping down");
-                return;
-            }
-            // The attempt has only the time left until the deadline: a hung API server must
-            // not keep the leader writing past the point where a standby may take over.
-            match elector.try_acquire_or_renew(stop_at - started).await {
-                Ok(true) => *renewed.lock().unwrap_or_else(|p| p.into_inner()) = started,
-                Ok(false) => return,
-                Err(e) => tracing::warn!(error = %e, "could not renew leadership"),
-            }
-        }
-    };
+    start_controllers(config, client, ctl_stop, &mut controllers).await;
     let outcome = tokio::select! {
         _ = shutdown => Ok(()),
         _ = stop => Ok(()),
-        _ = lost => Err(anyhow::anyhow!("lost leadership; exiting so the replica can re-join the election")),
+        _ = keep_leading(elector.as_ref(), &renewed) => Err(anyhow::anyhow!("lost leadership; exiting so the replica can re-join the election")),
         _ = controllers.join_next() => Err(anyhow::anyhow!("a controller stopped unexpectedly")),
     };
     ready.store(false, Ordering::SeqCst);
@@ -385,15 +425,7 @@ async fn lead_and_reconcile(
         let last = *renewed.lock().unwrap_or_else(|p| p.into_inner());
         drain_until = drain_until.min(elector.config().write_fence(last));
     }
-    let drained = tokio::time::timeout_at(drain_until, async {
-        while controllers.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!("in-flight reconciles did not finish in time; aborting them");
-        controllers.abort_all();
-        while controllers.join_next().await.is_some() {}
-    }
+    drain(&mut controllers, drain_until).await;
     // From here on nothing writes on this replica's behalf (tests order this line against the
     // successor's takeover).
     match &elector {

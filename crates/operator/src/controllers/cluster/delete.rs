@@ -2,7 +2,7 @@
 //! it did not create, and never under a name it did not sync.
 
 use kube::runtime::events::EventType;
-use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
+use omni_client::template::{BackendApi, DeleteProgress, SyncError, delete_cluster_for};
 
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
@@ -95,6 +95,15 @@ pub(super) async fn cleanup(
         &mut output,
     )
     .await;
+    Ok(step_done(ctx, progress, &output))
+}
+
+/// What one deletion step that wrote `output` came to, counted in the Omni call metrics.
+fn step_done(
+    ctx: &Context,
+    progress: Result<DeleteProgress, SyncError>,
+    output: &[String],
+) -> Cleanup<Outcome> {
     let did_something = !output.is_empty();
     let output = trim_output(&output.join("\n"));
     match progress {
@@ -105,21 +114,21 @@ pub(super) async fn cleanup(
                 RpcOutcome::Unchanged
             };
             ctx.metrics.omni_rpc("delete", rpc);
-            Ok(Cleanup::Done)
+            Cleanup::Done
         }
         Ok(DeleteProgress::InProgress { waiting_for }) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Changed);
-            Ok(Cleanup::Waiting(Outcome::done(Done::Deleting {
+            Cleanup::Waiting(Outcome::done(Done::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
-            })))
+            }))
         }
         Err(source) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Error);
-            Ok(waiting(ClusterFailure::Delete {
+            waiting(ClusterFailure::Delete {
                 source: Box::new(source),
                 output,
-            }))
+            })
         }
     }
 }

@@ -48,8 +48,9 @@ pub(super) async fn connection_of(
     }
 }
 
-/// Syncs `cluster` (valid, with its finalizer) to Omni. `Err` only for a failed read of the
-/// management cluster, which the status does not report.
+/// Syncs `cluster` (valid, with its finalizer) to Omni: dereference, render, sync the
+/// template, read Omni's view. `Err` only for a failed read of the management cluster, which
+/// the status does not report.
 pub(super) async fn apply_cluster(
     ctx: &Context,
     state: &ClusterState,
@@ -58,27 +59,22 @@ pub(super) async fn apply_cluster(
     if cluster.spec.suspend {
         return Ok(Outcome::done(Done::Suspended));
     }
-    let name = cluster.effective_cluster_name();
-
     // dereference
-    let conn_name = &cluster.spec.connection_ref.name;
-    let missing = |cause| {
-        Outcome::failed(ClusterFailure::MissingConnection {
-            name: conn_name.clone(),
-            cause,
-        })
-    };
     let conn = match connection_of(ctx, cluster).await {
         Ok(c) => c,
-        Err(cause) => return Ok(missing(cause)),
+        Err(cause) => {
+            return Ok(Outcome::failed(ClusterFailure::MissingConnection {
+                name: cluster.spec.connection_ref.name.clone(),
+                cause,
+            }));
+        }
     };
     let children = match children_of(ctx, &state.children, cluster).await? {
         Ok(children) => children,
         Err(failure) => return Ok(Outcome::failed(failure)),
     };
-
     // build (pure)
-    let mut rendered = match render::render(
+    let rendered = match render::render(
         cluster,
         &children.control_planes,
         &children.workers,
@@ -95,12 +91,20 @@ pub(super) async fn apply_cluster(
         workers_refs: rendered.workers_refs.clone(),
         machine_refs: rendered.machine_refs.clone(),
     };
-    let failed = |failure| {
-        Ok(Outcome::new(
-            Some(Box::new(rendition.clone())),
-            Err(failure),
-        ))
-    };
+    let result = sync(ctx, state, cluster, &conn, rendered).await;
+    Ok(Outcome::new(Some(Box::new(rendition)), result))
+}
+
+/// Brings Omni in line with the rendered template of `cluster` (plan with reads only; write
+/// only when Omni differs), then reads Omni's view of the cluster.
+async fn sync(
+    ctx: &Context,
+    state: &ClusterState,
+    cluster: &OmniCluster,
+    conn: &OmniConnection,
+    mut rendered: render::Rendered,
+) -> Result<Done, ClusterFailure> {
+    let name = cluster.effective_cluster_name();
     // The owner stamp is added after hashing: it identifies the writer, not the template.
     for doc in &mut rendered.template.documents {
         if let Document::Cluster(c) = doc {
@@ -109,30 +113,31 @@ pub(super) async fn apply_cluster(
         }
     }
     let files = render::file_resolver(cluster, state.template_root.as_deref());
-    if let Err(e) = rendered.template.validate(&files) {
-        return failed(ClusterFailure::InvalidTemplate(e));
-    }
-
-    // apply: plan (reads only), write only when Omni differs.
-    let client = match state.omni.get(&conn).await {
-        Ok(c) => c,
-        Err(e) => return failed(ClusterFailure::OmniClient(e)),
-    };
+    rendered
+        .template
+        .validate(&files)
+        .map_err(ClusterFailure::InvalidTemplate)?;
+    let client = state
+        .omni
+        .get(conn)
+        .await
+        .map_err(ClusterFailure::OmniClient)?;
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
     let omni = client.template_state(deadline);
     // Never sync into an existing Omni cluster this object did not create, unless adopted.
     match existing_ownership(&omni, cluster, &name).await {
         Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(&cluster.metadata) => {
-            return failed(ClusterFailure::NotOwned { name, owner });
+            return Err(ClusterFailure::NotOwned { name, owner });
         }
         Ok(_) => {}
-        Err(source) => return failed(ClusterFailure::OwnershipUnreadable { name, source }),
+        Err(source) => return Err(ClusterFailure::OwnershipUnreadable { name, source }),
     }
     // The install disk is translated for the backend API version Omni speaks.
-    let api = match state.omni.backend_api(&conn, &client).await {
-        Ok(api) => api,
-        Err(e) => return failed(ClusterFailure::BackendApi(e)),
-    };
+    let api = state
+        .omni
+        .backend_api(conn, &client)
+        .await
+        .map_err(ClusterFailure::BackendApi)?;
     let options = SyncOptions {
         api,
         annotations: BTreeMap::from([(
@@ -153,7 +158,7 @@ pub(super) async fn apply_cluster(
         Ok(changed) => changed,
         Err(source) => {
             ctx.metrics.omni_rpc("sync", RpcOutcome::Error);
-            return failed(ClusterFailure::Sync {
+            return Err(ClusterFailure::Sync {
                 source: Box::new(source),
                 output,
             });
@@ -165,35 +170,42 @@ pub(super) async fn apply_cluster(
         RpcOutcome::Unchanged
     };
     ctx.metrics.omni_rpc("sync", synced);
+    let (health, watched) = omni_view(ctx, state, conn, &client, &name).await;
+    Ok(Done::Synced(Box::new(Synced {
+        changed,
+        output,
+        health,
+        watched,
+    })))
+}
 
-    // status from Omni: from the connection's status watch while it is live (no call, and a
-    // change of it wakes this cluster), else read.
-    let watch = state.omni.status_watch(&conn);
-    let (health, watched) = match watch.as_ref().and_then(|w| w.read(&name)) {
-        Some(health) => (health, true),
-        None => {
-            let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-            let health = status_cluster(&client.template_state(deadline), &name, deadline).await;
-            match &health {
-                Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
-                Err(e) => {
-                    ctx.metrics.omni_rpc("status", RpcOutcome::Error);
-                    tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
-                }
-            }
-            if let Some(watch) = &watch {
-                watch.note_read(&name, &health);
-            }
-            (health, false)
+/// Omni's view of the cluster `name`: from the connection's status watch while it is live (no
+/// call, and a change of it wakes this cluster; `true`), else read (`false`).
+async fn omni_view(
+    ctx: &Context,
+    state: &ClusterState,
+    conn: &OmniConnection,
+    client: &omni_client::Client,
+    name: &str,
+) -> (
+    Result<omni_client::template::ClusterHealth, omni_client::template::StatusError>,
+    bool,
+) {
+    let watch = state.omni.status_watch(conn);
+    if let Some(health) = watch.as_ref().and_then(|w| w.read(name)) {
+        return (health, true);
+    }
+    let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+    let health = status_cluster(&client.template_state(deadline), name, deadline).await;
+    match &health {
+        Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
+        Err(e) => {
+            ctx.metrics.omni_rpc("status", RpcOutcome::Error);
+            tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
         }
-    };
-    Ok(Outcome::new(
-        Some(Box::new(rendition)),
-        Ok(Done::Synced(Box::new(Synced {
-            changed,
-            output,
-            health,
-            watched,
-        }))),
-    ))
+    }
+    if let Some(watch) = &watch {
+        watch.note_read(name, &health);
+    }
+    (health, false)
 }

@@ -68,6 +68,59 @@ pub(crate) enum Checked {
     },
 }
 
+/// One condition a check sets: its status, reason and message.
+type Set = (ConditionStatus, Reason, String);
+
+/// Pure: what `outcome` says of `Reachable`, `Ready` and `Stalled` (`None`: left as it was).
+fn conditions_of(outcome: &Outcome) -> [Option<Set>; 3] {
+    use ConditionStatus::{False, True};
+    match &outcome.result {
+        Ok(Checked::Reachable { endpoint }) => {
+            let m = format!("connected to {endpoint}");
+            [
+                Some((True, Reason::ConnectionReady, m.clone())),
+                Some((True, Reason::ConnectionReady, m.clone())),
+                Some((False, Reason::ConnectionReady, m)),
+            ]
+        }
+        Err(failure) => {
+            let (reason, m) = (failure.reason(), failure.to_string());
+            [
+                Some((False, reason, m.clone())),
+                Some((False, reason, m.clone())),
+                Some((True, reason, m)),
+            ]
+        }
+        Ok(Checked::UnsupportedApi { endpoint, version }) => {
+            let m = format!(
+                "connected to {endpoint}, but {}",
+                omni_client::template::unsupported_message(*version)
+            );
+            [
+                Some((
+                    True,
+                    Reason::ConnectionReady,
+                    format!("connected to {endpoint}"),
+                )),
+                Some((False, Reason::UnsupportedOmniApi, m.clone())),
+                // Nothing this operator does will fix it: only an Omni or operator upgrade will.
+                Some((True, Reason::UnsupportedOmniApi, m)),
+            ]
+        }
+        Ok(Checked::Deleting { clusters }) => {
+            let m = format!(
+                "waiting for OmniCluster references to be deleted: {}",
+                clusters.join(", ")
+            );
+            [
+                None,
+                Some((False, Reason::Deleting, m.clone())),
+                Some((True, Reason::Deleting, m)),
+            ]
+        }
+    }
+}
+
 /// Pure: the status a connection should have after `outcome`. `lastCheckTime` moves only when
 /// something else in the status changed, so idle re-checks write nothing.
 pub(crate) fn desired_status(
@@ -81,97 +134,16 @@ pub(crate) fn desired_status(
     s.observed_generation = generation;
     s.connection_ref = conn.metadata.name.clone();
     s.endpoint = Some(conn.spec.endpoint.clone());
-    let mut set = |type_: &str, status: ConditionStatus, reason: Reason, message: &str| {
-        set_condition(
-            &mut s.conditions,
-            Condition::new(type_, status, reason, message, generation, now),
-        );
-    };
-    match &outcome.result {
-        Ok(Checked::Reachable { endpoint }) => {
-            let m = format!("connected to {endpoint}");
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::True,
-                Reason::ConnectionReady,
-                &m,
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::True,
-                Reason::ConnectionReady,
-                &m,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::False,
-                Reason::ConnectionReady,
-                &m,
-            );
-        }
-        Err(failure) => {
-            let (reason, message) = (failure.reason(), failure.to_string());
-            let message = &message;
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::False,
-                reason,
-                message,
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                reason,
-                message,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                reason,
-                message,
-            );
-        }
-        Ok(Checked::UnsupportedApi { endpoint, version }) => {
-            let m = format!(
-                "connected to {endpoint}, but {}",
-                omni_client::template::unsupported_message(*version)
-            );
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::True,
-                Reason::ConnectionReady,
-                &format!("connected to {endpoint}"),
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                Reason::UnsupportedOmniApi,
-                &m,
-            );
-            // Nothing this operator does will fix it: only an Omni or operator upgrade will.
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                Reason::UnsupportedOmniApi,
-                &m,
-            );
-        }
-        Ok(Checked::Deleting { clusters }) => {
-            let m = format!(
-                "waiting for OmniCluster references to be deleted: {}",
-                clusters.join(", ")
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                Reason::Deleting,
-                &m,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                Reason::Deleting,
-                &m,
+    let types = [
+        condition_types::REACHABLE,
+        condition_types::READY,
+        condition_types::STALLED,
+    ];
+    for (type_, set) in types.into_iter().zip(conditions_of(outcome)) {
+        if let Some((status, reason, message)) = set {
+            set_condition(
+                &mut s.conditions,
+                Condition::new(type_, status, reason, message, generation, now),
             );
         }
     }

@@ -102,22 +102,7 @@ pub(crate) fn build_target(
         type_: Some("Opaque".into()),
         ..Secret::default()
     });
-    let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
-    labels.insert(
-        keys::EXPORT_UID_LABEL.into(),
-        export.metadata.uid.clone().unwrap_or_default(),
-    );
-    labels.insert(keys::CLUSTER_LABEL.into(), cluster_name.into());
-    if format == ExportFormat::ArgoCdCluster {
-        labels.insert(
-            keys::ARGOCD_SECRET_TYPE.0.into(),
-            keys::ARGOCD_SECRET_TYPE.1.into(),
-        );
-    } else if old_format == Some(ExportFormat::ArgoCdCluster) {
-        // Argo CD must no longer take it for a cluster.
-        labels.remove(keys::ARGOCD_SECRET_TYPE.0);
-    }
+    label(&mut secret, export, cluster_name, format, old_format);
     let a = secret
         .metadata
         .annotations
@@ -149,9 +134,53 @@ pub(crate) fn build_target(
         keys::KUBECONFIG_LAST_ROTATION_ANNOTATION.into(),
         whole_seconds(now).to_string(),
     );
+    put_data(&mut secret, export, format, old_format, &key, data);
+    if secret.metadata.deletion_timestamp.is_none() {
+        with_hold(&mut secret);
+    }
+    secret
+}
+
+/// The operator's labels on the target: managed-by, owner, cluster, and Argo CD's cluster label
+/// for the `ArgoCDCluster` shape (removed when the shape written before was that one).
+fn label(
+    secret: &mut Secret,
+    export: &OmniKubeconfigExport,
+    cluster_name: &str,
+    format: ExportFormat,
+    old_format: Option<ExportFormat>,
+) {
+    let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
+    labels.insert(
+        keys::EXPORT_UID_LABEL.into(),
+        export.metadata.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(keys::CLUSTER_LABEL.into(), cluster_name.into());
+    if format == ExportFormat::ArgoCdCluster {
+        labels.insert(
+            keys::ARGOCD_SECRET_TYPE.0.into(),
+            keys::ARGOCD_SECRET_TYPE.1.into(),
+        );
+    } else if old_format == Some(ExportFormat::ArgoCdCluster) {
+        // Argo CD must no longer take it for a cluster.
+        labels.remove(keys::ARGOCD_SECRET_TYPE.0);
+    }
+}
+
+/// `data` into the target: a changed key or format moves the credential rather than leaving a
+/// stale copy behind (the keys of the shape `old_format` this export wrote before go); other
+/// keys stay.
+fn put_data(
+    secret: &mut Secret,
+    export: &OmniKubeconfigExport,
+    format: ExportFormat,
+    old_format: Option<ExportFormat>,
+    key: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+) {
     let st = export.status.clone().unwrap_or_default();
     let stored = secret.data.get_or_insert_with(BTreeMap::new);
-    // A changed key or format moves the credential rather than leaving a stale copy behind.
     if let Some(old_format) = old_format {
         let old_keys: Vec<String> = match old_format {
             // The key of the last export is in status; with another format now, `key` is the
@@ -164,9 +193,9 @@ pub(crate) fn build_target(
                         == Some(export.spec.target_secret_ref.name.as_str())
                 })
                 .into_iter()
-                .chain((format != ExportFormat::Kubeconfig).then(|| key.clone()))
+                .chain((format != ExportFormat::Kubeconfig).then(|| key.to_string()))
                 .collect(),
-            other => export_format::shape_keys(other, &key),
+            other => export_format::shape_keys(other, key),
         };
         for old_key in old_keys {
             if !data.contains_key(&old_key) {
@@ -177,10 +206,6 @@ pub(crate) fn build_target(
     for (k, v) in data {
         stored.insert(k.clone(), ByteString(v.clone()));
     }
-    if secret.metadata.deletion_timestamp.is_none() {
-        with_hold(&mut secret);
-    }
-    secret
 }
 
 /// Whether the export's hold is on `secret`.
