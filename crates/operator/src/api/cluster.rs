@@ -108,7 +108,7 @@ pub struct OmniClusterSpec {
     pub template_root: Option<String>,
     /// What deleting this object does to the cluster in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) delete_policy: Option<DeletePolicy>,
+    pub delete_policy: Option<DeletePolicy>,
     /// How often the template is re-synced to Omni, in Go duration syntax (`5m`, `1h`).
     #[serde(default = "default_sync_interval")]
     pub sync_interval: DurationField,
@@ -152,7 +152,7 @@ pub struct KubernetesHealthCheck {
     pub name: Option<String>,
     /// Replaces the Omni resource ID derived from `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) id_override: Option<String>,
+    pub id_override: Option<String>,
     /// The Job manifest, inline (`kind: Job`). Omni names the Job `omni-healthcheck-<id>`
     /// and runs it in the manifest's namespace (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -240,10 +240,10 @@ pub struct ClusterFeatures {
     pub enable_workload_proxy: bool,
     /// Use Omni's embedded discovery service.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) use_embedded_discovery_service: bool,
+    pub use_embedded_discovery_service: bool,
     /// Encrypt machine disks with keys held by Omni.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) disk_encryption: bool,
+    pub disk_encryption: bool,
     /// Let the `omni.sidero.dev/node-audit-skip` annotation on Kubernetes nodes exempt them
     /// from Omni's Kubernetes node audit (Omni v1.10).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -255,12 +255,12 @@ pub struct ClusterFeatures {
     pub disable_public_discovery_service: Option<bool>,
     /// etcd backups taken by Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) backup_configuration: Option<BackupConfiguration>,
+    pub backup_configuration: Option<BackupConfiguration>,
 }
 
 /// etcd backup settings.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub(crate) struct BackupConfiguration {
+pub struct BackupConfiguration {
     /// Backup interval in Go duration syntax, passed to Omni as is; `0` disables backups.
     #[schemars(length(min = 1))]
     pub interval: DurationField,
@@ -273,7 +273,7 @@ pub(crate) struct BackupConfiguration {
     "rule": "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)",
     "message": "orphan and destroyMachines cannot both be true",
 }]))]
-pub(crate) struct DeletePolicy {
+pub struct DeletePolicy {
     /// Keep the cluster in Omni; only the Kubernetes object goes away.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphan: bool,
@@ -312,10 +312,10 @@ pub struct OmniClusterStatus {
     /// When a sync last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_sync_time: Option<jiff::Timestamp>,
+    pub last_sync_time: Option<jiff::Timestamp>,
     /// Trimmed output of the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_sync_output: Option<String>,
+    pub last_sync_output: Option<String>,
     /// Trimmed Omni cluster status after the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status_output: Option<String>,

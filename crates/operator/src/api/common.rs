@@ -67,7 +67,7 @@ pub struct Patch {
     pub name: Option<String>,
     /// Overrides the ID Omni derives for the patch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) id_override: Option<String>,
+    pub id_override: Option<String>,
     /// Labels for the patch resource in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -178,7 +178,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
     /// When `status` last changed.
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_transition_time: jiff::Timestamp,
+    pub last_transition_time: jiff::Timestamp,
     /// Machine-readable CamelCase reason for the last transition.
     #[schemars(length(min = 1, max = 1024))]
     pub reason: String,
