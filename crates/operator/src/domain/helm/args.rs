@@ -239,46 +239,36 @@ pub(crate) fn rollback(
     args
 }
 
+/// A read-only call `verb` on the release, its JSON output (`--output json`), with `extra`
+/// flags.
+fn read_call(
+    verb: &[&str],
+    extra: &[&str],
+    request: &ReleaseRequest,
+    files: &CallFiles<'_>,
+) -> Vec<String> {
+    let mut args: Vec<String> = verb.iter().map(|v| v.to_string()).collect();
+    args.extend(common_flags(files, &request.namespace));
+    args.extend(["--output".into(), "json".into()]);
+    args.extend(extra.iter().map(|e| e.to_string()));
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
+    args
+}
+
 /// `helm status -o json -- NAME`.
 pub(crate) fn status(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
-    let mut args = vec!["status".to_string()];
-    args.extend(common_flags(files, &request.namespace));
-    args.extend([
-        "--output".into(),
-        "json".into(),
-        END_OF_FLAGS.into(),
-        request.release_name.clone(),
-    ]);
-    args
+    read_call(&["status"], &[], request, files)
 }
 
 /// `helm get metadata -o json -- NAME`: the newest revision's metadata, including the release
 /// labels (helm keeps them as labels of its storage Secret, not in `status` output).
 pub(crate) fn metadata(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
-    let mut args = vec!["get".to_string(), "metadata".into()];
-    args.extend(common_flags(files, &request.namespace));
-    args.extend([
-        "--output".into(),
-        "json".into(),
-        END_OF_FLAGS.into(),
-        request.release_name.clone(),
-    ]);
-    args
+    read_call(&["get", "metadata"], &[], request, files)
 }
 
-/// `helm history -o json -- NAME`.
+/// `helm history -o json --max 32 -- NAME`.
 pub(crate) fn history(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
-    let mut args = vec!["history".to_string()];
-    args.extend(common_flags(files, &request.namespace));
-    args.extend([
-        "--output".into(),
-        "json".into(),
-        "--max".into(),
-        "32".into(),
-        END_OF_FLAGS.into(),
-        request.release_name.clone(),
-    ]);
-    args
+    read_call(&["history"], &["--max", "32"], request, files)
 }
 
 /// The name a chart repository that needs credentials or a CA is added under, in the call's
