@@ -17,7 +17,7 @@ use kube::ResourceExt;
 
 use crate::api::OmniConnection;
 
-pub use crate::api::keys::USABLE_BY_LABEL;
+use crate::api::keys::USABLE_BY_LABEL;
 
 /// Type of the Secrets the API server fills with a service-account token.
 pub(crate) const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
