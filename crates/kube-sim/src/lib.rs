@@ -1,6 +1,6 @@
 //! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 pub mod admission;
 mod apply;
 pub mod auth;
@@ -13,6 +13,8 @@ mod field_validation;
 mod gc;
 pub mod hooks;
 pub mod kubeconfig;
+mod numbers;
+mod object_meta;
 mod openapi;
 mod openapi_v2;
 mod partial;

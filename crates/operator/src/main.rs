@@ -30,6 +30,8 @@ enum Command {
     Validate(cli::validate::Args),
     /// Print the Omni cluster template that manifests would sync.
     Render(cli::render::Args),
+    /// Summarise the fleet: clusters not running, objects not Ready, kubeconfigs expiring.
+    Status(cli::status::Args),
     /// Talk to Omni directly (debugging).
     Omni(cli::omni::Args),
     /// Print the version.
@@ -45,6 +47,7 @@ async fn main() -> ExitCode {
         Command::Crds(args) => cli::crds::run(args).await,
         Command::Validate(args) => cli::validate::run(args).await,
         Command::Render(args) => cli::render::run(args).await,
+        Command::Status(args) => cli::status::run(args).await,
         Command::Omni(args) => cli::omni::run(args).await,
         Command::Version => {
             println!("omni-operator {}", env!("CARGO_PKG_VERSION"));

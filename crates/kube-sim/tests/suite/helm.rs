@@ -152,3 +152,60 @@ async fn helm_installs_upgrades_rolls_back_and_uninstalls() {
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("not found"), "{}", out.stderr);
 }
+
+/// The CRD chart installs with helm over CRDs that were created through the API first (as the
+/// sandbox creates them, `minimum: 0.0` and all): the same schema, no server-side-apply
+/// conflict on `0` vs `0.0`, as on the real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crd_chart_installs_over_crds_created_through_the_api() {
+    let sim = KubeSim::builder().start().await.unwrap();
+    let (dir, kubeconfig) = tools::admin_kubeconfig(&sim);
+    let client = kube::Client::try_from(kube::Config::new(sim.base_url.parse().unwrap())).unwrap();
+    let crds: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        client,
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    let chart = tools::repo_root().join("charts/omni-cluster-operator-crds");
+    let mut created = 0;
+    for entry in std::fs::read_dir(chart.join("crds")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let crd: Value = serde_saphyr::from_str(&text).unwrap();
+        assert!(
+            text.contains("minimum: 0.0") || !text.contains("minimum:"),
+            "the premise: the chart writes whole bounds as floats"
+        );
+        let post = kube::api::PostParams {
+            field_manager: Some("omni-sandbox".into()),
+            ..Default::default()
+        };
+        crds.create(&post, &serde_json::from_value(crd).unwrap())
+            .await
+            .unwrap();
+        created += 1;
+    }
+    assert_eq!(created, 8);
+    let out = tools::run(
+        "helm",
+        &kubeconfig,
+        dir.path(),
+        &[
+            "install",
+            "omni-cluster-operator-crds",
+            chart.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        !out.stderr.to_lowercase().contains("conflict"),
+        "{}",
+        out.stderr
+    );
+}

@@ -20,6 +20,7 @@ mod api_watch_stream;
 #[path = "../fixtures/auth_probe.rs"]
 mod auth_probe;
 mod binary;
+mod differential;
 mod events;
 mod helm;
 #[path = "../fixtures/kube_client.rs"]
@@ -28,6 +29,7 @@ mod kube_rs;
 mod kubectl;
 mod kubectl_e2e;
 mod kubectl_validation;
+mod kubectl_watch;
 #[path = "../fixtures/tools.rs"]
 mod tools;
 #[path = "../fixtures/webhook_server.rs"]

@@ -109,7 +109,7 @@ fn cluster_label(r: &Resource) -> String {
 }
 
 /// The wire form of a desired resource, as sent on create.
-pub fn to_wire(d: &DesiredResource) -> Resource {
+pub(crate) fn to_wire(d: &DesiredResource) -> Resource {
     let stamp = now();
     Resource {
         metadata: Some(Metadata {
@@ -215,7 +215,7 @@ impl Plan {
     }
 }
 
-/// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
+/// What the template owns in Omni right now (docs/omni-wire.md#sync-the-change-set: owner `""` resources
 /// carrying the cluster label, not node-controller-made nodes, plus its nodes' KernelArgs).
 pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
@@ -433,14 +433,49 @@ pub async fn plan_sync_for<S: TemplateState>(
         .ok_or(TranslateError::NoCluster)?;
 
     let mut actual = collect_owned(state, &cluster, api).await?;
-    for d in &desired {
+    take_over_by_id(state, &cluster, &desired, &mut actual).await?;
+    let (mut creates, mut updates) = creates_and_updates(state, &desired, &actual).await?;
+    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
+    let (releases, deletes) = leftovers(&actual, &desired_refs);
+    updates.extend(releases);
+    let delete_phases = delete_phases_for(&cluster, deletes)?;
+
+    let order = |a: &Resource, b: &Resource| {
+        let (x, y) = (reference_of(a), reference_of(b));
+        type_rank(&x.resource_type)
+            .cmp(&type_rank(&y.resource_type))
+            .then_with(|| x.id.cmp(&y.id))
+    };
+    creates.sort_by(order);
+    updates.sort_by(order);
+    Ok(Plan {
+        cluster,
+        creates: creates.iter().map(reference_of).collect(),
+        updates: updates.iter().map(reference_of).collect(),
+        deletes: delete_phases.iter().flatten().cloned().collect(),
+        delete_phases,
+        create_resources: creates,
+        update_resources: updates,
+    })
+}
+
+/// Adds to `actual` the desired resources that exist in Omni without having been collected as
+/// the template's, when they may be taken over.
+///
+/// Unlike Omni's own client, a resource found by ID is taken over only when it already belongs
+/// to this cluster (KernelArgs carry no cluster label): an ID collision with another cluster's,
+/// or an unlabelled, resource is a conflict in [`creates_and_updates`], never an overwrite.
+async fn take_over_by_id<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    desired: &[DesiredResource],
+    actual: &mut BTreeMap<ResourceRef, Resource>,
+) -> Result<(), SyncError> {
+    for d in desired {
         let r = d.reference();
         if actual.contains_key(&r) {
             continue;
         }
-        // Unlike Omni's own client, a resource found by ID is taken over only when it already
-        // belongs to this cluster (KernelArgs carry no cluster label): an ID collision with
-        // another cluster's, or an unlabelled, resource is a conflict below, never an overwrite.
         if let Some(found) = state
             .get(&r.resource_type, &r.id)
             .await
@@ -451,13 +486,19 @@ pub async fn plan_sync_for<S: TemplateState>(
             actual.insert(r, found);
         }
     }
+    Ok(())
+}
 
-    let mut creates: Vec<Resource> = Vec::new();
-    let mut updates: Vec<Resource> = Vec::new();
-    let mut deletes: Vec<Resource> = Vec::new();
-    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
-
-    for d in &desired {
+/// What to create and what to update so that every desired resource exists as desired. A
+/// desired resource that exists in Omni without being the template's is a conflict.
+async fn creates_and_updates<S: TemplateState>(
+    state: &S,
+    desired: &[DesiredResource],
+    actual: &BTreeMap<ResourceRef, Resource>,
+) -> Result<(Vec<Resource>, Vec<Resource>), SyncError> {
+    let mut creates = Vec::new();
+    let mut updates = Vec::new();
+    for d in desired {
         let r = d.reference();
         let mut expected = to_wire(d);
         match actual.get(&r) {
@@ -490,7 +531,18 @@ pub async fn plan_sync_for<S: TemplateState>(
             }
         }
     }
-    for (r, current) in &actual {
+    Ok((creates, updates))
+}
+
+/// What becomes of the template's resources that it no longer describes: machine-scoped ones
+/// are released (an update), the rest deleted. Returns `(updates, deletes)`.
+fn leftovers(
+    actual: &BTreeMap<ResourceRef, Resource>,
+    desired_refs: &BTreeSet<ResourceRef>,
+) -> (Vec<Resource>, Vec<Resource>) {
+    let mut updates = Vec::new();
+    let mut deletes = Vec::new();
+    for (r, current) in actual {
         if desired_refs.contains(r) {
             continue;
         }
@@ -519,25 +571,7 @@ pub async fn plan_sync_for<S: TemplateState>(
         }
         deletes.push(current.clone());
     }
-    let delete_phases = delete_phases_for(&cluster, deletes)?;
-
-    let order = |a: &Resource, b: &Resource| {
-        let (x, y) = (reference_of(a), reference_of(b));
-        type_rank(&x.resource_type)
-            .cmp(&type_rank(&y.resource_type))
-            .then_with(|| x.id.cmp(&y.id))
-    };
-    creates.sort_by(order);
-    updates.sort_by(order);
-    Ok(Plan {
-        cluster,
-        creates: creates.iter().map(reference_of).collect(),
-        updates: updates.iter().map(reference_of).collect(),
-        deletes: delete_phases.iter().flatten().cloned().collect(),
-        delete_phases,
-        create_resources: creates,
-        update_resources: updates,
-    })
+    (updates, deletes)
 }
 
 /// Applies a plan: creates, updates, then each delete phase. Progress lines are appended to

@@ -1,6 +1,7 @@
-//! Cross-checks of our OpenPGP handling against GnuPG (omni-wire §2.8): keys made by gpg load
-//! with the right fingerprint, our signatures verify with `gpg --verify`, and gpg's detached
-//! signatures verify with our helper. These tests fail (never skip) when gpg is missing.
+//! Cross-checks of our OpenPGP handling against GnuPG (docs/omni-wire.md#testing-signatures): keys
+//! made by gpg load with the right fingerprint, our signatures verify with `gpg --verify`, and
+//! gpg's detached signatures verify with our helper. These tests fail (never skip) when gpg is
+//! missing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

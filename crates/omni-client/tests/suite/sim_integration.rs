@@ -9,11 +9,9 @@ use omni_client::auth::{ServiceAccountKey, generate_key};
 use omni_client::proto::cosi::resource::state_client::StateClient;
 use omni_client::proto::cosi::resource::{ListOptions, ListRequest};
 use omni_client::proto::specs;
-use omni_client::resources::{
-    self, ANNOTATION_MANAGED_BY_TEMPLATES, CLUSTER_TYPE, CLUSTER_UUID_TYPE, KERNEL_ARGS_TYPE,
-    NAMESPACE, TypedResource,
-};
+use omni_client::resources::{NAMESPACE, TypedResource};
 use omni_client::state::{WatchEvent, WatchTarget, is_tombstone, label_equal};
+use omni_client::template::{keys, types};
 use omni_client::{Client, ClientConfig, ManagementError, StateError};
 use omni_sim::{ManualClock, OmniSim, Role, RunningOmniSim, methods};
 
@@ -42,7 +40,7 @@ fn cluster(name: &str) -> TypedResource<specs::ClusterSpec> {
             backup_configuration: None,
         },
     )
-    .with_annotation(ANNOTATION_MANAGED_BY_TEMPLATES, "")
+    .with_annotation(keys::MANAGED_BY_TEMPLATES, "")
 }
 
 #[tokio::test]
@@ -81,9 +79,9 @@ async fn create_get_list_update_with_versions_and_conflicts() {
         .unwrap_err();
     assert!(matches!(again, StateError::AlreadyExists(_)), "{again:?}");
 
-    let got = state.get(NAMESPACE, CLUSTER_TYPE, "demo").await.unwrap();
+    let got = state.get(NAMESPACE, types::CLUSTER, "demo").await.unwrap();
     let mut typed = TypedResource::<specs::ClusterSpec>::from_resource(got).unwrap();
-    let listed = state.list(NAMESPACE, CLUSTER_TYPE, &[]).await.unwrap();
+    let listed = state.list(NAMESPACE, types::CLUSTER, &[]).await.unwrap();
     assert_eq!(listed.len(), 1);
 
     // Optimistic concurrency: the version read must be sent back.
@@ -110,7 +108,7 @@ async fn create_get_list_update_with_versions_and_conflicts() {
     assert!(!invalid.is_retryable());
 
     let missing = state
-        .get(NAMESPACE, CLUSTER_TYPE, "nope")
+        .get(NAMESPACE, types::CLUSTER, "nope")
         .await
         .unwrap_err();
     assert!(missing.is_not_found(), "{missing:?}");
@@ -132,8 +130,8 @@ async fn label_queries_filter_lists() {
         let statuses = state
             .list(
                 NAMESPACE,
-                resources::KUBERNETES_UPGRADE_STATUS_TYPE,
-                &[label_equal(resources::LABEL_CLUSTER, "one")],
+                types::KUBERNETES_UPGRADE_STATUS,
+                &[label_equal(keys::CLUSTER, "one")],
             )
             .await
             .unwrap();
@@ -149,8 +147,8 @@ async fn label_queries_filter_lists() {
     let other = state
         .list(
             NAMESPACE,
-            resources::KUBERNETES_UPGRADE_STATUS_TYPE,
-            &[label_equal(resources::LABEL_CLUSTER, "other")],
+            types::KUBERNETES_UPGRADE_STATUS,
+            &[label_equal(keys::CLUSTER, "other")],
         )
         .await
         .unwrap();
@@ -186,11 +184,14 @@ async fn owner_and_phase_conflicts_are_distinguished() {
         .await
         .unwrap();
     let ready = state
-        .teardown(NAMESPACE, KERNEL_ARGS_TYPE, "m-1", "")
+        .teardown(NAMESPACE, types::KERNEL_ARGS, "m-1", "")
         .await
         .unwrap();
     assert!(ready, "no finalizers");
-    let current = state.get(NAMESPACE, KERNEL_ARGS_TYPE, "m-1").await.unwrap();
+    let current = state
+        .get(NAMESPACE, types::KERNEL_ARGS, "m-1")
+        .await
+        .unwrap();
     assert_eq!(current.metadata.as_ref().unwrap().phase, "tearingDown");
     let mut running = current.clone();
     running.metadata.as_mut().unwrap().phase = "running".into();
@@ -201,16 +202,16 @@ async fn owner_and_phase_conflicts_are_distinguished() {
     assert!(matches!(err, StateError::PhaseConflict(_)), "{err:?}");
 
     state
-        .destroy(NAMESPACE, KERNEL_ARGS_TYPE, "m-1", "")
+        .destroy(NAMESPACE, types::KERNEL_ARGS, "m-1", "")
         .await
         .unwrap();
     let gone = state
-        .destroy(NAMESPACE, KERNEL_ARGS_TYPE, "m-1", "")
+        .destroy(NAMESPACE, types::KERNEL_ARGS, "m-1", "")
         .await
         .unwrap_err();
     assert!(gone.is_not_found());
     let gone = state
-        .teardown(NAMESPACE, KERNEL_ARGS_TYPE, "m-1", "")
+        .teardown(NAMESPACE, types::KERNEL_ARGS, "m-1", "")
         .await
         .unwrap_err();
     assert!(gone.is_not_found());
@@ -228,7 +229,7 @@ async fn teardown_watch_destroy_lifecycle_with_controller_finalizers() {
         .unwrap();
 
     let mut events = state
-        .watch(&WatchTarget::kind(NAMESPACE, CLUSTER_TYPE, vec![]))
+        .watch(&WatchTarget::kind(NAMESPACE, types::CLUSTER, vec![]))
         .await
         .unwrap();
     // Bootstrap: the existing cluster, then the marker.
@@ -243,7 +244,7 @@ async fn teardown_watch_destroy_lifecycle_with_controller_finalizers() {
     );
     let mut bootstrapped = false;
     let mut destroy_ready = state
-        .teardown(NAMESPACE, CLUSTER_TYPE, "life", "")
+        .teardown(NAMESPACE, types::CLUSTER, "life", "")
         .await
         .unwrap();
     let mut destroyed = false;
@@ -265,7 +266,7 @@ async fn teardown_watch_destroy_lifecycle_with_controller_finalizers() {
                 }
             }
             if destroy_ready {
-                match state.destroy(NAMESPACE, CLUSTER_TYPE, "life", "").await {
+                match state.destroy(NAMESPACE, types::CLUSTER, "life", "").await {
                     Ok(()) | Err(StateError::NotFound(_)) => {}
                     Err(e) => panic!("destroy: {e:?}"),
                 }
@@ -277,7 +278,7 @@ async fn teardown_watch_destroy_lifecycle_with_controller_finalizers() {
     assert!(bootstrapped && destroyed);
     assert!(
         state
-            .get_optional(NAMESPACE, CLUSTER_TYPE, "life")
+            .get_optional(NAMESPACE, types::CLUSTER, "life")
             .await
             .unwrap()
             .is_none()
@@ -295,7 +296,7 @@ async fn single_watch_of_a_missing_resource_starts_with_a_tombstone() {
     let mut events = state
         .watch(&WatchTarget::single(
             NAMESPACE,
-            resources::CLUSTER_STATUS_TYPE,
+            types::CLUSTER_STATUS,
             "absent",
         ))
         .await
@@ -406,7 +407,7 @@ async fn raw_list_with(
     });
     raw.list(ListRequest {
         namespace: NAMESPACE.into(),
-        r#type: CLUSTER_TYPE.into(),
+        r#type: types::CLUSTER.into(),
         options: Some(ListOptions::default()),
     })
     .await
@@ -466,7 +467,7 @@ async fn slow_calls_hit_the_client_deadline() {
     sim.set_latency(methods::GET, Duration::from_secs(3600));
     let err = client
         .state()
-        .get(NAMESPACE, CLUSTER_TYPE, "any")
+        .get(NAMESPACE, types::CLUSTER, "any")
         .await
         .unwrap_err();
     assert!(matches!(err, StateError::DeadlineExceeded(_)), "{err:?}");
@@ -487,7 +488,7 @@ async fn kubeconfig_for_an_existing_cluster_and_errors_otherwise() {
     let deadline = tokio::time::Instant::now() + WAIT;
     while client
         .state()
-        .get_optional(NAMESPACE, CLUSTER_UUID_TYPE, "kc")
+        .get_optional(NAMESPACE, types::CLUSTER_UUID, "kc")
         .await
         .unwrap()
         .is_none()
@@ -563,13 +564,13 @@ async fn a_client_and_its_clones_share_one_connection() {
     let calls = clones.iter().map(|c| async move {
         c.ping().await.unwrap();
         c.state()
-            .get(NAMESPACE, CLUSTER_TYPE, "shared")
+            .get(NAMESPACE, types::CLUSTER, "shared")
             .await
             .unwrap();
     });
     futures::future::join_all(calls).await;
     let mut events = state
-        .watch(&WatchTarget::single(NAMESPACE, CLUSTER_TYPE, "shared"))
+        .watch(&WatchTarget::single(NAMESPACE, types::CLUSTER, "shared"))
         .await
         .unwrap();
     tokio::time::timeout(WAIT, events.next())

@@ -1,4 +1,5 @@
-//! Signature verification (omni-wire §2.6) and role checks (§3.8) of the simulator.
+//! Signature verification (docs/omni-wire.md#what-the-server-checks) and role checks
+//! (docs/omni-wire.md#who-may-read-and-write-what) of the simulator.
 
 use crate::common;
 

@@ -1,4 +1,6 @@
-//! Validations (omni-wire §3.8), controller emulation (§5.8, §5.9, §7) and kubeconfig minting (§6).
+//! Validations (docs/omni-wire.md#write-validations), controller emulation
+//! (docs/omni-wire.md#what-omni-sims-controllers-do) and kubeconfig minting
+//! (docs/omni-wire.md#service-account-kubeconfigs).
 
 use crate::common;
 

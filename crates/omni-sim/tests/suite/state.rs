@@ -1,4 +1,4 @@
-//! COSI State semantics (omni-wire §3.3, §3.5, §3.6) over real gRPC.
+//! COSI State semantics (docs/omni-wire.md#the-cosi-state-api) over real gRPC.
 
 use crate::common;
 

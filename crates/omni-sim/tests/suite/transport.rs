@@ -1,4 +1,4 @@
-//! Transport fidelity (omni-wire §1.2, §1.3): content-type gate, gzip, TLS, and the
+//! Transport fidelity (docs/omni-wire.md#transport): content-type gate, gzip, TLS, and the
 //! `omni-sim` binary.
 
 use crate::common;

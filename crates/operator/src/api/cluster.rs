@@ -77,8 +77,9 @@ pub struct OmniClusterSpec {
     pub annotations: Option<BTreeMap<String, String>>,
     /// OmniConnection (same namespace) used to reach Omni.
     pub connection_ref: LocalObjectReference,
-    /// Name of the cluster in Omni; defaults to `metadata.name`. Changing it targets a
-    /// different Omni cluster.
+    /// Name of the cluster in Omni; defaults to `metadata.name`. It cannot change once the
+    /// operator manages the Omni cluster (`status.clusterName` is set): to move to another
+    /// Omni cluster, create a new OmniCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     pub cluster_name: Option<String>,

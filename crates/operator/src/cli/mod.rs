@@ -2,8 +2,10 @@
 //! (`Args`, a `clap::Args`) and its `run` function.
 
 pub mod crds;
+pub(crate) mod manifests;
 pub mod omni;
 pub mod omni_template;
 pub mod render;
 pub mod run;
+pub mod status;
 pub mod validate;

@@ -218,6 +218,12 @@ fn defaults_match_parity() {
         ("OmniHelmRelease", "spec.namespace", json!("default")),
         ("OmniHelmRelease", "spec.timeout", json!("5m")),
         ("OmniHelmRelease", "spec.deletionPolicy", json!("Uninstall")),
+        // The original had none (the field was required); docs/decisions.md says why `Delete`.
+        (
+            "OmniKubeconfigExport",
+            "spec.deletionPolicy",
+            json!("Delete"),
+        ),
         ("OmniHelmRelease", "spec.chart.values", json!({})),
         (
             "OmniSecretSync",
@@ -232,9 +238,8 @@ fn defaults_match_parity() {
             "{kind} {path}"
         );
     }
-    // Fields the parity inventory lists without a CRD default must not get one.
+    // Fields the original has without a CRD default (docs/parity.md#the-api) must not get one.
     for (kind, path) in [
-        ("OmniKubeconfigExport", "spec.deletionPolicy"),
         ("OmniSecretSync", "spec.deletionPolicy"),
         ("OmniKubeconfigExport", "spec.ttl"),
         ("OmniControlPlane", "spec.machines"),
@@ -472,13 +477,7 @@ fn required_fields() {
     assert_eq!(req("OmniMachine", "spec"), set(&["clusterRef"]));
     assert_eq!(
         req("OmniKubeconfigExport", "spec"),
-        set(&[
-            "clusterRef",
-            "deletionPolicy",
-            "serviceAccount",
-            "targetSecretRef",
-            "ttl"
-        ])
+        set(&["clusterRef", "serviceAccount", "targetSecretRef", "ttl"])
     );
     assert_eq!(
         req("OmniKubeconfigExport", "spec.serviceAccount"),

@@ -1,5 +1,6 @@
 //! Admission rules of every kind: each rule has a passing and a failing case, and failures
-//! must name the field path with the Kubernetes error type and the exact parity message.
+//! must name the field path with the Kubernetes error type and the exact parity message
+//! (docs/parity.md#admission-messages).
 
 use omni_operator::api::{self, FieldErrorKind, ValidateError, Validation, schema_check};
 use serde_json::{Value, json};
@@ -184,7 +185,7 @@ fn base_objects_are_valid() {
     }
 }
 
-// ---- OmniConnection (parity 2.3) ----
+// ---- OmniConnection (docs/parity.md#admission-messages) ----
 
 #[test]
 fn connection_secret_ref_must_not_be_blank() {
@@ -220,7 +221,7 @@ fn connection_warns_on_insecure_tls() {
     );
 }
 
-// ---- OmniCluster (parity 3.3) ----
+// ---- OmniCluster (docs/parity.md#admission-messages) ----
 
 #[test]
 fn cluster_delete_policy_orphan_excludes_destroy_machines() {
@@ -296,7 +297,7 @@ fn cluster_manifests_need_exactly_one_source() {
             r#"spec.kubernetes.manifests[1]: Invalid value: "m.yaml": manifest must not set both file and inline"#,
         ]
     );
-    // Duplicate names are a render-time failure, not an admission one (parity 3.3).
+    // Duplicate names are a render-time failure, not an admission one (docs/parity.md#omnicluster).
     assert_clean(&with(
         cluster(),
         "kubernetes.manifests",
@@ -336,7 +337,7 @@ fn cluster_helpers() {
     );
 }
 
-// ---- Machine sets (parity 5.6) ----
+// ---- Machine sets (docs/parity.md#admission-messages) ----
 
 #[test]
 fn machine_class_size() {
@@ -432,7 +433,7 @@ fn workers_reserved_name() {
     assert_eq!(w.effective_worker_set_name(), "control-planes");
 }
 
-// ---- OmniMachine (parity 5.6) ----
+// ---- OmniMachine (docs/parity.md#admission-messages) ----
 
 #[test]
 fn machine_id_must_be_a_uuid() {
@@ -459,7 +460,7 @@ fn machine_id_must_be_a_uuid() {
     );
 }
 
-// ---- OmniKubeconfigExport (parity 6.9) ----
+// ---- OmniKubeconfigExport (docs/parity.md#admission-messages) ----
 
 #[test]
 fn export_references_must_not_be_blank() {
@@ -634,7 +635,7 @@ fn export_defaults_the_key_and_the_namespace() {
     assert_eq!(e.spec.ttl.duration().unwrap().to_string(), "24h0m0s");
 }
 
-// ---- OmniHelmRelease (parity 7.6) ----
+// ---- OmniHelmRelease (docs/parity.md#admission-messages) ----
 
 #[test]
 fn helm_release_rules() {
@@ -751,7 +752,7 @@ fn helm_release_always_warns_about_direct_writes() {
     );
 }
 
-// ---- OmniSecretSync (parity 8.6) ----
+// ---- OmniSecretSync (docs/parity.md#admission-messages) ----
 
 #[test]
 fn secret_sync_rules() {

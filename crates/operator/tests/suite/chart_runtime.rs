@@ -11,8 +11,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::{Args as _, FromArgMatches as _};
-use omni_operator::cli::run::{Args, SHUTDOWN_MAX, config_from_args};
+use omni_operator::cli::run::SHUTDOWN_MAX;
 use omni_operator::domain::helm::{Helm, HelmConfig};
 use serde_json::Value;
 use support::of_kind;
@@ -46,33 +45,9 @@ fn manager(docs: &[Value]) -> &Value {
         .expect("manager container")
 }
 
-/// Parses the manager's arguments exactly as the binary does (its `run` flags plus the global
-/// `--log-format`) and returns the operator configuration they produce.
+/// The operator configuration the chart's arguments produce.
 fn operator_config(docs: &[Value]) -> omni_operator::cli::run::OperatorConfig {
-    let mut argv = vec!["omni-operator".to_string()];
-    argv.extend(
-        manager(docs)["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().expect("string arg").to_string()),
-    );
-    // The Deployment provides the namespace through POD_NAMESPACE (the flag's env var).
-    argv.push(format!("--namespace={NAMESPACE}"));
-    let command = clap::Command::new("omni-operator")
-        .arg(
-            clap::Arg::new("log-format")
-                .long("log-format")
-                .global(true)
-                .value_parser(["json", "text"]),
-        )
-        .subcommand(Args::augment_args(clap::Command::new("run")));
-    let matches = command
-        .try_get_matches_from(&argv)
-        .unwrap_or_else(|e| panic!("the chart's arguments {argv:?} do not parse: {e}"));
-    let (_, run) = matches.subcommand().expect("run subcommand");
-    let args = Args::from_arg_matches(run).unwrap_or_else(|e| panic!("{e}"));
-    config_from_args(&args).unwrap_or_else(|e| panic!("{e}"))
+    support::chart_operator_config(docs, NAMESPACE)
 }
 
 /// Mount paths of the manager's emptyDir volumes.

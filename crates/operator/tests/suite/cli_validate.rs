@@ -1,4 +1,5 @@
-//! `omni-operator validate` as users and CI scripts run it: exit status, line format, stdin,
+//! `omni-operator validate` as users and CI scripts run it: exit status, `FILE:LINE:COL` lines,
+//! every problem in one run, Lists, checks across objects, the json and github formats, stdin,
 //! skipped foreign documents and graceful decode failures.
 
 use std::io::Write;
@@ -16,12 +17,36 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn validate(files: &[&Path]) -> Output {
+    run_validate(&[], files)
+}
+
+/// `validate` with extra flags (`--partial`, `--format json`, ...).
+fn run_validate(flags: &[&str], files: &[&Path]) -> Output {
     let mut cmd = bin();
-    cmd.arg("validate");
+    cmd.arg("validate").args(flags);
     for f in files {
         cmd.arg("-f").arg(f);
     }
     cmd.output().unwrap()
+}
+
+/// `validate ARGS` with `stdin` on its standard input.
+fn validate_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = bin()
+        .arg("validate")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
 
 fn lines(bytes: &[u8]) -> Vec<String> {
@@ -104,10 +129,11 @@ fn good_files_exit_zero_with_only_a_summary() {
 }
 
 #[test]
-fn problems_are_reported_one_per_line_and_exit_one() {
+fn problems_are_reported_one_per_line_with_their_positions_and_exit_one() {
     let dir = tempfile::tempdir().unwrap();
     let bad = write(dir.path(), "bad.yaml", BAD);
-    let out = validate(&[&bad]);
+    // BAD's children name an OmniCluster that is not in it: --partial.
+    let out = run_validate(&["--partial"], &[&bad]);
     assert_eq!(out.status.code(), Some(1));
     let f = bad.display().to_string();
     let problems = lines(&out.stdout);
@@ -115,19 +141,23 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     let masters = "spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true";
     let ttl = r#"spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#;
     let machines = r#"spec.machines: Invalid value: "not-a-list": spec.machines in body must be of type array: "string""#;
+    let unknown = r#"kind: Unsupported value: "OmniGadget": supported values: "OmniConnection", "OmniCluster""#;
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    // Line and column of the field each problem is about, top to bottom.
     assert_eq!(
         problems[..4],
         [
-            // Schema (API server) findings come first, then the webhook's.
-            format!("{f}:1 OmniKubeconfigExport/edge-kc: {namespace}"),
-            format!("{f}:1 OmniKubeconfigExport/edge-kc: {masters}"),
-            format!("{f}:1 OmniKubeconfigExport/edge-kc: {ttl}"),
-            format!("{f}:2 OmniWorkers/edge-workers: {machines}"),
+            format!("{f}:10:3: OmniKubeconfigExport/edge-kc: {namespace}"),
+            format!("{f}:13:14: OmniKubeconfigExport/edge-kc: {masters}"),
+            format!("{f}:14:3: OmniKubeconfigExport/edge-kc: {ttl}"),
+            format!("{f}:23:3: OmniWorkers/edge-workers: {machines}"),
         ]
     );
-    assert_eq!(problems.len(), 5, "{problems:?}");
-    let unknown = format!("{f}:3 OmniGadget/g: kind: unknown kind \"OmniGadget\"");
-    assert!(problems[4].starts_with(&unknown), "{}", problems[4]);
+    assert!(
+        problems[4].starts_with(&format!("{f}:26:1: OmniGadget/g: {unknown}")),
+        "{}",
+        problems[4]
+    );
     let stderr = lines(&out.stderr);
     assert!(
         stderr.last().unwrap().contains("5 problem(s)"),
@@ -135,32 +165,291 @@ fn problems_are_reported_one_per_line_and_exit_one() {
     );
 }
 
-/// A policy or format outside its enum is refused by the schema, naming the field, as the API
-/// server refuses it, with the object's other schema errors. The admission rules are not
-/// reached (the API server would not call the webhook, and the typed fields do not decode),
-/// so BAD's system:masters and ttl problems are not reported yet.
+/// The "done when" of the issue: three problems in two documents — one the schema refuses,
+/// which used to hide the admission rules' findings until it was fixed — come out in one run,
+/// each with the line it is on.
 #[test]
-fn a_value_outside_a_schema_enum_is_refused_by_the_schema_alone() {
+fn three_problems_in_two_documents_come_out_in_one_run_with_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniKubeconfigExport
+metadata:
+  name: edge-kc
+spec:
+  clusterRef: {name: edge}
+  targetSecretRef: {name: edge-kc}
+  serviceAccount: {user: ci, groups: [ci]}
+  ttl: 1d
+  deletionPolicy: Keep
+---
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniCluster
+metadata:
+  name: Edge
+spec:
+  connectionRef: {name: omni}
+  kubernetes: {version: v1.35.0}
+  talos: {version: v1.13.2}
+";
+    let file = write(dir.path(), "three.yaml", text);
+    let out = run_validate(&["--partial"], &[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = file.display();
+    let problems = lines(&out.stdout);
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].starts_with(&format!(
+        "{f}:9:3: OmniKubeconfigExport/edge-kc: spec.ttl: "
+    )));
+    assert!(problems[1].starts_with(&format!(
+        "{f}:10:3: OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: \"Keep\""
+    )));
+    assert!(problems[2].starts_with(&format!(
+        "{f}:15:3: OmniCluster/Edge: metadata.name: Invalid value: \"Edge\": a lowercase RFC 1123 subdomain"
+    )));
+}
+
+/// One rule, one line: the CRD's CEL rule and the admission rule both forbid `orphan` with
+/// `destroyMachines`; the problem is reported once, in the API server's words.
+#[test]
+fn a_rule_the_schema_and_admission_share_is_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{CLUSTER}  deletePolicy:\n    orphan: true\n    destroyMachines: true\n---\n{CONTROL_PLANE}"
+    );
+    let file = write(dir.path(), "policy.yaml", &text);
+    let out = validate(&[&file]);
+    assert_eq!(
+        lines(&out.stdout),
+        [format!(
+            r#"{}:9:3: OmniCluster/edge: spec.deletePolicy: Invalid value: "object": orphan and destroyMachines cannot both be true"#,
+            file.display()
+        )]
+    );
+}
+
+const CLUSTER: &str = "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniCluster
+metadata:
+  name: edge
+spec:
+  connectionRef: {name: omni}
+  kubernetes: {version: v1.35.0}
+  talos: {version: v1.13.2}
+";
+
+const CONTROL_PLANE: &str = "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniControlPlane
+metadata:
+  name: edge-cp
+spec:
+  clusterRef: {name: edge}
+  machines: [11111111-1111-1111-1111-111111111111]
+";
+
+#[test]
+fn a_list_is_expanded_and_its_items_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: unrelated}
+  - apiVersion: omni.texashpc.com/v1alpha1
+    kind: OmniWorkers
+    metadata: {name: w}
+    spec:
+      clusterRef: {name: edge}
+      machines: not-a-list
+";
+    let file = write(dir.path(), "list.yaml", text);
+    let out = run_validate(&["--partial"], &[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        lines(&out.stdout),
+        [format!(
+            r#"{}:12:7: OmniWorkers/w: spec.machines: Invalid value: "not-a-list": spec.machines in body must be of type array: "string""#,
+            file.display()
+        )]
+    );
+    assert!(
+        lines(&out.stderr)
+            .last()
+            .unwrap()
+            .starts_with("validated 1 object(s) in 1 file(s), skipped 1 other document(s)"),
+        "{:?}",
+        lines(&out.stderr)
+    );
+}
+
+#[test]
+fn objects_are_checked_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = GOOD_EXPORT.replace("{name: edge}", "{name: core}");
+    let text = format!("{CLUSTER}---\n{export}---\n{CLUSTER}");
+    let file = write(dir.path(), "together.yaml", &text);
+    let out = validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = file.display();
+    let no_cp = "expected exactly one OmniControlPlane referencing default/edge, found 0: add an OmniControlPlane with spec.clusterRef.name: edge (pass --partial if it is defined elsewhere)";
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            format!("{f}:1:1: OmniCluster/edge: {no_cp}"),
+            format!(
+                r#"{f}:15:16: OmniKubeconfigExport/edge-kc: spec.clusterRef.name: Invalid value: "core": no OmniCluster "core" in namespace default among the given manifests (pass --partial if it is defined elsewhere)"#
+            ),
+            format!(
+                r#"{f}:24:3: OmniCluster/edge: metadata.name: Duplicate value: "edge": OmniCluster default/edge is already defined at {f}:4:3; the later one would replace it"#
+            ),
+        ]
+    );
+    // With --partial, references out of the input are someone else's; duplicates are not.
+    let out = run_validate(&["--partial"], &[&file]);
+    let problems = lines(&out.stdout);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("Duplicate value"), "{problems:?}");
+    // A complete cluster passes.
+    let complete = write(
+        dir.path(),
+        "complete.yaml",
+        &format!("{CLUSTER}---\n{CONTROL_PLANE}---\n{GOOD_EXPORT}"),
+    );
+    let out = validate(&[&complete]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+const GOOD_EXPORT: &str = "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniKubeconfigExport
+metadata:
+  name: edge-kc
+spec:
+  clusterRef: {name: edge}
+  targetSecretRef: {name: edge-kc}
+  serviceAccount: {user: ci, groups: [ci]}
+  ttl: 24h
+  deletionPolicy: Delete
+";
+
+#[test]
+fn json_and_github_formats_for_ci() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(dir.path(), "bad.yaml", BAD);
+    let out = run_validate(&["--partial", "--format", "json"], &[&bad]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["summary"]["errors"], 5);
+    assert_eq!(report["summary"]["objects"], 3);
+    let first = &report["findings"][0];
+    assert_eq!(first["severity"], "error");
+    assert_eq!(first["file"], bad.display().to_string());
+    assert_eq!(
+        (first["line"].as_u64(), first["column"].as_u64()),
+        (Some(10), Some(3))
+    );
+    assert_eq!(first["kind"], "OmniKubeconfigExport");
+    assert_eq!(first["name"], "edge-kc");
+    assert_eq!(first["field"], "spec.contextNamespace");
+    assert!(
+        first["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Invalid value: \"Apps\""),
+        "{first}"
+    );
+
+    let out = run_validate(&["--partial", "--format", "github"], &[&bad]);
+    assert_eq!(out.status.code(), Some(1));
+    let annotations = lines(&out.stdout);
+    assert_eq!(annotations.len(), 5, "{annotations:?}");
+    assert_eq!(
+        annotations[2],
+        format!(
+            r#"::error file={},line=14,col=3,title=OmniKubeconfigExport/edge-kc::spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#,
+            bad.display()
+        )
+    );
+}
+
+/// The Flux recipe in docs/gitops.md: `kustomize build | envsubst | omni-operator validate
+/// -f -`, whose positions are lines of the built stream.
+#[test]
+fn substituted_manifests_validate_from_stdin() {
+    let built = format!("{CLUSTER}---\n{CONTROL_PLANE}").replace(
+        "kubernetes: {version: v1.35.0}",
+        "kubernetes:\n    version: ${KUBERNETES_VERSION}",
+    );
+    let substituted = built.replace("${KUBERNETES_VERSION}", "v1.35.0");
+    let out = validate_stdin(&["-f", "-"], &substituted);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Unsubstituted, the variable is refused where it stands.
+    let out = validate_stdin(&["-f", "-"], &built);
+    assert_eq!(out.status.code(), Some(1));
+    let problems = lines(&out.stdout);
+    assert!(
+        problems[0].starts_with("-:8:5: OmniCluster/edge: spec.kubernetes.version: Invalid value: \"${KUBERNETES_VERSION}\""),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn yaml_errors_say_what_is_wrong_without_library_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = CLUSTER.replace("spec:\n", "spec:\n  talos: {version: v1.13.2}\n");
+    let file = write(dir.path(), "dup.yaml", &text);
+    let out = validate(&[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems = lines(&out.stdout);
+    assert_eq!(
+        problems,
+        [format!(
+            "{}:9:3: invalid YAML: duplicate mapping key `talos` is not allowed here",
+            file.display()
+        )]
+    );
+}
+
+#[test]
+fn a_value_outside_a_schema_enum_does_not_hide_the_admission_problems() {
     let dir = tempfile::tempdir().unwrap();
     let export = BAD.split("---\n").nth(1).unwrap().replace(
         "deletionPolicy: Delete",
         "deletionPolicy: Keep\n  format: argocd",
     );
     let file = write(dir.path(), "enums.yaml", &export);
-    let out = validate(&[&file]);
+    let out = run_validate(&["--partial"], &[&file]);
     assert_eq!(out.status.code(), Some(1));
-    let subject = format!("{}:1 OmniKubeconfigExport/edge-kc", file.display());
+    let subject = format!("{}", file.display());
     assert_eq!(
         lines(&out.stdout),
         [
             format!(
-                r#"{subject}: spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#
+                r#"{subject}:8:3: OmniKubeconfigExport/edge-kc: spec.contextNamespace: Invalid value: "Apps": spec.contextNamespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"#
             ),
             format!(
-                r#"{subject}: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+                "{subject}:11:14: OmniKubeconfigExport/edge-kc: spec.serviceAccount.groups[0]: Forbidden: system:masters requires serviceAccount.allowClusterAdmin: true"
             ),
             format!(
-                r#"{subject}: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
+                r#"{subject}:12:3: OmniKubeconfigExport/edge-kc: spec.ttl: Invalid value: "1d": ttl must be a duration such as 24h, 1h30m or 90s"#
+            ),
+            format!(
+                r#"{subject}:13:3: OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
+            ),
+            format!(
+                r#"{subject}:14:3: OmniKubeconfigExport/edge-kc: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
             ),
         ]
     );
@@ -178,7 +467,7 @@ fn warnings_go_to_stderr_and_do_not_fail() {
     assert_eq!(
         err[0],
         format!(
-            "{}:2 OmniConnection/omni: warning: insecureSkipTLSVerify disables Omni endpoint TLS certificate verification",
+            "{}:8:1: OmniConnection/omni: warning: insecureSkipTLSVerify disables Omni endpoint TLS certificate verification",
             file.display()
         )
     );
@@ -189,31 +478,18 @@ fn warnings_go_to_stderr_and_do_not_fail() {
 fn several_files_and_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let good = write(dir.path(), "good.yaml", GOOD);
-    let mut child = bin()
-        .args(["validate", "-f"])
-        .arg(&good)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(BAD.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let good = good.to_str().unwrap();
+    let out = validate_stdin(&["-f", good, "-f", "-"], BAD);
     assert_eq!(out.status.code(), Some(1));
     let problems = lines(&out.stdout);
-    assert_eq!(problems.len(), 5);
+    // BAD's children name an OmniCluster edge that is in neither input.
+    assert_eq!(problems.len(), 7, "{problems:?}");
     assert!(problems.iter().all(|p| p.starts_with("-:")), "{problems:?}");
     assert!(lines(&out.stderr).last().unwrap().contains("in 2 file(s)"));
 }
 
 #[test]
-fn yaml_syntax_errors_name_file_and_document() {
+fn yaml_syntax_errors_name_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         "{GOOD}---\napiVersion: omni.texashpc.com/v1alpha1\nkind: OmniCluster\nspec: [unclosed\n"
@@ -224,7 +500,7 @@ fn yaml_syntax_errors_name_file_and_document() {
     let problems = lines(&out.stdout);
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
-        problems[0].starts_with(&format!("{}:3: invalid YAML: ", file.display())),
+        problems[0].starts_with(&format!("{}:20:7: invalid YAML: ", file.display())),
         "{problems:?}"
     );
 }
@@ -257,7 +533,7 @@ fn directories_are_expanded_and_shipped_samples_validate() {
     write(tmp.path(), "a.yaml", GOOD);
     let bad = write(tmp.path(), "b.yml", BAD);
     write(tmp.path(), "README.md", "not yaml: [");
-    let out = validate(&[tmp.path()]);
+    let out = run_validate(&["--partial"], &[tmp.path()]);
     assert_eq!(out.status.code(), Some(1));
     let problems = lines(&out.stdout);
     assert_eq!(problems.len(), 5, "{problems:?}");
@@ -334,28 +610,48 @@ spec:
   timeout: 2h
 ",
     );
-    let out = validate(&[&path]);
+    let out = run_validate(&["--partial"], &[&path]);
     assert_eq!(out.status.code(), Some(1));
     let label = path.display();
     assert_eq!(
         lines(&out.stdout),
         vec![
             format!(
-                r#"{label}:1 OmniCluster/edge: spec.patches[0].file: Invalid value: "../../etc/shadow": must not contain ".." segments: files are read only inside the operator's template root"#
+                r#"{label}:9:3: OmniCluster/edge: spec.syncInterval: Invalid value: "1s": syncInterval must be 0 (the default, 5m) or at least 10s"#
             ),
             format!(
-                r#"{label}:1 OmniCluster/edge: spec.syncInterval: Invalid value: "1s": syncInterval must be 0 (the default, 5m) or at least 10s"#
+                r#"{label}:11:7: OmniCluster/edge: spec.patches[0].file: Invalid value: "../../etc/shadow": must not contain ".." segments: files are read only inside the operator's template root"#
             ),
             format!(
-                r#"{label}:2 OmniHelmRelease/app: spec.timeout: Invalid value: "2h": timeout must be at most 1h"#
+                r#"{label}:22:3: OmniHelmRelease/app: spec.timeout: Invalid value: "2h": timeout must be at most 1h"#
             ),
         ]
     );
     let stderr = lines(&out.stderr);
     assert!(
         stderr.iter().any(|l| l.starts_with(&format!(
-            r#"{label}:1 OmniCluster/edge: warning: spec.patches[1].file: "/templates/cni.yaml" is an absolute path"#
+            r#"{label}:12:7: OmniCluster/edge: warning: spec.patches[1].file: "/templates/cni.yaml" is an absolute path"#
         ))),
         "{stderr:?}"
+    );
+}
+
+/// `spec.deletionPolicy` of an export defaults to `Delete` (the original required it).
+#[test]
+fn an_export_without_a_deletion_policy_is_valid_and_deletes_its_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = GOOD_EXPORT.replace("  deletionPolicy: Delete\n", "");
+    let file = write(dir.path(), "export.yaml", &export);
+    let out = run_validate(&["--partial"], &[&file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let value: serde_json::Value = serde_saphyr::from_str(&export).unwrap();
+    let typed: omni_operator::api::OmniKubeconfigExport = serde_json::from_value(value).unwrap();
+    assert_eq!(
+        typed.spec.deletion_policy,
+        omni_operator::api::common::DeletionPolicy::Delete
     );
 }

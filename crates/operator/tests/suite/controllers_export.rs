@@ -119,7 +119,8 @@ async fn rotation_happens_exactly_at_expiry_minus_renew_before() {
         "an Event announced a rotation too early"
     );
 
-    // The target Secret carries exactly the parity labels and annotations.
+    // The target Secret carries exactly the original's labels and annotations
+    // (docs/parity.md#the-exported-secret).
     let uid = first.uid().unwrap_or_default();
     let labels = before.labels();
     assert_eq!(

@@ -176,3 +176,53 @@ fn validate_confines_files_to_the_current_directory_by_default() {
     );
     assert!(!stderr.contains("patches/ok.yaml"), "{stderr}");
 }
+
+/// `render` reads what `validate` reads: a directory's manifest files and `kind: List`.
+#[test]
+fn directories_and_lists_are_read_like_validate_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut parts = MANIFESTS.split("---\n");
+    let _ignored = parts.next();
+    let cluster = parts.next().expect("cluster");
+    let control_plane = parts.next().expect("control plane");
+    std::fs::write(dir.path().join("a-cluster.yaml"), cluster).expect("write");
+    let indent = |doc: &str| {
+        doc.trim()
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{}{l}\n", if i == 0 { "  - " } else { "    " }))
+            .collect::<String>()
+    };
+    std::fs::write(
+        dir.path().join("b-children.yml"),
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}",
+            indent(control_plane)
+        ),
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("notes.txt"), "not: [yaml").expect("write");
+    let (code, stdout, stderr) = run(&["render", "-f", dir.path().to_str().expect("utf-8 path")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("# OmniCluster omni/demo (hash "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kind: ControlPlane\n"), "{stdout}");
+}
+
+#[test]
+fn yaml_errors_name_the_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(&path, "a: 1\n---\nkind: OmniCluster\nkind: again\n").expect("write");
+    let (code, _, stderr) = run(&["render", "-f", path.to_str().expect("utf-8 path")]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!(
+            "{}:4:1: invalid YAML: duplicate mapping key `kind` is not allowed here",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The sandbox end to end: headless with `--exit-when-ready`, and in-process with the real
 //! kubectl (needs `scripts/install-test-tools`): samples Ready, admission through the
-//! operator's webhook, and deleting the sample OmniCluster removing it from omni-sim.
+//! operator's webhook, the template's manifests in the workload cluster, `/metrics`, and
+//! deleting the sample OmniCluster removing it from omni-sim.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,6 +57,7 @@ fn the_binary_exits_zero_once_every_sample_is_ready() {
         "omni-sim",
         "admission webhook",
         "applying config/samples",
+        "operator metrics at http://127.0.0.1:",
     ] {
         assert!(
             stdout.contains(step),
@@ -166,6 +168,36 @@ async fn kubectl_works_against_it_and_deleting_a_cluster_reaches_omni() {
     };
     assert_eq!(can_i(&automation), "yes");
     assert_eq!(can_i(&gitops), "no");
+
+    // The sample cluster's manifest (a Namespace) is in its workload cluster, written there
+    // as Omni's manifest sync writes it.
+    let out = kubectl(&automation, &["get", "namespace", "apps", "-o", "name"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "namespace/apps"
+    );
+
+    // The operator serves /metrics in-process, on loopback.
+    assert!(sandbox.metrics.ip().is_loopback());
+    let mut stream = tokio::net::TcpStream::connect(sandbox.metrics)
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200") && response.contains("omni_operator_reconciles_total"),
+        "{response}"
+    );
     let denied = kubectl(&gitops, &["get", "secrets", "-n", "default"]);
     assert!(!denied.status.success());
     let stderr = String::from_utf8_lossy(&denied.stderr);

@@ -41,7 +41,7 @@ impl Signer {
         }
     }
 
-    /// The exact payload bytes of omni-wire §2.4.
+    /// The exact payload bytes of docs/omni-wire.md#signed-payload.
     pub fn payload(method: &str, context: Option<&str>, ts: i64) -> String {
         let ctx = match context {
             Some(c) => format!("[{}]", serde_json::Value::String(c.into())),

@@ -57,7 +57,7 @@ impl Problem {
     }
 }
 
-/// Reads and checks the kubeconfig (parity §7.3 step 5 messages).
+/// Reads and checks the kubeconfig (messages: docs/parity.md#reading-the-kubeconfig).
 pub(crate) async fn kubeconfig(
     ctx: &Context,
     policy: &SecretPolicy,

@@ -242,7 +242,7 @@ pub(crate) fn action_name(verb: InstallVerb) -> &'static str {
     }
 }
 
-/// Reason and message of a healthy release after `action`.
+/// Reason and message of a healthy release after `action` (docs/parity.md#condition-wording).
 ///
 /// The original reports `ReconcileFailed` on a *healthy* release whose last action is neither
 /// Install nor Upgrade; a `Ready=True` condition must not say "failed" (docs/decisions.md), so

@@ -13,7 +13,7 @@ use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::domain::export_format;
 
-/// Ownership rule of parity §6.5.
+/// Ownership rule of docs/parity.md#ownership-of-target-secrets.
 pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
     match export.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {

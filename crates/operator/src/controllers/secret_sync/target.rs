@@ -52,7 +52,7 @@ pub(crate) fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
     }
 }
 
-/// The target Secret as this sync wants it (parity §8.3).
+/// The target Secret as this sync wants it (docs/parity.md#the-workload-copy).
 pub(crate) fn desired_target(
     sync: &OmniSecretSync,
     source: &Secret,

@@ -8,6 +8,7 @@ pub mod chart_repo;
 pub mod conditions;
 pub mod env;
 pub mod leaks;
+pub mod real;
 pub mod stack;
 pub mod stack_objects;
 
@@ -226,6 +227,46 @@ pub fn render_operator_chart(namespace: &str, sets: &[&str]) -> Vec<serde_json::
     docs.into_iter().filter(|doc| !doc.is_null()).collect()
 }
 
+/// The operator configuration the rendered chart's Deployment gives: the manager container's
+/// arguments parsed exactly as the binary parses them (its `run` flags plus the global
+/// `--log-format`), with the namespace the Deployment passes through `POD_NAMESPACE`.
+pub fn chart_operator_config(
+    docs: &[serde_json::Value],
+    namespace: &str,
+) -> omni_operator::cli::run::OperatorConfig {
+    use clap::{Args as _, FromArgMatches as _};
+    use omni_operator::cli::run::{Args, config_from_args};
+    let deployments = of_kind(docs, "Deployment");
+    assert_eq!(deployments.len(), 1, "one Deployment");
+    let manager = deployments[0]["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "manager"))
+        .unwrap_or_else(|| panic!("no manager container"));
+    let mut argv = vec!["omni-operator".to_string()];
+    argv.extend(manager["args"].as_array().into_iter().flatten().map(|a| {
+        a.as_str()
+            .unwrap_or_else(|| panic!("string arg"))
+            .to_string()
+    }));
+    argv.push(format!("--namespace={namespace}"));
+    let command = clap::Command::new("omni-operator")
+        .arg(
+            clap::Arg::new("log-format")
+                .long("log-format")
+                .global(true)
+                .value_parser(["json", "text"]),
+        )
+        .subcommand(Args::augment_args(clap::Command::new("run")));
+    let matches = command
+        .try_get_matches_from(&argv)
+        .unwrap_or_else(|e| panic!("the chart's arguments {argv:?} do not parse: {e}"));
+    let (_, run) = matches
+        .subcommand()
+        .unwrap_or_else(|| panic!("run subcommand"));
+    let args = Args::from_arg_matches(run).unwrap_or_else(|e| panic!("{e}"));
+    config_from_args(&args).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The documents of `kind` among rendered `docs`.
 pub fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     docs.iter().filter(|doc| doc["kind"] == kind).collect()
@@ -239,6 +280,36 @@ pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
         .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
     let client = client_of(&sim);
     (sim, client)
+}
+
+/// The repository checkout the tests run in.
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("repository root: {e}"))
+}
+
+/// Writes an admin kubeconfig of `sim` (a bearer token kube-sim accepts) to `dir/kubeconfig`,
+/// with `namespace` as the context's namespace when given, for tools run as processes.
+pub fn write_kubeconfig(
+    sim: &kube_sim::server::RunningKubeSim,
+    dir: &std::path::Path,
+    namespace: Option<&str>,
+) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let mut kubeconfig = kube_sim::kubeconfig::Kubeconfig::new(
+        sim.base_url.clone(),
+        "admin",
+        kube_sim::kubeconfig::Credential::Token("admin".into()),
+    );
+    if let Some(ns) = namespace {
+        kubeconfig = kubeconfig.with_namespace(ns);
+    }
+    kubeconfig
+        .write(&path)
+        .unwrap_or_else(|e| panic!("write kubeconfig: {e}"));
+    path
 }
 
 /// A client that reaches the API server the way `kubeconfig` (YAML) says.
