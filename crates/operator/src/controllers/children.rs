@@ -20,7 +20,7 @@ use super::shared::finalizer::Finalizer;
 use super::shared::index::{RefKey, namespace_of};
 use super::shared::pipeline::{Outcome, Pipeline};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
-use super::shared::status::{Conditioned, Reported};
+use super::shared::status::{Reported, reported};
 use super::shared::watches::{OwnKind, Watches};
 use crate::api::Reason;
 use crate::api::common::{Condition, condition_types, missing_cluster, set_condition};
@@ -124,21 +124,7 @@ impl<K: Child> Pipeline for K {
 
 macro_rules! child_kind {
     ($kind:ident => $status:ident { $($extra:ident: $value:expr),* $(,)? }) => {
-        impl Conditioned for $status {
-            fn conditions(&self) -> &[Condition] {
-                &self.conditions
-            }
-            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-                &mut self.conditions
-            }
-        }
-
-        impl Reported for $kind {
-            type Status = $status;
-            fn stored_status(&self) -> Option<&$status> {
-                self.status.as_ref()
-            }
-        }
+        reported!($kind => $status);
 
         impl Child for $kind {
             fn cluster_ref(&self) -> &str {

@@ -37,7 +37,6 @@ use self::outcome::{Done, Outcome, desired_status, recheck, retry_policy, status
 use self::state::{ClusterState, sync_interval};
 pub use self::sync::OMNI_DEADLINE;
 use crate::api::cluster::OmniClusterStatus;
-use crate::api::common::Condition;
 use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::decoded::Cached;
@@ -46,28 +45,11 @@ use crate::controllers::shared::finalizer::Finalizer;
 use crate::controllers::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use crate::controllers::shared::runner::{Shutdown, drive, indexed_controller_for};
 use crate::controllers::shared::setup::Setup;
-use crate::controllers::shared::status::{Conditioned, Reported};
+use crate::controllers::shared::status::reported;
 use crate::controllers::shared::triggers::{own_changes, touched};
 use crate::controllers::shared::watches::Watches;
 
-impl Conditioned for OmniClusterStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-}
-
-impl Reported for OmniCluster {
-    type Status = OmniClusterStatus;
-    fn stored_status(&self) -> Option<&OmniClusterStatus> {
-        self.status.as_ref()
-    }
-    fn suspended(&self) -> bool {
-        self.spec.suspend
-    }
-}
+reported!(OmniCluster => OmniClusterStatus, suspended: |c| c.spec.suspend);
 
 /// The pipeline's steps for OmniCluster.
 impl Pipeline for OmniCluster {
@@ -166,6 +148,7 @@ pub(crate) fn start<S: Shutdown>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::shared::status::Reported as _;
 
     /// The info metric's `suspended` label comes from the kind: only an OmniCluster can be.
     /// (A macro matching the kind as a type once lost this.)

@@ -31,10 +31,9 @@ use super::shared::omni::OmniClients;
 use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
-use super::shared::status::{Conditioned, Reported};
+use super::shared::status::reported;
 use super::shared::triggers::touched;
 use super::shared::watches::Watches;
-use crate::api::common::Condition;
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
 use crate::process::metrics::RpcOutcome;
@@ -52,21 +51,7 @@ pub(crate) struct ConnectionState {
     swept: SweptKeys,
 }
 
-impl Conditioned for OmniConnectionStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-}
-
-impl Reported for OmniConnection {
-    type Status = OmniConnectionStatus;
-    fn stored_status(&self) -> Option<&OmniConnectionStatus> {
-        self.status.as_ref()
-    }
-}
+reported!(OmniConnection => OmniConnectionStatus);
 
 /// Names (sorted) of OmniClusters in the namespace that reference `conn`, including those
 /// being deleted.

@@ -49,28 +49,14 @@ use super::shared::index::{RefKey, namespace_of};
 use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
-use super::shared::status::{Conditioned, Reported};
+use super::shared::status::reported;
 use super::shared::triggers::touched;
 use super::shared::watches::Watches;
-use crate::api::common::{Condition, condition_types as ct, find_condition};
+use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::{OmniCluster, OmniHelmRelease};
 
-impl Conditioned for OmniHelmReleaseStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-}
-
-impl Reported for OmniHelmRelease {
-    type Status = OmniHelmReleaseStatus;
-    fn stored_status(&self) -> Option<&OmniHelmReleaseStatus> {
-        self.status.as_ref()
-    }
-}
+reported!(OmniHelmRelease => OmniHelmReleaseStatus);
 
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a

@@ -41,31 +41,16 @@ use super::shared::index::{RefIndex, RefKey, namespace_of};
 use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
-use super::shared::status::{Conditioned, Reported};
+use super::shared::status::reported;
 use super::shared::triggers::touched;
 use super::shared::watches::{OwnKind, Watches};
-use crate::api::common::Condition;
 use crate::api::keys;
 use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 
-impl Conditioned for OmniKubeconfigExportStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-}
-
-impl Reported for OmniKubeconfigExport {
-    type Status = OmniKubeconfigExportStatus;
-    fn stored_status(&self) -> Option<&OmniKubeconfigExportStatus> {
-        self.status.as_ref()
-    }
-}
+reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus);
 
 /// The pipeline's steps for OmniKubeconfigExport.
 impl Pipeline for OmniKubeconfigExport {

@@ -28,10 +28,10 @@ use super::shared::index::{RefKey, namespace_of};
 use super::shared::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
-use super::shared::status::{Conditioned, Reported};
+use super::shared::status::reported;
 use super::shared::triggers::secret_changes_of;
 use super::shared::watches::Watches;
-use crate::api::common::{Condition, DeletionPolicy};
+use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
 use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
@@ -54,21 +54,7 @@ pub(crate) struct SyncState {
     resync: Duration,
 }
 
-impl Conditioned for OmniSecretSyncStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-        &mut self.conditions
-    }
-}
-
-impl Reported for OmniSecretSync {
-    type Status = OmniSecretSyncStatus;
-    fn stored_status(&self) -> Option<&OmniSecretSyncStatus> {
-        self.status.as_ref()
-    }
-}
+reported!(OmniSecretSync => OmniSecretSyncStatus);
 
 /// A client of the workload cluster from the sync's kubeconfig Secret.
 async fn workload_client(

@@ -178,6 +178,36 @@ pub(crate) trait Reported:
     }
 }
 
+/// Implements [`Conditioned`] for a status type and [`Reported`] for the kind whose `status`
+/// field it is: `reported!(Kind => KindStatus)`, with `suspended` read by a function of the
+/// object where the kind can be suspended. Each kind's module invokes it for itself.
+macro_rules! reported {
+    ($kind:ty => $status:ty $(, suspended: $suspended:expr)?) => {
+        impl $crate::controllers::shared::status::Conditioned for $status {
+            fn conditions(&self) -> &[$crate::api::common::Condition] {
+                &self.conditions
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<$crate::api::common::Condition> {
+                &mut self.conditions
+            }
+        }
+
+        impl $crate::controllers::shared::status::Reported for $kind {
+            type Status = $status;
+            fn stored_status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            $(
+                fn suspended(&self) -> bool {
+                    let suspended: fn(&$kind) -> bool = $suspended;
+                    suspended(self)
+                }
+            )?
+        }
+    };
+}
+pub(crate) use reported;
+
 /// The end of every reconcile: writes `new` if it changed ([`write`]), publishes the Event of
 /// the condition transition it makes (only when written) and sets the object's info metric from
 /// its `Ready` condition. Returns whether a write happened.
