@@ -17,11 +17,11 @@ use omni_client::template::{
 };
 use serde_json::{Map, Value, json};
 
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::cli::omni_template::{
     Connection, OmniApi, backend_api, client, deadline, parse_omni_api,
 };
-use crate::controllers::cluster::plan::OPERATOR_BOOKKEEPING;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
+use crate::domain::plan::OPERATOR_BOOKKEEPING;
 
 /// Arguments of `omni export`.
 #[derive(Debug, clap::Args)]
@@ -150,7 +150,7 @@ pub(crate) fn to_yaml(doc: &Value) -> anyhow::Result<String> {
     serde_saphyr::to_string(doc).context("write YAML")
 }
 
-/// Pure: the custom resources of `template` (as [`crate::render::render`] would render back
+/// Pure: the custom resources of `template` (as [`crate::domain::render::render`] would render back
 /// into it), in apply order: OmniCluster, OmniControlPlane, OmniWorkers, OmniMachines; and
 /// what the custom resources cannot state although a template can.
 pub(crate) fn manifests(
@@ -495,7 +495,7 @@ mod tests {
                 v.error_summary()
             );
         }
-        let rendered = crate::render::render(&cluster, &cps, &workers, &machines)
+        let rendered = crate::domain::render::render(&cluster, &cps, &workers, &machines)
             .unwrap_or_else(|e| panic!("{e}"));
         let files = FileResolver::disabled("none");
         for api in [BackendApi::V2, BackendApi::V3] {
