@@ -79,7 +79,7 @@ app.kubernetes.io/part-of: omni-cluster-operator
 {{- end }}
 
 {{/*
-The eight kinds: kind, plural, singular (plural and singular match for OmniWorkers).
+The eleven kinds: kind, plural, singular (plural and singular match for OmniWorkers).
 Rendered as YAML and read back with fromYamlArray so every template iterates the same list.
 */}}
 {{- define "omni-cluster-operator.kinds" -}}
@@ -91,6 +91,9 @@ Rendered as YAML and read back with fromYamlArray so every template iterates the
 - {kind: OmniKubeconfigExport, plural: omnikubeconfigexports, singular: omnikubeconfigexport}
 - {kind: OmniHelmRelease, plural: omnihelmreleases, singular: omnihelmrelease}
 - {kind: OmniSecretSync, plural: omnisecretsyncs, singular: omnisecretsync}
+- {kind: OmniKubeconfigExportSet, plural: omnikubeconfigexportsets, singular: omnikubeconfigexportset}
+- {kind: OmniHelmReleaseSet, plural: omnihelmreleasesets, singular: omnihelmreleaseset}
+- {kind: OmniSecretSyncSet, plural: omnisecretsyncsets, singular: omnisecretsyncset}
 {{- end }}
 
 {{/* The manager's permissions; the same rules back the Role and the ClusterRole. */}}

@@ -84,6 +84,21 @@ pub(crate) const EXPORT_FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-
 /// `ArgoCDCluster`).
 pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-type", "cluster");
 
+/// Label on an object a fleet set generated: the set's kind.
+pub const SET_KIND_LABEL: &str = "omni.texashpc.com/set-kind";
+/// Label on an object a fleet set generated: the set's name (shortened with a hash when it is
+/// longer than a label value may be).
+pub const SET_NAME_LABEL: &str = "omni.texashpc.com/set";
+/// Label on an object a fleet set generated: the OmniCluster it serves (shortened like the
+/// set's name).
+pub const SET_CLUSTER_LABEL: &str = "omni.texashpc.com/set-cluster";
+/// Label on an object a fleet set left in place with `stopMatchingBehavior: Leave`: the set's
+/// UID. The set takes it back only when the cluster matches again.
+pub const LEFT_BY_SET_LABEL: &str = "omni.texashpc.com/left-by-set";
+/// Annotation on an object a fleet set generated: the hash of the spec the set last gave it,
+/// which tells a template change (rolled out in waves) from a hand edit (put back at once).
+pub(crate) const SET_SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/set-spec-hash";
+
 /// Annotation the operator puts on the Omni `Cluster` resource it creates or adopts:
 /// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
 /// tells management clusters (and re-created objects) apart.

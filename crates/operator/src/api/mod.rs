@@ -10,14 +10,18 @@ pub mod common;
 pub mod connection;
 pub mod control_plane;
 pub mod duration;
+pub mod fleet;
 pub mod helm_release;
+pub mod helm_release_set;
 pub mod keys;
 pub mod kubeconfig_export;
+pub mod kubeconfig_export_set;
 pub mod machine;
 pub mod plan;
 pub mod reason;
 pub mod schema_check;
 pub mod secret_sync;
+pub mod secret_sync_set;
 pub mod validation;
 pub mod workers;
 
@@ -31,9 +35,12 @@ pub use cluster::OmniCluster;
 pub use connection::OmniConnection;
 pub use control_plane::OmniControlPlane;
 pub use helm_release::OmniHelmRelease;
+pub use helm_release_set::OmniHelmReleaseSet;
 pub use kubeconfig_export::OmniKubeconfigExport;
+pub use kubeconfig_export_set::OmniKubeconfigExportSet;
 pub use machine::OmniMachine;
 pub use secret_sync::OmniSecretSync;
+pub use secret_sync_set::OmniSecretSyncSet;
 pub use workers::OmniWorkers;
 
 pub use reason::Reason;
@@ -43,8 +50,9 @@ pub use validation::{FieldErrorKind, Validation};
 pub const GROUP: &str = "omni.texashpc.com";
 /// The only served and stored version.
 pub const VERSION: &str = "v1alpha1";
-/// The eight kinds, in dependency order (connection first, consumers last).
-pub const KINDS: [&str; 8] = [
+/// The eleven kinds, in dependency order (connection first, consumers last, the fleet sets that
+/// generate consumers after them).
+pub const KINDS: [&str; 11] = [
     "OmniConnection",
     "OmniCluster",
     "OmniControlPlane",
@@ -53,6 +61,9 @@ pub const KINDS: [&str; 8] = [
     "OmniKubeconfigExport",
     "OmniHelmRelease",
     "OmniSecretSync",
+    "OmniKubeconfigExportSet",
+    "OmniHelmReleaseSet",
+    "OmniSecretSyncSet",
 ];
 
 /// Why an object could not be validated at all.
@@ -115,6 +126,9 @@ pub fn validate_dynamic(
         "OmniKubeconfigExport" => run(kind, new, old, kubeconfig_export::validate),
         "OmniHelmRelease" => run(kind, new, old, helm_release::validate),
         "OmniSecretSync" => run(kind, new, old, secret_sync::validate),
+        "OmniKubeconfigExportSet" => run(kind, new, old, kubeconfig_export_set::validate),
+        "OmniHelmReleaseSet" => run(kind, new, old, helm_release_set::validate),
+        "OmniSecretSyncSet" => run(kind, new, old, secret_sync_set::validate),
         other => Err(ValidateError::UnknownKind(other.to_string())),
     }
 }
@@ -130,6 +144,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         OmniKubeconfigExport::crd(),
         OmniHelmRelease::crd(),
         OmniSecretSync::crd(),
+        OmniKubeconfigExportSet::crd(),
+        OmniHelmReleaseSet::crd(),
+        OmniSecretSyncSet::crd(),
     ];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {

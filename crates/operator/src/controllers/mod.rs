@@ -10,6 +10,7 @@
 pub(crate) mod children;
 pub(crate) mod cluster;
 pub(crate) mod connection;
+pub(crate) mod fleet;
 pub(crate) mod helm_release;
 pub(crate) mod kubeconfig_export;
 pub(crate) mod secret_sync;
@@ -40,7 +41,7 @@ pub(crate) fn start_all<S: Shutdown + Clone>(
     shutdown: S,
 ) -> Vec<BoxFuture<'static, ()>> {
     let stop = || shutdown.clone();
-    vec![
+    let mut all = vec![
         connection::start(ctx, setup, watches, stop()).boxed(),
         cluster::start(ctx, setup, watches, stop()).boxed(),
         children::start::<OmniControlPlane, _>(ctx, watches, stop()).boxed(),
@@ -49,5 +50,7 @@ pub(crate) fn start_all<S: Shutdown + Clone>(
         secret_sync::start(ctx, setup, watches, stop()).boxed(),
         kubeconfig_export::start(ctx, setup, watches, stop()).boxed(),
         helm_release::start(ctx, setup, watches, stop()).boxed(),
-    ]
+    ];
+    all.extend(fleet::start_all(ctx, watches, stop()));
+    all
 }

@@ -4,6 +4,7 @@
 
 pub(crate) mod delete_guard;
 pub(crate) mod export_format;
+pub mod fleet_template;
 pub mod helm;
 pub mod kubeconfig;
 pub(crate) mod plan;

@@ -1,0 +1,160 @@
+//! The three set kinds as instances of the engine: what each reads of its own spec, and what
+//! the engine reads of each member kind.
+
+use std::sync::Arc;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+
+use super::outcome::fleet_set;
+use super::{Member, SetKind};
+use crate::api::fleet::{
+    ClusterSelector, MemberTemplate, Rollout, SetCredentials, StopMatchingBehavior,
+};
+use crate::api::helm_release::OmniHelmReleaseSpec;
+use crate::api::kubeconfig_export::OmniKubeconfigExportSpec;
+use crate::api::secret_sync::OmniSecretSyncSpec;
+use crate::api::validation::Validation;
+use crate::api::{
+    OmniHelmRelease, OmniHelmReleaseSet, OmniKubeconfigExport, OmniKubeconfigExportSet,
+    OmniSecretSync, OmniSecretSyncSet,
+};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::runner::Shutdown;
+use crate::controllers::shared::watches::Watches;
+
+impl Member for OmniHelmRelease {
+    type Spec = OmniHelmReleaseSpec;
+    fn build(name: &str, spec: Self::Spec) -> Self {
+        Self::new(name, spec)
+    }
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+    fn observed_generation(&self) -> Option<i64> {
+        self.status.as_ref().and_then(|s| s.observed_generation)
+    }
+    fn kubeconfig_secret(&self) -> Option<&str> {
+        Some(&self.spec.kubeconfig_secret_ref.name)
+    }
+    fn admission(&self) -> Validation {
+        crate::api::helm_release::validate(self, None)
+    }
+}
+
+impl Member for OmniSecretSync {
+    type Spec = OmniSecretSyncSpec;
+    fn build(name: &str, spec: Self::Spec) -> Self {
+        Self::new(name, spec)
+    }
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+    fn observed_generation(&self) -> Option<i64> {
+        self.status.as_ref().and_then(|s| s.observed_generation)
+    }
+    fn kubeconfig_secret(&self) -> Option<&str> {
+        Some(&self.spec.kubeconfig_secret_ref.name)
+    }
+    fn admission(&self) -> Validation {
+        crate::api::secret_sync::validate(self, None)
+    }
+}
+
+impl Member for OmniKubeconfigExport {
+    type Spec = OmniKubeconfigExportSpec;
+    fn build(name: &str, spec: Self::Spec) -> Self {
+        Self::new(name, spec)
+    }
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+    fn observed_generation(&self) -> Option<i64> {
+        self.status.as_ref().and_then(|s| s.observed_generation)
+    }
+    fn kubeconfig_secret(&self) -> Option<&str> {
+        None
+    }
+    fn admission(&self) -> Validation {
+        crate::api::kubeconfig_export::validate(self, None)
+    }
+}
+
+/// The accessors of a set kind's spec, the same for the three.
+macro_rules! set_spec {
+    () => {
+        fn selector(&self) -> &ClusterSelector {
+            &self.spec.cluster_selector
+        }
+        fn template(&self) -> &MemberTemplate<<Self::Member as Member>::Spec> {
+            &self.spec.template
+        }
+        fn stop_matching(&self) -> StopMatchingBehavior {
+            self.spec.stop_matching_behavior
+        }
+        fn rollout(&self) -> &Rollout {
+            &self.spec.rollout
+        }
+    };
+}
+
+impl SetKind for OmniHelmReleaseSet {
+    type Member = OmniHelmRelease;
+    const MINT_SUFFIX: &'static str = "ohrs";
+    set_spec!();
+    fn credentials(&self) -> Option<&SetCredentials> {
+        Some(&self.spec.credentials)
+    }
+    fn admission(&self) -> Validation {
+        crate::api::helm_release_set::validate(self, None)
+    }
+    /// Every cluster's release is named after the set (each lives in its own workload
+    /// cluster), unless the template names it.
+    fn complete(&self, spec: &mut serde_json::Value) {
+        let name = kube::ResourceExt::name_any(self);
+        if spec.get("releaseName").is_none() && name.len() <= 53 {
+            spec["releaseName"] = serde_json::Value::String(name);
+        }
+    }
+}
+
+impl SetKind for OmniSecretSyncSet {
+    type Member = OmniSecretSync;
+    const MINT_SUFFIX: &'static str = "osss";
+    set_spec!();
+    fn credentials(&self) -> Option<&SetCredentials> {
+        Some(&self.spec.credentials)
+    }
+    fn admission(&self) -> Validation {
+        crate::api::secret_sync_set::validate(self, None)
+    }
+}
+
+impl SetKind for OmniKubeconfigExportSet {
+    type Member = OmniKubeconfigExport;
+    const MINT_SUFFIX: &'static str = "okxs";
+    set_spec!();
+    fn credentials(&self) -> Option<&SetCredentials> {
+        None
+    }
+    fn admission(&self) -> Validation {
+        crate::api::kubeconfig_export_set::validate(self, None)
+    }
+}
+
+fleet_set!(OmniHelmReleaseSet);
+fleet_set!(OmniSecretSyncSet);
+fleet_set!(OmniKubeconfigExportSet);
+
+/// The three set controllers, subscribed to `watches`, each running until `shutdown` completes.
+pub(crate) fn start_all<S: Shutdown + Clone>(
+    ctx: &Arc<Context>,
+    watches: &mut Watches,
+    shutdown: S,
+) -> Vec<BoxFuture<'static, ()>> {
+    vec![
+        super::start::<OmniHelmReleaseSet, _>(ctx, watches, shutdown.clone()).boxed(),
+        super::start::<OmniSecretSyncSet, _>(ctx, watches, shutdown.clone()).boxed(),
+        super::start::<OmniKubeconfigExportSet, _>(ctx, watches, shutdown).boxed(),
+    ]
+}

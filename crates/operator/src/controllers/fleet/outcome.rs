@@ -1,0 +1,227 @@
+//! Why a set's pass failed, and the status its report leads to (pure).
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use super::SetKind;
+use super::plan::Report;
+use crate::api::Reason;
+use crate::api::common::{Condition, condition_types as ct, set_condition};
+use crate::api::fleet::{FailingCluster, FleetSetStatus, MAX_FAILING_LISTED};
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::pipeline::{Outcome, Pipeline};
+
+/// How soon a pass whose write met a newer object looks again (its watch event usually wakes
+/// it first).
+const RETRY_SOON: Duration = Duration::from_secs(2);
+
+/// kstatus' condition of an object still converging.
+const RECONCILING: &str = "Reconciling";
+
+/// Why a set's pass could not plan.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetFailure {
+    /// The spec breaks the set's admission rules (admission was bypassed).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The clusters', generated objects' or exports' cache was not listed in time.
+    #[error("the caches of OmniClusters and generated objects are not filled yet")]
+    CachesNotReady,
+}
+
+impl Failure for SetFailure {
+    fn reason(&self) -> Reason {
+        match self {
+            Self::InvalidSpec(_) => Reason::ValidationFailed,
+            Self::CachesNotReady => Reason::ReconcileFailed,
+        }
+    }
+
+    fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
+            Self::CachesNotReady => RetryPolicy::Backoff,
+        }
+    }
+}
+
+/// Pure: when a set whose pass came to `report` is looked at again: on a change of it, its
+/// clusters or its objects, or shortly when a write met a newer object.
+pub(crate) fn recheck(report: &Report) -> Action {
+    if report.retry_soon {
+        Action::requeue(RETRY_SOON)
+    } else {
+        Action::await_change()
+    }
+}
+
+/// `failing`'s clusters, named for a message: the first three and how many more.
+fn named(failing: &[&FailingCluster]) -> String {
+    let mut names: Vec<String> = failing
+        .iter()
+        .take(3)
+        .map(|f| format!("{} ({}: {})", f.cluster, f.reason, f.message))
+        .collect();
+    if failing.len() > 3 {
+        names.push(format!("and {} more", failing.len() - 3));
+    }
+    names.join("; ")
+}
+
+/// The `Ready` condition's verdict on `report`: whether it is True, its reason and message.
+fn verdict(report: &Report) -> (bool, Reason, String) {
+    let with = |reason: Reason| -> Vec<&FailingCluster> {
+        report
+            .failing
+            .iter()
+            .filter(|f| f.reason == reason.as_str())
+            .collect()
+    };
+    let (templates, collisions) = (with(Reason::TemplateFailed), with(Reason::NameCollision));
+    let refused = with(Reason::ValidationFailed);
+    let all: Vec<&FailingCluster> = report.failing.iter().collect();
+    let counts = format!(
+        "{} of {} objects Ready at the current template",
+        report.ready, report.matched
+    );
+    if !templates.is_empty() {
+        return (false, Reason::TemplateFailed, named(&templates));
+    }
+    if !collisions.is_empty() {
+        return (false, Reason::NameCollision, named(&collisions));
+    }
+    if !refused.is_empty() {
+        return (false, Reason::ValidationFailed, named(&refused));
+    }
+    if report.stalled {
+        return (
+            false,
+            Reason::RolloutStalled,
+            format!("{counts}; the rollout waits for {}", named(&all)),
+        );
+    }
+    if report.ready == report.matched && report.withdrawing == 0 && report.pending == 0 {
+        return (true, Reason::SetReady, counts);
+    }
+    let mut message = counts;
+    if report.withdrawing > 0 {
+        message.push_str(&format!("; withdrawing {}", report.withdrawing));
+    }
+    if !all.is_empty() {
+        message.push_str(&format!("; not Ready: {}", named(&all)));
+    }
+    (false, Reason::SetProgressing, message)
+}
+
+/// Pure: the status of `set` after a pass that came to `outcome`.
+pub(crate) fn desired_status<S>(
+    set: &S,
+    outcome: &Outcome<S>,
+    now: jiff::Timestamp,
+) -> FleetSetStatus
+where
+    S: SetKind + Pipeline<Done = Report, Failure = SetFailure>,
+{
+    let old = set.stored_status().cloned().unwrap_or_default();
+    let generation = set.meta().generation;
+    let mut s = old.clone();
+    s.observed_generation = generation;
+    let (ready, reason, message) = match &outcome.result {
+        Ok(report) => {
+            let mut failing = report.failing.clone();
+            failing.sort_by(|a, b| a.cluster.cmp(&b.cluster).then(a.name.cmp(&b.name)));
+            s.matched_clusters = report.matched;
+            s.desired = report.matched;
+            s.ready = report.ready;
+            s.updated = report.updated;
+            s.failed = u32::try_from(failing.len()).unwrap_or(u32::MAX);
+            failing.truncate(MAX_FAILING_LISTED);
+            s.failing = failing;
+            verdict(report)
+        }
+        Err(failure) => (false, failure.reason(), failure.to_string()),
+    };
+    let stalled = matches!(
+        reason,
+        Reason::TemplateFailed
+            | Reason::NameCollision
+            | Reason::RolloutStalled
+            | Reason::ValidationFailed
+    );
+    let reconciling = !ready && !stalled;
+    let conditions = [
+        (ct::READY, ready, reason),
+        (RECONCILING, reconciling, reason),
+        (ct::STALLED, stalled, reason),
+    ];
+    for (type_, status, reason) in conditions {
+        let message = if status || type_ == ct::READY {
+            message.as_str()
+        } else {
+            ""
+        };
+        set_condition(
+            &mut s.conditions,
+            Condition::new(type_, status.into(), reason, message, generation, now),
+        );
+    }
+    s
+}
+
+/// What the three set kinds' `Pipeline` impls share; `kinds.rs` instantiates it per kind.
+macro_rules! fleet_set {
+    ($set:ty) => {
+        impl $crate::controllers::shared::status::Reported for $set {
+            type Status = $crate::api::fleet::FleetSetStatus;
+            fn stored_status(&self) -> Option<&$crate::api::fleet::FleetSetStatus> {
+                self.status.as_ref()
+            }
+        }
+
+        impl $crate::controllers::shared::pipeline::Pipeline for $set {
+            type State = $crate::controllers::fleet::SetState<$set>;
+            type Found = ();
+            type Done = $crate::controllers::fleet::plan::Report;
+            type Failure = $crate::controllers::fleet::outcome::SetFailure;
+            const FINALIZER: $crate::controllers::shared::finalizer::Finalizer =
+                $crate::controllers::shared::finalizer::Finalizer::None;
+
+            fn validate(&self) -> Result<(), Self::Failure> {
+                $crate::controllers::shared::pipeline::webhook_rules(
+                    $crate::controllers::fleet::SetKind::admission(self),
+                    $crate::controllers::fleet::outcome::SetFailure::InvalidSpec,
+                )
+            }
+
+            async fn apply(
+                &self,
+                ctx: &$crate::controllers::shared::context::Context,
+                state: &Self::State,
+            ) -> Result<
+                $crate::controllers::shared::pipeline::Outcome<Self>,
+                $crate::controllers::shared::error::PassError<Self>,
+            > {
+                $crate::controllers::fleet::act::pass(self, ctx, state).await
+            }
+
+            fn desired_status(
+                &self,
+                outcome: &$crate::controllers::shared::pipeline::Outcome<Self>,
+                now: jiff::Timestamp,
+            ) -> $crate::api::fleet::FleetSetStatus {
+                $crate::controllers::fleet::outcome::desired_status(self, outcome, now)
+            }
+
+            fn recheck(
+                &self,
+                report: &Self::Done,
+                _ctx: &$crate::controllers::shared::context::Context,
+                _state: &Self::State,
+            ) -> kube::runtime::controller::Action {
+                $crate::controllers::fleet::outcome::recheck(report)
+            }
+        }
+    };
+}
+pub(crate) use fleet_set;
