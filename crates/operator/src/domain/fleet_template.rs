@@ -88,7 +88,10 @@ impl ClusterFacts {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        Facts::from(BTreeMap::from([("cluster".to_string(), Facts::from(cluster))]))
+        Facts::from(BTreeMap::from([(
+            "cluster".to_string(),
+            Facts::from(cluster),
+        )]))
     }
 }
 

@@ -446,10 +446,11 @@ async fn a_helm_set_follows_its_clusters_in_and_out_and_keeps_its_objects() {
             && owner_uids(o).is_empty()
     })
     .await;
-    let set = fleet
-        .wait_reason("OmniHelmReleaseSet", "addons", "SetReady")
-        .await;
-    assert_eq!(set.data["status"]["matchedClusters"], 1);
+    wait_for(&fleet.api("OmniHelmReleaseSet"), "addons", "Ready over c alone", |o| {
+        o.data["status"]["matchedClusters"] == 1
+            && condition(o, "Ready").is_some_and(|(_, r, _)| r == "SetReady")
+    })
+    .await;
     assert_eq!(
         fleet.greeting("b", "addons").await.as_deref(),
         Some("hello b")

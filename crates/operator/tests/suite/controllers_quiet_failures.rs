@@ -109,6 +109,16 @@ const CASES: &[Case] = &[
     case("omnihelmreleases", "malformed", "ValidationFailed"),
     case("omnihelmreleases", "unfetchable", "ReconcileFailed"),
     case("omnihelmreleases", "undeletable", "MissingSecret"),
+    // Sets whose generated object fails, whose template does not render, or whose name is
+    // taken: as quiet as the objects they generate.
+    case("omnihelmreleasesets", "fleet-waiting", "SetProgressing"),
+    case("omnihelmreleases", "fleet-waiting-healthy", "MissingSecret"),
+    case("omnisecretsyncsets", "fleet-typo", "TemplateFailed"),
+    case(
+        "omnikubeconfigexportsets",
+        "fleet-squatted",
+        "NameCollision",
+    ),
 ];
 
 /// How many retries the backoff allows in `window` at the fastest jitter (0.8).
@@ -140,6 +150,9 @@ fn dynamic(client: &kube::Client, resource: &str) -> Api<DynamicObject> {
         "omnikubeconfigexports" => "OmniKubeconfigExport",
         "omnisecretsyncs" => "OmniSecretSync",
         "omnihelmreleases" => "OmniHelmRelease",
+        "omnihelmreleasesets" => "OmniHelmReleaseSet",
+        "omnisecretsyncsets" => "OmniSecretSyncSet",
+        "omnikubeconfigexportsets" => "OmniKubeconfigExportSet",
         other => panic!("no kind for {other}"),
     };
     let ar = ApiResource {
@@ -500,9 +513,91 @@ impl Quiet {
                 .await
                 .unwrap_or_else(|e| panic!("delete {name}: {e}"));
         }
+        self.fail_sets().await;
         for case in CASES {
             wait_reason(c, *case).await;
         }
+    }
+
+    /// The failing sets, all selecting the cluster `healthy`.
+    async fn fail_sets(&self) {
+        let c = &self.env.client;
+        dynamic(c, "omniclusters")
+            .patch(
+                "healthy",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"labels": {"fleet": "quiet"}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("label healthy: {e}"));
+        let selector = json!({"matchLabels": {"fleet": "quiet"}});
+        let waiting = json!({"name": "not-yet-exported"});
+        create_json(
+            c,
+            ours(
+                "OmniHelmReleaseSet",
+                "fleet-waiting",
+                json!({
+                    "clusterSelector": selector,
+                    "template": {
+                        "namespace": "apps",
+                        "chart": {"repository": "http://127.0.0.1:1", "chart": "demo", "version": "1.0.0"},
+                    },
+                    "credentials": {"kubeconfigSecretRef": waiting},
+                }),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            ours(
+                "OmniSecretSyncSet",
+                "fleet-typo",
+                json!({
+                    "clusterSelector": selector,
+                    "template": {
+                        "sourceSecretRef": {"name": "source"},
+                        "targetSecretRef": {"name": "{{ cluster.nmae }}", "namespace": "apps"},
+                        "deletionPolicy": "Delete",
+                    },
+                    "credentials": {"kubeconfigSecretRef": waiting},
+                }),
+            ),
+        )
+        .await;
+        // The name the export set would generate for `healthy`, taken by an export of its own.
+        create_json(
+            c,
+            ours(
+                "OmniKubeconfigExport",
+                "fleet-squatted-healthy",
+                json!({
+                    "clusterRef": {"name": "lonely"},
+                    "targetSecretRef": {"name": "squatter-target"},
+                    "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                    "ttl": "24h",
+                    "deletionPolicy": "Delete",
+                }),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            ours(
+                "OmniKubeconfigExportSet",
+                "fleet-squatted",
+                json!({
+                    "clusterSelector": selector,
+                    "template": {
+                        "targetSecretRef": {"name": "{{ cluster.name }}-registration"},
+                        "serviceAccount": {"user": "argocd", "groups": ["argocd"]},
+                        "ttl": "24h",
+                        "format": "ArgoCDCluster",
+                    },
+                }),
+            ),
+        )
+        .await;
     }
 
     async fn shutdown(self) {
