@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::NAMESPACE;
 
 /// File name and text of every sample, in the order a user applies them.
-const SAMPLES: [(&str, &str); 8] = [
+const SAMPLES: [(&str, &str); 11] = [
     (
         "01-omniconnection.yaml",
         include_str!("../../../config/samples/01-omniconnection.yaml"),
@@ -41,6 +41,18 @@ const SAMPLES: [(&str, &str); 8] = [
     (
         "08-omnisecretsync.yaml",
         include_str!("../../../config/samples/08-omnisecretsync.yaml"),
+    ),
+    (
+        "09-omnikubeconfigexportset.yaml",
+        include_str!("../../../config/samples/09-omnikubeconfigexportset.yaml"),
+    ),
+    (
+        "10-omnihelmreleaseset.yaml",
+        include_str!("../../../config/samples/10-omnihelmreleaseset.yaml"),
+    ),
+    (
+        "11-omnisecretsyncset.yaml",
+        include_str!("../../../config/samples/11-omnisecretsyncset.yaml"),
     ),
 ];
 
@@ -76,6 +88,11 @@ pub fn rewrite(mut docs: Vec<Value>, omni_endpoint: &str, chart_repo: Option<&st
             Some("OmniHelmRelease") => {
                 if let Some(url) = chart_repo {
                     doc["spec"]["chart"]["repository"] = Value::from(url);
+                }
+            }
+            Some("OmniHelmReleaseSet") => {
+                if let Some(url) = chart_repo {
+                    doc["spec"]["template"]["chart"]["repository"] = Value::from(url);
                 }
             }
             _ => {}
@@ -133,7 +150,7 @@ mod tests {
     #[test]
     fn every_sample_loads_and_is_rewritten_to_the_sandbox() {
         let docs = load().unwrap();
-        assert_eq!(docs.len(), 10, "one document per object in config/samples");
+        assert_eq!(docs.len(), 13, "one document per object in config/samples");
         let (chart, version) = helm_chart(&docs).unwrap();
         assert!(!chart.is_empty() && !version.is_empty());
         let docs = rewrite(docs, "http://127.0.0.1:1", Some("http://127.0.0.1:2/"));

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::samples::api_for;
 
 /// The kinds shown, in the order the samples introduce them.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 11] = [
     "OmniConnection",
     "OmniCluster",
     "OmniControlPlane",
@@ -15,6 +15,9 @@ pub const KINDS: [&str; 8] = [
     "OmniKubeconfigExport",
     "OmniHelmRelease",
     "OmniSecretSync",
+    "OmniKubeconfigExportSet",
+    "OmniHelmReleaseSet",
+    "OmniSecretSyncSet",
 ];
 
 /// One object's readiness.

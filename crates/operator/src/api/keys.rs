@@ -80,6 +80,14 @@ pub(crate) const KUBECONFIG_LAST_ROTATION_ANNOTATION: &str =
 /// Annotation on an exported kubeconfig Secret: the shape last written (`spec.format`), absent
 /// for `Kubeconfig`, so a format change removes the keys (and the Argo CD label) of the old one.
 pub(crate) const EXPORT_FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
+/// Annotation on an exported kubeconfig Secret: the label and annotation keys `spec.target`
+/// put there (JSON), so a key dropped from the spec is removed and no one else's is.
+pub(crate) const EXPORT_TARGET_KEYS_ANNOTATION: &str =
+    "omni.texashpc.com/kubeconfig-export-target-keys";
+/// Cluster API's label naming the cluster a kubeconfig Secret belongs to (format `ClusterAPI`).
+pub(crate) const CAPI_CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Cluster API's Secret type.
+pub(crate) const CAPI_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 /// Argo CD's label marking a Secret as a cluster declaration, and its value (format
 /// `ArgoCDCluster`).
 pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-type", "cluster");

@@ -12,6 +12,7 @@ use super::common::{
     default_kubeconfig_key, delete_orphan_schema, is_blank, string_set_schema,
 };
 use super::duration::{Bounds, DurationError, DurationField, GoDuration, MIN_INTERVAL};
+use super::export_registration::{ArgoCdRegistration, ExportTarget};
 use super::validation::{FieldError, Validation};
 
 /// Group that grants cluster-admin in the workload cluster.
@@ -95,10 +96,20 @@ pub struct OmniKubeconfigExportSpec {
     /// Shape of the target Secret: `Kubeconfig` (the default) writes the kubeconfig under
     /// `targetSecretRef.key`; `ArgoCDCluster` writes an Argo CD cluster Secret (`name`, `server`,
     /// `config`, labelled `argocd.argoproj.io/secret-type: cluster`); `FluxValue` writes the
-    /// kubeconfig under `value`, the key Flux's `spec.kubeConfig.secretRef` reads by default.
+    /// kubeconfig under `value`, the key Flux's `spec.kubeConfig.secretRef` reads by default;
+    /// `ClusterAPI` writes it under `value` of a Secret named `<cluster>-kubeconfig`, labelled
+    /// `cluster.x-k8s.io/cluster-name`, as Cluster API tools (CAAPH, Sveltos) read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "export_format_schema")]
     pub format: Option<ExportFormat>,
+    /// Labels and annotations of the target Secret (registration metadata for fleet tools);
+    /// a change rewrites the Secret without a new mint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<ExportTarget>,
+    /// The Argo CD cluster Secret's `project`, `namespaces` and `clusterResources` (format
+    /// `ArgoCDCluster` only).
+    #[serde(default, rename = "argoCD", skip_serializing_if = "Option::is_none")]
+    pub argo_cd: Option<ArgoCdRegistration>,
 }
 
 pub(crate) fn export_format_schema(_: &mut SchemaGenerator) -> Schema {
@@ -117,11 +128,16 @@ pub enum ExportFormat {
     ArgoCdCluster,
     /// The kubeconfig under `value`, as Flux reads a remote cluster's kubeconfig.
     FluxValue,
+    /// The kubeconfig under `value` of `<cluster>-kubeconfig`, labelled with the cluster's
+    /// name, as Cluster API writes it.
+    #[serde(rename = "ClusterAPI")]
+    ClusterApi,
 }
 
 impl ExportFormat {
     /// Accepted spellings of `spec.format` (also its serde names).
-    pub(crate) const VALUES: [&'static str; 3] = ["Kubeconfig", "ArgoCDCluster", "FluxValue"];
+    pub(crate) const VALUES: [&'static str; 4] =
+        ["Kubeconfig", "ArgoCDCluster", "FluxValue", "ClusterAPI"];
 
     /// Parses the exact spelling (of `spec.format`, or of the annotation recording the shape
     /// last written); `None` for anything else.
@@ -130,6 +146,7 @@ impl ExportFormat {
             "Kubeconfig" => Some(Self::Kubeconfig),
             "ArgoCDCluster" => Some(Self::ArgoCdCluster),
             "FluxValue" => Some(Self::FluxValue),
+            "ClusterAPI" => Some(Self::ClusterApi),
             _ => None,
         }
     }
@@ -140,6 +157,7 @@ impl ExportFormat {
             Self::Kubeconfig => "Kubeconfig",
             Self::ArgoCdCluster => "ArgoCDCluster",
             Self::FluxValue => "FluxValue",
+            Self::ClusterApi => "ClusterAPI",
         }
     }
 }
@@ -274,7 +292,7 @@ impl OmniKubeconfigExport {
     /// `Kubeconfig`, `value` for `FluxValue`, `config` for `ArgoCDCluster`.
     pub(crate) fn credential_key(&self) -> String {
         match self.format() {
-            ExportFormat::FluxValue => "value".to_string(),
+            ExportFormat::FluxValue | ExportFormat::ClusterApi => "value".to_string(),
             ExportFormat::ArgoCdCluster => "config".to_string(),
             ExportFormat::Kubeconfig => self.effective_target_key(),
         }
@@ -385,6 +403,7 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
     let spec = &new.spec;
     reference_rules(spec, &mut v);
     let cluster_admin_requested = service_account_rules(&spec.service_account, &mut v);
+    super::export_registration::rules(spec, &mut v);
     duration_rules(spec, bounds, &mut v);
     let sa = &spec.service_account;
     if let Some(problem) = new.key_format_problem() {

@@ -10,6 +10,7 @@ pub mod common;
 pub mod connection;
 pub mod control_plane;
 pub mod duration;
+pub mod export_registration;
 pub mod fleet;
 pub mod helm_release;
 pub mod helm_release_set;

@@ -51,6 +51,6 @@ pub(crate) fn start_all<S: Shutdown + Clone>(
         kubeconfig_export::start(ctx, setup, watches, stop()).boxed(),
         helm_release::start(ctx, setup, watches, stop()).boxed(),
     ];
-    all.extend(fleet::start_all(ctx, watches, stop()));
+    all.extend(fleet::kinds::start_all(ctx, watches, stop()));
     all
 }

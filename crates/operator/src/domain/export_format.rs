@@ -4,6 +4,8 @@
 //! - `Kubeconfig`: the kubeconfig under `targetSecretRef.key`.
 //! - `FluxValue`: the kubeconfig under `value`, the key Flux's `spec.kubeConfig.secretRef`
 //!   reads when it names no key.
+//! - `ClusterAPI`: the same data, in a Secret named and labelled as Cluster API names its
+//!   clusters' kubeconfig Secrets (the label is set by the controller).
 //! - `ArgoCDCluster`: an Argo CD declarative cluster Secret: `name` (the display name), `server`
 //!   (the API server URL, Argo CD's identity of a cluster) and `config`, the JSON of Argo CD's
 //!   `ClusterConfig` filled from the kubeconfig's inline credentials, and the label
@@ -77,7 +79,7 @@ struct TlsClientConfig {
 pub(crate) fn shape_keys(format: ExportFormat, key: &str) -> Vec<String> {
     match format {
         ExportFormat::Kubeconfig => vec![key.to_string()],
-        ExportFormat::FluxValue => vec![FLUX_KEY.to_string()],
+        ExportFormat::FluxValue | ExportFormat::ClusterApi => vec![FLUX_KEY.to_string()],
         ExportFormat::ArgoCdCluster => ARGOCD_KEYS.iter().map(|k| k.to_string()).collect(),
     }
 }
@@ -93,7 +95,7 @@ pub(crate) fn secret_data(
     let single = |k: &str| BTreeMap::from([(k.to_string(), kubeconfig.to_vec())]);
     Ok(match format {
         ExportFormat::Kubeconfig => single(key),
-        ExportFormat::FluxValue => single(FLUX_KEY),
+        ExportFormat::FluxValue | ExportFormat::ClusterApi => single(FLUX_KEY),
         ExportFormat::ArgoCdCluster => {
             let kc = crate::domain::kubeconfig::parse(kubeconfig)?;
             if kc.token.is_none() && kc.client_key_data.is_none() && kc.password.is_none() {
@@ -133,8 +135,8 @@ pub(crate) fn data_hash<V: AsRef<[u8]>>(
     data: &BTreeMap<String, V>,
 ) -> Option<String> {
     match format {
-        ExportFormat::Kubeconfig | ExportFormat::FluxValue => {
-            let key = if format == ExportFormat::FluxValue {
+        ExportFormat::Kubeconfig | ExportFormat::FluxValue | ExportFormat::ClusterApi => {
+            let key = if format != ExportFormat::Kubeconfig {
                 FLUX_KEY
             } else {
                 key
@@ -165,7 +167,9 @@ pub(crate) fn stored_kubeconfig<V: AsRef<[u8]>>(
 ) -> Option<Vec<u8>> {
     match format {
         ExportFormat::Kubeconfig => Some(data.get(key)?.as_ref().to_vec()),
-        ExportFormat::FluxValue => Some(data.get(FLUX_KEY)?.as_ref().to_vec()),
+        ExportFormat::FluxValue | ExportFormat::ClusterApi => {
+            Some(data.get(FLUX_KEY)?.as_ref().to_vec())
+        }
         ExportFormat::ArgoCdCluster => {
             let server = std::str::from_utf8(data.get("server")?.as_ref()).ok()?;
             let config: ClusterConfig =

@@ -67,7 +67,7 @@ fn manager_args(docs: &[Value]) -> Vec<String> {
 fn crd_chart_matches_generated_crds() {
     let regenerate = "regenerate with: cargo run -p omni-operator -- crds --output-dir charts/omni-cluster-operator-crds/crds";
     let crds = api::crds();
-    assert_eq!(crds.len(), 8, "eight kinds");
+    assert_eq!(crds.len(), 11, "eleven kinds");
     let mut expected_files = BTreeSet::new();
     for crd in &crds {
         let name = api::crd_file_name(crd);

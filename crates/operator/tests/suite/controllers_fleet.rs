@@ -446,10 +446,15 @@ async fn a_helm_set_follows_its_clusters_in_and_out_and_keeps_its_objects() {
             && owner_uids(o).is_empty()
     })
     .await;
-    wait_for(&fleet.api("OmniHelmReleaseSet"), "addons", "Ready over c alone", |o| {
-        o.data["status"]["matchedClusters"] == 1
-            && condition(o, "Ready").is_some_and(|(_, r, _)| r == "SetReady")
-    })
+    wait_for(
+        &fleet.api("OmniHelmReleaseSet"),
+        "addons",
+        "Ready over c alone",
+        |o| {
+            o.data["status"]["matchedClusters"] == 1
+                && condition(o, "Ready").is_some_and(|(_, r, _)| r == "SetReady")
+        },
+    )
     .await;
     assert_eq!(
         fleet.greeting("b", "addons").await.as_deref(),
@@ -556,4 +561,130 @@ async fn a_template_error_names_its_field_and_line_and_writes_nothing_more() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(fleet.writes(), 0, "a failing set makes no write per pass");
     fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registration_secret_carries_the_clusters_labels_and_follows_them_without_a_new_mint() {
+    let fleet = Fleet::start().await;
+    fleet
+        .patch(
+            "OmniCluster",
+            "a",
+            json!({"metadata": {"labels": {"tier": "gold"}}}),
+        )
+        .await;
+    fleet
+        .create(
+            "OmniKubeconfigExportSet",
+            "argocd",
+            json!({
+                "clusterSelector": {"matchLabels": {"fleet": "edge"}},
+                "template": {
+                    "targetSecretRef": {"name": "{{ cluster.omniName }}-argocd"},
+                    "serviceAccount": {"user": "argocd", "groups": ["argocd-manager"]},
+                    "ttl": "24h",
+                    "format": "ArgoCDCluster",
+                    "target": {"labels": {
+                        "fleet": "{{ cluster.labels.fleet }}",
+                        "tier": "{{ cluster.labels.tier | default('none') }}",
+                    }},
+                    "argoCD": {"project": "edge", "namespaces": ["apps"]},
+                },
+            }),
+        )
+        .await;
+    fleet
+        .wait_reason("OmniKubeconfigExportSet", "argocd", "SetReady")
+        .await;
+    let secrets: Api<Secret> = Api::namespaced(fleet.client.clone(), NS);
+    let registration = |tier: &'static str| {
+        move |s: &Secret| {
+            let labels = s.metadata.labels.clone().unwrap_or_default();
+            labels.get("tier").map(String::as_str) == Some(tier)
+                && labels
+                    .get("argocd.argoproj.io/secret-type")
+                    .map(String::as_str)
+                    == Some("cluster")
+        }
+    };
+    let before = wait_for(&secrets, "a-argocd", "registered", registration("gold")).await;
+    wait_for(&secrets, "b-argocd", "registered", registration("none")).await;
+    let data = before.data.clone().unwrap_or_default();
+    assert_eq!(
+        data.get("project").map(|b| b.0.clone()),
+        Some(b"edge".to_vec())
+    );
+    assert_eq!(
+        data.get("namespaces").map(|b| b.0.clone()),
+        Some(b"apps".to_vec())
+    );
+    assert!(
+        fleet
+            .get("OmniKubeconfigExport", "argocd-c")
+            .await
+            .is_none()
+    );
+
+    // A label change on the cluster reaches its registration Secret; the credential stays.
+    fleet
+        .patch(
+            "OmniCluster",
+            "a",
+            json!({"metadata": {"labels": {"tier": "silver"}}}),
+        )
+        .await;
+    let after = wait_for(&secrets, "a-argocd", "relabelled", registration("silver")).await;
+    let config = |s: &Secret| s.data.clone().unwrap_or_default().get("config").cloned();
+    assert_eq!(config(&after), config(&before), "no new mint");
+    let rotated = |s: &Secret| {
+        s.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .get("omni.texashpc.com/kubeconfig-last-rotation-time")
+            .cloned()
+    };
+    assert_eq!(rotated(&after), rotated(&before));
+    fleet.shutdown().await;
+}
+
+/// `omni-operator validate` checks a set's templates offline, naming the field and line.
+#[test]
+fn validate_reports_a_template_error_with_its_field_and_line() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("set.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniHelmReleaseSet
+metadata:
+  name: broken
+  namespace: fleet
+spec:
+  clusterSelector: {}
+  template:
+    chart:
+      repository: https://charts.example.com
+      chart: demo
+      version: "1.0.0"
+      values:
+        greeting: "hello\n{{ cluster.name "
+  credentials:
+    mint: {user: fleet, groups: [fleet], ttl: 24h}
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-operator"))
+        .args(["validate", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("spec.template.chart.values.greeting") && stdout.contains("line 2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("spec.clusterSelector"), "{stdout}");
 }

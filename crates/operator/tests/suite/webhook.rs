@@ -492,9 +492,12 @@ async fn every_kind_is_served_at_its_path() {
             "/validate-omni-texashpc-com-v1alpha1-omniconnection",
             "/validate-omni-texashpc-com-v1alpha1-omnicontrolplane",
             "/validate-omni-texashpc-com-v1alpha1-omnihelmrelease",
+            "/validate-omni-texashpc-com-v1alpha1-omnihelmreleaseset",
             "/validate-omni-texashpc-com-v1alpha1-omnikubeconfigexport",
+            "/validate-omni-texashpc-com-v1alpha1-omnikubeconfigexportset",
             "/validate-omni-texashpc-com-v1alpha1-omnimachine",
             "/validate-omni-texashpc-com-v1alpha1-omnisecretsync",
+            "/validate-omni-texashpc-com-v1alpha1-omnisecretsyncset",
             "/validate-omni-texashpc-com-v1alpha1-omniworkers",
         ]
     );
@@ -560,7 +563,7 @@ async fn every_sample_is_admitted() {
     }
     assert_eq!(
         kinds_seen.len(),
-        8,
+        omni_operator::api::KINDS.len(),
         "a sample of every kind: {kinds_seen:?}"
     );
     server.stop().await;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 
-use super::outcome::fleet_set;
 use super::{Member, SetKind};
 use crate::api::fleet::{
     ClusterSelector, MemberTemplate, Rollout, SetCredentials, StopMatchingBehavior,
@@ -140,6 +139,62 @@ impl SetKind for OmniKubeconfigExportSet {
     fn admission(&self) -> Validation {
         crate::api::kubeconfig_export_set::validate(self, None)
     }
+}
+
+/// What the three set kinds' `Pipeline` impls share; `instantiated below per kind.
+macro_rules! fleet_set {
+    ($set:ty) => {
+        impl $crate::controllers::shared::status::Reported for $set {
+            type Status = $crate::api::fleet::FleetSetStatus;
+            fn stored_status(&self) -> Option<&$crate::api::fleet::FleetSetStatus> {
+                self.status.as_ref()
+            }
+        }
+
+        impl $crate::controllers::shared::pipeline::Pipeline for $set {
+            type State = $crate::controllers::fleet::SetState<$set>;
+            type Found = ();
+            type Done = $crate::controllers::fleet::plan::Report;
+            type Failure = $crate::controllers::fleet::outcome::SetFailure;
+            const FINALIZER: $crate::controllers::shared::finalizer::Finalizer =
+                $crate::controllers::shared::finalizer::Finalizer::None;
+
+            fn validate(&self) -> Result<(), Self::Failure> {
+                $crate::controllers::shared::pipeline::webhook_rules(
+                    $crate::controllers::fleet::SetKind::admission(self),
+                    $crate::controllers::fleet::outcome::SetFailure::InvalidSpec,
+                )
+            }
+
+            async fn apply(
+                &self,
+                ctx: &$crate::controllers::shared::context::Context,
+                state: &Self::State,
+            ) -> Result<
+                $crate::controllers::shared::pipeline::Outcome<Self>,
+                $crate::controllers::shared::error::PassError<Self>,
+            > {
+                $crate::controllers::fleet::act::pass(self, ctx, state).await
+            }
+
+            fn desired_status(
+                &self,
+                outcome: &$crate::controllers::shared::pipeline::Outcome<Self>,
+                now: jiff::Timestamp,
+            ) -> $crate::api::fleet::FleetSetStatus {
+                $crate::controllers::fleet::outcome::desired_status(self, outcome, now)
+            }
+
+            fn recheck(
+                &self,
+                report: &Self::Done,
+                _ctx: &$crate::controllers::shared::context::Context,
+                _state: &Self::State,
+            ) -> kube::runtime::controller::Action {
+                $crate::controllers::fleet::outcome::recheck(report)
+            }
+        }
+    };
 }
 
 fleet_set!(OmniHelmReleaseSet);

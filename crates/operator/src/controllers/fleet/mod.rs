@@ -10,7 +10,7 @@
 //! generated, never by polling; a pass with nothing to do writes nothing.
 
 mod act;
-mod kinds;
+pub(crate) mod kinds;
 mod outcome;
 mod plan;
 
@@ -38,8 +38,6 @@ use crate::api::fleet::{
 };
 use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniKubeconfigExport, Reason};
-
-pub(crate) use self::kinds::start_all;
 
 /// How long a pass waits for the caches it reads to be filled before it backs off.
 const CACHE_WAIT: Duration = Duration::from_secs(5);

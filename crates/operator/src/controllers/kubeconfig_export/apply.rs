@@ -158,6 +158,20 @@ async fn export(
             }));
         }
         if let Some(stored) = reuse(state, s, &target).await {
+            // What the export registers besides the credential moved (a label a set renders
+            // from its cluster): rewritten without a new mint.
+            let mut registered = s.clone();
+            if super::registration::register(&mut registered, e)
+                && let Err(error) = secrets
+                    .replace(&target.name, &PostParams::default(), &registered)
+                    .await
+            {
+                return Ok(Err(ExportFailure::WriteFailed {
+                    namespace: target.namespace,
+                    name: target.name,
+                    error,
+                }));
+            }
             return Ok(Ok(Done::Exported(stored)));
         }
     }

@@ -19,6 +19,7 @@ mod apply;
 mod holds;
 mod outcome;
 mod probe;
+mod registration;
 mod rotation;
 mod state;
 mod target;

@@ -224,6 +224,7 @@ fn exported_message(e: &OmniKubeconfigExport) -> String {
         match e.format() {
             ExportFormat::Kubeconfig => format!("key {key:?}"),
             ExportFormat::FluxValue => "key \"value\" (format FluxValue)".to_string(),
+            ExportFormat::ClusterApi => "key \"value\" (format ClusterAPI)".to_string(),
             ExportFormat::ArgoCdCluster =>
                 "as an Argo CD cluster (format ArgoCDCluster)".to_string(),
         }

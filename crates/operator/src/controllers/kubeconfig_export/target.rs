@@ -103,6 +103,7 @@ pub(crate) fn build_target(
         ..Secret::default()
     });
     label(&mut secret, export, cluster_name, format, old_format);
+    super::registration::register(&mut secret, export);
     let a = secret
         .metadata
         .annotations
