@@ -359,7 +359,12 @@ fn enums_patterns_and_bounds() {
     );
     assert_eq!(
         enum_of("OmniKubeconfigExport", "spec.format"),
-        Some(json!(["Kubeconfig", "ArgoCDCluster", "FluxValue"]))
+        Some(json!([
+            "Kubeconfig",
+            "ArgoCDCluster",
+            "FluxValue",
+            "ClusterAPI"
+        ]))
     );
     assert!(
         !required_of(&schema("OmniKubeconfigExport"), "spec").contains("format"),

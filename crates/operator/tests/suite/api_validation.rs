@@ -607,7 +607,7 @@ fn export_format_is_one_of_the_three_shapes_and_owns_its_keys() {
     }
     assert_schema_refuses(
         &with(export(), "format", json!("argocd")),
-        r#"spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#,
+        r#"spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue", "ClusterAPI""#,
     );
     // The key names the kubeconfig in the Kubeconfig shape only.
     let keyed = with(

@@ -449,7 +449,7 @@ fn a_value_outside_a_schema_enum_does_not_hide_the_admission_problems() {
                 r#"{subject}:13:3: OmniKubeconfigExport/edge-kc: spec.deletionPolicy: Unsupported value: "Keep": supported values: "Delete", "Orphan""#
             ),
             format!(
-                r#"{subject}:14:3: OmniKubeconfigExport/edge-kc: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue""#
+                r#"{subject}:14:3: OmniKubeconfigExport/edge-kc: spec.format: Unsupported value: "argocd": supported values: "Kubeconfig", "ArgoCDCluster", "FluxValue", "ClusterAPI""#
             ),
         ]
     );
@@ -524,7 +524,7 @@ fn directories_are_expanded_and_shipped_samples_validate() {
     );
     let summary = lines(&out.stderr).last().cloned().unwrap();
     assert!(
-        summary.starts_with("validated 10 object(s) in 8 file(s)"),
+        summary.starts_with("validated 13 object(s) in 11 file(s)"),
         "{summary}"
     );
 

@@ -305,7 +305,7 @@ async fn a_helm_set_follows_its_clusters_in_and_out_and_keeps_its_objects() {
             .get("OmniHelmRelease", &format!("addons-{cluster}"))
             .await
             .unwrap_or_else(|| panic!("no release for {cluster}"));
-        assert_eq!(owner_uids(&release), [set_uid.clone()]);
+        assert_eq!(owner_uids(&release), std::slice::from_ref(&set_uid));
         assert_eq!(
             label(&release, "omni.texashpc.com/set-cluster").as_deref(),
             Some(cluster)
