@@ -22,62 +22,50 @@ use crate::controllers::shared::context::Context;
 use crate::controllers::shared::runner::Shutdown;
 use crate::controllers::shared::watches::Watches;
 
-impl Member for OmniHelmRelease {
-    type Spec = OmniHelmReleaseSpec;
-    fn build(name: &str, spec: Self::Spec) -> Self {
-        Self::new(name, spec)
-    }
-    fn spec(&self) -> &Self::Spec {
-        &self.spec
-    }
-    fn observed_generation(&self) -> Option<i64> {
-        self.status.as_ref().and_then(|s| s.observed_generation)
-    }
-    fn kubeconfig_secret(&self) -> Option<&str> {
-        Some(&self.spec.kubeconfig_secret_ref.name)
-    }
-    fn admission(&self) -> Validation {
-        crate::api::helm_release::validate(self, None)
-    }
+/// What the engine reads of a member kind, the same for the three but for the kubeconfig
+/// Secret and the admission rules.
+macro_rules! member {
+    ($kind:ty, $spec:ty, $validate:path, |$m:ident| $kubeconfig:expr) => {
+        impl Member for $kind {
+            type Spec = $spec;
+            fn build(name: &str, spec: Self::Spec) -> Self {
+                Self::new(name, spec)
+            }
+            fn spec(&self) -> &Self::Spec {
+                &self.spec
+            }
+            fn observed_generation(&self) -> Option<i64> {
+                self.status.as_ref().and_then(|s| s.observed_generation)
+            }
+            fn kubeconfig_secret(&self) -> Option<&str> {
+                let $m = self;
+                $kubeconfig
+            }
+            fn admission(&self) -> Validation {
+                $validate(self, None)
+            }
+        }
+    };
 }
 
-impl Member for OmniSecretSync {
-    type Spec = OmniSecretSyncSpec;
-    fn build(name: &str, spec: Self::Spec) -> Self {
-        Self::new(name, spec)
-    }
-    fn spec(&self) -> &Self::Spec {
-        &self.spec
-    }
-    fn observed_generation(&self) -> Option<i64> {
-        self.status.as_ref().and_then(|s| s.observed_generation)
-    }
-    fn kubeconfig_secret(&self) -> Option<&str> {
-        Some(&self.spec.kubeconfig_secret_ref.name)
-    }
-    fn admission(&self) -> Validation {
-        crate::api::secret_sync::validate(self, None)
-    }
-}
-
-impl Member for OmniKubeconfigExport {
-    type Spec = OmniKubeconfigExportSpec;
-    fn build(name: &str, spec: Self::Spec) -> Self {
-        Self::new(name, spec)
-    }
-    fn spec(&self) -> &Self::Spec {
-        &self.spec
-    }
-    fn observed_generation(&self) -> Option<i64> {
-        self.status.as_ref().and_then(|s| s.observed_generation)
-    }
-    fn kubeconfig_secret(&self) -> Option<&str> {
-        None
-    }
-    fn admission(&self) -> Validation {
-        crate::api::kubeconfig_export::validate(self, None)
-    }
-}
+member!(
+    OmniHelmRelease,
+    OmniHelmReleaseSpec,
+    crate::api::helm_release::validate,
+    |m| Some(&m.spec.kubeconfig_secret_ref.name)
+);
+member!(
+    OmniSecretSync,
+    OmniSecretSyncSpec,
+    crate::api::secret_sync::validate,
+    |m| Some(&m.spec.kubeconfig_secret_ref.name)
+);
+member!(
+    OmniKubeconfigExport,
+    OmniKubeconfigExportSpec,
+    crate::api::kubeconfig_export::validate,
+    |_m| None
+);
 
 /// The accessors of a set kind's spec, the same for the three.
 macro_rules! set_spec {
