@@ -688,3 +688,62 @@ spec:
     );
     assert!(stdout.contains("spec.clusterSelector"), "{stdout}");
 }
+
+/// The KubeNSync use case without Cluster API: one object puts a pull secret into every
+/// matching cluster, and a change of the source reaches all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_set_puts_a_pull_secret_into_every_matching_cluster() {
+    let fleet = Fleet::start().await;
+    fleet
+        .secret("registry", json!({".dockerconfigjson": "{\"auths\":{}}"}))
+        .await;
+    fleet
+        .create(
+            "OmniSecretSyncSet",
+            "pull-secret",
+            json!({
+                "clusterSelector": {"matchExpressions": [{"key": "fleet", "operator": "Exists"}]},
+                "template": {
+                    "sourceSecretRef": {"name": "registry"},
+                    "targetSecretRef": {"name": "registry", "namespace": "kube-system"},
+                    "createNamespace": true,
+                    "deletionPolicy": "Delete",
+                },
+                "credentials": {"mint": {"user": "fleet-secrets", "groups": ["fleet-secrets"], "ttl": "24h"}},
+            }),
+        )
+        .await;
+    fleet
+        .wait_reason("OmniSecretSyncSet", "pull-secret", "SetReady")
+        .await;
+    let copy = |cluster: &str| {
+        Api::<Secret>::namespaced(fleet.workloads[cluster].1.clone(), "kube-system")
+    };
+    let value = |s: &Secret| {
+        s.data
+            .clone()
+            .unwrap_or_default()
+            .get(".dockerconfigjson")
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    for cluster in ["a", "b"] {
+        let s = wait_for(&copy(cluster), "registry", "copied", |_| true).await;
+        assert_eq!(value(&s).as_deref(), Some("{\"auths\":{}}"));
+    }
+    assert!(copy("c").get_opt("registry").await.ok().flatten().is_none());
+    Api::<Secret>::namespaced(fleet.client.clone(), NS)
+        .patch(
+            "registry",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {".dockerconfigjson": "{\"auths\":{\"r\":{}}}"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for cluster in ["a", "b"] {
+        wait_for(&copy(cluster), "registry", "updated", |s| {
+            value(s).as_deref() == Some("{\"auths\":{\"r\":{}}}")
+        })
+        .await;
+    }
+    fleet.shutdown().await;
+}
