@@ -32,7 +32,13 @@ async fn ready_sandbox(dir: &tempfile::TempDir) -> Sandbox {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let rows = status::rows(&sandbox.client).await.unwrap();
-        if rows.len() == sandbox.applied.len() && rows.iter().all(status::Row::is_ready) {
+        if sandbox
+            .applied
+            .iter()
+            .all(|(kind, name)| rows.iter().any(|r| &r.kind == kind && &r.name == name))
+            // The objects the fleet samples generate are listed too, and must be Ready.
+            && rows.iter().all(status::Row::is_ready)
+        {
             break;
         }
         assert!(

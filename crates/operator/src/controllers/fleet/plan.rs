@@ -350,9 +350,7 @@ pub(crate) fn plan<S: SetKind>(inputs: &Inputs<'_, S>) -> Plan<S> {
         inputs.exports.iter().map(|e| (e.name_any(), e)).collect();
     let mut kept_members = BTreeSet::new();
     let mut kept_exports = BTreeSet::new();
-    let mut outdated = Vec::new();
-    let mut unavailable = 0usize;
-    let mut wave_failed = false;
+    let mut wave = Wave::default();
     for facts in &matched {
         let wanted = match wanted(set, facts) {
             Ok(w) => w,
@@ -385,62 +383,104 @@ pub(crate) fn plan<S: SetKind>(inputs: &Inputs<'_, S>) -> Plan<S> {
         }
         kept_members.insert(wanted.name.clone());
         let existing = members.get(&wanted.name).map(|m| m.as_ref());
-        match standing(existing, wanted.member, &wanted.stamp, |a, b| {
+        let place = Place {
+            cluster: &wanted.cluster,
+            name: &wanted.name,
+            existing,
+        };
+        let standing = standing(existing, wanted.member, &wanted.stamp, |a, b| {
             a.spec() == b.spec()
-        }) {
-            Standing::Missing(m) => {
-                plan.report.pending += 1;
-                plan.members.push(Step::Create(m));
-            }
-            Standing::PutBack(m) => {
-                plan.report.pending += 1;
-                plan.members.push(Step::Replace(m));
-            }
-            Standing::Deleting => plan.report.pending += 1,
-            Standing::Collision => plan.report.failing.push(collision(
-                &wanted.cluster,
-                &S::Member::kind(&()),
-                &wanted.name,
-            )),
-            Standing::Outdated(m) => {
-                let existing = existing.map(|e| (ready_at_generation(e), failed_at_generation(e)));
-                if let Some((_, Some((reason, message)))) = &existing {
-                    plan.report.failing.push(FailingCluster {
-                        cluster: wanted.cluster.clone(),
-                        name: wanted.name.clone(),
-                        reason: reason.clone(),
-                        message: message.clone(),
-                    });
-                }
-                outdated.push((existing.is_some_and(|(ready, _)| ready), m));
-            }
-            Standing::InSync => {
-                plan.report.updated += 1;
-                let Some(existing) = existing else { continue };
-                if ready_at_generation(existing) {
-                    plan.report.ready += 1;
-                    continue;
-                }
-                unavailable += 1;
-                plan.report.pending += 1;
-                if let Some((reason, message)) = failed_at_generation(existing) {
-                    wave_failed = true;
-                    plan.report.failing.push(FailingCluster {
-                        cluster: wanted.cluster.clone(),
-                        name: wanted.name.clone(),
-                        reason,
-                        message,
-                    });
-                }
-            }
-        }
+        });
+        place_member(&mut plan, &mut wave, &place, standing);
     }
-    roll_out(set, &mut plan, outdated, unavailable, wave_failed);
+    roll_out(set, &mut plan, wave);
     stop_matching(inputs, &uid, &kept_members, &kept_exports, &mut plan);
     plan.report
         .failing
         .sort_by(|a, b| a.cluster.cmp(&b.cluster).then(a.name.cmp(&b.name)));
     plan
+}
+
+/// The rollout's view of the objects so far: the outdated ones (whether each is Ready, and its
+/// update), how many updated ones are not Ready, and whether one of those failed.
+struct Wave<M> {
+    outdated: Vec<(bool, M)>,
+    unavailable: usize,
+    failed: bool,
+}
+
+impl<M> Default for Wave<M> {
+    fn default() -> Self {
+        Self {
+            outdated: Vec::new(),
+            unavailable: 0,
+            failed: false,
+        }
+    }
+}
+
+/// A matched cluster's generated object: the cluster, the object's name, and the object there
+/// is.
+struct Place<'a, M> {
+    cluster: &'a str,
+    name: &'a str,
+    existing: Option<&'a M>,
+}
+
+impl<M: Member> Place<'_, M> {
+    /// The existing object's own failure at its generation, as the set lists it.
+    fn failing(&self) -> Option<FailingCluster> {
+        let (reason, message) = failed_at_generation(self.existing?)?;
+        Some(FailingCluster {
+            cluster: self.cluster.to_string(),
+            name: self.name.to_string(),
+            reason,
+            message,
+        })
+    }
+}
+
+/// What `standing` of the object at `place` adds to the plan and the wave.
+fn place_member<S: SetKind>(
+    plan: &mut Plan<S>,
+    wave: &mut Wave<S::Member>,
+    place: &Place<'_, S::Member>,
+    standing: Standing<S::Member>,
+) {
+    match standing {
+        Standing::Missing(m) => {
+            plan.report.pending += 1;
+            plan.members.push(Step::Create(m));
+        }
+        Standing::PutBack(m) => {
+            plan.report.pending += 1;
+            plan.members.push(Step::Replace(m));
+        }
+        Standing::Deleting => plan.report.pending += 1,
+        Standing::Collision => {
+            plan.report
+                .failing
+                .push(collision(place.cluster, &S::Member::kind(&()), place.name))
+        }
+        Standing::Outdated(m) => {
+            plan.report.failing.extend(place.failing());
+            wave.outdated
+                .push((place.existing.is_some_and(ready_at_generation), m));
+        }
+        Standing::InSync => {
+            plan.report.updated += 1;
+            if place.existing.is_some_and(ready_at_generation) {
+                plan.report.ready += 1;
+                return;
+            }
+            wave.unavailable += 1;
+            plan.report.pending += 1;
+            if let Some(failing) = place.failing() {
+                wave.failed = true;
+                plan.report.failing.push(failing);
+            }
+        }
+    }
 }
 
 fn collision(cluster: &str, kind: &str, name: &str) -> FailingCluster {
@@ -455,30 +495,24 @@ fn collision(cluster: &str, kind: &str, name: &str) -> FailingCluster {
 /// The updates of the outdated objects the rollout lets through now: an object not Ready
 /// anyway is updated at once; a Ready one only while fewer than `maxUnavailable` updated
 /// objects are not Ready, and none once an updated one failed (the rollout stalls).
-fn roll_out<S: SetKind>(
-    set: &S,
-    plan: &mut Plan<S>,
-    outdated: Vec<(bool, S::Member)>,
-    unavailable: usize,
-    wave_failed: bool,
-) {
+fn roll_out<S: SetKind>(set: &S, plan: &mut Plan<S>, wave: Wave<S::Member>) {
     let budget = set
         .rollout()
         .budget(plan.report.matched as usize)
         .unwrap_or(1);
-    let mut slots = if wave_failed {
+    let mut slots = if wave.failed {
         0
     } else {
-        budget.saturating_sub(unavailable)
+        budget.saturating_sub(wave.unavailable)
     };
-    for (ready, member) in outdated {
+    for (ready, member) in wave.outdated {
         plan.report.pending += 1;
         if !ready {
             plan.members.push(Step::Replace(member));
         } else if slots > 0 {
             slots -= 1;
             plan.members.push(Step::Replace(member));
-        } else if wave_failed {
+        } else if wave.failed {
             plan.report.stalled = true;
         }
     }
