@@ -237,7 +237,7 @@ impl SetCredentials {
                     v.push(template_error(e));
                 }
             }
-            (None, Some(_)) => {}
+            (None, Some(mint)) => v.extend(validate_mint(mint)),
         }
     }
 }
@@ -377,13 +377,16 @@ impl<S: TemplateSpec> JsonSchema for MemberTemplate<S> {
     }
 }
 
-/// The admission rules every set shares: the selector, the credentials (where the kind takes
-/// them), the rollout, and the template's syntax and the fields the set fills in.
-pub(crate) fn validate_common<S: TemplateSpec>(
+/// The admission rules of a set: the selector, the credentials (where the kind takes them,
+/// the minted identity judged by the export's rules), the rollout, the template's syntax and
+/// the fields the set fills in, and `member`'s rules (the generated kind's) on what of the
+/// template is not templated.
+pub(crate) fn validate_set<S: TemplateSpec>(
     selector: &ClusterSelector,
     credentials: Option<&SetCredentials>,
     rollout: &Rollout,
     template: &MemberTemplate<S>,
+    member: impl FnOnce(S) -> Validation,
 ) -> Validation {
     let mut v = Validation::new();
     selector.validate(&mut v);
@@ -412,13 +415,14 @@ pub(crate) fn validate_common<S: TemplateSpec>(
     for e in fleet_template::check_syntax("spec.template", &template.raw) {
         v.push(template_error(e));
     }
+    v.extend(validate_as_member(template, member));
     v
 }
 
 /// The member kind's own admission rules on the template, with placeholders where the set
 /// fills in and leaving out the errors of templated fields (those are checked per cluster once
 /// rendered): a set's template is refused for what its generated objects would be refused for.
-pub(crate) fn validate_as_member<S: TemplateSpec>(
+fn validate_as_member<S: TemplateSpec>(
     template: &MemberTemplate<S>,
     member: impl FnOnce(S) -> Validation,
 ) -> Validation {
@@ -444,6 +448,80 @@ pub(crate) fn validate_as_member<S: TemplateSpec>(
     }
     v
 }
+
+/// Declares a set kind: its CRD (group, version, category, status and printer columns are the
+/// same for the three) and its spec, the fields every set has plus, where the kind takes them,
+/// `credentials`. Each set's module invokes it once.
+macro_rules! set_kind {
+    (
+        $spec:ident: kind $kind:tt, plural $plural:tt, singular $singular:tt, short $short:tt,
+        doc $doc:tt, template $member_spec:ty $(, credentials $credentials:ident)?
+    ) => {
+        #[doc = concat!("Desired state of an ", $kind, ".")]
+        // Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+        #[allow(clippy::duplicated_attributes)]
+        #[derive(
+            kube::CustomResource,
+            serde::Serialize,
+            serde::Deserialize,
+            Clone,
+            Debug,
+            PartialEq,
+            schemars::JsonSchema,
+        )]
+        #[kube(
+            group = "omni.texashpc.com",
+            version = "v1alpha1",
+            kind = $kind,
+            plural = $plural,
+            singular = $singular,
+            namespaced,
+            status = "crate::api::fleet::FleetSetStatus",
+            shortname = $short,
+            category = "omni",
+            doc = $doc,
+            printcolumn(name = "Matched", type_ = "integer", json_path = ".status.matchedClusters"),
+            printcolumn(name = "Ready Objects", type_ = "integer", json_path = ".status.ready"),
+            printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updated"),
+            printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
+            printcolumn(
+                name = "Ready",
+                type_ = "string",
+                json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+            ),
+            printcolumn(
+                name = "Reason",
+                type_ = "string",
+                json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+            ),
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec {
+            /// The OmniClusters of this namespace to serve, by label; an empty selector is
+            /// refused.
+            pub cluster_selector: $crate::api::fleet::ClusterSelector,
+            /// The spec of every generated object, its strings rendered per cluster
+            /// (`{{ cluster.name }}`, `{{ cluster.labels.env }}`; docs/fleet.md). Leave out
+            /// `clusterRef` (and `kubeconfigSecretRef` where `credentials` decides it): the set
+            /// fills them in.
+            pub template: $crate::api::fleet::MemberTemplate<$member_spec>,
+            $(
+                /// The workload-cluster kubeconfig of each generated object: a Secret per
+                /// cluster by a name pattern, or one the set mints.
+                pub $credentials: $crate::api::fleet::SetCredentials,
+            )?
+            /// What happens to the object of a cluster that stops matching: `Withdraw` (the
+            /// default) deletes it, `Leave` orphans it.
+            #[serde(default)]
+            pub stop_matching_behavior: $crate::api::fleet::StopMatchingBehavior,
+            /// How a template change reaches the generated objects (default: all at once).
+            #[serde(default)]
+            pub rollout: $crate::api::fleet::Rollout,
+        }
+    };
+}
+pub(crate) use set_kind;
 
 /// One generated object that is not Ready, or one cluster the set cannot serve.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
