@@ -762,7 +762,7 @@ mod tests {
             (
                 "format",
                 "argocd",
-                "unknown variant `argocd`, expected one of `Kubeconfig`, `ArgoCDCluster`, `FluxValue`",
+                "unknown variant `argocd`, expected one of `Kubeconfig`, `ArgoCDCluster`, `FluxValue`, `ClusterAPI`",
             ),
             (
                 "deletionPolicy",

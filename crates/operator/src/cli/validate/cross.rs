@@ -14,9 +14,10 @@ use crate::cli::render::Objects;
 use crate::domain::render::{RenderError, render};
 
 /// Kinds whose `spec.clusterRef` names an OmniCluster of their namespace: every kind after
-/// the connection and the cluster, in `api::KINDS`' dependency order.
+/// the connection and the cluster, in `api::KINDS`' dependency order, up to the fleet sets
+/// (which select clusters by label instead).
 pub(super) fn child_kinds() -> &'static [&'static str] {
-    &crate::api::KINDS[2..]
+    &crate::api::KINDS[2..8]
 }
 
 /// One object of our API group that was validated.
