@@ -53,6 +53,7 @@ pub(super) fn omni_state(status: &mut OmniClusterStatus, health: &ClusterHealth)
     ));
     status.talos_version = text(&health.talos_version);
     status.kubernetes_version = text(&health.kubernetes_version);
+    status.kubernetes_api_ready = Some(health.kubernetes_api_ready);
     status.machine_sets = health
         .machine_sets
         .iter()

@@ -12,6 +12,7 @@ use super::release::{Observation, determine};
 use super::state::HelmState;
 use super::{install, recover, upgrade};
 use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::unless_deleted_meanwhile;
@@ -28,13 +29,24 @@ pub(super) async fn attached(
         .api::<OmniCluster>(&namespace)
         .get_opt(&r.spec.cluster_ref.name)
         .await?;
-    if cluster.is_none() {
+    let Some(cluster) = cluster else {
         let missing = HelmFailure::MissingCluster {
             cluster: r.spec.cluster_ref.name.clone(),
         };
         return unless_deleted_meanwhile(ctx, r, Outcome::new(Some(false), Err(missing))).await;
-    }
+    };
     let attached = |result| Outcome::new(Some(true), result);
+    if r.spec.suspend {
+        return Ok(attached(Ok(Done::Suspended)));
+    }
+    // Before its first install, a release waits for its cluster (`spec.startWhen`).
+    let installed = r
+        .status
+        .as_ref()
+        .is_some_and(|s| s.release_revision.is_some() || s.last_applied_digest.is_some());
+    if let Some(why) = start_gate(&cluster, r.spec.start_when, installed) {
+        return Ok(attached(Err(HelmFailure::ClusterNotReady(why))));
+    }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
     let kubeconfig = match inputs::kubeconfig(ctx, &state.secret_policy, r).await? {
         Ok(k) => k,

@@ -12,9 +12,9 @@ use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::{OmniHelmRelease, Reason};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status;
+use crate::controllers::shared::status::{self, Standing};
 use crate::domain::helm::ReleaseInfo;
 use crate::domain::helm::args::InstallVerb;
 
@@ -76,6 +76,8 @@ pub(crate) enum Done {
         /// The digest of the inputs it applied.
         digest: String,
     },
+    /// `spec.suspend`: no Helm ran.
+    Suspended,
 }
 
 /// "Helm release … is pending-… at revision … since …".
@@ -100,6 +102,10 @@ pub(crate) enum HelmFailure {
         /// `spec.clusterRef.name`.
         cluster: String,
     },
+    /// The OmniCluster exists, nothing was installed yet, and the release waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
     /// An input (kubeconfig, chart credentials, helm binary) is missing or unusable.
     #[error("{0}")]
     Blocked(Problem),
@@ -187,6 +193,7 @@ impl Failure for HelmFailure {
         match self {
             Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => problem.reason(),
             Self::Helm(_)
             | Self::NotDeployed { .. }
@@ -206,6 +213,7 @@ impl Failure for HelmFailure {
         match self {
             Self::InvalidSpec(_) | Self::Refused { .. } => RetryPolicy::AwaitChange,
             Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
             | Self::Blocked(_)
             | Self::Stuck { .. }
             | Self::UninstallBlocked(_) => RetryPolicy::Poll(RETRY),
@@ -214,6 +222,28 @@ impl Failure for HelmFailure {
             | Self::NotDeployed { .. }
             | Self::RunFailed { .. }
             | Self::UninstallFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+
+    /// The cluster, its readiness, a Secret and another Helm operation still running are
+    /// waited for; a spec, an unusable input, no helm, someone else's release and a release
+    /// stuck past its timeout need a person; Helm's own failures are retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. } | Self::ClusterNotReady(_) | Self::Locked { .. } => {
+                Disposition::Waiting
+            }
+            Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
+                Problem::MissingSecret(_) => Disposition::Waiting,
+                Problem::Invalid(_) | Problem::HelmUnavailable(_) => Disposition::Stalled,
+            },
+            Self::InvalidSpec(_) | Self::Refused { .. } | Self::Stuck { .. } => {
+                Disposition::Stalled
+            }
+            Self::Helm(_)
+            | Self::NotDeployed { .. }
+            | Self::RunFailed { .. }
+            | Self::UninstallFailed(_) => Disposition::Retrying,
         }
     }
 }
@@ -296,9 +326,10 @@ fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
 
 impl Draft {
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
-    fn failed(&mut self, reason: Reason, message: &str) {
-        self.outcome(false, reason, message);
-        self.s.last_error = Some(message.to_string());
+    fn failed(&mut self, failure: &HelmFailure) {
+        let message = failure.to_string();
+        self.failed_with(failure);
+        self.s.last_error = Some(message);
         self.s.last_attempt_time = Some(self.now());
     }
 
@@ -338,7 +369,11 @@ pub(crate) fn desired_status(
     if let Some(exists) = outcome.found {
         d.accepted(&r.spec.cluster_ref.name, exists);
     }
+    if !matches!(outcome.result, Ok(Done::Suspended)) {
+        d.resume();
+    }
     match &outcome.result {
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
         Ok(Done::InSync(current)) => {
             if let Some(info) = current {
                 d.record(info);
@@ -350,7 +385,7 @@ pub(crate) fn desired_status(
                 &r.effective_release_name(),
                 revision,
             );
-            d.outcome(true, reason, &m);
+            d.outcome(Standing::Ready, reason, &m);
             d.s.last_error = None;
         }
         Ok(Done::Deployed { verb, info, digest }) => {
@@ -361,7 +396,7 @@ pub(crate) fn desired_status(
                 &r.effective_release_name(),
                 info.revision,
             );
-            d.outcome(true, reason, &m);
+            d.outcome(Standing::Ready, reason, &m);
         }
         Err(failure) => {
             match failure {
@@ -391,15 +426,19 @@ pub(crate) fn desired_status(
                 HelmFailure::UninstallFailed(_) => d.s.last_action = Some("Uninstall".into()),
                 HelmFailure::InvalidSpec(_)
                 | HelmFailure::MissingCluster { .. }
+                | HelmFailure::ClusterNotReady(_)
                 | HelmFailure::Blocked(_)
                 | HelmFailure::Helm(_)
                 | HelmFailure::UninstallBlocked(_) => {}
             }
-            d.failed(failure.reason(), &failure.to_string());
+            d.failed(failure);
         }
     }
     d.s
 }
+
+/// The message of `Suspended=True` on a release.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: Helm does not install, upgrade or check the release, and a changed spec waits until it is resumed; Ready keeps its last state";
 
 /// Pure: when a release whose pass came to `done` is looked at again: at its drift check
 /// (`spec.driftCheckInterval`, at least `floor`, scaled by `spread`), or only on a change.

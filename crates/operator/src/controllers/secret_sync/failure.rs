@@ -8,7 +8,7 @@ use crate::api::OmniSecretSync;
 use crate::api::Reason;
 use crate::api::common::missing_cluster;
 use crate::api::keys::ADOPT_ANNOTATION;
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::domain::workload::WorkloadError;
 
 /// Re-check while a dependency is missing.
@@ -29,6 +29,10 @@ pub(crate) enum SecretSyncFailure {
         /// `spec.clusterRef.name`.
         cluster: String,
     },
+    /// The OmniCluster exists, the sync has not copied yet and waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
     /// The source Secret does not exist.
     #[error("source Secret \"{namespace}/{name}\" does not exist")]
     MissingSource {
@@ -111,6 +115,7 @@ impl Failure for SecretSyncFailure {
                 Reason::ValidationFailed
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. } => Reason::MissingSecret,
@@ -129,6 +134,7 @@ impl Failure for SecretSyncFailure {
             // an adoption annotation is noticed. Missing references are polled likewise.
             Self::TargetNotOwned { .. }
             | Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. }
@@ -137,6 +143,27 @@ impl Failure for SecretSyncFailure {
             | Self::Workload { .. }
             | Self::TargetChanged { .. }
             | Self::DeleteFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+
+    /// The cluster, its readiness and the Secrets not there yet are waited for; a spec, a
+    /// refused Secret, a kubeconfig that does not work and a target owned by someone else
+    /// stall; the rest is retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. } => Disposition::Waiting,
+            Self::InvalidSpec(_)
+            | Self::Refused(_)
+            | Self::InvalidKubeconfig { .. }
+            | Self::TargetNotOwned { .. } => Disposition::Stalled,
+            Self::KubeconfigUnreadable(_)
+            | Self::Workload { .. }
+            | Self::TargetChanged { .. }
+            | Self::DeleteFailed(_) => Disposition::Retrying,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! built. The key itself is never logged or put in a message.
 
 use crate::api::Reason;
+use crate::controllers::shared::error::Disposition;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -87,6 +88,20 @@ impl ConnectionError {
             | ConnectionError::NotBase64 { .. }
             | ConnectionError::Read { .. } => Reason::MissingSecret,
             ConnectionError::Client(_) => Reason::ConnectionFailed,
+        }
+    }
+
+    /// What it means in kstatus terms: a Secret or key not there yet is waited for, one whose
+    /// content is wrong needs it changed, the rest is retried.
+    pub(crate) fn disposition(&self) -> Disposition {
+        match self {
+            ConnectionError::MissingSecret { .. }
+            | ConnectionError::MissingKey { .. }
+            | ConnectionError::EmptyKey { .. } => Disposition::Waiting,
+            ConnectionError::EnvAssignments { .. } | ConnectionError::NotBase64 { .. } => {
+                Disposition::Stalled
+            }
+            ConnectionError::Read { .. } | ConnectionError::Client(_) => Disposition::Retrying,
         }
     }
 }
