@@ -378,9 +378,9 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             VALUES_NOT_OBJECT,
         ));
     }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
-    }
+    // No warning on every apply that the release writes to the workload cluster (the
+    // original's): it is what the kind is for, nothing the user should change, and a warning
+    // printed on every apply hides the ones that are (decisions.md).
     v
 }
 

@@ -221,8 +221,6 @@ pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validatio
             ));
         }
     }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniSecretSync uses a workload-cluster kubeconfig Secret and writes Secret data directly to that cluster");
-    }
+    // No warning on every apply (the original's): see OmniHelmRelease's rules.
     v
 }
