@@ -395,11 +395,14 @@ pub enum StartWhen {
     /// for what the cluster needs to become Ready, such as its CNI or a Secret the CNI reads.
     #[serde(rename = "KubernetesAPIReady")]
     KubernetesApiReady,
+    /// As soon as the OmniCluster exists, whatever Omni says of it: the original operator's
+    /// behaviour, for a kubeconfig Secret that does not depend on the cluster being up.
+    ClusterExists,
 }
 
 impl StartWhen {
     /// The spellings the CRD schema allows.
-    pub(crate) const VALUES: [&str; 2] = ["ClusterReady", "KubernetesAPIReady"];
+    pub(crate) const VALUES: [&str; 3] = ["ClusterReady", "KubernetesAPIReady", "ClusterExists"];
 }
 
 /// Schema for a [`StartWhen`] field.
@@ -628,7 +631,11 @@ mod tests {
         let starts = check::<StartWhen>(start_when_schema(&mut generator), "KubernetesApiReady");
         assert_eq!(
             starts,
-            [StartWhen::ClusterReady, StartWhen::KubernetesApiReady]
+            [
+                StartWhen::ClusterReady,
+                StartWhen::KubernetesApiReady,
+                StartWhen::ClusterExists
+            ]
         );
         let formats = check::<ExportFormat>(export_format_schema(&mut generator), "ArgoCdCluster");
         for format in formats {

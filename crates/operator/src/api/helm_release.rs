@@ -76,7 +76,8 @@ pub struct OmniHelmReleaseSpec {
     pub suspend: bool,
     /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
     /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
-    /// ready (for what the cluster needs to become Ready, such as its CNI). Once it has acted,
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
     /// the cluster's later state does not hold it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::common::start_when_schema")]

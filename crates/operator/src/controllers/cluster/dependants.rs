@@ -40,6 +40,7 @@ pub(crate) fn start_gate(
     }
     let why = not_ready(cluster)?;
     match start_when.unwrap_or_default() {
+        StartWhen::ClusterExists => None,
         StartWhen::ClusterReady => Some(why),
         StartWhen::KubernetesApiReady => {
             let api_ready = cluster
@@ -119,6 +120,11 @@ mod tests {
         let unhealthy = cluster(Some(("False", "HealthCheckFailed")), Some(true));
         assert_eq!(start_gate(&unhealthy, api, false), None);
         assert!(start_gate(&unhealthy, None, false).is_some());
+        // The original's behaviour: as soon as the cluster exists.
+        assert_eq!(
+            start_gate(&booting, Some(StartWhen::ClusterExists), false),
+            None
+        );
         // A Ready cluster whose status predates the field counts as ready.
         assert_eq!(
             start_gate(&cluster(Some(("True", "Running")), None), api, false),

@@ -59,13 +59,15 @@ pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Optio
 
 /// The type of the Event for condition `c` turning, among the object's `conditions`: `Normal`
 /// when the condition is healthy, when the object waits or converges (`Reconciling=True`:
-/// waiting is not a failure) or waits for a person (a held plan); `Warning` otherwise.
+/// waiting is not a failure), is suspended (a user's choice; a fresh suspended object's `Ready`
+/// is `Unknown`) or waits for a person (a held plan); `Warning` otherwise.
 pub(crate) fn event_type(c: &Condition, conditions: &[Condition]) -> EventType {
-    let reconciling = find_condition(conditions, condition_types::RECONCILING)
-        .is_some_and(|r| r.status == ConditionStatus::True);
+    let holds = |type_: &str| {
+        find_condition(conditions, type_).is_some_and(|r| r.status == ConditionStatus::True)
+    };
+    let waiting = holds(condition_types::RECONCILING) || holds(condition_types::SUSPENDED);
     let for_a_person = Reason::of(&c.reason).is_some_and(Reason::awaits_a_person);
-    if condition_healthy(c) || (reconciling && c.type_ != condition_types::STALLED) || for_a_person
-    {
+    if condition_healthy(c) || (waiting && c.type_ != condition_types::STALLED) || for_a_person {
         EventType::Normal
     } else {
         EventType::Warning
@@ -686,6 +688,14 @@ mod tests {
             Some(("Suspended".into(), EventType::Normal))
         );
         assert!(event_worthy(&suspended, &suspended).is_none());
+        // A fresh object created suspended: its `Ready` appears `Unknown`, a Normal Event.
+        let mut fresh = Vec::new();
+        set_suspended(&mut fresh, "suspended", Some(1), t);
+        let worthy = event_worthy(&[], &fresh).cloned();
+        assert_eq!(
+            worthy.map(|w| (w.type_.clone(), event_type(&w, &fresh))),
+            Some(("Ready".into(), EventType::Normal))
+        );
     }
 
     #[test]
