@@ -11,6 +11,7 @@ use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
 use super::plan::HeldPlan;
 use super::readiness::readiness;
+use super::state::Applied;
 use crate::api::OmniCluster;
 use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
@@ -86,19 +87,6 @@ impl Rendition {
     }
 }
 
-/// A change set written to Omni, as its status, Event and log line record it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Applied {
-    /// When it was written (`status.lastSyncTime`).
-    pub(crate) at: jiff::Timestamp,
-    /// What was done (trimmed; `status.lastSyncOutput`).
-    pub(crate) output: String,
-    /// The writes per resource type, one line (`Clusters: 1 updated; …`).
-    pub(crate) summary: String,
-    /// The hash of the plan applied, when the approval annotation released it.
-    pub(crate) approved: Option<String>,
-}
-
 /// A sync that reached Omni.
 #[derive(Debug)]
 pub(crate) struct Synced {
@@ -111,16 +99,6 @@ pub(crate) struct Synced {
     pub(crate) health: Result<ClusterHealth, StatusError>,
     /// Whether `health` came from a live status watch, which wakes the cluster when it changes.
     pub(crate) watched: bool,
-}
-
-impl Applied {
-    /// Whether `status` records this change set (its time and output).
-    pub(crate) fn recorded_in(&self, status: Option<&OmniClusterStatus>) -> bool {
-        status.is_some_and(|s| {
-            s.last_sync_time == Some(self.at)
-                && s.last_sync_output.as_deref() == Some(self.output.as_str())
-        })
-    }
 }
 
 impl Synced {

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::children::ChildCaches;
-use super::outcome::Applied;
 use crate::api::OmniCluster;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::plan::DestructivePolicy;
@@ -68,6 +67,29 @@ impl UnrecordedSyncs {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Applied>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A change set written to Omni, as its status, Event and log line record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// When it was written (`status.lastSyncTime`).
+    pub(crate) at: jiff::Timestamp,
+    /// What was done (trimmed; `status.lastSyncOutput`).
+    pub(crate) output: String,
+    /// The writes per resource type, one line (`Clusters: 1 updated; …`).
+    pub(crate) summary: String,
+    /// The hash of the plan applied, when the approval annotation released it.
+    pub(crate) approved: Option<String>,
+}
+
+impl Applied {
+    /// Whether `status` records this change set (its time and output).
+    pub(crate) fn recorded_in(&self, status: Option<&OmniClusterStatus>) -> bool {
+        status.is_some_and(|s| {
+            s.last_sync_time == Some(self.at)
+                && s.last_sync_output.as_deref() == Some(self.output.as_str())
+        })
     }
 }
 

@@ -12,10 +12,10 @@ use omni_client::template::{Document, SyncOptions, apply, keys, plan_sync_for, s
 use super::children::children_of;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
-use super::outcome::{Applied, Done, Outcome, Rendition, Synced};
+use super::outcome::{Done, Outcome, Rendition, Synced};
 use super::ownership::{existing_ownership, owner_stamp};
 use super::plan::{Gate, gate};
-use super::state::ClusterState;
+use super::state::{Applied, ClusterState};
 use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::plan::PlanCount;
 use crate::api::{OmniCluster, OmniConnection};
