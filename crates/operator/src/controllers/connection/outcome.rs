@@ -9,6 +9,9 @@ use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
 use crate::controllers::shared::pipeline;
 use crate::controllers::shared::status::{Standing, set_standing};
 
+/// Re-check interval of a reachable connection, and of a key Secret not there yet.
+pub(crate) const RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Why an OmniConnection is not ready; the message is its condition's and Event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ConnectionFailure {
@@ -41,7 +44,7 @@ impl Failure for ConnectionFailure {
     fn retry(&self) -> RetryPolicy {
         match self.disposition() {
             Disposition::Stalled => RetryPolicy::AwaitChange,
-            Disposition::Waiting => RetryPolicy::Poll(super::RECHECK),
+            Disposition::Waiting => RetryPolicy::Poll(RECHECK),
             Disposition::Retrying => RetryPolicy::Backoff,
         }
     }
@@ -197,7 +200,7 @@ mod tests {
         let missing =
             ConnectionFailure::Client(ConnectionError::MissingSecret { name: "key".into() });
         assert_eq!(missing.disposition(), Disposition::Waiting);
-        assert_eq!(missing.retry(), RetryPolicy::Poll(super::super::RECHECK));
+        assert_eq!(missing.retry(), RetryPolicy::Poll(RECHECK));
         let s = desired_status(
             &conn(),
             &Outcome::failed(unreachable),
