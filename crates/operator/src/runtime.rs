@@ -71,6 +71,8 @@ pub struct OperatorConfig {
     pub max_concurrent_reconciles: u16,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: SecretPolicy,
+    /// The deployment's multi-tenancy settings.
+    pub tenancy: crate::tenancy::Tenancy,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -112,6 +114,7 @@ impl OperatorConfig {
             secret_sync_resync: controllers::secret_sync::RESYNC,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             secret_policy: SecretPolicy::default(),
+            tenancy: crate::tenancy::Tenancy::default(),
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
         }
@@ -315,7 +318,8 @@ async fn lead_and_reconcile(
         .with_max_concurrent_reconciles(config.max_concurrent_reconciles)
         .with_template_root(config.template_root.clone())
         .with_min_interval(config.min_interval)
-        .with_secret_policy(config.secret_policy),
+        .with_secret_policy(config.secret_policy)
+        .with_tenancy(config.tenancy.clone()),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {

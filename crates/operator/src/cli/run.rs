@@ -9,10 +9,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::controllers::{Scope, SystemClock};
+use crate::identity_policy::IdentityPolicy;
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::secret_policy::SecretPolicy;
 use crate::secure_metrics::SecureMetricsConfig;
+use crate::tenancy::Tenancy;
 use crate::webhook::WebhookConfig;
 
 pub(crate) use crate::runtime::default_helm_work_dir;
@@ -110,6 +112,23 @@ pub struct Args {
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
     pub(crate) allow_cross_namespace_export: bool,
+    /// Honour `serviceAccount.allowClusterAdmin` of OmniKubeconfigExports. `false` (the lockdown
+    /// profile) refuses every cluster-admin-equivalent identity, whatever the object says.
+    #[arg(long, env = "ALLOW_CLUSTER_ADMIN_EXPORTS", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) allow_cluster_admin_exports: bool,
+    /// A user or group the workload clusters trust like `system:masters`, besides the built-in
+    /// ones (every `system:` name but `system:authenticated`, and `kubeadm:cluster-admins`);
+    /// repeatable or comma-separated. Exports need `allowClusterAdmin` for it.
+    #[arg(
+        long = "privileged-identity",
+        env = "PRIVILEGED_IDENTITIES",
+        value_delimiter = ','
+    )]
+    pub(crate) privileged_identities: Vec<String>,
+    /// Longest `ttl` an OmniKubeconfigExport may ask for (Go duration).
+    #[arg(long, env = "MAX_EXPORT_TTL", default_value = "8760h", value_parser = parse_positive_duration)]
+    pub(crate) max_export_ttl: Duration,
     /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
     #[arg(long, hide = true, value_parser = crate::baseline::parse)]
     pub baseline_quirks: Option<crate::baseline::Quirks>,
@@ -135,6 +154,16 @@ fn parse_interval(value: &str) -> Result<Duration, String> {
         return Err(format!(
             "{value:?} is shorter than {MIN_INTERVAL}; use 0 to turn the check off"
         ));
+    }
+    d.to_std()
+        .ok_or_else(|| format!("{value:?} is out of range"))
+}
+
+/// Parses a positive Go duration such as `24h`.
+pub(crate) fn parse_positive_duration(value: &str) -> Result<Duration, String> {
+    let d = crate::api::duration::GoDuration::parse(value).map_err(|e| e.to_string())?;
+    if !d.is_positive() {
+        return Err(format!("{value:?} must be greater than zero"));
     }
     d.to_std()
         .ok_or_else(|| format!("{value:?} is out of range"))
@@ -221,6 +250,19 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         secret_policy: SecretPolicy {
             require_opt_in: args.require_secret_opt_in,
             allow_cross_namespace_export: args.allow_cross_namespace_export,
+        },
+        tenancy: Tenancy {
+            identity: IdentityPolicy {
+                honour_allow_cluster_admin: args.allow_cluster_admin_exports,
+                privileged: args
+                    .privileged_identities
+                    .iter()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+                max_ttl: args.max_export_ttl,
+                ..IdentityPolicy::default()
+            },
         },
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
@@ -402,6 +444,40 @@ mod tests {
                 allow_cross_namespace_export: true,
             }
         );
+    }
+
+    #[test]
+    fn identity_policy_flags_parse() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["run", "--namespace", "omni"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
+        };
+        let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(default.tenancy.identity, IdentityPolicy::default());
+        let strict = parse(&[
+            "--allow-cluster-admin-exports=false",
+            "--privileged-identity=platform:admins,oidc:ops",
+            "--privileged-identity",
+            "breakglass",
+            "--max-export-ttl=24h",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!strict.tenancy.identity.honour_allow_cluster_admin);
+        assert_eq!(
+            strict.tenancy.identity.privileged,
+            ["platform:admins", "oidc:ops", "breakglass"]
+        );
+        assert_eq!(
+            strict.tenancy.identity.max_ttl,
+            Duration::from_secs(24 * 3600)
+        );
+        for bad in ["--max-export-ttl=0", "--max-export-ttl=a year"] {
+            let err = parse(&[bad]).err().unwrap_or_default();
+            assert!(err.contains("--max-export-ttl"), "{bad}: {err}");
+        }
     }
 
     #[test]

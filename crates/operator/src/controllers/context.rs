@@ -75,6 +75,8 @@ pub struct Context {
     pub min_interval: Duration,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: crate::secret_policy::SecretPolicy,
+    /// The deployment's multi-tenancy settings (identity policy, chart sources, timeouts).
+    pub tenancy: crate::tenancy::Tenancy,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
     /// The connection controller's record of its last key-hold sweep per namespace.
@@ -122,6 +124,7 @@ impl Context {
                 .to_std()
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
+            tenancy: crate::tenancy::Tenancy::default(),
             cluster_children: std::sync::RwLock::new(None),
             swept_keys: super::connection::SweptKeys::default(),
             events,
@@ -163,6 +166,12 @@ impl Context {
     /// Sets the Secret policy (`--require-secret-opt-in`, `--allow-cross-namespace-export`).
     pub(crate) fn with_secret_policy(mut self, policy: crate::secret_policy::SecretPolicy) -> Self {
         self.secret_policy = policy;
+        self
+    }
+
+    /// Sets the multi-tenancy settings (builder style).
+    pub(crate) fn with_tenancy(mut self, tenancy: crate::tenancy::Tenancy) -> Self {
+        self.tenancy = tenancy;
         self
     }
 

@@ -20,6 +20,7 @@ use omni_operator::cli::run::OperatorConfig;
 use omni_operator::controllers::Scope;
 use omni_operator::metrics::Metrics;
 use omni_operator::secret_policy::SecretPolicy;
+use omni_operator::tenancy::Tenancy;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -97,6 +98,8 @@ pub struct EnvBuilder {
     kubeconfigs_at_closed_port: bool,
     /// The operator runs the real helm with a work directory of the environment's own.
     real_helm: bool,
+    /// The deployment's multi-tenancy settings.
+    tenancy: Tenancy,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -207,6 +210,12 @@ impl EnvBuilder {
         self
     }
 
+    /// The operator runs with these multi-tenancy settings (its flags' defaults otherwise).
+    pub fn tenancy(mut self, tenancy: Tenancy) -> Self {
+        self.tenancy = tenancy;
+        self
+    }
+
     /// The management cluster has namespace `name` too (empty).
     pub fn other_namespace(mut self, name: &'static str) -> Self {
         self.other_namespaces.push(name);
@@ -298,6 +307,7 @@ impl EnvBuilder {
         let mut config = OperatorConfig::embedded(scope);
         config.metrics = metrics.clone();
         config.secret_policy = self.secret_policy;
+        config.tenancy = self.tenancy.clone();
         let clock = self.test_clock.then(|| {
             let now = jiff::Timestamp::now().as_second();
             let start = jiff::Timestamp::from_second(now).unwrap_or_else(|e| panic!("{e}"));
@@ -361,6 +371,7 @@ impl Env {
             other_namespaces: Vec::new(),
             kubeconfigs_at_closed_port: false,
             real_helm: false,
+            tenancy: Tenancy::default(),
         }
     }
 

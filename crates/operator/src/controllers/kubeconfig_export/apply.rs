@@ -35,10 +35,22 @@ fn cross_namespace_refusal(ctx: &Context, e: &OmniKubeconfigExport) -> Option<Ex
         .then_some(ExportFailure::CrossNamespace { target, own })
 }
 
+/// What the deployment's identity policy refuses of the export, before anything is minted.
+fn identity_refusal(ctx: &Context, e: &OmniKubeconfigExport) -> Option<ExportFailure> {
+    let refusals = ctx.tenancy.identity.refusals(&e.mint_request());
+    (!refusals.is_empty()).then(|| {
+        let messages: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+        ExportFailure::IdentityRefused(messages.join("; "))
+    })
+}
+
 /// Observe → plan → apply for an export whose spec is valid and which carries the finalizer.
 /// `Err` only for management API failures the status does not report.
 pub(super) async fn apply(ctx: &Context, e: &OmniKubeconfigExport) -> Result<Outcome, Error> {
     if let Some(f) = cross_namespace_refusal(ctx, e) {
+        return Ok(Outcome::early(Err(f)));
+    }
+    if let Some(f) = identity_refusal(ctx, e) {
         return Ok(Outcome::early(Err(f)));
     }
     let namespace = e.namespace().unwrap_or_default();

@@ -34,6 +34,10 @@ pub enum ExportFailure {
         /// The export's namespace.
         own: String,
     },
+    /// The deployment's identity policy refuses what the export asks Omni for
+    /// ([`crate::identity_policy`]); the message names the field and the flag.
+    #[error("{0}")]
+    IdentityRefused(String),
     /// The referenced OmniCluster does not exist.
     #[error("OmniCluster {cluster:?} does not exist")]
     MissingCluster {
@@ -102,7 +106,9 @@ impl ExportFailure {
     /// The condition reason this failure is reported under.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => reasons::VALIDATION_FAILED,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                reasons::VALIDATION_FAILED
+            }
             Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
                 reasons::MISSING_CONNECTION
@@ -119,7 +125,9 @@ impl ExportFailure {
     /// What the reconcile does next.
     pub fn retry(&self) -> RetryPolicy {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => RetryPolicy::AwaitChange,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                RetryPolicy::AwaitChange
+            }
             // Watched, but polled too, as the original does. An unowned target lacks our
             // annotations, so its edits do not map back here: poll so an adoption annotation is
             // noticed.

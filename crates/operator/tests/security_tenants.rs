@@ -1,0 +1,194 @@
+//! Hostile-tenant tests, round two (issue 30): a tenant who may create the operator's custom
+//! resources and Secrets in its namespace, but may not read other people's Secrets, must not be
+//! able to borrow the operator's other powers: its minted kubeconfigs, its place on the network,
+//! helm's shared cache, its own identity, or more than its share of the reconcile slots.
+//!
+//! Each test failed before the change that made it pass (named in that commit's message).
+
+mod support;
+
+use k8s_openapi::api::core::v1::Secret;
+use omni_operator::api::{OmniCluster, OmniKubeconfigExport};
+use omni_operator::identity_policy::IdentityPolicy;
+use omni_operator::tenancy::Tenancy;
+use serde_json::{Value, json};
+use support::WAIT;
+use support::conditions::{Cond, is_false, is_true};
+use support::env::{Env, EnvBuilder, Namespaced, SAMPLE_CLUSTER, eventually_within};
+
+const READY: Cond = is_true("Ready");
+const REFUSED: Cond = is_false("Ready").because("ValidationFailed");
+
+/// The environment with the sample cluster Ready in omni-sim, so an export that is not refused
+/// is minted at once.
+async fn with_sample_cluster(builder: EnvBuilder) -> Env {
+    let env = builder.without_connection().start().await;
+    env.apply_samples(SAMPLE_CLUSTER, |_| {}).await;
+    env.wait::<OmniCluster>("edge-sample", "Ready", |c| READY.holds(c))
+        .await;
+    env
+}
+
+/// Waits until `name` holds `cond` and returns its message; fails at once when `violated`
+/// reports that the operator did what it must not (so a regression fails on the breach itself).
+async fn refused_without<K: Namespaced>(
+    env: &Env,
+    name: &str,
+    cond: Cond,
+    violated: impl AsyncFn() -> Option<String>,
+) -> String {
+    let api = env.api::<K>();
+    eventually_within(&format!("{name}: {cond}"), WAIT, async || {
+        if let Some(breach) = violated().await {
+            panic!("{name}: {breach}");
+        }
+        let obj = api.get_opt(name).await.ok().flatten()?;
+        cond.holds(&obj).then(|| cond.message(&obj))
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 6: minted identities have a deployment-level policy.
+
+/// Export `name` of the sample cluster for `service_account`, valid for `ttl`, into Secret
+/// `<name>-kubeconfig`.
+async fn export(env: &Env, name: &str, service_account: Value, ttl: &str) {
+    let _: OmniKubeconfigExport = env
+        .create_spec(
+            name,
+            json!({
+                "clusterRef": {"name": "edge-sample"},
+                "targetSecretRef": {"name": format!("{name}-kubeconfig")},
+                "serviceAccount": service_account,
+                "ttl": ttl,
+                "deletionPolicy": "Delete",
+            }),
+        )
+        .await;
+}
+
+/// Waits until export `name` is refused with `ValidationFailed` and returns the message; fails
+/// at once if its kubeconfig is written meanwhile.
+async fn export_refused(env: &Env, name: &str) -> String {
+    let secrets = env.api::<Secret>();
+    let target = format!("{name}-kubeconfig");
+    let minted = async || {
+        let found = secrets.get_opt(&target).await.ok().flatten();
+        found.map(|_| "a kubeconfig was minted and written".to_string())
+    };
+    refused_without::<OmniKubeconfigExport>(env, name, REFUSED, minted).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_admin_equivalents_are_refused_like_system_masters() {
+    let env = with_sample_cluster(Env::builder()).await;
+    let cases = [
+        (
+            "controller-manager",
+            json!({"user": "system:kube-controller-manager", "groups": ["automation"]}),
+            "spec.serviceAccount.user",
+        ),
+        (
+            "node",
+            json!({"user": "system:node:x", "groups": ["system:nodes"]}),
+            "spec.serviceAccount.user",
+        ),
+        (
+            "kubeadm",
+            json!({"user": "automation", "groups": ["kubeadm:cluster-admins"]}),
+            "spec.serviceAccount.groups[0]",
+        ),
+        (
+            "masters",
+            json!({"user": "automation", "groups": ["automation", "system:masters"]}),
+            "spec.serviceAccount.groups[1]",
+        ),
+    ];
+    for (name, sa, _) in &cases {
+        export(&env, name, sa.clone(), "1h").await;
+    }
+    for (name, _, field) in &cases {
+        let message = export_refused(&env, name).await;
+        assert!(
+            message.contains(field) && message.contains("allowClusterAdmin: true"),
+            "{name}: {message}"
+        );
+    }
+    // A lifetime beyond the default maximum (one year) is refused too, naming the flag.
+    export(
+        &env,
+        "ten-years",
+        json!({"user": "automation", "groups": ["automation"]}),
+        "87600h",
+    )
+    .await;
+    let message = export_refused(&env, "ten-years").await;
+    assert!(
+        message.contains("spec.ttl") && message.contains("--max-export-ttl"),
+        "{message}"
+    );
+    // With the consent the documented default honours, the same identity is minted.
+    export(
+        &env,
+        "consented",
+        json!({"user": "automation", "groups": ["kubeadm:cluster-admins"],
+               "allowClusterAdmin": true}),
+        "1h",
+    )
+    .await;
+    env.wait_cond::<OmniKubeconfigExport>("consented", READY)
+        .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_has_the_last_word_on_cluster_admin_and_lifetime() {
+    let lockdown = Tenancy {
+        identity: IdentityPolicy {
+            honour_allow_cluster_admin: false,
+            privileged: vec!["platform:admins".into()],
+            max_ttl: std::time::Duration::from_secs(24 * 3600),
+            ..IdentityPolicy::default()
+        },
+    };
+    let env = with_sample_cluster(Env::builder().tenancy(lockdown)).await;
+    export(
+        &env,
+        "consented",
+        json!({"user": "breakglass", "groups": ["system:masters"], "allowClusterAdmin": true}),
+        "1h",
+    )
+    .await;
+    export(
+        &env,
+        "added",
+        json!({"user": "automation", "groups": ["platform:admins"]}),
+        "1h",
+    )
+    .await;
+    export(
+        &env,
+        "long",
+        json!({"user": "automation", "groups": ["automation"]}),
+        "48h",
+    )
+    .await;
+    let consented = export_refused(&env, "consented").await;
+    assert!(
+        consented.contains("spec.serviceAccount.allowClusterAdmin")
+            && consented.contains("--allow-cluster-admin-exports=false"),
+        "{consented}"
+    );
+    let added = export_refused(&env, "added").await;
+    assert!(
+        added.contains("spec.serviceAccount.groups[0]") && added.contains("--privileged-identity"),
+        "{added}"
+    );
+    let long = export_refused(&env, "long").await;
+    assert!(
+        long.contains("spec.ttl") && long.contains("--max-export-ttl"),
+        "{long}"
+    );
+    env.shutdown().await;
+}
