@@ -7,9 +7,13 @@
 
 mod support;
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Secret;
-use omni_operator::api::{OmniCluster, OmniKubeconfigExport};
+use kube::Api;
+use omni_operator::api::{OmniCluster, OmniKubeconfigExport, OmniSecretSync};
 use omni_operator::identity_policy::IdentityPolicy;
+use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
 use omni_operator::tenancy::Tenancy;
 use serde_json::{Value, json};
 use support::WAIT;
@@ -18,6 +22,9 @@ use support::env::{Env, EnvBuilder, Namespaced, SAMPLE_CLUSTER, eventually_withi
 
 const READY: Cond = is_true("Ready");
 const REFUSED: Cond = is_false("Ready").because("ValidationFailed");
+/// How long a condition that should follow at once may take on a busy machine; shorter than
+/// [`WAIT`] where a regression would otherwise wait that long in silence.
+const SHORT_WAIT: Duration = Duration::from_secs(60);
 
 /// The environment with the sample cluster Ready in omni-sim, so an export that is not refused
 /// is minted at once.
@@ -148,7 +155,7 @@ async fn the_deployment_has_the_last_word_on_cluster_admin_and_lifetime() {
         identity: IdentityPolicy {
             honour_allow_cluster_admin: false,
             privileged: vec!["platform:admins".into()],
-            max_ttl: std::time::Duration::from_secs(24 * 3600),
+            max_ttl: Duration::from_secs(24 * 3600),
             ..IdentityPolicy::default()
         },
     };
@@ -189,6 +196,130 @@ async fn the_deployment_has_the_last_word_on_cluster_admin_and_lifetime() {
     assert!(
         long.contains("spec.ttl") && long.contains("--max-export-ttl"),
         "{long}"
+    );
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 5: the operator's own credentials are never sources.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_kubeconfig_is_never_a_sync_source_even_when_opted_in() {
+    let strict = SecretPolicy {
+        require_opt_in: true,
+        ..SecretPolicy::default()
+    };
+    let env = with_sample_cluster(Env::builder().with_workload().secret_policy(strict)).await;
+    export(
+        &env,
+        "edge",
+        json!({"user": "automation", "groups": ["automation"]}),
+        "1h",
+    )
+    .await;
+    env.wait_cond::<OmniKubeconfigExport>("edge", READY).await;
+    // Whoever may label Secrets opts both in: the export's own Secret must stay refused.
+    let opt_in = json!({"metadata": {"labels": {USABLE_BY_LABEL: "OmniSecretSync"}}});
+    let _: Secret = env.patch("edge-kubeconfig", opt_in.clone()).await;
+    env.create_secret(
+        "workload-kubeconfig",
+        json!({"kubeconfig": env.workload_kubeconfig("workload-token")}),
+    )
+    .await;
+    let _: Secret = env.patch("workload-kubeconfig", opt_in).await;
+    let _: OmniSecretSync = env
+        .create_spec(
+            "steal",
+            json!({
+                "clusterRef": {"name": "edge-sample"},
+                "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
+                "sourceSecretRef": {"name": "edge-kubeconfig"},
+                "targetSecretRef": {"name": "stolen", "namespace": "apps"},
+                "createNamespace": true,
+                "deletionPolicy": "Delete",
+            }),
+        )
+        .await;
+    let copies: Api<Secret> = Api::namespaced(env.workload().client.clone(), "apps");
+    let copied = async || {
+        let found = copies.get_opt("stolen").await.ok().flatten();
+        found.map(|_| "the minted kubeconfig was copied into the workload cluster".to_string())
+    };
+    let message = refused_without::<OmniSecretSync>(&env, "steal", REFUSED, copied).await;
+    assert!(message.contains("written by the operator"), "{message}");
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 7: cross-namespace export targets are the operator's decision, and a target it cannot
+// write leaves a condition.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_operator_refuses_a_cross_namespace_export() {
+    let env = with_sample_cluster(Env::builder().other_namespace("elsewhere")).await;
+    let _: OmniKubeconfigExport = env
+        .create_spec(
+            "away",
+            json!({
+                "clusterRef": {"name": "edge-sample"},
+                "targetSecretRef": {"name": "planted", "namespace": "elsewhere"},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "1h",
+                "deletionPolicy": "Delete",
+            }),
+        )
+        .await;
+    let elsewhere: Api<Secret> = Api::namespaced(env.client.clone(), "elsewhere");
+    let planted = async || {
+        let found = elsewhere.get_opt("planted").await.ok().flatten();
+        found.map(|_| "a kubeconfig was written into namespace elsewhere".to_string())
+    };
+    let message = refused_without::<OmniKubeconfigExport>(&env, "away", REFUSED, planted).await;
+    assert!(
+        message.contains("--allow-cross-namespace-export"),
+        "{message}"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_the_operator_may_not_reach_leaves_a_condition() {
+    let allowed = SecretPolicy {
+        allow_cross_namespace_export: true,
+        ..SecretPolicy::default()
+    };
+    let builder = Env::builder()
+        .other_namespace("elsewhere")
+        .secret_policy(allowed);
+    let env = with_sample_cluster(builder).await;
+    // What a namespaced install's RBAC answers for a namespace it does not cover.
+    for verb in ["get", "create"] {
+        env.kube
+            .hooks()
+            .fail_next(verb, "secrets", Some("elsewhere"), None, 403, 100_000);
+    }
+    let _: OmniKubeconfigExport = env
+        .create_spec(
+            "away",
+            json!({
+                "clusterRef": {"name": "edge-sample"},
+                "targetSecretRef": {"name": "planted", "namespace": "elsewhere"},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "1h",
+                "deletionPolicy": "Delete",
+            }),
+        )
+        .await;
+    let failed = is_false("Ready").because("ExportFailed");
+    let exports = env.api::<OmniKubeconfigExport>();
+    let message = eventually_within("a condition on the export", SHORT_WAIT, async || {
+        let obj = exports.get_opt("away").await.ok().flatten()?;
+        failed.holds(&obj).then(|| failed.message(&obj))
+    })
+    .await;
+    assert!(
+        message.contains("Secret \"elsewhere/planted\""),
+        "{message}"
     );
     env.shutdown().await;
 }

@@ -19,20 +19,52 @@ use crate::api::common::DeletionPolicy;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
 use crate::controllers::pipeline::not_deleted_meanwhile;
 use crate::controllers::secret_sync::adoptable;
-use crate::controllers::{Context, Error, Scope};
+use crate::controllers::{Context, Error};
 use crate::export_format;
 use crate::metrics::RpcOutcome;
 
 /// How an export attempt ended, when the management API let it end.
 type Attempt = Result<Done, ExportFailure>;
 
-/// In cluster-wide mode a target outside the export's own namespace needs
-/// `--allow-cross-namespace-export`.
+/// A target outside the export's own namespace needs `--allow-cross-namespace-export`, in
+/// cluster-wide and namespaced mode alike: the operator decides, not only whatever RBAC the
+/// chart happens to grant it.
 fn cross_namespace_refusal(ctx: &Context, e: &OmniKubeconfigExport) -> Option<ExportFailure> {
     let own = e.namespace().unwrap_or_default();
     let target = e.effective_target_namespace();
-    (ctx.scope == Scope::All && !ctx.secret_policy.allow_cross_namespace_export && target != own)
+    (!ctx.secret_policy.allow_cross_namespace_export && target != own)
         .then_some(ExportFailure::CrossNamespace { target, own })
+}
+
+/// The outcome of a request about a target Secret: a failure of the management API (a 403
+/// where the operator's RBAC does not reach, a conflict, an outage) becomes a failure the
+/// export reports in its conditions, never a silent retry; any other error is passed on.
+pub(super) fn about_target<T>(
+    result: Result<T, Error>,
+    verb: &'static str,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<T, ExportFailure>, Error> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(Error::Kube(error)) => Ok(Err(ExportFailure::TargetRequest {
+            verb,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            error,
+        })),
+        Err(other) => Err(other),
+    }
+}
+
+/// `?` for [`about_target`]: returns the failure from the enclosing `Result<Attempt, Error>`.
+macro_rules! target_step {
+    ($result:expr, $verb:literal, $ns:expr, $name:expr) => {
+        match about_target($result, $verb, $ns, $name)? {
+            Ok(value) => value,
+            Err(failure) => return Ok(Err(failure)),
+        }
+    };
 }
 
 /// What the deployment's identity policy refuses of the export, before anything is minted.
@@ -130,25 +162,45 @@ async fn export(
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| e.namespace().unwrap_or_default());
         if (old_name != target_name || old_ns != target_ns)
-            && let Err(f) = delete_owned(ctx, e, &old_ns, old_name).await?
+            && let Err(f) = target_step!(
+                delete_owned(ctx, e, &old_ns, old_name).await,
+                "delete",
+                &old_ns,
+                old_name
+            )
         {
             return Ok(Err(f));
         }
     }
 
     let secrets = ctx.api::<Secret>(&target_ns);
-    let existing = secrets.get_opt(&target_name).await?;
+    let existing = target_step!(
+        secrets.get_opt(&target_name).await.map_err(Error::from),
+        "read",
+        &target_ns,
+        &target_name
+    );
     if let Some(s) = existing.as_ref().filter(|s| is_owned(s, e)) {
         if s.metadata.deletion_timestamp.is_some() {
             // Deleted by someone while this export lives: it goes once nothing needs it
             // (its deletion event then re-exports); until then it keeps serving.
             if consumers(ctx, &target_ns, &target_name).await?.is_empty() {
-                release_hold(&secrets, s).await?;
+                target_step!(
+                    release_hold(&secrets, s).await,
+                    "release the hold on",
+                    &target_ns,
+                    &target_name
+                );
                 return Ok(Ok(Done::HoldChanged(RETRY)));
             }
         } else if !holds(s) {
             // Written before exports held their Secrets.
-            add_hold(&secrets, s).await?;
+            target_step!(
+                add_hold(&secrets, s).await,
+                "hold",
+                &target_ns,
+                &target_name
+            );
             return Ok(Ok(Done::HoldChanged(Duration::ZERO)));
         }
     }
@@ -225,7 +277,8 @@ async fn export(
         None => secrets.create(&pp, &secret).await,
     };
     if let Err(error) = written {
-        return Ok(Err(ExportFailure::WriteFailed {
+        return Ok(Err(ExportFailure::TargetRequest {
+            verb: "write",
             namespace: target_ns,
             name: target_name,
             error,

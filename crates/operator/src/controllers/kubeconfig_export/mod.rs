@@ -53,10 +53,11 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
 pub(crate) const ROTATED_REASON: &str = "KubeconfigRotated";
 
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
-const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
+pub(crate) const MANAGED_BY: (&str, &str) =
+    ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+pub(crate) const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
 const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
-const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
+pub(crate) const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
 const NAMESPACE_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-namespace";
 const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-hash";
 const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
@@ -111,10 +112,15 @@ impl Pipeline for OmniKubeconfigExport {
 
     /// The deleting export's part in its Secret's end.
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
-        Ok(match holds::end_target(&ctx, &self).await? {
-            holds::TargetEnd::Done => Cleanup::Done,
-            holds::TargetEnd::Waiting(w) => Cleanup::Waiting(Outcome::early(Ok(Done::Waiting(w)))),
-            holds::TargetEnd::Failed(f) => Cleanup::Waiting(Outcome::early(Err(f))),
+        let (ns, name) = holds::target_location(&self);
+        let end =
+            apply::about_target(holds::end_target(&ctx, &self).await, "clean up", &ns, &name)?;
+        Ok(match end {
+            Ok(holds::TargetEnd::Done) => Cleanup::Done,
+            Ok(holds::TargetEnd::Waiting(w)) => {
+                Cleanup::Waiting(Outcome::early(Ok(Done::Waiting(w))))
+            }
+            Ok(holds::TargetEnd::Failed(f)) | Err(f) => Cleanup::Waiting(Outcome::early(Err(f))),
         })
     }
 }

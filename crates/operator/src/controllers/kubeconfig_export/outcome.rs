@@ -22,9 +22,9 @@ pub enum ExportFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
-    /// In cluster-wide mode the target is outside the export's namespace, which needs
+    /// The target is outside the export's namespace, which needs
     /// `--allow-cross-namespace-export` (otherwise anyone who may create an export could plant or
-    /// overwrite kubeconfigs in every namespace).
+    /// overwrite kubeconfigs in every namespace the operator's RBAC reaches).
     #[error(
         "spec.targetSecretRef.namespace {target:?} is not the export's own namespace {own:?}; the operator allows that only with --allow-cross-namespace-export"
     )]
@@ -81,9 +81,11 @@ pub enum ExportFailure {
     /// names fields, never values).
     #[error("{0}")]
     UnusableKubeconfig(String),
-    /// Writing the target Secret failed.
-    #[error("write Secret \"{namespace}/{name}\": {error}")]
-    WriteFailed {
+    /// A request about the target Secret (read, write, hold, delete) failed.
+    #[error("{verb} Secret \"{namespace}/{name}\": {error}")]
+    TargetRequest {
+        /// What was being done to it.
+        verb: &'static str,
         /// The target's namespace.
         namespace: String,
         /// The target's name.
@@ -117,7 +119,7 @@ impl ExportFailure {
             Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. } => reasons::EXPORT_FAILED,
+            | Self::TargetRequest { .. } => reasons::EXPORT_FAILED,
             Self::TargetKeepsChanging { .. } => reasons::DELETE_FAILED,
         }
     }
@@ -138,7 +140,7 @@ impl ExportFailure {
             | Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. }
+            | Self::TargetRequest { .. }
             | Self::TargetKeepsChanging { .. } => RetryPolicy::Backoff,
         }
     }

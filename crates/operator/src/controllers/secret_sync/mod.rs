@@ -21,7 +21,7 @@ pub(crate) use self::failure::SecretSyncFailure;
 use self::failure::kubeconfig_failure;
 pub(crate) use self::outcome::SyncOutcome;
 use self::outcome::desired_status;
-pub(crate) use self::target::adoptable;
+pub(crate) use self::target::{UID_LABEL, adoptable};
 use self::write::{delete_owned, sync_target};
 use super::index::{RefKey, namespace_of};
 use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};

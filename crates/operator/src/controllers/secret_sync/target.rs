@@ -13,7 +13,7 @@ use super::ADOPT_ANNOTATION;
 use crate::api::OmniSecretSync;
 
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
-const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
+pub(crate) const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
 const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
 const NAME_ANNOTATION: &str = "omni.texashpc.com/secret-sync-name";
 const SOURCE_ANNOTATION: &str = "omni.texashpc.com/secret-sync-source";
