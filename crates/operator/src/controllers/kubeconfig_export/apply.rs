@@ -51,7 +51,7 @@ pub(super) fn about_target<T>(
             verb,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            error,
+            error: Box::new(error),
         })),
         Err(other) => Err(other),
     }
@@ -281,7 +281,7 @@ async fn export(
             verb: "write",
             namespace: target_ns,
             name: target_name,
-            error,
+            error: Box::new(error),
         }));
     }
     if existing.is_some() {

@@ -92,7 +92,7 @@ pub enum ExportFailure {
         name: String,
         /// The management cluster's answer.
         #[source]
-        error: kube::Error,
+        error: Box<kube::Error>,
     },
     /// A Secret to delete kept changing while it was judged.
     #[error("Secret \"{namespace}/{name}\" keeps changing while it is being deleted; retrying")]

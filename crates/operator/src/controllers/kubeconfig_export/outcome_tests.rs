@@ -143,7 +143,7 @@ fn failures_carry_their_reason_retry_and_message() {
                 verb: "write",
                 namespace: ns.clone(),
                 name: name.clone(),
-                error: kube_error(),
+                error: Box::new(kube_error()),
             },
             "ExportFailed",
             Backoff,
