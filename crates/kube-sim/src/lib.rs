@@ -12,6 +12,7 @@ mod events;
 mod field_validation;
 mod gc;
 pub mod hooks;
+mod impersonation;
 pub mod kubeconfig;
 mod openapi;
 mod openapi_v2;
