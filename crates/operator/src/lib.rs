@@ -18,6 +18,7 @@ pub(crate) mod delete_guard;
 pub(crate) mod export_format;
 pub mod helm;
 pub mod identity_policy;
+pub(crate) mod impersonation;
 pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;

@@ -278,10 +278,12 @@ pub(crate) mod condition_types {
 pub mod reasons {
     #![allow(missing_docs)]
     pub(crate) const ACCEPTED: &str = "Accepted";
+    pub(crate) const ACCESS_DENIED: &str = "AccessDenied";
     pub(crate) const CONNECTION_READY: &str = "ConnectionReady";
     pub(crate) const CONNECTION_FAILED: &str = "ConnectionFailed";
     pub(crate) const DELETE_FAILED: &str = "DeleteFailed";
     pub const DELETING: &str = "Deleting";
+    pub(crate) const CHART_FETCH_FAILED: &str = "ChartFetchFailed";
     pub(crate) const EXPORTED: &str = "Exported";
     pub(crate) const EXPORT_FAILED: &str = "ExportFailed";
     pub(crate) const MISSING_CLUSTER: &str = "MissingCluster";
@@ -295,6 +297,7 @@ pub mod reasons {
     pub(crate) const SUSPENDED: &str = "Suspended";
     pub(crate) const SYNC_FAILED: &str = "SyncFailed";
     pub(crate) const SYNCED: &str = "Synced";
+    pub(crate) const TIMEOUT: &str = "Timeout";
     pub(crate) const UNSUPPORTED_OMNI_API: &str = "UnsupportedOmniAPI";
     pub(crate) const VALIDATED: &str = "Validated";
     pub(crate) const VALIDATION_FAILED: &str = "ValidationFailed";
@@ -350,6 +353,29 @@ pub enum DeletionPolicy {
 }
 
 /// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
+/// The problem of a `spec.serviceAccountName`, if it has one: a ServiceAccount's name is a DNS
+/// subdomain (the CRD schema says so too; this covers objects stored past it).
+pub(crate) fn service_account_name_error(
+    name: Option<&str>,
+) -> Option<super::validation::FieldError> {
+    let name = name?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    (name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+        super::validation::FieldError::invalid(
+            "spec.serviceAccountName",
+            name,
+            "must be the name of a ServiceAccount (a DNS subdomain: lower-case letters, digits, '-' and '.')",
+        )
+    })
+}
+
 pub(crate) fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
 }

@@ -124,6 +124,15 @@ pub struct OmniHelmReleaseSpec {
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
     pub(crate) drift_check_interval: DurationField,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// The chart to install.
@@ -150,6 +159,11 @@ pub struct HelmChart {
         skip_serializing_if = "Option::is_none"
     )]
     pub(crate) credentials_secret_ref: Option<ChartCredentialsRef>,
+    /// Allow plain HTTP where TLS is otherwise required: credentials may then be sent to an
+    /// `http://` repository, and an `oci://` registry is spoken to over plain HTTP. The operator
+    /// may be run so that it is never honoured (`--allow-insecure-chart-sources=false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 /// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
@@ -355,6 +369,11 @@ pub(crate) fn validate_stored(new: &OmniHelmRelease) -> Validation {
 
 fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let spec = &new.spec;
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
@@ -414,6 +433,17 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
         v.push(FieldError::required(
             "spec.chart.chart",
             "chart.chart is required",
+        ));
+    } else if let Err(e) = crate::helm::source::location::check_chart(&spec.chart.chart) {
+        v.push(FieldError::invalid(e.field, &spec.chart.chart, e.detail));
+    } else if !spec.chart.chart.trim().starts_with("oci://")
+        && is_absolute_url(spec.chart.repository.trim())
+        && let Err(e) = crate::helm::source::location::check_repository(&spec.chart.repository)
+    {
+        v.push(FieldError::invalid(
+            e.field,
+            &spec.chart.repository,
+            e.detail,
         ));
     }
     if is_blank(&spec.chart.version) {

@@ -9,12 +9,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::controllers::{Scope, SystemClock};
+use crate::helm::source::{ChartSourcePolicy, HostPattern};
 use crate::identity_policy::IdentityPolicy;
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::secret_policy::SecretPolicy;
 use crate::secure_metrics::SecureMetricsConfig;
-use crate::tenancy::Tenancy;
+use crate::tenancy::{Tenancy, Timeouts};
 use crate::webhook::WebhookConfig;
 
 pub(crate) use crate::runtime::default_helm_work_dir;
@@ -129,6 +130,51 @@ pub struct Args {
     /// Longest `ttl` an OmniKubeconfigExport may ask for (Go duration).
     #[arg(long, env = "MAX_EXPORT_TTL", default_value = "8760h", value_parser = parse_positive_duration)]
     pub(crate) max_export_ttl: Duration,
+    /// Hosts OmniHelmRelease charts may be fetched from (repositories, the chart URLs their
+    /// indexes list, redirects, registries and their token services): `host`, `*.domain` or an
+    /// IP, each optionally with `:port`; comma-separated or repeated. Unset: any host.
+    #[arg(long = "chart-source-allowed-hosts", env = "CHART_SOURCE_ALLOWED_HOSTS",
+          value_delimiter = ',', value_parser = parse_host_pattern)]
+    pub(crate) chart_source_allowed_hosts: Vec<HostPattern>,
+    /// Never fetch charts from loopback, link-local or private addresses (checked on the
+    /// addresses a name resolves to, before connecting). Off by default: air-gapped
+    /// installations serve charts from private networks.
+    #[arg(long, env = "CHART_SOURCE_DENY_PRIVATE_NETWORKS", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) chart_source_deny_private_networks: bool,
+    /// Honour `spec.chart.insecure: true` of OmniHelmReleases (credentials over plain HTTP,
+    /// plain-HTTP registries). `false` refuses such objects.
+    #[arg(long, env = "ALLOW_INSECURE_CHART_SOURCES", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) allow_insecure_chart_sources: bool,
+    /// Time to establish a connection (TCP and TLS) to a workload API server or chart source.
+    #[arg(long, env = "CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub(crate) connect_timeout: Duration,
+    /// Silence tolerated from a workload API server or chart source while waiting for its
+    /// answer or the next part of it.
+    #[arg(long, env = "READ_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub(crate) read_timeout: Duration,
+    /// Longest request to a workload API server or chart source, answer included.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    pub(crate) request_timeout: Duration,
+    /// Time to establish a connection to Omni.
+    #[arg(long, env = "OMNI_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub(crate) omni_connect_timeout: Duration,
+    /// Longest unary Omni call (watches are kept alive by HTTP/2 pings instead).
+    #[arg(long, env = "OMNI_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub(crate) omni_request_timeout: Duration,
+    /// Most reconciles of one controller that the objects of one target (a kubeconfig Secret,
+    /// an OmniCluster, an OmniConnection) hold at once; the others wait their turn without
+    /// holding a slot, so a server that never answers delays only its own objects.
+    #[arg(long, env = "MAX_RECONCILES_PER_TARGET", default_value_t = crate::controllers::DEFAULT_PER_TARGET,
+          value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub(crate) max_reconciles_per_target: u16,
+    /// ServiceAccount (in each object's own namespace) the operator impersonates to read the
+    /// Secrets an OmniConnection, OmniSecretSync or OmniHelmRelease references when the object
+    /// names no `spec.serviceAccountName`: the lockdown convention. Unset: such reads use the
+    /// operator's own identity.
+    #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT")]
+    pub(crate) default_service_account: Option<String>,
     /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
     #[arg(long, hide = true, value_parser = crate::baseline::parse)]
     pub baseline_quirks: Option<crate::baseline::Quirks>,
@@ -157,6 +203,10 @@ fn parse_interval(value: &str) -> Result<Duration, String> {
     }
     d.to_std()
         .ok_or_else(|| format!("{value:?} is out of range"))
+}
+
+fn parse_host_pattern(value: &str) -> Result<HostPattern, String> {
+    HostPattern::parse(value)
 }
 
 /// Parses a positive Go duration such as `24h`.
@@ -263,6 +313,23 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
                 max_ttl: args.max_export_ttl,
                 ..IdentityPolicy::default()
             },
+            chart_sources: ChartSourcePolicy {
+                allowed_hosts: args.chart_source_allowed_hosts.clone(),
+                deny_private_networks: args.chart_source_deny_private_networks,
+                allow_insecure: args.allow_insecure_chart_sources,
+            },
+            timeouts: Timeouts {
+                connect: args.connect_timeout,
+                read: args.read_timeout,
+                request: args.request_timeout,
+                omni_connect: args.omni_connect_timeout,
+                omni_request: args.omni_request_timeout,
+            },
+            per_target_reconciles: args.max_reconciles_per_target,
+            default_service_account: args
+                .default_service_account
+                .clone()
+                .filter(|n| !n.trim().is_empty()),
         },
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
@@ -477,6 +544,58 @@ mod tests {
         for bad in ["--max-export-ttl=0", "--max-export-ttl=a year"] {
             let err = parse(&[bad]).err().unwrap_or_default();
             assert!(err.contains("--max-export-ttl"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn chart_source_and_timeout_flags_parse() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["run", "--namespace", "omni"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
+        };
+        let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(default.tenancy, Tenancy::default());
+        let locked = parse(&[
+            "--chart-source-allowed-hosts=charts.example.com,*.internal:8443",
+            "--chart-source-deny-private-networks",
+            "--allow-insecure-chart-sources=false",
+            "--connect-timeout=3s",
+            "--read-timeout=5s",
+            "--request-timeout=20s",
+            "--omni-connect-timeout=4s",
+            "--omni-request-timeout=15s",
+            "--max-reconciles-per-target=8",
+            "--default-service-account=tenant",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let sources = &locked.tenancy.chart_sources;
+        let hosts: Vec<String> = sources
+            .allowed_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(hosts, ["charts.example.com", "*.internal:8443"]);
+        assert!(sources.deny_private_networks && !sources.allow_insecure);
+        let t = locked.tenancy.timeouts;
+        assert_eq!(
+            [t.connect, t.read, t.request, t.omni_connect, t.omni_request],
+            [3, 5, 20, 4, 15].map(Duration::from_secs)
+        );
+        assert_eq!(locked.tenancy.per_target_reconciles, 8);
+        assert_eq!(
+            locked.tenancy.default_service_account.as_deref(),
+            Some("tenant")
+        );
+        for bad in [
+            "--chart-source-allowed-hosts=https://x",
+            "--read-timeout=0s",
+        ] {
+            let err = parse(&[bad]).err().unwrap_or_default();
+            let flag = bad.split('=').next().unwrap_or_default();
+            assert!(err.contains(flag), "{bad}: {err}");
         }
     }
 

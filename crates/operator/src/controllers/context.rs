@@ -77,6 +77,8 @@ pub struct Context {
     pub secret_policy: crate::secret_policy::SecretPolicy,
     /// The deployment's multi-tenancy settings (identity policy, chart sources, timeouts).
     pub tenancy: crate::tenancy::Tenancy,
+    /// Each target's share of the reconcile slots in use.
+    pub(crate) target_slots: super::fairness::TargetSlots,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
     /// The connection controller's record of its last key-hold sweep per namespace.
@@ -125,6 +127,7 @@ impl Context {
                 .unwrap_or(Duration::from_secs(10)),
             secret_policy: crate::secret_policy::SecretPolicy::default(),
             tenancy: crate::tenancy::Tenancy::default(),
+            target_slots: super::fairness::TargetSlots::new(super::DEFAULT_PER_TARGET),
             cluster_children: std::sync::RwLock::new(None),
             swept_keys: super::connection::SweptKeys::default(),
             events,
@@ -171,8 +174,29 @@ impl Context {
 
     /// Sets the multi-tenancy settings (builder style).
     pub(crate) fn with_tenancy(mut self, tenancy: crate::tenancy::Tenancy) -> Self {
+        let t = tenancy.timeouts;
+        self.omni = self
+            .omni
+            .with_timeouts(t.omni_connect, t.omni_request)
+            .with_default_service_account(tenancy.default_service_account.clone());
+        self.workload = self.workload.with_limits(t.outbound());
+        self.target_slots = super::fairness::TargetSlots::new(tenancy.per_target_reconciles);
         self.tenancy = tenancy;
         self
+    }
+
+    /// Whose identity reads what an object of `namespace` references: its own
+    /// `spec.serviceAccountName` `own`, else the deployment's default, else the operator.
+    pub(crate) fn reader(
+        &self,
+        namespace: &str,
+        own: Option<&str>,
+    ) -> crate::impersonation::Reader {
+        crate::impersonation::Reader::of(
+            namespace,
+            own,
+            self.tenancy.default_service_account.as_deref(),
+        )
     }
 
     /// An API handle for `K` in `namespace`.

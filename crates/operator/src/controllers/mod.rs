@@ -25,6 +25,7 @@ mod context;
 mod decoded;
 mod error;
 mod events;
+mod fairness;
 pub mod finalizer;
 pub mod helm_release;
 pub mod index;
@@ -42,6 +43,7 @@ pub(crate) use self::decoded::{cached_ref, error_policy};
 pub(crate) use self::error::RetryPolicy;
 pub use self::error::{Error, backoff_delay};
 pub(crate) use self::error::{periodic, periodic_spread};
+pub use self::fairness::DEFAULT_PER_TARGET;
 pub use self::runner::{ClusterTrigger, Shutdown, cluster_changes, secret_changes};
 pub(crate) use self::runner::{
     OwnKind, cluster_changes_of, drive, indexed_controller_for, instrumented, secret_changes_of,

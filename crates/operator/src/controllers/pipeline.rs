@@ -72,6 +72,12 @@ pub(crate) trait Pipeline:
     /// Drops what the operator keeps for this object once its finalizer is off.
     fn forget(&self, _ctx: &Context) {}
 
+    /// What a pass talks to (a kubeconfig Secret, an OmniCluster, an OmniConnection), whose
+    /// objects together hold at most their share of the reconcile slots (`fairness.rs`).
+    fn target(&self) -> Option<String> {
+        None
+    }
+
     /// After the status write: anything worth announcing that the condition Event does not
     /// say (`old` is the status before this pass).
     fn announce(
@@ -121,6 +127,19 @@ pub(crate) async fn reconcile<P: Pipeline>(
     obj: Arc<P>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    // Before anything else: a target holding its share waits, doing nothing, so one server
+    // that never answers cannot take every slot.
+    // Each controller has its own slots, so each kind has its own share of a target's.
+    let _slot = match obj.target() {
+        Some(target) => match ctx
+            .target_slots
+            .try_take(&format!("{}/{target}", P::kind(&())))
+        {
+            Some(slot) => Some(slot),
+            None => return Ok(Action::requeue(super::fairness::busy_retry())),
+        },
+        None => None,
+    };
     instrumented(obj.as_ref(), &ctx, async {
         let namespace = obj.namespace().unwrap_or_default();
         let api = ctx.api::<P>(&namespace);

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{ChartSource, HelmFlavor, ReleaseRequest};
+use super::{HelmFlavor, ReleaseRequest};
 
 /// Where the per-call private files live.
 #[derive(Clone, Debug)]
@@ -21,8 +21,6 @@ pub struct CallFiles<'a> {
     pub(crate) repository_cache: &'a Path,
     /// Private OCI registry credentials file for this call.
     pub(crate) registry_config: &'a Path,
-    /// CA bundle for the chart repository, when one is configured.
-    pub(crate) ca_file: Option<&'a Path>,
 }
 
 /// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
@@ -64,30 +62,6 @@ pub(crate) enum InstallVerb {
 /// with `-` (both come from the custom resource) is never parsed as a helm flag.
 pub(crate) const END_OF_FLAGS: &str = "--";
 
-/// The chart argument and the flags that locate it: `(flags, chart)`. `repo_alias` is the name
-/// under which the repository was added to this call's private `repositories.yaml` (used when
-/// the repository needs credentials or a CA bundle); without it the chart is fetched with
-/// `--repo=URL`.
-pub(crate) fn chart_arguments(
-    chart: &ChartSource,
-    version: &str,
-    repo_alias: Option<&str>,
-) -> (Vec<String>, String) {
-    let mut flags = Vec::new();
-    let positional = match chart {
-        ChartSource::Oci { reference } => reference.clone(),
-        ChartSource::Repository { url, chart } => match repo_alias {
-            Some(alias) => format!("{alias}/{chart}"),
-            None => {
-                flags.push(format!("--repo={url}"));
-                chart.clone()
-            }
-        },
-    };
-    flags.push(format!("--version={version}"));
-    (flags, positional)
-}
-
 /// `--labels` value for the release's ownership labels (`key=value` pairs joined by commas;
 /// keys and values are label-safe, so they contain neither `,` nor `=`).
 fn labels_flag(labels: &[(String, String)]) -> Option<String> {
@@ -98,13 +72,15 @@ fn labels_flag(labels: &[(String, String)]) -> Option<String> {
     Some(format!("--labels={}", pairs.join(",")))
 }
 
-/// `helm install|upgrade ... -- NAME CHART` for the given flavor.
+/// `helm install|upgrade ... -- NAME ARCHIVE` for the given flavor. `archive` is the chart the
+/// operator fetched and verified ([`super::source`]): helm reads a local file and never
+/// reaches a repository, so neither `--repo`, `--version` nor credentials are passed.
 pub(crate) fn install_or_upgrade(
     verb: InstallVerb,
     flavor: HelmFlavor,
     request: &ReleaseRequest,
     files: &CallFiles<'_>,
-    repo_alias: Option<&str>,
+    archive: &Path,
 ) -> Vec<String> {
     let mut args = vec![
         match verb {
@@ -113,8 +89,6 @@ pub(crate) fn install_or_upgrade(
         }
         .to_string(),
     ];
-    let (chart_flags, chart) = chart_arguments(&request.chart, &request.chart_version, repo_alias);
-    args.extend(chart_flags);
     args.extend(common_flags(files, &request.namespace));
     // Helm merges these into the labels of the previous revision on upgrade, so they always
     // name the current owner (see docs/helm.md, "Ownership").
@@ -150,9 +124,6 @@ pub(crate) fn install_or_upgrade(
     if request.skip_crds {
         args.push("--skip-crds".into());
     }
-    if let Some(ca) = files.ca_file {
-        args.extend(["--ca-file".into(), ca.display().to_string()]);
-    }
     args.extend(wait_flags(flavor, request.wait, request.wait_for_jobs));
     if request.atomic {
         args.push(
@@ -163,7 +134,11 @@ pub(crate) fn install_or_upgrade(
             .into(),
         );
     }
-    args.extend([END_OF_FLAGS.into(), request.release_name.clone(), chart]);
+    args.extend([
+        END_OF_FLAGS.into(),
+        request.release_name.clone(),
+        archive.display().to_string(),
+    ]);
     args
 }
 
@@ -280,7 +255,10 @@ pub fn history(release: &str, namespace: &str, files: &CallFiles<'_>) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::helm::ChartSource;
     use std::path::PathBuf;
+
+    const ARCHIVE: &str = "/w/chart.tgz";
 
     fn request() -> ReleaseRequest {
         ReleaseRequest {
@@ -328,7 +306,6 @@ mod tests {
             repository_config: &rc,
             repository_cache: &rca,
             registry_config: &reg,
-            ca_file: None,
         })
     }
 
@@ -345,12 +322,21 @@ mod tests {
     #[test]
     fn helm4_install_uses_strategy_flags_and_rollback_on_failure() {
         let args = with_files(|f| {
-            install_or_upgrade(InstallVerb::Install, HelmFlavor::V4, &request(), f, None)
+            install_or_upgrade(
+                InstallVerb::Install,
+                HelmFlavor::V4,
+                &request(),
+                f,
+                Path::new(ARCHIVE),
+            )
         });
         assert_eq!(args[0], "install");
-        assert_eq!(positionals(&args), ["metrics-server", "metrics-server"]);
-        assert!(args.contains(&"--repo=https://charts.example.com/".to_string()));
-        assert!(args.contains(&"--version=3.13.0".to_string()));
+        assert_eq!(positionals(&args), ["metrics-server", ARCHIVE]);
+        // helm reads the verified archive: it is told of no repository, version or credential.
+        assert!(!args.iter().any(|a| a.starts_with("--repo=")
+            || a.starts_with("--version")
+            || a.starts_with("--username")
+            || a.starts_with("--ca-file")));
         assert!(args.contains(&"--namespace=kube-system".to_string()));
         assert!(args.contains(&"--labels=omni.texashpc.com/owner-uid=u-1".to_string()));
         assert!(has_pair(&args, "--kubeconfig", "/w/kubeconfig"));
@@ -374,12 +360,11 @@ mod tests {
                 HelmFlavor::V3,
                 &request(),
                 f,
-                Some("r0"),
+                Path::new(ARCHIVE),
             )
         });
         assert_eq!(args[0], "upgrade");
-        assert_eq!(positionals(&args), ["metrics-server", "r0/metrics-server"]);
-        assert!(!args.iter().any(|a| a.starts_with("--repo=")));
+        assert_eq!(positionals(&args), ["metrics-server", ARCHIVE]);
         assert!(args.contains(&"--wait".to_string()));
         assert!(args.contains(&"--atomic".to_string()));
         assert!(args.contains(&"--cleanup-on-fail".to_string()));
@@ -399,20 +384,6 @@ mod tests {
     }
 
     #[test]
-    fn oci_chart_is_passed_whole_and_repository_ignored() {
-        let chart = ChartSource::Oci {
-            reference: "oci://ghcr.io/org/charts/app".into(),
-        };
-        assert_eq!(
-            chart_arguments(&chart, "1.2.3", None),
-            (
-                vec!["--version=1.2.3".to_string()],
-                "oci://ghcr.io/org/charts/app".to_string()
-            )
-        );
-    }
-
-    #[test]
     fn names_from_the_spec_are_positional_even_when_they_look_like_flags() {
         let mut hostile = request();
         hostile.release_name = "--kubeconfig=/etc/operator".into();
@@ -424,12 +395,9 @@ mod tests {
         hostile.namespace = "--debug".into();
         with_files(|f| {
             for verb in [InstallVerb::Install, InstallVerb::Upgrade] {
-                let args = install_or_upgrade(verb, HelmFlavor::V4, &hostile, f, None);
-                assert_eq!(
-                    positionals(&args),
-                    ["--kubeconfig=/etc/operator", "--post-renderer=sh"]
-                );
-                assert!(args.contains(&"--version=-1".to_string()));
+                let args =
+                    install_or_upgrade(verb, HelmFlavor::V4, &hostile, f, Path::new(ARCHIVE));
+                assert_eq!(positionals(&args), ["--kubeconfig=/etc/operator", ARCHIVE]);
                 assert!(args.contains(&"--namespace=--debug".to_string()));
             }
             let name = "-x";

@@ -100,6 +100,8 @@ pub struct EnvBuilder {
     real_helm: bool,
     /// The deployment's multi-tenancy settings.
     tenancy: Tenancy,
+    /// The management cluster authorises with RBAC (its clients stay cluster admins).
+    rbac: bool,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -210,6 +212,14 @@ impl EnvBuilder {
         self
     }
 
+    /// The management cluster authorises every request with RBAC, as a real one does; the
+    /// operator and the test still send no credentials, so they act as `system:admin`
+    /// (`system:masters`), and what they impersonate is held to its own RBAC.
+    pub fn rbac(mut self) -> Self {
+        self.rbac = true;
+        self
+    }
+
     /// The operator runs with these multi-tenancy settings (its flags' defaults otherwise).
     pub fn tenancy(mut self, tenancy: Tenancy) -> Self {
         self.tenancy = tenancy;
@@ -239,7 +249,18 @@ impl EnvBuilder {
 
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
-        let (kube, client) = super::kube_sim().await;
+        let (kube, client) = match self.rbac {
+            false => super::kube_sim().await,
+            true => {
+                let sim = kube_sim::server::KubeSim::builder()
+                    .authorizer(Arc::new(kube_sim::wiring::RbacAuthorizer))
+                    .start()
+                    .await
+                    .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
+                let client = super::client_of(&sim);
+                (sim, client)
+            }
+        };
         super::install_operator_api(&client, NS).await;
         for name in &self.other_namespaces {
             super::stack::create_namespace(&client, name).await;
@@ -372,6 +393,7 @@ impl Env {
             kubeconfigs_at_closed_port: false,
             real_helm: false,
             tenancy: Tenancy::default(),
+            rbac: false,
         }
     }
 

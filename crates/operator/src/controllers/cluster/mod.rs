@@ -67,6 +67,12 @@ impl Pipeline for OmniCluster {
     type Outcome = Outcome;
     const LEGACY_FINALIZER: bool = true;
 
+    /// The OmniConnection: the Omni every pass talks to.
+    fn target(&self) -> Option<String> {
+        let ns = kube::ResourceExt::namespace(self).unwrap_or_default();
+        Some(format!("connection:{ns}/{}", self.spec.connection_ref.name))
+    }
+
     fn validate(&self) -> crate::api::validation::Validation {
         crate::api::cluster::validate_stored(self)
     }

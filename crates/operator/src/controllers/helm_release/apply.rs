@@ -3,6 +3,7 @@
 
 use kube::runtime::events::EventType;
 
+use super::inputs::Problem;
 use super::outcome::{After, Applied, Outcome, action_name};
 use super::ownership::run_labels;
 use super::{REASON_ADOPTED, REASON_DRIFT, REASON_ROLLED_BACK};
@@ -10,7 +11,10 @@ use crate::api::OmniHelmRelease;
 use crate::controllers::Context;
 use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::helm::args::InstallVerb;
-use crate::helm::{HelmError, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth};
+use crate::helm::source::{Fetch, Fetched};
+use crate::helm::{
+    ChartSource, HelmError, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth,
+};
 
 /// A Helm run about to install or upgrade the release, with what the pass knows about it.
 pub(crate) struct HelmRun<'a> {
@@ -24,6 +28,30 @@ pub(crate) struct HelmRun<'a> {
     pub adopting: bool,
     /// The inputs were applied before, so the release changed out of band.
     pub drift: bool,
+}
+
+impl HelmRun<'_> {
+    /// The chart of `req`, fetched and verified into the session's directory under the
+    /// deployment's chart source policy ([`crate::helm::source`]).
+    async fn fetch_chart(&self, req: &ReleaseRequest) -> Result<Fetched, Problem> {
+        let (repository, chart) = match &req.chart {
+            ChartSource::Repository { url, chart } => (url.as_str(), chart.as_str()),
+            ChartSource::Oci { reference } => ("", reference.as_str()),
+        };
+        let tenancy = &self.ctx.tenancy;
+        Fetch {
+            repository,
+            chart,
+            version: &req.chart_version,
+            insecure: self.r.spec.chart.insecure,
+            auth: self.auth,
+            policy: &tenancy.chart_sources,
+            limits: tenancy.timeouts.outbound(),
+        }
+        .run(self.session.dir())
+        .await
+        .map_err(Problem::from)
+    }
 }
 
 /// Names what `atomic` undid after a failed run, judged from where the release landed.
@@ -48,6 +76,12 @@ impl HelmRun<'_> {
     ) -> Outcome {
         let (ctx, r) = (self.ctx, self.r);
         let name = r.effective_release_name();
+        // The chart first: helm gets an archive the operator fetched and verified, or nothing.
+        let chart = match self.fetch_chart(&req).await {
+            Ok(chart) => chart,
+            Err(problem) => return Outcome::Blocked(problem),
+        };
+        tracing::debug!(release = %name, digest = %chart.digest, "chart fetched and verified");
         if self.drift {
             let seen = self.current.map_or_else(
                 || "missing".to_string(),
@@ -67,7 +101,11 @@ impl HelmRun<'_> {
         let next_revision = self.current.map_or(1, |c| c.revision + 1);
         req.owner_labels
             .extend(run_labels(self.session.run_id(), next_revision));
-        let applied = match self.session.install_or_upgrade(verb, &req, self.auth).await {
+        let applied = match self
+            .session
+            .install_or_upgrade(verb, &req, &chart.path)
+            .await
+        {
             Ok(info) => {
                 if self.adopting {
                     ctx.event(

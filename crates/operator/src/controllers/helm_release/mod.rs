@@ -104,6 +104,15 @@ impl Pipeline for OmniHelmRelease {
     const LEGACY_FINALIZER: bool = false;
     const READ_FRESH: bool = true;
 
+    /// The kubeconfig Secret: the workload API server helm talks to.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
+
     fn validate(&self) -> Validation {
         crate::api::helm_release::validate_stored(self)
     }
@@ -181,7 +190,13 @@ async fn attached(
                 .to_string(),
         )));
     };
-    let session = match helm.session(&inputs::release_key(r), &kubeconfig).await {
+    if let Err(problem) = inputs::reachable(ctx, r, &kubeconfig).await {
+        return Ok(Outcome::Blocked(problem));
+    }
+    let session = match helm
+        .session(&inputs::release_key(r), &kubeconfig.checked)
+        .await
+    {
         Ok(s) => s,
         Err(err) => {
             return Ok(Outcome::HelmFailed(format!(

@@ -39,7 +39,7 @@ pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup
             )),
         )));
     };
-    let result = match helm.session(&release_key(r), &kubeconfig).await {
+    let result = match helm.session(&release_key(r), &kubeconfig.checked).await {
         Ok(session) => uninstall_if_owned(r, &session).await,
         Err(e) => Err(e),
     };

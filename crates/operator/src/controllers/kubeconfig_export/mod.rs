@@ -72,6 +72,12 @@ impl Pipeline for OmniKubeconfigExport {
     type Outcome = Outcome;
     const LEGACY_FINALIZER: bool = false;
 
+    /// The OmniCluster: its Omni and its workload API server.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!("cluster:{ns}/{}", self.spec.cluster_ref.name))
+    }
+
     /// The webhook's own rules, in case admission was bypassed.
     fn validate(&self) -> crate::api::validation::Validation {
         crate::api::kubeconfig_export::validate_stored(self)

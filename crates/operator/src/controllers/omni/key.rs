@@ -70,6 +70,19 @@ pub enum ConnectionError {
         /// API error.
         detail: String,
     },
+    /// The connection's ServiceAccount may not read the Secret (the read is never retried
+    /// with the operator's identity).
+    #[error(
+        "{reader} may not read Secret \"{namespace}/{name}\" (spec.auth.serviceAccountSecretRef)"
+    )]
+    AccessDenied {
+        /// Who read.
+        reader: String,
+        /// Namespace.
+        namespace: String,
+        /// Secret name.
+        name: String,
+    },
     /// The client could not be built from the key and endpoint.
     #[error("create Omni client: {0}")]
     Client(String),
@@ -85,6 +98,7 @@ impl ConnectionError {
             | ConnectionError::EnvAssignments { .. }
             | ConnectionError::NotBase64 { .. }
             | ConnectionError::Read { .. } => crate::api::common::reasons::MISSING_SECRET,
+            ConnectionError::AccessDenied { .. } => crate::api::common::reasons::ACCESS_DENIED,
             ConnectionError::Client(_) => crate::api::common::reasons::CONNECTION_FAILED,
         }
     }

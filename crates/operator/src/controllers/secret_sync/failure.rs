@@ -17,6 +17,10 @@ pub enum SecretSyncFailure {
     /// The Secret policy refuses a Secret the sync would read.
     #[error("{0}")]
     Refused(String),
+    /// The sync's ServiceAccount may not read a Secret it references; the message names the
+    /// reference.
+    #[error("{0}")]
+    AccessDenied(String),
     /// The referenced OmniCluster does not exist.
     #[error("OmniCluster {cluster:?} does not exist")]
     MissingCluster {
@@ -106,9 +110,15 @@ impl SecretSyncFailure {
                 reasons::VALIDATION_FAILED
             }
             Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::AccessDenied(_) => reasons::ACCESS_DENIED,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. } => reasons::MISSING_SECRET,
+            // A workload API server that does not answer in time is told apart: it degrades only
+            // the objects that point at it, and the operator's time bounds say how long it had.
+            Self::Workload { error, .. } if crate::api_client::is_timeout(error) => {
+                reasons::TIMEOUT
+            }
             Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
                 reasons::SYNC_FAILED
             }
@@ -123,7 +133,9 @@ impl SecretSyncFailure {
             Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
             // An unowned target lives in the workload cluster, which is not watched: poll so
             // an adoption annotation is noticed. Missing references are polled likewise.
+            // RBAC is not watched: look again, as for a missing reference.
             Self::TargetNotOwned { .. }
+            | Self::AccessDenied(_)
             | Self::MissingCluster { .. }
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
@@ -163,6 +175,9 @@ pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> Sec
             detail,
         },
         WorkloadError::Refused { reason } => SecretSyncFailure::Refused(reason),
+        WorkloadError::Denied(m) => {
+            SecretSyncFailure::AccessDenied(format!("{m} (spec.kubeconfigSecretRef)"))
+        }
         e @ WorkloadError::Read { .. } => SecretSyncFailure::KubeconfigUnreadable(e),
     }
 }

@@ -53,8 +53,16 @@ async fn workload_client(
 ) -> Result<kube::Client, SecretSyncFailure> {
     let namespace = sync.namespace().unwrap_or_default();
     let k = &sync.spec.kubeconfig_secret_ref;
+    let reader = ctx.reader(&namespace, sync.spec.service_account_name.as_deref());
     ctx.workload
-        .get(&namespace, &k.name, &k.key, &ctx.secret_policy, KIND)
+        .get(
+            &reader,
+            &namespace,
+            &k.name,
+            &k.key,
+            &ctx.secret_policy,
+            KIND,
+        )
         .await
         .map_err(|e| kubeconfig_failure(sync, e))
 }
@@ -100,7 +108,17 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
         return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(false))).await;
     };
     let source_name = &sync.spec.source_secret_ref.name;
-    let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+    let reader = ctx.reader(&namespace, sync.spec.service_account_name.as_deref());
+    let read = crate::impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name);
+    let source = match read.await {
+        Ok(source) => source,
+        Err(e @ crate::impersonation::ReadError::Denied { .. }) => {
+            let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
+            return Ok(SyncOutcome::failed(f, Some(true)));
+        }
+        Err(crate::impersonation::ReadError::Api(e)) => return Err(e.into()),
+    };
+    let Some(source) = source else {
         let f = SecretSyncFailure::MissingSource {
             namespace: namespace.clone(),
             name: source_name.clone(),
@@ -147,6 +165,15 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
 impl Pipeline for OmniSecretSync {
     type Outcome = SyncOutcome;
     const LEGACY_FINALIZER: bool = false;
+
+    /// The kubeconfig Secret: the workload API server every pass talks to.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
 
     fn validate(&self) -> Validation {
         crate::api::secret_sync::validate(self, None)
