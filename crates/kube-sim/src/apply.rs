@@ -7,8 +7,116 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, Cause};
 
-/// A field path, e.g. `["spec", "replicas"]`.
+/// A field path, e.g. `["spec", "replicas"]`. An element starting with [`RAW`] is a FieldsV1 key
+/// as it is (`.`, `v:"x"`, `k:{"uid":"…"}`), any other element a field (`f:<element>`).
 type Path = Vec<String>;
+
+/// Marks a [`Path`] element that is a FieldsV1 key of its own rather than a field name.
+const RAW: char = '\u{1}';
+
+fn raw(key: &str) -> String {
+    format!("{RAW}{key}")
+}
+
+/// The FieldsV1 key of a path element.
+fn key_of(element: &str) -> String {
+    match element.strip_prefix(RAW) {
+        Some(key) => key.to_owned(),
+        None => format!("f:{element}"),
+    }
+}
+
+/// What of an object a write's managed fields record, by the kind's registry strategy and the
+/// endpoint written through.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shape {
+    /// Top-level fields the strategy resets, so nobody owns them through this endpoint.
+    reset: Vec<&'static str>,
+    /// When set, the only top-level field this endpoint writes (a `/status` subresource).
+    only: Option<&'static str>,
+    /// Top-level fields that are atomic structs (owned as a whole).
+    atomic: Vec<&'static str>,
+    /// Whether every object is a map that is owned itself (`.`) when created: true of custom
+    /// resources; built-in kinds are typed, and only their real maps (labels, annotations,
+    /// `data`) are.
+    custom: bool,
+}
+
+impl Shape {
+    /// The shape of writes to `group`/`resource` through `subresource`.
+    pub(crate) fn of(
+        group: &str,
+        resource: &str,
+        custom: bool,
+        status_subresource: bool,
+        subresource: Option<&str>,
+    ) -> Shape {
+        let mut shape = Shape {
+            custom,
+            ..Shape::default()
+        };
+        match (status_subresource, subresource) {
+            (true, Some("status")) => shape.only = Some("status"),
+            (true, _) => shape.reset.push("status"),
+            _ => {}
+        }
+        match (group, resource) {
+            ("", "namespaces") => shape.reset.extend(["spec", "status"]),
+            // ObjectReference is an atomic struct.
+            ("events.k8s.io", "events") => shape.atomic.extend(["regarding", "related"]),
+            ("", "events") => shape.atomic.extend(["involvedObject", "related"]),
+            _ => {}
+        }
+        shape
+    }
+
+    /// Whether a map created at `at` is owned itself.
+    fn owns_map(&self, at: &Path) -> bool {
+        match at.as_slice() {
+            [] => false,
+            [m] if m == "metadata" => false,
+            [m, x] if m == "metadata" && (x == "labels" || x == "annotations") => true,
+            [x] if !self.custom && (x == "data" || x == "binaryData") => true,
+            _ => self.custom,
+        }
+    }
+
+    fn tracks(&self, top: &str) -> bool {
+        !self.reset.contains(&top) && self.only.is_none_or(|only| only == top)
+    }
+
+    /// Drops what this endpoint does not own from an apply's FieldsV1 set: identity metadata and
+    /// reset fields.
+    pub(crate) fn trim_applied(&self, fields: &mut Value) {
+        if let Some(map) = fields.as_object_mut() {
+            map.retain(|k, _| {
+                let top = k.trim_start_matches("f:");
+                k.starts_with("f:") && !matches!(top, "apiVersion" | "kind") && self.tracks(top)
+            });
+            if let Some(meta) = map.get_mut("f:metadata").and_then(Value::as_object_mut) {
+                meta.retain(|k, _| !SYSTEM_METADATA.contains(&k.trim_start_matches("f:")));
+                if meta.is_empty() {
+                    map.remove("f:metadata");
+                }
+            }
+        }
+    }
+}
+
+/// Sorts managedFields entries as the API server does: `Apply` before `Update`, then by time
+/// (to the second), manager, apiVersion and subresource.
+pub(crate) fn sort_entries(entries: &mut [Value]) {
+    let key = |e: &Value| {
+        (
+            entry_str(e, "operation").to_owned(),
+            entry_str(e, "time").to_owned(),
+            entry_str(e, "manager").to_owned(),
+            entry_str(e, "apiVersion").to_owned(),
+            entry_str(e, "subresource").to_owned(),
+        )
+    };
+    entries.sort_by_key(key);
+}
 
 /// The leaf paths of a FieldsV1 set.
 pub(crate) fn leaf_paths(fields: &Value) -> Vec<Path> {
@@ -17,7 +125,9 @@ pub(crate) fn leaf_paths(fields: &Value) -> Vec<Path> {
         let children: Vec<(&String, &Value)> =
             map.iter().filter(|(k, _)| k.starts_with("f:")).collect();
         if children.is_empty() {
-            if !prefix.is_empty() {
+            // `{".": {}}` owns the map itself, not its contents: no leaf to conflict on.
+            let map_only = !map.is_empty() && map.keys().all(|k| k == ".");
+            if !prefix.is_empty() && !map_only {
                 out.push(prefix.clone());
             }
             return;
@@ -63,18 +173,15 @@ fn remove_field(fields: &mut Value, path: &[String]) -> bool {
     let Some((first, rest)) = path.split_first() else {
         return false;
     };
-    let key = format!("f:{first}");
+    let key = key_of(first);
     let Some(map) = fields.as_object_mut() else {
         return false;
     };
     let Some(child) = map.get_mut(&key) else {
         return false;
     };
-    if rest.is_empty()
-        || !child
-            .as_object()
-            .is_some_and(|m| m.keys().any(|k| k.starts_with("f:")))
-    {
+    // An empty set is a leaf: it covers every path below it.
+    if rest.is_empty() || child.as_object().is_none_or(Map::is_empty) {
         map.remove(&key);
         return true;
     }
@@ -190,7 +297,11 @@ pub(crate) fn resolve(
             "Apply failed with {n} conflict{}: {detail}",
             if n == 1 { "" } else { "s" }
         );
+        // The real server's apply conflict names no object in its details, only the causes.
         if let Some(d) = err.details.as_mut() {
+            d.name.clear();
+            d.group.clear();
+            d.kind.clear();
             d.causes = causes;
         }
         return Err(err);
@@ -226,64 +337,122 @@ const SYSTEM_METADATA: [&str; 10] = [
     "selfLink",
 ];
 
-/// Leaf paths whose value differs between `old` and `new`: `(set, removed)`, where `set`
-/// holds paths added or changed in `new` and `removed` paths only `old` has. Lists are
-/// atomic leaves, as in our FieldsV1 sets.
-fn changed_paths(old: &Value, new: &Value) -> (Vec<Path>, Vec<Path>) {
-    fn walk(
-        old: Option<&Value>,
-        new: Option<&Value>,
-        at: &mut Path,
-        set: &mut Vec<Path>,
-        removed: &mut Vec<Path>,
-    ) {
-        let is_system = |k: &str, at: &Path| {
-            (at.is_empty() && matches!(k, "apiVersion" | "kind"))
+/// Paths whose value differs between `old` and `new`: `(set, removed)`, where `set` holds
+/// paths added or changed in `new` (and, as [`RAW`] `.`, each map that only `new` has: the map
+/// itself is owned too) and `removed` paths only `old` has. Lists are atomic leaves, except
+/// `metadata.finalizers` (a set: one `v:"…"` per item) and `metadata.ownerReferences` (a map
+/// keyed by uid of atomic items), as in the API server's schemas.
+fn changed_paths(old: &Value, new: &Value, shape: &Shape) -> (Vec<Path>, Vec<Path>) {
+    struct Walk<'a> {
+        shape: &'a Shape,
+        set: Vec<Path>,
+        removed: Vec<Path>,
+    }
+    impl Walk<'_> {
+        fn skip(&self, k: &str, at: &Path) -> bool {
+            (at.is_empty() && (matches!(k, "apiVersion" | "kind") || !self.shape.tracks(k)))
                 || (at.len() == 1 && at[0] == "metadata" && SYSTEM_METADATA.contains(&k))
-        };
-        match (old, new) {
-            (Some(Value::Object(o)), Some(Value::Object(n))) => {
-                for (k, nv) in n {
-                    if is_system(k, at) {
-                        continue;
-                    }
-                    at.push(k.clone());
-                    walk(o.get(k), Some(nv), at, set, removed);
-                    at.pop();
+        }
+
+        fn atomic(&self, at: &Path) -> bool {
+            at.len() == 1 && self.shape.atomic.contains(&at[0].as_str())
+        }
+
+        /// `metadata.finalizers` / `metadata.ownerReferences`: item keys and items.
+        fn keyed_items<'v>(at: &Path, list: Option<&'v Value>) -> Option<Vec<(String, &'v Value)>> {
+            let kind = match at.as_slice() {
+                [m, f] if m == "metadata" && f == "finalizers" => "v",
+                [m, o] if m == "metadata" && o == "ownerReferences" => "k",
+                _ => return None,
+            };
+            let items = list
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            Some(
+                items
+                    .iter()
+                    .map(|item| {
+                        let key = match kind {
+                            "v" => format!("v:{item}"),
+                            _ => format!(
+                                "k:{}",
+                                serde_json::json!({"uid": item.get("uid").cloned().unwrap_or(Value::Null)})
+                            ),
+                        };
+                        (raw(&key), item)
+                    })
+                    .collect(),
+            )
+        }
+
+        fn walk(&mut self, old: Option<&Value>, new: Option<&Value>, at: &mut Path) {
+            if let Some(new_items) = Self::keyed_items(at, new)
+                && new.is_some()
+            {
+                let old_items = Self::keyed_items(at, old).unwrap_or_default();
+                if old.is_none() && !new_items.is_empty() {
+                    self.set.push([at.clone(), vec![raw(".")]].concat());
                 }
-                for (k, ov) in o {
-                    if is_system(k, at) || n.contains_key(k) {
-                        continue;
+                for (key, item) in &new_items {
+                    if !old_items.iter().any(|(k, i)| k == key && i == item) {
+                        self.set.push([at.clone(), vec![key.clone()]].concat());
                     }
-                    at.push(k.clone());
-                    walk(Some(ov), None, at, set, removed);
-                    at.pop();
                 }
+                for (key, _) in &old_items {
+                    if !new_items.iter().any(|(k, _)| k == key) {
+                        self.removed.push([at.clone(), vec![key.clone()]].concat());
+                    }
+                }
+                return;
             }
-            (None, Some(Value::Object(n))) if !n.is_empty() => {
-                for (k, nv) in n {
-                    if is_system(k, at) {
-                        continue;
+            match (old, new) {
+                (Some(Value::Object(o)), Some(Value::Object(n))) if !self.atomic(at) => {
+                    for (k, nv) in n {
+                        if self.skip(k, at) {
+                            continue;
+                        }
+                        at.push(k.clone());
+                        self.walk(o.get(k), Some(nv), at);
+                        at.pop();
                     }
-                    at.push(k.clone());
-                    walk(None, Some(nv), at, set, removed);
-                    at.pop();
+                    for (k, ov) in o {
+                        if self.skip(k, at) || n.contains_key(k) {
+                            continue;
+                        }
+                        at.push(k.clone());
+                        self.walk(Some(ov), None, at);
+                        at.pop();
+                    }
                 }
+                (None, Some(Value::Object(n))) if !n.is_empty() && !self.atomic(at) => {
+                    let before = self.set.len();
+                    for (k, nv) in n {
+                        if self.skip(k, at) {
+                            continue;
+                        }
+                        at.push(k.clone());
+                        self.walk(None, Some(nv), at);
+                        at.pop();
+                    }
+                    // A new map below the root is owned itself (`.`) besides its fields.
+                    if self.shape.owns_map(at) && self.set.len() > before {
+                        self.set.push([at.clone(), vec![raw(".")]].concat());
+                    }
+                }
+                (Some(_), None) => self.removed.push(at.clone()),
+                (o, Some(n)) if o != Some(n) && !at.is_empty() => self.set.push(at.clone()),
+                _ => {}
             }
-            (Some(_), None) => removed.push(at.clone()),
-            (o, Some(n)) if o != Some(n) && !at.is_empty() => set.push(at.clone()),
-            _ => {}
         }
     }
-    let (mut set, mut removed) = (Vec::new(), Vec::new());
-    walk(
-        Some(old),
-        Some(new),
-        &mut Vec::new(),
-        &mut set,
-        &mut removed,
-    );
-    (set, removed)
+    let mut walk = Walk {
+        shape,
+        set: Vec::new(),
+        removed: Vec::new(),
+    };
+    walk.walk(Some(old), Some(new), &mut Vec::new());
+    (walk.set, walk.removed)
 }
 
 /// Adds `path` to a FieldsV1 set.
@@ -297,7 +466,7 @@ fn insert_field(fields: &mut Value, path: &[String]) {
             return;
         };
         at = map
-            .entry(format!("f:{k}"))
+            .entry(key_of(k))
             .or_insert_with(|| Value::Object(Map::new()));
     }
 }
@@ -311,10 +480,11 @@ pub(crate) fn record_update(
     obj: &mut Value,
     manager: &str,
     subresource: Option<&str>,
+    shape: &Shape,
     now: &str,
 ) {
     let empty = Value::Object(Map::new());
-    let (set, removed) = changed_paths(old.unwrap_or(&empty), obj);
+    let (set, removed) = changed_paths(old.unwrap_or(&empty), obj, shape);
     if set.is_empty() && removed.is_empty() {
         return;
     }
@@ -373,6 +543,7 @@ pub(crate) fn record_update(
         }
         entries.push(entry);
     }
+    sort_entries(&mut entries);
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         if entries.is_empty() {
             meta.remove("managedFields");
@@ -417,6 +588,7 @@ mod tests {
             &mut new,
             "kubectl-edit",
             None,
+            &Shape::of("", "configmaps", false, false, None),
             "2026-01-01T00:00:00Z",
         );
         let entries = new["metadata"]["managedFields"].as_array().unwrap().clone();
@@ -427,21 +599,43 @@ mod tests {
         assert_eq!(entries[1]["operation"], "Update");
         assert_eq!(
             entries[1]["fieldsV1"],
-            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:team": {}}}})
+            // A map the write created is owned itself too (`.`), as on the real server.
+            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {".": {}, "f:team": {}}}})
         );
 
         // Nothing changed: nothing recorded (no new timestamp, no write).
         let mut same = new.clone();
-        record_update(Some(&new), &mut same, "other", None, "2027-01-01T00:00:00Z");
+        record_update(
+            Some(&new),
+            &mut same,
+            "other",
+            None,
+            &Shape::of("", "configmaps", false, false, None),
+            "2027-01-01T00:00:00Z",
+        );
         assert_eq!(same, new);
 
         // A status write is recorded per subresource; removing a field drops it everywhere.
         let mut status = new.clone();
         status["status"] = json!({"ready": true});
-        record_update(Some(&new), &mut status, "kubectl-edit", Some("status"), "t");
+        record_update(
+            Some(&new),
+            &mut status,
+            "kubectl-edit",
+            Some("status"),
+            &Shape::of("", "configmaps", false, false, None),
+            "t",
+        );
         let mut removal = status.clone();
         removal["data"].as_object_mut().unwrap().remove("b");
-        record_update(Some(&status), &mut removal, "kubectl-edit", None, "t");
+        record_update(
+            Some(&status),
+            &mut removal,
+            "kubectl-edit",
+            None,
+            &Shape::of("", "configmaps", false, false, None),
+            "t",
+        );
         let entries = removal["metadata"]["managedFields"].as_array().unwrap();
         assert!(
             entries.iter().all(|e| e["manager"] != "flux"),
@@ -455,10 +649,17 @@ mod tests {
     fn a_create_owns_every_field_it_sets() {
         let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "uid": "u"}, "data": {"a": "1"}});
-        record_update(None, &mut obj, "creator", None, "t");
+        record_update(
+            None,
+            &mut obj,
+            "creator",
+            None,
+            &Shape::of("", "configmaps", false, false, None),
+            "t",
+        );
         assert_eq!(
             obj["metadata"]["managedFields"][0]["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
+            json!({"f:data": {".": {}, "f:a": {}}})
         );
     }
 

@@ -318,6 +318,20 @@ pub(crate) fn holds(rule: &str, value: &Value) -> Result<bool, CelError> {
     holds_with(rule, &[("self", value)])
 }
 
+/// Whether `rule` is within the subset this module evaluates (it parses, with `self` as its
+/// only variable).
+pub(crate) fn supported(rule: &str) -> bool {
+    let Ok(tokens) = tokenize(rule) else {
+        return false;
+    };
+    let mut parser = Parser {
+        tokens,
+        pos: 0,
+        variables: &["self"],
+    };
+    parser.or().is_ok() && parser.pos == parser.tokens.len()
+}
+
 /// Evaluates the boolean expression `rule` over the variables `vars`.
 pub(crate) fn holds_with(rule: &str, vars: &Vars<'_>) -> Result<bool, CelError> {
     let names: Vec<&str> = vars.iter().map(|(name, _)| *name).collect();
@@ -337,6 +351,19 @@ pub(crate) fn holds_with(rule: &str, vars: &Vars<'_>) -> Result<bool, CelError> 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn our_rules_are_in_the_subset_and_others_are_recognised_as_outside() {
+        for rule in [
+            "has(self.machines) != has(self.machineClass)",
+            "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)",
+        ] {
+            assert!(supported(rule), "{rule}");
+        }
+        for rule in ["self.all(x, x > 0)", "self == oldSelf", "self.size + 1 > 2"] {
+            assert!(!supported(rule), "{rule}");
+        }
+    }
 
     #[test]
     fn the_rules_of_our_crds() {

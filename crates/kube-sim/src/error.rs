@@ -111,12 +111,16 @@ impl ApiError {
         )
     }
 
-    /// 422: `<Kind>.<group> "<name>" is invalid: <field>: <message>, ...`.
+    /// 422: `<Kind>.<group> "<name>" is invalid: <field>: <message>, ...`. The message lists
+    /// each distinct error once (the causes keep repeats), as the API server's aggregate does.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let list: Vec<String> = causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect();
+        let mut list: Vec<String> = Vec::new();
+        for c in &causes {
+            let line = format!("{}: {}", c.field, c.message);
+            if !list.contains(&line) {
+                list.push(line);
+            }
+        }
         let text = if list.len() == 1 {
             list[0].clone()
         } else {
@@ -212,11 +216,13 @@ impl ApiError {
         });
         if let Some(d) = &self.details {
             let mut details = serde_json::Map::new();
-            details.insert("name".into(), json!(d.name));
-            if !d.group.is_empty() {
-                details.insert("group".into(), json!(d.group));
+            // Empty fields are omitted, as Go's `omitempty` does (an apply conflict's details
+            // hold only its causes).
+            for (key, value) in [("name", &d.name), ("group", &d.group), ("kind", &d.kind)] {
+                if !value.is_empty() {
+                    details.insert(key.into(), json!(value));
+                }
             }
-            details.insert("kind".into(), json!(d.kind));
             if !d.causes.is_empty() {
                 let causes: Vec<Value> = d
                     .causes

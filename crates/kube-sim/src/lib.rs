@@ -1,6 +1,6 @@
 //! kube-sim: an in-memory Kubernetes API server emulator for tests and the sandbox.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 pub mod admission;
 mod apply;
 pub mod auth;
@@ -14,6 +14,8 @@ mod gc;
 pub mod hooks;
 mod impersonation;
 pub mod kubeconfig;
+mod numbers;
+mod object_meta;
 mod openapi;
 mod openapi_v2;
 mod partial;

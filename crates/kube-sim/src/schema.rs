@@ -22,12 +22,6 @@ fn shared_schema(store: &Store, t: &ResourceType) -> Option<Arc<Value>> {
     store.crd_version(t)?.schema
 }
 
-/// Prunes, defaults and validates `obj` against its CRD schema; built-ins pass untouched.
-pub(crate) fn apply(store: &Store, t: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
-    prune_and_default_object(store, t, obj);
-    validate(store, t, obj)
-}
-
 /// Prunes fields the CRD schema of `t` does not know and applies its defaults; returns the
 /// paths of the pruned fields (`spec.values`, `spec.items[0].x`), which `fieldValidation`
 /// reports as unknown. Built-ins pass untouched.
@@ -86,14 +80,19 @@ pub(crate) fn prune_and_default_object(
     pruned
 }
 
-/// Validates `obj` against the CRD schema of `t` (after [`prune_and_default_object`]): one 422
-/// Invalid with a cause per failing field. Built-ins pass.
-pub(crate) fn validate(store: &Store, t: &ResourceType, obj: &Value) -> Result<(), ApiError> {
-    let Some(schema) = shared_schema(store, t) else {
-        return Ok(());
-    };
-    let mut causes = Vec::new();
-    validate_object(obj, &schema, "", &mut causes, true);
+/// Validates a write of `obj` (`old` is what it replaces; `None` for a create), after
+/// [`prune_and_default_object`]: its metadata, then its CRD schema and CEL rules. One 422
+/// Invalid with a cause per failing field, in the API server's order.
+pub(crate) fn validate(
+    store: &Store,
+    t: &ResourceType,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let mut causes = crate::object_meta::validate(t, obj, old);
+    if let Some(schema) = shared_schema(store, t) {
+        causes = validation_causes(&schema, obj, causes);
+    }
     if causes.is_empty() {
         return Ok(());
     }
@@ -102,6 +101,80 @@ pub(crate) fn validate(store: &Store, t: &ResourceType, obj: &Value) -> Result<(
         .and_then(Value::as_str)
         .unwrap_or_default();
     Err(ApiError::invalid(&t.group, &t.kind, name, causes))
+}
+
+/// `causes` (the metadata's) followed by those of `obj` against `schema` (the CRD's schema), in
+/// the API server's order: schema errors, then the CEL rules, which are not evaluated at all when a
+/// schema error "blocks" them (a wrong type, a missing required field, an unsupported enum
+/// value, too long, too many): one `<nil>` cause then says so, whenever the schema has rules.
+fn validation_causes(schema: &Value, obj: &Value, mut causes: Vec<Cause>) -> Vec<Cause> {
+    validate_object(obj, schema, "", &mut causes, true);
+    if !has_rules(schema) {
+        return causes;
+    }
+    let blocking = causes.iter().any(|c| {
+        matches!(
+            c.reason.as_str(),
+            "FieldValueTypeInvalid"
+                | "FieldValueRequired"
+                | "FieldValueNotSupported"
+                | "FieldValueTooLong"
+                | "FieldValueTooMany"
+        )
+    });
+    if blocking {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "<nil>",
+            "Invalid value: null: some validation rules were not checked because the object \
+             was invalid; correct the existing errors to complete validation"
+                .to_owned(),
+        ));
+    } else {
+        validate_rules(obj, schema, "", &mut causes, true);
+    }
+    causes
+}
+
+/// Whether any node of `schema` carries `x-kubernetes-validations`.
+fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.contains_key("x-kubernetes-validations") || map.values().any(has_rules)
+        }
+        Value::Array(items) => items.iter().any(has_rules),
+        _ => false,
+    }
+}
+
+/// Evaluates the CEL rules below `v`, in schema order (a node's rules, then its children).
+fn validate_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, root: bool) {
+    if v.is_null() {
+        return;
+    }
+    cel_rules(v, schema, path, out);
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                if let Some(sub) = props.and_then(|p| p.get(key)).or(additional) {
+                    validate_rules(child, sub, &field(path, key), out, false);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    validate_rules(item, item_schema, &format!("{path}[{i}]"), out, false);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn preserves(schema: &Value) -> bool {
@@ -198,8 +271,9 @@ fn cause(reason: &str, field: &str, message: String) -> Cause {
 }
 
 /// `x-kubernetes-validations`: each rule in the supported CEL subset is evaluated with `self`
-/// bound to the value; a failing rule is `Invalid value: "<type>": <message>` at the schema
-/// node's path (or its `fieldPath`). Rules outside the subset are not evaluated.
+/// bound to the value; a failing rule is `Invalid value: <message>` (the API server omits the
+/// value) at the schema node's path (or its `fieldPath`). Rules outside the subset are not
+/// evaluated.
 fn cel_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
     let Some(rules) = schema
         .get("x-kubernetes-validations")
@@ -207,7 +281,6 @@ fn cel_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
     else {
         return;
     };
-    let kind = json_type(v);
     for rule in rules {
         let Some(text) = rule.get("rule").and_then(Value::as_str) else {
             continue;
@@ -229,11 +302,13 @@ fn cel_rules(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
             .get("reason")
             .and_then(Value::as_str)
             .unwrap_or("FieldValueInvalid");
-        out.push(cause(
-            reason,
-            &at,
-            format!("Invalid value: \"{kind}\": {failure}"),
-        ));
+        let message = match reason {
+            "FieldValueForbidden" => format!("Forbidden: {failure}"),
+            "FieldValueRequired" => format!("Required value: {failure}"),
+            "FieldValueDuplicate" => format!("Duplicate value: {failure}"),
+            _ => format!("Invalid value: {failure}"),
+        };
+        out.push(cause(reason, &at, message));
     }
 }
 
@@ -282,6 +357,8 @@ fn json_type(v: &Value) -> &'static str {
         Value::Object(_) => "object",
         Value::Array(_) => "array",
         Value::String(_) => "string",
+        // Whole numbers decode as integers on the real server (see `numbers::normalize`).
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
         Value::Number(_) => "number",
         Value::Bool(_) => "boolean",
         Value::Null => "null",
@@ -312,7 +389,14 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
         return;
     }
     if !type_matches(v, schema) {
-        let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+        let int_or_string = schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let ty = match int_or_string {
+            true => "integer,string",
+            false => schema.get("type").and_then(Value::as_str).unwrap_or(""),
+        };
         let kind = json_type(v);
         out.push(cause(
             "FieldValueTypeInvalid",
@@ -335,7 +419,6 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
             ),
         ));
     }
-    cel_rules(v, schema, path, out);
     match v {
         Value::Object(map) => {
             if let Some(required) = schema.get("required").and_then(Value::as_array) {
@@ -442,7 +525,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
                         path,
                         format!(
                             "Invalid value: {n}: {path} in body should be {rel} {}",
-                            schema["minimum"]
+                            crate::numbers::go_float(min)
                         ),
                     ));
                 }
@@ -461,7 +544,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
                         path,
                         format!(
                             "Invalid value: {n}: {path} in body should be {rel} {}",
-                            schema["maximum"]
+                            crate::numbers::go_float(max)
                         ),
                     ));
                 }

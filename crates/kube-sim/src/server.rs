@@ -657,7 +657,15 @@ impl Gate<'_> {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        crate::apply::record_update(old, obj, &manager, self.t.subresource.as_deref(), &now);
+        let subresource = self.t.subresource.as_deref();
+        let shape = crate::apply::Shape::of(
+            &self.t.group,
+            &self.t.resource,
+            crate::crd::find(self.store, &self.t.group, &self.t.resource).is_some(),
+            self.rt.status_subresource,
+            subresource,
+        );
+        crate::apply::record_update(old, obj, &manager, subresource, &shape, &now);
     }
 
     /// Asks the webhooks whose rules match; a denial or a failed call under
@@ -756,10 +764,12 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
             "the body of the request is not a JSON object",
         ));
     }
+    let mut v = v;
+    crate::numbers::normalize(&mut v);
     Ok(v)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One verb of one resource, by the API server's steps for it.
 async fn serve_verb(
     gate: &Gate<'_>,
     verb: &str,
@@ -767,307 +777,370 @@ async fn serve_verb(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
-    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
-    let name = t.name.as_deref().unwrap_or("");
     match verb {
-        "get" => {
-            let obj = store.get(&t.group, &t.resource, ns, name)?;
-            if crate::table::wanted(headers) {
-                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
-                return Ok(json_response(
-                    200,
-                    &crate::table::render(store, rt, std::slice::from_ref(&obj), meta),
-                ));
-            }
-            if crate::partial::wanted(headers) == Some("PartialObjectMetadata") {
-                return Ok(json_response(200, &crate::partial::object(&obj)));
-            }
-            Ok(json_response(200, &obj))
-        }
-        "list" => {
-            let rv = store.resource_version();
-            let empty = serde_json::Map::new();
-            let after = match q.get("continue").map(String::as_str) {
-                None | Some("") => None,
-                Some(token) => Some(decode_continue(token, rt.namespaced)?),
-            };
-            let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
-            let label_selector = q.get("labelSelector").filter(|s| !s.is_empty());
-            let field_selector = q.get("fieldSelector").filter(|s| !s.is_empty());
-            // Selectors are evaluated on the view the client asked for.
-            let as_stored = crate::events::storage_of(&t.group, &t.resource).is_none();
-            let page = store.page(&t.group, &t.resource, ns, after.as_ref(), limit, |stored| {
-                let viewed;
-                let o = if as_stored {
-                    stored
-                } else {
-                    viewed = crate::events::to_view(&t.group, &t.resource, stored.clone());
-                    &viewed
-                };
-                let labels = o
-                    .pointer("/metadata/labels")
-                    .and_then(Value::as_object)
-                    .unwrap_or(&empty);
-                label_selector.is_none_or(|s| selector_matches(s, labels))
-                    && field_selector
-                        .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
-            });
-            // Continue tokens name the last key served, as the real server's do: the next
-            // page walks on from there (objects created meanwhile behind it are not seen,
-            // like a compacted real server's inconsistent continuation).
-            let mut meta = json!({"resourceVersion": rv.to_string()});
-            if let Some(last) = &page.next {
-                meta["continue"] = json!(encode_continue(rv, last, rt.namespaced));
-                // The real server can count what follows only without selectors.
-                if label_selector.is_none() && field_selector.is_none() {
-                    meta["remainingItemCount"] = json!(page.remaining);
-                }
-            }
-            fn view<'v>(
-                t: &Target,
-                as_stored: bool,
-                o: &'v std::sync::Arc<Value>,
-            ) -> std::borrow::Cow<'v, Value> {
-                if as_stored {
-                    std::borrow::Cow::Borrowed(&**o)
-                } else {
-                    std::borrow::Cow::Owned(crate::events::to_view(
-                        &t.group,
-                        &t.resource,
-                        Value::clone(o),
-                    ))
-                }
-            }
-            if crate::table::wanted(headers) {
-                let objects: Vec<Value> = page
-                    .items
-                    .iter()
-                    .map(|o| view(t, as_stored, o).into_owned())
-                    .collect();
-                return Ok(json_response(
-                    200,
-                    &crate::table::render(store, rt, &objects, meta),
-                ));
-            }
-            if crate::partial::wanted(headers) == Some("PartialObjectMetadataList") {
-                let items = page.items.iter().map(|o| &**o);
-                return Ok(json_response(200, &crate::partial::list(items, meta)));
-            }
-            // Serialised straight from the stored objects: a list copies no object.
-            let mut out = Vec::with_capacity(64 + page.items.len() * 512);
-            out.extend_from_slice(b"{\"apiVersion\":");
-            let write = |out: &mut Vec<u8>, v: &Value| {
-                // Serialising a Value into memory cannot fail.
-                let _ = serde_json::to_writer(out, v);
-            };
-            write(&mut out, &json!(rt.api_version()));
-            out.extend_from_slice(b",\"items\":[");
-            for (i, o) in page.items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write(&mut out, &view(t, as_stored, o));
-            }
-            out.extend_from_slice(b"],\"kind\":");
-            write(&mut out, &json!(format!("{}List", rt.kind)));
-            out.extend_from_slice(b",\"metadata\":");
-            write(&mut out, &meta);
-            out.push(b'}');
-            Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
-        }
+        "get" => get(gate, headers).await,
+        "list" => list(gate, q, headers).await,
         "watch" => watch(
-            store,
+            gate.store,
             gate.hooks,
             WatchOptions {
                 bookmark_interval: gate.bookmark_interval,
+                table: crate::table::wanted(headers),
             },
-            rt,
-            t,
-            ns,
+            gate.rt,
+            gate.t,
+            gate.ns,
             q,
         ),
-        "create" => {
-            let directive = Directive::from_query(q, "CreateOptions")?;
-            let mut obj = parse_body(headers, body)?;
-            let mut findings = Findings {
-                duplicate: duplicate_fields(body),
-                unknown: prune_metadata(&mut obj),
-            };
-            default_builtin(&t.group, &t.resource, &mut obj, None)?;
-            findings
-                .unknown
-                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
-            gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
-            crate::schema::validate(store, rt, &obj)?;
-            gate.record_update(None, &mut obj, q, headers);
-            gate.check(Operation::Create, Some(&obj), None).await?;
-            let created = gate.create(obj)?;
-            Ok(json_response(201, &created))
-        }
-        "update" => {
-            let directive = Directive::from_query(q, "UpdateOptions")?;
-            let mut obj = parse_body(headers, body)?;
-            let mut findings = Findings {
-                duplicate: duplicate_fields(body),
-                unknown: prune_metadata(&mut obj),
-            };
-            let old = store.get(&t.group, &t.resource, ns, name)?;
-            keep_status_split(rt, t, &old, &mut obj);
-            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            findings
-                .unknown
-                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
-            gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
-            crate::schema::validate(store, rt, &obj)?;
-            gate.record_update(Some(&old), &mut obj, q, headers);
-            gate.check(Operation::Update, Some(&obj), Some(&old))
-                .await?;
-            let updated = gate.update(name, obj)?;
-            Ok(json_response(200, &updated))
-        }
-        "patch" => {
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let merge = ct.starts_with("application/merge-patch+json");
-            let strategic = ct.starts_with("application/strategic-merge-patch+json");
-            let apply = ct.starts_with("application/apply-patch+yaml");
-            if !merge && !strategic && !apply && !ct.starts_with("application/json-patch+json") {
-                return Err(ApiError::unsupported_media_type(ct));
-            }
-            // Custom resources have no patch-merge keys, so the real server refuses these.
-            if strategic && crate::crd::find(store, &t.group, &t.resource).is_some() {
-                return Err(ApiError::unsupported_media_type(ct));
-            }
-            let patch: Value = if apply {
-                let text = std::str::from_utf8(body).map_err(|_| {
-                    ApiError::bad_request("the body of the request could not be decoded")
-                })?;
-                serde_saphyr::from_str(text)
-                    .map_err(|e| ApiError::bad_request(&format!("error decoding YAML: {e}")))?
-            } else {
-                serde_json::from_slice(body).map_err(|e| {
-                    ApiError::bad_request(&format!(
-                        "the body of the request could not be decoded: {e}"
-                    ))
-                })?
-            };
-            if apply {
-                return server_side_apply(gate, name, q, patch).await;
-            }
-            let directive = Directive::from_query(q, "PatchOptions")?;
-            let old = store.get(&t.group, &t.resource, ns, name)?;
-            let mut obj = old.clone();
-            // Merge patches are decoded strictly too; a JSON patch is a list of operations.
-            let mut findings = Findings {
-                duplicate: if merge || strategic {
-                    duplicate_fields(body)
-                } else {
-                    Vec::new()
-                },
-                unknown: Vec::new(),
-            };
-            if merge {
-                merge_patch(&mut obj, &patch);
-            } else if strategic {
-                strategic_merge(&mut obj, &patch);
-            } else {
-                json_patch(&mut obj, &patch)?;
-            }
-            findings.unknown = prune_metadata(&mut obj);
-            keep_status_split(rt, t, &old, &mut obj);
-            default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            findings
-                .unknown
-                .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
-            gate.warn(findings.enforce(directive, None)?);
-            crate::schema::validate(store, rt, &obj)?;
-            gate.record_update(Some(&old), &mut obj, q, headers);
-            gate.check(Operation::Update, Some(&obj), Some(&old))
-                .await?;
-            let updated = gate.update(name, obj)?;
-            Ok(json_response(200, &updated))
-        }
-        "delete" => {
-            let mut pre = Preconditions::default();
-            if !body.is_empty()
-                && let Ok(opts) = serde_json::from_slice::<Value>(body)
-            {
-                pre.uid = opts
-                    .pointer("/preconditions/uid")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                pre.resource_version = opts
-                    .pointer("/preconditions/resourceVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-            }
-            let orphan = !body.is_empty()
-                && serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|o| {
-                        o.get("propagationPolicy")
-                            .and_then(Value::as_str)
-                            .map(|p| p == "Orphan")
-                    })
-                    .unwrap_or(false);
-            let existing = store.get(&t.group, &t.resource, ns, name)?;
-            gate.check(Operation::Delete, None, Some(&existing)).await?;
-            if gate.dry_run {
-                // Every check ran (preconditions included); nothing is deleted.
-                pre.check(&existing, &t.group, &t.resource, name)?;
-                return Ok(json_response(200, &existing));
-            }
-            crate::gc::prepare_foreground(store, body, &t.group, &t.resource, ns, name);
-            let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
-            if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
-                collect_dependents(store, uid, orphan);
-            }
-            if t.group.is_empty() && t.resource == "namespaces" {
-                purge_namespace(store, name);
-            }
-            if gone
-                && t.group == "apiextensions.k8s.io"
-                && t.resource == "customresourcedefinitions"
-                && let (Some(g), Some(p)) = (
-                    obj.pointer("/spec/group").and_then(Value::as_str),
-                    obj.pointer("/spec/names/plural").and_then(Value::as_str),
-                )
-            {
-                store.unregister(g, p);
-            }
-            if gone {
-                Ok(json_response(
-                    200,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "group": t.group, "kind": t.resource, "uid": obj.pointer("/metadata/uid")}}),
-                ))
-            } else {
-                Ok(json_response(200, &obj))
-            }
-        }
-        "deletecollection" => {
-            // Label and field selectors narrow the collection, as for list.
-            for o in store
-                .list_objects(&t.group, &t.resource, ns)
-                .into_iter()
-                .filter(|o| crate::selectors::selected(q, &t.group, &t.resource, o))
-            {
-                if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
-                    let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
-                    gate.check(Operation::Delete, None, Some(&o)).await?;
-                    if !gate.dry_run {
-                        store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
-                    }
-                }
-            }
-            Ok(json_response(
-                200,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
-            ))
-        }
+        "create" => create(gate, q, headers, body).await,
+        "update" => update(gate, q, headers, body).await,
+        "patch" => patch(gate, q, headers, body).await,
+        "delete" => delete(gate, body).await,
+        "deletecollection" => delete_collection(gate, q).await,
         _ => Err(ApiError::method_not_allowed("unsupported verb")),
     }
+}
+
+/// `get`: the object, as a Table or PartialObjectMetadata when the client asks for one.
+async fn get(gate: &Gate<'_>, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
+    let name = t.name.as_deref().unwrap_or("");
+    let obj = store.get(&t.group, &t.resource, ns, name)?;
+    if crate::table::wanted(headers) {
+        let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
+        return Ok(json_response(
+            200,
+            &crate::table::render(store, rt, std::slice::from_ref(&obj), meta),
+        ));
+    }
+    if crate::partial::wanted(headers) == Some("PartialObjectMetadata") {
+        return Ok(json_response(200, &crate::partial::object(&obj)));
+    }
+    Ok(json_response(200, &obj))
+}
+
+/// `list`: a page of the objects the selectors select (Table, metadata-only or full).
+async fn list(
+    gate: &Gate<'_>,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
+    let rv = store.resource_version();
+    let empty = serde_json::Map::new();
+    let after = match q.get("continue").map(String::as_str) {
+        None | Some("") => None,
+        Some(token) => Some(decode_continue(token, rt.namespaced)?),
+    };
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let label_selector = q.get("labelSelector").filter(|s| !s.is_empty());
+    let field_selector = q.get("fieldSelector").filter(|s| !s.is_empty());
+    // Selectors are evaluated on the view the client asked for.
+    let as_stored = crate::events::storage_of(&t.group, &t.resource).is_none();
+    let page = store.page(&t.group, &t.resource, ns, after.as_ref(), limit, |stored| {
+        let viewed;
+        let o = if as_stored {
+            stored
+        } else {
+            viewed = crate::events::to_view(&t.group, &t.resource, stored.clone());
+            &viewed
+        };
+        let labels = o
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        label_selector.is_none_or(|s| selector_matches(s, labels))
+            && field_selector.is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
+    });
+    // Continue tokens name the last key served, as the real server's do: the next
+    // page walks on from there (objects created meanwhile behind it are not seen,
+    // like a compacted real server's inconsistent continuation).
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(last) = &page.next {
+        meta["continue"] = json!(encode_continue(rv, last, rt.namespaced));
+        // The real server can count what follows only without selectors.
+        if label_selector.is_none() && field_selector.is_none() {
+            meta["remainingItemCount"] = json!(page.remaining);
+        }
+    }
+    fn view<'v>(
+        t: &Target,
+        as_stored: bool,
+        o: &'v std::sync::Arc<Value>,
+    ) -> std::borrow::Cow<'v, Value> {
+        if as_stored {
+            std::borrow::Cow::Borrowed(&**o)
+        } else {
+            std::borrow::Cow::Owned(crate::events::to_view(
+                &t.group,
+                &t.resource,
+                Value::clone(o),
+            ))
+        }
+    }
+    if crate::table::wanted(headers) {
+        let objects: Vec<Value> = page
+            .items
+            .iter()
+            .map(|o| view(t, as_stored, o).into_owned())
+            .collect();
+        return Ok(json_response(
+            200,
+            &crate::table::render(store, rt, &objects, meta),
+        ));
+    }
+    if crate::partial::wanted(headers) == Some("PartialObjectMetadataList") {
+        let items = page.items.iter().map(|o| &**o);
+        return Ok(json_response(200, &crate::partial::list(items, meta)));
+    }
+    // Serialised straight from the stored objects: a list copies no object.
+    let mut out = Vec::with_capacity(64 + page.items.len() * 512);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    let write = |out: &mut Vec<u8>, v: &Value| {
+        // Serialising a Value into memory cannot fail.
+        let _ = serde_json::to_writer(out, v);
+    };
+    write(&mut out, &json!(rt.api_version()));
+    out.extend_from_slice(b",\"items\":[");
+    for (i, o) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(&mut out, &view(t, as_stored, o));
+    }
+    out.extend_from_slice(b"],\"kind\":");
+    write(&mut out, &json!(format!("{}List", rt.kind)));
+    out.extend_from_slice(b",\"metadata\":");
+    write(&mut out, &meta);
+    out.push(b'}');
+    Ok((StatusCode::OK, [("content-type", "application/json")], out).into_response())
+}
+
+/// `create`: decode, prune and default, drop a status the subresource owns, validate,
+/// record the manager, admit, store.
+async fn create(
+    gate: &Gate<'_>,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let (store, rt, t) = (gate.store, gate.rt, gate.t);
+    let directive = Directive::from_query(q, "CreateOptions")?;
+    let mut obj = parse_body(headers, body)?;
+    let mut findings = Findings {
+        duplicate: duplicate_fields(body),
+        unknown: prune_metadata(&mut obj),
+    };
+    default_builtin(&t.group, &t.resource, &mut obj, None)?;
+    findings
+        .unknown
+        .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+    gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
+    drop_status_on_create(rt, &mut obj);
+    crate::schema::validate(store, rt, &obj, None)?;
+    gate.warn(crate::crd::unevaluated_rule_warnings(
+        &t.group,
+        &t.resource,
+        &obj,
+    ));
+    gate.record_update(None, &mut obj, q, headers);
+    gate.check(Operation::Create, Some(&obj), None).await?;
+    let created = gate.create(obj)?;
+    Ok(json_response(201, &created))
+}
+
+/// `update`: as `create`, against the stored object, with the status split after decoding.
+async fn update(
+    gate: &Gate<'_>,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
+    let name = t.name.as_deref().unwrap_or("");
+    let directive = Directive::from_query(q, "UpdateOptions")?;
+    let mut obj = parse_body(headers, body)?;
+    let mut findings = Findings {
+        duplicate: duplicate_fields(body),
+        unknown: prune_metadata(&mut obj),
+    };
+    let old = store.get(&t.group, &t.resource, ns, name)?;
+    // Decoding (pruning, unknown-field warnings) sees the whole body; the status split
+    // comes after it, as in the API server's update strategy.
+    findings
+        .unknown
+        .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+    keep_status_split(rt, t, &old, &mut obj);
+    default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+    gate.warn(findings.enforce(directive, Some((&rt.kind, &rt.version)))?);
+    crate::schema::validate(store, rt, &obj, Some(&old))?;
+    gate.record_update(Some(&old), &mut obj, q, headers);
+    gate.check(Operation::Update, Some(&obj), Some(&old))
+        .await?;
+    let updated = gate.update(name, obj)?;
+    Ok(json_response(200, &updated))
+}
+
+/// `patch`: merge, strategic, JSON or apply patch over the stored object, then as `update`.
+async fn patch(
+    gate: &Gate<'_>,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
+    let name = t.name.as_deref().unwrap_or("");
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let merge = ct.starts_with("application/merge-patch+json");
+    let strategic = ct.starts_with("application/strategic-merge-patch+json");
+    let apply = ct.starts_with("application/apply-patch+yaml");
+    if !merge && !strategic && !apply && !ct.starts_with("application/json-patch+json") {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    // Custom resources have no patch-merge keys, so the real server refuses these.
+    if strategic && crate::crd::find(store, &t.group, &t.resource).is_some() {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    let patch: Value = if apply {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| ApiError::bad_request("the body of the request could not be decoded"))?;
+        serde_saphyr::from_str(text)
+            .map_err(|e| ApiError::bad_request(&format!("error decoding YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(&format!(
+                "the body of the request could not be decoded: {e}"
+            ))
+        })?
+    };
+    let mut patch = patch;
+    crate::numbers::normalize(&mut patch);
+    if apply {
+        return server_side_apply(gate, name, q, patch).await;
+    }
+    let directive = Directive::from_query(q, "PatchOptions")?;
+    let old = store.get(&t.group, &t.resource, ns, name)?;
+    let mut obj = old.clone();
+    // Merge patches are decoded strictly too; a JSON patch is a list of operations.
+    let mut findings = Findings {
+        duplicate: if merge || strategic {
+            duplicate_fields(body)
+        } else {
+            Vec::new()
+        },
+        unknown: Vec::new(),
+    };
+    if merge {
+        merge_patch(&mut obj, &patch);
+    } else if strategic {
+        strategic_merge(&mut obj, &patch);
+    } else {
+        json_patch(&mut obj, &patch)?;
+    }
+    findings.unknown = prune_metadata(&mut obj);
+    findings
+        .unknown
+        .extend(crate::schema::prune_and_default_object(store, rt, &mut obj));
+    keep_status_split(rt, t, &old, &mut obj);
+    default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
+    gate.warn(findings.enforce(directive, None)?);
+    crate::schema::validate(store, rt, &obj, Some(&old))?;
+    gate.record_update(Some(&old), &mut obj, q, headers);
+    gate.check(Operation::Update, Some(&obj), Some(&old))
+        .await?;
+    let updated = gate.update(name, obj)?;
+    Ok(json_response(200, &updated))
+}
+
+/// `delete`: preconditions, admission, finalizers, garbage collection, namespace purge and
+/// CRD unregistration.
+async fn delete(gate: &Gate<'_>, body: &Bytes) -> Result<Response, ApiError> {
+    let (store, t, ns) = (gate.store, gate.t, gate.ns);
+    let name = t.name.as_deref().unwrap_or("");
+    let mut pre = Preconditions::default();
+    if !body.is_empty()
+        && let Ok(opts) = serde_json::from_slice::<Value>(body)
+    {
+        pre.uid = opts
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        pre.resource_version = opts
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    let orphan = !body.is_empty()
+        && serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|o| {
+                o.get("propagationPolicy")
+                    .and_then(Value::as_str)
+                    .map(|p| p == "Orphan")
+            })
+            .unwrap_or(false);
+    let existing = store.get(&t.group, &t.resource, ns, name)?;
+    gate.check(Operation::Delete, None, Some(&existing)).await?;
+    if gate.dry_run {
+        // Every check ran (preconditions included); nothing is deleted.
+        pre.check(&existing, &t.group, &t.resource, name)?;
+        return Ok(json_response(200, &existing));
+    }
+    crate::gc::prepare_foreground(store, body, &t.group, &t.resource, ns, name);
+    let (obj, gone) = store.delete(&t.group, &t.resource, ns, name, &pre)?;
+    if gone && let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+        collect_dependents(store, uid, orphan);
+    }
+    if t.group.is_empty() && t.resource == "namespaces" {
+        purge_namespace(store, name);
+    }
+    if gone
+        && t.group == "apiextensions.k8s.io"
+        && t.resource == "customresourcedefinitions"
+        && let (Some(g), Some(p)) = (
+            obj.pointer("/spec/group").and_then(Value::as_str),
+            obj.pointer("/spec/names/plural").and_then(Value::as_str),
+        )
+    {
+        store.unregister(g, p);
+    }
+    if gone {
+        Ok(json_response(
+            200,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "group": t.group, "kind": t.resource, "uid": obj.pointer("/metadata/uid")}}),
+        ))
+    } else {
+        Ok(json_response(200, &obj))
+    }
+}
+
+/// `deletecollection`: `delete` of each selected object, admitted one by one.
+async fn delete_collection(
+    gate: &Gate<'_>,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let (store, t, ns) = (gate.store, gate.t, gate.ns);
+    // Label and field selectors narrow the collection, as for list.
+    for o in store
+        .list_objects(&t.group, &t.resource, ns)
+        .into_iter()
+        .filter(|o| crate::selectors::selected(q, &t.group, &t.resource, o))
+    {
+        if let Some(n) = o.pointer("/metadata/name").and_then(Value::as_str) {
+            let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
+            gate.check(Operation::Delete, None, Some(&o)).await?;
+            if !gate.dry_run {
+                store.delete(&t.group, &t.resource, ons, n, &Preconditions::default())?;
+            }
+        }
+    }
+    Ok(json_response(
+        200,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+    ))
 }
 
 /// A continue token like the real server's: base64 of `{"v":"meta.k8s.io/v1","rv":..,
@@ -1104,6 +1177,16 @@ fn decode_continue(token: &str, namespaced: bool) -> Result<(String, String), Ap
         Ok((ns.to_string(), name.to_string()))
     } else {
         Ok((String::new(), key.to_string()))
+    }
+}
+
+/// With a status subresource, a create through the main endpoint drops `status`, as the real
+/// server's create strategy does (a controller writes it through `/status` afterwards).
+fn drop_status_on_create(rt: &ResourceType, obj: &mut Value) {
+    if rt.status_subresource
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.remove("status");
     }
 }
 
@@ -1176,11 +1259,15 @@ async fn server_side_apply(
         .to_string();
     let mut fields = json!({});
     field_set(&patch, &mut fields);
-    // apiVersion and kind identify the object; the real server does not track them.
-    if let Some(f) = fields.as_object_mut() {
-        f.remove("f:apiVersion");
-        f.remove("f:kind");
-    }
+    // Identity (apiVersion, kind, name, namespace) and what the strategy resets are nobody's.
+    crate::apply::Shape::of(
+        &t.group,
+        &t.resource,
+        crate::crd::find(store, &t.group, &t.resource).is_some(),
+        rt.status_subresource,
+        t.subresource.as_deref(),
+    )
+    .trim_applied(&mut fields);
     let entry = json!({
         "manager": manager, "operation": "Apply", "apiVersion": api_version,
         "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields,
@@ -1197,6 +1284,7 @@ async fn server_side_apply(
                     && e.get("operation").and_then(Value::as_str) == Some("Apply"))
             });
             list.push(entry.clone());
+            crate::apply::sort_entries(&mut list);
             meta.insert("managedFields".into(), Value::Array(list));
         }
     };
@@ -1209,9 +1297,11 @@ async fn server_side_apply(
                     meta.insert("namespace".into(), json!(ns));
                 }
             }
-            set_entry(&mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, None)?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            crate::schema::prune_and_default_object(store, rt, &mut obj);
+            drop_status_on_create(rt, &mut obj);
+            set_entry(&mut obj);
+            crate::schema::validate(store, rt, &obj, None)?;
             gate.check(Operation::Create, Some(&obj), None).await?;
             let created = gate.create(obj)?;
             Ok(json_response(201, &created))
@@ -1239,9 +1329,10 @@ async fn server_side_apply(
             crate::apply::remove_paths(&mut obj, &dropped);
             obj["metadata"]["managedFields"] = Value::Array(others);
             set_entry(&mut obj);
+            crate::schema::prune_and_default_object(store, rt, &mut obj);
             keep_status_split(rt, t, &old, &mut obj);
             default_builtin(&t.group, &t.resource, &mut obj, Some(&old))?;
-            crate::schema::apply(store, rt, &mut obj)?;
+            crate::schema::validate(store, rt, &obj, Some(&old))?;
             gate.check(Operation::Update, Some(&obj), Some(&old))
                 .await?;
             let updated = gate.update(name, obj)?;

@@ -962,7 +962,7 @@ impl Store {
             match inner.get(&key) {
                 None => return Err(ApiError::not_found("", "namespaces", &ns)),
                 Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
-                    return Err(ApiError::forbidden(
+                    let mut e = ApiError::forbidden(
                         group,
                         resource,
                         meta_str(&obj, "name").unwrap_or(""),
@@ -971,7 +971,15 @@ impl Store {
                             qualified(&t),
                             meta_str(&obj, "name").unwrap_or("")
                         ),
-                    ));
+                    );
+                    if let Some(d) = e.details.as_mut() {
+                        d.causes = vec![Cause {
+                            reason: "NamespaceTerminating".into(),
+                            message: format!("namespace {ns} is being terminated"),
+                            field: "metadata.namespace".into(),
+                        }];
+                    }
+                    return Err(e);
                 }
                 Some(_) => {}
             }
@@ -1007,6 +1015,11 @@ impl Store {
         let m = obj
             .as_object_mut()
             .ok_or_else(|| ApiError::bad_request("not an object"))?;
+        if group.is_empty() && resource == "namespaces" {
+            // The namespace strategy's own fields (not recorded as anybody's managed fields).
+            m.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
+            m.insert("status".into(), json!({"phase": "Active"}));
+        }
         m.insert("apiVersion".into(), json!(t.api_version()));
         m.insert("kind".into(), json!(t.kind));
         let meta = m.entry("metadata").or_insert_with(|| json!({}));
@@ -1021,7 +1034,11 @@ impl Store {
         }
         meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
         meta["creationTimestamp"] = json!(now());
-        meta["generation"] = json!(1);
+        if has_generation(group, resource) {
+            meta["generation"] = json!(1);
+        } else if let Some(mm) = meta.as_object_mut() {
+            mm.remove("generation");
+        }
         if let Some(mm) = meta.as_object_mut() {
             mm.remove("deletionTimestamp");
             mm.remove("deletionGracePeriodSeconds");
@@ -1148,11 +1165,9 @@ impl Store {
                 }
             }
         }
-        if spec_differs(&obj, &old) {
-            let g = old
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
+        if spec_differs(&obj, &old)
+            && let Some(g) = old.pointer("/metadata/generation").and_then(Value::as_i64)
+        {
             obj["metadata"]["generation"] = json!(g + 1);
         }
         let mut probe = obj.clone();
@@ -1175,9 +1190,14 @@ impl Store {
             .is_none_or(|a| a.is_empty());
         if deleting && finalizers_empty {
             inner.remove(&key);
+            // The API server deletes the object as it was stored (the update that released
+            // the last finalizer is never persisted): watchers see that last stored state,
+            // finalizers included, at the deletion's resourceVersion.
+            let mut last = Value::clone(&stored_old);
+            last["metadata"]["resourceVersion"] = json!(rv.to_string());
             self.emit(
                 &mut inner,
-                WatchEvent::new("DELETED", sg, sr, Arc::new(stored), None, rv),
+                WatchEvent::new("DELETED", sg, sr, Arc::new(last), None, rv),
             );
             drop(inner);
             // The object is really gone now: the garbage collector removes its
@@ -1232,13 +1252,16 @@ impl Store {
         if has_finalizers {
             if obj.pointer("/metadata/deletionTimestamp").is_none() {
                 obj["metadata"]["deletionTimestamp"] = json!(now());
-                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
                 if group.is_empty() && resource == "namespaces" {
                     obj["status"]["phase"] = json!("Terminating");
-                } else if let Some(generation) = obj
-                    .pointer("/metadata/generation")
-                    .and_then(Value::as_i64)
-                    .filter(|g| *g > 0)
+                } else {
+                    obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                }
+                if !(group.is_empty() && resource == "namespaces")
+                    && let Some(generation) = obj
+                        .pointer("/metadata/generation")
+                        .and_then(Value::as_i64)
+                        .filter(|g| *g > 0)
                 {
                     // Marking an object as deleting is a change its controllers must see:
                     // the real registry bumps the generation with the deletionTimestamp
@@ -1312,5 +1335,16 @@ fn qualified(t: &ResourceType) -> String {
         t.plural.clone()
     } else {
         format!("{}.{}", t.plural, t.group)
+    }
+}
+
+/// Whether objects of this resource carry `metadata.generation`, as their registry strategy
+/// decides: custom resources and the kinds with a spec that controllers observe do; Secrets,
+/// ConfigMaps, Namespaces, Services, ServiceAccounts, Events, Leases and RBAC objects do not.
+fn has_generation(group: &str, resource: &str) -> bool {
+    match group {
+        "" => resource == "pods",
+        "coordination.k8s.io" | "events.k8s.io" | "rbac.authorization.k8s.io" => false,
+        _ => true,
     }
 }

@@ -19,6 +19,9 @@ use crate::store::{ResourceType, Store};
 pub(crate) struct WatchOptions {
     /// Interval of BOOKMARK events for clients that allow them.
     pub bookmark_interval: Duration,
+    /// The client asked for Tables (`kubectl get -w`): each event's object is a one-row
+    /// Table, with the column definitions in the first event only, as from the real server.
+    pub table: bool,
 }
 
 pub(crate) fn watch(
@@ -262,12 +265,47 @@ pub(crate) fn watch(
         },
     );
     use futures::StreamExt;
-    let body = Body::from_stream(first.chain(rest));
+    let events = first.chain(rest);
+    let body = match options.table {
+        false => Body::from_stream(events),
+        true => {
+            let (store, rt) = (store.clone(), rt.clone());
+            let mut headers = true;
+            Body::from_stream(events.map(move |line| {
+                line.map(|bytes| as_table_event(&store, &rt, bytes, &mut headers))
+            }))
+        }
+    };
     Ok(Response::builder()
         .status(200)
         .header("content-type", "application/json")
         .body(body)
         .unwrap_or_else(|_| err_response(&ApiError::internal("building the watch response"))))
+}
+
+/// One watch line with its object as a Table row (ADDED, MODIFIED, DELETED; bookmarks and
+/// errors pass as they are). After the first Table, `columnDefinitions` is null: the real
+/// server prints headers once (`TableOptions.NoHeaders` on later events), and kubectl keeps
+/// the first event's columns for every row.
+fn as_table_event(store: &Store, rt: &ResourceType, line: Bytes, headers: &mut bool) -> Bytes {
+    let Ok(mut event) = serde_json::from_slice::<Value>(&line) else {
+        return line;
+    };
+    if !matches!(
+        event["type"].as_str(),
+        Some("ADDED" | "MODIFIED" | "DELETED")
+    ) {
+        return line;
+    }
+    let object = event["object"].take();
+    let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+    let mut table = crate::table::render(store, rt, std::slice::from_ref(&object), meta);
+    if !*headers {
+        table["columnDefinitions"] = Value::Null;
+    }
+    *headers = false;
+    event["object"] = table;
+    Bytes::from(format!("{event}\n"))
 }
 
 /// The live part of a watch stream.

@@ -39,7 +39,7 @@ pub const SIGNATURE_VERSION: &str = "siderov1";
 ///
 /// `fieldSelectors` keeps its capital letter: the server looks it up verbatim, and gRPC metadata
 /// keys are lowercase, so it is always `null`.
-pub const SIGNED_HEADERS: [&str; 10] = [
+pub(crate) const SIGNED_HEADERS: [&str; 10] = [
     "authorization",
     "cluster",
     "context",
@@ -168,7 +168,7 @@ impl ServiceAccountKey {
     }
 
     /// Like [`ServiceAccountKey::parse`] but judges expiry at `now` (for deterministic tests).
-    pub fn parse_at(encoded: &str, now: jiff::Timestamp) -> Result<Self, KeyError> {
+    pub(crate) fn parse_at(encoded: &str, now: jiff::Timestamp) -> Result<Self, KeyError> {
         let trimmed = encoded.trim();
         if trimmed.is_empty() {
             return Err(KeyError::Empty);
@@ -192,7 +192,7 @@ impl ServiceAccountKey {
     }
 
     /// Builds a key from a service-account name and an armored OpenPGP secret key.
-    pub fn from_armored(name: &str, armored_secret_key: &str) -> Result<Self, KeyError> {
+    pub(crate) fn from_armored(name: &str, armored_secret_key: &str) -> Result<Self, KeyError> {
         Self::from_armored_at(name, armored_secret_key, jiff::Timestamp::now())
     }
 
@@ -353,7 +353,7 @@ impl ServiceAccountKey {
 
 /// The service-account identity (e-mail) for a name, per Omni's rules: `infra-provider:<x>`
 /// accounts live under `infra-provider.serviceaccount.omni.sidero.dev`.
-pub fn identity_for(name: &str) -> String {
+pub(crate) fn identity_for(name: &str) -> String {
     match name.strip_prefix("infra-provider:") {
         Some(provider) => format!("{provider}@infra-provider.serviceaccount.omni.sidero.dev"),
         None => format!("{name}@serviceaccount.omni.sidero.dev"),
@@ -447,7 +447,7 @@ pub fn verify_signature(
 }
 
 /// A freshly generated key in every form a test or the simulator needs.
-pub type GeneratedKey = (ServiceAccountKey, String, String);
+pub(crate) type GeneratedKey = (ServiceAccountKey, String, String);
 
 /// Generates a service-account key the way Omni does: a v4 Ed25519 (EdDSA legacy) primary key
 /// with certify+sign capability, user ID `<name> (omni-client) <<identity>>`, expiring after

@@ -81,7 +81,7 @@ pub enum DurationError {
 
 impl GoDuration {
     /// The zero duration.
-    pub const ZERO: GoDuration = GoDuration { nanos: 0 };
+    pub(crate) const ZERO: GoDuration = GoDuration { nanos: 0 };
 
     /// A duration of `nanos` nanoseconds.
     pub const fn from_nanos(nanos: i64) -> Self {

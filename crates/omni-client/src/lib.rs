@@ -3,7 +3,7 @@
 //!
 //! It has no Kubernetes dependency; the operator and the simulator both build on it.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod auth;
 pub mod duration;

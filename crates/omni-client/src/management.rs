@@ -7,9 +7,7 @@ use crate::state::{StateError, with_deadline};
 use crate::transport::Client;
 
 /// gRPC metadata key selecting the cluster of a management call (covered by the signature).
-pub const CONTEXT_HEADER: &str = "context";
-/// Longest kubeconfig lifetime Omni grants (10 × 365 days).
-pub const MAX_KUBECONFIG_TTL: Duration = Duration::from_secs(87_600 * 3600);
+pub(crate) const CONTEXT_HEADER: &str = "context";
 
 /// Why a management call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

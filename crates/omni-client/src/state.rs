@@ -1,5 +1,5 @@
 //! The COSI `State` API over a signed [`Client`]: get, list, watch, create, update, teardown and
-//! destroy, with errors classified by gRPC code and message (omni-wire §3.5).
+//! destroy, with errors classified by gRPC code and message (docs/omni-wire.md#errors).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,11 +15,11 @@ use crate::proto::cosi::resource::{
 use crate::transport::Client;
 
 /// Phase of a live resource.
-pub const PHASE_RUNNING: &str = "running";
+pub(crate) const PHASE_RUNNING: &str = "running";
 /// Phase of a resource being torn down.
-pub const PHASE_TEARING_DOWN: &str = "tearingDown";
+pub(crate) const PHASE_TEARING_DOWN: &str = "tearingDown";
 /// Version string the server uses for "no version" (tombstones; send it on create).
-pub const VERSION_UNDEFINED: &str = "undefined";
+pub(crate) const VERSION_UNDEFINED: &str = "undefined";
 
 /// A failed State call, classified by gRPC code and message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -275,7 +275,7 @@ pub fn is_tombstone(resource: &Resource) -> bool {
 
 /// A stream of watch events. It ends with `Err(StateError::WatchFailed)` after an `ERRORED`
 /// event, or with the transport error that broke it.
-pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, StateError>> + Send>>;
+pub(crate) type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, StateError>> + Send>>;
 
 /// The COSI State API of one [`Client`].
 #[derive(Clone, Debug)]
@@ -297,7 +297,7 @@ impl Client {
         self.state()
             .list(
                 crate::resources::NAMESPACE,
-                crate::resources::CLUSTER_TYPE,
+                crate::template::types::CLUSTER,
                 &[],
             )
             .await?;

@@ -24,13 +24,13 @@ use crate::proto::cosi::resource::state_client::StateClient;
 use crate::proto::management::management_service_client::ManagementServiceClient;
 
 /// Largest message accepted from the server (Omni's own limit).
-pub const MAX_DECODING_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_DECODING_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
 /// Default deadline of unary calls and `List` streams.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default TCP/TLS connect deadline.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keepalive ping interval (what the Go client uses).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Why an endpoint URL cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum EndpointError {
 
 /// How the channel talks to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportKind {
+pub(crate) enum TransportKind {
     /// TLS with ALPN `h2`.
     Tls,
     /// Cleartext HTTP/2 with prior knowledge (h2c).
@@ -67,7 +67,7 @@ impl OmniEndpoint {
     /// Parses an endpoint URL following the Go client's rules: `https` defaults to port 443 over
     /// TLS; `http` and `grpc` default to port 80 over h2c and display as `grpc://`; any other
     /// scheme is dialled over h2c (port 80 if none) and displayed unchanged.
-    pub fn parse(url: &str) -> Result<Self, EndpointError> {
+    pub(crate) fn parse(url: &str) -> Result<Self, EndpointError> {
         let invalid = |reason: &str| EndpointError::Invalid {
             url: url.to_owned(),
             reason: reason.to_owned(),
@@ -116,7 +116,7 @@ impl OmniEndpoint {
     }
 
     /// TLS or h2c.
-    pub fn kind(&self) -> TransportKind {
+    pub(crate) fn kind(&self) -> TransportKind {
         self.kind
     }
 
@@ -193,7 +193,7 @@ pub enum ClientError {
 }
 
 /// The signed channel every generated client runs on.
-pub type SignedChannel = SigningService<Channel>;
+pub(crate) type SignedChannel = SigningService<Channel>;
 
 /// A connection to one Omni instance, authenticated as one service account.
 #[derive(Clone)]
@@ -262,7 +262,7 @@ impl Client {
     }
 
     /// Deadline applied to unary calls and `List` streams.
-    pub fn request_timeout(&self) -> Duration {
+    pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
@@ -270,11 +270,6 @@ impl Client {
     /// clones so the fallback is remembered for the life of the connection.
     pub(crate) fn teardown_unsupported(&self) -> &AtomicBool {
         &self.teardown_unsupported
-    }
-
-    /// Fingerprint of the key calls are signed with.
-    pub fn key_fingerprint(&self) -> &str {
-        &self.fingerprint
     }
 
     /// The raw generated COSI State client on the shared signed channel.
@@ -285,7 +280,7 @@ impl Client {
     }
 
     /// The raw generated ManagementService client on the shared signed channel.
-    pub fn raw_management(&self) -> ManagementServiceClient<SignedChannel> {
+    pub(crate) fn raw_management(&self) -> ManagementServiceClient<SignedChannel> {
         ManagementServiceClient::new(self.channel.clone())
             .accept_compressed(CompressionEncoding::Gzip)
             .max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE)
@@ -303,7 +298,7 @@ pub struct SigningService<S> {
 
 impl<S> SigningService<S> {
     /// Wraps `inner` so every request is signed with `key`.
-    pub fn new(inner: S, key: ServiceAccountKey) -> Self {
+    pub(crate) fn new(inner: S, key: ServiceAccountKey) -> Self {
         Self {
             inner,
             key: Arc::new(key),

@@ -1,5 +1,6 @@
 //! Service-account keys and `siderov1` request verification, implemented independently of the
-//! client's signer (omni-wire §2) so that a client bug cannot hide behind a shared mistake.
+//! client's signer (docs/omni-wire.md#request-signing) so that a client bug cannot hide behind a
+//! shared mistake.
 //!
 //! Keys are registered as `PublicKeys.omni.sidero.dev` resources in the store (ID = fingerprint,
 //! label `user-id`), as Omni does; users and their roles live beside the store.
@@ -25,8 +26,9 @@ use crate::clock::{Clock, from_proto, to_proto};
 use crate::store::{Store, decode_spec, resource};
 use crate::types::{DEFAULT_NS, Role, label, ty};
 
-/// The ten header names covered by the signed payload, in Go's sorted order (omni-wire §2.4).
-pub const SIGNED_HEADERS: [&str; 10] = [
+/// The ten header names covered by the signed payload, in Go's sorted order
+/// (docs/omni-wire.md#signed-payload).
+pub(crate) const SIGNED_HEADERS: [&str; 10] = [
     "authorization",
     "cluster",
     "context",
@@ -40,10 +42,10 @@ pub const SIGNED_HEADERS: [&str; 10] = [
 ];
 
 /// Allowed distance between the request timestamp and the server clock.
-pub const MAX_SKEW: SignedDuration = SignedDuration::from_secs(300);
+pub(crate) const MAX_SKEW: SignedDuration = SignedDuration::from_secs(300);
 
 /// Longest lifetime Omni accepts for a service-account key (365 days + 1 minute).
-pub const MAX_KEY_LIFETIME: SignedDuration = SignedDuration::from_secs(365 * 24 * 3600 + 60);
+pub(crate) const MAX_KEY_LIFETIME: SignedDuration = SignedDuration::from_secs(365 * 24 * 3600 + 60);
 
 /// Owner used for the resources the simulated account service creates.
 const ACCOUNT_OWNER: &str = "ServiceAccountController";
@@ -51,7 +53,7 @@ const ACCOUNT_OWNER: &str = "ServiceAccountController";
 /// Why a request was not authenticated. Only ever logged at debug level: the client always sees
 /// `invalid signature`.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// No `x-sidero-signature` header.
     #[error("signature header missing")]
     MissingSignature,
@@ -94,13 +96,13 @@ pub enum AuthFailure {
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Full identity (e-mail form).
-    pub email: String,
+    pub(crate) email: String,
     /// Name from the signature header (informational).
-    pub name: String,
+    pub(crate) name: String,
     /// Effective role: the lower of the user's and the key's role.
-    pub role: Role,
+    pub(crate) role: Role,
 }
 
 /// Errors of key registration.
@@ -126,8 +128,8 @@ pub enum KeyError {
     Generate(String),
 }
 
-/// Full identity e-mail for a service-account name (omni-wire §2.2).
-pub fn service_account_email(name: &str) -> String {
+/// Full identity e-mail for a service-account name (docs/omni-wire.md#service-account-keys).
+pub(crate) fn service_account_email(name: &str) -> String {
     match name.strip_prefix("infra-provider:") {
         Some(rest) => format!("{rest}@infra-provider.serviceaccount.omni.sidero.dev"),
         None => format!("{name}@serviceaccount.omni.sidero.dev"),
@@ -135,12 +137,12 @@ pub fn service_account_email(name: &str) -> String {
 }
 
 /// Lowercase hex v4 fingerprint of a key's primary key.
-pub fn fingerprint(key: &SignedPublicKey) -> String {
+pub(crate) fn fingerprint(key: &SignedPublicKey) -> String {
     hex::encode(key.fingerprint().as_bytes())
 }
 
 /// Parses an ASCII-armored public key.
-pub fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
+pub(crate) fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
     if armored.contains("PRIVATE KEY BLOCK") {
         return Err(KeyError::Private);
     }
@@ -150,7 +152,7 @@ pub fn parse_public_key(armored: &str) -> Result<SignedPublicKey, KeyError> {
 }
 
 /// Expiration time recorded in the key's self-signatures, if any.
-pub fn key_expiration(key: &SignedPublicKey) -> Option<Timestamp> {
+pub(crate) fn key_expiration(key: &SignedPublicKey) -> Option<Timestamp> {
     let created = i64::from(key.created_at().as_secs());
     key.details
         .users
@@ -186,7 +188,7 @@ impl std::fmt::Debug for GeneratedKey {
 }
 
 /// Generates an Ed25519 (legacy EdDSA) v4 key with an ECDH Curve25519 subkey, the shape omnictl
-/// produces (omni-wire §2.2), and encodes it as a service-account key.
+/// produces (docs/omni-wire.md#service-account-keys), and encodes it as a service-account key.
 pub fn generate_key(name: &str) -> Result<GeneratedKey, KeyError> {
     let gen_err = |e: &dyn std::fmt::Display| KeyError::Generate(e.to_string());
     let email = service_account_email(name);
@@ -234,7 +236,7 @@ struct User {
 }
 
 /// Registered users and key checks. Keys themselves are PublicKey resources in the store.
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     store: Arc<Store>,
     clock: Arc<dyn Clock>,
     users: Mutex<HashMap<String, User>>,
@@ -248,7 +250,7 @@ impl std::fmt::Debug for Authenticator {
 
 impl Authenticator {
     /// An authenticator over `store`.
-    pub fn new(store: Arc<Store>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(store: Arc<Store>, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
             clock,
@@ -259,7 +261,7 @@ impl Authenticator {
     /// Registers an armored public key for account `name` with `role`. The expiration is
     /// `expiration` if given, else the key's own, else one year from now. With `strict`, Omni's
     /// CreateServiceAccount checks apply (lifetime set and ≤ 365 days, e-mail user ID).
-    pub fn register(
+    pub(crate) fn register(
         &self,
         name: &str,
         armored: &str,
@@ -342,8 +344,13 @@ impl Authenticator {
         Ok(fp)
     }
 
-    /// Verifies a request's signature per omni-wire §2.6, in the server's order.
-    pub fn authenticate(&self, method: &str, md: &MetadataMap) -> Result<Identity, AuthFailure> {
+    /// Verifies a request's signature per docs/omni-wire.md#what-the-server-checks, in the
+    /// server's order.
+    pub(crate) fn authenticate(
+        &self,
+        method: &str,
+        md: &MetadataMap,
+    ) -> Result<Identity, AuthFailure> {
         // 2. signature header
         let header = md
             .get("x-sidero-signature")
@@ -465,7 +472,11 @@ fn verify_time(
 }
 
 /// Validates the payload JSON against the called method and the actual metadata.
-pub fn check_payload(method: &str, md: &MetadataMap, payload: &[u8]) -> Result<(), AuthFailure> {
+pub(crate) fn check_payload(
+    method: &str,
+    md: &MetadataMap,
+    payload: &[u8],
+) -> Result<(), AuthFailure> {
     let value: Value = serde_json::from_slice(payload).map_err(|_| AuthFailure::Payload)?;
     let obj = value.as_object().ok_or(AuthFailure::Payload)?;
     let payload_method = obj

@@ -56,7 +56,7 @@ impl Clock for ManualClock {
 }
 
 /// Converts a jiff timestamp to the protobuf well-known type.
-pub fn to_proto(ts: Timestamp) -> prost_types::Timestamp {
+pub(crate) fn to_proto(ts: Timestamp) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: ts.as_second(),
         nanos: ts.subsec_nanosecond(),
@@ -65,6 +65,6 @@ pub fn to_proto(ts: Timestamp) -> prost_types::Timestamp {
 
 /// Converts a protobuf timestamp to jiff; out-of-range values clamp to the Unix epoch, as Go's
 /// decoder does for missing timestamps.
-pub fn from_proto(ts: &prost_types::Timestamp) -> Timestamp {
+pub(crate) fn from_proto(ts: &prost_types::Timestamp) -> Timestamp {
     Timestamp::new(ts.seconds, ts.nanos).unwrap_or(Timestamp::UNIX_EPOCH)
 }

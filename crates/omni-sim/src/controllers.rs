@@ -1,4 +1,5 @@
-//! Emulation of the Omni controllers a template client observes (omni-wire §5.8, §5.9, §7):
+//! Emulation of the Omni controllers a template client observes
+//! (docs/omni-wire.md#what-omni-sims-controllers-do):
 //! status resources, finalizers, machine allocation, teardown cascades and status progression.
 //!
 //! Structural work (creating statuses, finalizers, cascades) happens as soon as the store
@@ -11,6 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use omni_client::proto::cosi::resource::Resource;
+use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
+    GroupStatus, ManifestStatus, group_status, manifest_status,
+};
+use omni_client::proto::specs::kubernetes_manifest_group_spec::Mode;
 use omni_client::proto::specs::{
     ClusterConfigVersionSpec, ClusterKubernetesManifestsStatusSpec, ClusterMachineStatusSpec,
     ClusterSpec, ClusterStatusSpec, ClusterUuid, ControlPlaneStatusSpec, KubernetesHealthCheckSpec,
@@ -26,9 +31,9 @@ use crate::store::{Store, decode_spec, id, label, meta, resource, tearing_down};
 use crate::types::{DEFAULT_NS, EPHEMERAL_NS, label as l, ty};
 
 /// Finalizer the simulated cluster controller puts on Clusters.
-pub const CLUSTER_FINALIZER: &str = "ClusterController";
+pub(crate) const CLUSTER_FINALIZER: &str = "ClusterController";
 /// Finalizer the simulated machine-set controller puts on MachineSets.
-pub const MACHINE_SET_FINALIZER: &str = "MachineSetController";
+pub(crate) const MACHINE_SET_FINALIZER: &str = "MachineSetController";
 
 const STATUS_OWNER: &str = "ClusterStatusController";
 const MANIFESTS_OWNER: &str = "ClusterKubernetesManifestsStatusController";
@@ -44,11 +49,19 @@ const MSN_OWNER: &str = "MachineSetNodeController";
 const MACHINE_OWNER: &str = "MachineStatusController";
 
 /// Omni's re-check interval of a failing health check that sets none.
-pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// Omni names a health check's runner Job `omni-healthcheck-<health check ID>`.
-pub const HEALTH_CHECK_JOB_PREFIX: &str = "omni-healthcheck-";
+pub(crate) const HEALTH_CHECK_JOB_PREFIX: &str = "omni-healthcheck-";
 /// Omni keeps at most this many characters of a failure in `error` (one line).
 const HEALTH_CHECK_ERROR_LIMIT: usize = 256;
+
+/// One health check's part of a gate step.
+struct CheckStep {
+    /// Its entry in the upgrade's step text; `None` when it passed.
+    failure: Option<String>,
+    /// Whether a run started or finished now (rather than waiting for the check's interval).
+    ran: bool,
+}
 
 /// What the runner Job of a health check does in the (simulated) workload cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -78,13 +91,13 @@ pub struct PoolMachine {
 
 /// Controller knobs.
 #[derive(Debug, Clone)]
-pub struct ControllerConfig {
+pub(crate) struct ControllerConfig {
     /// Interval of status progression steps.
-    pub step: Duration,
+    pub(crate) step: Duration,
     /// Test convenience (default off): add unknown machines named by manual MachineSetNodes to
     /// the pool, as if they had connected, so manual sets become ready without seeding the pool.
     /// Off, a node naming a machine Omni has never seen stays not ready, as in Omni.
-    pub auto_register_machines: bool,
+    pub(crate) auto_register_machines: bool,
 }
 
 impl Default for ControllerConfig {
@@ -97,7 +110,7 @@ impl Default for ControllerConfig {
 }
 
 /// The emulated controllers.
-pub struct Controllers {
+pub(crate) struct Controllers {
     store: Arc<Store>,
     cfg: ControllerConfig,
     pinned: Mutex<HashSet<(String, String)>>,
@@ -113,6 +126,8 @@ pub struct Controllers {
     health_passed_for: Mutex<HashMap<String, String>>,
     /// Test hook (default none): the error applying a cluster's manifests fails with, by cluster.
     manifest_errors: Mutex<HashMap<String, String>>,
+    /// Writes the manifests into the workload cluster, when an embedder plugged one in.
+    pub(crate) manifest_sync: crate::manifest_sync::ManifestSync,
 }
 
 /// One Kubernetes object of a manifest group, as Omni names it in its sync status.
@@ -139,6 +154,93 @@ fn manifest_documents(data: &str) -> Vec<ManifestDocument> {
                 .unwrap_or_default(),
         })
         .collect()
+}
+
+/// A cluster's manifest groups after one step of Omni's manifest controller, from the groups
+/// it reported before and the groups now `declared` (ID → mode and objects).
+///
+/// An applied object stays `APPLIED` while the API is up, a new one is `PENDING` until an apply
+/// succeeds, and an object no longer declared (in a `FULL` group, or of a group no longer
+/// declared) is `DELETING` until a prune succeeds; one-time groups are never pruned.
+fn next_manifest_groups(
+    previous: BTreeMap<String, GroupStatus>,
+    declared: BTreeMap<String, (i32, Vec<ManifestDocument>)>,
+    api_ready: bool,
+    apply_succeeds: bool,
+) -> BTreeMap<String, GroupStatus> {
+    let key = |doc: &ManifestDocument| format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
+    let entry = |doc: ManifestDocument, phase: manifest_status::Phase| ManifestStatus {
+        phase: phase as i32,
+        kind: doc.kind,
+        name: doc.name,
+        namespace: doc.namespace,
+        group: doc.group,
+    };
+    let applied = manifest_status::Phase::Applied as i32;
+    let mut groups = BTreeMap::new();
+    for (group_id, (mode, docs)) in declared {
+        let before = previous.get(&group_id);
+        let mut manifests = BTreeMap::new();
+        for doc in docs {
+            let k = key(&doc);
+            let was_applied = before
+                .and_then(|g| g.manifests.get(&k))
+                .is_some_and(|m| m.phase == applied);
+            let phase = if apply_succeeds || (api_ready && was_applied) {
+                manifest_status::Phase::Applied
+            } else {
+                manifest_status::Phase::Pending
+            };
+            manifests.insert(k, entry(doc, phase));
+        }
+        // Dropped from a declared full group: deleting until pruned.
+        if let Some(before) = before
+            && mode != Mode::OneTime as i32
+            && !apply_succeeds
+            && api_ready
+        {
+            for (k, m) in &before.manifests {
+                if !manifests.contains_key(k) {
+                    let mut m = m.clone();
+                    m.phase = manifest_status::Phase::Deleting as i32;
+                    manifests.insert(k.clone(), m);
+                }
+            }
+        }
+        let phase = if !api_ready {
+            group_status::Phase::Pending
+        } else if manifests.values().all(|m| m.phase == applied) {
+            group_status::Phase::Applied
+        } else {
+            group_status::Phase::Progressing
+        };
+        groups.insert(
+            group_id,
+            GroupStatus {
+                phase: phase as i32,
+                mode,
+                manifests,
+            },
+        );
+    }
+    // Groups no longer declared: their objects stay (DELETING) until a prune succeeds;
+    // one-time groups are forgotten at once.
+    if api_ready && !apply_succeeds {
+        for (group_id, mut group) in previous {
+            if groups.contains_key(&group_id)
+                || group.mode == Mode::OneTime as i32
+                || group.manifests.is_empty()
+            {
+                continue;
+            }
+            group.phase = group_status::Phase::Deleting as i32;
+            for m in group.manifests.values_mut() {
+                m.phase = manifest_status::Phase::Deleting as i32;
+            }
+            groups.insert(group_id, group);
+        }
+    }
+    groups
 }
 
 /// Dirty tracking: a cluster whose last progressing pass changed nothing is *settled* and
@@ -232,7 +334,7 @@ fn spec_of<M: prost::Message + Default>(r: &Resource) -> M {
 
 impl Controllers {
     /// Controllers over `store`.
-    pub fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
+    pub(crate) fn new(store: Arc<Store>, cfg: ControllerConfig) -> Self {
         Self {
             cfg,
             pinned: Mutex::new(HashSet::new()),
@@ -246,12 +348,13 @@ impl Controllers {
             health_runs: Mutex::new(HashMap::new()),
             health_passed_for: Mutex::new(HashMap::new()),
             manifest_errors: Mutex::new(HashMap::new()),
+            manifest_sync: Default::default(),
             store,
         }
     }
 
     /// Sets what the runner Job of health check `id` does from its next run on.
-    pub fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
+    pub(crate) fn set_health_check_outcome(&self, id: &str, outcome: HealthCheckOutcome) {
         self.health_outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -260,7 +363,7 @@ impl Controllers {
     }
 
     /// Test hook: applying `cluster`'s manifests fails with `error` (`None`: succeeds again).
-    pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
+    pub(crate) fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
         let mut errors = self
             .manifest_errors
             .lock()
@@ -274,7 +377,7 @@ impl Controllers {
     }
 
     /// Stops status progression for one resource, so a test's manual phase flip sticks.
-    pub fn pin(&self, ty: &str, id: &str) {
+    pub(crate) fn pin(&self, ty: &str, id: &str) {
         self.pinned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -283,7 +386,7 @@ impl Controllers {
     }
 
     /// Resumes status progression for a pinned resource.
-    pub fn unpin(&self, ty: &str, id: &str) {
+    pub(crate) fn unpin(&self, ty: &str, id: &str) {
         self.pinned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -306,7 +409,7 @@ impl Controllers {
     }
 
     /// Adds (or refreshes) a machine in the pool: a MachineStatus and a SideroLink Link.
-    pub fn add_machine(&self, m: &PoolMachine) {
+    pub(crate) fn add_machine(&self, m: &PoolMachine) {
         self.removed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -343,7 +446,7 @@ impl Controllers {
 
     /// Runs until `shutdown` flips: reacts to store changes at once and progresses statuses on
     /// every tick.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut rx = self.store.subscribe();
         let mut tick = tokio::time::interval(self.cfg.step);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -368,7 +471,7 @@ impl Controllers {
     }
 
     /// One reconciliation pass; with `progress`, statuses advance one step.
-    pub fn reconcile(&self, progress: bool) {
+    pub(crate) fn reconcile(&self, progress: bool) {
         let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let changed = dirty.absorb();
         if !changed && dirty.all_settled {
@@ -476,92 +579,8 @@ impl Controllers {
         let name = id(cluster).to_string();
         let spec: ClusterSpec = spec_of(cluster);
         self.add_finalizer(ty::CLUSTER, &name, CLUSTER_FINALIZER);
-        let cl = || labels([(l::CLUSTER, name.as_str())]);
-        self.ensure(
-            ty::CLUSTER_UUID,
-            &name,
-            UUID_OWNER,
-            cl(),
-            &ClusterUuid {
-                uuid: uuid::Uuid::new_v4().to_string(),
-            },
-        );
-        // The Talos version the cluster was created with; kept for its life.
-        self.ensure(
-            ty::CLUSTER_CONFIG_VERSION,
-            &name,
-            CONFIG_VERSION_OWNER,
-            cl(),
-            &ClusterConfigVersionSpec {
-                version: spec.talos_version.clone(),
-            },
-        );
-        self.ensure(
-            ty::CLUSTER_STATUS,
-            &name,
-            STATUS_OWNER,
-            cl(),
-            &ClusterStatusSpec {
-                phase: cluster_status_spec::Phase::ScalingUp as i32,
-                talos_version: spec.talos_version.clone(),
-                kubernetes_version: spec.kubernetes_version.clone(),
-                ..Default::default()
-            },
-        );
-        self.ensure(
-            ty::MANIFESTS_STATUS,
-            &name,
-            MANIFESTS_OWNER,
-            cl(),
-            &ClusterKubernetesManifestsStatusSpec::default(),
-        );
-        self.ensure(
-            ty::LOAD_BALANCER_STATUS,
-            &name,
-            LB_OWNER,
-            cl(),
-            &LoadBalancerStatusSpec::default(),
-        );
-        self.ensure(
-            ty::KUBERNETES_UPGRADE_STATUS,
-            &name,
-            K8S_UPGRADE_OWNER,
-            cl(),
-            &KubernetesUpgradeStatusSpec {
-                phase: kubernetes_upgrade_status_spec::Phase::Upgrading as i32,
-                current_upgrade_version: spec.kubernetes_version.clone(),
-                ..Default::default()
-            },
-        );
-        self.ensure(
-            ty::TALOS_UPGRADE_STATUS,
-            &name,
-            TALOS_UPGRADE_OWNER,
-            cl(),
-            &TalosUpgradeStatusSpec {
-                phase: talos_upgrade_status_spec::Phase::Upgrading as i32,
-                current_upgrade_version: spec.talos_version.clone(),
-                ..Default::default()
-            },
-        );
-        // A version change in the Cluster spec starts an upgrade at once; it completes on a tick.
-        self.set_spec::<KubernetesUpgradeStatusSpec>(ty::KUBERNETES_UPGRADE_STATUS, &name, |s| {
-            if s.phase == kubernetes_upgrade_status_spec::Phase::Done as i32
-                && s.last_upgrade_version != spec.kubernetes_version
-            {
-                s.phase = kubernetes_upgrade_status_spec::Phase::Upgrading as i32;
-                s.current_upgrade_version = spec.kubernetes_version.clone();
-            }
-        });
-        self.set_spec::<TalosUpgradeStatusSpec>(ty::TALOS_UPGRADE_STATUS, &name, |s| {
-            if s.phase == talos_upgrade_status_spec::Phase::Done as i32
-                && s.last_upgrade_version != spec.talos_version
-            {
-                s.phase = talos_upgrade_status_spec::Phase::Upgrading as i32;
-                s.current_upgrade_version = spec.talos_version.clone();
-            }
-        });
-
+        self.ensure_cluster_statuses(&name, &spec);
+        self.start_upgrades(&name, &spec);
         let sets = self.store.list_labeled(ty::MACHINE_SET, l::CLUSTER, &name);
         for set in &sets {
             if tearing_down(set) {
@@ -575,6 +594,98 @@ impl Controllers {
             return self.progress_cluster(&name, &spec, &sets);
         }
         false
+    }
+
+    /// The resources Omni's cluster controllers create for a cluster, in their first state.
+    fn ensure_cluster_statuses(&self, name: &str, spec: &ClusterSpec) {
+        let cl = || labels([(l::CLUSTER, name)]);
+        self.ensure(
+            ty::CLUSTER_UUID,
+            name,
+            UUID_OWNER,
+            cl(),
+            &ClusterUuid {
+                uuid: uuid::Uuid::new_v4().to_string(),
+            },
+        );
+        // The Talos version the cluster was created with; kept for its life.
+        self.ensure(
+            ty::CLUSTER_CONFIG_VERSION,
+            name,
+            CONFIG_VERSION_OWNER,
+            cl(),
+            &ClusterConfigVersionSpec {
+                version: spec.talos_version.clone(),
+            },
+        );
+        self.ensure(
+            ty::CLUSTER_STATUS,
+            name,
+            STATUS_OWNER,
+            cl(),
+            &ClusterStatusSpec {
+                phase: cluster_status_spec::Phase::ScalingUp as i32,
+                talos_version: spec.talos_version.clone(),
+                kubernetes_version: spec.kubernetes_version.clone(),
+                ..Default::default()
+            },
+        );
+        self.ensure(
+            ty::MANIFESTS_STATUS,
+            name,
+            MANIFESTS_OWNER,
+            cl(),
+            &ClusterKubernetesManifestsStatusSpec::default(),
+        );
+        self.ensure(
+            ty::LOAD_BALANCER_STATUS,
+            name,
+            LB_OWNER,
+            cl(),
+            &LoadBalancerStatusSpec::default(),
+        );
+        self.ensure(
+            ty::KUBERNETES_UPGRADE_STATUS,
+            name,
+            K8S_UPGRADE_OWNER,
+            cl(),
+            &KubernetesUpgradeStatusSpec {
+                phase: kubernetes_upgrade_status_spec::Phase::Upgrading as i32,
+                current_upgrade_version: spec.kubernetes_version.clone(),
+                ..Default::default()
+            },
+        );
+        self.ensure(
+            ty::TALOS_UPGRADE_STATUS,
+            name,
+            TALOS_UPGRADE_OWNER,
+            cl(),
+            &TalosUpgradeStatusSpec {
+                phase: talos_upgrade_status_spec::Phase::Upgrading as i32,
+                current_upgrade_version: spec.talos_version.clone(),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// A version change in the Cluster spec starts an upgrade at once; it completes on a tick.
+    fn start_upgrades(&self, name: &str, spec: &ClusterSpec) {
+        self.set_spec::<KubernetesUpgradeStatusSpec>(ty::KUBERNETES_UPGRADE_STATUS, name, |s| {
+            if s.phase == kubernetes_upgrade_status_spec::Phase::Done as i32
+                && s.last_upgrade_version != spec.kubernetes_version
+            {
+                s.phase = kubernetes_upgrade_status_spec::Phase::Upgrading as i32;
+                s.current_upgrade_version = spec.kubernetes_version.clone();
+            }
+        });
+        self.set_spec::<TalosUpgradeStatusSpec>(ty::TALOS_UPGRADE_STATUS, name, |s| {
+            if s.phase == talos_upgrade_status_spec::Phase::Done as i32
+                && s.last_upgrade_version != spec.talos_version
+            {
+                s.phase = talos_upgrade_status_spec::Phase::Upgrading as i32;
+                s.current_upgrade_version = spec.talos_version.clone();
+            }
+        });
     }
 
     /// Omni keeps one `KubernetesHealthCheckStatus` per health check (namespace `ephemeral`,
@@ -664,7 +775,6 @@ impl Controllers {
     /// when every check passed, else the upgrade's step text (Omni's wording) and whether the
     /// gate waits only for time to pass.
     fn run_health_checks(&self, cluster: &str) -> Option<(String, bool)> {
-        use kubernetes_health_check_status_spec::State;
         let checks = self
             .store
             .list_labeled(ty::HEALTH_CHECK, l::CLUSTER, cluster);
@@ -676,95 +786,9 @@ impl Controllers {
         let mut failures = Vec::new();
         let mut only_waiting = true;
         for check in checks.iter().filter(|r| !tearing_down(r)) {
-            let check_id = id(check).to_string();
-            let spec: KubernetesHealthCheckSpec = spec_of(check);
-            let status: KubernetesHealthCheckStatusSpec = self
-                .store
-                .try_get(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, &check_id)
-                .as_ref()
-                .map(spec_of)
-                .unwrap_or_default();
-            let state = status.state;
-            let passed_now = self
-                .health_passed_for
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&check_id)
-                == Some(&target);
-            if state == State::Passed as i32 && passed_now {
-                continue;
-            }
-            if state == State::Running as i32 {
-                let outcome = self
-                    .health_outcomes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&check_id)
-                    .cloned()
-                    .unwrap_or_default();
-                self.health_runs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(check_id.clone(), std::time::Instant::now());
-                only_waiting = false;
-                match outcome {
-                    HealthCheckOutcome::Pass => {
-                        self.health_passed_for
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(check_id.clone(), target.clone());
-                        self.put_health_check_status(cluster, &check_id, |s| {
-                            s.state = State::Passed as i32;
-                            s.error = String::new();
-                            s.output = String::new();
-                        });
-                    }
-                    HealthCheckOutcome::Fail { error, output } => {
-                        let line: String = error
-                            .replace('\n', " ")
-                            .chars()
-                            .take(HEALTH_CHECK_ERROR_LIMIT)
-                            .collect();
-                        failures.push(format!("{check_id:?}: {line}"));
-                        self.put_health_check_status(cluster, &check_id, |s| {
-                            s.state = State::Failed as i32;
-                            s.error = line.clone();
-                            s.output = output;
-                        });
-                    }
-                }
-                continue;
-            }
-            let interval = spec
-                .interval
-                .as_ref()
-                .map(|d| {
-                    Duration::from_secs(u64::try_from(d.seconds).unwrap_or(0))
-                        + Duration::from_nanos(u64::try_from(d.nanos).unwrap_or(0))
-                })
-                .filter(|d| !d.is_zero())
-                .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL);
-            let last_run = self
-                .health_runs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&check_id)
-                .copied();
-            let due =
-                state != State::Failed as i32 || last_run.is_none_or(|at| at.elapsed() >= interval);
-            if due {
-                // A new attempt: the Job is created fresh; the last failure stays readable.
-                let job_namespace = job_namespace(&spec.job);
-                self.put_health_check_status(cluster, &check_id, |s| {
-                    s.state = State::Running as i32;
-                    s.job_namespace = job_namespace;
-                    s.job_name = format!("{HEALTH_CHECK_JOB_PREFIX}{check_id}");
-                });
-                only_waiting = false;
-                failures.push(format!("{check_id:?}: waiting to complete"));
-            } else {
-                failures.push(format!("{check_id:?}: {}", status.error));
-            }
+            let step = self.health_check_step(cluster, check, &target);
+            only_waiting &= !step.ran;
+            failures.extend(step.failure);
         }
         if failures.is_empty() {
             None
@@ -773,6 +797,123 @@ impl Controllers {
                 format!("waiting for healthchecks to pass: {}", failures.join("; ")),
                 only_waiting,
             ))
+        }
+    }
+
+    /// One check's part of a [`Self::run_health_checks`] step.
+    fn health_check_step(&self, cluster: &str, check: &Resource, target: &str) -> CheckStep {
+        use kubernetes_health_check_status_spec::State;
+        let check_id = id(check).to_string();
+        let spec: KubernetesHealthCheckSpec = spec_of(check);
+        let status: KubernetesHealthCheckStatusSpec = self
+            .store
+            .try_get(EPHEMERAL_NS, ty::HEALTH_CHECK_STATUS, &check_id)
+            .as_ref()
+            .map(spec_of)
+            .unwrap_or_default();
+        let state = status.state;
+        let passed_now = self
+            .health_passed_for
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&check_id)
+            .map(String::as_str)
+            == Some(target);
+        if state == State::Passed as i32 && passed_now {
+            return CheckStep {
+                failure: None,
+                ran: false,
+            };
+        }
+        if state == State::Running as i32 {
+            return CheckStep {
+                failure: self.finish_health_check_run(cluster, &check_id, target),
+                ran: true,
+            };
+        }
+        let interval = spec
+            .interval
+            .as_ref()
+            .map(|d| {
+                Duration::from_secs(u64::try_from(d.seconds).unwrap_or(0))
+                    + Duration::from_nanos(u64::try_from(d.nanos).unwrap_or(0))
+            })
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL);
+        let last_run = self
+            .health_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&check_id)
+            .copied();
+        let due =
+            state != State::Failed as i32 || last_run.is_none_or(|at| at.elapsed() >= interval);
+        if !due {
+            return CheckStep {
+                failure: Some(format!("{check_id:?}: {}", status.error)),
+                ran: false,
+            };
+        }
+        // A new attempt: the Job is created fresh; the last failure stays readable.
+        let job_namespace = job_namespace(&spec.job);
+        self.put_health_check_status(cluster, &check_id, |s| {
+            s.state = State::Running as i32;
+            s.job_namespace = job_namespace;
+            s.job_name = format!("{HEALTH_CHECK_JOB_PREFIX}{check_id}");
+        });
+        CheckStep {
+            failure: Some(format!("{check_id:?}: waiting to complete")),
+            ran: true,
+        }
+    }
+
+    /// A running check's Job finishes with the outcome the test chose; returns the failure
+    /// line, if it failed.
+    fn finish_health_check_run(
+        &self,
+        cluster: &str,
+        check_id: &str,
+        target: &str,
+    ) -> Option<String> {
+        use kubernetes_health_check_status_spec::State;
+        let outcome = self
+            .health_outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(check_id)
+            .cloned()
+            .unwrap_or_default();
+        self.health_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(check_id.to_string(), std::time::Instant::now());
+        match outcome {
+            HealthCheckOutcome::Pass => {
+                self.health_passed_for
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(check_id.to_string(), target.to_string());
+                self.put_health_check_status(cluster, check_id, |s| {
+                    s.state = State::Passed as i32;
+                    s.error = String::new();
+                    s.output = String::new();
+                });
+                None
+            }
+            HealthCheckOutcome::Fail { error, output } => {
+                let line: String = error
+                    .replace('\n', " ")
+                    .chars()
+                    .take(HEALTH_CHECK_ERROR_LIMIT)
+                    .collect();
+                let failure = format!("{check_id:?}: {line}");
+                self.put_health_check_status(cluster, check_id, |s| {
+                    s.state = State::Failed as i32;
+                    s.error = line;
+                    s.output = output;
+                });
+                Some(failure)
+            }
         }
     }
 
@@ -827,58 +968,67 @@ impl Controllers {
             .store
             .list_labeled(ty::MACHINE_SET_NODE, l::MACHINE_SET, &set_id)
         {
-            let machine = id(&node).to_string();
-            let removed = self
-                .removed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&machine);
-            if self.cfg.auto_register_machines
-                && !removed
-                && self
-                    .store
-                    .try_get(DEFAULT_NS, ty::MACHINE_STATUS, &machine)
-                    .is_none()
-            {
-                self.add_machine(&PoolMachine {
-                    id: machine.clone(),
-                    ..Default::default()
-                });
-            }
-            self.set_machine_cluster(&machine, Some(cluster));
-            self.ensure(
-                ty::CLUSTER_MACHINE_STATUS,
-                &machine,
-                CMS_OWNER,
-                labels([(l::CLUSTER, cluster), (l::MACHINE_SET, &set_id), (role, "")]),
-                &ClusterMachineStatusSpec {
-                    stage: cluster_machine_status_spec::Stage::Booting as i32,
-                    ..Default::default()
-                },
-            );
-            if progress {
-                let healthy = self.machine_healthy(&machine);
-                self.set_spec::<ClusterMachineStatusSpec>(
-                    ty::CLUSTER_MACHINE_STATUS,
-                    &machine,
-                    |s| {
-                        s.ready = healthy;
-                        s.stage = if healthy {
-                            cluster_machine_status_spec::Stage::Running as i32
-                        } else {
-                            cluster_machine_status_spec::Stage::Booting as i32
-                        };
-                        s.config_up_to_date = healthy;
-                        if healthy {
-                            s.config_apply_status =
-                                omni_client::proto::specs::ConfigApplyStatus::Applied as i32;
-                        }
-                    },
-                );
-            }
+            self.node_running(cluster, &set_id, role, &node, progress);
         }
         if progress {
             self.progress_machine_set(set, &set_spec);
+        }
+    }
+
+    /// A node's machine joins the cluster and gets its `ClusterMachineStatus`, which follows
+    /// the machine's health on progress ticks.
+    fn node_running(
+        &self,
+        cluster: &str,
+        set_id: &str,
+        role: &str,
+        node: &Resource,
+        progress: bool,
+    ) {
+        let machine = id(node).to_string();
+        let removed = self
+            .removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&machine);
+        if self.cfg.auto_register_machines
+            && !removed
+            && self
+                .store
+                .try_get(DEFAULT_NS, ty::MACHINE_STATUS, &machine)
+                .is_none()
+        {
+            self.add_machine(&PoolMachine {
+                id: machine.clone(),
+                ..Default::default()
+            });
+        }
+        self.set_machine_cluster(&machine, Some(cluster));
+        self.ensure(
+            ty::CLUSTER_MACHINE_STATUS,
+            &machine,
+            CMS_OWNER,
+            labels([(l::CLUSTER, cluster), (l::MACHINE_SET, set_id), (role, "")]),
+            &ClusterMachineStatusSpec {
+                stage: cluster_machine_status_spec::Stage::Booting as i32,
+                ..Default::default()
+            },
+        );
+        if progress {
+            let healthy = self.machine_healthy(&machine);
+            self.set_spec::<ClusterMachineStatusSpec>(ty::CLUSTER_MACHINE_STATUS, &machine, |s| {
+                s.ready = healthy;
+                s.stage = if healthy {
+                    cluster_machine_status_spec::Stage::Running as i32
+                } else {
+                    cluster_machine_status_spec::Stage::Booting as i32
+                };
+                s.config_up_to_date = healthy;
+                if healthy {
+                    s.config_apply_status =
+                        omni_client::proto::specs::ConfigApplyStatus::Applied as i32;
+                }
+            });
         }
     }
 
@@ -1125,18 +1275,14 @@ impl Controllers {
     /// group is APPLIED when all its manifests are, PROGRESSING otherwise, and DELETING once
     /// it is no longer declared. Totals count every manifest listed.
     fn progress_manifests(&self, cluster: &str, api_ready: bool) {
-        let error = self
+        use omni_client::proto::specs::KubernetesManifestGroupSpec;
+
+        let mut error = self
             .manifest_errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(cluster)
             .cloned();
-        use omni_client::proto::specs::KubernetesManifestGroupSpec;
-        use omni_client::proto::specs::cluster_kubernetes_manifests_status_spec::{
-            GroupStatus, ManifestStatus, group_status, manifest_status,
-        };
-        use omni_client::proto::specs::kubernetes_manifest_group_spec::Mode;
-
         let declared: BTreeMap<String, (i32, Vec<ManifestDocument>)> = self
             .store
             .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
@@ -1149,83 +1295,28 @@ impl Controllers {
                 )
             })
             .collect();
-        let key = |doc: &ManifestDocument| format!("{}/{}/{}", doc.kind, doc.namespace, doc.name);
-        let entry = |doc: ManifestDocument, phase: manifest_status::Phase| ManifestStatus {
-            phase: phase as i32,
-            kind: doc.kind,
-            name: doc.name,
-            namespace: doc.namespace,
-            group: doc.group,
-        };
         let applied = manifest_status::Phase::Applied as i32;
-        // An apply succeeds (and prunes) only with the API up and no error injected.
+        // Omni writes into the workload cluster once its API answers; a failed write is the
+        // apply's error.
+        if api_ready && error.is_none() {
+            let groups: Vec<(bool, String)> = self
+                .store
+                .list_labeled(ty::MANIFEST_GROUP, l::CLUSTER, cluster)
+                .iter()
+                .map(|group| {
+                    let spec: KubernetesManifestGroupSpec = spec_of(group);
+                    (spec.mode == Mode::OneTime as i32, spec.data)
+                })
+                .collect();
+            if let Err(e) = self.manifest_sync.sync(cluster, &groups) {
+                error = Some(e);
+            }
+        }
+        // An apply succeeds (and prunes) only with the API up and no error.
         let apply_succeeds = api_ready && error.is_none();
-
         self.set_spec::<ClusterKubernetesManifestsStatusSpec>(ty::MANIFESTS_STATUS, cluster, |s| {
             let previous = std::mem::take(&mut s.groups);
-            let mut groups = BTreeMap::new();
-            for (group_id, (mode, docs)) in declared {
-                let before = previous.get(&group_id);
-                let mut manifests = BTreeMap::new();
-                for doc in docs {
-                    let k = key(&doc);
-                    let was_applied = before
-                        .and_then(|g| g.manifests.get(&k))
-                        .is_some_and(|m| m.phase == applied);
-                    let phase = if apply_succeeds || (api_ready && was_applied) {
-                        manifest_status::Phase::Applied
-                    } else {
-                        manifest_status::Phase::Pending
-                    };
-                    manifests.insert(k, entry(doc, phase));
-                }
-                // Dropped from a declared full group: deleting until pruned.
-                if let Some(before) = before
-                    && mode != Mode::OneTime as i32
-                    && !apply_succeeds
-                    && api_ready
-                {
-                    for (k, m) in &before.manifests {
-                        if !manifests.contains_key(k) {
-                            let mut m = m.clone();
-                            m.phase = manifest_status::Phase::Deleting as i32;
-                            manifests.insert(k.clone(), m);
-                        }
-                    }
-                }
-                let phase = if !api_ready {
-                    group_status::Phase::Pending
-                } else if manifests.values().all(|m| m.phase == applied) {
-                    group_status::Phase::Applied
-                } else {
-                    group_status::Phase::Progressing
-                };
-                groups.insert(
-                    group_id,
-                    GroupStatus {
-                        phase: phase as i32,
-                        mode,
-                        manifests,
-                    },
-                );
-            }
-            // Groups no longer declared: their objects stay (DELETING) until a prune succeeds;
-            // one-time groups are forgotten at once.
-            if api_ready && !apply_succeeds {
-                for (group_id, mut group) in previous {
-                    if groups.contains_key(&group_id)
-                        || group.mode == Mode::OneTime as i32
-                        || group.manifests.is_empty()
-                    {
-                        continue;
-                    }
-                    group.phase = group_status::Phase::Deleting as i32;
-                    for m in group.manifests.values_mut() {
-                        m.phase = manifest_status::Phase::Deleting as i32;
-                    }
-                    groups.insert(group_id, group);
-                }
-            }
+            let groups = next_manifest_groups(previous, declared, api_ready, apply_succeeds);
             let manifests = || groups.values().flat_map(|g| g.manifests.values());
             s.total = i32::try_from(manifests().count()).unwrap_or(i32::MAX);
             s.out_of_sync = i32::try_from(manifests().filter(|m| m.phase != applied).count())
@@ -1427,7 +1518,7 @@ fn job_namespace(job: &str) -> String {
 /// Whether machine labels satisfy a MachineClass: any entry of `match_labels` may match; an
 /// entry is a comma-separated list of terms (`key`, `!key`, `key=value`, `key==value`,
 /// `key!=value`, `key in (a, b)`, `key notin (a, b)`) that must all hold.
-pub fn class_matches(
+pub(crate) fn class_matches(
     match_labels: &[String],
     labels: &std::collections::HashMap<String, String>,
 ) -> bool {

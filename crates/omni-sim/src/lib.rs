@@ -1,5 +1,5 @@
 //! A simulator of Sidero Omni's gRPC API, faithful to the behaviour documented in
-//! `omni-wire.md`: `siderov1` signature checks, roles, COSI state semantics (versions, phases,
+//! `docs/omni-wire.md`: `siderov1` signature checks, roles, COSI state semantics (versions, phases,
 //! owners, finalizers, watches), Omni's write validations, the controllers a template client
 //! observes, and service-account kubeconfig minting. It is a test fixture and a sandbox part.
 //!
@@ -12,18 +12,19 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod auth;
-pub mod clock;
-pub mod controllers;
-pub mod server;
+mod clock;
+mod controllers;
+pub mod manifest_sync;
+mod server;
 pub mod store;
 pub mod sysversion;
 pub mod token;
-pub mod transport;
+mod transport;
 pub mod types;
-pub mod validate;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,15 +43,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::codec::CompressionEncoding;
 
-pub use auth::Identity;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use controllers::{ControllerConfig, HealthCheckOutcome, PoolMachine};
+pub use controllers::{HealthCheckOutcome, PoolMachine};
+pub use manifest_sync::ManifestSink;
 pub use server::{AppliedWrites, CallCounts, Outage, Outcome, methods};
 pub use store::{Store, StoreError};
 pub use types::Role;
 
 use crate::auth::Authenticator;
-use crate::controllers::Controllers;
+use crate::controllers::{ControllerConfig, Controllers};
 use crate::server::{Hooks, ManagementSvc, Shared, StateService};
 use crate::store::{decode_spec, resource};
 use crate::types::{DEFAULT_NS, ty};
@@ -591,6 +592,12 @@ impl RunningOmniSim {
     /// removed ones stay DELETING (nothing is pruned), as in Omni.
     pub fn set_manifests_error(&self, cluster: &str, error: Option<String>) {
         self.controllers.set_manifests_error(cluster, error);
+    }
+
+    /// Where clusters' Kubernetes manifests are written once their API answers (see
+    /// [`manifest_sync`]); `None` (the default) writes them nowhere.
+    pub fn set_manifest_sink(&self, sink: Option<Arc<dyn ManifestSink>>) {
+        self.controllers.manifest_sync.set_sink(sink);
     }
 
     /// The `KubernetesHealthCheckStatus` of health check `id` (namespace `ephemeral`).

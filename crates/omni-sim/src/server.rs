@@ -31,7 +31,7 @@ use crate::store::{
 };
 use crate::types::{DEFAULT_NS, Role, ty};
 use crate::validate::{Op, validate};
-use crate::{WorkloadProvider, token};
+use crate::{WorkloadEndpoint, WorkloadProvider, token};
 
 /// Full gRPC method paths served by the simulator.
 #[allow(missing_docs)]
@@ -77,7 +77,7 @@ pub enum Outage {
 
 /// Per-method instrumentation: call counts, injected failures, latency and outages.
 #[derive(Debug)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     counts: Mutex<CallCounts>,
     failures: Mutex<HashMap<String, (Code, u32)>>,
     latency: Mutex<HashMap<String, Duration>>,
@@ -104,22 +104,17 @@ impl Default for Hooks {
 impl Hooks {
     /// Starts (`Some`) or ends (`None`) an outage of every method. Calls hung by
     /// [`Outage::Hang`] go on normally once it ends, if their client still waits.
-    pub fn set_outage(&self, outage: Option<Outage>) {
+    pub(crate) fn set_outage(&self, outage: Option<Outage>) {
         self.outage.send_replace(outage);
     }
 
-    /// The outage in force, if any.
-    pub fn outage(&self) -> Option<Outage> {
-        *self.outage.borrow()
-    }
-
     /// Calls that met an outage (answered `UNAVAILABLE`, or hung), whatever became of them.
-    pub fn outage_calls(&self) -> u64 {
+    pub(crate) fn outage_calls(&self) -> u64 {
         self.outage_calls.load(Ordering::SeqCst)
     }
 
     /// A copy of the applied-write counters.
-    pub fn applied_writes(&self) -> AppliedWrites {
+    pub(crate) fn applied_writes(&self) -> AppliedWrites {
         self.applied
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -168,7 +163,7 @@ impl Hooks {
     }
 
     /// Makes the next `count` calls of `method` fail with `code` (after authentication).
-    pub fn inject_failure(&self, method: &str, code: Code, count: u32) {
+    pub(crate) fn inject_failure(&self, method: &str, code: Code, count: u32) {
         self.failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -176,7 +171,7 @@ impl Hooks {
     }
 
     /// Delays every call of `method` by `delay` (zero removes the delay).
-    pub fn set_latency(&self, method: &str, delay: Duration) {
+    pub(crate) fn set_latency(&self, method: &str, delay: Duration) {
         let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
         if delay.is_zero() {
             l.remove(method);
@@ -186,7 +181,7 @@ impl Hooks {
     }
 
     /// A copy of the call counters.
-    pub fn call_counts(&self) -> CallCounts {
+    pub(crate) fn call_counts(&self) -> CallCounts {
         self.counts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -195,7 +190,7 @@ impl Hooks {
 
     /// Number of write RPCs received (Create, Update, Destroy, Teardown, TeardownAndDestroy),
     /// whatever their outcome.
-    pub fn writes_total(&self) -> u64 {
+    pub(crate) fn writes_total(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
     }
 
@@ -224,19 +219,19 @@ impl Hooks {
 }
 
 /// Everything the services share.
-pub struct Shared {
+pub(crate) struct Shared {
     /// Resource store.
-    pub store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     /// Key registry and verifier.
-    pub auth: Arc<Authenticator>,
+    pub(crate) auth: Arc<Authenticator>,
     /// Instrumentation.
-    pub hooks: Arc<Hooks>,
+    pub(crate) hooks: Arc<Hooks>,
     /// Server clock.
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Where minted kubeconfigs point.
-    pub workload: Mutex<Arc<dyn WorkloadProvider>>,
+    pub(crate) workload: Mutex<Arc<dyn WorkloadProvider>>,
     /// Flips to true on shutdown; ends open watches.
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -279,7 +274,7 @@ impl Shared {
     }
 }
 
-/// How the State API exposes a resource type (omni-wire §3.8).
+/// How the State API exposes a resource type (docs/omni-wire.md#who-may-read-and-write-what).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
     UserWritable,
@@ -403,7 +398,7 @@ fn event(event_type: EventType, resource: Resource, old: Option<Resource>) -> Ev
 
 /// The `cosi.resource.State` service.
 #[derive(Debug, Clone)]
-pub struct StateService(pub Arc<Shared>);
+pub(crate) struct StateService(pub Arc<Shared>);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -911,11 +906,73 @@ impl State for StateService {
 }
 
 /// Longest service-account kubeconfig TTL Omni allows (10 × 365 days = 87600h).
-pub const MAX_KUBECONFIG_TTL_SECS: i64 = 87_600 * 3600;
+pub(crate) const MAX_KUBECONFIG_TTL_SECS: i64 = 87_600 * 3600;
 
 /// The `management.ManagementService` service.
 #[derive(Debug, Clone)]
-pub struct ManagementSvc(pub Arc<Shared>);
+pub(crate) struct ManagementSvc(pub Arc<Shared>);
+
+/// Omni's rules for a kubeconfig request, in its order: the role, then the request's fields.
+/// Returns the cluster and the TTL.
+fn check_kubeconfig_request(
+    ident: &Identity,
+    cluster: Option<String>,
+    r: &KubeconfigRequest,
+) -> Result<(String, prost_types::Duration), Status> {
+    if !r.service_account {
+        return Err(Status::unimplemented(
+            "the simulator only issues service-account kubeconfigs",
+        ));
+    }
+    need(ident, Role::Reader, "")?;
+    need(ident, Role::Operator, "")?;
+    let cluster =
+        cluster.ok_or_else(|| Status::invalid_argument("cluster name is not in context"))?;
+    if r.service_account_user.is_empty() {
+        return Err(Status::invalid_argument(
+            "service account user name is not set",
+        ));
+    }
+    let ttl = r
+        .service_account_ttl
+        .ok_or_else(|| Status::invalid_argument("service account ttl is not set"))?;
+    if ttl.seconds < 0 || (ttl.seconds == 0 && ttl.nanos <= 0) {
+        return Err(Status::invalid_argument(
+            "service account ttl is must be positive",
+        ));
+    }
+    if ttl.seconds > MAX_KUBECONFIG_TTL_SECS
+        || (ttl.seconds == MAX_KUBECONFIG_TTL_SECS && ttl.nanos > 0)
+    {
+        return Err(Status::invalid_argument(
+            "service account ttl is too long (max allowed: 87600h0m0s)",
+        ));
+    }
+    Ok((cluster, ttl))
+}
+
+/// The minted kubeconfig: one cluster, context and user, all called `name`.
+fn kubeconfig_yaml(name: &str, endpoint: &WorkloadEndpoint, jwt: &str) -> String {
+    let mut yaml = String::new();
+    yaml.push_str("apiVersion: v1\nkind: Config\nclusters:\n  - cluster:\n");
+    yaml.push_str(&format!("      server: {}\n", q(&endpoint.server)));
+    if let Some(ca) = &endpoint.ca_data {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
+        yaml.push_str(&format!("      certificate-authority-data: {b64}\n"));
+    }
+    yaml.push_str(&format!("    name: {}\n", q(name)));
+    yaml.push_str("contexts:\n  - context:\n");
+    yaml.push_str(&format!("      cluster: {}\n", q(name)));
+    yaml.push_str("      namespace: default\n");
+    yaml.push_str(&format!("      user: {}\n", q(name)));
+    yaml.push_str(&format!("    name: {}\n", q(name)));
+    yaml.push_str(&format!("current-context: {}\n", q(name)));
+    yaml.push_str("users:\n");
+    yaml.push_str(&format!("  - name: {}\n    user:\n", q(name)));
+    yaml.push_str(&format!("      token: {}\n", q(jwt)));
+    yaml
+}
 
 /// YAML double-quoted scalar (JSON string syntax is valid YAML).
 fn q(s: &str) -> String {
@@ -940,35 +997,7 @@ impl ManagementSvc {
         };
         let cluster = header("cluster").or_else(|| header("context"));
         let r = req.get_ref();
-        if !r.service_account {
-            return Err(Status::unimplemented(
-                "the simulator only issues service-account kubeconfigs",
-            ));
-        }
-        need(&ident, Role::Reader, "")?;
-        need(&ident, Role::Operator, "")?;
-        let cluster =
-            cluster.ok_or_else(|| Status::invalid_argument("cluster name is not in context"))?;
-        if r.service_account_user.is_empty() {
-            return Err(Status::invalid_argument(
-                "service account user name is not set",
-            ));
-        }
-        let ttl = r
-            .service_account_ttl
-            .ok_or_else(|| Status::invalid_argument("service account ttl is not set"))?;
-        if ttl.seconds < 0 || (ttl.seconds == 0 && ttl.nanos <= 0) {
-            return Err(Status::invalid_argument(
-                "service account ttl is must be positive",
-            ));
-        }
-        if ttl.seconds > MAX_KUBECONFIG_TTL_SECS
-            || (ttl.seconds == MAX_KUBECONFIG_TTL_SECS && ttl.nanos > 0)
-        {
-            return Err(Status::invalid_argument(
-                "service account ttl is too long (max allowed: 87600h0m0s)",
-            ));
-        }
+        let (cluster, ttl) = check_kubeconfig_request(&ident, cluster, r)?;
         let uuid_res = self
             .0
             .store
@@ -1003,26 +1032,8 @@ impl ManagementSvc {
             .clone()
             .endpoint(&cluster);
         let name = format!("{account}-{cluster}-{}", r.service_account_user);
-        let mut yaml = String::new();
-        yaml.push_str("apiVersion: v1\nkind: Config\nclusters:\n  - cluster:\n");
-        yaml.push_str(&format!("      server: {}\n", q(&endpoint.server)));
-        if let Some(ca) = &endpoint.ca_data {
-            use base64::Engine as _;
-            let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
-            yaml.push_str(&format!("      certificate-authority-data: {b64}\n"));
-        }
-        yaml.push_str(&format!("    name: {}\n", q(&name)));
-        yaml.push_str("contexts:\n  - context:\n");
-        yaml.push_str(&format!("      cluster: {}\n", q(&name)));
-        yaml.push_str("      namespace: default\n");
-        yaml.push_str(&format!("      user: {}\n", q(&name)));
-        yaml.push_str(&format!("    name: {}\n", q(&name)));
-        yaml.push_str(&format!("current-context: {}\n", q(&name)));
-        yaml.push_str("users:\n");
-        yaml.push_str(&format!("  - name: {}\n    user:\n", q(&name)));
-        yaml.push_str(&format!("      token: {}\n", q(&jwt)));
         Ok(Response::new(KubeconfigResponse {
-            kubeconfig: yaml.into_bytes(),
+            kubeconfig: kubeconfig_yaml(&name, &endpoint, &jwt).into_bytes(),
         }))
     }
 
@@ -1088,7 +1099,7 @@ impl ManagementService for ManagementSvc {
 /// `application/grpc` reach the gRPC services; everything else (the web UI in real Omni) gets
 /// `415 Unsupported Media Type` here.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcGateLayer;
+pub(crate) struct GrpcGateLayer;
 
 impl<S> tower::Layer<S> for GrpcGateLayer {
     type Service = GrpcGate<S>;
@@ -1100,7 +1111,7 @@ impl<S> tower::Layer<S> for GrpcGateLayer {
 
 /// See [`GrpcGateLayer`].
 #[derive(Debug, Clone)]
-pub struct GrpcGate<S> {
+pub(crate) struct GrpcGate<S> {
     inner: S,
 }
 

@@ -1,6 +1,6 @@
 //! The in-memory COSI state store with the semantics of COSI's in-memory backend as Omni serves
-//! it (omni-wire §3.3, §3.5): versions, phases, owners, finalizers, label queries and a change feed
-//! for watches.
+//! it (docs/omni-wire.md#metadata-rules, docs/omni-wire.md#errors): versions, phases, owners,
+//! finalizers, label queries and a change feed for watches.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,11 +13,11 @@ use tokio::sync::broadcast;
 use crate::clock::{Clock, to_proto};
 
 /// Phase of a live resource.
-pub const PHASE_RUNNING: &str = "running";
+pub(crate) const PHASE_RUNNING: &str = "running";
 /// Phase of a resource being torn down.
-pub const PHASE_TEARING_DOWN: &str = "tearingDown";
+pub(crate) const PHASE_TEARING_DOWN: &str = "tearingDown";
 /// The version string of a resource that has not been stored yet.
-pub const VERSION_UNDEFINED: &str = "undefined";
+pub(crate) const VERSION_UNDEFINED: &str = "undefined";
 
 /// Capacity of the change feed; a watcher that falls further behind gets an ERRORED event, like
 /// a real server whose watch buffer overruns.
@@ -120,7 +120,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The gRPC status code for this error (omni-wire §3.5).
+    /// The gRPC status code for this error (docs/omni-wire.md#errors).
     pub fn code(&self) -> tonic::Code {
         match self {
             StoreError::NotFound(_) => tonic::Code::NotFound,
@@ -145,7 +145,7 @@ impl From<StoreError> for tonic::Status {
 }
 
 /// `Type(ns/id@version)` as COSI prints resource pointers.
-pub fn reference(ns: &str, ty: &str, id: &str, version: &str) -> String {
+pub(crate) fn reference(ns: &str, ty: &str, id: &str, version: &str) -> String {
     format!("{ty}({ns}/{id}@{version})")
 }
 
@@ -162,7 +162,7 @@ fn meta_mut(r: &mut Resource) -> &mut Metadata {
 }
 
 /// Parses a COSI version string: decimal or `undefined`; empty is an error.
-pub fn parse_version(v: &str) -> Result<Option<u64>, StoreError> {
+pub(crate) fn parse_version(v: &str) -> Result<Option<u64>, StoreError> {
     if v == VERSION_UNDEFINED {
         return Ok(None);
     }
@@ -180,7 +180,7 @@ fn check_phase(p: &str) -> Result<(), StoreError> {
 }
 
 /// Whether a resource's labels satisfy every query (queries and their terms are AND-ed).
-pub fn matches_queries(r: &Resource, queries: &[LabelQuery]) -> bool {
+pub(crate) fn matches_queries(r: &Resource, queries: &[LabelQuery]) -> bool {
     queries
         .iter()
         .all(|q| q.terms.iter().all(|t| matches_term(&meta(r).labels, t)))
@@ -351,7 +351,7 @@ impl Store {
 
     /// Atomically takes the current resources of a kind (sorted by ID) and subscribes to changes
     /// after that snapshot, so a watcher never misses or duplicates an event.
-    pub fn snapshot_and_subscribe(
+    pub(crate) fn snapshot_and_subscribe(
         &self,
         ns: &str,
         ty: &str,
@@ -396,7 +396,13 @@ impl Store {
     }
 
     /// Lists a kind in namespace `ns` whose `label` equals `value`.
-    pub fn list_labeled_in(&self, ns: &str, ty: &str, label: &str, value: &str) -> Vec<Resource> {
+    pub(crate) fn list_labeled_in(
+        &self,
+        ns: &str,
+        ty: &str,
+        label: &str,
+        value: &str,
+    ) -> Vec<Resource> {
         self.list(
             ns,
             ty,
@@ -716,7 +722,7 @@ pub fn decode_spec<M: prost::Message + Default>(r: &Resource) -> Result<M, prost
 }
 
 /// Whether the resource is being torn down.
-pub fn tearing_down(r: &Resource) -> bool {
+pub(crate) fn tearing_down(r: &Resource) -> bool {
     meta(r).phase == PHASE_TEARING_DOWN
 }
 

@@ -1,4 +1,5 @@
-//! The simulator's stand-in for Omni's service-account JWTs (omni-wire §6 step 4).
+//! The simulator's stand-in for Omni's service-account JWTs
+//! (docs/omni-wire.md#service-account-kubeconfigs, step 4).
 //!
 //! Tokens are JWT-shaped (`header.claims.signature`, base64url without padding) and carry the
 //! same claims as Omni's. The signature is a SHA-256 digest keyed with a constant simulator
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Key id placed in the token header.
-pub const KEY_ID: &str = "omni-sim";
+pub(crate) const KEY_ID: &str = "omni-sim";
 const SECRET: &[u8] = b"omni-sim token signing secret (not a real secret)";
 
 /// What a minted token says about its bearer.
@@ -71,7 +72,7 @@ fn signature(signing_input: &str) -> String {
 }
 
 /// Mints a token for `claims`. Deterministic: the same claims give the same token.
-pub fn mint(claims: &TokenClaims) -> String {
+pub(crate) fn mint(claims: &TokenClaims) -> String {
     let header = serde_json::json!({ "alg": "HS256", "kid": KEY_ID, "typ": "JWT" });
     let wire = Wire {
         iat: claims.issued_at.as_second(),
@@ -92,7 +93,7 @@ pub fn mint(claims: &TokenClaims) -> String {
     format!("{input}.{sig}")
 }
 
-/// Decodes a token minted by [`mint`]; `None` when malformed or tampered with. Expiry is not
+/// Decodes a token the simulator minted; `None` when malformed or tampered with. Expiry is not
 /// checked here (see [`TokenClaims::is_expired`]) so callers can apply their own clock.
 pub fn decode(token: &str) -> Option<TokenClaims> {
     let (input, sig) = token.rsplit_once('.')?;

@@ -16,7 +16,10 @@ use tonic::service::Routes;
 use crate::server::{GrpcGate, GrpcGateLayer};
 
 /// Builds a rustls acceptor advertising `h2` from PEM material.
-pub fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<tokio_rustls::TlsAcceptor, String> {
+pub(crate) fn tls_acceptor(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<tokio_rustls::TlsAcceptor, String> {
     let certs = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("invalid certificate PEM: {e}"))?;
@@ -67,17 +70,17 @@ where
 /// zero by default): a real Omni is a network round trip and a TLS handshake away, so a client
 /// that opens a connection per call pays for it there, and should here.
 #[derive(Debug, Clone, Default)]
-pub struct ConnectLatency(std::sync::Arc<std::sync::atomic::AtomicU64>);
+pub(crate) struct ConnectLatency(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 impl ConnectLatency {
     /// Sets the delay (zero removes it).
-    pub fn set(&self, delay: std::time::Duration) {
+    pub(crate) fn set(&self, delay: std::time::Duration) {
         let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
         self.0.store(micros, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The current delay.
-    pub fn get(&self) -> std::time::Duration {
+    pub(crate) fn get(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
 }
@@ -90,7 +93,7 @@ async fn delay_connection(delay: std::time::Duration) {
 
 /// Accepts connections (counting them in `connections`, delaying each by `connect_latency`) until `shutdown` flips, then closes
 /// every open connection.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     routes: Routes,
     tls: Option<tokio_rustls::TlsAcceptor>,

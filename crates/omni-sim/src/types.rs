@@ -1,4 +1,5 @@
-//! Omni resource type names, label keys and roles (omni-wire §2.6, §3.8, §4).
+//! Omni resource type names, label keys and roles (docs/omni-wire.md#resource-types,
+//! docs/omni-wire.md#who-may-read-and-write-what).
 
 use std::fmt;
 use std::str::FromStr;
@@ -65,7 +66,7 @@ pub mod label {
     pub const MANAGED_BY_TEMPLATES: &str = "omni.sidero.dev/managed-by-cluster-templates";
 }
 
-/// Access levels, ordered from least to most privileged (omni-wire §2.6).
+/// Access levels, ordered from least to most privileged (docs/omni-wire.md#what-the-server-checks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// No access besides public and version resources.

@@ -1,5 +1,6 @@
-//! Omni's write validations that template workflows can trip (omni-wire §3.3, §3.8). Every
-//! failure becomes `INVALID_ARGUMENT failed to validate: <reason>`.
+//! Omni's write validations that template workflows can trip (docs/omni-wire.md#metadata-rules,
+//! docs/omni-wire.md#write-validations). Every failure becomes
+//! `INVALID_ARGUMENT failed to validate: <reason>`.
 
 use omni_client::proto::cosi::resource::Resource;
 use omni_client::proto::specs::{
@@ -15,8 +16,8 @@ use crate::types::{DEFAULT_NS, label as l, ty};
 
 /// Config-patch paths users may not set in the legacy (kind-less) document: Omni v1.10's list
 /// (`client/pkg/omni/resources/omni/config_patch.go`), which added `cluster.ca` and
-/// `cluster.serviceAccount` to omni-wire §3.8.
-pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
+/// `cluster.serviceAccount` to v1.9's list (docs/omni-wire.md#write-validations).
+pub(crate) const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
     "cluster.clusterName",
     "cluster.id",
     "cluster.controlPlane.endpoint",
@@ -35,19 +36,19 @@ pub const FORBIDDEN_PATCH_FIELDS: [&str; 15] = [
 ];
 
 /// Multi-document config kinds a patch may not contain (Omni v1.10: they carry CA keys).
-pub const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] =
+pub(crate) const FORBIDDEN_PATCH_DOCUMENTS: [&str; 2] =
     ["KubeAPIServerCAConfig", "KubeAggregatorCAConfig"];
 
 /// Fields refused inside documents of a kind (Omni v1.10).
-pub const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &str); 1] =
+pub(crate) const FORBIDDEN_DOCUMENT_FIELDS: [(&str, &str); 1] =
     [("KubeServiceAccountConfig", "issuer.privateKey")];
 
 /// Refused in patches from backend API 3 on: the install disk is a resource of its own there.
-pub const API3_FORBIDDEN_PATCH_FIELD: &str = "machine.install.disk";
+pub(crate) const API3_FORBIDDEN_PATCH_FIELD: &str = "machine.install.disk";
 
 /// A write being validated.
 #[derive(Debug, Clone, Copy)]
-pub enum Op<'a> {
+pub(crate) enum Op<'a> {
     /// Create of `new`.
     Create(&'a Resource),
     /// Update from `old` (stored) to `new`.
@@ -64,7 +65,7 @@ pub enum Op<'a> {
 type V = Result<(), String>;
 
 /// Runs the metadata limits and the type's validations.
-pub fn validate(store: &Store, op: Op<'_>) -> V {
+pub(crate) fn validate(store: &Store, op: Op<'_>) -> V {
     match op {
         Op::Create(r) | Op::Update { new: r, .. } => check_metadata(r)?,
         Op::Destroy(_) => {}
@@ -127,7 +128,7 @@ fn decode<M: prost::Message + Default>(r: &Resource) -> Result<M, String> {
 
 /// A parsed semantic version (pre-release and build tags are accepted and ignored for ordering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Semver {
+pub(crate) struct Semver {
     /// Major.
     pub major: u64,
     /// Minor.
@@ -137,7 +138,7 @@ pub struct Semver {
 }
 
 /// Parses `MAJOR.MINOR.PATCH[-pre][+build]` strictly (no leading `v`: Omni stores bare versions).
-pub fn parse_semver(s: &str) -> Option<Semver> {
+pub(crate) fn parse_semver(s: &str) -> Option<Semver> {
     let core = s.split(['+', '-']).next()?;
     let mut it = core.split('.');
     let mut num = || -> Option<u64> {
@@ -196,11 +197,24 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     let kube = parse_semver(&spec.kubernetes_version)
         .ok_or_else(|| format!("invalid kubernetes version {:?}", spec.kubernetes_version))?;
     let old_spec: Option<ClusterSpec> = old.map(decode).transpose()?;
-    // Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
-    // changes (always on create); a deprecated target (below Omni's minimum) only from a
-    // deprecated current version (patch upgrades within it), never for a new cluster; an
-    // `unsupported` one (beyond the newest Talos this Omni supports) never.
-    let versions_changed = old_spec.as_ref().is_none_or(|o| {
+    talos_catalogue(store, &spec, old_spec.as_ref())?;
+    discovery_service(&spec, old_spec.as_ref(), talos)?;
+    disk_encryption(&spec, old_spec.as_ref(), talos)?;
+    if let Some(old_spec) = &old_spec {
+        upgrade_path(store, name, &spec, old_spec, talos, kube)?;
+    }
+    Ok(())
+}
+
+/// The Talos version against Omni's catalogue (`TalosVersions`), and the Kubernetes version
+/// against the Talos version's compatible ones.
+///
+/// Omni v1.10 (`validations/cluster.go`, `version.go`): versions are checked when either
+/// changes (always on create); a deprecated target (below Omni's minimum) only from a
+/// deprecated current version (patch upgrades within it), never for a new cluster; an
+/// `unsupported` one (beyond the newest Talos this Omni supports) never.
+fn talos_catalogue(store: &Store, spec: &ClusterSpec, old_spec: Option<&ClusterSpec>) -> V {
+    let versions_changed = old_spec.is_none_or(|o| {
         o.talos_version != spec.talos_version || o.kubernetes_version != spec.kubernetes_version
     });
     let tv = store
@@ -213,7 +227,6 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
         })?;
     let tv: TalosVersionSpec = decode(&tv)?;
     let current_deprecated = old_spec
-        .as_ref()
         .and_then(|o| store.try_get(DEFAULT_NS, ty::TALOS_VERSION, &o.talos_version))
         .and_then(|r| decode::<TalosVersionSpec>(&r).ok())
         .is_some_and(|v| v.deprecated);
@@ -239,29 +252,38 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
             spec.kubernetes_version, spec.talos_version
         ));
     }
-    // Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off
-    // only for clusters created with Talos 1.14+ (here: the version before this update, which
-    // minor downgrades keep at or below the creation version), and only with the embedded one.
-    if spec
+    Ok(())
+}
+
+/// Omni v1.10 (`validations/cluster.go`): the public discovery service can be turned off only
+/// for clusters created with Talos 1.14+ (here: the version before this update, which minor
+/// downgrades keep at or below the creation version), and only with the embedded one.
+fn discovery_service(spec: &ClusterSpec, old_spec: Option<&ClusterSpec>, talos: Semver) -> V {
+    if !spec
         .features
         .as_ref()
         .is_some_and(|f| f.disable_public_discovery_service)
     {
-        let created = old_spec
-            .as_ref()
-            .and_then(|o| parse_semver(&o.talos_version))
-            .unwrap_or(talos);
-        if (created.major, created.minor) < (1, 14) {
-            return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
-        }
-        if !spec
-            .features
-            .as_ref()
-            .is_some_and(|f| f.use_embedded_discovery_service)
-        {
-            return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
-        }
+        return Ok(());
     }
+    let created = old_spec
+        .and_then(|o| parse_semver(&o.talos_version))
+        .unwrap_or(talos);
+    if (created.major, created.minor) < (1, 14) {
+        return Err("the public discovery service can only be configured for clusters created with Talos 1.14 or newer".into());
+    }
+    if !spec
+        .features
+        .as_ref()
+        .is_some_and(|f| f.use_embedded_discovery_service)
+    {
+        return Err("the discovery service cannot be disabled entirely: keep the public discovery service enabled or enable the embedded discovery service".into());
+    }
+    Ok(())
+}
+
+/// Disk encryption needs Talos 1.5 and cannot change after the cluster is created.
+fn disk_encryption(spec: &ClusterSpec, old_spec: Option<&ClusterSpec>, talos: Semver) -> V {
     let encryption = spec.features.as_ref().is_some_and(|f| f.disk_encryption);
     if encryption
         && talos
@@ -273,7 +295,7 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
     {
         return Err("disk encryption is supported only for Talos version >= 1.5.0".into());
     }
-    if let Some(old_spec) = &old_spec {
+    if let Some(old_spec) = old_spec {
         let old_encryption = old_spec
             .features
             .as_ref()
@@ -281,27 +303,39 @@ fn cluster(store: &Store, op: Op<'_>) -> V {
         if old_encryption != encryption {
             return Err("disk encryption cannot be changed after the cluster is created".into());
         }
-        if let Some(old_kube) = parse_semver(&old_spec.kubernetes_version)
-            && kube.major == old_kube.major
-            && kube.minor > old_kube.minor + 1
-        {
-            return Err(format!(
-                "unsupported Kubernetes version upgrade path {} -> {}",
-                old_spec.kubernetes_version, spec.kubernetes_version
-            ));
-        }
-        // No minor downgrade below the version the cluster was created with.
-        if let Some(initial) = store
-            .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
-            .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
-            && let Some(initial_version) = parse_semver(&initial.version)
-            && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
-        {
-            return Err(format!(
-                "downgrading from version {:?} to {:?} is not supported",
-                initial.version, spec.talos_version
-            ));
-        }
+    }
+    Ok(())
+}
+
+/// An update may raise Kubernetes by at most one minor and may not take Talos a minor below
+/// the version the cluster was created with.
+fn upgrade_path(
+    store: &Store,
+    name: &str,
+    spec: &ClusterSpec,
+    old_spec: &ClusterSpec,
+    talos: Semver,
+    kube: Semver,
+) -> V {
+    if let Some(old_kube) = parse_semver(&old_spec.kubernetes_version)
+        && kube.major == old_kube.major
+        && kube.minor > old_kube.minor + 1
+    {
+        return Err(format!(
+            "unsupported Kubernetes version upgrade path {} -> {}",
+            old_spec.kubernetes_version, spec.kubernetes_version
+        ));
+    }
+    if let Some(initial) = store
+        .try_get(DEFAULT_NS, ty::CLUSTER_CONFIG_VERSION, name)
+        .and_then(|r| decode::<ClusterConfigVersionSpec>(&r).ok())
+        && let Some(initial_version) = parse_semver(&initial.version)
+        && (talos.major, talos.minor) < (initial_version.major, initial_version.minor)
+    {
+        return Err(format!(
+            "downgrading from version {:?} to {:?} is not supported",
+            initial.version, spec.talos_version
+        ));
     }
     Ok(())
 }
@@ -312,7 +346,7 @@ fn get_cluster(store: &Store, name: &str) -> Option<Resource> {
 
 /// Checks a Talos config patch for a backend speaking `api_version`: YAML documents that are
 /// mappings, no forbidden document, none setting a forbidden field. Messages are Omni's.
-pub fn check_config_patch_for(data: &str, api_version: u32) -> V {
+pub(crate) fn check_config_patch_for(data: &str, api_version: u32) -> V {
     let docs: Vec<Value> = serde_saphyr::from_multiple(data)
         .map_err(|e| format!("config patch is not valid YAML: {e}"))?;
     for doc in &docs {
@@ -368,11 +402,6 @@ pub fn check_config_patch_for(data: &str, api_version: u32) -> V {
         }
     }
     Ok(())
-}
-
-/// [`check_config_patch_for`] at backend API 2.
-pub fn check_config_patch(data: &str) -> V {
-    check_config_patch_for(data, 2)
 }
 
 fn config_patch(store: &Store, op: Op<'_>) -> V {
@@ -702,6 +731,11 @@ fn health_check(op: Op<'_>) -> V {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`check_config_patch_for`] at backend API 2.
+    fn check_config_patch(data: &str) -> V {
+        check_config_patch_for(data, 2)
+    }
 
     #[test]
     fn semver_is_strict() {

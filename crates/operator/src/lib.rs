@@ -5,6 +5,7 @@
 //!   the controllers and `omni-operator validate`).
 //! - [`webhook`]: the validating admission server.
 //! - [`render`]: OmniCluster and its children → Omni cluster template (pure).
+//! - `plan`: an OmniCluster's change set judged: destructive or not, its hash, applied or held (pure).
 //! - [`cli`]: the subcommands of the `omni-operator` binary.
 
 #![warn(missing_docs, unreachable_pub)]
@@ -22,6 +23,7 @@ pub(crate) mod impersonation;
 pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
+pub(crate) mod plan;
 pub mod render;
 pub mod runtime;
 pub mod secret_policy;

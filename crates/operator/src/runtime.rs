@@ -73,6 +73,8 @@ pub struct OperatorConfig {
     pub secret_policy: SecretPolicy,
     /// The deployment's multi-tenancy settings.
     pub tenancy: crate::tenancy::Tenancy,
+    /// How OmniClusters without `spec.changePolicy.destructive` treat destructive plans.
+    pub default_destructive: crate::api::plan::DestructivePolicy,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -115,6 +117,7 @@ impl OperatorConfig {
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             secret_policy: SecretPolicy::default(),
             tenancy: crate::tenancy::Tenancy::default(),
+            default_destructive: crate::api::plan::DestructivePolicy::Allow,
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
         }
@@ -319,7 +322,8 @@ async fn lead_and_reconcile(
         .with_template_root(config.template_root.clone())
         .with_min_interval(config.min_interval)
         .with_secret_policy(config.secret_policy)
-        .with_tenancy(config.tenancy.clone()),
+        .with_tenancy(config.tenancy.clone())
+        .with_default_destructive(config.default_destructive),
     );
     let (ctl_tx, mut ctl_rx) = tokio::sync::watch::channel(false);
     let ctl_stop: Stop = async move {

@@ -64,8 +64,8 @@ impl Default for Timeouts {
             connect: Duration::from_secs(10),
             read: Duration::from_secs(30),
             request: Duration::from_secs(60),
-            omni_connect: omni_client::transport::DEFAULT_CONNECT_TIMEOUT,
-            omni_request: omni_client::transport::DEFAULT_REQUEST_TIMEOUT,
+            omni_connect: Duration::from_secs(10),
+            omni_request: Duration::from_secs(30),
         }
     }
 }

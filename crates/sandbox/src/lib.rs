@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod chart_repo;
+pub mod cli;
 pub mod pod;
 pub mod samples;
 pub mod status;
@@ -85,6 +86,9 @@ pub struct Sandbox {
     pub applied: Vec<(String, String)>,
     /// The operator's pod in the as-deployed mode.
     pub pod: Option<pod::Pod>,
+    /// Where the operator serves `/metrics` (plain HTTP in-process; as the chart configures it
+    /// in the as-deployed mode), on loopback.
+    pub metrics: SocketAddr,
     deployer: Option<Deployer>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     operator: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -151,6 +155,24 @@ impl Sandbox {
     pub async fn start(opts: &Options, progress: impl Fn(&str)) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&opts.dir)
             .with_context(|| format!("creating {}", opts.dir.display()))?;
+        // Every path handed on is absolute: the pod runner's script changes its root and
+        // directory, so a relative `--dir` (the default, `sandbox`) would name nothing there.
+        let opts = &Options {
+            dir: std::fs::canonicalize(&opts.dir)
+                .with_context(|| format!("resolving {}", opts.dir.display()))?,
+            helm: std::path::absolute(&opts.helm)?,
+            as_deployed: opts
+                .as_deployed
+                .as_ref()
+                .map(|deployed| -> anyhow::Result<AsDeployed> {
+                    Ok(AsDeployed {
+                        operator_binary: std::path::absolute(&deployed.operator_binary)?,
+                        values: deployed.values.clone(),
+                    })
+                })
+                .transpose()?,
+            ..opts.clone()
+        };
         let ca = CertificateAuthority::generate("omni-sandbox-ca")?;
 
         progress("starting the management cluster (kube-sim, HTTPS)");
@@ -228,10 +250,13 @@ impl Sandbox {
             omni_builder = omni_builder.machine(m);
         }
         let omni = omni_builder.start().await?;
+        // The template's manifests appear in the workload cluster, as Omni's manifest sync
+        // writes them.
+        omni.set_manifest_sink(Some(workloads.clone()));
         let key = omni.register_service_account("omni-sandbox", Role::Operator)?;
         write_private(&opts.dir.join("omni-service-account.key"), key.as_bytes())?;
 
-        let (stop, operator, pod, deployer) = match &opts.as_deployed {
+        let (stop, operator, pod, deployer, metrics) = match &opts.as_deployed {
             Some(deployed) => {
                 progress("running the operator as the Helm chart deploys it");
                 let deployer = Deployer {
@@ -249,12 +274,15 @@ impl Sandbox {
                     pods: std::sync::atomic::AtomicU32::new(0),
                 };
                 let pod = deployer.start_pod(&client).await?;
-                (None, None, Some(pod), Some(deployer))
+                let metrics = pod.metrics;
+                (None, None, Some(pod.pod), Some(deployer), metrics)
             }
             None => {
                 progress("starting the operator and registering its admission webhook");
-                let (stop, operator) = start_in_process(opts, &client, &ca, &dispatcher).await?;
-                (Some(stop), Some(operator), None, None)
+                let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+                let (stop, operator) =
+                    start_in_process(opts, &client, &ca, &dispatcher, metrics).await?;
+                (Some(stop), Some(operator), None, None, metrics)
             }
         };
 
@@ -266,6 +294,7 @@ impl Sandbox {
             kubeconfig: kubeconfig_path,
             applied: Vec::new(),
             pod,
+            metrics,
             deployer,
             stop,
             operator,
@@ -347,6 +376,7 @@ async fn start_in_process(
     client: &kube::Client,
     ca: &CertificateAuthority,
     dispatcher: &WebhookDispatcher,
+    metrics: SocketAddr,
 ) -> anyhow::Result<(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -372,6 +402,8 @@ async fn start_in_process(
         cert_name: "tls.crt".into(),
         key_name: "tls.key".into(),
     });
+    // `/metrics` as the chart serves it by default (plain HTTP), on loopback.
+    config.metrics_bind = Some(metrics);
     config.helm_binary = opts.helm.clone();
     config.helm_work_dir = opts.dir.join("helm-operator");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -416,7 +448,7 @@ impl Sandbox {
             .deployer
             .as_ref()
             .context("the sandbox does not run the operator as deployed")?;
-        deployer.start_pod(&self.client).await
+        Ok(deployer.start_pod(&self.client).await?.pod)
     }
 }
 
@@ -424,7 +456,7 @@ impl Deployer {
     /// Renders the operator chart, applies its RBAC, Service and webhook configuration, does what
     /// cert-manager and the token controller would (serving certificate, CA bundle, a token for the
     /// service account), and starts the Deployment's pod; returns once it is Ready.
-    async fn start_pod(&self, client: &kube::Client) -> anyhow::Result<pod::Pod> {
+    async fn start_pod(&self, client: &kube::Client) -> anyhow::Result<StartedPod> {
         let (opts, deployed, ca) = (&self.opts, &self.deployed, &self.ca);
         let (authenticator, dispatcher) = (&self.authenticator, &self.dispatcher);
         let index = self.pods.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -511,11 +543,23 @@ impl Deployer {
                 .collect(),
             dir: pod_dir,
         };
-        let spec = pod::ContainerSpec::from_deployment(deployment, &ctx)?;
+        let mut spec = pod::ContainerSpec::from_deployment(deployment, &ctx)?;
+        // A pod listens in a network namespace of its own; this one shares the host's, where
+        // the nearest private equivalent is loopback.
+        spec.args = pod::loopback_binds(&spec.args);
         let mut pod = pod::Pod::start(spec, &ctx).await?;
         pod.wait_ready(Duration::from_secs(60)).await?;
-        Ok(pod)
+        Ok(StartedPod {
+            pod,
+            metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+        })
     }
+}
+
+/// A started pod of the operator chart and its metrics address.
+struct StartedPod {
+    pod: pod::Pod,
+    metrics: SocketAddr,
 }
 
 /// Server-side applies one rendered object of a built-in kind in [`APPLIED_KINDS`].

@@ -24,6 +24,29 @@ pub const IMAGE_OPERATOR_PATH: &str = "/omni-operator";
 /// Where the operator image keeps helm.
 pub const IMAGE_HELM_PATH: &str = "/usr/local/bin/helm";
 
+/// `args` with every listen address that means "all interfaces" (`--x-bind-address=:PORT`
+/// or `=0.0.0.0:PORT`, how the chart writes them for a pod's private network) bound to
+/// loopback instead, because this pod shares the host's network.
+pub fn loopback_binds(args: &[String]) -> Vec<String> {
+    args.iter()
+        .map(|arg| {
+            let Some((flag, address)) = arg.split_once('=') else {
+                return arg.clone();
+            };
+            let port = address
+                .strip_prefix(':')
+                .or_else(|| address.strip_prefix("0.0.0.0:"))
+                .or_else(|| address.strip_prefix("[::]:"));
+            match port {
+                Some(port) if flag.ends_with("-bind-address") => {
+                    format!("{flag}=127.0.0.1:{port}")
+                }
+                _ => arg.clone(),
+            }
+        })
+        .collect()
+}
+
 /// What the "node" provides to the pod.
 #[derive(Debug, Clone)]
 pub struct PodContext {
@@ -502,6 +525,34 @@ fn isolation_script(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn listen_addresses_for_all_interfaces_become_loopback() {
+        let args: Vec<String> = [
+            "run",
+            "--metrics-bind-address=:8080",
+            "--health-probe-bind-address=0.0.0.0:8081",
+            "--webhook-bind-address=[::]:9443",
+            "--metrics-bind-address=0",
+            "--helm-work-dir=/tmp/x:1",
+            "--leader-election-namespace=ops",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            loopback_binds(&args),
+            vec![
+                "run",
+                "--metrics-bind-address=127.0.0.1:8080",
+                "--health-probe-bind-address=127.0.0.1:8081",
+                "--webhook-bind-address=127.0.0.1:9443",
+                "--metrics-bind-address=0",
+                "--helm-work-dir=/tmp/x:1",
+                "--leader-election-namespace=ops",
+            ]
+        );
+    }
 
     fn ctx(dir: &Path) -> PodContext {
         PodContext {

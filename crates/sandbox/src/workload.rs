@@ -1,15 +1,18 @@
 //! Workload clusters: one kube-sim per Omni cluster, started when Omni first mints a kubeconfig
-//! for it, authenticating the service-account tokens omni-sim mints and authorizing them with
-//! RBAC, as a real Talos cluster does.
+//! for it or syncs its manifests, authenticating the service-account tokens omni-sim mints and
+//! authorizing them with RBAC, as a real Talos cluster does. The cluster template's manifests
+//! are written into it as Omni's manifest sync writes them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube_sim::request::{Authenticator, UserInfo};
 use kube_sim::server::{KubeSim, RunningKubeSim};
+use kube_sim::store::{Preconditions, ResourceType, Store};
 use kube_sim::tls::CertificateAuthority;
 use kube_sim::wiring::RbacAuthorizer;
-use omni_sim::{WorkloadEndpoint, WorkloadProvider};
+use omni_sim::{ManifestSink, WorkloadEndpoint, WorkloadProvider};
+use serde_json::Value;
 
 /// Accepts bearer tokens minted by omni-sim for one cluster, until they expire.
 #[derive(Debug, Clone)]
@@ -114,35 +117,106 @@ impl Workloads {
     }
 }
 
+impl Workloads {
+    /// The workload kube-sim of `cluster`, started now if it is not running yet.
+    fn get_or_start(&self, cluster: &str) -> Option<Arc<RunningKubeSim>> {
+        if let Some(sim) = self.get(cluster) {
+            return Some(sim);
+        }
+        // Omni asks synchronously (while serving a gRPC call, or in a controller pass);
+        // starting a server is async, so run it to completion on this worker thread.
+        let started = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(self.start(cluster))
+        });
+        match started {
+            Ok(sim) => {
+                let mut map = self.clusters.lock().unwrap_or_else(|p| p.into_inner());
+                Some(map.entry(cluster.to_owned()).or_insert(sim).clone())
+            }
+            Err(e) => {
+                tracing::error!(cluster, error = %e, "cannot start a workload cluster");
+                None
+            }
+        }
+    }
+}
+
 impl WorkloadProvider for Workloads {
     fn endpoint(&self, cluster: &str) -> WorkloadEndpoint {
-        let existing = self.get(cluster);
-        let sim = match existing {
-            Some(sim) => Some(sim),
-            None => {
-                // Omni asks synchronously while serving a gRPC call; starting a server is
-                // async, so run it to completion on this worker thread.
-                let started = tokio::task::block_in_place(|| {
-                    tokio::runtime::Handle::current().block_on(self.start(cluster))
-                });
-                match started {
-                    Ok(sim) => {
-                        let mut map = self.clusters.lock().unwrap_or_else(|p| p.into_inner());
-                        Some(map.entry(cluster.to_owned()).or_insert(sim).clone())
-                    }
-                    Err(e) => {
-                        tracing::error!(cluster, error = %e, "cannot start a workload cluster");
-                        None
-                    }
-                }
-            }
-        };
         WorkloadEndpoint {
-            server: sim.map_or_else(
+            server: self.get_or_start(cluster).map_or_else(
                 || "https://workload-unavailable.invalid".to_owned(),
                 |s| s.base_url.clone(),
             ),
             ca_data: Some(self.ca.cert_pem().as_bytes().to_vec()),
         }
     }
+}
+
+/// Omni's manifest sync writes the cluster template's manifests into the workload cluster.
+/// It acts with full rights inside the cluster (Omni's own identity), so the objects are
+/// written to the workload kube-sim's store directly, as its admin would.
+impl ManifestSink for Workloads {
+    fn sync(&self, cluster: &str, apply: &[Value], prune: &[Value]) -> Result<(), String> {
+        let sim = self
+            .get_or_start(cluster)
+            .ok_or_else(|| format!("the Kubernetes API of cluster {cluster} is unavailable"))?;
+        let store = sim.store();
+        for object in apply {
+            let (ty, namespace, name) = locate(store, object)?;
+            let namespace = namespace.as_deref();
+            let result = match store.get_object(&ty.group, &ty.plural, namespace, &name) {
+                None => store.create(&ty.group, &ty.plural, namespace, object.clone()),
+                Some(_) => store.update(&ty.group, &ty.plural, namespace, &name, object.clone()),
+            };
+            result.map_err(|e| format!("applying {} {name}: {e}", ty.kind))?;
+        }
+        for object in prune {
+            let (ty, namespace, name) = locate(store, object)?;
+            let gone = store.delete(
+                &ty.group,
+                &ty.plural,
+                namespace.as_deref(),
+                &name,
+                &Preconditions::default(),
+            );
+            if let Err(e) = gone
+                && e.code != 404
+            {
+                return Err(format!("deleting {} {name}: {e}", ty.kind));
+            }
+        }
+        tracing::info!(
+            cluster,
+            applied = apply.len(),
+            pruned = prune.len(),
+            "synced the cluster's manifests into its workload cluster"
+        );
+        Ok(())
+    }
+}
+
+/// The resource type, namespace and name of `object` in `store`. Namespaced objects without
+/// a namespace go to `default`, as Omni's manifest sync places them.
+fn locate(store: &Store, object: &Value) -> Result<(ResourceType, Option<String>, String), String> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let ty = store
+        .types()
+        .into_iter()
+        .find(|t| t.group == group && t.version == version && t.kind == kind)
+        .ok_or_else(|| format!("no matches for kind \"{kind}\" in version \"{api_version}\""))?;
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let namespace = ty.namespaced.then(|| {
+        object["metadata"]["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+            .to_string()
+    });
+    Ok((ty, namespace, name))
 }

@@ -51,7 +51,7 @@ impl BackendApi {
     }
 
     /// Whether the install disk is a resource of its own (and refused in config patches).
-    pub fn install_disk_is_resource(self) -> bool {
+    pub(crate) fn install_disk_is_resource(self) -> bool {
         self == BackendApi::V3
     }
 }

@@ -30,7 +30,7 @@ pub struct DeadlineState<S> {
 
 impl<S: TemplateState> DeadlineState<S> {
     /// Bounds each call of `inner` by `call_timeout` and all of them by `deadline`.
-    pub fn new(inner: S, call_timeout: Duration, deadline: Instant) -> Self {
+    pub(crate) fn new(inner: S, call_timeout: Duration, deadline: Instant) -> Self {
         Self {
             inner,
             call_timeout,

@@ -8,6 +8,8 @@
 mod api;
 mod deadline;
 mod delete;
+mod diff;
+mod export;
 mod files;
 mod model;
 mod state;
@@ -24,6 +26,8 @@ pub use api::{
 };
 pub use deadline::DeadlineState;
 pub use delete::{DeleteProgress, delete_cluster, delete_cluster_for};
+pub use diff::{ChangeAction, FieldChange, FieldValue, ResourceChange};
+pub use export::{ExportError, Exported, Unexpressed, export_cluster, export_template};
 pub use files::{FileError, FileResolver, MAX_FILE_BYTES};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,
@@ -33,15 +37,15 @@ pub use model::{
 pub use state::{EventStream, LabelCondition, StateError, TemplateState};
 pub use status::{
     ClusterHealth, HealthCheckResult, MachineCounts, MachineSetHealth, ManifestGroupSync,
-    ManifestSync, ManifestsSync, StatusError, StatusResources, Upgrades, health_of, status_cluster,
+    ManifestSync, ManifestsSync, StatusError, Upgrades, status_cluster,
 };
 pub use status_watch::{OnChange, StatusWatch};
-pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync, to_wire};
+pub use sync::{Plan, SyncError, SyncOptions, apply, plan_sync, plan_sync_for, sync};
 pub use translate::{
     DesiredResource, NAMESPACE, ResourceRef, Spec, SpecDecodeError, TranslateError, keys,
-    sort_for_apply, translate, translate_for, type_rank, types,
+    sort_for_apply, translate, translate_for, types,
 };
 pub use validate::{
-    CONTROL_PLANES, RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch,
-    check_config_patch_for, inline_content, is_uuid, yaml_syntax_error,
+    RESERVED_PREFIX, ValidationError, ValidationErrors, check_config_patch, check_config_patch_for,
+    inline_content, is_uuid, yaml_syntax_error,
 };

@@ -32,7 +32,7 @@ pub enum Document {
 
 impl Document {
     /// The `kind` string of this document.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Document::Cluster(_) => "Cluster",
             Document::ControlPlane(_) => "ControlPlane",
@@ -42,7 +42,7 @@ impl Document {
     }
 
     /// The document's `name` field as written (may be empty).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Document::Cluster(c) => &c.name,
             Document::ControlPlane(m) | Document::Workers(m) => &m.name,

@@ -84,7 +84,7 @@ pub struct LabelCondition {
 
 impl LabelCondition {
     /// `key = value`.
-    pub fn equal(key: &str, value: &str) -> Self {
+    pub(crate) fn equal(key: &str, value: &str) -> Self {
         LabelCondition {
             key: key.into(),
             value: Some(value.into()),
@@ -92,7 +92,7 @@ impl LabelCondition {
     }
 
     /// `key` exists.
-    pub fn exists(key: &str) -> Self {
+    pub(crate) fn exists(key: &str) -> Self {
         LabelCondition {
             key: key.into(),
             value: None,

@@ -214,19 +214,19 @@ fn id(r: &Resource) -> String {
 
 /// The status resources Omni keeps for one cluster: everything its health is assembled from.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StatusResources {
+pub(crate) struct StatusResources {
     /// `ClusterStatus` (ID = the cluster); `None` when Omni has none (yet).
-    pub cluster_status: Option<Resource>,
+    pub(crate) cluster_status: Option<Resource>,
     /// `MachineSetStatus`es labelled with the cluster.
-    pub machine_sets: Vec<Resource>,
+    pub(crate) machine_sets: Vec<Resource>,
     /// `KubernetesUpgradeStatus`es labelled with the cluster.
-    pub kubernetes_upgrades: Vec<Resource>,
+    pub(crate) kubernetes_upgrades: Vec<Resource>,
     /// `TalosUpgradeStatus`es labelled with the cluster.
-    pub talos_upgrades: Vec<Resource>,
+    pub(crate) talos_upgrades: Vec<Resource>,
     /// `ClusterKubernetesManifestsStatus` (ID = the cluster).
-    pub manifests: Option<Resource>,
+    pub(crate) manifests: Option<Resource>,
     /// `KubernetesHealthCheckStatus`es (namespace `ephemeral`) labelled with the cluster.
-    pub health_checks: Vec<Resource>,
+    pub(crate) health_checks: Vec<Resource>,
 }
 
 /// Where each of a cluster's status resources is found: read by ID (the cluster's name) or
@@ -289,104 +289,22 @@ async fn read<S: TemplateState>(state: &S, cluster: &str) -> Result<ClusterHealt
 }
 
 /// Pure: the health of `cluster` as Omni's status resources `r` describe it.
-pub fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, StatusError> {
+pub(crate) fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, StatusError> {
     let status = r
         .cluster_status
         .as_ref()
         .ok_or_else(|| StatusError::NotFound(cluster.into()))?;
-    let (sets, k8s, talos, checks, manifests_status) = (
-        &r.machine_sets,
-        &r.kubernetes_upgrades,
-        &r.talos_upgrades,
-        &r.health_checks,
-        &r.manifests,
-    );
-
     let cs: specs::ClusterStatusSpec = decode(cluster, types::CLUSTER_STATUS, status)?;
     let phase = cs.phase();
-    let mut machine_sets = Vec::new();
-    for r in sets {
-        let s: specs::MachineSetStatusSpec = decode(cluster, types::MACHINE_SET_STATUS, r)?;
-        machine_sets.push(MachineSetHealth {
-            id: id(r),
-            phase: s.phase().as_str_name().to_string(),
-            ready: s.ready,
-            error: s.error.clone(),
-            machines: s.machines.into(),
-        });
-    }
-    machine_sets.sort_by(|a, b| a.id.cmp(&b.id));
-    let mut upgrades = Upgrades::default();
-    let mut upgrades_done = true;
-    for r in k8s {
-        let s: specs::KubernetesUpgradeStatusSpec =
-            decode(cluster, types::KUBERNETES_UPGRADE_STATUS, r)?;
-        upgrades_done &= s.phase() == specs::kubernetes_upgrade_status_spec::Phase::Done;
-        upgrades.kubernetes_phase = Some(s.phase().as_str_name().to_string());
-        upgrades.kubernetes_error = s.error.clone();
-    }
-    for r in talos {
-        let s: specs::TalosUpgradeStatusSpec = decode(cluster, types::TALOS_UPGRADE_STATUS, r)?;
-        upgrades_done &= s.phase() == specs::talos_upgrade_status_spec::Phase::Done;
-        upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
-        upgrades.talos_error = s.error.clone();
-    }
-    let mut health_checks = Vec::new();
-    for r in checks {
-        let s: specs::KubernetesHealthCheckStatusSpec =
-            decode(cluster, types::KUBERNETES_HEALTH_CHECK_STATUS, r)?;
-        health_checks.push(HealthCheckResult {
-            id: id(r),
-            state: s.state().as_str_name().to_string(),
-            error: s.error.clone(),
-            output: s.output.clone(),
-            job_namespace: s.job_namespace.clone(),
-            job_name: s.job_name.clone(),
-        });
-    }
-    health_checks.sort_by(|a, b| a.id.cmp(&b.id));
-    let manifests = match manifests_status {
-        Some(r) => {
-            let s: specs::ClusterKubernetesManifestsStatusSpec =
-                decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;
-            use specs::cluster_kubernetes_manifests_status_spec::manifest_status::Phase as ManifestPhase;
-            let groups = s
-                .groups
-                .iter()
-                .map(|(id, g)| {
-                    let mut out_of_sync: Vec<ManifestSync> = g
-                        .manifests
-                        .values()
-                        .filter(|m| m.phase() != ManifestPhase::Applied)
-                        .map(|m| ManifestSync {
-                            kind: m.kind.clone(),
-                            group: m.group.clone(),
-                            namespace: m.namespace.clone(),
-                            name: m.name.clone(),
-                            phase: m.phase().as_str_name().to_string(),
-                        })
-                        .collect();
-                    out_of_sync.sort_by(|a, b| {
-                        (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
-                    });
-                    ManifestGroupSync {
-                        id: id.clone(),
-                        phase: g.phase().as_str_name().to_string(),
-                        mode: g.mode().as_str_name().to_string(),
-                        total: u32::try_from(g.manifests.len()).unwrap_or(u32::MAX),
-                        out_of_sync,
-                    }
-                })
-                .collect();
-            Some(ManifestsSync {
-                groups,
-                total: u32::try_from(s.total).unwrap_or_default(),
-                out_of_sync: u32::try_from(s.out_of_sync).unwrap_or_default(),
-                last_error: s.last_error.clone(),
-            })
-        }
-        None => None,
-    };
+    let machine_sets = machine_sets_of(cluster, &r.machine_sets)?;
+    let (upgrades, upgrades_done) =
+        upgrades_of(cluster, &r.kubernetes_upgrades, &r.talos_upgrades)?;
+    let health_checks = health_checks_of(cluster, &r.health_checks)?;
+    let manifests = r
+        .manifests
+        .as_ref()
+        .map(|m| manifests_of(cluster, m))
+        .transpose()?;
     let healthy = phase == specs::cluster_status_spec::Phase::Running
         && cs.ready
         && machine_sets
@@ -411,6 +329,110 @@ pub fn health_of(cluster: &str, r: &StatusResources) -> Result<ClusterHealth, St
     };
     health.summary = summary(&health);
     Ok(health)
+}
+
+/// The machine sets' status, by ID.
+fn machine_sets_of(cluster: &str, sets: &[Resource]) -> Result<Vec<MachineSetHealth>, StatusError> {
+    let mut machine_sets = Vec::new();
+    for r in sets {
+        let s: specs::MachineSetStatusSpec = decode(cluster, types::MACHINE_SET_STATUS, r)?;
+        machine_sets.push(MachineSetHealth {
+            id: id(r),
+            phase: s.phase().as_str_name().to_string(),
+            ready: s.ready,
+            error: s.error.clone(),
+            machines: s.machines.into(),
+        });
+    }
+    machine_sets.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(machine_sets)
+}
+
+/// The upgrade phases, and whether every upgrade is `Done`.
+fn upgrades_of(
+    cluster: &str,
+    kubernetes: &[Resource],
+    talos: &[Resource],
+) -> Result<(Upgrades, bool), StatusError> {
+    let mut upgrades = Upgrades::default();
+    let mut upgrades_done = true;
+    for r in kubernetes {
+        let s: specs::KubernetesUpgradeStatusSpec =
+            decode(cluster, types::KUBERNETES_UPGRADE_STATUS, r)?;
+        upgrades_done &= s.phase() == specs::kubernetes_upgrade_status_spec::Phase::Done;
+        upgrades.kubernetes_phase = Some(s.phase().as_str_name().to_string());
+        upgrades.kubernetes_error = s.error.clone();
+    }
+    for r in talos {
+        let s: specs::TalosUpgradeStatusSpec = decode(cluster, types::TALOS_UPGRADE_STATUS, r)?;
+        upgrades_done &= s.phase() == specs::talos_upgrade_status_spec::Phase::Done;
+        upgrades.talos_phase = Some(s.phase().as_str_name().to_string());
+        upgrades.talos_error = s.error.clone();
+    }
+    Ok((upgrades, upgrades_done))
+}
+
+/// The health checks' last results, by ID.
+fn health_checks_of(
+    cluster: &str,
+    checks: &[Resource],
+) -> Result<Vec<HealthCheckResult>, StatusError> {
+    let mut health_checks = Vec::new();
+    for r in checks {
+        let s: specs::KubernetesHealthCheckStatusSpec =
+            decode(cluster, types::KUBERNETES_HEALTH_CHECK_STATUS, r)?;
+        health_checks.push(HealthCheckResult {
+            id: id(r),
+            state: s.state().as_str_name().to_string(),
+            error: s.error.clone(),
+            output: s.output.clone(),
+            job_namespace: s.job_namespace.clone(),
+            job_name: s.job_name.clone(),
+        });
+    }
+    health_checks.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(health_checks)
+}
+
+/// The manifest groups' sync state, with the objects of each that are not applied.
+fn manifests_of(cluster: &str, r: &Resource) -> Result<ManifestsSync, StatusError> {
+    use specs::cluster_kubernetes_manifests_status_spec::manifest_status::Phase as ManifestPhase;
+    let s: specs::ClusterKubernetesManifestsStatusSpec =
+        decode(cluster, types::CLUSTER_KUBERNETES_MANIFESTS_STATUS, r)?;
+    let groups = s
+        .groups
+        .iter()
+        .map(|(id, g)| {
+            let mut out_of_sync: Vec<ManifestSync> = g
+                .manifests
+                .values()
+                .filter(|m| m.phase() != ManifestPhase::Applied)
+                .map(|m| ManifestSync {
+                    kind: m.kind.clone(),
+                    group: m.group.clone(),
+                    namespace: m.namespace.clone(),
+                    name: m.name.clone(),
+                    phase: m.phase().as_str_name().to_string(),
+                })
+                .collect();
+            out_of_sync.sort_by(|a, b| {
+                (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
+            });
+            ManifestGroupSync {
+                id: id.clone(),
+                phase: g.phase().as_str_name().to_string(),
+                mode: g.mode().as_str_name().to_string(),
+                total: u32::try_from(g.manifests.len()).unwrap_or(u32::MAX),
+                out_of_sync,
+            }
+        })
+        .collect();
+    Ok(ManifestsSync {
+        groups,
+        total: u32::try_from(s.total).unwrap_or_default(),
+        out_of_sync: u32::try_from(s.out_of_sync).unwrap_or_default(),
+        last_error: s.last_error.clone(),
+    })
 }
 
 fn summary(h: &ClusterHealth) -> String {

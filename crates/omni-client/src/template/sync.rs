@@ -11,6 +11,7 @@ use futures::stream::SelectAll;
 use tokio::time::Instant;
 
 use super::api::BackendApi;
+use super::diff::ResourceChange;
 use super::files::FileResolver;
 use super::model::Template;
 use super::state::{LabelCondition, StateError, TemplateState, event_type};
@@ -109,7 +110,7 @@ fn cluster_label(r: &Resource) -> String {
 }
 
 /// The wire form of a desired resource, as sent on create.
-pub fn to_wire(d: &DesiredResource) -> Resource {
+pub(crate) fn to_wire(d: &DesiredResource) -> Resource {
     let stamp = now();
     Resource {
         metadata: Some(Metadata {
@@ -177,6 +178,13 @@ pub struct Plan {
     pub deletes: Vec<ResourceRef>,
     /// The delete phases: torn down together, each finished before the next starts.
     pub delete_phases: Vec<Vec<ResourceRef>>,
+    /// Every create, update and delete with the resource before and after, in apply order
+    /// (see [`ResourceChange::fields`] for what changes in each).
+    pub changes: Vec<ResourceChange>,
+    /// Machines allocated to each machine set of the cluster by Omni's machine-set-node
+    /// controller (machine-class sets), by machine-set ID. Counted from the nodes the plan
+    /// reads anyway; a set without allocated machines is absent.
+    pub allocated: BTreeMap<String, u32>,
     create_resources: Vec<Resource>,
     update_resources: Vec<Resource>,
 }
@@ -213,14 +221,44 @@ impl Plan {
         );
         out
     }
+
+    /// [`Plan::lines`] with the fields each update changes indented under it
+    /// (`    spec.machineAllocation.machineCount: 3 → 2`; content by its size only).
+    pub fn lines_with_fields(&self, dry_run: bool) -> Vec<String> {
+        let dry = if dry_run { " (dry run)" } else { "" };
+        let mut out = Vec::new();
+        for change in &self.changes {
+            let verb = match change.action {
+                super::diff::ChangeAction::Create => "creating",
+                super::diff::ChangeAction::Update => "updating",
+                super::diff::ChangeAction::Delete => "tearing down",
+            };
+            out.push(format!("* {verb}{dry} {}", change.resource));
+            if change.action == super::diff::ChangeAction::Update {
+                out.extend(change.fields().iter().map(|f| format!("    {f}")));
+            }
+        }
+        out
+    }
 }
 
-/// What the template owns in Omni right now (§ "owned by the template": owner `""` resources
+/// What the template owns in Omni right now (docs/omni-wire.md#sync-the-change-set: owner `""` resources
 /// carrying the cluster label, not node-controller-made nodes, plus its nodes' KernelArgs).
 pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
     cluster: &str,
     api: BackendApi,
+) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
+    collect_owned_counting(state, cluster, api, &mut BTreeMap::new()).await
+}
+
+/// [`collect_owned`], also counting into `allocated` the nodes Omni's machine-set-node
+/// controller made for each machine set (which the template does not own).
+async fn collect_owned_counting<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    api: BackendApi,
+    allocated: &mut BTreeMap<String, u32>,
 ) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
     const OWNED_TYPES: [&str; 6] = [
         types::MACHINE_SET,
@@ -265,6 +303,11 @@ pub(crate) async fn collect_owned<S: TemplateState>(
                 || m.labels
                     .contains_key(keys::MANAGED_BY_MACHINE_SET_NODE_CONTROLLER)
             {
+                if t == types::MACHINE_SET_NODE
+                    && let Some(set) = m.labels.get(keys::MACHINE_SET)
+                {
+                    *allocated.entry(set.clone()).or_default() += 1;
+                }
                 continue;
             }
             if t == types::MACHINE_SET_NODE {
@@ -432,15 +475,86 @@ pub async fn plan_sync_for<S: TemplateState>(
         .map(|c| c.name.clone())
         .ok_or(TranslateError::NoCluster)?;
 
-    let mut actual = collect_owned(state, &cluster, api).await?;
-    for d in &desired {
+    let mut allocated = BTreeMap::new();
+    let mut actual = collect_owned_counting(state, &cluster, api, &mut allocated).await?;
+    take_over_by_id(state, &cluster, &desired, &mut actual).await?;
+    let (mut creates, mut updates) = creates_and_updates(state, &desired, &actual).await?;
+    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
+    let (releases, deletes) = leftovers(&actual, &desired_refs);
+    updates.extend(releases);
+    let deleted: BTreeMap<ResourceRef, Resource> = deletes
+        .iter()
+        .map(|r| (reference_of(r), r.clone()))
+        .collect();
+    let delete_phases = delete_phases_for(&cluster, deletes)?;
+
+    let order = |a: &Resource, b: &Resource| {
+        let (x, y) = (reference_of(a), reference_of(b));
+        type_rank(&x.resource_type)
+            .cmp(&type_rank(&y.resource_type))
+            .then_with(|| x.id.cmp(&y.id))
+    };
+    creates.sort_by(order);
+    updates.sort_by(order);
+    let deletes: Vec<ResourceRef> = delete_phases.iter().flatten().cloned().collect();
+    let changes = changes_of(&creates, &updates, &deletes, &actual, &deleted);
+    Ok(Plan {
+        cluster,
+        creates: creates.iter().map(reference_of).collect(),
+        updates: updates.iter().map(reference_of).collect(),
+        deletes,
+        delete_phases,
+        changes,
+        allocated,
+        create_resources: creates,
+        update_resources: updates,
+    })
+}
+
+/// Every change of a plan with the resource before (as Omni holds it, from `actual`, or from
+/// `deleted` for a deletion) and after, in apply order.
+fn changes_of(
+    creates: &[Resource],
+    updates: &[Resource],
+    deletes: &[ResourceRef],
+    actual: &BTreeMap<ResourceRef, Resource>,
+    deleted: &BTreeMap<ResourceRef, Resource>,
+) -> Vec<ResourceChange> {
+    let updated = updates.iter().filter_map(|new| {
+        actual
+            .get(&reference_of(new))
+            .map(|old| ResourceChange::update(old, new))
+    });
+    creates
+        .iter()
+        .map(ResourceChange::create)
+        .chain(updated)
+        .chain(
+            deletes
+                .iter()
+                .filter_map(|r| deleted.get(r))
+                .map(ResourceChange::delete),
+        )
+        .collect()
+}
+
+/// Adds to `actual` the desired resources that exist in Omni without having been collected as
+/// the template's, when they may be taken over.
+///
+/// Unlike Omni's own client, a resource found by ID is taken over only when it already belongs
+/// to this cluster (KernelArgs carry no cluster label): an ID collision with another cluster's,
+/// or an unlabelled, resource is a conflict in [`creates_and_updates`], never an overwrite.
+async fn take_over_by_id<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    desired: &[DesiredResource],
+    actual: &mut BTreeMap<ResourceRef, Resource>,
+) -> Result<(), SyncError> {
+    for d in desired {
         let r = d.reference();
         if actual.contains_key(&r) {
             continue;
         }
-        // Unlike Omni's own client, a resource found by ID is taken over only when it already
-        // belongs to this cluster (KernelArgs carry no cluster label): an ID collision with
-        // another cluster's, or an unlabelled, resource is a conflict below, never an overwrite.
         if let Some(found) = state
             .get(&r.resource_type, &r.id)
             .await
@@ -451,13 +565,19 @@ pub async fn plan_sync_for<S: TemplateState>(
             actual.insert(r, found);
         }
     }
+    Ok(())
+}
 
-    let mut creates: Vec<Resource> = Vec::new();
-    let mut updates: Vec<Resource> = Vec::new();
-    let mut deletes: Vec<Resource> = Vec::new();
-    let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
-
-    for d in &desired {
+/// What to create and what to update so that every desired resource exists as desired. A
+/// desired resource that exists in Omni without being the template's is a conflict.
+async fn creates_and_updates<S: TemplateState>(
+    state: &S,
+    desired: &[DesiredResource],
+    actual: &BTreeMap<ResourceRef, Resource>,
+) -> Result<(Vec<Resource>, Vec<Resource>), SyncError> {
+    let mut creates = Vec::new();
+    let mut updates = Vec::new();
+    for d in desired {
         let r = d.reference();
         let mut expected = to_wire(d);
         match actual.get(&r) {
@@ -490,7 +610,18 @@ pub async fn plan_sync_for<S: TemplateState>(
             }
         }
     }
-    for (r, current) in &actual {
+    Ok((creates, updates))
+}
+
+/// What becomes of the template's resources that it no longer describes: machine-scoped ones
+/// are released (an update), the rest deleted. Returns `(updates, deletes)`.
+fn leftovers(
+    actual: &BTreeMap<ResourceRef, Resource>,
+    desired_refs: &BTreeSet<ResourceRef>,
+) -> (Vec<Resource>, Vec<Resource>) {
+    let mut updates = Vec::new();
+    let mut deletes = Vec::new();
+    for (r, current) in actual {
         if desired_refs.contains(r) {
             continue;
         }
@@ -519,25 +650,7 @@ pub async fn plan_sync_for<S: TemplateState>(
         }
         deletes.push(current.clone());
     }
-    let delete_phases = delete_phases_for(&cluster, deletes)?;
-
-    let order = |a: &Resource, b: &Resource| {
-        let (x, y) = (reference_of(a), reference_of(b));
-        type_rank(&x.resource_type)
-            .cmp(&type_rank(&y.resource_type))
-            .then_with(|| x.id.cmp(&y.id))
-    };
-    creates.sort_by(order);
-    updates.sort_by(order);
-    Ok(Plan {
-        cluster,
-        creates: creates.iter().map(reference_of).collect(),
-        updates: updates.iter().map(reference_of).collect(),
-        deletes: delete_phases.iter().flatten().cloned().collect(),
-        delete_phases,
-        create_resources: creates,
-        update_resources: updates,
-    })
+    (updates, deletes)
 }
 
 /// Applies a plan: creates, updates, then each delete phase. Progress lines are appended to

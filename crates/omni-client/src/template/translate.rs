@@ -7,7 +7,9 @@ use prost::Message as _;
 
 use super::api::BackendApi;
 use super::files::{FileError, FileResolver};
-use super::model::{Descriptors, Document, MachineSet, Patch, Template, UpdateStrategy};
+use super::model::{
+    Cluster, Descriptors, Document, Machine, MachineSet, Patch, Template, UpdateStrategy,
+};
 use super::validate::{CONTROL_PLANES, allocation, healthcheck_id, inline_content, workers_name};
 use super::yaml::{self, Node};
 use crate::duration::DurationField;
@@ -60,6 +62,14 @@ pub mod types {
     pub const TALOS_UPGRADE_STATUS: &str = "TalosUpgradeStatuses.omni.sidero.dev";
     /// `ClusterMachineStatus`.
     pub const CLUSTER_MACHINE_STATUS: &str = "ClusterMachineStatuses.omni.sidero.dev";
+    /// `MachineClass` (ID = class name).
+    pub const MACHINE_CLASS: &str = "MachineClasses.omni.sidero.dev";
+    /// `ClusterUUID` (ID = cluster name); a kubeconfig needs it.
+    pub const CLUSTER_UUID: &str = "ClusterUUIDs.omni.sidero.dev";
+    /// `TalosVersion` (ID = version without `v`).
+    pub const TALOS_VERSION: &str = "TalosVersions.omni.sidero.dev";
+    /// `PublicKey` (ID = key fingerprint; not reachable through the State API).
+    pub const PUBLIC_KEY: &str = "PublicKeys.omni.sidero.dev";
 }
 
 /// Label and annotation keys templates write or read.
@@ -134,7 +144,7 @@ pub enum SpecDecodeError {
 
 impl Spec {
     /// The COSI type this spec belongs to.
-    pub fn resource_type(&self) -> &'static str {
+    pub(crate) fn resource_type(&self) -> &'static str {
         match self {
             Spec::Cluster(_) => types::CLUSTER,
             Spec::ConfigPatch(_) => types::CONFIG_PATCH,
@@ -252,7 +262,7 @@ impl DesiredResource {
 
 /// Rank of a type in apply order (Omni's order: clusters first, nodes and kernel args last;
 /// the install disk before the node that makes the machine installable).
-pub fn type_rank(resource_type: &str) -> u8 {
+pub(crate) fn type_rank(resource_type: &str) -> u8 {
     match resource_type {
         types::CLUSTER => 1,
         types::EXTENSIONS_CONFIGURATION => 2,
@@ -344,8 +354,15 @@ fn apply_descriptors(
     annotations.extend(user_annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
 }
 
+/// Translation state: the inputs every document needs and the resources produced so far.
 struct Translator<'a> {
     files: &'a FileResolver,
+    api: BackendApi,
+    template: &'a Template,
+    /// The template's Cluster document: names the resources of every other document.
+    cluster: &'a Cluster,
+    /// Which set each machine is in.
+    machine_set_of: BTreeMap<&'a str, &'a MachineSet>,
     out: Vec<DesiredResource>,
 }
 
@@ -478,15 +495,29 @@ pub fn translate_for(
     api: BackendApi,
 ) -> Result<Vec<DesiredResource>, TranslateError> {
     let cluster = template.cluster().ok_or(TranslateError::NoCluster)?;
-    let name = cluster.name.as_str();
-    let cluster_label = labels(&[(keys::CLUSTER, name)]);
     let mut t = Translator {
         files,
+        api,
+        template,
+        cluster,
+        machine_set_of: machine_sets_by_machine(template),
         out: Vec::new(),
     };
+    for doc in &template.documents {
+        match doc {
+            Document::Cluster(c) => t.cluster_document(c)?,
+            Document::ControlPlane(ms) => t.machine_set_document(ms, true)?,
+            Document::Workers(ms) => t.machine_set_document(ms, false)?,
+            Document::Machine(m) => t.machine_document(m)?,
+        }
+    }
+    check_unique_ids(&t.out)?;
+    Ok(t.out)
+}
 
-    // Which set each machine is in, and its Machine document, for kernel-arg inheritance.
-    let mut machine_set_of: BTreeMap<&str, &MachineSet> = BTreeMap::new();
+/// Which set each machine is in, for kernel-arg inheritance.
+fn machine_sets_by_machine(template: &Template) -> BTreeMap<&str, &MachineSet> {
+    let mut machine_set_of = BTreeMap::new();
     for doc in &template.documents {
         match doc {
             Document::ControlPlane(ms) | Document::Workers(ms) => {
@@ -497,272 +528,338 @@ pub fn translate_for(
             Document::Cluster(_) | Document::Machine(_) => {}
         }
     }
+    machine_set_of
+}
 
-    for doc in &template.documents {
-        match doc {
-            Document::Cluster(c) => {
-                let features = c.features.clone().unwrap_or_default();
-                let backup = match &features.backup_configuration {
-                    Some(b) => {
-                        to_proto_duration("features.backupConfiguration.interval", &b.interval)?
-                            .map(|interval| specs::EtcdBackupConf {
-                                interval: Some(interval),
-                                enabled: true,
-                            })
-                    }
-                    None => None,
-                };
-                let mut l = BTreeMap::new();
-                let mut a = labels(&[(keys::MANAGED_BY_TEMPLATES, "")]);
-                apply_descriptors(&mut l, &mut a, &c.labels, &c.annotations);
-                t.out.push(DesiredResource {
-                    id: c.name.clone(),
-                    labels: l,
-                    annotations: a,
-                    spec: Spec::Cluster(specs::ClusterSpec {
-                        kubernetes_version: strip_v(&c.kubernetes.version),
-                        talos_version: strip_v(&c.talos.version),
-                        features: Some(specs::cluster_spec::Features {
-                            enable_workload_proxy: features.enable_workload_proxy,
-                            disk_encryption: features.disk_encryption,
-                            use_embedded_discovery_service: features.use_embedded_discovery_service,
-                            enable_node_audit_skip: features.enable_node_audit_skip,
-                            disable_public_discovery_service: features
-                                .disable_public_discovery_service
-                                .unwrap_or(false),
-                        }),
-                        backup_configuration: backup,
-                    }),
-                });
-                let prefix = format!("cluster-{name}");
-                t.patches("patches", &c.patches, &prefix, 200, &cluster_label)?;
-                for (i, m) in c.kubernetes.manifests.iter().enumerate() {
-                    let field = format!("kubernetes.manifests[{i}]");
-                    let mname = if m.name.is_empty() { &m.file } else { &m.name };
-                    let mode = match m.mode.as_str() {
-                        "full" => specs::kubernetes_manifest_group_spec::Mode::Full,
-                        "one-time" => specs::kubernetes_manifest_group_spec::Mode::OneTime,
-                        other => {
-                            return Err(TranslateError::Invalid {
-                                field: format!("{field}.mode"),
-                                message: format!("unknown manifest mode {other:?}"),
-                            });
-                        }
-                    };
-                    let data = t.content(&field, &m.file, m.inline.as_ref())?;
-                    let mut l = cluster_label.clone();
-                    let mut a = labels(&[(keys::NAME, mname)]);
-                    apply_descriptors(&mut l, &mut a, &m.labels, &m.annotations);
-                    t.out.push(DesiredResource {
-                        id: format!("{:03}-{prefix}-{mname}", 200 + i),
-                        labels: l,
-                        annotations: a,
-                        spec: Spec::KubernetesManifestGroup(specs::KubernetesManifestGroupSpec {
-                            data,
-                            mode: mode as i32,
-                            ..Default::default()
-                        }),
-                    });
-                }
-                for (i, h) in c.kubernetes.healthchecks.iter().enumerate() {
-                    let field = format!("kubernetes.healthchecks[{i}]");
-                    let job = if h.file.is_empty() {
-                        t.content(&field, "", h.job.as_ref())?
-                    } else {
-                        t.content(&field, &h.file, None)?
-                    };
-                    let interval = if h.interval.is_empty() {
-                        None
-                    } else {
-                        to_proto_duration(&format!("{field}.interval"), &h.interval)?
-                    };
-                    let mut l = cluster_label.clone();
-                    let mut a = BTreeMap::new();
-                    apply_descriptors(&mut l, &mut a, &h.labels, &h.annotations);
-                    t.out.push(DesiredResource {
-                        id: healthcheck_id(name, &h.name, &h.id_override),
-                        labels: l,
-                        annotations: a,
-                        spec: Spec::KubernetesHealthCheck(specs::KubernetesHealthCheckSpec {
-                            job,
-                            interval,
-                        }),
-                    });
-                }
-                t.extensions(
-                    format!("schematic-{name}"),
-                    cluster_label.clone(),
-                    &c.system_extensions,
-                );
-            }
-            Document::ControlPlane(ms) | Document::Workers(ms) => {
-                let control_plane = matches!(doc, Document::ControlPlane(_));
-                let (set_id, role) = if control_plane {
-                    (format!("{name}-{CONTROL_PLANES}"), keys::ROLE_CONTROLPLANE)
-                } else {
-                    (format!("{name}-{}", workers_name(ms)), keys::ROLE_WORKER)
-                };
-                let mut l = labels(&[(keys::CLUSTER, name), (role, "")]);
-                let mut a = BTreeMap::new();
-                apply_descriptors(&mut l, &mut a, &ms.labels, &ms.annotations);
-                let mut spec = specs::MachineSetSpec {
-                    update_strategy: ms.update_strategy.as_ref().map_or(
-                        specs::machine_set_spec::UpdateStrategy::Rolling as i32,
-                        strategy,
-                    ),
-                    update_strategy_config: ms.update_strategy.as_ref().and_then(strategy_config),
-                    delete_strategy: ms.delete_strategy.as_ref().map_or(0, strategy),
-                    delete_strategy_config: ms.delete_strategy.as_ref().and_then(strategy_config),
-                    upgrade_strategy: ms.upgrade_strategy.as_ref().map_or(0, strategy),
-                    upgrade_strategy_config: ms.upgrade_strategy.as_ref().and_then(strategy_config),
-                    bootstrap_spec: ms.bootstrap_spec.as_ref().map(|b| {
-                        specs::machine_set_spec::BootstrapSpec {
-                            cluster_uuid: b.cluster_uuid.clone(),
-                            snapshot: b.snapshot.clone(),
-                        }
-                    }),
-                    ..Default::default()
-                };
-                if let Some(mc) = &ms.machine_class {
-                    let (allocation_type, machine_count) =
-                        allocation(&mc.size).map_err(|message| TranslateError::Invalid {
-                            field: "machineClass.size".into(),
-                            message,
-                        })?;
-                    if cluster.kernel_args.is_some() {
-                        return Err(TranslateError::ClusterKernelArgsWithMachineClass {
-                            machine_set: set_id,
-                        });
-                    }
-                    spec.machine_allocation = Some(specs::machine_set_spec::MachineAllocation {
-                        name: mc.name.clone(),
-                        machine_count,
-                        allocation_type,
-                    });
-                }
-                t.out.push(DesiredResource {
-                    id: set_id.clone(),
-                    labels: l,
-                    annotations: a,
-                    spec: Spec::MachineSet(spec),
-                });
-                for machine in &ms.machines {
-                    let machine_doc = template.documents.iter().find_map(|d| match d {
-                        Document::Machine(m) if &m.name == machine => Some(m),
-                        _ => None,
-                    });
-                    let mut l = labels(&[
-                        (keys::CLUSTER, name),
-                        (role, ""),
-                        (keys::MACHINE_SET, &set_id),
-                    ]);
-                    let mut a = BTreeMap::new();
-                    if let Some(m) = machine_doc {
-                        apply_descriptors(&mut l, &mut a, &m.labels, &m.annotations);
-                        if m.locked {
-                            a.insert(keys::LOCKED.to_string(), String::new());
-                        }
-                    }
-                    t.out.push(DesiredResource {
-                        id: machine.clone(),
-                        labels: l,
-                        annotations: a,
-                        spec: Spec::MachineSetNode(specs::MachineSetNodeSpec {}),
-                    });
-                    if machine_doc.is_none()
-                        && let Some(args) = ms.kernel_args.as_ref().or(cluster.kernel_args.as_ref())
-                    {
-                        t.kernel_args(machine, args);
-                    }
-                }
-                let set_labels = labels(&[(keys::CLUSTER, name), (keys::MACHINE_SET, &set_id)]);
-                t.patches("patches", &ms.patches, &set_id, 400, &set_labels)?;
-                t.extensions(
-                    format!("schematic-{set_id}"),
-                    set_labels,
-                    &ms.system_extensions,
-                );
-            }
-            Document::Machine(m) => {
-                let machine_labels =
-                    labels(&[(keys::CLUSTER, name), (keys::CLUSTER_MACHINE, &m.name)]);
-                if let Some(install) = &m.install
-                    && api.install_disk_is_resource()
-                    && (!install.disk.is_empty() || !install.disk_selector.is_empty())
-                {
-                    t.out.push(DesiredResource {
-                        id: m.name.clone(),
-                        labels: BTreeMap::new(),
-                        annotations: labels(&[(keys::MANAGED_BY_TEMPLATES, "")]),
-                        spec: Spec::MachineInstallDiskConfig(specs::MachineInstallDiskConfigSpec {
-                            disk_selector: install.disk_selector.clone(),
-                            disk: install.disk.clone(),
-                        }),
-                    });
-                } else if let Some(install) = &m.install
-                    && !install.disk_selector.is_empty()
-                {
-                    return Err(TranslateError::Invalid {
-                        field: "install.diskSelector".into(),
-                        message: format!(
-                            "needs Omni backend API version 3; the connected Omni speaks version {}",
-                            api.version()
-                        ),
-                    });
-                } else if let Some(install) = &m.install
-                    && !install.disk.is_empty()
-                {
-                    let doc = Node::Map(vec![(
-                        "machine".into(),
-                        Node::Map(vec![(
-                            "install".into(),
-                            Node::Map(vec![("disk".into(), Node::Str(install.disk.clone()))]),
-                        )]),
-                    )]);
-                    let mut l = machine_labels.clone();
-                    l.insert(keys::SYSTEM_PATCH.into(), String::new());
-                    t.out.push(DesiredResource {
-                        id: format!("000-cm-{}-install-disk", m.name),
-                        labels: l,
-                        annotations: labels(&[(keys::NAME, "install-disk")]),
-                        spec: Spec::ConfigPatch(specs::ConfigPatchSpec {
-                            data: yaml::emit_document(&doc, 4),
-                            ..Default::default()
-                        }),
-                    });
-                }
-                t.patches(
-                    "patches",
-                    &m.patches,
-                    &format!("cm-{}", m.name),
-                    400,
-                    &machine_labels,
-                )?;
-                let set = machine_set_of.get(m.name.as_str());
-                let args = m
-                    .kernel_args
-                    .as_ref()
-                    .or_else(|| set.and_then(|s| s.kernel_args.as_ref()))
-                    .or(cluster.kernel_args.as_ref());
-                if let Some(args) = args {
-                    t.kernel_args(&m.name, args);
-                }
-                t.extensions(
-                    format!("schematic-{}", m.name),
-                    machine_labels,
-                    &m.system_extensions,
-                );
-            }
-        }
-    }
-
+/// Two generated resources of one type with the same ID are an error.
+fn check_unique_ids(resources: &[DesiredResource]) -> Result<(), TranslateError> {
     let mut seen = BTreeSet::new();
-    for r in &t.out {
+    for r in resources {
         if !seen.insert(r.reference()) {
             return Err(TranslateError::DuplicateId(r.reference()));
         }
     }
-    Ok(t.out)
+    Ok(())
+}
+
+/// The Cluster resource of a `Cluster` document.
+fn cluster_resource(c: &Cluster) -> Result<DesiredResource, TranslateError> {
+    let features = c.features.clone().unwrap_or_default();
+    let backup = match &features.backup_configuration {
+        Some(b) => to_proto_duration("features.backupConfiguration.interval", &b.interval)?.map(
+            |interval| specs::EtcdBackupConf {
+                interval: Some(interval),
+                enabled: true,
+            },
+        ),
+        None => None,
+    };
+    let mut l = BTreeMap::new();
+    let mut a = labels(&[(keys::MANAGED_BY_TEMPLATES, "")]);
+    apply_descriptors(&mut l, &mut a, &c.labels, &c.annotations);
+    Ok(DesiredResource {
+        id: c.name.clone(),
+        labels: l,
+        annotations: a,
+        spec: Spec::Cluster(specs::ClusterSpec {
+            kubernetes_version: strip_v(&c.kubernetes.version),
+            talos_version: strip_v(&c.talos.version),
+            features: Some(specs::cluster_spec::Features {
+                enable_workload_proxy: features.enable_workload_proxy,
+                disk_encryption: features.disk_encryption,
+                use_embedded_discovery_service: features.use_embedded_discovery_service,
+                enable_node_audit_skip: features.enable_node_audit_skip,
+                disable_public_discovery_service: features
+                    .disable_public_discovery_service
+                    .unwrap_or(false),
+            }),
+            backup_configuration: backup,
+        }),
+    })
+}
+
+/// The MachineSet spec of a `ControlPlane` / `Workers` document (`set_id` names it in errors).
+fn machine_set_spec(
+    ms: &MachineSet,
+    set_id: &str,
+    cluster: &Cluster,
+) -> Result<specs::MachineSetSpec, TranslateError> {
+    let mut spec = specs::MachineSetSpec {
+        update_strategy: ms.update_strategy.as_ref().map_or(
+            specs::machine_set_spec::UpdateStrategy::Rolling as i32,
+            strategy,
+        ),
+        update_strategy_config: ms.update_strategy.as_ref().and_then(strategy_config),
+        delete_strategy: ms.delete_strategy.as_ref().map_or(0, strategy),
+        delete_strategy_config: ms.delete_strategy.as_ref().and_then(strategy_config),
+        upgrade_strategy: ms.upgrade_strategy.as_ref().map_or(0, strategy),
+        upgrade_strategy_config: ms.upgrade_strategy.as_ref().and_then(strategy_config),
+        bootstrap_spec: ms.bootstrap_spec.as_ref().map(|b| {
+            specs::machine_set_spec::BootstrapSpec {
+                cluster_uuid: b.cluster_uuid.clone(),
+                snapshot: b.snapshot.clone(),
+            }
+        }),
+        ..Default::default()
+    };
+    if let Some(mc) = &ms.machine_class {
+        let (allocation_type, machine_count) =
+            allocation(&mc.size).map_err(|message| TranslateError::Invalid {
+                field: "machineClass.size".into(),
+                message,
+            })?;
+        if cluster.kernel_args.is_some() {
+            return Err(TranslateError::ClusterKernelArgsWithMachineClass {
+                machine_set: set_id.to_string(),
+            });
+        }
+        spec.machine_allocation = Some(specs::machine_set_spec::MachineAllocation {
+            name: mc.name.clone(),
+            machine_count,
+            allocation_type,
+        });
+    }
+    Ok(spec)
+}
+
+impl Translator<'_> {
+    /// Cluster, its patches, manifests, health checks and extensions.
+    fn cluster_document(&mut self, c: &Cluster) -> Result<(), TranslateError> {
+        let name = self.cluster.name.as_str();
+        let cluster_label = labels(&[(keys::CLUSTER, name)]);
+        self.out.push(cluster_resource(c)?);
+        let prefix = format!("cluster-{name}");
+        self.patches("patches", &c.patches, &prefix, 200, &cluster_label)?;
+        self.manifests(c, &prefix, &cluster_label)?;
+        self.health_checks(c, &cluster_label)?;
+        self.extensions(
+            format!("schematic-{name}"),
+            cluster_label,
+            &c.system_extensions,
+        );
+        Ok(())
+    }
+
+    fn manifests(
+        &mut self,
+        c: &Cluster,
+        prefix: &str,
+        cluster_label: &BTreeMap<String, String>,
+    ) -> Result<(), TranslateError> {
+        for (i, m) in c.kubernetes.manifests.iter().enumerate() {
+            let field = format!("kubernetes.manifests[{i}]");
+            let mname = if m.name.is_empty() { &m.file } else { &m.name };
+            let mode = match m.mode.as_str() {
+                "full" => specs::kubernetes_manifest_group_spec::Mode::Full,
+                "one-time" => specs::kubernetes_manifest_group_spec::Mode::OneTime,
+                other => {
+                    return Err(TranslateError::Invalid {
+                        field: format!("{field}.mode"),
+                        message: format!("unknown manifest mode {other:?}"),
+                    });
+                }
+            };
+            let data = self.content(&field, &m.file, m.inline.as_ref())?;
+            let mut l = cluster_label.clone();
+            let mut a = labels(&[(keys::NAME, mname)]);
+            apply_descriptors(&mut l, &mut a, &m.labels, &m.annotations);
+            self.out.push(DesiredResource {
+                id: format!("{:03}-{prefix}-{mname}", 200 + i),
+                labels: l,
+                annotations: a,
+                spec: Spec::KubernetesManifestGroup(specs::KubernetesManifestGroupSpec {
+                    data,
+                    mode: mode as i32,
+                    ..Default::default()
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    fn health_checks(
+        &mut self,
+        c: &Cluster,
+        cluster_label: &BTreeMap<String, String>,
+    ) -> Result<(), TranslateError> {
+        for (i, h) in c.kubernetes.healthchecks.iter().enumerate() {
+            let field = format!("kubernetes.healthchecks[{i}]");
+            let job = if h.file.is_empty() {
+                self.content(&field, "", h.job.as_ref())?
+            } else {
+                self.content(&field, &h.file, None)?
+            };
+            let interval = if h.interval.is_empty() {
+                None
+            } else {
+                to_proto_duration(&format!("{field}.interval"), &h.interval)?
+            };
+            let mut l = cluster_label.clone();
+            let mut a = BTreeMap::new();
+            apply_descriptors(&mut l, &mut a, &h.labels, &h.annotations);
+            self.out.push(DesiredResource {
+                id: healthcheck_id(&self.cluster.name, &h.name, &h.id_override),
+                labels: l,
+                annotations: a,
+                spec: Spec::KubernetesHealthCheck(specs::KubernetesHealthCheckSpec {
+                    job,
+                    interval,
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    /// MachineSet, its nodes (with the kernel args of machines without a document), patches and
+    /// extensions.
+    fn machine_set_document(
+        &mut self,
+        ms: &MachineSet,
+        control_plane: bool,
+    ) -> Result<(), TranslateError> {
+        let name = self.cluster.name.as_str();
+        let (set_id, role) = if control_plane {
+            (format!("{name}-{CONTROL_PLANES}"), keys::ROLE_CONTROLPLANE)
+        } else {
+            (format!("{name}-{}", workers_name(ms)), keys::ROLE_WORKER)
+        };
+        let mut l = labels(&[(keys::CLUSTER, name), (role, "")]);
+        let mut a = BTreeMap::new();
+        apply_descriptors(&mut l, &mut a, &ms.labels, &ms.annotations);
+        let spec = machine_set_spec(ms, &set_id, self.cluster)?;
+        self.out.push(DesiredResource {
+            id: set_id.clone(),
+            labels: l,
+            annotations: a,
+            spec: Spec::MachineSet(spec),
+        });
+        self.machine_set_nodes(ms, &set_id, role);
+        let set_labels = labels(&[(keys::CLUSTER, name), (keys::MACHINE_SET, &set_id)]);
+        self.patches("patches", &ms.patches, &set_id, 400, &set_labels)?;
+        self.extensions(
+            format!("schematic-{set_id}"),
+            set_labels,
+            &ms.system_extensions,
+        );
+        Ok(())
+    }
+
+    fn machine_set_nodes(&mut self, ms: &MachineSet, set_id: &str, role: &str) {
+        let (template, cluster) = (self.template, self.cluster);
+        for machine in &ms.machines {
+            let machine_doc = template.documents.iter().find_map(|d| match d {
+                Document::Machine(m) if &m.name == machine => Some(m),
+                _ => None,
+            });
+            let mut l = labels(&[
+                (keys::CLUSTER, &cluster.name),
+                (role, ""),
+                (keys::MACHINE_SET, set_id),
+            ]);
+            let mut a = BTreeMap::new();
+            if let Some(m) = machine_doc {
+                apply_descriptors(&mut l, &mut a, &m.labels, &m.annotations);
+                if m.locked {
+                    a.insert(keys::LOCKED.to_string(), String::new());
+                }
+            }
+            self.out.push(DesiredResource {
+                id: machine.clone(),
+                labels: l,
+                annotations: a,
+                spec: Spec::MachineSetNode(specs::MachineSetNodeSpec {}),
+            });
+            if machine_doc.is_none()
+                && let Some(args) = ms.kernel_args.as_ref().or(cluster.kernel_args.as_ref())
+            {
+                self.kernel_args(machine, args);
+            }
+        }
+    }
+
+    /// The machine's install disk, patches, kernel args and extensions.
+    fn machine_document(&mut self, m: &Machine) -> Result<(), TranslateError> {
+        let machine_labels = labels(&[
+            (keys::CLUSTER, &self.cluster.name),
+            (keys::CLUSTER_MACHINE, &m.name),
+        ]);
+        self.install_disk(m, &machine_labels)?;
+        self.patches(
+            "patches",
+            &m.patches,
+            &format!("cm-{}", m.name),
+            400,
+            &machine_labels,
+        )?;
+        let set = self.machine_set_of.get(m.name.as_str());
+        let args = m
+            .kernel_args
+            .as_ref()
+            .or_else(|| set.and_then(|s| s.kernel_args.as_ref()))
+            .or(self.cluster.kernel_args.as_ref());
+        if let Some(args) = args {
+            self.kernel_args(&m.name, args);
+        }
+        self.extensions(
+            format!("schematic-{}", m.name),
+            machine_labels,
+            &m.system_extensions,
+        );
+        Ok(())
+    }
+
+    /// On backend API 3 a `MachineInstallDiskConfig`; before, the install-disk config patch
+    /// (and no way to express a disk selector).
+    fn install_disk(
+        &mut self,
+        m: &Machine,
+        machine_labels: &BTreeMap<String, String>,
+    ) -> Result<(), TranslateError> {
+        let Some(install) = &m.install else {
+            return Ok(());
+        };
+        if self.api.install_disk_is_resource()
+            && (!install.disk.is_empty() || !install.disk_selector.is_empty())
+        {
+            self.out.push(DesiredResource {
+                id: m.name.clone(),
+                labels: BTreeMap::new(),
+                annotations: labels(&[(keys::MANAGED_BY_TEMPLATES, "")]),
+                spec: Spec::MachineInstallDiskConfig(specs::MachineInstallDiskConfigSpec {
+                    disk_selector: install.disk_selector.clone(),
+                    disk: install.disk.clone(),
+                }),
+            });
+        } else if !install.disk_selector.is_empty() {
+            return Err(TranslateError::Invalid {
+                field: "install.diskSelector".into(),
+                message: format!(
+                    "needs Omni backend API version 3; the connected Omni speaks version {}",
+                    self.api.version()
+                ),
+            });
+        } else if !install.disk.is_empty() {
+            let doc = Node::Map(vec![(
+                "machine".into(),
+                Node::Map(vec![(
+                    "install".into(),
+                    Node::Map(vec![("disk".into(), Node::Str(install.disk.clone()))]),
+                )]),
+            )]);
+            let mut l = machine_labels.clone();
+            l.insert(keys::SYSTEM_PATCH.into(), String::new());
+            self.out.push(DesiredResource {
+                id: format!("000-cm-{}-install-disk", m.name),
+                labels: l,
+                annotations: labels(&[(keys::NAME, "install-disk")]),
+                spec: Spec::ConfigPatch(specs::ConfigPatchSpec {
+                    data: yaml::emit_document(&doc, 4),
+                    ..Default::default()
+                }),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Sorts resources into apply order: by type rank, then by ID (Go leaves the order within a

@@ -240,6 +240,104 @@ struct Ctx<'a> {
     files: &'a FileResolver,
 }
 
+/// How the documents refer to each other, gathered while each is checked on its own.
+#[derive(Default)]
+struct Membership {
+    clusters: usize,
+    control_planes: usize,
+    /// Workers name → how many documents use it.
+    worker_names: BTreeMap<String, usize>,
+    /// Machines the ControlPlane lists.
+    cp_machines: BTreeSet<String>,
+    /// Machine ID → the Workers that list it.
+    worker_machines: BTreeMap<String, Vec<String>>,
+}
+
+impl Membership {
+    fn add(&mut self, document: &Document) {
+        match document {
+            Document::Cluster(_) => self.clusters += 1,
+            Document::ControlPlane(m) => {
+                self.control_planes += 1;
+                self.cp_machines.extend(m.machines.iter().cloned());
+            }
+            Document::Workers(m) => {
+                let name = workers_name(m).to_string();
+                *self.worker_names.entry(name.clone()).or_default() += 1;
+                for id in &m.machines {
+                    self.worker_machines
+                        .entry(id.clone())
+                        .or_default()
+                        .push(name.clone());
+                }
+            }
+            Document::Machine(_) => {}
+        }
+    }
+
+    /// One Cluster, one ControlPlane, unique Workers names, each machine in at most one set.
+    fn check_counts(&self, ctx: &mut Ctx<'_>) {
+        let (clusters, control_planes) = (self.clusters, self.control_planes);
+        if clusters != 1 {
+            ctx.global(format!(
+                "exactly one Cluster document is required, found {clusters}"
+            ));
+        }
+        if control_planes != 1 {
+            ctx.global(format!(
+                "exactly one ControlPlane document is required, found {control_planes}"
+            ));
+        }
+        for (name, count) in &self.worker_names {
+            if *count > 1 {
+                ctx.global(format!(
+                    "Workers name {name:?} is used by {count} documents"
+                ));
+            }
+        }
+        for (id, sets) in &self.worker_machines {
+            if sets.len() > 1 {
+                ctx.global(format!(
+                    "machine {id:?} is listed in more than one Workers: {}",
+                    sets.join(", ")
+                ));
+            }
+            if self.cp_machines.contains(id) {
+                ctx.global(format!(
+                    "machine {id:?} is listed in both ControlPlane and Workers"
+                ));
+            }
+        }
+    }
+
+    /// Every Machine document is listed by a set, and none of the control plane's is locked.
+    fn check_machines(&self, ctx: &mut Ctx<'_>, documents: &[Document]) {
+        for (index, document) in documents.iter().enumerate() {
+            if let Document::Machine(m) = document {
+                let in_cp = self.cp_machines.contains(&m.name);
+                if !in_cp && !self.worker_machines.contains_key(&m.name) {
+                    ctx.errors.push(ValidationError {
+                        index: Some(index),
+                        kind: "Machine".into(),
+                        name: m.name.clone(),
+                        field: String::new(),
+                        message: "machine is not listed in ControlPlane or any Workers".into(),
+                    });
+                }
+                if in_cp && m.locked {
+                    ctx.errors.push(ValidationError {
+                        index: Some(index),
+                        kind: "Machine".into(),
+                        name: m.name.clone(),
+                        field: "locked".into(),
+                        message: "control-plane machines cannot be locked".into(),
+                    });
+                }
+            }
+        }
+    }
+}
+
 struct DocCtx {
     index: usize,
     kind: &'static str,
@@ -341,6 +439,27 @@ impl Ctx<'_> {
     }
 
     fn cluster(&mut self, doc: &DocCtx, c: &Cluster) {
+        self.cluster_name(doc, c);
+        self.descriptors(doc, "", &c.labels, &c.annotations);
+        let talos = self.cluster_versions(doc, c);
+        if let Some(f) = &c.features {
+            if f.disk_encryption && talos.is_some_and(|v| v < (1, 5, 0)) {
+                self.push(
+                    doc,
+                    "features.diskEncryption",
+                    "disk encryption requires Talos v1.5.0 or later",
+                );
+            }
+            if let Some(b) = &f.backup_configuration {
+                self.duration(doc, "features.backupConfiguration.interval", &b.interval);
+            }
+        }
+        self.patches(doc, &c.patches);
+        self.manifests(doc, c);
+        self.health_checks(doc, c);
+    }
+
+    fn cluster_name(&mut self, doc: &DocCtx, c: &Cluster) {
         if c.name.is_empty() {
             self.push(doc, "name", "cluster name is required");
         } else if !c
@@ -354,7 +473,10 @@ impl Ctx<'_> {
                 "cluster name may contain only letters, digits, '-' and '_'",
             );
         }
-        self.descriptors(doc, "", &c.labels, &c.annotations);
+    }
+
+    /// Checks both versions; returns the Talos version when it parses.
+    fn cluster_versions(&mut self, doc: &DocCtx, c: &Cluster) -> Option<(u64, u64, u64)> {
         if c.kubernetes.version.is_empty() {
             self.push(doc, "kubernetes.version", "Kubernetes version is required");
         } else if parse_semver(c.kubernetes.version.trim_start_matches('v')).is_none() {
@@ -364,7 +486,7 @@ impl Ctx<'_> {
                 format!("invalid Kubernetes version {:?}", c.kubernetes.version),
             );
         }
-        let talos = if c.talos.version.is_empty() {
+        if c.talos.version.is_empty() {
             self.push(doc, "talos.version", "Talos version is required");
             None
         } else {
@@ -380,20 +502,10 @@ impl Ctx<'_> {
                 );
             }
             parsed
-        };
-        if let Some(f) = &c.features {
-            if f.disk_encryption && talos.is_some_and(|v| v < (1, 5, 0)) {
-                self.push(
-                    doc,
-                    "features.diskEncryption",
-                    "disk encryption requires Talos v1.5.0 or later",
-                );
-            }
-            if let Some(b) = &f.backup_configuration {
-                self.duration(doc, "features.backupConfiguration.interval", &b.interval);
-            }
         }
-        self.patches(doc, &c.patches);
+    }
+
+    fn manifests(&mut self, doc: &DocCtx, c: &Cluster) {
         let mut names = BTreeSet::new();
         for (i, m) in c.kubernetes.manifests.iter().enumerate() {
             let field = format!("kubernetes.manifests[{i}]");
@@ -445,6 +557,9 @@ impl Ctx<'_> {
                 }
             }
         }
+    }
+
+    fn health_checks(&mut self, doc: &DocCtx, c: &Cluster) {
         let mut ids = BTreeSet::new();
         for (i, h) in c.kubernetes.healthchecks.iter().enumerate() {
             let field = format!("kubernetes.healthchecks[{i}]");
@@ -615,7 +730,7 @@ impl Ctx<'_> {
 }
 
 /// The reserved machine-set name suffix of the control plane.
-pub const CONTROL_PLANES: &str = "control-planes";
+pub(crate) const CONTROL_PLANES: &str = "control-planes";
 
 /// `(type, count)` of a machine-class allocation: `Static` = 0, `Unlimited` = 1 (Omni's enum).
 pub(crate) fn allocation(size: &Size) -> Result<(i32, u32), String> {
@@ -658,95 +773,23 @@ impl Template {
             errors: Vec::new(),
             files,
         };
-        let mut clusters = 0;
-        let mut control_planes = 0;
-        let mut worker_names: BTreeMap<String, usize> = BTreeMap::new();
-        // machine ID → which set(s) list it
-        let mut cp_machines: BTreeSet<String> = BTreeSet::new();
-        let mut worker_machines: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut membership = Membership::default();
         for (index, document) in self.documents.iter().enumerate() {
             let doc = DocCtx {
                 index,
                 kind: document.kind(),
                 name: document.name().to_string(),
             };
+            membership.add(document);
             match document {
-                Document::Cluster(c) => {
-                    clusters += 1;
-                    ctx.cluster(&doc, c);
-                }
-                Document::ControlPlane(m) => {
-                    control_planes += 1;
-                    cp_machines.extend(m.machines.iter().cloned());
-                    ctx.machine_set(&doc, m, true);
-                }
-                Document::Workers(m) => {
-                    let name = workers_name(m).to_string();
-                    *worker_names.entry(name.clone()).or_default() += 1;
-                    for id in &m.machines {
-                        worker_machines
-                            .entry(id.clone())
-                            .or_default()
-                            .push(name.clone());
-                    }
-                    ctx.machine_set(&doc, m, false);
-                }
+                Document::Cluster(c) => ctx.cluster(&doc, c),
+                Document::ControlPlane(m) => ctx.machine_set(&doc, m, true),
+                Document::Workers(m) => ctx.machine_set(&doc, m, false),
                 Document::Machine(m) => ctx.machine(&doc, m),
             }
         }
-        if clusters != 1 {
-            ctx.global(format!(
-                "exactly one Cluster document is required, found {clusters}"
-            ));
-        }
-        if control_planes != 1 {
-            ctx.global(format!(
-                "exactly one ControlPlane document is required, found {control_planes}"
-            ));
-        }
-        for (name, count) in &worker_names {
-            if *count > 1 {
-                ctx.global(format!(
-                    "Workers name {name:?} is used by {count} documents"
-                ));
-            }
-        }
-        for (id, sets) in &worker_machines {
-            if sets.len() > 1 {
-                ctx.global(format!(
-                    "machine {id:?} is listed in more than one Workers: {}",
-                    sets.join(", ")
-                ));
-            }
-            if cp_machines.contains(id) {
-                ctx.global(format!(
-                    "machine {id:?} is listed in both ControlPlane and Workers"
-                ));
-            }
-        }
-        for (index, document) in self.documents.iter().enumerate() {
-            if let Document::Machine(m) = document {
-                let in_cp = cp_machines.contains(&m.name);
-                if !in_cp && !worker_machines.contains_key(&m.name) {
-                    ctx.errors.push(ValidationError {
-                        index: Some(index),
-                        kind: "Machine".into(),
-                        name: m.name.clone(),
-                        field: String::new(),
-                        message: "machine is not listed in ControlPlane or any Workers".into(),
-                    });
-                }
-                if in_cp && m.locked {
-                    ctx.errors.push(ValidationError {
-                        index: Some(index),
-                        kind: "Machine".into(),
-                        name: m.name.clone(),
-                        field: "locked".into(),
-                        message: "control-plane machines cannot be locked".into(),
-                    });
-                }
-            }
-        }
+        membership.check_counts(&mut ctx);
+        membership.check_machines(&mut ctx, &self.documents);
         if ctx.errors.is_empty() {
             Ok(())
         } else {

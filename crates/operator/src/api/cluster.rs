@@ -59,6 +59,7 @@ use super::validation::{FieldError, Validation};
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
     ),
+    printcolumn(name = "Plan", type_ = "string", json_path = ".status.plan.summary"),
     printcolumn(name = "Last Sync", type_ = "date", json_path = ".status.lastSyncTime"),
     printcolumn(
         name = "Age",
@@ -76,8 +77,9 @@ pub struct OmniClusterSpec {
     pub annotations: Option<BTreeMap<String, String>>,
     /// OmniConnection (same namespace) used to reach Omni.
     pub connection_ref: LocalObjectReference,
-    /// Name of the cluster in Omni; defaults to `metadata.name`. Changing it targets a
-    /// different Omni cluster.
+    /// Name of the cluster in Omni; defaults to `metadata.name`. It cannot change once the
+    /// operator manages the Omni cluster (`status.clusterName` is set): to move to another
+    /// Omni cluster, create a new OmniCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     pub cluster_name: Option<String>,
@@ -115,6 +117,11 @@ pub struct OmniClusterSpec {
     /// Deletion still removes the Omni cluster.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Whether, and when, planned changes are written to Omni: observe only (`mode: Plan`),
+    /// or hold destructive plans for approval (`destructive: RequireApproval`). Unset: every
+    /// plan is applied (docs/plan.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_policy: Option<super::plan::ChangePolicy>,
 }
 
 /// Default `spec.syncInterval`.
@@ -349,6 +356,10 @@ pub struct OmniClusterStatus {
     /// Sync state of the cluster's Kubernetes manifests in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<ManifestsState>,
+    /// The changes the operator computed and has not applied to Omni (mode `Plan`, a plan
+    /// held for approval, an adoption that differs); absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<super::plan::PlanStatus>,
 }
 
 /// One Omni machine set as Omni last reported it (`MachineSetStatus`).

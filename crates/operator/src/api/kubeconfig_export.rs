@@ -84,8 +84,9 @@ pub struct OmniKubeconfigExportSpec {
     /// kubeconfig is rotated when it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renew_before: Option<DurationField>,
-    /// `Delete` removes the Secret (if this export owns it) when the export is deleted;
-    /// `Orphan` keeps it.
+    /// `Delete` (the default) removes the Secret (if this export owns it) when the export is
+    /// deleted; `Orphan` keeps it.
+    #[serde(default = "default_deletion_policy")]
     #[schemars(schema_with = "delete_orphan_schema")]
     pub deletion_policy: DeletionPolicy,
     /// Shape of the target Secret: `Kubeconfig` (the default) writes the kubeconfig under
@@ -179,6 +180,13 @@ pub(crate) struct ExportServiceAccount {
     /// is never honoured (`--allow-cluster-admin-exports=false`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) allow_cluster_admin: bool,
+}
+
+/// Without `spec.deletionPolicy` the Secret goes with its export: a credential should not
+/// outlive the object that declared it (the original made the field required; manifests
+/// written for it always set it).
+fn default_deletion_policy() -> DeletionPolicy {
+    DeletionPolicy::Delete
 }
 
 /// Observed state of an OmniKubeconfigExport.
@@ -326,7 +334,7 @@ impl OmniKubeconfigExport {
     }
 }
 
-/// What the spec hash covers (parity §6.4); field order is part of the hash.
+/// What the spec hash covers (docs/parity.md#the-spec-hash); field order is part of the hash.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SpecHashPayload<'a> {

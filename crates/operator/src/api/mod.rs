@@ -13,6 +13,7 @@ pub mod duration;
 pub mod helm_release;
 pub mod kubeconfig_export;
 pub mod machine;
+pub mod plan;
 pub mod schema_check;
 pub mod secret_sync;
 pub mod validation;

@@ -27,30 +27,180 @@ pub(crate) const KNOWN_PATTERNS: [&str; 4] = [
 /// Checks a full object of `kind` against that kind's CRD schema. Unknown kinds yield no
 /// errors (the caller reports them). `status` is not checked: users do not write it.
 pub fn check(kind: &str, object: &Value) -> Vec<FieldError> {
-    let Some(crd) = super::crds()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-    else {
-        return Vec::new();
-    };
-    let Some(schema) = crd
-        .spec
-        .versions
-        .first()
-        .and_then(|v| v.schema.as_ref())
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-    else {
-        return Vec::new();
-    };
-    let Ok(schema) = serde_json::to_value(schema) else {
+    let Some(schema) = spec_schema(kind) else {
         return Vec::new();
     };
     let mut errors = Vec::new();
     match object.get("spec") {
         None | Some(Value::Null) => errors.push(FieldError::required("spec", "")),
-        Some(spec) => check_node(&schema["properties"]["spec"], spec, "spec", &mut errors),
+        Some(spec) => check_node(schema, spec, "spec", &mut errors),
     }
     errors
+}
+
+/// The schema of `kind`'s `spec`, as JSON (worked out once per process: generating the CRDs
+/// is not cheap, and `validate` asks for every object).
+fn spec_schema(kind: &str) -> Option<&'static Value> {
+    static SCHEMAS: std::sync::OnceLock<Vec<(String, Value)>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        super::crds()
+            .into_iter()
+            .filter_map(|crd| {
+                let schema = crd
+                    .spec
+                    .versions
+                    .first()?
+                    .schema
+                    .as_ref()?
+                    .open_api_v3_schema
+                    .as_ref()?;
+                let schema = serde_json::to_value(schema).ok()?;
+                Some((crd.spec.names.kind, schema["properties"]["spec"].clone()))
+            })
+            .collect()
+    });
+    schemas.iter().find(|(k, _)| k == kind).map(|(_, s)| s)
+}
+
+/// A copy of `object` whose `spec` fits the shapes of `kind`'s schema, so the admission rules
+/// can run on an object the schema rejects, and every problem is found in one pass.
+///
+/// A value of the wrong type or outside its enum is dropped when optional, or replaced by
+/// a zero value (empty, false, 0, the first enum value, an object with its required fields)
+/// when required or a list item, which keeps the other items' indices; a missing required
+/// field gets a zero value; unknown fields are dropped. Returns the copy and the paths that
+/// were dropped or invented: what the admission rules say at or below them is about the
+/// stand-ins, not the user's input.
+pub fn decodable(kind: &str, object: &Value) -> (Value, Vec<String>) {
+    let mut copy = object.clone();
+    let mut changed = Vec::new();
+    let Some(schema) = spec_schema(kind) else {
+        return (copy, changed);
+    };
+    if let Some(map) = copy.as_object_mut() {
+        match map.get_mut("spec") {
+            Some(spec) if !spec.is_null() => repair(schema, spec, "spec", &mut changed),
+            _ => {
+                map.insert("spec".into(), zero(schema));
+                changed.push("spec".into());
+            }
+        }
+    }
+    (copy, changed)
+}
+
+/// Whether `value` has the type (and, for enums, a value) `schema` allows, looking at this
+/// node only.
+fn fits(schema: &Value, value: &Value) -> bool {
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        return value.is_string() || value.is_i64() || value.is_u64();
+    }
+    let Some(ty) = schema.get("type").and_then(Value::as_str) else {
+        return true;
+    };
+    let actual = type_name(value);
+    (actual == ty || (ty == "number" && actual == "integer"))
+        && schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_none_or(|allowed| allowed.contains(value))
+}
+
+/// The simplest value `schema` accepts in shape (bounds and patterns aside).
+fn zero(schema: &Value) -> Value {
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        return Value::from(0);
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+    {
+        return first.clone();
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => Value::String(String::new()),
+        Some("integer") => Value::from(schema.get("minimum").and_then(Value::as_i64).unwrap_or(0)),
+        Some("number") => schema.get("minimum").cloned().unwrap_or(Value::from(0)),
+        Some("boolean") => Value::Bool(false),
+        Some("array") => Value::Array(Vec::new()),
+        _ => {
+            let mut map = serde_json::Map::new();
+            for name in required_names(schema) {
+                if let Some(child) = schema["properties"].get(name) {
+                    map.insert(name.to_string(), zero(child));
+                }
+            }
+            Value::Object(map)
+        }
+    }
+}
+
+fn required_names(schema: &Value) -> impl Iterator<Item = &str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+fn repair(schema: &Value, value: &mut Value, path: &str, changed: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            let preserve =
+                schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+            let required: Vec<&str> = required_names(schema).collect();
+            let names: Vec<String> = map.keys().cloned().collect();
+            for name in names {
+                let child_path = format!("{path}.{name}");
+                let Some(child_schema) = props.and_then(|p| p.get(&name)).or(extra) else {
+                    if !preserve {
+                        map.remove(&name);
+                    }
+                    continue;
+                };
+                if map[&name].is_null() {
+                    // The API server drops nulls; a required one is filled in below.
+                    map.remove(&name);
+                } else if !fits(child_schema, &map[&name]) {
+                    if required.contains(&name.as_str()) {
+                        map.insert(name.clone(), zero(child_schema));
+                    } else {
+                        map.remove(&name);
+                    }
+                    changed.push(child_path);
+                } else if let Some(child) = map.get_mut(&name) {
+                    repair(child_schema, child, &child_path, changed);
+                }
+            }
+            for name in required {
+                if !map.contains_key(name)
+                    && let Some(child_schema) = props.and_then(|p| p.get(name))
+                {
+                    map.insert(name.to_string(), zero(child_schema));
+                    changed.push(format!("{path}.{name}"));
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(item_schema) = schema.get("items") else {
+                return;
+            };
+            for (i, item) in items.iter_mut().enumerate() {
+                let item_path = format!("{path}[{i}]");
+                if !fits(item_schema, item) {
+                    *item = zero(item_schema);
+                    changed.push(item_path);
+                } else {
+                    repair(item_schema, item, &item_path, changed);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -287,6 +437,33 @@ mod tests {
         assert!(!m(KNOWN_PATTERNS[3], "a-"));
         assert!(!m(KNOWN_PATTERNS[3], "Apps"));
         assert_eq!(matches_pattern("^x$", "x"), None);
+    }
+
+    #[test]
+    fn decodable_copies_fit_the_schema_and_name_what_they_invented() {
+        let object = serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniWorkers",
+            "metadata": {"name": "w"},
+            "spec": {
+                "machines": "not-a-list",
+                "machineClass": {"name": 7, "size": 1},
+                "unknown": true,
+            },
+        });
+        let (copy, changed) = decodable("OmniWorkers", &object);
+        assert_eq!(
+            changed,
+            vec!["spec.machineClass.name", "spec.machines", "spec.clusterRef"]
+        );
+        assert_eq!(copy["spec"]["clusterRef"], serde_json::json!({"name": ""}));
+        assert_eq!(copy["spec"]["machineClass"]["name"], "");
+        assert!(copy["spec"].get("machines").is_none());
+        assert!(copy["spec"].get("unknown").is_none());
+        crate::api::validate_dynamic("OmniWorkers", &copy, None).unwrap();
+        // A fitting object is left alone.
+        let fine = serde_json::json!({"spec": {"clusterRef": {"name": "c"}, "machines": ["a"]}});
+        assert_eq!(decodable("OmniWorkers", &fine), (fine.clone(), Vec::new()));
     }
 
     #[test]

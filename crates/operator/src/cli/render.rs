@@ -1,25 +1,26 @@
 //! `omni-operator render -f FILE...`: prints the Omni cluster template each OmniCluster in the
-//! given manifests renders to, exactly as the controller would sync it.
+//! given manifests renders to, exactly as the controller would sync it. Inputs are read as
+//! `validate` reads them: files, directories, `-` for stdin, `kind: List` expanded.
 //!
 //! Output: for every OmniCluster (sorted by namespace/name) a comment line
 //! `# OmniCluster NS/NAME (hash HEX)` followed by the template; templates are separated by `---`.
 //! Objects without a namespace are placed in `default`, as `kubectl apply` would. Render errors
 //! go to stderr and make the exit status 1; the other clusters are still printed.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use omni_client::template::FileResolver;
 
 use crate::api::{GROUP, OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers, VERSION};
+use crate::cli::manifests::{self, Entry};
 use crate::render::{file_resolver, render};
 
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Manifest file (multi-document YAML); repeat for several files, `-` reads stdin.
+    /// Manifest file (multi-document YAML), or a directory whose `.yaml`/`.yml`/`.json` files
+    /// are all read; repeat for several, `-` reads stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
     /// Also run Omni's client-side template validation, which reads file-backed patches and
@@ -47,12 +48,9 @@ pub struct Objects {
 }
 
 fn decode<T: serde::de::DeserializeOwned + kube::ResourceExt>(
-    label: &str,
-    index: usize,
     value: serde_json::Value,
-) -> anyhow::Result<T> {
-    let mut object: T = serde_json::from_value(value)
-        .with_context(|| format!("{label}: document {index} does not decode"))?;
+) -> Result<T, String> {
+    let mut object: T = crate::api::decode(&value)?;
     if object.namespace().is_none() {
         object.meta_mut().namespace = Some("default".into());
     }
@@ -60,23 +58,43 @@ fn decode<T: serde::de::DeserializeOwned + kube::ResourceExt>(
 }
 
 impl Objects {
-    /// Adds the cluster-template kinds of one multi-document YAML text; other documents are
-    /// ignored.
-    pub(crate) fn add_text(&mut self, label: &str, text: &str) -> anyhow::Result<()> {
-        let docs: Vec<serde_json::Value> =
-            serde_saphyr::from_multiple(text).with_context(|| format!("{label}: invalid YAML"))?;
+    /// Adds one object if it is of a cluster-template kind; other objects are ignored. The
+    /// error says which field does not decode.
+    pub(crate) fn add(&mut self, value: serde_json::Value) -> Result<(), String> {
         let api_version = format!("{GROUP}/{VERSION}");
-        for (i, doc) in docs.into_iter().filter(|d| !d.is_null()).enumerate() {
-            let index = i + 1;
-            if doc.get("apiVersion").and_then(|v| v.as_str()) != Some(api_version.as_str()) {
-                continue;
-            }
-            match doc.get("kind").and_then(|v| v.as_str()) {
-                Some("OmniCluster") => self.clusters.push(decode(label, index, doc)?),
-                Some("OmniControlPlane") => self.control_planes.push(decode(label, index, doc)?),
-                Some("OmniWorkers") => self.workers.push(decode(label, index, doc)?),
-                Some("OmniMachine") => self.machines.push(decode(label, index, doc)?),
-                _ => {}
+        if value.get("apiVersion").and_then(|v| v.as_str()) != Some(api_version.as_str()) {
+            return Ok(());
+        }
+        match value.get("kind").and_then(|v| v.as_str()) {
+            Some("OmniCluster") => self.clusters.push(decode(value)?),
+            Some("OmniControlPlane") => self.control_planes.push(decode(value)?),
+            Some("OmniWorkers") => self.workers.push(decode(value)?),
+            Some("OmniMachine") => self.machines.push(decode(value)?),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Adds the cluster-template kinds of one multi-document YAML text (`label` names it in
+    /// errors, with the line and column).
+    pub(crate) fn add_text(&mut self, label: &str, text: &str) -> anyhow::Result<()> {
+        for entry in manifests::entries(text) {
+            match entry {
+                Entry::Unreadable { position, message } => {
+                    anyhow::bail!("{label}:{position}: {message}")
+                }
+                // Not an object, so not one of ours either.
+                Entry::NotAnObject { .. } => {}
+                Entry::Object(manifest) => {
+                    let at = manifest.positions.root();
+                    let kind = manifest.value["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    self.add(manifest.value).map_err(|e| {
+                        anyhow::anyhow!("{label}:{at}: {kind} does not decode: {e}")
+                    })?;
+                }
             }
         }
         Ok(())
@@ -142,21 +160,8 @@ pub(crate) fn render_all(
 /// Runs the subcommand.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut objects = Objects::default();
-    let mut stdin_used = false;
-    for path in &args.files {
-        if path.as_os_str() == "-" {
-            anyhow::ensure!(!stdin_used, "stdin (-) can be given only once");
-            stdin_used = true;
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("read stdin")?;
-            objects.add_text("-", &text)?;
-        } else {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("read {}", path.display()))?;
-            objects.add_text(&path.display().to_string(), &text)?;
-        }
+    for input in manifests::read_inputs(&args.files)? {
+        objects.add_text(&input.label, &input.text)?;
     }
     anyhow::ensure!(
         !objects.clusters.is_empty(),

@@ -175,6 +175,16 @@ pub struct Args {
     /// operator's own identity.
     #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT")]
     pub(crate) default_service_account: Option<String>,
+    /// How OmniClusters that do not set `spec.changePolicy.destructive` treat a plan that would
+    /// destroy something in Omni: `Allow` applies it, `RequireApproval` holds it until the
+    /// annotation `omni.texashpc.com/approve-plan` carries its hash (docs/plan.md).
+    #[arg(
+        long,
+        env = "DEFAULT_DESTRUCTIVE_POLICY",
+        default_value = "Allow",
+        value_name = "Allow|RequireApproval"
+    )]
+    pub(crate) default_destructive_policy: crate::api::plan::DestructivePolicy,
     /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
     #[arg(long, hide = true, value_parser = crate::baseline::parse)]
     pub baseline_quirks: Option<crate::baseline::Quirks>,
@@ -331,6 +341,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
                 .clone()
                 .filter(|n| !n.trim().is_empty()),
         },
+        default_destructive: args.default_destructive_policy,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
     })

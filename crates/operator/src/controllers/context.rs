@@ -79,6 +79,9 @@ pub struct Context {
     pub tenancy: crate::tenancy::Tenancy,
     /// Each target's share of the reconcile slots in use.
     pub(crate) target_slots: super::fairness::TargetSlots,
+    /// How OmniClusters without `spec.changePolicy.destructive` treat destructive plans
+    /// (`--default-destructive-policy`).
+    pub default_destructive: crate::api::plan::DestructivePolicy,
     /// The OmniCluster controller's caches of its children, while it runs.
     pub(crate) cluster_children: std::sync::RwLock<Option<cluster::ChildCaches>>,
     /// The connection controller's record of its last key-hold sweep per namespace.
@@ -128,6 +131,7 @@ impl Context {
             secret_policy: crate::secret_policy::SecretPolicy::default(),
             tenancy: crate::tenancy::Tenancy::default(),
             target_slots: super::fairness::TargetSlots::new(super::DEFAULT_PER_TARGET),
+            default_destructive: crate::api::plan::DestructivePolicy::Allow,
             cluster_children: std::sync::RwLock::new(None),
             swept_keys: super::connection::SweptKeys::default(),
             events,
@@ -199,6 +203,15 @@ impl Context {
         )
     }
 
+    /// Sets the destructive-change policy of clusters that do not choose one.
+    pub(crate) fn with_default_destructive(
+        mut self,
+        policy: crate::api::plan::DestructivePolicy,
+    ) -> Self {
+        self.default_destructive = policy;
+        self
+    }
+
     /// An API handle for `K` in `namespace`.
     pub fn api<K>(&self, namespace: &str) -> Api<K>
     where
@@ -263,7 +276,8 @@ impl Context {
         K: Resource<DynamicType = ()>,
     {
         if let Some(c) = status::event_worthy(old, new) {
-            let type_ = if status::condition_healthy(c) {
+            // A plan held for a person to approve is waiting, not failing.
+            let type_ = if status::condition_healthy(c) || crate::plan::is_hold_reason(&c.reason) {
                 EventType::Normal
             } else {
                 EventType::Warning

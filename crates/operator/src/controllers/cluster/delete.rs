@@ -56,7 +56,7 @@ pub(super) async fn cleanup(
             name,
         }));
     }
-    match existing_ownership(&state, cluster, &name).await {
+    let exists = match existing_ownership(&state, cluster, &name).await {
         Err(source) => {
             return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
                 name,
@@ -76,8 +76,20 @@ pub(super) async fn cleanup(
             .await;
             return Ok(Cleanup::Done);
         }
-        Ok(_) => {}
-    }
+        Ok(found) => found.is_some(),
+    };
+    // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it
+    // (a cluster Omni does not have is no deletion to hold).
+    let approved = match exists.then(|| super::plan::deletion_gate(ctx, cluster, &conn, &name)) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(hash))) => Some(hash),
+        Some(Err(held)) => {
+            return Ok(Cleanup::Waiting(Outcome::Held {
+                held,
+                rendered: None,
+            }));
+        }
+    };
     // On API 3 the machines' install-disk configs are released too; a version that cannot
     // be read or is unknown still lets the cluster go (API 2 touches only what every
     // version has).
@@ -112,6 +124,7 @@ pub(super) async fn cleanup(
             Ok(Cleanup::Waiting(Outcome::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
+                approved,
             }))
         }
         Err(source) => {

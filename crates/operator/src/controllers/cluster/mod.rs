@@ -11,7 +11,8 @@
 //! function (`outcome::desired_status`) and written once; the next reconcile is another pure
 //! function of it (`outcome::next_action`). Failures are `ClusterFailure`s, which know
 //! their condition reason and retry policy. `children.rs` holds the child caches the render
-//! reads from, `ownership.rs` whose an Omni cluster is, `omni_state.rs` Omni's view in status.
+//! reads from, `ownership.rs` whose an Omni cluster is, `omni_state.rs` Omni's view in status,
+//! `plan.rs` the gate between planning and writing (`spec.changePolicy`, approval, adoption).
 
 mod children;
 mod delete;
@@ -19,6 +20,7 @@ mod failure;
 mod omni_state;
 mod outcome;
 mod ownership;
+pub(crate) mod plan;
 mod sync;
 
 use std::future::Future;
@@ -35,6 +37,7 @@ use self::children::{ChildKind, child_mapper, cluster_keys, omni_status_key};
 use self::delete::cleanup;
 pub(crate) use self::failure::ClusterFailure;
 use self::outcome::{Outcome, desired_status, next_action};
+pub(crate) use self::ownership::OMNI_OWNER_ANNOTATION;
 use self::sync::apply_cluster;
 use super::pipeline::{self, Cleanup, Pipeline};
 use super::{Cached, Context, Error, Shutdown, Watches, drive, indexed_controller_for, touched};
@@ -101,6 +104,45 @@ impl Pipeline for OmniCluster {
             status_failing,
         )
         .map_err(Error::from)
+    }
+
+    /// One Event when a plan that was held, or pre-approved, is applied with its approval.
+    async fn announce(
+        &self,
+        ctx: &Context,
+        outcome: &Outcome,
+        old: Option<&crate::api::cluster::OmniClusterStatus>,
+        _new: &crate::api::cluster::OmniClusterStatus,
+    ) {
+        let hash = match outcome {
+            Outcome::Synced(s) if s.changed => s.approved.as_deref(),
+            // A deletion runs over several passes: announced on its first.
+            Outcome::Deleting { approved, .. }
+                if old
+                    .and_then(|s| {
+                        crate::api::common::find_condition(
+                            &s.conditions,
+                            crate::api::common::condition_types::READY,
+                        )
+                    })
+                    .is_none_or(|c| c.reason != crate::api::common::reasons::DELETING) =>
+            {
+                approved.as_deref()
+            }
+            _ => None,
+        };
+        if let Some(hash) = hash {
+            ctx.event(
+                self,
+                kube::runtime::events::EventType::Normal,
+                crate::plan::REASON_PLAN_APPLIED,
+                format!(
+                    "applied plan {hash}, approved by the annotation {}",
+                    crate::plan::APPROVE_ANNOTATION
+                ),
+            )
+            .await;
+        }
     }
 
     async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {

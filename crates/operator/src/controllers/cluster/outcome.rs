@@ -9,6 +9,7 @@ use omni_client::template::{ClusterHealth, StatusError};
 
 use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
+use super::plan::HeldPlan;
 use crate::api::OmniCluster;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition, reasons};
@@ -83,6 +84,8 @@ pub(crate) struct Synced {
     pub(crate) health: Result<ClusterHealth, StatusError>,
     /// Whether `health` came from a live status watch, which wakes the cluster when it changes.
     pub(crate) watched: bool,
+    /// The hash of the plan applied, when the approval annotation released it.
+    pub(crate) approved: Option<String>,
 }
 
 /// What one pass came to.
@@ -99,12 +102,22 @@ pub(crate) enum Outcome {
     },
     /// Omni holds the template.
     Synced(Box<Synced>),
+    /// A plan was computed and not applied (mode `Plan`, held for approval, an adoption that
+    /// differs); `rendered` is `None` for a held deletion.
+    Held {
+        /// The held plan.
+        held: Box<HeldPlan>,
+        /// What the render recorded (a sync's hold).
+        rendered: Option<Box<Rendition>>,
+    },
     /// Deletion waits for Omni to tear these resources down; `output` is what was done.
     Deleting {
         /// The resources still there.
         waiting_for: Vec<String>,
         /// The step's output (trimmed).
         output: String,
+        /// The hash of the deletion plan, when the approval annotation released it.
+        approved: Option<String>,
     },
 }
 
@@ -167,8 +180,20 @@ pub(crate) fn desired_status(
             }
             d.set(ct::READY, false, reason, &message);
         }
+        Outcome::Held { held, rendered } => {
+            let reason = held.hold.reason();
+            if let Some(r) = rendered {
+                r.record(&mut d.s, &name);
+                template_valid(&mut d);
+                d.set(ct::SYNCED, false, reason, &held.message);
+            }
+            d.s.plan = Some(held.plan.clone());
+            d.set(ct::READY, false, reason, &held.message);
+        }
         Outcome::Synced(synced) => {
             synced.rendered.record(&mut d.s, &name);
+            // Nothing is pending: what was planned is applied, or there was nothing.
+            d.s.plan = None;
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);
@@ -195,7 +220,9 @@ pub(crate) fn desired_status(
         Outcome::Deleting {
             waiting_for,
             output,
+            ..
         } => {
+            d.s.plan = None;
             if !output.is_empty() {
                 d.s.last_sync_output = Some(output.clone());
             }
@@ -228,7 +255,11 @@ pub(crate) fn next_action(
         Outcome::Synced(synced) if synced.health.is_err() && !synced.watched => Ok(
             Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval)),
         ),
-        Outcome::Suspended | Outcome::Synced(_) => Ok(Action::requeue(sync_interval)),
+        // A held plan is looked at again when the object changes (an approval, a spec edit),
+        // when its children do, and at the sync interval (Omni may change meanwhile).
+        Outcome::Suspended | Outcome::Synced(_) | Outcome::Held { .. } => {
+            Ok(Action::requeue(sync_interval))
+        }
         Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
         Outcome::Failed { failure, .. } => match failure.retry() {
             RetryPolicy::AwaitChange => Ok(Action::await_change()),

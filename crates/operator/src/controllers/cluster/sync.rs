@@ -1,6 +1,7 @@
 //! One pass over a valid OmniCluster: dereference its connection and children, render the
-//! template (pure), plan against Omni (reads only) and apply only when Omni differs, then read
-//! Omni's view of the cluster back. Every end of the pass is an [`Outcome`].
+//! template (pure), plan against Omni (reads only), judge the plan (`plan.rs`: mode, approval,
+//! adoption) and apply it only when Omni differs and nothing holds it, then read Omni's view
+//! of the cluster back. Every end of the pass is an [`Outcome`].
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Outcome, Rendition, Synced};
 use super::ownership::{OMNI_OWNER_ANNOTATION, adopt_requested, existing_ownership, owner_stamp};
+use super::plan::{Gate, gate};
 use super::{GITOPS_TOOL, OMNI_DEADLINE};
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::{Context, Error};
@@ -103,14 +105,18 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
     };
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
     let state = client.template_state(deadline);
-    // Never sync into an existing Omni cluster this object did not create, unless adopted.
-    match existing_ownership(&state, cluster, &name).await {
-        Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(cluster) => {
-            return failed(ClusterFailure::NotOwned { name, owner });
+    // Never sync into an existing Omni cluster this object did not create, unless adopted;
+    // an adoption plans first (see `plan.rs`).
+    let adopting = match existing_ownership(&state, cluster, &name).await {
+        Ok(Some(owner)) if !owner.is_ours() => {
+            if !adopt_requested(cluster) {
+                return failed(ClusterFailure::NotOwned { name, owner });
+            }
+            true
         }
-        Ok(_) => {}
+        Ok(_) => false,
         Err(source) => return failed(ClusterFailure::OwnershipUnreadable { name, source }),
-    }
+    };
     // The install disk is translated for the backend API version Omni speaks.
     let api = match ctx.omni.backend_api(&conn, &client).await {
         Ok(api) => api,
@@ -124,11 +130,24 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         )]),
     };
     let mut output = Vec::new();
+    // plan (reads only) → gate (pure: mode, approval, adoption) → apply.
+    let mut approved = None;
     let applied = match plan_sync_for(&state, &rendered.template, &files, &options).await {
-        Ok(plan) if plan.is_empty() => Ok(false),
-        Ok(plan) => apply(&state, &plan, deadline, &mut output)
-            .await
-            .map(|()| true),
+        Ok(plan) => match gate(ctx, cluster, &conn, &plan, adopting) {
+            Gate::InSync => Ok(false),
+            Gate::Hold(held) => {
+                return Ok(Outcome::Held {
+                    held,
+                    rendered: Some(Box::new(rendition)),
+                });
+            }
+            Gate::Apply { approved: hash } => {
+                approved = hash;
+                apply(&state, &plan, deadline, &mut output)
+                    .await
+                    .map(|()| true)
+            }
+        },
         Err(e) => Err(e),
     };
     let output = trim_output(&output.join("\n"));
@@ -176,5 +195,6 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         output,
         health,
         watched,
+        approved,
     })))
 }

@@ -93,7 +93,7 @@ pub(crate) struct Kubeconfig {
     pub(crate) checked: WorkloadKubeconfig,
 }
 
-/// Reads and checks the kubeconfig (parity §7.3 step 5 messages).
+/// Reads and checks the kubeconfig (messages: docs/parity.md#reading-the-kubeconfig).
 pub(crate) async fn kubeconfig(
     ctx: &Context,
     r: &OmniHelmRelease,

@@ -187,7 +187,7 @@ fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, Stri
     })
 }
 
-/// Reason and message of a healthy release after `action` (parity §7.3 wording).
+/// Reason and message of a healthy release after `action` (docs/parity.md#condition-wording).
 ///
 /// The original reports `ReconcileFailed` on a *healthy* release whose last action is neither
 /// Install nor Upgrade; a `Ready=True` condition must not say "failed" (docs/decisions.md), so

@@ -1,5 +1,5 @@
-//! The usability probe of a stored kubeconfig (parity §6.7 step 9): is it rejected outright by
-//! the workload API server?
+//! The usability probe of a stored kubeconfig (docs/parity.md#reusing-a-stored-kubeconfig): is it
+//! rejected outright by the workload API server?
 //!
 //! The original probes on every reconcile, each time with a new client and TLS handshake, and
 //! every change of an OmniCluster's conditions reconciles all its exports. Here a kubeconfig the

@@ -33,7 +33,7 @@ fn next_rotation(expiration: jiff::Timestamp, renew_before: Option<GoDuration>) 
     }
 }
 
-/// Expiration and next rotation for a kubeconfig written at `now` (parity §6.6).
+/// Expiration and next rotation for a kubeconfig written at `now` (docs/parity.md#rotation).
 pub(crate) fn rotation_times(
     now: jiff::Timestamp,
     ttl: GoDuration,
@@ -87,7 +87,8 @@ pub struct Stored {
     pub next_rotation: jiff::Timestamp,
 }
 
-/// Pure part of reuse (parity §6.7 step 9, before the probe): the stored data of the shape
+/// Pure part of reuse (docs/parity.md#reusing-a-stored-kubeconfig, before the probe): the stored
+/// data of the shape
 /// `format` (`key` is the kubeconfig key of the `Kubeconfig` shape).
 pub fn reusable(
     secret: &Secret,

@@ -19,7 +19,7 @@ use crate::api::kubeconfig_export::ExportFormat;
 use crate::controllers::secret_sync::ADOPT_ANNOTATION;
 use crate::export_format;
 
-/// Ownership rule of parity §6.5.
+/// Ownership rule of docs/parity.md#ownership-of-target-secrets.
 pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
     match export.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {

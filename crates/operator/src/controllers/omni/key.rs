@@ -110,8 +110,8 @@ const ENV_PREFIXES: [&str; 3] = [
     "SIDERO_SERVICE_ACCOUNT_KEY=",
 ];
 
-/// Applies the key checks (parity §2.6, steps 2–6) to the Secret's data and returns the
-/// trimmed key.
+/// Applies the key checks (docs/parity.md#the-omni-key-secret, steps 2–6) to the Secret's data
+/// and returns the trimmed key.
 pub(crate) fn key_from_secret(
     namespace: &str,
     name: &str,

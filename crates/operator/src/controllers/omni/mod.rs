@@ -89,10 +89,10 @@ impl OmniClients {
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
-            timeouts: (
-                omni_client::transport::DEFAULT_CONNECT_TIMEOUT,
-                omni_client::transport::DEFAULT_REQUEST_TIMEOUT,
-            ),
+            timeouts: {
+                let t = crate::tenancy::Timeouts::default();
+                (t.omni_connect, t.omni_request)
+            },
             default_service_account: None,
             cache: Mutex::default(),
             api_versions: Mutex::default(),
@@ -282,6 +282,22 @@ impl OmniClients {
             None => self.refresh_backend_api(conn, client).await?,
         };
         BackendApi::from_version(version).ok_or(ApiVersionError::Unsupported(version))
+    }
+
+    /// The key of `conn`'s plan hashes ([`crate::plan::ChangeSet::hash`]): derived from its
+    /// service-account key, which readers of a cluster's status do not have, so the hash
+    /// reveals nothing about content it covers; stable while the key is. Empty without a
+    /// cached client ([`get`](Self::get) it first).
+    pub(crate) fn plan_key(&self, conn: &OmniConnection) -> Vec<u8> {
+        use sha2::Digest as _;
+        let cache = self.lock();
+        let Some(entry) = cache.get(&cache_key(conn)) else {
+            return Vec::new();
+        };
+        let mut key = sha2::Sha256::new();
+        key.update(b"omni-operator plan key\0");
+        key.update(entry.fingerprint.key_digest);
+        key.finalize().to_vec()
     }
 
     /// Drops the cached client of a deleted connection.

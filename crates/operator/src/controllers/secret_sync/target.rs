@@ -62,7 +62,7 @@ pub(crate) fn adoptable(secret: &Secret) -> bool {
         == Some("true")
 }
 
-/// The target Secret as this sync wants it (parity §8.3).
+/// The target Secret as this sync wants it (docs/parity.md#the-workload-copy).
 pub(crate) fn desired_target(
     sync: &OmniSecretSync,
     source: &Secret,

@@ -1,0 +1,70 @@
+//! The CI smoke run of the benchmark (`omni-bench`), here so that it measures the
+//! `omni-operator` binary cargo built for these tests: a small fleet converges, every change arrives, and the
+//! converged fleet left alone gets no write from the operator. Figures (times, CPU, memory) are
+//! printed, never asserted: speed goals live in the benchmark itself.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use omni_bench::emulators::OmniLatency;
+use omni_bench::fleet::FleetSpec;
+use omni_bench::{RunConfig, report, run_once};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_converged_fleet_left_alone_gets_no_operator_write() {
+    let config = RunConfig {
+        operator_binary: PathBuf::from(env!("CARGO_BIN_EXE_omni-operator")),
+        helm: None,
+        omni_latency: OmniLatency {
+            per_rpc_ms: 1,
+            per_connect_ms: 5,
+        },
+        idle: Duration::from_secs(5),
+        edits: 10,
+        edit_spacing: Duration::from_millis(10),
+        cold_start_limit: Duration::from_secs(240),
+    };
+    // Scaled down from the 50 clusters / 500 syncs, which take over four minutes in a
+    // debug build on two shared cores: 10 clusters (40 cluster objects) and 100 syncs over 2
+    // workload clusters exercise every controller and path the same way.
+    let spec = FleetSpec {
+        clusters: 10,
+        syncs: 100,
+        workload_clusters: 2,
+        helm_releases: 0,
+    };
+    let run = run_once(&config, &spec, "none").await.unwrap();
+    println!("{}", report::run_table(&run));
+
+    assert!(
+        run.cold_start.converged,
+        "the fleet did not converge: {:?}",
+        run.cold_start.progress
+    );
+    assert_eq!(
+        run.idle.writes_per_minute.total(),
+        0.0,
+        "the operator wrote while nothing changed: {:?} per minute; management writes {:?}",
+        run.idle.writes_per_minute,
+        run.idle.management_writes
+    );
+    let latency = run.latency.expect("the change phase ran");
+    assert_eq!(
+        (
+            latency.cluster_to_omni.count,
+            latency.cluster_to_omni.missing
+        ),
+        (10, 0),
+        "every OmniCluster edit reaches Omni"
+    );
+    assert_eq!(
+        (
+            latency.secret_to_workload.count,
+            latency.secret_to_workload.missing
+        ),
+        (10, 0),
+        "every source Secret edit reaches its workload cluster"
+    );
+    // Both ends hold the whole fleet.
+    assert_eq!(run.end_state.workload_secrets, 100);
+}
