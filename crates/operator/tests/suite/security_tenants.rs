@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use omni_operator::api::{OmniCluster, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
+use omni_operator::api::{
+    OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
+};
 use omni_operator::helm::source::{ChartSourcePolicy, HostPattern};
 use omni_operator::identity_policy::IdentityPolicy;
 use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
@@ -21,7 +23,9 @@ use serde_json::{Value, json};
 use support::WAIT;
 use support::chart_server::{ChartServer, Entry, Serve, banner_server, digest, index, package};
 use support::conditions::{Cond, is_false, is_true};
-use support::env::{Env, EnvBuilder, Namespaced, SAMPLE_CLUSTER, eventually_within};
+use support::env::{
+    Env, EnvBuilder, KEY_FIELD, KEY_SECRET, Namespaced, SAMPLE_CLUSTER, eventually_within,
+};
 
 const READY: Cond = is_true("Ready");
 const REFUSED: Cond = is_false("Ready").because("ValidationFailed");
@@ -1142,6 +1146,19 @@ async fn a_service_account_reads_only_what_it_may_and_the_operator_lends_it_noth
     assert_eq!(
         by_operator, 0,
         "the operator read a Secret with its own identity"
+    );
+    // An OmniConnection's Omni key is read the same way: the tenant may not read it here.
+    let _: OmniConnection = env
+        .create_spec(
+            "guarded",
+            json!({"endpoint": env.omni.endpoint(),
+                   "auth": {"serviceAccountSecretRef": {"name": KEY_SECRET, "key": KEY_FIELD}}}),
+        )
+        .await;
+    let message = refused_without::<OmniConnection>(&env, "guarded", denied, async || None).await;
+    assert!(
+        message.contains(KEY_SECRET) && message.contains("serviceAccountSecretRef"),
+        "{message}"
     );
     env.shutdown().await;
 }
