@@ -30,6 +30,8 @@ pub mod secret_policy;
 pub mod secure_metrics;
 pub mod telemetry;
 pub mod tenancy;
+#[cfg(test)]
+pub(crate) mod test_servers;
 pub mod tls;
 pub mod webhook;
 pub mod workload;

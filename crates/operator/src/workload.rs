@@ -289,16 +289,7 @@ mod tests {
     /// it for almost five minutes, with a reconcile slot.
     #[tokio::test]
     async fn a_tarpit_workload_server_times_out_as_a_timeout() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = listener.accept().await {
-                held.push(s);
-            }
-        });
+        let addr = crate::test_servers::tarpit().await;
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n"
         );

@@ -524,15 +524,17 @@ mod tests {
         );
     }
 
+    /// The configuration `run --namespace omni EXTRA…` makes, or the error text naming the flag.
+    fn parse(extra: &[&str]) -> Result<OperatorConfig, String> {
+        let mut argv = vec!["run", "--namespace", "omni"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())
+            .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
+    }
+
     #[test]
     fn identity_policy_flags_parse() {
-        let parse = |extra: &[&str]| {
-            let mut argv = vec!["run", "--namespace", "omni"];
-            argv.extend_from_slice(extra);
-            Cli::try_parse_from(argv)
-                .map_err(|e| e.to_string())
-                .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
-        };
         let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(default.tenancy.identity, IdentityPolicy::default());
         let strict = parse(&[
@@ -560,13 +562,6 @@ mod tests {
 
     #[test]
     fn chart_source_and_timeout_flags_parse() {
-        let parse = |extra: &[&str]| {
-            let mut argv = vec!["run", "--namespace", "omni"];
-            argv.extend_from_slice(extra);
-            Cli::try_parse_from(argv)
-                .map_err(|e| e.to_string())
-                .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
-        };
         let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(default.tenancy, Tenancy::default());
         let locked = parse(&[

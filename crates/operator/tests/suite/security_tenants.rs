@@ -62,18 +62,50 @@ async fn refused_without<K: Namespaced>(
     .await
 }
 
+/// A breach (the message `breach`) when Secret `name` exists in `secrets`: for
+/// [`refused_without`], when the refusal's whole point is that the Secret is never written.
+async fn written(secrets: &Api<Secret>, name: &str, breach: &str) -> Option<String> {
+    let found = secrets.get_opt(name).await.ok().flatten();
+    found.map(|_| breach.to_string())
+}
+
+/// The spec of an OmniSecretSync of cluster `cluster` copying Secret `source` into
+/// `apps/<target>` of the workload cluster reached with the kubeconfig in Secret `kubeconfig`.
+fn sync_spec(cluster: &str, kubeconfig: &str, source: &str, target: &str) -> Value {
+    json!({
+        "clusterRef": {"name": cluster},
+        "kubeconfigSecretRef": {"name": kubeconfig},
+        "sourceSecretRef": {"name": source},
+        "targetSecretRef": {"name": target, "namespace": "apps"},
+        "createNamespace": true,
+        "deletionPolicy": "Orphan",
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finding 6: minted identities have a deployment-level policy.
 
 /// Export `name` of the sample cluster for `service_account`, valid for `ttl`, into Secret
 /// `<name>-kubeconfig`.
 async fn export(env: &Env, name: &str, service_account: Value, ttl: &str) {
+    export_to(
+        env,
+        name,
+        json!({"name": format!("{name}-kubeconfig")}),
+        service_account,
+        ttl,
+    )
+    .await;
+}
+
+/// [`export`] into `target` (a `targetSecretRef`).
+async fn export_to(env: &Env, name: &str, target: Value, service_account: Value, ttl: &str) {
     let _: OmniKubeconfigExport = env
         .create_spec(
             name,
             json!({
                 "clusterRef": {"name": "edge-sample"},
-                "targetSecretRef": {"name": format!("{name}-kubeconfig")},
+                "targetSecretRef": target,
                 "serviceAccount": service_account,
                 "ttl": ttl,
                 "deletionPolicy": "Delete",
@@ -82,15 +114,17 @@ async fn export(env: &Env, name: &str, service_account: Value, ttl: &str) {
         .await;
 }
 
+/// The identity most tests export: nothing privileged.
+fn automation() -> Value {
+    json!({"user": "automation", "groups": ["automation"]})
+}
+
 /// Waits until export `name` is refused with `ValidationFailed` and returns the message; fails
 /// at once if its kubeconfig is written meanwhile.
 async fn export_refused(env: &Env, name: &str) -> String {
     let secrets = env.api::<Secret>();
     let target = format!("{name}-kubeconfig");
-    let minted = async || {
-        let found = secrets.get_opt(&target).await.ok().flatten();
-        found.map(|_| "a kubeconfig was minted and written".to_string())
-    };
+    let minted = async || written(&secrets, &target, "a kubeconfig was minted and written").await;
     refused_without::<OmniKubeconfigExport>(env, name, REFUSED, minted).await
 }
 
@@ -218,13 +252,7 @@ async fn an_exported_kubeconfig_is_never_a_sync_source_even_when_opted_in() {
         ..SecretPolicy::default()
     };
     let env = with_sample_cluster(Env::builder().with_workload().secret_policy(strict)).await;
-    export(
-        &env,
-        "edge",
-        json!({"user": "automation", "groups": ["automation"]}),
-        "1h",
-    )
-    .await;
+    export(&env, "edge", automation(), "1h").await;
     env.wait_cond::<OmniKubeconfigExport>("edge", READY).await;
     // Whoever may label Secrets opts both in: the export's own Secret must stay refused.
     let opt_in = json!({"metadata": {"labels": {USABLE_BY_LABEL: "OmniSecretSync"}}});
@@ -235,24 +263,16 @@ async fn an_exported_kubeconfig_is_never_a_sync_source_even_when_opted_in() {
     )
     .await;
     let _: Secret = env.patch("workload-kubeconfig", opt_in).await;
-    let _: OmniSecretSync = env
-        .create_spec(
-            "steal",
-            json!({
-                "clusterRef": {"name": "edge-sample"},
-                "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
-                "sourceSecretRef": {"name": "edge-kubeconfig"},
-                "targetSecretRef": {"name": "stolen", "namespace": "apps"},
-                "createNamespace": true,
-                "deletionPolicy": "Delete",
-            }),
-        )
-        .await;
+    let spec = sync_spec(
+        "edge-sample",
+        "workload-kubeconfig",
+        "edge-kubeconfig",
+        "stolen",
+    );
+    let _: OmniSecretSync = env.create_spec("steal", spec).await;
     let copies: Api<Secret> = Api::namespaced(env.workload().client.clone(), "apps");
-    let copied = async || {
-        let found = copies.get_opt("stolen").await.ok().flatten();
-        found.map(|_| "the minted kubeconfig was copied into the workload cluster".to_string())
-    };
+    let breach = "the minted kubeconfig was copied into the workload cluster";
+    let copied = async || written(&copies, "stolen", breach).await;
     let message = refused_without::<OmniSecretSync>(&env, "steal", REFUSED, copied).await;
     assert!(message.contains("written by the operator"), "{message}");
     env.shutdown().await;
@@ -265,23 +285,11 @@ async fn an_exported_kubeconfig_is_never_a_sync_source_even_when_opted_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespaced_operator_refuses_a_cross_namespace_export() {
     let env = with_sample_cluster(Env::builder().other_namespace("elsewhere")).await;
-    let _: OmniKubeconfigExport = env
-        .create_spec(
-            "away",
-            json!({
-                "clusterRef": {"name": "edge-sample"},
-                "targetSecretRef": {"name": "planted", "namespace": "elsewhere"},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "1h",
-                "deletionPolicy": "Delete",
-            }),
-        )
-        .await;
+    let elsewhere = json!({"name": "planted", "namespace": "elsewhere"});
+    export_to(&env, "away", elsewhere, automation(), "1h").await;
     let elsewhere: Api<Secret> = Api::namespaced(env.client.clone(), "elsewhere");
-    let planted = async || {
-        let found = elsewhere.get_opt("planted").await.ok().flatten();
-        found.map(|_| "a kubeconfig was written into namespace elsewhere".to_string())
-    };
+    let breach = "a kubeconfig was written into namespace elsewhere";
+    let planted = async || written(&elsewhere, "planted", breach).await;
     let message = refused_without::<OmniKubeconfigExport>(&env, "away", REFUSED, planted).await;
     assert!(
         message.contains("--allow-cross-namespace-export"),
@@ -306,18 +314,8 @@ async fn a_target_the_operator_may_not_reach_leaves_a_condition() {
             .hooks()
             .fail_next(verb, "secrets", Some("elsewhere"), None, 403, 100_000);
     }
-    let _: OmniKubeconfigExport = env
-        .create_spec(
-            "away",
-            json!({
-                "clusterRef": {"name": "edge-sample"},
-                "targetSecretRef": {"name": "planted", "namespace": "elsewhere"},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "1h",
-                "deletionPolicy": "Delete",
-            }),
-        )
-        .await;
+    let elsewhere = json!({"name": "planted", "namespace": "elsewhere"});
+    export_to(&env, "away", elsewhere, automation(), "1h").await;
     let failed = is_false("Ready").because("ExportFailed");
     let exports = env.api::<OmniKubeconfigExport>();
     let message = eventually_within("a condition on the export", SHORT_WAIT, async || {
@@ -958,20 +956,13 @@ async fn a_tarpit_workload_server_delays_only_its_own_objects() {
         .await;
     env.create_secret("registry", json!({"password": "registry-password"}))
         .await;
-    let sync = |name: String, kubeconfig: &str| {
-        json!({
-            "clusterRef": {"name": "workload"},
-            "kubeconfigSecretRef": {"name": kubeconfig},
-            "sourceSecretRef": {"name": "registry"},
-            "targetSecretRef": {"name": format!("{name}-copy"), "namespace": "apps"},
-            "createNamespace": true,
-            "deletionPolicy": "Orphan",
-        })
+    let sync = |name: &str, kubeconfig: &str| {
+        sync_spec("workload", kubeconfig, "registry", &format!("{name}-copy"))
     };
     for i in 0..300 {
         let name = format!("tarpit-{i}");
         let _: OmniSecretSync = env
-            .create_spec(&name, sync(name.clone(), "tarpit-kubeconfig"))
+            .create_spec(&name, sync(&name, "tarpit-kubeconfig"))
             .await;
     }
     let repo = ChartServer::start(Serve::default()).await;
@@ -1002,7 +993,7 @@ async fn a_tarpit_workload_server_delays_only_its_own_objects() {
     // Another tenant's new sync and release, to a workload cluster that answers.
     let within_seconds = Duration::from_secs(30);
     let _: OmniSecretSync = env
-        .create_spec("neighbour", sync("neighbour".into(), "workload-kubeconfig"))
+        .create_spec("neighbour", sync("neighbour", "workload-kubeconfig"))
         .await;
     release(&env, "neighbour", &repo.url, json!({})).await;
     for kind in ["sync", "release"] {
@@ -1091,14 +1082,12 @@ async fn a_service_account_reads_only_what_it_may_and_the_operator_lends_it_noth
         .await;
     env.kube.hooks().reset();
     let sync = |source: &str| {
-        json!({
-            "clusterRef": {"name": "workload"},
-            "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
-            "sourceSecretRef": {"name": source},
-            "targetSecretRef": {"name": format!("{source}-copy"), "namespace": "apps"},
-            "createNamespace": true,
-            "deletionPolicy": "Orphan",
-        })
+        sync_spec(
+            "workload",
+            "workload-kubeconfig",
+            source,
+            &format!("{source}-copy"),
+        )
     };
     let _: OmniSecretSync = env.create_spec("allowed", sync("allowed-source")).await;
     let _: OmniSecretSync = env.create_spec("forbidden", sync("forbidden-source")).await;
@@ -1115,10 +1104,8 @@ async fn a_service_account_reads_only_what_it_may_and_the_operator_lends_it_noth
 
     env.wait_cond::<OmniSecretSync>("allowed", READY).await;
     let copies: Api<Secret> = Api::namespaced(env.workload().client.clone(), "apps");
-    let copied = async || {
-        let found = copies.get_opt("forbidden-source-copy").await.ok().flatten();
-        found.map(|_| "a Secret the ServiceAccount may not read was copied".to_string())
-    };
+    let breach = "a Secret the ServiceAccount may not read was copied";
+    let copied = async || written(&copies, "forbidden-source-copy", breach).await;
     let denied = is_false("Ready").because("AccessDenied");
     let message = refused_without::<OmniSecretSync>(&env, "forbidden", denied, copied).await;
     assert!(
@@ -1218,14 +1205,7 @@ async fn the_real_api_server_decides_what_a_tenants_service_account_may_read() {
         docs.push(json!({
             "apiVersion": "omni.texashpc.com/v1alpha1", "kind": "OmniSecretSync",
             "metadata": {"name": name, "namespace": REAL_NS},
-            "spec": {
-                "clusterRef": {"name": "workload"},
-                "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
-                "sourceSecretRef": {"name": name},
-                "targetSecretRef": {"name": name, "namespace": "apps"},
-                "createNamespace": true,
-                "deletionPolicy": "Orphan",
-            },
+            "spec": sync_spec("workload", "workload-kubeconfig", name, name),
         }));
     }
     for doc in docs {

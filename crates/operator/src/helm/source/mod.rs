@@ -28,7 +28,7 @@ use sha2::Digest as _;
 
 use self::location::ChartLocation;
 pub use self::net::Limits;
-use self::net::{Client, Credential, FetchError};
+use self::net::{Client, Credential};
 pub use self::policy::{ChartSourcePolicy, HostPattern};
 use super::RepositoryAuth;
 
@@ -37,20 +37,9 @@ pub const MAX_INDEX_BYTES: u64 = 64 << 20;
 /// Largest chart archive downloaded.
 pub const MAX_CHART_BYTES: u64 = 32 << 20;
 
-/// Why no verified archive could be had; each kind knows its condition reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum SourceError {
-    /// The spec or the deployment's policy forbids the fetch; nothing was sent (or, for a
-    /// redirect or an index entry, nothing more).
-    #[error("{0}")]
-    Refused(String),
-    /// A time bound passed.
-    #[error("{0}")]
-    TimedOut(String),
-    /// The source could not be reached, answered unusably, or the archive failed verification.
-    #[error("{0}")]
-    Failed(String),
-}
+/// Why no verified archive could be had: refused by the spec or the deployment's policy (nothing
+/// was sent), a time bound passed, or the source failed or its archive failed verification.
+pub(crate) use self::net::FetchError as SourceError;
 
 /// A fetch request: where, which version, with which credentials and settings.
 pub(crate) struct Fetch<'a> {
@@ -166,7 +155,7 @@ impl Fetch<'_> {
         repository: &url::Url,
         name: &str,
         basic: Option<String>,
-    ) -> Result<(Vec<u8>, String), (&'static str, FetchError)> {
+    ) -> Result<(Vec<u8>, String), (&'static str, SourceError)> {
         let base = repository.as_directory();
         // Credentials belong to the repository's origin and go nowhere else.
         let credentials: Vec<Credential> = basic
@@ -178,7 +167,7 @@ impl Fetch<'_> {
             .collect();
         let index_url = base
             .join("index.yaml")
-            .map_err(|_| ("read the index", FetchError::Failed("unusable URL".into())))?;
+            .map_err(|_| ("read the index", SourceError::Failed("unusable URL".into())))?;
         let step = "read the index";
         let index = client
             .get(
@@ -190,10 +179,10 @@ impl Fetch<'_> {
             .await
             .map_err(|e| (step, e))?;
         if !index.status.is_success() {
-            return Err((step, FetchError::Failed(oci::status_text(index.status))));
+            return Err((step, SourceError::Failed(oci::status_text(index.status))));
         }
         let entry = index::find(&index.body, name, self.version)
-            .map_err(|e| (step, FetchError::Failed(e.to_string())))?;
+            .map_err(|e| (step, SourceError::Failed(e.to_string())))?;
         let expected = entry
             .digest
             .as_deref()
@@ -204,7 +193,7 @@ impl Fetch<'_> {
         let step = "download the chart the index lists";
         let archive_url = entry.urls.first().and_then(|u| base.join(u).ok()).ok_or((
             step,
-            FetchError::Failed("the index lists an unusable URL".into()),
+            SourceError::Failed("the index lists an unusable URL".into()),
         ))?;
         let archive = client
             .get(
@@ -216,13 +205,13 @@ impl Fetch<'_> {
             .await
             .map_err(|e| (step, e))?;
         if !archive.status.is_success() {
-            return Err((step, FetchError::Failed(oci::status_text(archive.status))));
+            return Err((step, SourceError::Failed(oci::status_text(archive.status))));
         }
         let digest = hex::encode(sha2::Sha256::digest(&archive.body));
         if digest != expected {
             return Err((
                 step,
-                FetchError::Failed(
+                SourceError::Failed(
                     "the download does not have the digest the repository's index lists; it was not installed".into(),
                 ),
             ));
@@ -232,10 +221,10 @@ impl Fetch<'_> {
 }
 
 /// A failed `step` of fetching from `source`, in the operator's words.
-fn in_words(source: &str, step: &str, error: FetchError) -> SourceError {
+fn in_words(source: &str, step: &str, error: SourceError) -> SourceError {
     match error {
-        FetchError::Refused(m) => SourceError::Refused(format!("{source}: {step}: {m}")),
-        FetchError::TimedOut(m) => SourceError::TimedOut(format!("{source}: {step}: {m}")),
-        FetchError::Failed(m) => SourceError::Failed(format!("{source}: {step}: {m}")),
+        SourceError::Refused(m) => SourceError::Refused(format!("{source}: {step}: {m}")),
+        SourceError::TimedOut(m) => SourceError::TimedOut(format!("{source}: {step}: {m}")),
+        SourceError::Failed(m) => SourceError::Failed(format!("{source}: {step}: {m}")),
     }
 }

@@ -453,27 +453,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_tarpit_times_out_on_read_and_a_banner_is_never_quoted() {
-        use tokio::io::AsyncWriteExt as _;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((mut s, _)) = listener.accept().await {
-                if held.is_empty() {
-                    held.push(s);
-                } else {
-                    let _ = s.write_all(b"-ERR internal-redis\r\n").await;
-                }
-            }
-        });
+        let (tarpit, banner) = (
+            crate::test_servers::tarpit().await,
+            crate::test_servers::banner(b"-ERR internal-redis\r\n").await,
+        );
         let policy = ChartSourcePolicy::default();
         let c = client(&policy);
-        let target = url(&format!("http://{addr}/index.yaml"));
-        let tarpit = c.get(&target, &[], "*/*", 1024).await;
+        let index = |addr| url(&format!("http://{addr}/index.yaml"));
+        let tarpit = c.get(&index(tarpit), &[], "*/*", 1024).await;
         assert!(matches!(tarpit, Err(FetchError::TimedOut(_))), "{tarpit:?}");
-        let banner = c.get(&target, &[], "*/*", 1024).await;
+        let banner = c.get(&index(banner), &[], "*/*", 1024).await;
         let message = format!("{banner:?}");
         assert!(matches!(banner, Err(FetchError::Failed(_))), "{message}");
         assert!(!message.contains("internal-redis"), "{message}");
@@ -481,10 +470,7 @@ mod tests {
 
     #[tokio::test]
     async fn denied_hosts_and_addresses_are_refused_before_connecting() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let (listener, addr) = crate::test_servers::listener().await;
         let target = url(&format!("http://{addr}/index.yaml"));
         let strict = ChartSourcePolicy {
             deny_private_networks: true,

@@ -314,8 +314,21 @@ pub fn index(entries: &[Entry<'_>]) -> String {
 }
 
 /// A loopback TCP server that answers every connection with `banner` and closes it, like a
-/// service that does not speak HTTP (a Redis, an SMTP server).
+/// service that does not speak HTTP (a Redis, an SMTP server). Returns its address and the
+/// number of connections it accepted.
 pub async fn banner_server(banner: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    counting_server(Some(banner)).await
+}
+
+/// A loopback TCP server that accepts every connection and never answers nor closes it: a
+/// tarpit. Returns its address and the number of connections it holds.
+pub async fn tarpit() -> (SocketAddr, Arc<AtomicUsize>) {
+    counting_server(None).await
+}
+
+/// A loopback server counting its connections: each is answered with `banner` and closed, or
+/// (without one) held open in silence.
+async fn counting_server(banner: Option<&'static str>) -> (SocketAddr, Arc<AtomicUsize>) {
     use tokio::io::AsyncWriteExt as _;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -324,31 +337,18 @@ pub async fn banner_server(banner: &'static str) -> (SocketAddr, Arc<AtomicUsize
     let count = Arc::new(AtomicUsize::new(0));
     let counted = count.clone();
     tokio::spawn(async move {
+        let mut held = Vec::new();
         while let Ok((mut stream, _)) = listener.accept().await {
             counted.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let _ = stream.write_all(banner.as_bytes()).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    (addr, count)
-}
-
-/// A loopback TCP server that accepts every connection and never answers nor closes it: a
-/// tarpit. Returns its address and the number of connections it holds.
-pub async fn tarpit() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let count = Arc::new(AtomicUsize::new(0));
-    let counted = count.clone();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            held.push(stream);
+            match banner {
+                None => held.push(stream),
+                Some(text) => {
+                    tokio::spawn(async move {
+                        let _ = stream.write_all(text.as_bytes()).await;
+                        let _ = stream.shutdown().await;
+                    });
+                }
+            }
         }
     });
     (addr, count)
