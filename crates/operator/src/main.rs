@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use omni_operator::{cli, telemetry};
+use omni_operator::cli;
+use omni_operator::process::telemetry;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -28,7 +28,7 @@ use kube_sim::server::{KubeSim, RunningKubeSim};
 use kube_sim::tls::CertificateAuthority;
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
-use omni_operator::webhook::WebhookConfig;
+use omni_operator::process::webhook::WebhookConfig;
 use omni_sim::{OmniSim, PoolMachine, Role, RunningOmniSim};
 use serde_json::json;
 

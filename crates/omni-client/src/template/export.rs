@@ -106,208 +106,203 @@ pub fn export_template(
         ignored: ignored_annotations.iter().map(|s| s.to_string()).collect(),
         unexpressed: Vec::new(),
     };
-    let by_type = |t: &str| -> Vec<&Resource> {
-        owned
+    let mut index = Index::new(owned);
+    let cluster_doc = x.cluster_doc(cluster, spec, &index);
+    let mut sets = Sets::default();
+    for set in index.of_type(types::MACHINE_SET) {
+        x.machine_set(set, &mut index, &mut sets);
+    }
+    for stray in std::mem::take(&mut index.nodes).into_values().flatten() {
+        x.note(
+            stray,
+            "names a machine set the cluster does not have: syncing deletes it",
+        );
+    }
+    x.machine_patches(api, &index, &mut sets);
+    x.machine_extensions(&index, &mut sets);
+    x.install_disks(&index, &mut sets);
+    x.stray_set_patches(&index, &sets);
+    Ok(x.finish(cluster_doc, sets))
+}
+
+/// What a template of the cluster owns, sorted by whom it belongs to: the cluster, a machine
+/// set or a machine.
+struct Index<'a> {
+    owned: &'a BTreeMap<ResourceRef, Resource>,
+    patches: Layers<&'a Resource>,
+    extensions: Layers<&'a Resource>,
+    /// The machine-set nodes by machine set; a set takes its own out.
+    nodes: BTreeMap<String, Vec<&'a Resource>>,
+    /// The template-written kernel arguments by machine.
+    kernel_args: BTreeMap<String, &'a Resource>,
+    /// The template-written install-disk configs by machine.
+    install_disks: BTreeMap<String, &'a Resource>,
+}
+
+impl<'a> Index<'a> {
+    fn new(owned: &'a BTreeMap<ResourceRef, Resource>) -> Self {
+        let mut index = Self {
+            owned,
+            patches: Layers::default(),
+            extensions: Layers::default(),
+            nodes: BTreeMap::new(),
+            kernel_args: BTreeMap::new(),
+            install_disks: BTreeMap::new(),
+        };
+        for patch in index.of_type(types::CONFIG_PATCH) {
+            index.patches.add(patch);
+        }
+        for ext in index.of_type(types::EXTENSIONS_CONFIGURATION) {
+            index.extensions.add(ext);
+        }
+        for node in index.of_type(types::MACHINE_SET_NODE) {
+            let set = label(node, keys::MACHINE_SET).unwrap_or_default();
+            index.nodes.entry(set).or_default().push(node);
+        }
+        index.kernel_args = index.template_written(types::KERNEL_ARGS);
+        index.install_disks = index.template_written(types::MACHINE_INSTALL_DISK_CONFIG);
+        index
+    }
+
+    /// The resources of type `t`, in ID order.
+    fn of_type(&self, t: &str) -> Vec<&'a Resource> {
+        self.owned
             .iter()
             .filter(|(r, _)| r.resource_type == t)
             .map(|(_, res)| res)
             .collect()
-    };
+    }
 
-    // Who each resource belongs to: the cluster, a machine set or a machine.
-    let mut layers: Layers<&Resource> = Layers::default();
-    for patch in by_type(types::CONFIG_PATCH) {
-        layers.add(patch);
+    /// The resources of type `t` a template wrote, by ID.
+    fn template_written(&self, t: &str) -> BTreeMap<String, &'a Resource> {
+        self.of_type(t)
+            .into_iter()
+            .filter(|r| annotation(r, keys::MANAGED_BY_TEMPLATES).is_some())
+            .map(|r| (id(r), r))
+            .collect()
     }
-    let mut extensions: Layers<&Resource> = Layers::default();
-    for ext in by_type(types::EXTENSIONS_CONFIGURATION) {
-        extensions.add(ext);
-    }
-    let mut nodes: BTreeMap<String, Vec<&Resource>> = BTreeMap::new();
-    for node in by_type(types::MACHINE_SET_NODE) {
-        let set = label(node, keys::MACHINE_SET).unwrap_or_default();
-        nodes.entry(set).or_default().push(node);
-    }
-    let kernel_args: BTreeMap<String, &Resource> = by_type(types::KERNEL_ARGS)
-        .into_iter()
-        .filter(|r| annotation(r, keys::MANAGED_BY_TEMPLATES).is_some())
-        .map(|r| (id(r), r))
-        .collect();
-    let install_disks: BTreeMap<String, &Resource> = by_type(types::MACHINE_INSTALL_DISK_CONFIG)
-        .into_iter()
-        .filter(|r| annotation(r, keys::MANAGED_BY_TEMPLATES).is_some())
-        .map(|r| (id(r), r))
-        .collect();
+}
 
-    // Cluster.
-    let (labels, annotations) = x.descriptors(cluster, &[], &[keys::MANAGED_BY_TEMPLATES]);
-    if annotation(cluster, keys::MANAGED_BY_TEMPLATES).is_none() {
-        x.note(
-            cluster,
-            "was not created from a template: taking it over adds the annotation omni.sidero.dev/managed-by-cluster-templates",
-        );
+/// The machine sets exported so far and the machines they list.
+#[derive(Default)]
+struct Sets {
+    control_plane: Option<MachineSet>,
+    workers: Vec<MachineSet>,
+    /// The Machine documents, by machine.
+    machines: BTreeMap<String, Machine>,
+    /// The machines a static machine set of the template lists.
+    listed: BTreeSet<String>,
+}
+
+impl Sets {
+    /// Whether the template has the machine set of ID `set` (`<cluster>-<name>`).
+    fn has(&self, cluster: &str, set: &str) -> bool {
+        (self.control_plane.is_some() && *set == format!("{cluster}-{CONTROL_PLANES}"))
+            || self
+                .workers
+                .iter()
+                .any(|w| format!("{cluster}-{}", w.name) == *set)
     }
-    let features = spec.features.unwrap_or_default();
-    let backup = match &spec.backup_configuration {
-        None => None,
-        Some(b) if b.enabled && b.interval.as_ref().is_some_and(|d| nanos(d) > 0) => {
-            b.interval.as_ref().map(|d| BackupConfiguration {
-                interval: go_duration(d).into(),
-            })
-        }
-        Some(_) => {
-            x.note(
+}
+
+/// A machine set's place in the cluster, from its ID and labels.
+struct SetRole {
+    /// The set's ID.
+    id: String,
+    /// Its name in the template (the ID without the cluster's name).
+    name: String,
+    /// Whether it is the control plane.
+    control_plane: bool,
+    /// The role label a translation writes on it.
+    label: &'static str,
+}
+
+/// The steps of [`export_template`], each reporting what it cannot express, in the order a
+/// reader of the template meets it.
+impl Exporter {
+    /// The Cluster document: its descriptors, versions, manifests, health checks, features,
+    /// patches and extensions.
+    fn cluster_doc(
+        &mut self,
+        cluster: &Resource,
+        spec: specs::ClusterSpec,
+        index: &Index<'_>,
+    ) -> Cluster {
+        let name = self.cluster.clone();
+        let (labels, annotations) = self.descriptors(cluster, &[], &[keys::MANAGED_BY_TEMPLATES]);
+        if annotation(cluster, keys::MANAGED_BY_TEMPLATES).is_none() {
+            self.note(
                 cluster,
-                "has an etcd backup configuration a template cannot state (disabled, or without an interval): syncing removes it",
+                "was not created from a template: taking it over adds the annotation omni.sidero.dev/managed-by-cluster-templates",
             );
-            None
         }
-    };
-    let any_feature = features.enable_workload_proxy
-        || features.disk_encryption
-        || features.use_embedded_discovery_service
-        || features.enable_node_audit_skip
-        || features.disable_public_discovery_service
-        || backup.is_some();
-    let cluster_doc = Cluster {
-        name: name.to_string(),
-        labels,
-        annotations,
-        kubernetes: KubernetesCluster {
-            version: format!("v{}", spec.kubernetes_version),
-            manifests: x.manifests(&by_type(types::KUBERNETES_MANIFEST_GROUP)),
-            healthchecks: x.health_checks(&by_type(types::KUBERNETES_HEALTH_CHECK)),
-        },
-        talos: TalosCluster {
-            version: format!("v{}", spec.talos_version),
-        },
-        features: any_feature.then(|| Features {
-            enable_workload_proxy: features.enable_workload_proxy,
-            use_embedded_discovery_service: features.use_embedded_discovery_service,
-            disk_encryption: features.disk_encryption,
-            enable_node_audit_skip: features.enable_node_audit_skip,
-            disable_public_discovery_service: features
-                .disable_public_discovery_service
-                .then_some(true),
-            backup_configuration: backup,
-        }),
-        patches: x.patches(
-            &layers.cluster,
-            &format!("cluster-{name}"),
-            200,
-            &[keys::CLUSTER],
-        ),
-        kernel_args: None,
-        system_extensions: x.extensions(
-            extensions.cluster.as_slice(),
-            &format!("schematic-{name}"),
-            &[keys::CLUSTER],
-        ),
-    };
-
-    // Machine sets and their machines.
-    let mut control_plane = None;
-    let mut workers = Vec::new();
-    let mut machines: BTreeMap<String, Machine> = BTreeMap::new();
-    let mut template_machines = BTreeSet::new();
-    for set in by_type(types::MACHINE_SET) {
-        let set_id = id(set);
-        let Some(Spec::MachineSet(spec)) = typed(set) else {
-            x.note(set, "its spec cannot be decoded: syncing replaces it");
-            continue;
+        let features = spec.features.unwrap_or_default();
+        let backup = match &spec.backup_configuration {
+            None => None,
+            Some(b) if b.enabled && b.interval.as_ref().is_some_and(|d| nanos(d) > 0) => {
+                b.interval.as_ref().map(|d| BackupConfiguration {
+                    interval: go_duration(d).into(),
+                })
+            }
+            Some(_) => {
+                self.note(
+                    cluster,
+                    "has an etcd backup configuration a template cannot state (disabled, or without an interval): syncing removes it",
+                );
+                None
+            }
         };
-        let is_control_plane = set_id == format!("{name}-{CONTROL_PLANES}");
-        let Some(set_name) = set_id.strip_prefix(&format!("{name}-")) else {
-            x.note(
-                set,
-                "its ID does not start with the cluster's name: syncing deletes it",
-            );
-            continue;
-        };
-        let role = if is_control_plane {
-            keys::ROLE_CONTROLPLANE
-        } else {
-            keys::ROLE_WORKER
-        };
-        if label(set, role).is_none() {
-            x.note(
-                set,
-                &format!("lacks the role label {role}: syncing deletes it"),
-            );
-            continue;
-        }
-        let (labels, annotations) = x.descriptors(set, &[keys::CLUSTER, role], &[]);
-        let mut doc = MachineSet {
-            name: if is_control_plane {
-                String::new()
-            } else {
-                set_name.to_string()
-            },
+        let any_feature = features.enable_workload_proxy
+            || features.disk_encryption
+            || features.use_embedded_discovery_service
+            || features.enable_node_audit_skip
+            || features.disable_public_discovery_service
+            || backup.is_some();
+        Cluster {
+            name: name.clone(),
             labels,
             annotations,
-            update_strategy: x.strategy(
-                set,
-                "update",
-                spec.update_strategy,
-                spec.update_strategy_config.as_ref(),
-                WireStrategy::Rolling,
-            ),
-            delete_strategy: x.strategy(
-                set,
-                "delete",
-                spec.delete_strategy,
-                spec.delete_strategy_config.as_ref(),
-                WireStrategy::Unset,
-            ),
-            upgrade_strategy: x.strategy(
-                set,
-                "upgrade",
-                spec.upgrade_strategy,
-                spec.upgrade_strategy_config.as_ref(),
-                WireStrategy::Unset,
-            ),
-            bootstrap_spec: spec.bootstrap_spec.as_ref().map(|b| BootstrapSpec {
-                cluster_uuid: b.cluster_uuid.clone(),
-                snapshot: b.snapshot.clone(),
+            kubernetes: KubernetesCluster {
+                version: format!("v{}", spec.kubernetes_version),
+                manifests: self.manifests(&index.of_type(types::KUBERNETES_MANIFEST_GROUP)),
+                healthchecks: self.health_checks(&index.of_type(types::KUBERNETES_HEALTH_CHECK)),
+            },
+            talos: TalosCluster {
+                version: format!("v{}", spec.talos_version),
+            },
+            features: any_feature.then(|| Features {
+                enable_workload_proxy: features.enable_workload_proxy,
+                use_embedded_discovery_service: features.use_embedded_discovery_service,
+                disk_encryption: features.disk_encryption,
+                enable_node_audit_skip: features.enable_node_audit_skip,
+                disable_public_discovery_service: features
+                    .disable_public_discovery_service
+                    .then_some(true),
+                backup_configuration: backup,
             }),
-            patches: x.patches(
-                layers.machine_set.get(&set_id).map_or(&[], Vec::as_slice),
-                &set_id,
-                400,
-                &[keys::CLUSTER, keys::MACHINE_SET],
+            patches: self.patches(
+                &index.patches.cluster,
+                &format!("cluster-{name}"),
+                200,
+                &[keys::CLUSTER],
             ),
-            system_extensions: x.extensions(
-                extensions
-                    .machine_set
-                    .get(&set_id)
-                    .map_or(&[], Vec::as_slice),
-                &format!("schematic-{set_id}"),
-                &[keys::CLUSTER, keys::MACHINE_SET],
+            kernel_args: None,
+            system_extensions: self.extensions(
+                index.extensions.cluster.as_slice(),
+                &format!("schematic-{name}"),
+                &[keys::CLUSTER],
             ),
-            ..MachineSet::default()
+        }
+    }
+
+    /// One machine set of the cluster into `sets`, with the machines it lists (taken out of
+    /// `index.nodes`); left out, and reported, when a template cannot state it.
+    fn machine_set(&mut self, set: &Resource, index: &mut Index<'_>, sets: &mut Sets) {
+        let Some((role, spec)) = self.set_role(set) else {
+            return;
         };
-        if spec.machine_class.is_some() {
-            x.note(
-                set,
-                "uses the deprecated machineClass field, which templates do not write: syncing replaces it with machineAllocation",
-            );
-        }
-        if is_control_plane && (doc.update_strategy.is_some() || doc.delete_strategy.is_some()) {
-            x.note(
-                set,
-                "has an update or delete strategy, which a control plane cannot state in a template: syncing resets it",
-            );
-            doc.update_strategy = None;
-            doc.delete_strategy = None;
-        }
-        if !is_control_plane && doc.bootstrap_spec.is_some() {
-            x.note(
-                set,
-                "has a bootstrap spec, which only a control plane can state: syncing removes it",
-            );
-            doc.bootstrap_spec = None;
-        }
-        let members = nodes.remove(&set_id).unwrap_or_default();
+        let mut doc = self.set_doc(set, &role, &spec, index);
+        let members = index.nodes.remove(&role.id).unwrap_or_default();
         if let Some(a) = &spec.machine_allocation {
             doc.machine_class = Some(MachineClass {
                 name: a.name.clone(),
@@ -318,170 +313,330 @@ pub fn export_template(
                 },
             });
             for node in members {
-                x.note(
+                self.note(
                     node,
                     "is listed by hand in a machine set that allocates machines from a machine class: a template cannot state both, so syncing deletes it",
                 );
             }
         } else {
-            let mut listed = Vec::new();
-            for node in members {
-                let machine = id(node);
-                if !is_uuid(&machine) {
-                    x.note(
-                        node,
-                        "is not a machine UUID, which templates require: syncing deletes it",
-                    );
-                    continue;
-                }
-                x.node(node, &machine, role, is_control_plane, &mut machines);
-                template_machines.insert(machine.clone());
-                listed.push(machine);
-            }
-            listed.sort();
-            // Kernel arguments: one list for the whole set when every machine has the same,
-            // else each machine's own.
-            let args: Vec<Option<Vec<String>>> = listed
-                .iter()
-                .map(|m| kernel_args.get(m).and_then(|r| x.kernel_args(r)))
-                .collect();
-            let shared = args.first().cloned().flatten();
-            if shared.is_some() && args.iter().all(|a| *a == shared) {
-                doc.kernel_args = shared;
-            } else {
-                for (machine, args) in listed.iter().zip(args) {
-                    if let Some(args) = args {
-                        machine_doc(&mut machines, machine).kernel_args = Some(args);
-                    }
-                }
-            }
-            doc.machines = listed;
+            self.static_members(&mut doc, &role, members, index, sets);
         }
-        if is_control_plane {
-            control_plane = Some(doc);
+        if role.control_plane {
+            sets.control_plane = Some(doc);
         } else {
-            workers.push(doc);
+            sets.workers.push(doc);
         }
-    }
-    for stray in nodes.into_values().flatten() {
-        x.note(
-            stray,
-            "names a machine set the cluster does not have: syncing deletes it",
-        );
     }
 
-    // What belongs to single machines.
-    for (machine, patches) in &layers.cluster_machine {
-        if !template_machines.contains(machine) {
-            for patch in patches {
-                x.note(
-                    patch,
-                    &format!(
-                        "is a config patch of machine {machine}, which no machine set of the template lists (a machine allocated from a machine class, or one outside the cluster), and Omni's own template export cannot express it either: syncing deletes it. To keep it, re-create it as a patch of the machine itself (label omni.sidero.dev/machine={machine} instead of the cluster labels), which templates do not own, or move its content into the machine set's patches"
-                    ),
-                );
-            }
-            continue;
+    /// Where machine set `set` belongs and its spec, or `None` (reported) when a template
+    /// cannot state it: its spec does not decode, its ID is not the cluster's, or it lacks its
+    /// role label.
+    fn set_role(&mut self, set: &Resource) -> Option<(SetRole, specs::MachineSetSpec)> {
+        let set_id = id(set);
+        let Some(Spec::MachineSet(spec)) = typed(set) else {
+            self.note(set, "its spec cannot be decoded: syncing replaces it");
+            return None;
+        };
+        let control_plane = set_id == format!("{}-{CONTROL_PLANES}", self.cluster);
+        let Some(name) = set_id.strip_prefix(&format!("{}-", self.cluster)) else {
+            self.note(
+                set,
+                "its ID does not start with the cluster's name: syncing deletes it",
+            );
+            return None;
+        };
+        let role = if control_plane {
+            keys::ROLE_CONTROLPLANE
+        } else {
+            keys::ROLE_WORKER
+        };
+        if label(set, role).is_none() {
+            self.note(
+                set,
+                &format!("lacks the role label {role}: syncing deletes it"),
+            );
+            return None;
         }
-        let prefix = format!("cm-{machine}");
-        let mut regular = Vec::new();
-        for patch in patches {
-            if id(patch) == format!("000-cm-{machine}-install-disk")
-                && !api.install_disk_is_resource()
-            {
-                match install_disk_of(patch) {
-                    Some(disk) => {
-                        machine_doc(&mut machines, machine).install = Some(Install {
-                            disk,
-                            disk_selector: String::new(),
-                        });
-                    }
-                    None => x.note(
-                        patch,
-                        "is an install-disk patch holding more than the install disk: syncing replaces it",
-                    ),
-                }
+        let role = SetRole {
+            name: name.to_string(),
+            id: set_id,
+            control_plane,
+            label: role,
+        };
+        Some((role, spec))
+    }
+
+    /// The MachineSet document of `set` without its machines: descriptors, strategies,
+    /// bootstrap spec, patches and extensions, less what its role cannot state.
+    fn set_doc(
+        &mut self,
+        set: &Resource,
+        role: &SetRole,
+        spec: &specs::MachineSetSpec,
+        index: &Index<'_>,
+    ) -> MachineSet {
+        let (labels, annotations) = self.descriptors(set, &[keys::CLUSTER, role.label], &[]);
+        let mut doc = MachineSet {
+            name: if role.control_plane {
+                String::new()
             } else {
-                regular.push(*patch);
-            }
+                role.name.clone()
+            },
+            labels,
+            annotations,
+            update_strategy: self.strategy(
+                set,
+                "update",
+                spec.update_strategy,
+                spec.update_strategy_config.as_ref(),
+                WireStrategy::Rolling,
+            ),
+            delete_strategy: self.strategy(
+                set,
+                "delete",
+                spec.delete_strategy,
+                spec.delete_strategy_config.as_ref(),
+                WireStrategy::Unset,
+            ),
+            upgrade_strategy: self.strategy(
+                set,
+                "upgrade",
+                spec.upgrade_strategy,
+                spec.upgrade_strategy_config.as_ref(),
+                WireStrategy::Unset,
+            ),
+            bootstrap_spec: spec.bootstrap_spec.as_ref().map(|b| BootstrapSpec {
+                cluster_uuid: b.cluster_uuid.clone(),
+                snapshot: b.snapshot.clone(),
+            }),
+            patches: self.patches(
+                index
+                    .patches
+                    .machine_set
+                    .get(&role.id)
+                    .map_or(&[], Vec::as_slice),
+                &role.id,
+                400,
+                &[keys::CLUSTER, keys::MACHINE_SET],
+            ),
+            system_extensions: self.extensions(
+                index
+                    .extensions
+                    .machine_set
+                    .get(&role.id)
+                    .map_or(&[], Vec::as_slice),
+                &format!("schematic-{}", role.id),
+                &[keys::CLUSTER, keys::MACHINE_SET],
+            ),
+            ..MachineSet::default()
+        };
+        if spec.machine_class.is_some() {
+            self.note(
+                set,
+                "uses the deprecated machineClass field, which templates do not write: syncing replaces it with machineAllocation",
+            );
         }
-        let exported = x.patches(
-            &regular,
-            &prefix,
-            400,
-            &[keys::CLUSTER, keys::CLUSTER_MACHINE],
-        );
-        if !exported.is_empty() {
-            machine_doc(&mut machines, machine).patches = exported;
+        if role.control_plane && (doc.update_strategy.is_some() || doc.delete_strategy.is_some()) {
+            self.note(
+                set,
+                "has an update or delete strategy, which a control plane cannot state in a template: syncing resets it",
+            );
+            doc.update_strategy = None;
+            doc.delete_strategy = None;
         }
+        if !role.control_plane && doc.bootstrap_spec.is_some() {
+            self.note(
+                set,
+                "has a bootstrap spec, which only a control plane can state: syncing removes it",
+            );
+            doc.bootstrap_spec = None;
+        }
+        doc
     }
-    for (machine, exts) in &extensions.cluster_machine {
-        if !template_machines.contains(machine) {
-            for ext in exts {
-                x.note(
-                    ext,
-                    &format!("belongs to machine {machine}, which no machine set of the template lists: syncing deletes it"),
+
+    /// The machines a static machine set lists (`members`, its nodes), sorted, each with a
+    /// Machine document where it has more than its ID; kernel arguments go on the set when
+    /// every machine has the same, else on each machine.
+    fn static_members(
+        &mut self,
+        doc: &mut MachineSet,
+        role: &SetRole,
+        members: Vec<&Resource>,
+        index: &Index<'_>,
+        sets: &mut Sets,
+    ) {
+        let mut listed = Vec::new();
+        for node in members {
+            let machine = id(node);
+            if !is_uuid(&machine) {
+                self.note(
+                    node,
+                    "is not a machine UUID, which templates require: syncing deletes it",
                 );
+                continue;
             }
-            continue;
+            self.node(
+                node,
+                &machine,
+                role.label,
+                role.control_plane,
+                &mut sets.machines,
+            );
+            sets.listed.insert(machine.clone());
+            listed.push(machine);
         }
-        if let Some(list) = x.extensions(
-            exts,
-            &format!("schematic-{machine}"),
-            &[keys::CLUSTER, keys::CLUSTER_MACHINE],
-        ) {
-            machine_doc(&mut machines, machine).system_extensions = Some(list);
+        listed.sort();
+        let args: Vec<Option<Vec<String>>> = listed
+            .iter()
+            .map(|m| index.kernel_args.get(m).and_then(|r| self.kernel_args(r)))
+            .collect();
+        let shared = args.first().cloned().flatten();
+        if shared.is_some() && args.iter().all(|a| *a == shared) {
+            doc.kernel_args = shared;
+        } else {
+            for (machine, args) in listed.iter().zip(args) {
+                if let Some(args) = args {
+                    machine_doc(&mut sets.machines, machine).kernel_args = Some(args);
+                }
+            }
         }
+        doc.machines = listed;
     }
-    for (machine, disk) in &install_disks {
-        if !template_machines.contains(machine) {
-            continue;
-        }
-        if let Some(Spec::MachineInstallDiskConfig(d)) = typed(disk) {
-            x.unexpected_descriptors(disk, &[], &[keys::MANAGED_BY_TEMPLATES]);
-            machine_doc(&mut machines, machine).install = Some(Install {
-                disk: d.disk,
-                disk_selector: d.disk_selector,
-            });
-        }
-    }
-    for (set, patches) in &layers.machine_set {
-        let known = (control_plane.is_some() && *set == format!("{name}-{CONTROL_PLANES}"))
-            || workers.iter().any(|w| format!("{name}-{}", w.name) == *set);
-        if !known {
+
+    /// The config patches of single machines: those of a machine the template lists go on its
+    /// Machine document (on API 2 its install-disk patch as its install disk); those of any
+    /// other machine are reported.
+    fn machine_patches(&mut self, api: BackendApi, index: &Index<'_>, sets: &mut Sets) {
+        for (machine, patches) in &index.patches.cluster_machine {
+            if !sets.listed.contains(machine) {
+                for patch in patches {
+                    self.note(
+                        patch,
+                        &format!(
+                            "is a config patch of machine {machine}, which no machine set of the template lists (a machine allocated from a machine class, or one outside the cluster), and Omni's own template export cannot express it either: syncing deletes it. To keep it, re-create it as a patch of the machine itself (label omni.sidero.dev/machine={machine} instead of the cluster labels), which templates do not own, or move its content into the machine set's patches"
+                        ),
+                    );
+                }
+                continue;
+            }
+            let prefix = format!("cm-{machine}");
+            let mut regular = Vec::new();
             for patch in patches {
-                x.note(patch, &format!("belongs to machine set {set:?}, which the cluster does not have: syncing deletes it"));
+                if id(patch) == format!("000-cm-{machine}-install-disk")
+                    && !api.install_disk_is_resource()
+                {
+                    match install_disk_of(patch) {
+                        Some(disk) => {
+                            machine_doc(&mut sets.machines, machine).install = Some(Install {
+                                disk,
+                                disk_selector: String::new(),
+                            });
+                        }
+                        None => self.note(
+                            patch,
+                            "is an install-disk patch holding more than the install disk: syncing replaces it",
+                        ),
+                    }
+                } else {
+                    regular.push(*patch);
+                }
+            }
+            let exported = self.patches(
+                &regular,
+                &prefix,
+                400,
+                &[keys::CLUSTER, keys::CLUSTER_MACHINE],
+            );
+            if !exported.is_empty() {
+                machine_doc(&mut sets.machines, machine).patches = exported;
             }
         }
     }
 
-    let mut documents = vec![Document::Cluster(cluster_doc)];
-    match control_plane {
-        Some(cp) => documents.push(Document::ControlPlane(cp)),
-        None => x.unexpressed.push(Unexpressed {
-            resource: format!("{}({name}-{CONTROL_PLANES})", types::MACHINE_SET),
-            reason: "the cluster has no control-plane machine set, which a template requires"
-                .into(),
-        }),
-    }
-    workers.sort_by(|a, b| a.name.cmp(&b.name));
-    documents.extend(workers.into_iter().map(Document::Workers));
-    documents.extend(machines.into_values().map(Document::Machine));
-    let template = Template { documents };
-    if let Err(errors) = template.validate(&FileResolver::disabled(
-        "an exported template refers to no files",
-    )) {
-        for e in errors.0 {
-            x.unexpressed.push(Unexpressed {
-                resource: "template".into(),
-                reason: e.to_string(),
-            });
+    /// The extensions of single machines: on the Machine document of a machine the template
+    /// lists, reported for any other machine.
+    fn machine_extensions(&mut self, index: &Index<'_>, sets: &mut Sets) {
+        for (machine, exts) in &index.extensions.cluster_machine {
+            if !sets.listed.contains(machine) {
+                for ext in exts {
+                    self.note(
+                        ext,
+                        &format!("belongs to machine {machine}, which no machine set of the template lists: syncing deletes it"),
+                    );
+                }
+                continue;
+            }
+            if let Some(list) = self.extensions(
+                exts,
+                &format!("schematic-{machine}"),
+                &[keys::CLUSTER, keys::CLUSTER_MACHINE],
+            ) {
+                machine_doc(&mut sets.machines, machine).system_extensions = Some(list);
+            }
         }
     }
-    Ok(Exported {
-        template,
-        unexpressed: x.unexpressed,
-    })
+
+    /// The install disks (API 3 resources) of the machines the template lists.
+    fn install_disks(&mut self, index: &Index<'_>, sets: &mut Sets) {
+        for (machine, disk) in &index.install_disks {
+            if !sets.listed.contains(machine) {
+                continue;
+            }
+            if let Some(Spec::MachineInstallDiskConfig(d)) = typed(disk) {
+                self.unexpected_descriptors(disk, &[], &[keys::MANAGED_BY_TEMPLATES]);
+                machine_doc(&mut sets.machines, machine).install = Some(Install {
+                    disk: d.disk,
+                    disk_selector: d.disk_selector,
+                });
+            }
+        }
+    }
+
+    /// Reports the patches of machine sets the template does not have.
+    fn stray_set_patches(&mut self, index: &Index<'_>, sets: &Sets) {
+        for (set, patches) in &index.patches.machine_set {
+            if !sets.has(&self.cluster, set) {
+                for patch in patches {
+                    self.note(patch, &format!("belongs to machine set {set:?}, which the cluster does not have: syncing deletes it"));
+                }
+            }
+        }
+    }
+
+    /// The template of `cluster` and `sets` (Cluster, ControlPlane, Workers sorted by name,
+    /// Machines sorted by ID) and what it does not express, a missing control plane and the
+    /// template rules it breaks included.
+    fn finish(mut self, cluster: Cluster, sets: Sets) -> Exported {
+        let name = self.cluster.clone();
+        let mut documents = vec![Document::Cluster(cluster)];
+        match sets.control_plane {
+            Some(cp) => documents.push(Document::ControlPlane(cp)),
+            None => self.unexpressed.push(Unexpressed {
+                resource: format!("{}({name}-{CONTROL_PLANES})", types::MACHINE_SET),
+                reason: "the cluster has no control-plane machine set, which a template requires"
+                    .into(),
+            }),
+        }
+        let mut workers = sets.workers;
+        workers.sort_by(|a, b| a.name.cmp(&b.name));
+        documents.extend(workers.into_iter().map(Document::Workers));
+        documents.extend(sets.machines.into_values().map(Document::Machine));
+        let template = Template { documents };
+        if let Err(errors) = template.validate(&FileResolver::disabled(
+            "an exported template refers to no files",
+        )) {
+            for e in errors.0 {
+                self.unexpressed.push(Unexpressed {
+                    resource: "template".into(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        Exported {
+            template,
+            unexpressed: self.unexpressed,
+        }
+    }
 }
 
 /// Resources of one type split by whom they belong to, from their labels.

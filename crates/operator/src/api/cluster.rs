@@ -12,6 +12,7 @@ use super::common::{
     has_parent_segment, validate_file_reference, validate_patches,
 };
 use super::duration::{DurationField, GoDuration, short_interval_error};
+use super::keys;
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniCluster. Exactly one OmniControlPlane must reference it; OmniWorkers
@@ -109,7 +110,7 @@ pub struct OmniClusterSpec {
     pub template_root: Option<String>,
     /// What deleting this object does to the cluster in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) delete_policy: Option<DeletePolicy>,
+    pub delete_policy: Option<DeletePolicy>,
     /// How often the template is re-synced to Omni, in Go duration syntax (`5m`, `1h`).
     #[serde(default = "default_sync_interval")]
     pub sync_interval: DurationField,
@@ -158,7 +159,7 @@ pub struct KubernetesHealthCheck {
     pub name: Option<String>,
     /// Replaces the Omni resource ID derived from `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) id_override: Option<String>,
+    pub id_override: Option<String>,
     /// The Job manifest, inline (`kind: Job`). Omni names the Job `omni-healthcheck-<id>`
     /// and runs it in the manifest's namespace (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,10 +247,10 @@ pub struct ClusterFeatures {
     pub enable_workload_proxy: bool,
     /// Use Omni's embedded discovery service.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) use_embedded_discovery_service: bool,
+    pub use_embedded_discovery_service: bool,
     /// Encrypt machine disks with keys held by Omni.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) disk_encryption: bool,
+    pub disk_encryption: bool,
     /// Let the `omni.sidero.dev/node-audit-skip` annotation on Kubernetes nodes exempt them
     /// from Omni's Kubernetes node audit (Omni v1.10).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -261,12 +262,12 @@ pub struct ClusterFeatures {
     pub disable_public_discovery_service: Option<bool>,
     /// etcd backups taken by Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) backup_configuration: Option<BackupConfiguration>,
+    pub backup_configuration: Option<BackupConfiguration>,
 }
 
 /// etcd backup settings.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub(crate) struct BackupConfiguration {
+pub struct BackupConfiguration {
     /// Backup interval in Go duration syntax, passed to Omni as is; `0` disables backups.
     #[schemars(length(min = 1))]
     pub interval: DurationField,
@@ -279,7 +280,7 @@ pub(crate) struct BackupConfiguration {
     "rule": "!(has(self.orphan) && self.orphan && has(self.destroyMachines) && self.destroyMachines)",
     "message": "orphan and destroyMachines cannot both be true",
 }]))]
-pub(crate) struct DeletePolicy {
+pub struct DeletePolicy {
     /// Keep the cluster in Omni; only the Kubernetes object goes away.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphan: bool,
@@ -318,10 +319,10 @@ pub struct OmniClusterStatus {
     /// When a sync last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_sync_time: Option<jiff::Timestamp>,
+    pub last_sync_time: Option<jiff::Timestamp>,
     /// Trimmed output of the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_sync_output: Option<String>,
+    pub last_sync_output: Option<String>,
     /// Trimmed Omni cluster status after the last sync (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status_output: Option<String>,
@@ -591,14 +592,32 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
         )),
     }
     validate_patches(spec.patches.as_deref(), "spec.patches", &mut v);
-    for (i, manifest) in spec
-        .kubernetes
-        .manifests
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
+    validate_manifests(
+        spec.kubernetes.manifests.as_deref().unwrap_or_default(),
+        &mut v,
+    );
+    validate_health_checks(new, &mut v);
+    if let Some(root) = spec.template_root.as_deref()
+        && has_parent_segment(root)
     {
+        v.push(FieldError::invalid(
+            "spec.templateRoot",
+            root,
+            "must not contain \"..\" segments: it may only narrow the operator's template root",
+        ));
+    }
+    if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
+        v.warn(
+            "cluster-level kernelArgs are valid only when every machine set uses static machines instead of machineClass",
+        );
+    }
+    v
+}
+
+/// The rules of `spec.kubernetes.manifests[]`: exactly one of `file` and `inline`, inline
+/// content Omni can take, files inside the template root.
+fn validate_manifests(manifests: &[KubernetesManifest], v: &mut Validation) {
+    for (i, manifest) in manifests.iter().enumerate() {
         let path = format!("spec.kubernetes.manifests[{i}]");
         let has_file = manifest.file.as_deref().is_some_and(|f| !f.is_empty());
         let has_inline = match &manifest.inline {
@@ -630,25 +649,9 @@ pub(crate) fn validate_stored(new: &OmniCluster) -> Validation {
             _ => {}
         }
         if let Some(file) = manifest.file.as_deref().filter(|f| !f.is_empty()) {
-            validate_file_reference(&format!("{path}.file"), file, &mut v);
+            validate_file_reference(&format!("{path}.file"), file, v);
         }
     }
-    validate_health_checks(new, &mut v);
-    if let Some(root) = spec.template_root.as_deref()
-        && has_parent_segment(root)
-    {
-        v.push(FieldError::invalid(
-            "spec.templateRoot",
-            root,
-            "must not contain \"..\" segments: it may only narrow the operator's template root",
-        ));
-    }
-    if spec.kernel_args.as_ref().is_some_and(|a| !a.is_empty()) {
-        v.warn(
-            "cluster-level kernelArgs are valid only when every machine set uses static machines instead of machineClass",
-        );
-    }
-    v
 }
 
 /// Omni refuses a health-check re-check interval below this (`kubernetes_healthchecks.go`).
@@ -841,9 +844,6 @@ fn inline_manifest_error(inline: &serde_json::Value) -> Option<String> {
 /// older ones deprecated and Omni refuses them unless the cluster already runs a deprecated one.
 pub(crate) const MIN_TALOS_VERSION: (u64, u64, u64) = (1, 9, 0);
 
-/// Annotation that lets an OmniCluster take over an existing Omni cluster.
-const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
-
 /// Omni's Talos version rules that can be checked without Omni: a new OmniCluster may not ask
 /// for a release below [`MIN_TALOS_VERSION`] (refused; a warning when it adopts an existing
 /// Omni cluster, which Omni lets keep its version), and lowering the Talos minor warns: Omni
@@ -861,13 +861,7 @@ fn validate_talos_version(new: &OmniCluster, old: Option<&OmniCluster>, v: &mut 
             let why = format!(
                 "talos version {bare:?} is no longer supported: Omni refuses Talos releases older than v{major}.{minor}.{patch} for new clusters"
             );
-            let adopting = new
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ADOPT_ANNOTATION))
-                .is_some_and(|value| value == "true");
-            if adopting {
+            if keys::adopt_requested(&new.metadata) {
                 v.warn(format!(
                     "spec.talos.version: {why} (the adopted Omni cluster may keep the release it runs)"
                 ));

@@ -1,6 +1,7 @@
 //! Types shared by several kinds: references, patches, machine-set fields, conditions, and the
 //! schema helpers that keep every generated CRD schema structural.
 
+use super::Reason;
 use std::collections::BTreeMap;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -66,7 +67,7 @@ pub struct Patch {
     pub name: Option<String>,
     /// Overrides the ID Omni derives for the patch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) id_override: Option<String>,
+    pub id_override: Option<String>,
     /// Labels for the patch resource in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -177,7 +178,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
     /// When `status` last changed.
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_transition_time: jiff::Timestamp,
+    pub last_transition_time: jiff::Timestamp,
     /// Machine-readable CamelCase reason for the last transition.
     #[schemars(length(min = 1, max = 1024))]
     pub reason: String,
@@ -189,10 +190,10 @@ pub struct Condition {
 impl Condition {
     /// A condition stamped with `now` as its transition time (kept by `set_condition` when
     /// the status does not change).
-    pub fn new(
+    pub(crate) fn new(
         type_: &str,
         status: ConditionStatus,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
         observed_generation: Option<i64>,
         now: jiff::Timestamp,
@@ -202,8 +203,52 @@ impl Condition {
             status,
             observed_generation,
             last_transition_time: now,
-            reason: reason.to_string(),
+            reason: reason.as_str().to_string(),
             message: message.into(),
+        }
+    }
+}
+
+impl Condition {
+    /// The `Accepted` condition of an object that names the OmniCluster `cluster`: whether that
+    /// cluster exists. Every kind that names a cluster reports it this one way.
+    pub(crate) fn accepted(
+        cluster: &str,
+        exists: bool,
+        observed_generation: Option<i64>,
+        now: jiff::Timestamp,
+    ) -> Self {
+        let (reason, message) = if exists {
+            (
+                Reason::Accepted,
+                format!("attached to OmniCluster {cluster:?}"),
+            )
+        } else {
+            (Reason::MissingCluster, missing_cluster(cluster))
+        };
+        Self::new(
+            condition_types::ACCEPTED,
+            exists.into(),
+            reason,
+            message,
+            observed_generation,
+            now,
+        )
+    }
+}
+
+/// The message of a reference to the OmniCluster `cluster` that does not exist.
+pub(crate) fn missing_cluster(cluster: &str) -> String {
+    format!("OmniCluster {cluster:?} does not exist")
+}
+
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
         }
     }
 }
@@ -263,7 +308,6 @@ pub(crate) mod condition_types {
     pub(crate) const REACHABLE: &str = "Reachable";
     /// A child found its parent cluster.
     pub(crate) const ACCEPTED: &str = "Accepted";
-    /// Declared for completeness; not set by controllers.
     /// The rendered template passed validation.
     pub(crate) const VALIDATED: &str = "Validated";
     /// Desired state was written to its destination.
@@ -272,35 +316,6 @@ pub(crate) mod condition_types {
     pub(crate) const EXPORTED: &str = "Exported";
     /// A Helm release was installed or upgraded.
     pub(crate) const RELEASED: &str = "Released";
-}
-
-/// Condition reason strings used across the API.
-pub mod reasons {
-    #![allow(missing_docs)]
-    pub(crate) const ACCEPTED: &str = "Accepted";
-    pub(crate) const ACCESS_DENIED: &str = "AccessDenied";
-    pub(crate) const CONNECTION_READY: &str = "ConnectionReady";
-    pub(crate) const CONNECTION_FAILED: &str = "ConnectionFailed";
-    pub(crate) const DELETE_FAILED: &str = "DeleteFailed";
-    pub const DELETING: &str = "Deleting";
-    pub(crate) const CHART_FETCH_FAILED: &str = "ChartFetchFailed";
-    pub(crate) const EXPORTED: &str = "Exported";
-    pub(crate) const EXPORT_FAILED: &str = "ExportFailed";
-    pub(crate) const MISSING_CLUSTER: &str = "MissingCluster";
-    pub(crate) const MISSING_CONNECTION: &str = "MissingConnection";
-    pub(crate) const MISSING_SECRET: &str = "MissingSecret";
-    pub(crate) const HELM_INSTALLED: &str = "HelmInstalled";
-    pub(crate) const HELM_UNINSTALLED: &str = "HelmUninstalled";
-    pub(crate) const HELM_UPGRADED: &str = "HelmUpgraded";
-    pub(crate) const RECONCILE_FAILED: &str = "ReconcileFailed";
-    pub(crate) const STATUS_FAILED: &str = "StatusFailed";
-    pub(crate) const SUSPENDED: &str = "Suspended";
-    pub(crate) const SYNC_FAILED: &str = "SyncFailed";
-    pub(crate) const SYNCED: &str = "Synced";
-    pub(crate) const TIMEOUT: &str = "Timeout";
-    pub(crate) const UNSUPPORTED_OMNI_API: &str = "UnsupportedOmniAPI";
-    pub(crate) const VALIDATED: &str = "Validated";
-    pub(crate) const VALIDATION_FAILED: &str = "ValidationFailed";
 }
 
 /// Schema for a condition list: a list-map keyed by `type`, so server-side apply merges by type.
@@ -352,7 +367,6 @@ pub enum DeletionPolicy {
     Orphan,
 }
 
-/// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
 /// The problem of a `spec.serviceAccountName`, if it has one: a ServiceAccount's name is a DNS
 /// subdomain (the CRD schema says so too; this covers objects stored past it).
 pub(crate) fn service_account_name_error(
@@ -376,6 +390,7 @@ pub(crate) fn service_account_name_error(
     })
 }
 
+/// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
 pub(crate) fn is_blank(s: &str) -> bool {
     s.trim().is_empty()
 }
@@ -484,7 +499,7 @@ mod tests {
         let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t1: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let mut conds = Vec::new();
-        let ready = |status: bool, reason: &str, generation: i64, at| {
+        let ready = |status: bool, reason: Reason, generation: i64, at| {
             Condition::new(
                 "Ready",
                 status.into(),
@@ -494,23 +509,42 @@ mod tests {
                 at,
             )
         };
-        assert!(set_condition(&mut conds, ready(false, "A", 1, t0)));
         assert!(set_condition(
             &mut conds,
-            Condition::new("Synced", ConditionStatus::True, "S", "", Some(1), t0)
+            ready(false, Reason::SyncFailed, 1, t0)
+        ));
+        assert!(set_condition(
+            &mut conds,
+            Condition::new(
+                "Synced",
+                ConditionStatus::True,
+                Reason::Synced,
+                "",
+                Some(1),
+                t0
+            )
         ));
         // Same status: reason/message/generation change, transition time stays.
-        assert!(set_condition(&mut conds, ready(false, "B", 2, t1)));
+        assert!(set_condition(
+            &mut conds,
+            ready(false, Reason::StatusFailed, 2, t1)
+        ));
         let r = find_condition(&conds, "Ready").unwrap();
         assert_eq!(
             (r.reason.as_str(), r.message.as_str(), r.observed_generation),
-            ("B", "m-B", Some(2))
+            ("StatusFailed", "m-StatusFailed", Some(2))
         );
         assert_eq!(r.last_transition_time, t0);
         // Identical update is a no-op.
-        assert!(!set_condition(&mut conds, ready(false, "B", 2, t1)));
+        assert!(!set_condition(
+            &mut conds,
+            ready(false, Reason::StatusFailed, 2, t1)
+        ));
         // Status flip moves the transition time.
-        assert!(set_condition(&mut conds, ready(true, "B", 2, t1)));
+        assert!(set_condition(
+            &mut conds,
+            ready(true, Reason::StatusFailed, 2, t1)
+        ));
         assert_eq!(
             find_condition(&conds, "Ready")
                 .unwrap()

@@ -59,7 +59,7 @@ pub struct OmniControlPlaneSpec {
     pub machine_set: MachineSetFields,
     /// Restore the cluster from an etcd backup when it is first created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) bootstrap_spec: Option<BootstrapSpec>,
+    pub bootstrap_spec: Option<BootstrapSpec>,
     /// How Talos/Kubernetes upgrades roll out across the control plane (Omni v1.6). Omni
     /// accepts no update or delete strategy for the control plane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,11 +69,11 @@ pub struct OmniControlPlaneSpec {
 /// Where to restore a new cluster's etcd from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct BootstrapSpec {
+pub struct BootstrapSpec {
     /// UUID of the cluster the backup was taken from.
     #[serde(rename = "clusterUUID")]
     #[schemars(length(min = 1))]
-    pub(crate) cluster_uuid: String,
+    pub cluster_uuid: String,
     /// Name of the backup snapshot.
     #[schemars(length(min = 1))]
     pub snapshot: String,

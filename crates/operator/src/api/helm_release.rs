@@ -72,7 +72,7 @@ pub struct OmniHelmReleaseSpec {
     /// Helm release name; defaults to `metadata.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
-    pub(crate) release_name: Option<String>,
+    pub release_name: Option<String>,
     /// Workload-cluster namespace of the release.
     #[serde(default = "default_release_namespace")]
     #[schemars(length(min = 1))]
@@ -87,7 +87,7 @@ pub struct OmniHelmReleaseSpec {
     pub wait: bool,
     /// Also wait for Jobs to complete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) wait_for_jobs: bool,
+    pub wait_for_jobs: bool,
     /// Time limit of each Helm operation, in Go duration syntax.
     #[serde(default = "default_timeout")]
     pub timeout: DurationField,
@@ -96,18 +96,18 @@ pub struct OmniHelmReleaseSpec {
     pub atomic: bool,
     /// Skip chart hooks on install, upgrade and uninstall.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) disable_hooks: bool,
+    pub disable_hooks: bool,
     /// Do not install the chart's CRDs.
     #[serde(
         default,
         rename = "skipCRDs",
         skip_serializing_if = "std::ops::Not::not"
     )]
-    pub(crate) skip_crds: bool,
+    pub skip_crds: bool,
     /// Revisions kept per release on upgrade; 0 keeps Helm's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub(crate) max_history: Option<i64>,
+    pub max_history: Option<i64>,
     /// `Uninstall` removes the release when this object is deleted; `Orphan` leaves it running.
     #[serde(default)]
     #[schemars(schema_with = "uninstall_orphan_schema")]
@@ -118,12 +118,12 @@ pub struct OmniHelmReleaseSpec {
     /// then the release is applied again. Off by default because another tool may still be
     /// working on the release; without it a stuck release is only reported.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) recover_stuck_release: bool,
+    pub recover_stuck_release: bool,
     /// How often a healthy release is compared with Helm's view of it in the workload cluster,
     /// so a release deleted, failed or changed out of band is repaired; Go duration syntax,
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
-    pub(crate) drift_check_interval: DurationField,
+    pub drift_check_interval: DurationField,
     /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
     /// the operator impersonates it, so the object can use only what the ServiceAccount may
     /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
@@ -158,7 +158,7 @@ pub struct HelmChart {
         rename = "credentialsSecretRef",
         skip_serializing_if = "Option::is_none"
     )]
-    pub(crate) credentials_secret_ref: Option<ChartCredentialsRef>,
+    pub credentials_secret_ref: Option<ChartCredentialsRef>,
     /// Allow plain HTTP where TLS is otherwise required: credentials may then be sent to an
     /// `http://` repository, and an `oci://` registry is spoken to over plain HTTP. The operator
     /// may be run so that it is never honoured (`--allow-insecure-chart-sources=false`).
@@ -170,18 +170,18 @@ pub struct HelmChart {
 /// Secret holding only `ca.crt` configures a CA bundle without a login.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ChartCredentialsRef {
+pub struct ChartCredentialsRef {
     /// Secret name.
     #[schemars(length(min = 1))]
     pub name: String,
     /// Key of the user name (basic auth or registry login).
     #[serde(default = "default_username_key")]
     #[schemars(length(min = 1))]
-    pub(crate) username_key: String,
+    pub username_key: String,
     /// Key of the password or token.
     #[serde(default = "default_password_key")]
     #[schemars(length(min = 1))]
-    pub(crate) password_key: String,
+    pub password_key: String,
     /// Key of a PEM CA bundle trusted for the repository's TLS certificate.
     #[serde(default = "default_ca_key")]
     #[schemars(length(min = 1))]
@@ -276,10 +276,10 @@ pub struct OmniHelmReleaseStatus {
     pub kubeconfig_secret_ref: Option<String>,
     /// Key of the kubeconfig in that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) kubeconfig_secret_key: Option<String>,
+    pub kubeconfig_secret_key: Option<String>,
     /// Helm release name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) release_name: Option<String>,
+    pub release_name: Option<String>,
     /// Workload namespace of the release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -288,7 +288,7 @@ pub struct OmniHelmReleaseStatus {
     pub chart: Option<String>,
     /// Chart version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) chart_version: Option<String>,
+    pub chart_version: Option<String>,
     /// Helm revision after the last action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_revision: Option<i64>,
@@ -297,7 +297,7 @@ pub struct OmniHelmReleaseStatus {
     pub release_status: Option<String>,
     /// `Install`, `Upgrade` or `Uninstall`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_action: Option<String>,
+    pub last_action: Option<String>,
     /// When Helm was last run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
@@ -305,7 +305,7 @@ pub struct OmniHelmReleaseStatus {
     /// When Helm last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_success_time: Option<jiff::Timestamp>,
+    pub last_success_time: Option<jiff::Timestamp>,
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -313,7 +313,7 @@ pub struct OmniHelmReleaseStatus {
     /// successful install or upgrade; Helm runs again only when it changes or the release
     /// drifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_applied_digest: Option<String>,
+    pub last_applied_digest: Option<String>,
 }
 
 impl OmniHelmRelease {
@@ -375,6 +375,24 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
         v.push(e);
     }
     let spec = &new.spec;
+    target_rules(spec, &mut v);
+    chart_rules(&spec.chart, &mut v);
+    timing_rules(spec, bounds, &mut v);
+    if !spec.chart.values.is_object() {
+        v.push(FieldError::invalid(
+            "spec.chart.values",
+            spec.chart.values.to_string(),
+            VALUES_NOT_OBJECT,
+        ));
+    }
+    if !spec.kubeconfig_secret_ref.name.is_empty() {
+        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
+    }
+    v
+}
+
+/// Where the release goes: the cluster, its kubeconfig, the release name and namespace.
+fn target_rules(spec: &OmniHelmReleaseSpec, v: &mut Validation) {
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
             "spec.clusterRef.name",
@@ -417,43 +435,42 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "namespace must not include leading or trailing whitespace",
         ));
     }
-    if is_blank(&spec.chart.repository) {
+}
+
+/// Where the chart comes from: repository, name, version and credentials.
+fn chart_rules(chart: &HelmChart, v: &mut Validation) {
+    if is_blank(&chart.repository) {
         v.push(FieldError::required(
             "spec.chart.repository",
             "chart.repository is required",
         ));
-    } else if !is_absolute_url(spec.chart.repository.trim()) {
+    } else if !is_absolute_url(chart.repository.trim()) {
         v.push(FieldError::invalid(
             "spec.chart.repository",
-            &spec.chart.repository,
+            &chart.repository,
             "chart.repository must be an absolute URL",
         ));
     }
-    if is_blank(&spec.chart.chart) {
+    if is_blank(&chart.chart) {
         v.push(FieldError::required(
             "spec.chart.chart",
             "chart.chart is required",
         ));
-    } else if let Err(e) = crate::helm::source::location::check_chart(&spec.chart.chart) {
-        v.push(FieldError::invalid(e.field, &spec.chart.chart, e.detail));
-    } else if !spec.chart.chart.trim().starts_with("oci://")
-        && is_absolute_url(spec.chart.repository.trim())
-        && let Err(e) = crate::helm::source::location::check_repository(&spec.chart.repository)
+    } else if let Err(e) = crate::domain::helm::source::location::check_chart(&chart.chart) {
+        v.push(FieldError::invalid(e.field, &chart.chart, e.detail));
+    } else if !chart.chart.trim().starts_with("oci://")
+        && is_absolute_url(chart.repository.trim())
+        && let Err(e) = crate::domain::helm::source::location::check_repository(&chart.repository)
     {
-        v.push(FieldError::invalid(
-            e.field,
-            &spec.chart.repository,
-            e.detail,
-        ));
+        v.push(FieldError::invalid(e.field, &chart.repository, e.detail));
     }
-    if is_blank(&spec.chart.version) {
+    if is_blank(&chart.version) {
         v.push(FieldError::required(
             "spec.chart.version",
             "chart.version is required",
         ));
     }
-    if let Some((field, problem)) = spec
-        .chart
+    if let Some((field, problem)) = chart
         .credentials_secret_ref
         .as_ref()
         .and_then(ChartCredentialsRef::problem)
@@ -463,6 +480,10 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             problem,
         ));
     }
+}
+
+/// How long Helm may take, how often drift is looked for, and how much history is kept.
+fn timing_rules(spec: &OmniHelmReleaseSpec, bounds: Bounds, v: &mut Validation) {
     match spec.timeout.duration() {
         Ok(t) if !t.is_positive() => v.push(FieldError::invalid(
             "spec.timeout",
@@ -509,17 +530,6 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             "maxHistory must not be negative",
         ));
     }
-    if !spec.chart.values.is_object() {
-        v.push(FieldError::invalid(
-            "spec.chart.values",
-            spec.chart.values.to_string(),
-            VALUES_NOT_OBJECT,
-        ));
-    }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
-    }
-    v
 }
 
 #[cfg(test)]

@@ -68,16 +68,16 @@ pub struct OmniKubeconfigExportSpec {
     /// The OmniCluster (same namespace) to export a kubeconfig for.
     pub cluster_ref: LocalObjectReference,
     /// Secret the kubeconfig is written to.
-    pub(crate) target_secret_ref: TargetSecretRef,
+    pub target_secret_ref: TargetSecretRef,
     /// Identity embedded in the kubeconfig.
-    pub(crate) service_account: ExportServiceAccount,
+    pub service_account: ExportServiceAccount,
     /// Namespace set on the kubeconfig's current context; Omni's choice is kept when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 63),
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
-    pub(crate) context_namespace: Option<String>,
+    pub context_namespace: Option<String>,
     /// Lifetime of each exported kubeconfig, in Go duration syntax (`24h`).
     pub ttl: DurationField,
     /// Rotate this long before expiry (`4h`); must be shorter than `ttl`. Without it the
@@ -149,7 +149,7 @@ impl std::fmt::Display for ExportFormat {
 
 /// Where the exported kubeconfig is stored.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub(crate) struct TargetSecretRef {
+pub struct TargetSecretRef {
     /// Name of the Secret.
     #[schemars(length(min = 1))]
     pub name: String,
@@ -166,7 +166,7 @@ pub(crate) struct TargetSecretRef {
 /// The Omni service account the kubeconfig authenticates as.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ExportServiceAccount {
+pub struct ExportServiceAccount {
     /// User name presented to the workload API server.
     #[schemars(length(min = 1))]
     pub user: String,
@@ -179,7 +179,7 @@ pub(crate) struct ExportServiceAccount {
     /// `kubeadm:cluster-admins`, or one the deployment adds. The operator may be run so that it
     /// is never honoured (`--allow-cluster-admin-exports=false`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) allow_cluster_admin: bool,
+    pub allow_cluster_admin: bool,
 }
 
 /// Without `spec.deletionPolicy` the Secret goes with its export: a credential should not
@@ -214,44 +214,44 @@ pub struct OmniKubeconfigExportStatus {
     pub cluster_name: Option<String>,
     /// Name of the Secret holding the kubeconfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) target_secret_ref: Option<String>,
+    pub target_secret_ref: Option<String>,
     /// Namespace of that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) target_secret_namespace: Option<String>,
+    pub target_secret_namespace: Option<String>,
     /// Data key of the kubeconfig in that Secret (`value` for format `FluxValue`, `config` for
     /// `ArgoCDCluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) target_secret_key: Option<String>,
+    pub target_secret_key: Option<String>,
     /// User embedded in the kubeconfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) service_account_user: Option<String>,
+    pub service_account_user: Option<String>,
     /// Groups embedded in the kubeconfig.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) service_account_groups: Vec<String>,
+    pub service_account_groups: Vec<String>,
     /// Lowercase hex SHA-256 of the kubeconfig stored in the Secret (for format
     /// `ArgoCDCluster`, of its `name`, `server` and `config` together).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) kubeconfig_hash: Option<String>,
+    pub kubeconfig_hash: Option<String>,
     /// When the exported kubeconfig expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) expiration_time: Option<jiff::Timestamp>,
+    pub expiration_time: Option<jiff::Timestamp>,
     /// When the next rotation is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) next_rotation_time: Option<jiff::Timestamp>,
+    pub next_rotation_time: Option<jiff::Timestamp>,
     /// When the kubeconfig was last exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_rotation_time: Option<jiff::Timestamp>,
+    pub last_rotation_time: Option<jiff::Timestamp>,
 }
 
 impl OmniKubeconfigExport {
     /// The identities, consent and lifetime this export asks Omni for, with their field paths
-    /// (for [`crate::identity_policy`]). An unparseable ttl counts as zero: its own rule reports
-    /// it.
-    pub(crate) fn mint_request(&self) -> crate::identity_policy::MintRequest<'_> {
-        use crate::identity_policy::{MintRequest, Named};
+    /// (for [`crate::domain::identity_policy`]). An unparseable ttl counts as zero: its own
+    /// rule reports it.
+    pub(crate) fn mint_request(&self) -> crate::domain::identity_policy::MintRequest<'_> {
+        use crate::domain::identity_policy::{MintRequest, Named};
         let sa = &self.spec.service_account;
         let mut identities = vec![Named {
             field: "spec.serviceAccount.user".into(),
@@ -413,6 +413,29 @@ pub(crate) fn validate_stored(new: &OmniKubeconfigExport) -> Validation {
 fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
+    reference_rules(spec, &mut v);
+    let cluster_admin_requested = service_account_rules(new, &mut v);
+    duration_rules(spec, bounds, &mut v);
+    let sa = &spec.service_account;
+    if let Some(problem) = new.key_format_problem() {
+        v.push(FieldError::invalid(
+            "spec.targetSecretRef.key",
+            &spec.target_secret_ref.key,
+            problem,
+        ));
+    }
+    if sa.allow_cluster_admin
+        && let Some(name) = cluster_admin_requested
+    {
+        v.warn(format!(
+            "{name} exports a cluster-admin kubeconfig into the management cluster"
+        ));
+    }
+    v
+}
+
+/// The cluster, the target Secret and the context namespace the export names.
+fn reference_rules(spec: &OmniKubeconfigExportSpec, v: &mut Validation) {
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
             "spec.clusterRef.name",
@@ -448,7 +471,12 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             "target Secret key must not be blank",
         ));
     }
-    let sa = &spec.service_account;
+}
+
+/// The identity the kubeconfig is minted for; the cluster-admin-equivalent identity it asks
+/// for, if any.
+fn service_account_rules<'a>(new: &'a OmniKubeconfigExport, v: &mut Validation) -> Option<&'a str> {
+    let sa = &new.spec.service_account;
     if is_blank(&sa.user) {
         v.push(FieldError::required(
             "spec.serviceAccount.user",
@@ -482,16 +510,21 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
         }
     }
     // Every cluster-admin-equivalent identity, user or group, needs the same consent as
-    // system:masters (crate::identity_policy); the deployment's own rules are the controller's.
+    // system:masters (crate::domain::identity_policy); the deployment's own rules are the
+    // controller's.
     let request = new.mint_request();
-    for refusal in crate::identity_policy::builtin_refusals(&request) {
+    for refusal in crate::domain::identity_policy::builtin_refusals(&request) {
         v.push(FieldError::forbidden(refusal.field, refusal.detail));
     }
-    let cluster_admin_requested = request
+    request
         .identities
         .iter()
-        .find(|id| crate::identity_policy::is_builtin_privileged(id.name))
-        .map(|id| id.name.trim());
+        .find(|id| crate::domain::identity_policy::is_builtin_privileged(id.name))
+        .map(|id| id.name.trim())
+}
+
+/// The kubeconfig's lifetime and when it is renewed.
+fn duration_rules(spec: &OmniKubeconfigExportSpec, bounds: Bounds, v: &mut Validation) {
     let ttl = match spec.ttl.duration() {
         Ok(ttl) if !ttl.is_positive() => {
             v.push(FieldError::invalid(
@@ -550,21 +583,6 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             )),
         }
     }
-    if let Some(problem) = new.key_format_problem() {
-        v.push(FieldError::invalid(
-            "spec.targetSecretRef.key",
-            &spec.target_secret_ref.key,
-            problem,
-        ));
-    }
-    if sa.allow_cluster_admin
-        && let Some(name) = cluster_admin_requested
-    {
-        v.warn(format!(
-            "{name} exports a cluster-admin kubeconfig into the management cluster"
-        ));
-    }
-    v
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@ pub mod connection;
 pub mod control_plane;
 pub mod duration;
 pub mod helm_release;
+pub mod keys;
 pub mod kubeconfig_export;
 pub mod machine;
 pub mod plan;
+pub mod reason;
 pub mod schema_check;
 pub mod secret_sync;
 pub mod validation;
@@ -34,6 +36,7 @@ pub use machine::OmniMachine;
 pub use secret_sync::OmniSecretSync;
 pub use workers::OmniWorkers;
 
+pub use reason::Reason;
 pub use validation::{FieldErrorKind, Validation};
 
 /// API group of every kind.
@@ -51,10 +54,6 @@ pub const KINDS: [&str; 8] = [
     "OmniHelmRelease",
     "OmniSecretSync",
 ];
-/// Finalizer the operator puts on kinds that own remote or external state.
-pub const FINALIZER: &str = "omni.texashpc.com/finalizer";
-/// Finalizer from before the API group rename; still honoured on OmniConnection and OmniCluster.
-pub(crate) const LEGACY_FINALIZER: &str = "omni.texas-hpc.org/finalizer";
 
 /// Why an object could not be validated at all.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! The change plan of an OmniCluster: `spec.changePolicy` (whether, and when, what the
 //! operator plans is written to Omni) and `status.plan` (what it would change there).
 //!
-//! See docs/plan.md for the workflow; the decisions themselves are in the crate's `plan` module.
+//! See docs/plan.md for the workflow; the decisions themselves are in `domain::plan`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

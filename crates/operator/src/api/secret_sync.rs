@@ -67,9 +67,9 @@ pub struct OmniSecretSyncSpec {
     /// creation, so Secret data cannot be redirected to another cluster.
     pub kubeconfig_secret_ref: KubeconfigSecretRef,
     /// Secret in this namespace whose `data` is copied.
-    pub(crate) source_secret_ref: LocalObjectReference,
+    pub source_secret_ref: LocalObjectReference,
     /// Where the copy is written in the workload cluster.
-    pub(crate) target_secret_ref: WorkloadSecretRef,
+    pub target_secret_ref: WorkloadSecretRef,
     /// Secret type of the copy; defaults to the source Secret's type.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
@@ -98,7 +98,7 @@ pub struct OmniSecretSyncSpec {
 
 /// A Secret in the workload cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub(crate) struct WorkloadSecretRef {
+pub struct WorkloadSecretRef {
     /// Secret name.
     #[schemars(length(min = 1))]
     pub name: String,
@@ -126,22 +126,22 @@ pub struct OmniSecretSyncStatus {
     pub kubeconfig_secret_ref: Option<String>,
     /// Key of the kubeconfig in that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) kubeconfig_secret_key: Option<String>,
+    pub kubeconfig_secret_key: Option<String>,
     /// Name of the source Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) source_secret_ref: Option<String>,
+    pub source_secret_ref: Option<String>,
     /// Name of the workload Secret last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) target_secret_ref: Option<String>,
+    pub target_secret_ref: Option<String>,
     /// Workload namespace of that Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) target_namespace: Option<String>,
+    pub target_namespace: Option<String>,
     /// Secret type written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) secret_type: Option<String>,
+    pub secret_type: Option<String>,
     /// Lowercase hex SHA-256 of the synced type and data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) secret_hash: Option<String>,
+    pub secret_hash: Option<String>,
     /// When a sync was last attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
@@ -149,7 +149,7 @@ pub struct OmniSecretSyncStatus {
     /// When a sync last succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
-    pub(crate) last_sync_time: Option<jiff::Timestamp>,
+    pub last_sync_time: Option<jiff::Timestamp>,
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,

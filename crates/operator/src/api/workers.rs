@@ -66,19 +66,19 @@ pub struct OmniWorkersSpec {
     /// cluster and must not be `control-planes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"))]
-    pub(crate) worker_set_name: Option<String>,
+    pub worker_set_name: Option<String>,
     /// Machines, machine class, patches, extensions and kernel arguments of the set.
     #[serde(flatten)]
     pub machine_set: MachineSetFields,
     /// How configuration changes roll out across the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) update_strategy: Option<UpdateStrategy>,
+    pub update_strategy: Option<UpdateStrategy>,
     /// How Talos/Kubernetes upgrades roll out across the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_strategy: Option<UpdateStrategy>,
     /// How machines are removed from the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) delete_strategy: Option<UpdateStrategy>,
+    pub delete_strategy: Option<UpdateStrategy>,
 }
 
 /// A machine-set rollout strategy.
@@ -128,7 +128,7 @@ pub struct OmniWorkersStatus {
     pub cluster_ref: Option<String>,
     /// Effective worker-set name in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) worker_set_name: Option<String>,
+    pub worker_set_name: Option<String>,
 }
 
 impl OmniWorkers {

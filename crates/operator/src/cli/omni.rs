@@ -103,9 +103,9 @@ impl Connection {
 
 /// Checks the identity asked for: groups are required (there is no default: omnictl's is
 /// `system:masters`, and a debugging command should not hand out cluster admin unless asked to
-/// in so many words), and [`crate::identity_policy`] decides the rest, as for an export.
+/// in so many words), and [`crate::domain::identity_policy`] decides the rest, as for an export.
 fn check_request(args: &KubeconfigArgs, ttl: std::time::Duration) -> anyhow::Result<()> {
-    use crate::identity_policy::{IdentityPolicy, MintRequest, Named, PolicyFlags};
+    use crate::domain::identity_policy::{IdentityPolicy, MintRequest, Named, PolicyFlags};
     if args.groups.is_empty() || args.groups.iter().any(|g| g.trim().is_empty()) {
         anyhow::bail!("--group: give at least one non-blank Kubernetes group");
     }
@@ -382,7 +382,7 @@ mod tests {
                 allow_cluster_admin: false,
                 privileged_identities: Vec::new(),
                 ttl: "2h".into(),
-                max_ttl: crate::identity_policy::DEFAULT_MAX_TTL,
+                max_ttl: crate::domain::identity_policy::DEFAULT_MAX_TTL,
                 output: Some(output.clone()),
             }),
         })
@@ -401,7 +401,7 @@ mod tests {
                 allow_cluster_admin: false,
                 privileged_identities: Vec::new(),
                 ttl: "2 hours".into(),
-                max_ttl: crate::identity_policy::DEFAULT_MAX_TTL,
+                max_ttl: crate::domain::identity_policy::DEFAULT_MAX_TTL,
                 output: None,
             }),
         })

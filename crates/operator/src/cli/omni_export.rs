@@ -13,15 +13,16 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use omni_client::template::{
-    Document, Machine, MachineSet, Manifest, Patch, Size, Template, UpdateStrategy, export_cluster,
+    Cluster, Document, Features, Machine, MachineSet, Manifest, Patch, Size, Template,
+    UpdateStrategy, export_cluster,
 };
 use serde_json::{Map, Value, json};
 
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::cli::omni_template::{
     Connection, OmniApi, backend_api, client, deadline, parse_omni_api,
 };
-use crate::controllers::cluster::plan::OPERATOR_BOOKKEEPING;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
+use crate::domain::plan::OPERATOR_BOOKKEEPING;
 
 /// Arguments of `omni export`.
 #[derive(Debug, clap::Args)]
@@ -150,8 +151,8 @@ pub(crate) fn to_yaml(doc: &Value) -> anyhow::Result<String> {
     serde_saphyr::to_string(doc).context("write YAML")
 }
 
-/// Pure: the custom resources of `template` (as [`crate::render::render`] would render back
-/// into it), in apply order: OmniCluster, OmniControlPlane, OmniWorkers, OmniMachines; and
+/// Pure: the custom resources of `template` (as [`crate::domain::render::render`] would render
+/// back into it), in apply order: OmniCluster, OmniControlPlane, OmniWorkers, OmniMachines; and
 /// what the custom resources cannot state although a template can.
 pub(crate) fn manifests(
     template: &Template,
@@ -160,26 +161,112 @@ pub(crate) fn manifests(
     let cluster = template
         .cluster()
         .context("the exported template has no Cluster document")?;
-    let object = |kind: &str, name: String, spec: Value| {
-        let mut metadata = json!({"name": name, "namespace": target.namespace});
-        if kind == "OmniCluster" {
-            metadata["annotations"] = json!({ ADOPT_ANNOTATION: "true" });
-        }
-        json!({
-            "apiVersion": "omni.texashpc.com/v1alpha1",
-            "kind": kind,
-            "metadata": metadata,
-            "spec": spec,
-        })
-    };
-    let cluster_ref = json!({"name": target.name});
-    let mut docs = Vec::new();
-
     let mut notes = Vec::new();
+    let spec = cluster_spec(cluster, target, &mut notes);
+    let mut docs = vec![object(
+        target,
+        "OmniCluster",
+        target.name.to_string(),
+        Value::Object(spec),
+    )];
+    let cluster_ref = json!({"name": target.name});
+    let mut workers = Vec::new();
+    let mut machines = Vec::new();
+    for doc in &template.documents {
+        match doc {
+            Document::Cluster(_) => {}
+            Document::ControlPlane(set) => {
+                let mut spec = machine_set(set, &cluster_ref);
+                if let Some(b) = &set.bootstrap_spec {
+                    spec.insert(
+                        "bootstrapSpec".into(),
+                        json!({"clusterUUID": b.cluster_uuid, "snapshot": b.snapshot}),
+                    );
+                }
+                strategy(&mut spec, "upgradeStrategy", set.upgrade_strategy.as_ref())?;
+                docs.push(object(
+                    target,
+                    "OmniControlPlane",
+                    format!("{}-control-plane", target.name),
+                    Value::Object(spec),
+                ));
+            }
+            Document::Workers(set) => {
+                let set_name = if set.name.is_empty() {
+                    "workers"
+                } else {
+                    set.name.as_str()
+                };
+                let mut spec = machine_set(set, &cluster_ref);
+                spec.insert("workerSetName".into(), json!(set_name));
+                strategy(&mut spec, "updateStrategy", set.update_strategy.as_ref())?;
+                strategy(&mut spec, "upgradeStrategy", set.upgrade_strategy.as_ref())?;
+                strategy(&mut spec, "deleteStrategy", set.delete_strategy.as_ref())?;
+                workers.push(object(
+                    target,
+                    "OmniWorkers",
+                    format!("{}-{}", target.name, object_name(set_name)),
+                    Value::Object(spec),
+                ));
+            }
+            Document::Machine(m) => machines.push(object(
+                target,
+                "OmniMachine",
+                format!("{}-{}", target.name, object_name(&m.name)),
+                machine(m, &cluster_ref),
+            )),
+        }
+    }
+    docs.extend(workers);
+    docs.extend(machines);
+    Ok((docs, notes))
+}
+
+/// A custom resource of `kind` named `name` in the target's namespace; an OmniCluster carries
+/// the adopt annotation.
+fn object(target: &Target<'_>, kind: &str, name: String, spec: Value) -> Value {
+    let mut metadata = json!({"name": name, "namespace": target.namespace});
+    if kind == "OmniCluster" {
+        metadata["annotations"] = json!({ ADOPT_ANNOTATION: "true" });
+    }
+    json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": kind,
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
+
+/// The OmniCluster spec of the template's Cluster; what it cannot state goes to `notes`.
+fn cluster_spec(
+    cluster: &Cluster,
+    target: &Target<'_>,
+    notes: &mut Vec<String>,
+) -> Map<String, Value> {
     let mut spec = Map::new();
     spec.insert("connectionRef".into(), json!({"name": target.connection}));
     spec.insert("clusterName".into(), json!(cluster.name));
     descriptors(&mut spec, &cluster.labels, &cluster.annotations);
+    spec.insert(
+        "kubernetes".into(),
+        Value::Object(kubernetes_spec(cluster, notes)),
+    );
+    spec.insert("talos".into(), json!({"version": cluster.talos.version}));
+    if let Some(f) = &cluster.features {
+        spec.insert("features".into(), Value::Object(features_spec(f)));
+    }
+    common_fields(
+        &mut spec,
+        &cluster.patches,
+        &cluster.system_extensions,
+        &cluster.kernel_args,
+    );
+    spec
+}
+
+/// `spec.kubernetes` of the OmniCluster: version, manifests, health checks. A manifest
+/// without content cannot be stated and goes to `notes`.
+fn kubernetes_spec(cluster: &Cluster, notes: &mut Vec<String>) -> Map<String, Value> {
     let mut kubernetes = Map::new();
     kubernetes.insert("version".into(), json!(cluster.kubernetes.version));
     // A manifest custom resource needs content (or a file); an empty group cannot be stated.
@@ -219,93 +306,35 @@ pub(crate) fn manifests(
         });
         kubernetes.insert("healthChecks".into(), Value::Array(checks.collect()));
     }
-    spec.insert("kubernetes".into(), Value::Object(kubernetes));
-    spec.insert("talos".into(), json!({"version": cluster.talos.version}));
-    if let Some(f) = &cluster.features {
-        let mut features = Map::new();
-        for (key, on) in [
-            ("enableWorkloadProxy", f.enable_workload_proxy),
-            (
-                "useEmbeddedDiscoveryService",
-                f.use_embedded_discovery_service,
-            ),
-            ("diskEncryption", f.disk_encryption),
-            ("enableNodeAuditSkip", f.enable_node_audit_skip),
-        ] {
-            if on {
-                features.insert(key.into(), json!(true));
-            }
-        }
-        if let Some(disabled) = f.disable_public_discovery_service {
-            features.insert("disablePublicDiscoveryService".into(), json!(disabled));
-        }
-        if let Some(b) = &f.backup_configuration {
-            features.insert(
-                "backupConfiguration".into(),
-                json!({"interval": b.interval.as_str()}),
-            );
-        }
-        spec.insert("features".into(), Value::Object(features));
-    }
-    common_fields(
-        &mut spec,
-        &cluster.patches,
-        &cluster.system_extensions,
-        &cluster.kernel_args,
-    );
-    docs.push(object(
-        "OmniCluster",
-        target.name.to_string(),
-        Value::Object(spec),
-    ));
+    kubernetes
+}
 
-    let mut workers = Vec::new();
-    let mut machines = Vec::new();
-    for doc in &template.documents {
-        match doc {
-            Document::Cluster(_) => {}
-            Document::ControlPlane(set) => {
-                let mut spec = machine_set(set, &cluster_ref);
-                if let Some(b) = &set.bootstrap_spec {
-                    spec.insert(
-                        "bootstrapSpec".into(),
-                        json!({"clusterUUID": b.cluster_uuid, "snapshot": b.snapshot}),
-                    );
-                }
-                strategy(&mut spec, "upgradeStrategy", set.upgrade_strategy.as_ref())?;
-                docs.push(object(
-                    "OmniControlPlane",
-                    format!("{}-control-plane", target.name),
-                    Value::Object(spec),
-                ));
-            }
-            Document::Workers(set) => {
-                let set_name = if set.name.is_empty() {
-                    "workers"
-                } else {
-                    set.name.as_str()
-                };
-                let mut spec = machine_set(set, &cluster_ref);
-                spec.insert("workerSetName".into(), json!(set_name));
-                strategy(&mut spec, "updateStrategy", set.update_strategy.as_ref())?;
-                strategy(&mut spec, "upgradeStrategy", set.upgrade_strategy.as_ref())?;
-                strategy(&mut spec, "deleteStrategy", set.delete_strategy.as_ref())?;
-                workers.push(object(
-                    "OmniWorkers",
-                    format!("{}-{}", target.name, object_name(set_name)),
-                    Value::Object(spec),
-                ));
-            }
-            Document::Machine(m) => machines.push(object(
-                "OmniMachine",
-                format!("{}-{}", target.name, object_name(&m.name)),
-                machine(m, &cluster_ref),
-            )),
+/// `spec.features` of the OmniCluster: the features switched on, and the etcd backup.
+fn features_spec(f: &Features) -> Map<String, Value> {
+    let mut features = Map::new();
+    for (key, on) in [
+        ("enableWorkloadProxy", f.enable_workload_proxy),
+        (
+            "useEmbeddedDiscoveryService",
+            f.use_embedded_discovery_service,
+        ),
+        ("diskEncryption", f.disk_encryption),
+        ("enableNodeAuditSkip", f.enable_node_audit_skip),
+    ] {
+        if on {
+            features.insert(key.into(), json!(true));
         }
     }
-    docs.extend(workers);
-    docs.extend(machines);
-    Ok((docs, notes))
+    if let Some(disabled) = f.disable_public_discovery_service {
+        features.insert("disablePublicDiscoveryService".into(), json!(disabled));
+    }
+    if let Some(b) = &f.backup_configuration {
+        features.insert(
+            "backupConfiguration".into(),
+            json!({"interval": b.interval.as_str()}),
+        );
+    }
+    features
 }
 
 fn put_str(map: &mut Map<String, Value>, key: &str, value: &str) {
@@ -495,7 +524,7 @@ mod tests {
                 v.error_summary()
             );
         }
-        let rendered = crate::render::render(&cluster, &cps, &workers, &machines)
+        let rendered = crate::domain::render::render(&cluster, &cps, &workers, &machines)
             .unwrap_or_else(|e| panic!("{e}"));
         let files = FileResolver::disabled("none");
         for api in [BackendApi::V2, BackendApi::V3] {

@@ -25,7 +25,7 @@ use omni_client::template::{
     status_cluster, types, unsupported_message,
 };
 
-use crate::controllers::cluster::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION};
+use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION};
 use omni_client::transport::{Client, ClientConfig};
 use tokio::time::Instant;
 

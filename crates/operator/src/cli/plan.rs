@@ -9,9 +9,9 @@ use anyhow::Context as _;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::api::OmniCluster;
 use crate::api::common::{condition_types, find_condition};
-use crate::plan::{APPROVE_ANNOTATION, REASON_ADOPTION_DIFF, REASON_APPROVAL_REQUIRED};
+use crate::api::keys::APPROVE_PLAN_ANNOTATION;
+use crate::api::{OmniCluster, Reason};
 
 /// Output format of `plan`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -145,16 +145,16 @@ pub fn print(
     if let Some(ignored) = &plan.ignored_approval {
         writeln!(
             out,
-            "The annotation {APPROVE_ANNOTATION}={ignored} approves another plan and is ignored."
+            "The annotation {APPROVE_PLAN_ANNOTATION}={ignored} approves another plan and is ignored."
         )?;
     }
     if ready
-        .is_some_and(|c| c.reason == REASON_APPROVAL_REQUIRED || c.reason == REASON_ADOPTION_DIFF)
+        .is_some_and(|c| c.reason == Reason::ApprovalRequired || c.reason == Reason::AdoptionDiff)
     {
         writeln!(out, "Approve it with:")?;
         writeln!(
             out,
-            "  kubectl annotate omnicluster -n {namespace} {name} {APPROVE_ANNOTATION}={} --overwrite",
+            "  kubectl annotate omnicluster -n {namespace} {name} {APPROVE_PLAN_ANNOTATION}={} --overwrite",
             plan.hash
         )?;
     }

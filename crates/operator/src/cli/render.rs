@@ -14,7 +14,7 @@ use omni_client::template::FileResolver;
 
 use crate::api::{GROUP, OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers, VERSION};
 use crate::cli::manifests::{self, Entry};
-use crate::render::{file_resolver, render};
+use crate::domain::render::{file_resolver, render};
 
 /// Arguments of this subcommand.
 #[derive(Debug, clap::Args)]

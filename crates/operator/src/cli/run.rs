@@ -1,5 +1,5 @@
 //! `omni-operator run`: its flags, turned into an [`OperatorConfig`] for the operator process
-//! ([`crate::runtime`], which tests and the sandbox embed directly).
+//! ([`crate::process::runtime`], which tests and the sandbox embed directly).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,17 +9,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::controllers::{Scope, SystemClock};
-use crate::helm::source::{ChartSourcePolicy, HostPattern};
-use crate::identity_policy::IdentityPolicy;
-use crate::leader::LeaderConfig;
-use crate::metrics::Metrics;
-use crate::secret_policy::SecretPolicy;
-use crate::secure_metrics::SecureMetricsConfig;
-use crate::tenancy::{Tenancy, Timeouts};
-use crate::webhook::WebhookConfig;
+use crate::domain::helm::source::{ChartSourcePolicy, HostPattern};
+use crate::domain::identity_policy::IdentityPolicy;
+use crate::domain::secret_policy::SecretPolicy;
+use crate::domain::tenancy::{Tenancy, Timeouts};
+use crate::process::leader::LeaderConfig;
+use crate::process::metrics::Metrics;
+use crate::process::secure_metrics::SecureMetricsConfig;
+use crate::process::webhook::WebhookConfig;
 
-pub(crate) use crate::runtime::default_helm_work_dir;
-pub use crate::runtime::{OperatorConfig, SHUTDOWN_MAX, run_operator};
+pub(crate) use crate::process::runtime::default_helm_work_dir;
+pub use crate::process::runtime::{OperatorConfig, SHUTDOWN_MAX, run_operator};
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -85,11 +85,11 @@ pub struct Args {
     pub(crate) helm_max_concurrent: u16,
     /// Most requests in flight to the Kubernetes API at once (watches aside); more wait their
     /// turn instead of each opening a connection (see docs/performance.md).
-    #[arg(long, env = "KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::api_client::MANAGEMENT_MAX_IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, env = "KUBE_API_MAX_IN_FLIGHT", default_value_t = crate::process::api_client::MANAGEMENT_MAX_IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub(crate) kube_api_max_in_flight: u16,
     /// Most reconciles each controller runs at once (0: unbounded). Objects beyond it wait
     /// their turn in the controller's queue (see docs/performance.md).
-    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = crate::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = crate::process::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(0..=4096))]
     pub(crate) max_concurrent_reconciles: u16,
     /// How often an in-sync OmniSecretSync re-reads its workload copy to repair drift (Go
     /// duration; `0` turns the periodic check off, leaving only change-driven syncs).
@@ -185,9 +185,9 @@ pub struct Args {
         value_name = "Allow|RequireApproval"
     )]
     pub(crate) default_destructive_policy: crate::api::plan::DestructivePolicy,
-    /// Benchmarks only: model the original implementation's costs (see `crate::baseline`).
-    #[arg(long, hide = true, value_parser = crate::baseline::parse)]
-    pub baseline_quirks: Option<crate::baseline::Quirks>,
+    /// Benchmarks only: model the original implementation's costs (see `crate::benchmark`).
+    #[arg(long, hide = true, value_parser = crate::benchmark::parse)]
+    pub baseline_quirks: Option<crate::benchmark::Quirks>,
 }
 
 fn parse_non_empty_path(value: &str) -> Result<PathBuf, String> {
@@ -344,18 +344,25 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         default_destructive: args.default_destructive_policy,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
+        baseline: args.baseline_quirks.unwrap_or_default(),
     })
 }
 
 /// Runs the subcommand until SIGINT/SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let config = config_from_args(&args)?;
-    crate::baseline::install(args.baseline_quirks.unwrap_or_default());
+    if config.baseline != crate::benchmark::Quirks::default() {
+        tracing::warn!(
+            quirks = ?config.baseline,
+            "baseline quirks are on: this process models the original implementation for benchmarks"
+        );
+    }
     let kube_config = kube::Config::infer()
         .await
         .context("connect to the Kubernetes API")?;
-    let client = crate::api_client::client(kube_config, usize::from(args.kube_api_max_in_flight))
-        .context("connect to the Kubernetes API")?;
+    let client =
+        crate::process::api_client::client(kube_config, usize::from(args.kube_api_max_in_flight))
+            .context("connect to the Kubernetes API")?;
     run_operator(config, client, shutdown_signal()).await?;
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -378,7 +385,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::DEFAULT_HELM_MAX_CONCURRENT;
+    use crate::process::runtime::DEFAULT_HELM_MAX_CONCURRENT;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -456,7 +463,7 @@ mod tests {
 
     #[test]
     fn the_baseline_flag_parses_and_stays_out_of_the_help() {
-        use crate::baseline::Quirk;
+        use crate::benchmark::Quirk;
         use clap::CommandFactory as _;
         let help = Cli::command().render_long_help().to_string();
         assert!(!help.contains("baseline"), "{help}");

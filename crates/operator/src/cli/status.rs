@@ -324,96 +324,120 @@ impl Summary {
                 i64::try_from(self.expiring_within_seconds).unwrap_or(i64::MAX)
             ),
         ));
-        if !self.clusters_not_running.is_empty() {
-            out.push_str("\nCLUSTERS NOT RUNNING\n");
-            let rows: Vec<Vec<String>> = self
-                .clusters_not_running
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.namespace.clone(),
-                        r.name.clone(),
-                        or_dash(&r.phase),
-                        or_dash(&r.ready_machines),
-                        or_dash(&r.machine_sets_not_ready.join(",")),
-                    ]
-                })
-                .collect();
-            out.push_str(&columns(
-                &["NAMESPACE", "NAME", "PHASE", "MACHINES", "SETS NOT READY"],
-                &rows,
-            ));
-        }
-        if !self.not_ready.is_empty() {
-            out.push_str("\nNOT READY\n");
-            let rows: Vec<Vec<String>> = self
-                .not_ready
-                .iter()
-                .map(|r| {
-                    let mut reason = or_dash(&r.reason);
-                    if r.suspended {
-                        reason.push_str(" (suspended)");
-                    }
-                    vec![
-                        r.namespace.clone(),
-                        r.kind.clone(),
-                        r.name.clone(),
-                        format!("{}={}", r.condition, r.status),
-                        reason,
-                        r.message.lines().next().unwrap_or_default().to_string(),
-                    ]
-                })
-                .collect();
-            out.push_str(&columns(
-                &[
-                    "NAMESPACE",
-                    "KIND",
-                    "NAME",
-                    "CONDITION",
-                    "REASON",
-                    "MESSAGE",
-                ],
-                &rows,
-            ));
-        }
-        if !self.expiring_kubeconfigs.is_empty() {
-            out.push_str("\nKUBECONFIGS EXPIRING SOON\n");
-            let rows: Vec<Vec<String>> = self
-                .expiring_kubeconfigs
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.namespace.clone(),
-                        r.name.clone(),
-                        or_dash(&r.secret),
-                        r.expires.clone(),
-                        if r.expires_in_seconds < 0 {
-                            "expired".to_string()
-                        } else {
-                            format!(
-                                "{:#}",
-                                jiff::SignedDuration::from_secs(r.expires_in_seconds)
-                            )
-                        },
-                        or_dash(&r.next_rotation),
-                    ]
-                })
-                .collect();
-            out.push_str(&columns(
-                &[
-                    "NAMESPACE",
-                    "NAME",
-                    "SECRET",
-                    "EXPIRES",
-                    "IN",
-                    "NEXT ROTATION",
-                ],
-                &rows,
-            ));
-        }
+        out.push_str(&self.not_running_table());
+        out.push_str(&self.not_ready_table());
+        out.push_str(&self.expiring_table());
         for error in &self.errors {
             out.push_str(&format!("\nerror: {error}\n"));
         }
+        out
+    }
+
+    /// The clusters not running (empty when there is none).
+    fn not_running_table(&self) -> String {
+        let mut out = String::new();
+        if self.clusters_not_running.is_empty() {
+            return out;
+        }
+        out.push_str("\nCLUSTERS NOT RUNNING\n");
+        let rows: Vec<Vec<String>> = self
+            .clusters_not_running
+            .iter()
+            .map(|r| {
+                vec![
+                    r.namespace.clone(),
+                    r.name.clone(),
+                    or_dash(&r.phase),
+                    or_dash(&r.ready_machines),
+                    or_dash(&r.machine_sets_not_ready.join(",")),
+                ]
+            })
+            .collect();
+        out.push_str(&columns(
+            &["NAMESPACE", "NAME", "PHASE", "MACHINES", "SETS NOT READY"],
+            &rows,
+        ));
+        out
+    }
+
+    /// The objects not Ready (empty when there is none).
+    fn not_ready_table(&self) -> String {
+        let mut out = String::new();
+        if self.not_ready.is_empty() {
+            return out;
+        }
+        out.push_str("\nNOT READY\n");
+        let rows: Vec<Vec<String>> = self
+            .not_ready
+            .iter()
+            .map(|r| {
+                let mut reason = or_dash(&r.reason);
+                if r.suspended {
+                    reason.push_str(" (suspended)");
+                }
+                vec![
+                    r.namespace.clone(),
+                    r.kind.clone(),
+                    r.name.clone(),
+                    format!("{}={}", r.condition, r.status),
+                    reason,
+                    r.message.lines().next().unwrap_or_default().to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&columns(
+            &[
+                "NAMESPACE",
+                "KIND",
+                "NAME",
+                "CONDITION",
+                "REASON",
+                "MESSAGE",
+            ],
+            &rows,
+        ));
+        out
+    }
+
+    /// The kubeconfigs expiring soon (empty when there is none).
+    fn expiring_table(&self) -> String {
+        let mut out = String::new();
+        if self.expiring_kubeconfigs.is_empty() {
+            return out;
+        }
+        out.push_str("\nKUBECONFIGS EXPIRING SOON\n");
+        let rows: Vec<Vec<String>> = self
+            .expiring_kubeconfigs
+            .iter()
+            .map(|r| {
+                vec![
+                    r.namespace.clone(),
+                    r.name.clone(),
+                    or_dash(&r.secret),
+                    r.expires.clone(),
+                    if r.expires_in_seconds < 0 {
+                        "expired".to_string()
+                    } else {
+                        format!(
+                            "{:#}",
+                            jiff::SignedDuration::from_secs(r.expires_in_seconds)
+                        )
+                    },
+                    or_dash(&r.next_rotation),
+                ]
+            })
+            .collect();
+        out.push_str(&columns(
+            &[
+                "NAMESPACE",
+                "NAME",
+                "SECRET",
+                "EXPIRES",
+                "IN",
+                "NEXT ROTATION",
+            ],
+            &rows,
+        ));
         out
     }
 }

@@ -1,22 +1,29 @@
 //! OmniControlPlane, OmniWorkers and OmniMachine: report whether the referenced OmniCluster
 //! exists (`Accepted`, plus `Ready` mirroring it for kstatus). Event-driven, no Omni calls;
-//! their content reaches Omni through the parent cluster's reconcile.
+//! their content reaches Omni through the parent cluster's reconcile, whose render also
+//! reports what is wrong with a child's spec (on the cluster, where it stops the sync).
+//!
+//! The three kinds run the shared pipeline with one implementation: no finalizer (nothing
+//! outside the object is theirs), no state, and the default next reconcile (only on a change
+//! of the child or of its cluster).
 
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::controller::Action;
-use kube::{Resource as _, ResourceExt};
+use kube::ResourceExt;
 
-use super::index::{RefKey, namespace_of};
-use super::status::Reported;
-use super::watches::SharedKind;
-use super::{
-    Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
-    instrumented, status,
-};
-use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
+use super::shared::context::Context;
+use super::shared::decoded::Cached;
+use super::shared::error::{Failure, PassError, RetryPolicy};
+use super::shared::finalizer::Finalizer;
+use super::shared::index::{RefKey, namespace_of};
+use super::shared::pipeline::{Outcome, Pipeline};
+use super::shared::runner::{Shutdown, drive, indexed_controller_for};
+use super::shared::status::{Reported, reported};
+use super::shared::watches::{OwnKind, Watches};
+use crate::api::Reason;
+use crate::api::common::{Condition, condition_types, missing_cluster, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
 use crate::api::workers::OmniWorkersStatus;
@@ -24,52 +31,30 @@ use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
 
 /// What the child controller needs from each child kind.
 pub(crate) trait Child:
-    Reported<Scope = NamespaceResourceScope> + Send + Sync + 'static
+    Reported<Scope = k8s_openapi::NamespaceResourceScope> + OwnKind + Send + Sync + 'static
 {
     /// `spec.clusterRef.name`.
     fn cluster_ref(&self) -> &str;
     /// The status to store, given the computed conditions.
-    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status;
+    fn status_with(&self, conditions: Vec<Condition>) -> Self::Status;
 }
 
-impl Child for OmniControlPlane {
-    fn cluster_ref(&self) -> &str {
-        &self.spec.cluster_ref.name
-    }
-    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
-        OmniControlPlaneStatus {
-            observed_generation: self.metadata.generation,
-            conditions,
-            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
-        }
-    }
+/// Why a child is not attached: the OmniCluster it names does not exist. The cluster's watch
+/// wakes the child when it appears.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", missing_cluster(cluster))]
+pub(crate) struct MissingCluster {
+    /// `spec.clusterRef.name`.
+    cluster: String,
 }
 
-impl Child for OmniWorkers {
-    fn cluster_ref(&self) -> &str {
-        &self.spec.cluster_ref.name
+impl Failure for MissingCluster {
+    fn reason(&self) -> Reason {
+        Reason::MissingCluster
     }
-    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
-        OmniWorkersStatus {
-            observed_generation: self.metadata.generation,
-            conditions,
-            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
-            worker_set_name: Some(self.effective_worker_set_name()),
-        }
-    }
-}
 
-impl Child for OmniMachine {
-    fn cluster_ref(&self) -> &str {
-        &self.spec.cluster_ref.name
-    }
-    fn desired_status(&self, conditions: Vec<Condition>) -> Self::Status {
-        OmniMachineStatus {
-            observed_generation: self.metadata.generation,
-            conditions,
-            cluster_ref: Some(self.spec.cluster_ref.name.clone()),
-            machine_id: Some(self.effective_machine_id()),
-        }
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy::AwaitChange
     }
 }
 
@@ -81,80 +66,115 @@ pub(crate) fn child_conditions(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Vec<Condition> {
-    let (status, reason, message) = if cluster_exists {
-        (
-            ConditionStatus::True,
-            reasons::ACCEPTED,
-            format!("attached to OmniCluster {cluster:?}"),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            reasons::MISSING_CLUSTER,
-            format!("OmniCluster {cluster:?} does not exist"),
-        )
+    let accepted = Condition::accepted(cluster, cluster_exists, generation, now);
+    // kstatus readers look at `Ready`: it says the same as `Accepted`.
+    let ready = Condition {
+        type_: condition_types::READY.to_string(),
+        ..accepted.clone()
     };
     let mut conditions = current;
-    for type_ in [condition_types::ACCEPTED, condition_types::READY] {
-        set_condition(
-            &mut conditions,
-            Condition::new(type_, status, reason, message.clone(), generation, now),
-        );
-    }
+    set_condition(&mut conditions, accepted);
+    set_condition(&mut conditions, ready);
     conditions
 }
 
-async fn reconcile<K: Child>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
-    instrumented(obj.as_ref(), &ctx, async {
-        let namespace = obj.namespace().unwrap_or_default();
-        let cluster = obj.cluster_ref().to_string();
-        // dereference
+/// The pipeline's steps, the same for the three child kinds.
+impl<K: Child> Pipeline for K {
+    type State = ();
+    type Found = ();
+    /// Attached to its cluster.
+    type Done = ();
+    type Failure = MissingCluster;
+    const FINALIZER: Finalizer = Finalizer::None;
+
+    /// A child's rules are the cluster's to report: its render checks every child it selects
+    /// and reports the first problem as `Validated=False` on the cluster, which is what stops
+    /// the sync. The child itself only says whether it is attached.
+    fn validate(&self) -> Result<(), MissingCluster> {
+        Ok(())
+    }
+
+    async fn apply(&self, ctx: &Context, (): &()) -> Result<Outcome<Self>, PassError<Self>> {
+        let cluster = self.cluster_ref();
         let exists = ctx
-            .api::<OmniCluster>(&namespace)
-            .get_opt(&cluster)
+            .api::<OmniCluster>(&self.namespace().unwrap_or_default())
+            .get_opt(cluster)
             .await?
             .is_some();
-        // build
-        let old = obj.stored_conditions().to_vec();
+        Ok(if exists {
+            Outcome::done(())
+        } else {
+            Outcome::failed(MissingCluster {
+                cluster: cluster.to_string(),
+            })
+        })
+    }
+
+    fn desired_status(&self, outcome: &Outcome<Self>, now: jiff::Timestamp) -> Self::Status {
         let conditions = child_conditions(
-            old.clone(),
-            &cluster,
-            exists,
-            obj.meta().generation,
-            ctx.clock.now(),
+            self.stored_conditions().to_vec(),
+            self.cluster_ref(),
+            outcome.result.is_ok(),
+            self.meta().generation,
+            now,
         );
-        let desired = obj.desired_status(conditions.clone());
-        // status
-        status::report(ctx.as_ref(), obj.as_ref(), &desired).await?;
-        Ok(Action::await_change())
-    })
-    .await
+        self.status_with(conditions)
+    }
 }
 
+macro_rules! child_kind {
+    ($kind:ident => $status:ident { $($extra:ident: $value:expr),* $(,)? }) => {
+        reported!($kind => $status);
+
+        impl Child for $kind {
+            fn cluster_ref(&self) -> &str {
+                &self.spec.cluster_ref.name
+            }
+            #[allow(clippy::redundant_closure_call)]
+            fn status_with(&self, conditions: Vec<Condition>) -> $status {
+                $status {
+                    observed_generation: self.metadata.generation,
+                    conditions,
+                    cluster_ref: Some(self.spec.cluster_ref.name.clone()),
+                    $($extra: ($value)(self),)*
+                }
+            }
+        }
+    };
+}
+
+child_kind!(OmniControlPlane => OmniControlPlaneStatus {});
+child_kind!(OmniWorkers => OmniWorkersStatus {
+    worker_set_name: |w: &OmniWorkers| Some(w.effective_worker_set_name()),
+});
+child_kind!(OmniMachine => OmniMachineStatus {
+    machine_id: |m: &OmniMachine| Some(m.effective_machine_id()),
+});
+
 /// The controller of child kind `K`, subscribed to `watches`: runs until `shutdown` completes.
-pub(crate) fn start<K: Child + SharedKind, S: Shutdown>(
-    ctx: Arc<Context>,
+pub(crate) fn start<K: Child + std::fmt::Debug, S: Shutdown>(
+    ctx: &Arc<Context>,
     watches: &mut Watches,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + use<K, S> {
-    let (controller, index) = indexed_controller_for::<K>(&ctx, watches, |c| {
+    let (controller, index) = indexed_controller_for::<K>(ctx, watches, |c| {
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });
+    let clusters = ctx
+        .baseline
+        .mapped_events(watches.of::<OmniCluster>().subscribe());
     let controller = controller.watches_stream(
-        cluster_changes_of(watches, super::ClusterTrigger::ChangesAndConditions),
-        move |cluster: Cached<OmniCluster>| {
-            if !crate::baseline::mapped_event_passes(&K::kind(&()), cluster.meta()) {
-                return Vec::new();
-            }
-            index.referring_to("cluster", &cluster)
-        },
+        cluster_triggers(clusters, ClusterTrigger::ChangesAndConditions),
+        move |cluster: Cached<OmniCluster>| index.referring_to("cluster", &cluster),
     );
-    drive::<K, _, _>(controller, ctx, shutdown, reconcile::<K>)
+    let ctx = ctx.clone();
+    async move { drive::<K>(controller, ctx, (), shutdown).await }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::common::ConditionStatus;
 
     #[test]
     fn accepted_and_ready_follow_parent_existence() {

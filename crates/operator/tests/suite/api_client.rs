@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::response::IntoResponse;
-use omni_operator::api_client;
+use omni_operator::process::api_client;
 
 #[derive(Default)]
 struct Server {

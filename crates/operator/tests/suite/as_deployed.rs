@@ -156,7 +156,7 @@ async fn lease_holder(sandbox: &Sandbox) -> String {
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(sandbox.client.clone(), omni_sandbox::NAMESPACE);
     leases
-        .get_opt(omni_operator::leader::LEASE_NAME)
+        .get_opt(omni_operator::process::leader::LEASE_NAME)
         .await
         .unwrap()
         .and_then(|l| l.spec?.holder_identity)

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use omni_operator::webhook::{Server, WebhookConfig};
+use omni_operator::process::webhook::{Server, WebhookConfig};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use support::of_kind;

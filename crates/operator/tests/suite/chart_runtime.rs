@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use omni_operator::cli::run::SHUTDOWN_MAX;
-use omni_operator::helm::{Helm, HelmConfig};
+use omni_operator::domain::helm::{Helm, HelmConfig};
 use serde_json::Value;
 use support::of_kind;
 

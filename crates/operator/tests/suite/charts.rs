@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use omni_operator::{api, webhook};
+use omni_operator::api;
+use omni_operator::process::webhook;
 use serde_json::Value;
 use support::of_kind;
 
@@ -565,7 +566,7 @@ fn the_release_workflow_builds_what_a_release_ships() {
 
 /// The metric families the operator registers (`# TYPE` lines of an empty registry).
 fn registered_metrics() -> BTreeSet<String> {
-    let text = omni_operator::metrics::Metrics::new()
+    let text = omni_operator::process::metrics::Metrics::new()
         .encode()
         .expect("encode metrics");
     text.lines()

@@ -632,7 +632,7 @@ async fn a_planted_exec_kubeconfig_is_replaced_never_run() {
                 "omni.texashpc.com/adopt": "true",
                 "omni.texashpc.com/kubeconfig-export-spec-hash": spec_hash,
                 "omni.texashpc.com/kubeconfig-hash":
-                    omni_operator::controllers::kubeconfig_export::sha256_hex(planted.as_bytes()),
+                    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(planted.as_bytes())),
                 "omni.texashpc.com/kubeconfig-expiration-time": expires.to_string(),
             },
         },

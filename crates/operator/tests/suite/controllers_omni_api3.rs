@@ -295,7 +295,7 @@ fn admit(object: serde_json::Value) -> serde_json::Value {
         }
     });
     let review = serde_json::from_value(review).unwrap_or_else(|e| panic!("review: {e}"));
-    let answer = omni_operator::webhook::review("omnicluster", review);
+    let answer = omni_operator::process::webhook::review("omnicluster", review);
     serde_json::to_value(answer).unwrap_or_else(|e| panic!("{e}"))["response"].clone()
 }
 

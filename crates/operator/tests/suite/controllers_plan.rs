@@ -912,8 +912,8 @@ async fn omni_template_diff_and_sync_agree_with_the_operator() {
         .get("managed-cp")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let rendered =
-        omni_operator::render::render(&cluster, &[cp], &[], &[]).unwrap_or_else(|e| panic!("{e}"));
+    let rendered = omni_operator::domain::render::render(&cluster, &[cp], &[], &[])
+        .unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let file: PathBuf = dir.path().join("managed.yaml");
     std::fs::write(&file, &rendered.yaml).unwrap_or_else(|e| panic!("{e}"));

@@ -23,7 +23,7 @@ use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::OmniCluster;
 use omni_operator::controllers::backoff_delay;
-use omni_operator::tenancy::{Tenancy, Timeouts};
+use omni_operator::domain::tenancy::{Tenancy, Timeouts};
 use serde_json::{Value, json};
 use support::env::{Env, KEY_FIELD, KEY_SECRET, NS};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
-use omni_operator::leader::LeaderConfig;
+use omni_operator::process::leader::LeaderConfig;
 use support::{free_addr, unreachable_client, wait_for_status};
 
 #[tokio::test]

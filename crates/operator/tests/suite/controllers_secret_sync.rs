@@ -564,7 +564,9 @@ async fn a_kubeconfig_change_re_syncs_and_repairs_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_repaired_by_the_periodic_re_check_alone() {
-    let env = with_fixtures(Env::builder().only_secret_sync(Duration::from_secs(1))).await;
+    // The fixtures' cluster names no connection; its status moving wakes no sync (they read
+    // only its name), so nothing but the timer wakes this one.
+    let env = with_fixtures(Env::builder().secret_sync_resync(Duration::from_secs(1))).await;
     env.sync("periodic", "periodic-copy", json!({})).await;
     wait_for(&env.syncs(), "periodic", "Synced", |s| {
         condition(s, "Ready").is_some_and(|(st, _, _)| st == "True")

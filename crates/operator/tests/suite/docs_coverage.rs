@@ -1,12 +1,13 @@
 //! The reference documentation covers what the code can do: every condition and Event reason
-//! the operator can emit, every field of every CRD, and every `run` flag and environment
-//! variable. A new reason, field or flag without its documentation fails here. (Chart values
-//! are checked against the chart README in `charts.rs`.)
+//! the operator can emit (the type `api::Reason`), every field of every CRD, and every `run`
+//! flag and environment variable. A new reason, field or flag without its documentation fails
+//! here. (Chart values are checked against the chart README in `charts.rs`.)
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use clap::{Args as _, Command};
+use omni_operator::api::Reason;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -18,83 +19,66 @@ fn doc(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
+/// The rows of the "Every reason" table of docs/operations.md: reason → meaning.
+fn documented_reasons() -> BTreeMap<String, String> {
+    let operations = doc("operations.md");
+    let (_, section) = operations
+        .split_once("\n### Every reason\n")
+        .unwrap_or_else(|| panic!("docs/operations.md has no \"### Every reason\" section"));
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+            let reason = cells.first().copied().unwrap_or_default().trim_matches('`');
+            let meaning = cells.get(1).copied().unwrap_or_default();
+            (reason.to_string(), meaning.to_string())
+        })
+        .collect()
 }
 
-/// `NAME` and `"Value"` of a line `pub const NAME: &str = "Value";` (any visibility).
-fn str_const(line: &str) -> Option<(&str, &str)> {
-    let rest = line.trim().split_once("const ")?.1;
-    let (name, rest) = rest.split_once(": &str = \"")?;
-    let value = rest.strip_suffix("\";")?;
-    Some((name, value))
-}
-
-/// Every reason the operator can write into a condition or an Event: the shared
-/// `api::common::reasons` module plus each controller's `*REASON*` constants.
-fn reasons_in_code() -> BTreeSet<String> {
-    let mut files = Vec::new();
-    rust_files(&repo().join("crates/operator/src"), &mut files);
-    let mut reasons = BTreeSet::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        let mut in_reasons_module = false;
-        for line in text.lines() {
-            if line.starts_with("pub mod reasons {") {
-                in_reasons_module = true;
-                continue;
-            }
-            if in_reasons_module && line.starts_with('}') {
-                in_reasons_module = false;
-            }
-            // Unit tests are at the end of each file; their constants are not emitted.
-            if line.starts_with("#[cfg(test)]") {
-                break;
-            }
-            if let Some((name, value)) = str_const(line)
-                && (in_reasons_module || name.contains("REASON"))
-            {
-                reasons.insert(value.to_string());
-            }
-        }
-    }
-    reasons
-}
-
+/// The reference lists every reason the operator can write into a condition or an Event (the
+/// variants of `api::Reason`), each with the meaning the type gives it, and nothing else.
 #[test]
-fn reasons_are_found_by_the_scan() {
-    // Guards the scan itself: a refactor that moves the constants must not silently empty it.
-    let reasons = reasons_in_code();
-    for known in [
-        "SyncFailed",
-        "TargetNotOwned",
-        "InvalidObject",
-        "ReleaseStuck",
-        "KubeconfigRotated",
-    ] {
-        assert!(reasons.contains(known), "{known} not found in {reasons:?}");
-    }
-}
-
-#[test]
-fn every_reason_is_documented() {
-    let docs = doc("resources.md") + &doc("operations.md");
-    let missing: Vec<String> = reasons_in_code()
-        .into_iter()
-        .filter(|r| !docs.contains(&format!("`{r}`")))
+fn the_reason_reference_lists_every_reason_and_nothing_else() {
+    let code: BTreeMap<String, String> = Reason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), r.meaning().to_string()))
         .collect();
+    assert_eq!(documented_reasons(), code);
+}
+
+/// Every reason the table of reasons by kind in docs/operations.md names is one the operator
+/// writes.
+#[test]
+fn the_operations_guide_names_no_reason_the_operator_does_not_write() {
+    let operations = doc("operations.md");
+    let reasons: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    let (_, by_kind) = operations
+        .split_once("| Kind | Reasons |")
+        .unwrap_or_else(|| panic!("docs/operations.md has no table of reasons by kind"));
+    let table: Vec<&str> = by_kind
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let named: BTreeSet<&str> = table
+        .iter()
+        .flat_map(|row| row.rsplit('|').nth(1).map(code_spans).unwrap_or_default())
+        // Reasons are CamelCase words; the table also names verbs (`list`) and fields.
+        .filter(|span| {
+            span.starts_with(|c: char| c.is_ascii_uppercase())
+                && span.chars().all(|c| c.is_ascii_alphanumeric())
+        })
+        .collect();
+    let unknown: Vec<&&str> = named.iter().filter(|n| !reasons.contains(**n)).collect();
     assert!(
-        missing.is_empty(),
-        "reasons the code can emit but docs/resources.md and docs/operations.md do not name: {missing:?}"
+        unknown.is_empty(),
+        "reasons docs/operations.md lists by kind that the operator never writes: {unknown:?}"
     );
+    assert!(named.contains("ReleaseStuck"), "the scan found {named:?}");
 }
 
 /// Every property name below `spec` and `status` of a CRD schema, as `path` (dotted).
@@ -576,7 +560,7 @@ fn flag_defaults_in_the_docs_are_the_clis() {
         let (env, default) = (&row[1], &row[2]);
         if flag == "log-format" {
             use clap::ValueEnum as _;
-            let want = omni_operator::telemetry::LogFormat::default()
+            let want = omni_operator::process::telemetry::LogFormat::default()
                 .to_possible_value()
                 .map(|v| v.get_name().to_string());
             if !states_default(default, want.as_deref()) {

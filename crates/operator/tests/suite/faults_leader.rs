@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use omni_operator::cli::run::run_operator;
-use omni_operator::leader::{LEASE_NAME, LeaderConfig, LeaderElector};
+use omni_operator::process::leader::{LEASE_NAME, LeaderConfig, LeaderElector};
 use serde_json::json;
 use support::stack::{CLUSTER, REPO_PASSWORD, Stack, ours};
 use support::{kube_sim, ready, wait_for};

@@ -24,7 +24,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use omni_client::proto::specs::ClusterSpec;
 use omni_operator::api::{OmniCluster, OmniConnection, OmniKubeconfigExport};
-use omni_operator::controllers::cluster::OMNI_DEADLINE;
+use omni_operator::controllers::OMNI_DEADLINE;
 use omni_sim::types::ty;
 use omni_sim::{AppliedWrites, Outage, RunningOmniSim};
 use serde_json::json;

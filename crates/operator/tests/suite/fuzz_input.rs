@@ -20,10 +20,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use omni_operator::api::duration::GoDuration;
 use omni_operator::api::{self, OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-use omni_operator::helm;
-use omni_operator::kubeconfig;
-use omni_operator::render;
-use omni_operator::webhook;
+use omni_operator::domain::helm;
+use omni_operator::domain::kubeconfig;
+use omni_operator::domain::render;
+use omni_operator::process::webhook;
 use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
 use serde_json::{Map, Value, json};

@@ -16,7 +16,7 @@ use kube_sim::auth::{Identity, StaticAuthenticator};
 use kube_sim::server::{KubeSim, RunningKubeSim};
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
-use omni_operator::secure_metrics::SecureMetricsConfig;
+use omni_operator::process::secure_metrics::SecureMetricsConfig;
 use serde_json::json;
 
 const ADMIN_TOKEN: &str = "admin-token-7c20d1";

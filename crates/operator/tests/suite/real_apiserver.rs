@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use omni_operator::leader::LEASE_NAME;
+use omni_operator::process::leader::LEASE_NAME;
 use serde_json::{Value, json};
 use support::real::{self, Deployed, NS, RealCluster};
 

@@ -1,7 +1,7 @@
 //! The rendered Omni template: exact format, determinism and render-time errors.
 
 use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
-use omni_operator::render::{RenderError, file_resolver, render};
+use omni_operator::domain::render::{RenderError, file_resolver, render};
 use sha2::{Digest, Sha256};
 
 const A: &str = "11111111-1111-1111-1111-111111111111";
@@ -387,7 +387,7 @@ fn control_plane_count_errors() {
         err.to_string(),
         "expected exactly one OmniControlPlane referencing omni/demo, found 0"
     );
-    assert_eq!(err.reason(), "MissingTemplate");
+    assert_eq!(err.reason().as_str(), "MissingTemplate");
     let err = render(
         &cluster(),
         &[control_plane("a", "demo"), control_plane("b", "demo")],
@@ -412,7 +412,7 @@ fn duplicate_manifest_names_fail_to_render() {
         err.to_string(),
         "duplicate Kubernetes manifest name \"ns\" for OmniCluster.spec.kubernetes.manifests[] conflicts with OmniCluster.spec.kubernetes.manifests[]"
     );
-    assert_eq!(err.reason(), "ValidationFailed");
+    assert_eq!(err.reason().as_str(), "ValidationFailed");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use omni_operator::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers
 use omni_operator::cli::omni_template::{
     Args, ClusterArgs, Command, Connection, DeleteArgs, OmniApi, TemplateArgs, run_with_output,
 };
-use omni_operator::render::render;
+use omni_operator::domain::render::render;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use tokio::time::Instant;
 

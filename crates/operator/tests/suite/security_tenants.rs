@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
+use omni_operator::api::keys::USABLE_BY_LABEL;
 use omni_operator::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
-use omni_operator::helm::source::{ChartSourcePolicy, HostPattern};
-use omni_operator::identity_policy::IdentityPolicy;
-use omni_operator::secret_policy::{SecretPolicy, USABLE_BY_LABEL};
-use omni_operator::tenancy::{Tenancy, Timeouts};
+use omni_operator::domain::helm::source::{ChartSourcePolicy, HostPattern};
+use omni_operator::domain::identity_policy::IdentityPolicy;
+use omni_operator::domain::secret_policy::SecretPolicy;
+use omni_operator::domain::tenancy::{Tenancy, Timeouts};
 use serde_json::{Value, json};
 use support::WAIT;
 use support::chart_server::{ChartServer, Entry, Serve, banner_server, digest, index, package};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use omni_client::template::{FileError, FileResolver, MAX_FILE_BYTES};
 use omni_operator::api::OmniCluster;
-use omni_operator::render::{NO_TEMPLATE_ROOT, file_resolver};
+use omni_operator::domain::render::{NO_TEMPLATE_ROOT, file_resolver};
 use serde_json::json;
 
 const PATCH: &[u8] = b"machine:\n  network: {}\n";

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use hyper_util::rt::TokioIo;
-use omni_operator::webhook::{self, Server, WebhookConfig};
+use omni_operator::process::webhook::{self, Server, WebhookConfig};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use kube_sim::admission::{AdmissionRequest, Operation, ReviewUser, WebhookDispatcher};
-use omni_operator::webhook::{Server, WebhookConfig};
+use omni_operator::process::webhook::{Server, WebhookConfig};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 

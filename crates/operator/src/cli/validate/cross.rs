@@ -11,7 +11,7 @@ use super::output::{Finding, Severity, Subject};
 use crate::api::validation::{FieldError, FieldErrorKind};
 use crate::cli::manifests::{Manifest, Position};
 use crate::cli::render::Objects;
-use crate::render::{RenderError, render};
+use crate::domain::render::{RenderError, render};
 
 /// Kinds whose `spec.clusterRef` names an OmniCluster of their namespace: every kind after
 /// the connection and the cluster, in `api::KINDS`' dependency order.

@@ -12,8 +12,10 @@ use kube::{Resource as _, ResourceExt};
 use super::failure::ClusterFailure;
 use crate::api::{OmniCluster, OmniControlPlane, OmniMachine, OmniWorkers};
 use crate::controllers::children::Child;
-use crate::controllers::index::{RefIndex, RefKey, namespace_of};
-use crate::controllers::{Cached, Context, Error, cached_ref};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::decoded::{Cached, cached_ref};
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::index::{RefIndex, RefKey, namespace_of};
 
 /// Which child list of a cluster's status a child kind appears in.
 #[derive(Clone, Copy)]
@@ -126,51 +128,48 @@ pub(crate) const CHILD_CACHE_WAIT: Duration = Duration::from_secs(5);
 /// list all three kinds of its namespace: with every cluster reconciling at once in a cold
 /// start, that held clusters × children objects in memory (20 GiB at 1,000 clusters,
 /// omni-bench).
-#[derive(Clone)]
 pub(crate) struct ChildCaches {
     pub(super) control_planes: Store<Cached<OmniControlPlane>>,
     pub(super) workers: Store<Cached<OmniWorkers>>,
     pub(super) machines: Store<Cached<OmniMachine>>,
 }
 
-/// The children of one cluster, as [`crate::render::render`] takes them.
+/// The children of one cluster, as [`crate::domain::render::render`] takes them.
 pub(super) struct Children {
     pub(super) control_planes: Vec<OmniControlPlane>,
     pub(super) workers: Vec<OmniWorkers>,
     pub(super) machines: Vec<OmniMachine>,
 }
 
-/// The children of `cluster` (what `render::render` selects), from the shared caches once they
-/// are filled, or listed when the controller's watches are not running. A cache not filled
-/// within [`CHILD_CACHE_WAIT`] fails the reconcile naming its kind
+/// The children of `cluster` (what `render::render` selects), from the shared caches `c` once
+/// they are filled, or listed when their watches stopped (the controller is stopping). A cache
+/// not filled within [`CHILD_CACHE_WAIT`] fails the reconcile naming its kind
 /// ([`ClusterFailure::ChildCacheNotReady`]), and so does a child of the namespace that does not
 /// decode ([`ClusterFailure::UnreadableChild`]); `Err` is a failed list.
 pub(super) async fn children_of(
     ctx: &Context,
+    c: &ChildCaches,
     cluster: &OmniCluster,
 ) -> Result<Result<Children, ClusterFailure>, Error> {
-    let caches = ctx.cluster_children.read().ok().and_then(|c| c.clone());
-    if let Some(c) = caches {
-        // A cache still listing would render the cluster without children it has.
-        match c.readiness(CHILD_CACHE_WAIT).await {
-            Readiness::Ready => {
-                return Ok((|| {
-                    Ok(Children {
-                        control_planes: cached_of(cluster, c.control_planes.state())?,
-                        workers: cached_of(cluster, c.workers.state())?,
-                        machines: cached_of(cluster, c.machines.state())?,
-                    })
-                })());
-            }
-            Readiness::NotFilled(kinds) => {
-                return Ok(Err(ClusterFailure::ChildCacheNotReady {
-                    kinds,
-                    waited: CHILD_CACHE_WAIT,
-                }));
-            }
-            // The controller is stopping: its watches no longer fill the caches.
-            Readiness::Stopped => {}
+    // A cache still listing would render the cluster without children it has.
+    match c.readiness(CHILD_CACHE_WAIT).await {
+        Readiness::Ready => {
+            return Ok((|| {
+                Ok(Children {
+                    control_planes: cached_of(cluster, c.control_planes.state())?,
+                    workers: cached_of(cluster, c.workers.state())?,
+                    machines: cached_of(cluster, c.machines.state())?,
+                })
+            })());
         }
+        Readiness::NotFilled(kinds) => {
+            return Ok(Err(ClusterFailure::ChildCacheNotReady {
+                kinds,
+                waited: CHILD_CACHE_WAIT,
+            }));
+        }
+        // The controller is stopping: its watches no longer fill the caches.
+        Readiness::Stopped => {}
     }
     let namespace = cluster.namespace().unwrap_or_default();
     let lp = ListParams::default();

@@ -2,20 +2,20 @@
 //! it did not create, and never under a name it did not sync.
 
 use kube::runtime::events::EventType;
-use omni_client::template::{BackendApi, DeleteProgress, delete_cluster_for};
+use omni_client::template::{BackendApi, DeleteProgress, SyncError, delete_cluster_for};
 
-use super::OMNI_DEADLINE;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
-use super::outcome::Outcome;
+use super::outcome::{Done, Outcome};
 use super::ownership::existing_ownership;
-use crate::api::OmniCluster;
-use crate::controllers::pipeline::Cleanup;
-use crate::controllers::{Context, Error};
-use crate::metrics::RpcOutcome;
-
-/// Event reason when a deletion left an Omni cluster alone because this object does not own it.
-pub(crate) const REASON_DELETE_SKIPPED: &str = "DeleteSkipped";
+use super::plan::deletion_gate;
+use super::state::ClusterState;
+use super::sync::{OMNI_DEADLINE, connection_of};
+use crate::api::{OmniCluster, Reason};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::pipeline::Cleanup;
+use crate::process::metrics::RpcOutcome;
 
 /// A deletion still waiting on `failure`.
 fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {
@@ -26,6 +26,7 @@ fn waiting(failure: ClusterFailure) -> Cleanup<Outcome> {
 /// failed read of the management cluster, which the status does not report.
 pub(super) async fn cleanup(
     ctx: &Context,
+    state: &ClusterState,
     cluster: &OmniCluster,
 ) -> Result<Cleanup<Outcome>, Error> {
     if cluster.orphan_on_delete() {
@@ -39,15 +40,15 @@ pub(super) async fn cleanup(
             cause,
         })
     };
-    let conn = match super::sync::connection_of(ctx, cluster).await {
+    let conn = match connection_of(ctx, cluster).await {
         Ok(c) => c,
         Err(cause) => return Ok(without(cause)),
     };
-    let client = match ctx.omni.get(&conn).await {
+    let client = match state.omni.get(&conn).await {
         Ok(c) => c,
         Err(e) => return Ok(without(ConnectionLookup::Client(Box::new(e)))),
     };
-    let state = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
+    let omni = client.template_state(tokio::time::Instant::now() + OMNI_DEADLINE);
     // Delete only what this object created: never a renamed target, never someone else's.
     let recorded = cluster.status.as_ref().and_then(|s| s.cluster_name.clone());
     if let Some(recorded) = recorded.filter(|n| !n.is_empty() && *n != name) {
@@ -56,7 +57,7 @@ pub(super) async fn cleanup(
             name,
         }));
     }
-    let exists = match existing_ownership(&state, cluster, &name).await {
+    let exists = match existing_ownership(&omni, cluster, &name).await {
         Err(source) => {
             return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
                 name,
@@ -67,7 +68,7 @@ pub(super) async fn cleanup(
             ctx.event(
                 cluster,
                 EventType::Warning,
-                REASON_DELETE_SKIPPED,
+                Reason::DeleteSkipped,
                 format!(
                     "left Omni cluster {name:?} in place: it {}",
                     owner.describe()
@@ -80,33 +81,39 @@ pub(super) async fn cleanup(
     };
     // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it
     // (a cluster Omni does not have is no deletion to hold).
-    let approved = match exists.then(|| super::plan::deletion_gate(ctx, cluster, &conn, &name)) {
+    let approved = match exists.then(|| deletion_gate(state, cluster, &conn, &name)) {
         None | Some(Ok(None)) => None,
         Some(Ok(Some(hash))) => Some(hash),
-        Some(Err(held)) => {
-            return Ok(Cleanup::Waiting(Outcome::Held {
-                held,
-                rendered: None,
-            }));
-        }
+        Some(Err(held)) => return Ok(Cleanup::Waiting(Outcome::done(Done::Held(held)))),
     };
     // On API 3 the machines' install-disk configs are released too; a version that cannot
     // be read or is unknown still lets the cluster go (API 2 touches only what every
     // version has).
-    let api: BackendApi = ctx
+    let api: BackendApi = state
         .omni
         .backend_api(&conn, &client)
         .await
         .unwrap_or_default();
     let mut output = Vec::new();
     let progress = delete_cluster_for(
-        &state,
+        &omni,
         &name,
         cluster.destroy_machines_on_delete(),
         api,
         &mut output,
     )
     .await;
+    Ok(step_done(ctx, progress, &output, approved))
+}
+
+/// What one deletion step that wrote `output` came to, counted in the Omni call metrics;
+/// `approved` is the hash of the deletion plan when the approval annotation released it.
+fn step_done(
+    ctx: &Context,
+    progress: Result<DeleteProgress, SyncError>,
+    output: &[String],
+    approved: Option<String>,
+) -> Cleanup<Outcome> {
     let did_something = !output.is_empty();
     let output = trim_output(&output.join("\n"));
     match progress {
@@ -117,11 +124,11 @@ pub(super) async fn cleanup(
                 RpcOutcome::Unchanged
             };
             ctx.metrics.omni_rpc("delete", rpc);
-            Ok(Cleanup::Done)
+            Cleanup::Done
         }
         Ok(DeleteProgress::InProgress { waiting_for }) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Changed);
-            Ok(Cleanup::Waiting(Outcome::Deleting {
+            Cleanup::Waiting(Outcome::done(Done::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
                 approved,
@@ -129,10 +136,10 @@ pub(super) async fn cleanup(
         }
         Err(source) => {
             ctx.metrics.omni_rpc("delete", RpcOutcome::Error);
-            Ok(waiting(ClusterFailure::Delete {
+            waiting(ClusterFailure::Delete {
                 source: Box::new(source),
                 output,
-            }))
+            })
         }
     }
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use omni_client::template::{StateError, SyncError, ValidationErrors};
 
 use super::ownership::OmniOwnership;
-use crate::api::common::reasons;
-use crate::controllers::RetryPolicy;
-use crate::controllers::omni::{ApiVersionError, ConnectionError};
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
-use crate::render::RenderError;
+use crate::api::Reason;
+use crate::api::keys::ADOPT_ANNOTATION;
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
+use crate::domain::render::RenderError;
 
 /// The longest wait before a failure that no watch reports the end of (Omni, template files)
 /// is looked at again: the default `syncInterval`; a shorter one of the cluster wins.
@@ -18,7 +18,7 @@ pub(crate) const FAILURE_RECHECK: Duration = Duration::from_secs(300);
 
 /// Why the OmniConnection of a cluster gave no Omni client.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectionLookup {
+pub(crate) enum ConnectionLookup {
     /// The OmniConnection does not exist.
     #[error("omniconnections.omni.texashpc.com {0:?} not found")]
     NotFound(String),
@@ -32,7 +32,7 @@ pub enum ConnectionLookup {
 
 /// Why an OmniCluster is not synced, or not deleted; the message is its condition's and Event's.
 #[derive(Debug, thiserror::Error)]
-pub enum ClusterFailure {
+pub(crate) enum ClusterFailure {
     /// The spec breaks the webhook's rules (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
@@ -171,32 +171,31 @@ pub(crate) enum Stage {
     Delete,
 }
 
-impl ClusterFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+impl Failure for ClusterFailure {
+    fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) | Self::InvalidTemplate(_) => reasons::VALIDATION_FAILED,
+            Self::InvalidSpec(_) | Self::InvalidTemplate(_) => Reason::ValidationFailed,
             Self::Render(e) => e.reason(),
-            Self::MissingConnection { .. } => reasons::MISSING_CONNECTION,
+            Self::MissingConnection { .. } => Reason::MissingConnection,
             Self::ChildCacheNotReady { .. } | Self::UnreadableChild { .. } => {
-                reasons::RECONCILE_FAILED
+                Reason::ReconcileFailed
             }
             Self::OmniClient(_)
             | Self::OwnershipUnreadable { .. }
             | Self::NotOwned { .. }
             | Self::BackendApi(_)
-            | Self::Sync { .. } => reasons::SYNC_FAILED,
+            | Self::Sync { .. } => Reason::SyncFailed,
             Self::DeleteWithoutConnection { .. }
             | Self::RenamedBeforeDelete { .. }
             | Self::DeleteOwnershipUnreadable { .. }
-            | Self::Delete { .. } => reasons::DELETE_FAILED,
+            | Self::Delete { .. } => Reason::DeleteFailed,
         }
     }
 
-    /// What the reconcile does next. Waiting for a change suits what a watch reports (the
-    /// spec); a failure outside the watches (Omni, template files) is looked at again after
-    /// [`FAILURE_RECHECK`] (or the shorter sync interval); the rest backs off.
-    pub fn retry(&self) -> RetryPolicy {
+    /// Waiting for a change suits what a watch reports (the spec); a failure outside the
+    /// watches (Omni, template files) is looked at again after [`FAILURE_RECHECK`] (or the
+    /// shorter sync interval); the rest backs off.
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) | Self::RenamedBeforeDelete { .. } => RetryPolicy::AwaitChange,
             Self::MissingConnection {
@@ -218,7 +217,9 @@ impl ClusterFailure {
             | Self::Delete { .. } => RetryPolicy::Backoff,
         }
     }
+}
 
+impl ClusterFailure {
     /// How far the pass got.
     pub(crate) fn stage(&self) -> Stage {
         match self {

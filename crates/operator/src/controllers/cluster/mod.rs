@@ -9,10 +9,12 @@
 //! then syncs it (`sync.rs`: dereference, render, plan, apply, read Omni's view) or deletes it
 //! (`delete.rs`), and ends in one `outcome::Outcome`. The status is derived from it by a pure
 //! function (`outcome::desired_status`) and written once; the next reconcile is another pure
-//! function of it (`outcome::next_action`). Failures are `ClusterFailure`s, which know
-//! their condition reason and retry policy. `children.rs` holds the child caches the render
-//! reads from, `ownership.rs` whose an Omni cluster is, `omni_state.rs` Omni's view in status,
-//! `plan.rs` the gate between planning and writing (`spec.changePolicy`, approval, adoption).
+//! function of it (`outcome::recheck`, `outcome::retry_policy`). Failures are
+//! `ClusterFailure`s, which know their condition reason and retry policy. `children.rs` holds
+//! the child caches the render reads from, `ownership.rs` whose an Omni cluster is,
+//! `omni_state.rs` Omni's view in status, `plan.rs` the gate between planning and writing
+//! (`spec.changePolicy`, approval, adoption; the rules are `domain::plan`'s), `triggers.rs`
+//! what of a cluster wakes its dependants.
 
 mod children;
 mod delete;
@@ -20,55 +22,48 @@ mod failure;
 mod omni_state;
 mod outcome;
 mod ownership;
-pub(crate) mod plan;
+mod plan;
+mod state;
 mod sync;
+pub(crate) mod triggers;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::StreamExt as _;
-use std::sync::Arc;
-use std::time::Duration;
-
-use kube::Resource as _;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 
-pub(crate) use self::children::ChildCaches;
-use self::children::{ChildKind, child_mapper, cluster_keys, omni_status_key};
-use self::delete::cleanup;
-pub(crate) use self::failure::ClusterFailure;
-use self::outcome::{Outcome, desired_status, next_action};
-pub(crate) use self::ownership::OMNI_OWNER_ANNOTATION;
-use self::sync::apply_cluster;
-use super::pipeline::{self, Cleanup, Pipeline};
-use super::{Cached, Context, Error, Shutdown, Watches, drive, indexed_controller_for, touched};
-use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+use self::children::{ChildCaches, ChildKind, child_mapper, cluster_keys, omni_status_key};
+use self::failure::ClusterFailure;
+use self::outcome::{Done, Outcome, desired_status, recheck, retry_policy, status_failing_for};
+use self::state::{ClusterState, sync_interval};
+pub use self::sync::OMNI_DEADLINE;
+use crate::api::cluster::OmniClusterStatus;
+use crate::api::common::{condition_types as ct, find_condition};
+use crate::api::keys::APPROVE_PLAN_ANNOTATION;
+use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers, Reason};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::decoded::Cached;
+use crate::controllers::shared::error::{PassError, RetryPolicy, periodic};
+use crate::controllers::shared::finalizer::Finalizer;
+use crate::controllers::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
+use crate::controllers::shared::runner::{Shutdown, drive, indexed_controller_for};
+use crate::controllers::shared::setup::Setup;
+use crate::controllers::shared::status::reported;
+use crate::controllers::shared::triggers::{own_changes, touched};
+use crate::controllers::shared::watches::Watches;
 
-/// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
-/// the status read; one delete step. Each call is bounded by the client's request timeout
-/// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
-/// the pass (and the object retries with backoff) instead of wedging the object.
-pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
-/// operator writes: Omni's UI then tells people who manages the resource.
-pub(crate) const GITOPS_TOOL: &str = "omni-operator";
-
-/// How often `cluster` is re-checked: its `syncInterval`, clamped to the floor for intervals
-/// stored without admission (so a tiny one cannot hot-loop).
-fn sync_interval(cluster: &OmniCluster, ctx: &Context) -> Duration {
-    crate::api::duration::clamp_interval(
-        cluster
-            .sync_interval()
-            .to_std()
-            .unwrap_or(Duration::from_secs(300)),
-        ctx.min_interval,
-    )
-}
+reported!(OmniCluster => OmniClusterStatus, suspended: |c| c.spec.suspend);
 
 /// The pipeline's steps for OmniCluster.
 impl Pipeline for OmniCluster {
-    type Outcome = Outcome;
-    const LEGACY_FINALIZER: bool = true;
+    type State = ClusterState;
+    /// What the render recorded, once the pass got that far.
+    type Found = Option<Box<outcome::Rendition>>;
+    type Done = Done;
+    type Failure = ClusterFailure;
+    const FINALIZER: Finalizer = Finalizer::CurrentOrLegacy;
 
     /// The OmniConnection: the Omni every pass talks to.
     fn target(&self) -> Option<String> {
@@ -76,34 +71,44 @@ impl Pipeline for OmniCluster {
         Some(format!("connection:{ns}/{}", self.spec.connection_ref.name))
     }
 
-    fn validate(&self) -> crate::api::validation::Validation {
-        crate::api::cluster::validate_stored(self)
+    fn validate(&self) -> Result<(), ClusterFailure> {
+        webhook_rules(
+            crate::api::cluster::validate_stored(self),
+            ClusterFailure::InvalidSpec,
+        )
     }
 
-    fn invalid(summary: String) -> Outcome {
-        Outcome::failed(ClusterFailure::InvalidSpec(summary))
+    async fn apply(&self, ctx: &Context, state: &ClusterState) -> Result<Outcome, PassError<Self>> {
+        Ok(sync::apply_cluster(ctx, state, self).await?)
     }
 
-    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-        apply_cluster(&ctx, &self).await
-    }
-
-    fn desired_status(
+    async fn cleanup(
         &self,
-        outcome: &Outcome,
-        now: jiff::Timestamp,
-    ) -> crate::api::cluster::OmniClusterStatus {
+        ctx: &Context,
+        state: &ClusterState,
+    ) -> Result<Cleanup<Outcome>, PassError<Self>> {
+        let step = delete::cleanup(ctx, state, self).await?;
+        if matches!(step, Cleanup::Done) {
+            state.omni.forget_status_of(
+                &self.metadata.namespace.clone().unwrap_or_default(),
+                &self.spec.connection_ref.name,
+                &self.effective_cluster_name(),
+            );
+        }
+        Ok(step)
+    }
+
+    fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniClusterStatus {
         desired_status(self, outcome, now)
     }
 
-    fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
-        let status_failing = outcome::status_failing_for(self, ctx.clock.now());
-        next_action(
-            outcome,
-            super::periodic(sync_interval(self, ctx)),
-            status_failing,
-        )
-        .map_err(Error::from)
+    fn recheck(&self, done: &Done, ctx: &Context, state: &ClusterState) -> Action {
+        let status_failing = status_failing_for(self, ctx.clock.now());
+        recheck(done, periodic(sync_interval(self, state)), status_failing)
+    }
+
+    fn retry(&self, failure: &ClusterFailure, state: &ClusterState) -> RetryPolicy {
+        retry_policy(failure, periodic(sync_interval(self, state)))
     }
 
     /// One Event when a plan that was held, or pre-approved, is applied with its approval.
@@ -111,21 +116,16 @@ impl Pipeline for OmniCluster {
         &self,
         ctx: &Context,
         outcome: &Outcome,
-        old: Option<&crate::api::cluster::OmniClusterStatus>,
-        _new: &crate::api::cluster::OmniClusterStatus,
+        old: Option<&OmniClusterStatus>,
+        _new: &OmniClusterStatus,
     ) {
-        let hash = match outcome {
-            Outcome::Synced(s) if s.changed => s.approved.as_deref(),
+        let hash = match &outcome.result {
+            Ok(Done::Synced(s)) if s.changed => s.approved.as_deref(),
             // A deletion runs over several passes: announced on its first.
-            Outcome::Deleting { approved, .. }
+            Ok(Done::Deleting { approved, .. })
                 if old
-                    .and_then(|s| {
-                        crate::api::common::find_condition(
-                            &s.conditions,
-                            crate::api::common::condition_types::READY,
-                        )
-                    })
-                    .is_none_or(|c| c.reason != crate::api::common::reasons::DELETING) =>
+                    .and_then(|s| find_condition(&s.conditions, ct::READY))
+                    .is_none_or(|c| c.reason != Reason::Deleting) =>
             {
                 approved.as_deref()
             }
@@ -134,78 +134,81 @@ impl Pipeline for OmniCluster {
         if let Some(hash) = hash {
             ctx.event(
                 self,
-                kube::runtime::events::EventType::Normal,
-                crate::plan::REASON_PLAN_APPLIED,
+                EventType::Normal,
+                Reason::PlanApplied,
                 format!(
-                    "applied plan {hash}, approved by the annotation {}",
-                    crate::plan::APPROVE_ANNOTATION
+                    "applied plan {hash}, approved by the annotation {APPROVE_PLAN_ANNOTATION}"
                 ),
             )
             .await;
         }
     }
-
-    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
-        let step = cleanup(&ctx, &self).await?;
-        if matches!(step, Cleanup::Done) {
-            ctx.omni.forget_status_of(
-                &self.metadata.namespace.clone().unwrap_or_default(),
-                &self.spec.connection_ref.name,
-                &self.effective_cluster_name(),
-            );
-        }
-        Ok(step)
-    }
 }
 
 /// The OmniCluster controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S: Shutdown>(
-    ctx: Arc<Context>,
+pub(crate) fn start<S: Shutdown>(
+    ctx: &Arc<Context>,
+    setup: &Setup<'_>,
     watches: &mut Watches,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + use<S> {
-    let (controller, index) = indexed_controller_for::<OmniCluster>(&ctx, watches, cluster_keys);
+    let (controller, index) = indexed_controller_for::<OmniCluster>(ctx, watches, cluster_keys);
     let (by_cp, by_workers, by_machine) = (index.clone(), index.clone(), index.clone());
     let by_omni_status = index.clone();
     // A change of a cluster's status in Omni, from the connection's status watch.
-    let status_changes = ctx.omni.status_changes().flat_map(move |change| {
+    let status_changes = setup.omni.status_changes().flat_map(move |change| {
         let key = omni_status_key(&change.namespace, &change.connection, &change.cluster);
         futures::stream::iter(by_omni_status.get(&key))
     });
-    if let Ok(mut slot) = ctx.cluster_children.write() {
-        *slot = Some(ChildCaches {
-            control_planes: watches.of::<OmniControlPlane>().store(),
-            workers: watches.of::<OmniWorkers>().store(),
-            machines: watches.of::<OmniMachine>().store(),
-        });
-    }
+    let children = ChildCaches {
+        control_planes: watches.of::<OmniControlPlane>().store(),
+        workers: watches.of::<OmniWorkers>().store(),
+        machines: watches.of::<OmniMachine>().store(),
+    };
+    let state = ClusterState::new(setup, children);
+    let connections = ctx
+        .baseline
+        .mapped_events(watches.of::<OmniConnection>().subscribe());
     let controller = controller
+        .watches_stream(touched(connections), move |conn: Cached<OmniConnection>| {
+            index.referring_to("connection", &conn)
+        })
         .watches_stream(
-            touched::<OmniConnection>(watches),
-            move |conn: Cached<OmniConnection>| {
-                if !crate::baseline::mapped_event_passes("connection→cluster", conn.meta()) {
-                    return Vec::new();
-                }
-                index.referring_to("connection", &conn)
-            },
-        )
-        .watches_stream(
-            touched::<OmniControlPlane>(watches),
+            own_changes(watches.of::<OmniControlPlane>().subscribe()),
             child_mapper::<OmniControlPlane>(by_cp, ChildKind::ControlPlane),
         )
         .watches_stream(
-            touched::<OmniWorkers>(watches),
+            own_changes(watches.of::<OmniWorkers>().subscribe()),
             child_mapper::<OmniWorkers>(by_workers, ChildKind::Workers),
         )
         .watches_stream(
-            touched::<OmniMachine>(watches),
+            own_changes(watches.of::<OmniMachine>().subscribe()),
             child_mapper::<OmniMachine>(by_machine, ChildKind::Machine),
         )
         .reconcile_on(status_changes);
-    async move {
-        drive::<OmniCluster, _, _>(controller, ctx.clone(), shutdown, pipeline::reconcile).await;
-        if let Ok(mut slot) = ctx.cluster_children.write() {
-            *slot = None;
-        }
+    drive::<OmniCluster>(controller, ctx.clone(), state, shutdown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::shared::status::Reported as _;
+
+    /// The info metric's `suspended` label comes from the kind: only an OmniCluster can be.
+    /// (A macro matching the kind as a type once lost this.)
+    #[test]
+    fn only_a_suspended_cluster_reports_suspended() {
+        let cluster = |suspend: bool| -> OmniCluster {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "omni.texashpc.com/v1alpha1",
+                "kind": "OmniCluster",
+                "metadata": {"name": "edge", "namespace": "ops"},
+                "spec": {"connectionRef": {"name": "omni"}, "suspend": suspend,
+                         "kubernetes": {"version": "v1.35.0"}, "talos": {"version": "v1.13.2"}},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(cluster(true).suspended());
+        assert!(!cluster(false).suspended());
     }
 }

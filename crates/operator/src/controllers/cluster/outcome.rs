@@ -1,6 +1,6 @@
-//! What one pass of the OmniCluster controller came to ([`Outcome`]), and the two pure
-//! decisions taken from it: the status to write
-//! ([`desired_status`]) and the next reconcile ([`next_action`]).
+//! What one pass of the OmniCluster controller came to ([`Outcome`]), and the pure decisions
+//! taken from it: the status to write ([`desired_status`]) and the next reconcile
+//! ([`recheck`] after a pass that did not fail, [`retry_policy`] after one that did).
 
 use std::time::Duration;
 
@@ -11,10 +11,12 @@ use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
 use super::plan::HeldPlan;
 use crate::api::OmniCluster;
+use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
-use crate::api::common::{ConditionStatus, condition_types as ct, find_condition, reasons};
-use crate::controllers::RetryPolicy;
-use crate::controllers::status::Draft;
+use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status::Draft;
 
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
@@ -37,7 +39,7 @@ pub(crate) fn status_failing_for(cluster: &OmniCluster, now: jiff::Timestamp) ->
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, ct::READY))
-        .filter(|c| c.status == ConditionStatus::False && c.reason == reasons::STATUS_FAILED)
+        .filter(|c| c.status == ConditionStatus::False && c.reason == Reason::StatusFailed)
         .and_then(|c| Duration::try_from(now.duration_since(c.last_transition_time)).ok())
         .unwrap_or_default()
 }
@@ -74,8 +76,6 @@ impl Rendition {
 /// A sync that reached Omni.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    /// What was rendered.
-    pub(crate) rendered: Rendition,
     /// Whether Omni was changed.
     pub(crate) changed: bool,
     /// What was done (trimmed).
@@ -88,28 +88,20 @@ pub(crate) struct Synced {
     pub(crate) approved: Option<String>,
 }
 
-/// What one pass came to.
+/// What one pass came to: the rendition when it got as far as rendering, and its end.
+pub(crate) type Outcome = pipeline::Outcome<OmniCluster>;
+
+/// What a pass that did not fail came to.
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub(crate) enum Done {
     /// `spec.suspend`: nothing was done.
     Suspended,
-    /// The pass failed; `rendered` when it got as far as rendering.
-    Failed {
-        /// Why.
-        failure: ClusterFailure,
-        /// What the render recorded, if it ran.
-        rendered: Option<Box<Rendition>>,
-    },
     /// Omni holds the template.
     Synced(Box<Synced>),
     /// A plan was computed and not applied (mode `Plan`, held for approval, an adoption that
-    /// differs); `rendered` is `None` for a held deletion.
-    Held {
-        /// The held plan.
-        held: Box<HeldPlan>,
-        /// What the render recorded (a sync's hold).
-        rendered: Option<Box<Rendition>>,
-    },
+    /// differs). A sync's hold comes with the rendition (`Outcome::found`); a held deletion
+    /// rendered nothing.
+    Held(Box<HeldPlan>),
     /// Deletion waits for Omni to tear these resources down; `output` is what was done.
     Deleting {
         /// The resources still there.
@@ -119,16 +111,6 @@ pub(crate) enum Outcome {
         /// The hash of the deletion plan, when the approval annotation released it.
         approved: Option<String>,
     },
-}
-
-impl Outcome {
-    /// A failure before anything was rendered.
-    pub(crate) fn failed(failure: impl Into<ClusterFailure>) -> Self {
-        Self::Failed {
-            failure: failure.into(),
-            rendered: None,
-        }
-    }
 }
 
 /// Pure: the status `cluster` should have after `outcome`, conditions stamped `now`. A
@@ -144,17 +126,17 @@ pub(crate) fn desired_status(
     stored.observed_generation = generation;
     let mut d = Draft::new(stored, generation, now, ct::SYNCED);
     let name = cluster.effective_cluster_name();
-    match outcome {
-        Outcome::Suspended => d.set(
+    if let Some(rendered) = &outcome.found {
+        rendered.record(&mut d.s, &name);
+    }
+    match &outcome.result {
+        Ok(Done::Suspended) => d.set(
             ct::READY,
             false,
-            reasons::SUSPENDED,
+            Reason::Suspended,
             "remote Omni sync is suspended",
         ),
-        Outcome::Failed { failure, rendered } => {
-            if let Some(r) = rendered {
-                r.record(&mut d.s, &name);
-            }
+        Err(failure) => {
             let (reason, message) = (failure.reason(), failure.to_string());
             match failure.stage() {
                 Stage::Validate => {
@@ -180,18 +162,16 @@ pub(crate) fn desired_status(
             }
             d.set(ct::READY, false, reason, &message);
         }
-        Outcome::Held { held, rendered } => {
+        Ok(Done::Held(held)) => {
             let reason = held.hold.reason();
-            if let Some(r) = rendered {
-                r.record(&mut d.s, &name);
+            if outcome.found.is_some() {
                 template_valid(&mut d);
                 d.set(ct::SYNCED, false, reason, &held.message);
             }
             d.s.plan = Some(held.plan.clone());
             d.set(ct::READY, false, reason, &held.message);
         }
-        Outcome::Synced(synced) => {
-            synced.rendered.record(&mut d.s, &name);
+        Ok(Done::Synced(synced)) => {
             // Nothing is pending: what was planned is applied, or there was nothing.
             d.s.plan = None;
             let first = d.s.last_sync_time.is_none();
@@ -203,31 +183,31 @@ pub(crate) fn desired_status(
                 d.s.last_sync_output = Some(synced.output.clone());
             }
             template_valid(&mut d);
-            d.set(ct::SYNCED, true, reasons::SYNCED, "template synced to Omni");
+            d.set(ct::SYNCED, true, Reason::Synced, "template synced to Omni");
             match &synced.health {
                 Ok(health) => {
                     omni_state(&mut d.s, health);
                     d.set(
                         ct::READY,
                         true,
-                        reasons::SYNCED,
+                        Reason::Synced,
                         "cluster template is synced and status was read from Omni",
                     );
                 }
-                Err(e) => d.set(ct::READY, false, reasons::STATUS_FAILED, &e.to_string()),
+                Err(e) => d.set(ct::READY, false, Reason::StatusFailed, &e.to_string()),
             }
         }
-        Outcome::Deleting {
+        Ok(Done::Deleting {
             waiting_for,
             output,
             ..
-        } => {
+        }) => {
             d.s.plan = None;
             if !output.is_empty() {
                 d.s.last_sync_output = Some(output.clone());
             }
             let m = format!("waiting for Omni to delete {}", waiting_for.join(", "));
-            d.set(ct::READY, false, reasons::DELETING, &m);
+            d.set(ct::READY, false, Reason::Deleting, &m);
         }
     }
     d.s
@@ -237,35 +217,33 @@ fn template_valid(d: &mut Draft<OmniClusterStatus>) {
     d.set(
         ct::VALIDATED,
         true,
-        reasons::VALIDATED,
+        Reason::Validated,
         "rendered Omni cluster template is valid",
     );
 }
 
-/// Pure: the next reconcile after `outcome`, for a cluster re-checked every `sync_interval`
-/// whose Omni status has been unreadable for `status_failing` (zero if it was read last time).
-/// `Err` hands the failure to the error backoff.
-pub(crate) fn next_action(
-    outcome: Outcome,
-    sync_interval: Duration,
-    status_failing: Duration,
-) -> Result<Action, ClusterFailure> {
-    match outcome {
+/// Pure: the next reconcile after a pass that came to `done`, for a cluster re-checked every
+/// `sync_interval` whose Omni status has been unreadable for `status_failing` (zero if it was
+/// read last time).
+pub(crate) fn recheck(done: &Done, sync_interval: Duration, status_failing: Duration) -> Action {
+    match done {
         // A watched status that cannot be read (none yet) wakes the cluster when it changes.
-        Outcome::Synced(synced) if synced.health.is_err() && !synced.watched => Ok(
-            Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval)),
-        ),
+        Done::Synced(synced) if synced.health.is_err() && !synced.watched => {
+            Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval))
+        }
         // A held plan is looked at again when the object changes (an approval, a spec edit),
         // when its children do, and at the sync interval (Omni may change meanwhile).
-        Outcome::Suspended | Outcome::Synced(_) | Outcome::Held { .. } => {
-            Ok(Action::requeue(sync_interval))
-        }
-        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_POLL)),
-        Outcome::Failed { failure, .. } => match failure.retry() {
-            RetryPolicy::AwaitChange => Ok(Action::await_change()),
-            RetryPolicy::Poll(after) => Ok(Action::requeue(after.min(sync_interval))),
-            RetryPolicy::Backoff => Err(failure),
-        },
+        Done::Suspended | Done::Synced(_) | Done::Held(_) => Action::requeue(sync_interval),
+        Done::Deleting { .. } => Action::requeue(DELETE_POLL),
+    }
+}
+
+/// Pure: what follows `failure` for a cluster re-checked every `sync_interval`: its own
+/// policy, a poll never later than the next periodic pass.
+pub(crate) fn retry_policy(failure: &ClusterFailure, sync_interval: Duration) -> RetryPolicy {
+    match failure.retry() {
+        RetryPolicy::Poll(after) => RetryPolicy::Poll(after.min(sync_interval)),
+        other => other,
     }
 }
 

@@ -6,9 +6,10 @@ use super::*;
 use crate::api::common::Condition;
 use crate::controllers::cluster::failure::{ConnectionLookup, FAILURE_RECHECK};
 use crate::controllers::cluster::ownership::OmniOwnership;
-use crate::controllers::omni::{ApiVersionError, ConnectionError};
-use crate::controllers::status::status_patch;
-use crate::render::RenderError;
+use crate::controllers::shared::error::Failure;
+use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::shared::status::status_patch;
+use crate::domain::render::RenderError;
 use omni_client::template::{StateError, SyncError, ValidationErrors};
 
 fn t(minute: i64) -> jiff::Timestamp {
@@ -70,26 +71,43 @@ fn health(phase: &str) -> ClusterHealth {
 }
 
 fn synced(changed: bool, output: &str, health: Result<ClusterHealth, StatusError>) -> Outcome {
-    Outcome::Synced(Box::new(Synced {
-        rendered: rendition(),
-        changed,
-        output: output.into(),
-        health,
-        watched: false,
-        approved: None,
-    }))
+    Outcome::new(
+        Some(Box::new(rendition())),
+        Ok(Done::Synced(Box::new(Synced {
+            changed,
+            output: output.into(),
+            health,
+            watched: false,
+            approved: None,
+        }))),
+    )
 }
 
 /// A sync whose status came from the connection's live status watch.
 fn synced_watched(health: Result<ClusterHealth, StatusError>) -> Outcome {
-    Outcome::Synced(Box::new(Synced {
-        rendered: rendition(),
-        changed: false,
-        output: String::new(),
-        health,
-        watched: true,
-        approved: None,
-    }))
+    Outcome::new(
+        Some(Box::new(rendition())),
+        Ok(Done::Synced(Box::new(Synced {
+            changed: false,
+            output: String::new(),
+            health,
+            watched: true,
+            approved: None,
+        }))),
+    )
+}
+
+/// The next reconcile after `outcome` for a cluster re-checked every `interval` whose status
+/// has been unreadable for `failing`; `Err` is a failure handed to the backoff.
+fn next_action(
+    outcome: Outcome,
+    interval: Duration,
+    failing: Duration,
+) -> Result<Action, ClusterFailure> {
+    match outcome.result {
+        Ok(done) => Ok(recheck(&done, interval, failing)),
+        Err(failure) => retry_policy(&failure, interval).action().ok_or(failure),
+    }
 }
 
 fn sync_error() -> SyncError {
@@ -268,10 +286,7 @@ fn a_failed_sync_shows_what_was_done_before_it_and_keeps_the_last_success() {
     };
     let s = desired_status(
         &ok,
-        &Outcome::Failed {
-            failure,
-            rendered: Some(Box::new(rendition())),
-        },
+        &Outcome::new(Some(Box::new(rendition())), Err(failure)),
         t(5),
     );
     assert_eq!(
@@ -373,7 +388,7 @@ fn an_unreadable_omni_status_turns_only_ready() {
 #[test]
 fn a_suspended_cluster_turns_ready_false_and_keeps_the_rest() {
     let ok = after(cluster(), &synced(true, "", Ok(health("RUNNING"))), t(0));
-    let s = desired_status(&ok, &Outcome::Suspended, t(5));
+    let s = desired_status(&ok, &Outcome::done(Done::Suspended), t(5));
     assert_eq!(
         conditions(&s),
         vec![
@@ -388,11 +403,11 @@ fn a_suspended_cluster_turns_ready_false_and_keeps_the_rest() {
 
 #[test]
 fn a_deletion_in_progress_names_what_omni_still_holds() {
-    let deleting = Outcome::Deleting {
+    let deleting = Outcome::done(Done::Deleting {
         waiting_for: vec!["Clusters.omni.sidero.dev(default/prod)".into()],
         output: "* tearing down prod".into(),
         approved: None,
-    };
+    });
     let s = desired_status(&cluster(), &deleting, t(0));
     assert_eq!(conditions(&s), vec![cond("Ready", false, "Deleting")]);
     assert_eq!(
@@ -418,7 +433,10 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
         next(synced(false, "", Ok(health("RUNNING"))), minute),
         Some(Action::requeue(minute))
     );
-    assert_eq!(next(Outcome::Suspended, hour), Some(Action::requeue(hour)));
+    assert_eq!(
+        next(Outcome::done(Done::Suspended), hour),
+        Some(Action::requeue(hour))
+    );
     let unread = || synced(true, "", Err(StatusError::NotFound("prod".into())));
     assert_eq!(
         next(unread(), hour),
@@ -448,11 +466,11 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
         Some(Action::requeue(hour)),
         "a watched status is not polled: its watch wakes the cluster when it appears"
     );
-    let deleting = Outcome::Deleting {
+    let deleting = Outcome::done(Done::Deleting {
         waiting_for: Vec::new(),
         output: String::new(),
         approved: None,
-    };
+    });
     assert_eq!(next(deleting, hour), Some(Action::requeue(DELETE_POLL)));
     let not_owned = || {
         Outcome::failed(ClusterFailure::NotOwned {
@@ -501,21 +519,21 @@ fn an_unreadable_omni_status_is_timed_from_when_ready_turned_status_failed() {
 fn a_held_plan_is_reported_and_a_sync_clears_it() {
     use crate::api::plan::PlanStatus;
     use crate::controllers::cluster::plan::HeldPlan;
-    use crate::plan::Hold;
+    use crate::domain::plan::Hold;
     let plan = PlanStatus {
         hash: "h".into(),
         generation: 1,
         summary: "1 to delete (destructive)".into(),
         ..PlanStatus::default()
     };
-    let held = Outcome::Held {
-        held: Box::new(HeldPlan {
+    let held = Outcome::new(
+        Some(Box::new(rendition())),
+        Ok(Done::Held(Box::new(HeldPlan {
             hold: Hold::ApprovalRequired,
             plan: plan.clone(),
             message: "held".into(),
-        }),
-        rendered: Some(Box::new(rendition())),
-    };
+        }))),
+    );
     let stored = desired_status(
         &cluster(),
         &synced(true, "* creating", Ok(health("RUNNING"))),
@@ -547,4 +565,13 @@ fn a_held_plan_is_reported_and_a_sync_clears_it() {
         next_action(held, Duration::from_secs(300), Duration::ZERO).ok(),
         Some(Action::requeue(Duration::from_secs(300)))
     );
+    // A held deletion rendered nothing: `Ready` alone reports it, with the plan.
+    let held_deletion = Outcome::done(Done::Held(Box::new(HeldPlan {
+        hold: Hold::PlanOnly,
+        plan: plan.clone(),
+        message: "deletion held".into(),
+    })));
+    let s = desired_status(&cluster(), &held_deletion, t(0));
+    assert_eq!(conditions(&s), vec![cond("Ready", false, "PlanOnly")]);
+    assert_eq!(s.plan.as_ref(), Some(&plan));
 }

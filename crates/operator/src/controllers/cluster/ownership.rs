@@ -8,12 +8,7 @@ use omni_client::template::types::CLUSTER as CLUSTER_TYPE;
 use omni_client::template::{StateError, TemplateState};
 
 use crate::api::OmniCluster;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
-
-/// Annotation the operator puts on the Omni `Cluster` resource it creates or adopts:
-/// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
-/// tells management clusters (and re-created objects) apart.
-pub(crate) const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+use crate::api::keys::OMNI_OWNER_ANNOTATION;
 
 /// The owner stamp of `cluster`.
 pub(crate) fn owner_stamp(cluster: &OmniCluster) -> String {
@@ -27,7 +22,7 @@ pub(crate) fn owner_stamp(cluster: &OmniCluster) -> String {
 
 /// Whose an existing Omni cluster is, as far as this OmniCluster is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OmniOwnership {
+pub(crate) enum OmniOwnership {
     /// Stamped with this object's owner annotation.
     Owned,
     /// Unstamped, but synced by this object before clusters were stamped: its status records a
@@ -49,7 +44,7 @@ impl OmniOwnership {
     }
 
     /// Whose it is, for messages ("it …").
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             OmniOwnership::OwnedByOther(stamp) => {
                 format!("belongs to {stamp} ({OMNI_OWNER_ANNOTATION})")
@@ -93,15 +88,6 @@ pub(super) async fn existing_ownership<S: TemplateState>(
         let annotations = r.metadata.map(|m| m.annotations).unwrap_or_default();
         omni_ownership(cluster, &annotations)
     }))
-}
-
-/// Whether the user asked this object to take over an Omni cluster it did not create.
-pub(super) fn adopt_requested(cluster: &OmniCluster) -> bool {
-    cluster
-        .annotations()
-        .get(ADOPT_ANNOTATION)
-        .map(String::as_str)
-        == Some("true")
 }
 
 #[cfg(test)]

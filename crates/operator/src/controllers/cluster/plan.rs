@@ -1,23 +1,19 @@
 //! The plan step of a cluster pass, between observing Omni and writing to it: the pass's plan
-//! judged by [`crate::plan`] under the object's `spec.changePolicy`, its approval annotation
-//! and whether it adopts an existing Omni cluster. No I/O: it only reads what the pass already
-//! has (the object, the operator's default policy, the connection's hash key).
+//! judged by [`crate::domain::plan`] under the object's `spec.changePolicy` (or the cluster
+//! controller's default destructive policy), its approval annotation and whether it adopts an
+//! existing Omni cluster. No I/O: it only reads what the pass already has (the object, the
+//! controller's state, the connection's hash key).
 
 use kube::ResourceExt;
-use omni_client::template::{Plan, keys};
+use omni_client::template::Plan;
 
-use super::ownership::OMNI_OWNER_ANNOTATION;
+use super::state::ClusterState;
+use crate::api::keys::APPROVE_PLAN_ANNOTATION;
 use crate::api::plan::{ChangeMode, DestructivePolicy, PlanStatus};
 use crate::api::{OmniCluster, OmniConnection};
-use crate::controllers::Context;
-use crate::plan::{
-    APPROVE_ANNOTATION, ChangeSet, Decision, Hold, Situation, decide, hold_message, ignored,
+use crate::domain::plan::{
+    ChangeSet, Decision, Hold, OPERATOR_BOOKKEEPING, Situation, decide, hold_message, ignored,
 };
-
-/// Annotations the operator writes on Omni resources for itself (its owner stamp, Omni's
-/// `managed-by-gitops-tools`): not a change a user judges, nor the cluster's configuration.
-pub(crate) const OPERATOR_BOOKKEEPING: [&str; 2] =
-    [OMNI_OWNER_ANNOTATION, keys::MANAGED_BY_GITOPS_TOOLS];
 
 /// A plan that is not applied, and how it is reported.
 #[derive(Debug)]
@@ -53,20 +49,20 @@ fn mode(cluster: &OmniCluster) -> ChangeMode {
         .unwrap_or_default()
 }
 
-fn destructive_policy(cluster: &OmniCluster, ctx: &Context) -> DestructivePolicy {
+fn destructive_policy(cluster: &OmniCluster, state: &ClusterState) -> DestructivePolicy {
     cluster
         .spec
         .change_policy
         .as_ref()
         .and_then(|p| p.destructive)
-        .unwrap_or(ctx.default_destructive)
+        .unwrap_or(state.default_destructive)
 }
 
 /// The value of the approval annotation, if set.
 fn approval(cluster: &OmniCluster) -> Option<&str> {
     cluster
         .annotations()
-        .get(APPROVE_ANNOTATION)
+        .get(APPROVE_PLAN_ANNOTATION)
         .map(|v| v.trim())
         .filter(|v| !v.is_empty())
 }
@@ -74,13 +70,13 @@ fn approval(cluster: &OmniCluster) -> Option<&str> {
 /// The gate of a sync: `plan` is the pass's plan, `adopting` whether the Omni cluster exists
 /// without this object's stamp and the adopt annotation asks to take it over.
 pub(super) fn gate(
-    ctx: &Context,
+    state: &ClusterState,
     cluster: &OmniCluster,
     conn: &OmniConnection,
     plan: &Plan,
     adopting: bool,
 ) -> Gate {
-    let (mode, destructive_policy) = (mode(cluster), destructive_policy(cluster, ctx));
+    let (mode, destructive_policy) = (mode(cluster), destructive_policy(cluster, state));
     // What `decide` answers for these inputs whatever the change set: judging it is left out
     // where nothing could hold it (the default, and most passes of a cold start).
     if plan.is_empty() {
@@ -90,7 +86,7 @@ pub(super) fn gate(
         return Gate::Apply { approved: None };
     }
     let changes = ChangeSet::from_plan(plan, &OPERATOR_BOOKKEEPING);
-    let hash = changes.hash(&ctx.omni.plan_key(conn));
+    let hash = changes.hash(&state.omni.plan_key(conn));
     let approval = approval(cluster);
     let decision = decide(&Situation {
         mode,
@@ -122,17 +118,17 @@ pub(super) fn gate(
 /// to Omni, so it holds a deletion too (until the mode changes or `deletePolicy.orphan` is
 /// set); `RequireApproval` holds it until approved.
 pub(super) fn deletion_gate(
-    ctx: &Context,
+    state: &ClusterState,
     cluster: &OmniCluster,
     conn: &OmniConnection,
     name: &str,
 ) -> Result<Option<String>, Box<HeldPlan>> {
     let changes = ChangeSet::deletion(name, cluster.destroy_machines_on_delete());
-    let hash = changes.hash(&ctx.omni.plan_key(conn));
+    let hash = changes.hash(&state.omni.plan_key(conn));
     let approval = approval(cluster);
     let hold = if mode(cluster) == ChangeMode::Plan {
         Hold::PlanOnly
-    } else if destructive_policy(cluster, ctx) == DestructivePolicy::RequireApproval {
+    } else if destructive_policy(cluster, state) == DestructivePolicy::RequireApproval {
         if approval == Some(hash.as_str()) {
             return Ok(Some(hash));
         }

@@ -4,6 +4,7 @@
 //! of the cluster back. Every end of the pass is an [`Outcome`].
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::ResourceExt;
 use omni_client::template::{Document, SyncOptions, apply, keys, plan_sync_for, status_cluster};
@@ -11,14 +12,22 @@ use omni_client::template::{Document, SyncOptions, apply, keys, plan_sync_for, s
 use super::children::children_of;
 use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
-use super::outcome::{Outcome, Rendition, Synced};
-use super::ownership::{OMNI_OWNER_ANNOTATION, adopt_requested, existing_ownership, owner_stamp};
+use super::outcome::{Done, Outcome, Rendition, Synced};
+use super::ownership::{existing_ownership, owner_stamp};
 use super::plan::{Gate, gate};
-use super::{GITOPS_TOOL, OMNI_DEADLINE};
+use super::state::ClusterState;
+use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
-use crate::controllers::{Context, Error};
-use crate::metrics::RpcOutcome;
-use crate::render;
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::domain::render;
+use crate::process::metrics::RpcOutcome;
+
+/// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
+/// the status read; one delete step. Each call is bounded by the client's request timeout
+/// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
+/// the pass (and the object retries with backoff) instead of wedging the object.
+pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The OmniConnection `cluster` names, or why it cannot be had.
 pub(super) async fn connection_of(
@@ -37,33 +46,33 @@ pub(super) async fn connection_of(
     }
 }
 
-/// Syncs `cluster` (valid, with its finalizer) to Omni. `Err` only for a failed read of the
-/// management cluster, which the status does not report.
-pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Result<Outcome, Error> {
+/// Syncs `cluster` (valid, with its finalizer) to Omni: dereference, render, sync the
+/// template, read Omni's view. `Err` only for a failed read of the management cluster, which
+/// the status does not report.
+pub(super) async fn apply_cluster(
+    ctx: &Context,
+    state: &ClusterState,
+    cluster: &OmniCluster,
+) -> Result<Outcome, Error> {
     if cluster.spec.suspend {
-        return Ok(Outcome::Suspended);
+        return Ok(Outcome::done(Done::Suspended));
     }
-    let name = cluster.effective_cluster_name();
-
     // dereference
-    let conn_name = &cluster.spec.connection_ref.name;
-    let missing = |cause| {
-        Outcome::failed(ClusterFailure::MissingConnection {
-            name: conn_name.clone(),
-            cause,
-        })
-    };
     let conn = match connection_of(ctx, cluster).await {
         Ok(c) => c,
-        Err(cause) => return Ok(missing(cause)),
+        Err(cause) => {
+            return Ok(Outcome::failed(ClusterFailure::MissingConnection {
+                name: cluster.spec.connection_ref.name.clone(),
+                cause,
+            }));
+        }
     };
-    let children = match children_of(ctx, cluster).await? {
+    let children = match children_of(ctx, &state.children, cluster).await? {
         Ok(children) => children,
         Err(failure) => return Ok(Outcome::failed(failure)),
     };
-
     // build (pure)
-    let mut rendered = match render::render(
+    let rendered = match render::render(
         cluster,
         &children.control_planes,
         &children.workers,
@@ -80,12 +89,20 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         workers_refs: rendered.workers_refs.clone(),
         machine_refs: rendered.machine_refs.clone(),
     };
-    let failed = |failure| {
-        Ok(Outcome::Failed {
-            failure,
-            rendered: Some(Box::new(rendition.clone())),
-        })
-    };
+    let result = sync(ctx, state, cluster, &conn, rendered).await;
+    Ok(Outcome::new(Some(Box::new(rendition)), result))
+}
+
+/// Brings Omni in line with the rendered template of `cluster` (plan with reads only; write
+/// only when Omni differs and nothing holds the plan), then reads Omni's view of the cluster.
+async fn sync(
+    ctx: &Context,
+    state: &ClusterState,
+    cluster: &OmniCluster,
+    conn: &OmniConnection,
+    mut rendered: render::Rendered,
+) -> Result<Done, ClusterFailure> {
+    let name = cluster.effective_cluster_name();
     // The owner stamp is added after hashing: it identifies the writer, not the template.
     for doc in &mut rendered.template.documents {
         if let Document::Cluster(c) = doc {
@@ -93,35 +110,36 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
                 .insert(OMNI_OWNER_ANNOTATION.to_string(), owner_stamp(cluster));
         }
     }
-    let files = render::file_resolver(cluster, ctx.template_root.as_deref());
-    if let Err(e) = rendered.template.validate(&files) {
-        return failed(ClusterFailure::InvalidTemplate(e));
-    }
-
-    // apply: plan (reads only), write only when Omni differs.
-    let client = match ctx.omni.get(&conn).await {
-        Ok(c) => c,
-        Err(e) => return failed(ClusterFailure::OmniClient(e)),
-    };
+    let files = render::file_resolver(cluster, state.template_root.as_deref());
+    rendered
+        .template
+        .validate(&files)
+        .map_err(ClusterFailure::InvalidTemplate)?;
+    let client = state
+        .omni
+        .get(conn)
+        .await
+        .map_err(ClusterFailure::OmniClient)?;
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-    let state = client.template_state(deadline);
+    let omni = client.template_state(deadline);
     // Never sync into an existing Omni cluster this object did not create, unless adopted;
     // an adoption plans first (see `plan.rs`).
-    let adopting = match existing_ownership(&state, cluster, &name).await {
+    let adopting = match existing_ownership(&omni, cluster, &name).await {
         Ok(Some(owner)) if !owner.is_ours() => {
-            if !adopt_requested(cluster) {
-                return failed(ClusterFailure::NotOwned { name, owner });
+            if !adopt_requested(&cluster.metadata) {
+                return Err(ClusterFailure::NotOwned { name, owner });
             }
             true
         }
         Ok(_) => false,
-        Err(source) => return failed(ClusterFailure::OwnershipUnreadable { name, source }),
+        Err(source) => return Err(ClusterFailure::OwnershipUnreadable { name, source }),
     };
     // The install disk is translated for the backend API version Omni speaks.
-    let api = match ctx.omni.backend_api(&conn, &client).await {
-        Ok(api) => api,
-        Err(e) => return failed(ClusterFailure::BackendApi(e)),
-    };
+    let api = state
+        .omni
+        .backend_api(conn, &client)
+        .await
+        .map_err(ClusterFailure::BackendApi)?;
     let options = SyncOptions {
         api,
         annotations: BTreeMap::from([(
@@ -132,18 +150,13 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
     let mut output = Vec::new();
     // plan (reads only) → gate (pure: mode, approval, adoption) → apply.
     let mut approved = None;
-    let applied = match plan_sync_for(&state, &rendered.template, &files, &options).await {
-        Ok(plan) => match gate(ctx, cluster, &conn, &plan, adopting) {
+    let applied = match plan_sync_for(&omni, &rendered.template, &files, &options).await {
+        Ok(plan) => match gate(state, cluster, conn, &plan, adopting) {
             Gate::InSync => Ok(false),
-            Gate::Hold(held) => {
-                return Ok(Outcome::Held {
-                    held,
-                    rendered: Some(Box::new(rendition)),
-                });
-            }
+            Gate::Hold(held) => return Ok(Done::Held(held)),
             Gate::Apply { approved: hash } => {
                 approved = hash;
-                apply(&state, &plan, deadline, &mut output)
+                apply(&omni, &plan, deadline, &mut output)
                     .await
                     .map(|()| true)
             }
@@ -155,7 +168,7 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         Ok(changed) => changed,
         Err(source) => {
             ctx.metrics.omni_rpc("sync", RpcOutcome::Error);
-            return failed(ClusterFailure::Sync {
+            return Err(ClusterFailure::Sync {
                 source: Box::new(source),
                 output,
             });
@@ -167,34 +180,43 @@ pub(super) async fn apply_cluster(ctx: &Context, cluster: &OmniCluster) -> Resul
         RpcOutcome::Unchanged
     };
     ctx.metrics.omni_rpc("sync", synced);
-
-    // status from Omni: from the connection's status watch while it is live (no call, and a
-    // change of it wakes this cluster), else read.
-    let watch = ctx.omni.status_watch(&conn);
-    let (health, watched) = match watch.as_ref().and_then(|w| w.read(&name)) {
-        Some(health) => (health, true),
-        None => {
-            let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
-            let health = status_cluster(&client.template_state(deadline), &name, deadline).await;
-            match &health {
-                Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
-                Err(e) => {
-                    ctx.metrics.omni_rpc("status", RpcOutcome::Error);
-                    tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
-                }
-            }
-            if let Some(watch) = &watch {
-                watch.note_read(&name, &health);
-            }
-            (health, false)
-        }
-    };
-    Ok(Outcome::Synced(Box::new(Synced {
-        rendered: rendition,
+    let (health, watched) = omni_view(ctx, state, conn, &client, &name).await;
+    Ok(Done::Synced(Box::new(Synced {
         changed,
         output,
         health,
         watched,
         approved,
     })))
+}
+
+/// Omni's view of the cluster `name`: from the connection's status watch while it is live (no
+/// call, and a change of it wakes this cluster; `true`), else read (`false`).
+async fn omni_view(
+    ctx: &Context,
+    state: &ClusterState,
+    conn: &OmniConnection,
+    client: &omni_client::Client,
+    name: &str,
+) -> (
+    Result<omni_client::template::ClusterHealth, omni_client::template::StatusError>,
+    bool,
+) {
+    let watch = state.omni.status_watch(conn);
+    if let Some(health) = watch.as_ref().and_then(|w| w.read(name)) {
+        return (health, true);
+    }
+    let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
+    let health = status_cluster(&client.template_state(deadline), name, deadline).await;
+    match &health {
+        Ok(_) => ctx.metrics.omni_rpc("status", RpcOutcome::Unchanged),
+        Err(e) => {
+            ctx.metrics.omni_rpc("status", RpcOutcome::Error);
+            tracing::warn!(cluster = %name, error = %e, "could not read Omni cluster status");
+        }
+    }
+    if let Some(watch) = &watch {
+        watch.note_read(name, &health);
+    }
+    (health, false)
 }

@@ -7,15 +7,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
 
+use crate::api::keys;
 use crate::api::{OmniCluster, OmniConnection};
-use crate::controllers::kubeconfig_export::set_secret_finalizers;
-use crate::controllers::{Context, Error};
-
-/// Finalizer on an OmniConnection's service-account key Secret while OmniClusters use the
-/// connection: a deletion of the Secret (by hand, by a namespace deletion) then waits until
-/// the clusters no longer need Omni. Only Secrets a connection references get it, and it is
-/// lifted as soon as no connection with clusters references the Secret.
-pub(crate) const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::finalizer::set_secret_finalizers;
 
 /// Whether a connection's hold is on `secret`.
 pub(crate) fn holds_key(secret: &kube::api::ObjectMeta) -> bool {
@@ -23,7 +19,7 @@ pub(crate) fn holds_key(secret: &kube::api::ObjectMeta) -> bool {
         .finalizers
         .iter()
         .flatten()
-        .any(|f| f == KEY_IN_USE_FINALIZER)
+        .any(|f| f == keys::KEY_IN_USE_FINALIZER)
 }
 
 /// Pure: the key Secrets of `connections` that clusters need (those of connections that at
@@ -70,7 +66,11 @@ impl SweptKeys {
 /// Puts the hold on the key Secrets of `ns` that its clusters need and lifts it from those no
 /// longer needed (the last cluster went, a connection now names another Secret, the connection
 /// is gone). A Secret being deleted takes no new finalizer; one held goes once it is released.
-pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error> {
+pub(super) async fn sync_key_holds(
+    ctx: &Context,
+    swept: &SweptKeys,
+    ns: &str,
+) -> Result<(), Error> {
     let lp = ListParams::default();
     let connections = ctx.api::<OmniConnection>(ns).list(&lp).await?.items;
     let clusters = ctx.api::<OmniCluster>(ns).list(&lp).await?.items;
@@ -82,11 +82,11 @@ pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error>
             && !holds_key(&secret.metadata)
         {
             let mut list = secret.finalizers().to_vec();
-            list.push(KEY_IN_USE_FINALIZER.to_string());
+            list.push(keys::KEY_IN_USE_FINALIZER.to_string());
             set_secret_finalizers(&secrets, &secret.metadata, list).await?;
         }
     }
-    if ctx.swept_keys.swept_for(ns, &needed) {
+    if swept.swept_for(ns, &needed) {
         return Ok(());
     }
     // Metadata alone: the namespace may hold thousands of Secrets, and only finalizers matter.
@@ -95,13 +95,13 @@ pub(super) async fn sync_key_holds(ctx: &Context, ns: &str) -> Result<(), Error>
             let rest = secret
                 .finalizers()
                 .iter()
-                .filter(|f| *f != KEY_IN_USE_FINALIZER)
+                .filter(|f| *f != keys::KEY_IN_USE_FINALIZER)
                 .cloned()
                 .collect();
             set_secret_finalizers(&secrets, &secret.metadata, rest).await?;
         }
     }
-    ctx.swept_keys.record(ns, needed);
+    swept.record(ns, needed);
     Ok(())
 }
 

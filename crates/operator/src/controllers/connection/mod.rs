@@ -2,9 +2,9 @@
 //! while OmniClusters still use the connection.
 //!
 //! The connection also holds its service-account key Secret while OmniClusters use it
-//! (`KEY_IN_USE_FINALIZER` on the Secret): deleting an OmniCluster needs Omni, so a namespace
-//! deletion, which deletes the Secret together with everything else, must leave the key in
-//! place until the clusters are gone from Omni.
+//! (`omni.texashpc.com/omni-key-in-use` on the Secret): deleting an OmniCluster needs Omni, so
+//! a namespace deletion, which deletes the Secret together with everything else, must leave
+//! the key in place until the clusters are gone from Omni.
 
 mod key_hold;
 mod outcome;
@@ -14,30 +14,44 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::{Resource as _, ResourceExt};
-
-pub(crate) use self::key_hold::SweptKeys;
-use self::key_hold::sync_key_holds;
-pub(crate) use self::outcome::ConnectionFailure;
-pub use self::outcome::{Outcome, desired_status, status_str};
-use super::index::{RefKey, namespace_of};
-use super::pipeline::{self, Cleanup, Pipeline};
-use super::{
-    Cached, Context, Error, Shutdown, Watches, cached_ref, cluster_changes_of, drive,
-    indexed_controller_for, touched,
-};
-use crate::api::connection::OmniConnectionStatus;
-use crate::api::validation::Validation;
-use crate::api::{OmniCluster, OmniConnection};
-use crate::metrics::RpcOutcome;
 use omni_client::template::BackendApi;
+
+use self::key_hold::{SweptKeys, sync_key_holds};
+use self::outcome::{Checked, ConnectionFailure, Outcome, desired_status};
+use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
+use super::shared::context::Context;
+use super::shared::decoded::{Cached, cached_ref};
+use super::shared::error::{Error, PassError, periodic};
+use super::shared::finalizer::Finalizer;
+use super::shared::index::{RefKey, namespace_of};
+use super::shared::omni::OmniClients;
+use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
+use super::shared::runner::{Shutdown, drive, indexed_controller_for};
+use super::shared::setup::Setup;
+use super::shared::status::reported;
+use super::shared::triggers::touched;
+use super::shared::watches::Watches;
+use crate::api::connection::OmniConnectionStatus;
+use crate::api::{OmniCluster, OmniConnection};
+use crate::process::metrics::RpcOutcome;
 
 /// Re-check interval of a reachable connection.
 pub(crate) const RECHECK: Duration = Duration::from_secs(300);
 /// Re-check interval while deletion waits for clusters.
 pub(crate) const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// What the OmniConnection controller keeps.
+pub(crate) struct ConnectionState {
+    /// The Omni clients, one per OmniConnection.
+    omni: Arc<OmniClients>,
+    /// The needed key Secrets as of each namespace's last sweep of key holds.
+    swept: SweptKeys,
+}
+
+reported!(OmniConnection => OmniConnectionStatus);
 
 /// Names (sorted) of OmniClusters in the namespace that reference `conn`, including those
 /// being deleted.
@@ -59,118 +73,146 @@ async fn referencing_clusters(ctx: &Context, conn: &OmniConnection) -> Result<Ve
 }
 
 /// Pings Omni and reads the backend API version it speaks.
-async fn check(ctx: &Context, conn: &OmniConnection) -> Result<Outcome, Error> {
-    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
-    let client = match ctx.omni.get(conn).await {
+async fn check(
+    ctx: &Context,
+    state: &ConnectionState,
+    conn: &OmniConnection,
+) -> Result<Outcome, Error> {
+    let namespace = conn.namespace().unwrap_or_default();
+    sync_key_holds(ctx, &state.swept, &namespace).await?;
+    let client = match state.omni.get(conn).await {
         Ok(client) => client,
-        Err(e) => return Ok(Outcome::Failed(ConnectionFailure::Client(e))),
+        Err(e) => return Ok(Outcome::failed(ConnectionFailure::Client(e))),
     };
     let endpoint = match client.ping().await {
         Ok(endpoint) => endpoint,
         Err(e) => {
             ctx.metrics.omni_rpc("ping", RpcOutcome::Error);
-            return Ok(Outcome::Failed(ConnectionFailure::Ping(e)));
+            return Ok(Outcome::failed(ConnectionFailure::Ping(e)));
         }
     };
     ctx.metrics.omni_rpc("ping", RpcOutcome::Unchanged);
-    Ok(match ctx.omni.refresh_backend_api(conn, &client).await {
+    Ok(match state.omni.refresh_backend_api(conn, &client).await {
         Ok(version) if BackendApi::from_version(version).is_some() => {
-            Outcome::Reachable { endpoint }
+            Outcome::done(Checked::Reachable { endpoint })
         }
-        Ok(version) => Outcome::UnsupportedApi { endpoint, version },
-        Err(e) => Outcome::Failed(ConnectionFailure::BackendApi(e)),
+        Ok(version) => Outcome::done(Checked::UnsupportedApi { endpoint, version }),
+        Err(e) => Outcome::failed(ConnectionFailure::BackendApi(e)),
     })
 }
 
 /// The deletion waits while clusters still use the connection. The key Secret's hold comes
 /// off before the finalizer: once this object is gone, nothing would reconcile it any more.
-async fn delete(ctx: &Context, conn: &OmniConnection) -> Result<Cleanup<Outcome>, Error> {
+async fn delete(
+    ctx: &Context,
+    state: &ConnectionState,
+    conn: &OmniConnection,
+) -> Result<Cleanup<Outcome>, Error> {
     let clusters = referencing_clusters(ctx, conn).await?;
-    sync_key_holds(ctx, &conn.namespace().unwrap_or_default()).await?;
+    sync_key_holds(ctx, &state.swept, &conn.namespace().unwrap_or_default()).await?;
     Ok(if clusters.is_empty() {
         Cleanup::Done
     } else {
-        Cleanup::Waiting(Outcome::Deleting { clusters })
+        Cleanup::Waiting(Outcome::done(Checked::Deleting { clusters }))
     })
 }
 
-/// Pure: after a check, the next one: a failure by its [`RetryPolicy`], a waiting deletion
-/// after [`DELETE_WAIT`], anything else after `recheck` ([`RECHECK`], spread).
-fn next_check(outcome: Outcome, recheck: Duration) -> Result<Action, Error> {
-    match outcome {
-        Outcome::Failed(f) => f.retry().action().ok_or(f.into()),
-        Outcome::Deleting { .. } => Ok(Action::requeue(DELETE_WAIT)),
-        Outcome::Reachable { .. } | Outcome::UnsupportedApi { .. } => Ok(Action::requeue(recheck)),
+/// Pure: after a check that came to `checked`, the next one: a waiting deletion after
+/// [`DELETE_WAIT`], anything else after `recheck` ([`RECHECK`], spread).
+fn next_check(checked: &Checked, recheck: Duration) -> Action {
+    match checked {
+        Checked::Deleting { .. } => Action::requeue(DELETE_WAIT),
+        Checked::Reachable { .. } | Checked::UnsupportedApi { .. } => Action::requeue(recheck),
     }
 }
 
 impl Pipeline for OmniConnection {
-    type Outcome = Outcome;
-    const LEGACY_FINALIZER: bool = true;
+    type State = ConnectionState;
+    type Found = ();
+    type Done = Checked;
+    type Failure = ConnectionFailure;
+    const FINALIZER: Finalizer = Finalizer::CurrentOrLegacy;
 
-    fn validate(&self) -> Validation {
-        crate::api::connection::validate(self, None)
+    fn validate(&self) -> Result<(), ConnectionFailure> {
+        webhook_rules(
+            crate::api::connection::validate(self, None),
+            ConnectionFailure::InvalidSpec,
+        )
     }
 
-    fn invalid(summary: String) -> Outcome {
-        Outcome::Failed(ConnectionFailure::InvalidSpec(summary))
+    async fn apply(
+        &self,
+        ctx: &Context,
+        state: &ConnectionState,
+    ) -> Result<Outcome, PassError<Self>> {
+        Ok(check(ctx, state, self).await?)
     }
 
-    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-        check(&ctx, &self).await
+    async fn cleanup(
+        &self,
+        ctx: &Context,
+        state: &ConnectionState,
+    ) -> Result<Cleanup<Outcome>, PassError<Self>> {
+        Ok(delete(ctx, state, self).await?)
     }
 
     fn desired_status(&self, outcome: &Outcome, now: jiff::Timestamp) -> OmniConnectionStatus {
         desired_status(self, outcome, now)
     }
 
-    fn next(&self, outcome: Outcome, _ctx: &Context) -> Result<Action, Error> {
-        next_check(outcome, super::periodic(RECHECK))
+    fn recheck(&self, checked: &Checked, _ctx: &Context, _state: &ConnectionState) -> Action {
+        next_check(checked, periodic(RECHECK))
     }
 
-    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
-        delete(&ctx, &self).await
-    }
-
-    fn forget(&self, ctx: &Context) {
-        ctx.omni
+    fn forget(&self, state: &ConnectionState) {
+        state
+            .omni
             .forget(&self.namespace().unwrap_or_default(), &self.name_any());
     }
 }
 
 /// The OmniConnection controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S: Shutdown>(
-    ctx: Arc<Context>,
+pub(crate) fn start<S: Shutdown>(
+    ctx: &Arc<Context>,
+    setup: &Setup<'_>,
     watches: &mut Watches,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + use<S> {
-    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(&ctx, watches, |c| {
+    let (controller, by_secret) = indexed_controller_for::<OmniConnection>(ctx, watches, |c| {
         vec![RefKey::new(
             "secret",
             &namespace_of(c),
             &c.spec.auth.service_account_secret_ref.name,
         )]
     });
+    let clusters = ctx
+        .baseline
+        .mapped_events(watches.of::<OmniCluster>().subscribe());
     let controller = controller
         // A cluster appearing, going or naming another connection re-triggers the connection:
         // this puts on or lifts the key's hold and releases a waiting deletion. Nothing else
         // of a cluster matters to it; every status write of every cluster used to re-run it.
         .watches_stream(
-            cluster_changes_of(watches, super::ClusterTrigger::Connection),
+            cluster_triggers(clusters, ClusterTrigger::Connection),
             |cluster: Cached<OmniCluster>| {
-                crate::baseline::mapped_event_passes("cluster→connection", cluster.meta())
-                    .then_some(())?;
                 let name = &cluster.decoded()?.spec.connection_ref.name;
                 let namespace = cluster.namespace();
                 (!name.is_empty()).then(|| cached_ref::<OmniConnection>(name, namespace.as_deref()))
             },
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.
-        .watches_stream(touched::<Secret>(watches), move |secret: Cached<Secret>| {
-            by_secret.referring_to("secret", &secret)
-        });
-    drive::<OmniConnection, _, _>(controller, ctx, shutdown, pipeline::reconcile)
+        .watches_stream(
+            touched(watches.of::<Secret>().subscribe()),
+            move |secret: Cached<Secret>| by_secret.referring_to("secret", &secret),
+        );
+    let state = ConnectionState {
+        omni: setup.omni.clone(),
+        swept: SweptKeys::default(),
+    };
+    drive::<OmniConnection>(controller, ctx.clone(), state, shutdown)
 }
 
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod omni_tests;

@@ -1,14 +1,16 @@
 //! What one check found, and the status it leads to (pure).
 
 use crate::api::OmniConnection;
-use crate::api::common::{Condition, ConditionStatus, condition_types, reasons, set_condition};
+use crate::api::Reason;
+use crate::api::common::{Condition, ConditionStatus, condition_types, set_condition};
 use crate::api::connection::OmniConnectionStatus;
-use crate::controllers::RetryPolicy;
-use crate::controllers::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
+use crate::controllers::shared::pipeline;
 
 /// Why an OmniConnection is not ready; the message is its condition's and Event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectionFailure {
+pub(crate) enum ConnectionFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
@@ -23,18 +25,17 @@ pub enum ConnectionFailure {
     Ping(#[source] omni_client::state::StateError),
 }
 
-impl ConnectionFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+impl Failure for ConnectionFailure {
+    fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) => reasons::VALIDATION_FAILED,
+            Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::Client(e) => e.reason(),
-            Self::BackendApi(_) | Self::Ping(_) => reasons::CONNECTION_FAILED,
+            Self::BackendApi(_) | Self::Ping(_) => Reason::ConnectionFailed,
         }
     }
 
-    /// What the reconcile does next: an invalid spec waits for a change, the rest backs off.
-    pub fn retry(&self) -> RetryPolicy {
+    /// An invalid spec waits for a change, the rest backs off.
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
             Self::Client(_) | Self::BackendApi(_) | Self::Ping(_) => RetryPolicy::Backoff,
@@ -42,16 +43,17 @@ impl ConnectionFailure {
     }
 }
 
-/// The outcome of one check, before it becomes conditions.
+/// What one pass came to, before it becomes conditions.
+pub(crate) type Outcome = pipeline::Outcome<OmniConnection>;
+
+/// What a check that did not fail found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Checked {
     /// Omni answered.
     Reachable {
         /// Endpoint as the Omni client reports it.
         endpoint: String,
     },
-    /// The spec is invalid, or building the client or pinging failed.
-    Failed(ConnectionFailure),
     /// Omni answered but speaks a backend API version this operator cannot translate for.
     UnsupportedApi {
         /// Endpoint as the Omni client reports it.
@@ -66,9 +68,62 @@ pub enum Outcome {
     },
 }
 
+/// One condition a check sets: its status, reason and message.
+type Set = (ConditionStatus, Reason, String);
+
+/// Pure: what `outcome` says of `Reachable`, `Ready` and `Stalled` (`None`: left as it was).
+fn conditions_of(outcome: &Outcome) -> [Option<Set>; 3] {
+    use ConditionStatus::{False, True};
+    match &outcome.result {
+        Ok(Checked::Reachable { endpoint }) => {
+            let m = format!("connected to {endpoint}");
+            [
+                Some((True, Reason::ConnectionReady, m.clone())),
+                Some((True, Reason::ConnectionReady, m.clone())),
+                Some((False, Reason::ConnectionReady, m)),
+            ]
+        }
+        Err(failure) => {
+            let (reason, m) = (failure.reason(), failure.to_string());
+            [
+                Some((False, reason, m.clone())),
+                Some((False, reason, m.clone())),
+                Some((True, reason, m)),
+            ]
+        }
+        Ok(Checked::UnsupportedApi { endpoint, version }) => {
+            let m = format!(
+                "connected to {endpoint}, but {}",
+                omni_client::template::unsupported_message(*version)
+            );
+            [
+                Some((
+                    True,
+                    Reason::ConnectionReady,
+                    format!("connected to {endpoint}"),
+                )),
+                Some((False, Reason::UnsupportedOmniApi, m.clone())),
+                // Nothing this operator does will fix it: only an Omni or operator upgrade will.
+                Some((True, Reason::UnsupportedOmniApi, m)),
+            ]
+        }
+        Ok(Checked::Deleting { clusters }) => {
+            let m = format!(
+                "waiting for OmniCluster references to be deleted: {}",
+                clusters.join(", ")
+            );
+            [
+                None,
+                Some((False, Reason::Deleting, m.clone())),
+                Some((True, Reason::Deleting, m)),
+            ]
+        }
+    }
+}
+
 /// Pure: the status a connection should have after `outcome`. `lastCheckTime` moves only when
 /// something else in the status changed, so idle re-checks write nothing.
-pub fn desired_status(
+pub(crate) fn desired_status(
     conn: &OmniConnection,
     outcome: &Outcome,
     now: jiff::Timestamp,
@@ -79,97 +134,16 @@ pub fn desired_status(
     s.observed_generation = generation;
     s.connection_ref = conn.metadata.name.clone();
     s.endpoint = Some(conn.spec.endpoint.clone());
-    let mut set = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
-        set_condition(
-            &mut s.conditions,
-            Condition::new(type_, status, reason, message, generation, now),
-        );
-    };
-    match outcome {
-        Outcome::Reachable { endpoint } => {
-            let m = format!("connected to {endpoint}");
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::True,
-                reasons::CONNECTION_READY,
-                &m,
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::True,
-                reasons::CONNECTION_READY,
-                &m,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::False,
-                reasons::CONNECTION_READY,
-                &m,
-            );
-        }
-        Outcome::Failed(failure) => {
-            let (reason, message) = (failure.reason(), failure.to_string());
-            let message = &message;
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::False,
-                reason,
-                message,
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                reason,
-                message,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                reason,
-                message,
-            );
-        }
-        Outcome::UnsupportedApi { endpoint, version } => {
-            let m = format!(
-                "connected to {endpoint}, but {}",
-                omni_client::template::unsupported_message(*version)
-            );
-            set(
-                condition_types::REACHABLE,
-                ConditionStatus::True,
-                reasons::CONNECTION_READY,
-                &format!("connected to {endpoint}"),
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                reasons::UNSUPPORTED_OMNI_API,
-                &m,
-            );
-            // Nothing this operator does will fix it: only an Omni or operator upgrade will.
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                reasons::UNSUPPORTED_OMNI_API,
-                &m,
-            );
-        }
-        Outcome::Deleting { clusters } => {
-            let m = format!(
-                "waiting for OmniCluster references to be deleted: {}",
-                clusters.join(", ")
-            );
-            set(
-                condition_types::READY,
-                ConditionStatus::False,
-                reasons::DELETING,
-                &m,
-            );
-            set(
-                condition_types::STALLED,
-                ConditionStatus::True,
-                reasons::DELETING,
-                &m,
+    let types = [
+        condition_types::REACHABLE,
+        condition_types::READY,
+        condition_types::STALLED,
+    ];
+    for (type_, set) in types.into_iter().zip(conditions_of(outcome)) {
+        if let Some((status, reason, message)) = set {
+            set_condition(
+                &mut s.conditions,
+                Condition::new(type_, status, reason, message, generation, now),
             );
         }
     }
@@ -177,15 +151,6 @@ pub fn desired_status(
         s.last_check_time = Some(now);
     }
     s
-}
-
-/// `True`, `False` or `Unknown`.
-pub fn status_str(s: ConditionStatus) -> &'static str {
-    match s {
-        ConditionStatus::True => "True",
-        ConditionStatus::False => "False",
-        ConditionStatus::Unknown => "Unknown",
-    }
 }
 
 #[cfg(test)]
@@ -199,13 +164,13 @@ mod tests {
     #[test]
     fn a_failure_sets_its_reason_on_every_condition() {
         let missing = ConnectionFailure::Client(ConnectionError::Client("no route".into()));
-        assert_eq!(missing.reason(), "ConnectionFailed");
+        assert_eq!(missing.reason().as_str(), "ConnectionFailed");
         assert_eq!(missing.retry(), RetryPolicy::Backoff);
         let invalid = ConnectionFailure::InvalidSpec("spec.endpoint: required".into());
         assert_eq!(invalid.retry(), RetryPolicy::AwaitChange);
         let s = desired_status(
             &conn(),
-            &Outcome::Failed(missing),
+            &Outcome::failed(missing),
             jiff::Timestamp::UNIX_EPOCH,
         );
         for type_ in ["Reachable", "Ready", "Stalled"] {
@@ -225,9 +190,9 @@ mod tests {
     fn reachable_sets_three_conditions_and_idle_recheck_changes_nothing() {
         let t0 = jiff::Timestamp::UNIX_EPOCH;
         let mut c = conn();
-        let out = Outcome::Reachable {
+        let out = Outcome::done(Checked::Reachable {
             endpoint: "https://omni.example:443".into(),
-        };
+        });
         let s = desired_status(&c, &out, t0);
         for t in ["Reachable", "Ready"] {
             let cond = find_condition(&s.conditions, t).unwrap_or_else(|| panic!("{t}"));
@@ -253,9 +218,9 @@ mod tests {
     fn deleting_lists_clusters() {
         let s = desired_status(
             &conn(),
-            &Outcome::Deleting {
+            &Outcome::done(Checked::Deleting {
                 clusters: vec!["a".into(), "b".into()],
-            },
+            }),
             jiff::Timestamp::UNIX_EPOCH,
         );
         let ready = find_condition(&s.conditions, "Ready").unwrap_or_else(|| panic!("Ready"));

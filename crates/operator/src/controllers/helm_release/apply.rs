@@ -4,49 +4,54 @@
 use kube::runtime::events::EventType;
 
 use super::inputs::Problem;
-use super::outcome::{After, Applied, Outcome, action_name};
+use super::outcome::{After, Done, HelmFailure, action_name};
 use super::ownership::run_labels;
-use super::{REASON_ADOPTED, REASON_DRIFT, REASON_ROLLED_BACK};
-use crate::api::OmniHelmRelease;
-use crate::controllers::Context;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
-use crate::helm::args::InstallVerb;
-use crate::helm::source::{Fetch, Fetched};
-use crate::helm::{
-    ChartSource, HelmError, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth,
+use super::state::HelmState;
+use crate::api::keys::ADOPT_ANNOTATION;
+use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::shared::context::Context;
+use crate::domain::helm::args::InstallVerb;
+use crate::domain::helm::source::{Fetch, Fetched};
+use crate::domain::helm::{
+    ChartSource, HelmError, HelmStatus, ReleaseInfo, ReleaseRequest, ReleaseSession,
+    RepositoryAuth, Revision,
 };
 
 /// A Helm run about to install or upgrade the release, with what the pass knows about it.
 pub(crate) struct HelmRun<'a> {
-    pub ctx: &'a Context,
-    pub r: &'a OmniHelmRelease,
-    pub session: &'a ReleaseSession,
-    pub auth: &'a RepositoryAuth,
+    pub(crate) ctx: &'a Context,
+    /// The controller's configuration: the chart source policy and time bounds.
+    pub(crate) state: &'a HelmState,
+    pub(crate) r: &'a OmniHelmRelease,
+    /// The release as this pass resolved it.
+    pub(crate) req: &'a ReleaseRequest,
+    pub(crate) session: &'a ReleaseSession,
+    pub(crate) auth: &'a RepositoryAuth,
     /// Helm's view of the release before the run.
-    pub current: Option<&'a ReleaseInfo>,
+    pub(crate) current: Option<&'a ReleaseInfo>,
     /// Someone else's release, taken over on the user's request.
-    pub adopting: bool,
+    pub(crate) adopting: bool,
     /// The inputs were applied before, so the release changed out of band.
-    pub drift: bool,
+    pub(crate) drift: bool,
 }
 
 impl HelmRun<'_> {
-    /// The chart of `req`, fetched and verified into the session's directory under the
-    /// deployment's chart source policy ([`crate::helm::source`]).
-    async fn fetch_chart(&self, req: &ReleaseRequest) -> Result<Fetched, Problem> {
-        let (repository, chart) = match &req.chart {
+    /// The chart of the request, fetched and verified into the session's directory under the
+    /// deployment's chart source policy ([`crate::domain::helm::source`]).
+    async fn fetch_chart(&self) -> Result<Fetched, Problem> {
+        let (repository, chart) = match &self.req.chart {
             ChartSource::Repository { url, chart } => (url.as_str(), chart.as_str()),
             ChartSource::Oci { reference } => ("", reference.as_str()),
         };
-        let tenancy = &self.ctx.tenancy;
         Fetch {
             repository,
             chart,
-            version: &req.chart_version,
+            version: &self.req.chart_version,
             insecure: self.r.spec.chart.insecure,
             auth: self.auth,
-            policy: &tenancy.chart_sources,
-            limits: tenancy.timeouts.outbound(),
+            policy: &self.state.chart_sources,
+            roots: &self.state.roots,
+            limits: self.state.limits,
         }
         .run(self.session.dir())
         .await
@@ -67,20 +72,18 @@ pub(crate) fn helm_failure(action: &str, name: &str, err: &HelmError) -> String 
 }
 
 impl HelmRun<'_> {
-    /// Runs `verb` with `req`; `undone` tells whether Helm undid a failure itself.
+    /// Runs `verb` (over kept history when `replace`); `undone` tells whether Helm undid a
+    /// failure itself.
     pub(crate) async fn run(
         &self,
         verb: InstallVerb,
-        mut req: ReleaseRequest,
+        replace: bool,
         undone: UndoneBy,
-    ) -> Outcome {
-        let (ctx, r) = (self.ctx, self.r);
-        let name = r.effective_release_name();
+    ) -> Result<Done, HelmFailure> {
+        let (ctx, r, req) = (self.ctx, self.r, self.req);
+        let name = &req.release_name;
         // The chart first: helm gets an archive the operator fetched and verified, or nothing.
-        let chart = match self.fetch_chart(&req).await {
-            Ok(chart) => chart,
-            Err(problem) => return Outcome::Blocked(problem),
-        };
+        let chart = self.fetch_chart().await.map_err(HelmFailure::Blocked)?;
         tracing::debug!(release = %name, digest = %chart.digest, "chart fetched and verified");
         if self.drift {
             let seen = self.current.map_or_else(
@@ -90,7 +93,7 @@ impl HelmRun<'_> {
             ctx.event(
                 r,
                 EventType::Warning,
-                REASON_DRIFT,
+                Reason::DriftDetected,
                 format!("Helm release {name:?} drifted ({seen}); re-applying"),
             )
             .await;
@@ -99,11 +102,13 @@ impl HelmRun<'_> {
         // process's, so that a `pending-*` revision left by a kill is recognised and recovered
         // at once.
         let next_revision = self.current.map_or(1, |c| c.revision + 1);
-        req.owner_labels
-            .extend(run_labels(self.session.run_id(), next_revision));
-        let applied = match self
+        let revision = Revision {
+            labels: run_labels(self.session.run_id(), next_revision),
+            replace,
+        };
+        match self
             .session
-            .install_or_upgrade(verb, &req, &chart.path)
+            .install_or_upgrade(verb, req, &revision, &chart.path)
             .await
         {
             Ok(info) => {
@@ -111,23 +116,31 @@ impl HelmRun<'_> {
                     ctx.event(
                         r,
                         EventType::Normal,
-                        REASON_ADOPTED,
+                        Reason::Adopted,
                         format!(
                             "adopted Helm release {name:?} in namespace {:?} ({ADOPT_ANNOTATION})",
-                            r.spec.namespace
+                            req.namespace
                         ),
                     )
                     .await;
                 }
-                if info.status == "deployed" {
-                    Applied::Deployed(info)
+                if info.status == HelmStatus::Deployed {
+                    Ok(Done::Deployed {
+                        verb,
+                        info,
+                        digest: req.digest.clone(),
+                    })
                 } else {
-                    Applied::NotDeployed(info)
+                    Err(HelmFailure::NotDeployed {
+                        verb,
+                        name: name.clone(),
+                        info,
+                    })
                 }
             }
             Err(err) => {
-                let message = helm_failure(action_name(verb), &name, &err);
-                let after = match self.session.status(&name, &r.spec.namespace).await {
+                let message = helm_failure(action_name(verb), name, &err);
+                let after = match self.session.status(req).await {
                     Ok(Some(info)) => After::Release(info),
                     Ok(None) => After::Gone,
                     Err(_) => After::Unknown,
@@ -136,14 +149,17 @@ impl HelmRun<'_> {
                     ctx.event(
                         r,
                         EventType::Warning,
-                        REASON_ROLLED_BACK,
+                        Reason::RolledBack,
                         format!("{message}; {undone}"),
                     )
                     .await;
                 }
-                Applied::Failed { message, after }
+                Err(HelmFailure::RunFailed {
+                    verb,
+                    message,
+                    after,
+                })
             }
-        };
-        Outcome::Ran { verb, applied }
+        }
     }
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::ownership::Ownership;
-use super::state::{Pending, ReleaseState, State};
-use crate::helm::ReleaseInfo;
+use super::release::{Pending, ReleaseState, State};
+use crate::domain::helm::ReleaseInfo;
 
 /// What the reconcile does next with the release.
 #[derive(Debug, Clone, PartialEq, Eq)]

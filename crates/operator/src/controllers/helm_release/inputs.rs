@@ -1,22 +1,25 @@
 //! What a Helm run needs from the management cluster and the spec: the checked kubeconfig,
-//! repository credentials, the release request, and the timing knobs.
+//! repository credentials, the release request (resolved once per pass), and the timing
+//! knobs.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
+use sha2::{Digest, Sha256};
 
-use super::KIND;
 use super::ownership::owner_labels;
-use crate::api::OmniHelmRelease;
-use crate::api::common::reasons;
-use crate::controllers::{Context, Error};
-use crate::helm::source::SourceError;
-use crate::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
-use crate::impersonation::ReadError;
-use crate::kubeconfig::WorkloadKubeconfig;
-use crate::secret_policy::{self, SecretUse};
+use super::state::HelmState;
+use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::domain::helm::source::SourceError;
+use crate::domain::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
+use crate::domain::impersonation::{self, ReadError, Reader};
+use crate::domain::kubeconfig::WorkloadKubeconfig;
+use crate::domain::secret_policy::{self, SecretUse};
+
+const KIND: &str = "OmniHelmRelease";
 
 /// Fallback for a drift check interval that does not parse (the spec check rejects it first).
 const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(300);
@@ -60,14 +63,14 @@ impl From<SourceError> for Problem {
 
 impl Problem {
     /// The condition reason this problem is reported under.
-    pub(crate) fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> Reason {
         match self {
-            Self::MissingSecret(_) => reasons::MISSING_SECRET,
-            Self::AccessDenied(_) => reasons::ACCESS_DENIED,
-            Self::Invalid(_) => reasons::VALIDATION_FAILED,
-            Self::HelmUnavailable(_) => super::REASON_HELM_UNAVAILABLE,
-            Self::TimedOut(_) => reasons::TIMEOUT,
-            Self::ChartUnavailable(_) => reasons::CHART_FETCH_FAILED,
+            Self::MissingSecret(_) => Reason::MissingSecret,
+            Self::AccessDenied(_) => Reason::AccessDenied,
+            Self::Invalid(_) => Reason::ValidationFailed,
+            Self::HelmUnavailable(_) => Reason::HelmUnavailable,
+            Self::TimedOut(_) => Reason::Timeout,
+            Self::ChartUnavailable(_) => Reason::ChartFetchFailed,
         }
     }
 
@@ -96,6 +99,7 @@ pub(crate) struct Kubeconfig {
 /// Reads and checks the kubeconfig (messages: docs/parity.md#reading-the-kubeconfig).
 pub(crate) async fn kubeconfig(
     ctx: &Context,
+    state: &HelmState,
     r: &OmniHelmRelease,
 ) -> Result<Result<Kubeconfig, Problem>, Error> {
     let ns = r.namespace().unwrap_or_default();
@@ -103,7 +107,7 @@ pub(crate) async fn kubeconfig(
         &r.spec.kubeconfig_secret_ref.name,
         &r.spec.kubeconfig_secret_ref.key,
     );
-    let Some(secret) = (match read_secret(ctx, r, name, "spec.kubeconfigSecretRef").await? {
+    let Some(secret) = (match read_secret(ctx, state, r, name, "spec.kubeconfigSecretRef").await? {
         Ok(s) => s,
         Err(problem) => return Ok(Err(problem)),
     }) else {
@@ -123,7 +127,7 @@ pub(crate) async fn kubeconfig(
         ))));
     };
     if let Some(reason) = secret_policy::refusal(
-        &ctx.secret_policy,
+        &state.secret_policy,
         &secret,
         KIND,
         SecretUse::Kubeconfig,
@@ -133,7 +137,7 @@ pub(crate) async fn kubeconfig(
     }
     // Helm gets the kubeconfig the operator writes from the checked fields, never these bytes:
     // no exec, auth provider or file path reaches it. Errors name fields and positions only.
-    Ok(match crate::kubeconfig::parse(&bytes) {
+    Ok(match crate::domain::kubeconfig::parse(&bytes) {
         Ok(checked) => Ok(Kubeconfig {
             raw: bytes,
             checked,
@@ -150,18 +154,18 @@ pub(crate) async fn kubeconfig(
 /// one of the few the operator runs, for minutes per try. Any other answer (an error included)
 /// leaves the judgement to helm.
 pub(crate) async fn reachable(
-    ctx: &Context,
+    state: &HelmState,
     r: &OmniHelmRelease,
     kubeconfig: &Kubeconfig,
 ) -> Result<(), Problem> {
     let ns = r.namespace().unwrap_or_default();
     let k = &r.spec.kubeconfig_secret_ref;
     let cache_key = format!("{ns}/{}/{}", k.name, k.key);
-    let Ok(client) = ctx.workload.client_for(cache_key, &kubeconfig.raw).await else {
+    let Ok(client) = state.workload.client_for(cache_key, &kubeconfig.raw).await else {
         return Ok(());
     };
     match client.apiserver_version().await {
-        Err(e) if crate::api_client::is_timeout(&e) => Err(Problem::TimedOut(format!(
+        Err(e) if crate::process::api_client::is_timeout(&e) => Err(Problem::TimedOut(format!(
             "the workload API server of kubeconfig Secret \"{ns}/{}\" did not answer in time ({e}; bounds: --connect-timeout, --read-timeout, --request-timeout); no helm process was started",
             k.name
         ))),
@@ -173,13 +177,18 @@ pub(crate) async fn reachable(
 /// the deployment names one): `Err` names the reference `field` when the read is denied.
 async fn read_secret(
     ctx: &Context,
+    state: &HelmState,
     r: &OmniHelmRelease,
     name: &str,
     field: &str,
 ) -> Result<Result<Option<Secret>, Problem>, Error> {
     let ns = r.namespace().unwrap_or_default();
-    let reader = ctx.reader(&ns, r.spec.service_account_name.as_deref());
-    match crate::impersonation::get::<Secret>(&ctx.client, &reader, &ns, name).await {
+    let reader = Reader::of(
+        &ns,
+        r.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    match impersonation::get::<Secret>(&ctx.client, &reader, &ns, name).await {
         Ok(secret) => Ok(Ok(secret)),
         Err(e @ ReadError::Denied { .. }) => {
             Ok(Err(Problem::AccessDenied(format!("{e} ({field})"))))
@@ -191,6 +200,7 @@ async fn read_secret(
 /// Repository credentials and CA bundle from `spec.chart.credentialsSecretRef`.
 pub(crate) async fn repository_auth(
     ctx: &Context,
+    state: &HelmState,
     r: &OmniHelmRelease,
 ) -> Result<Result<RepositoryAuth, Problem>, Error> {
     let Some(cref) = &r.spec.chart.credentials_secret_ref else {
@@ -198,7 +208,7 @@ pub(crate) async fn repository_auth(
     };
     let ns = r.namespace().unwrap_or_default();
     let field = "spec.chart.credentialsSecretRef";
-    let Some(secret) = (match read_secret(ctx, r, &cref.name, field).await? {
+    let Some(secret) = (match read_secret(ctx, state, r, &cref.name, field).await? {
         Ok(s) => s,
         Err(problem) => return Ok(Err(problem)),
     }) else {
@@ -211,7 +221,7 @@ pub(crate) async fn repository_auth(
     // serve as credentials.
     if let Some(reason) = secret_policy::check(
         &ctx.client,
-        &ctx.secret_policy,
+        &state.secret_policy,
         &secret,
         KIND,
         SecretUse::RepositoryCredentials,
@@ -245,14 +255,20 @@ pub(crate) async fn repository_auth(
     Ok(auth)
 }
 
-/// The install or upgrade request the spec describes.
+/// The release `r` describes, resolved once per pass: every look at it and every action on it
+/// (status, labels, history, install, upgrade, rollback, uninstall) takes this request.
 pub(crate) fn request(r: &OmniHelmRelease) -> ReleaseRequest {
     let spec = &r.spec;
+    let release_name = r.effective_release_name();
+    let chart = ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart);
+    let chart_version = spec.chart.version.trim().to_string();
     ReleaseRequest {
-        release_name: r.effective_release_name(),
+        lock_key: release_key(r, &release_name),
+        digest: input_digest(r, &release_name, &chart, &chart_version),
+        release_name,
         namespace: spec.namespace.clone(),
-        chart: ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart),
-        chart_version: spec.chart.version.trim().to_string(),
+        chart,
+        chart_version,
         values: spec.chart.values.clone(),
         create_namespace: spec.create_namespace,
         wait: spec.wait,
@@ -265,25 +281,56 @@ pub(crate) fn request(r: &OmniHelmRelease) -> ReleaseRequest {
             .max_history
             .and_then(|h| u32::try_from(h).ok())
             .unwrap_or(0),
-        replace: false,
         owner_labels: owner_labels(r),
     }
 }
 
 /// The helm lock key. It names the release in its workload cluster rather than this object, so
 /// two objects pointing at the same release never run helm on it at the same time.
-pub(crate) fn release_key(r: &OmniHelmRelease) -> String {
+fn release_key(r: &OmniHelmRelease, release_name: &str) -> String {
     format!(
         "{}/{}/{}/{}",
         r.namespace().unwrap_or_default(),
         r.spec.kubeconfig_secret_ref.name,
         r.spec.namespace,
-        r.effective_release_name()
+        release_name
     )
 }
 
+/// Digest of the inputs that define the release. Deliberately excludes the kubeconfig bytes
+/// (a rotation must not upgrade) and operation knobs like `wait` or `timeout`. Its encoding is
+/// kept stable: a status records the digest last applied, and any change of it would upgrade
+/// every release once.
+fn input_digest(
+    r: &OmniHelmRelease,
+    release_name: &str,
+    chart: &ChartSource,
+    chart_version: &str,
+) -> String {
+    let spec = &r.spec;
+    let source = match chart {
+        ChartSource::Repository { url, chart } => {
+            serde_json::json!({"repository": url, "chart": chart})
+        }
+        ChartSource::Oci { reference } => serde_json::json!({"oci": reference}),
+    };
+    // serde_json maps are sorted, so the encoding (and digest) is stable.
+    let inputs = serde_json::json!({
+        "clusterRef": spec.cluster_ref.name,
+        "kubeconfigSecret": spec.kubeconfig_secret_ref.name,
+        "kubeconfigKey": spec.kubeconfig_secret_ref.key,
+        "releaseName": release_name,
+        "namespace": spec.namespace,
+        "source": source,
+        "version": chart_version,
+        "values": spec.chart.values,
+        "skipCRDs": spec.skip_crds,
+    });
+    hex::encode(Sha256::digest(inputs.to_string().as_bytes()))
+}
+
 /// `spec.timeout`, at most 1h even when a longer one was stored without admission.
-pub(crate) fn timeout_of(r: &OmniHelmRelease) -> Duration {
+fn timeout_of(r: &OmniHelmRelease) -> Duration {
     let most = crate::api::duration::MAX_TIMEOUT
         .to_std()
         .unwrap_or(DEFAULT_TIMEOUT);
@@ -296,22 +343,35 @@ pub(crate) fn timeout_of(r: &OmniHelmRelease) -> Duration {
         .min(most)
 }
 
-/// When to look at a healthy release again (`spec.driftCheckInterval`; `0` = only on change).
-/// An interval below `floor` (stored without admission) is raised to it; `spread` scales it
-/// (see [`crate::controllers::periodic`]).
-pub(crate) fn drift_check(r: &OmniHelmRelease, floor: Duration, spread: f64) -> Action {
-    let interval = match r.drift_check_interval() {
-        Ok(Some(interval)) => crate::api::duration::clamp_interval(interval, floor),
-        Ok(None) => return Action::await_change(),
-        Err(_) => DEFAULT_DRIFT_CHECK,
-    };
-    Action::requeue(interval.mul_f64(spread))
+/// How long a healthy release is left alone before the next look for drift
+/// (`spec.driftCheckInterval`), or `None` when only a change wakes it (`0`). An interval below
+/// `floor` (stored without admission) is raised to it.
+pub(crate) fn drift_interval(r: &OmniHelmRelease, floor: Duration) -> Option<Duration> {
+    match r.drift_check_interval() {
+        Ok(Some(interval)) => Some(crate::api::duration::clamp_interval(interval, floor)),
+        Ok(None) => None,
+        Err(_) => Some(DEFAULT_DRIFT_CHECK),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controllers::helm_release::test_support::release;
+    use kube::runtime::controller::Action;
+
+    /// The next look at a healthy `r`, unspread.
+    fn drift_check(r: &OmniHelmRelease, floor: Duration, spread: f64) -> Action {
+        super::super::outcome::recheck(r, floor, spread)
+    }
+
+    fn release_key(r: &OmniHelmRelease) -> String {
+        request(r).lock_key
+    }
+
+    fn timeout_of(r: &OmniHelmRelease) -> Duration {
+        request(r).timeout
+    }
 
     #[test]
     fn release_key_names_the_release_in_its_cluster() {

@@ -1,17 +1,18 @@
 //! `helm install`: a release that does not exist, or was uninstalled with its history kept.
 
 use super::apply::HelmRun;
-use super::inputs::request;
-use super::outcome::{After, Outcome};
+use super::outcome::{After, Done, HelmFailure};
 use crate::api::OmniHelmRelease;
-use crate::helm::args::InstallVerb;
+use crate::domain::helm::HelmStatus;
+use crate::domain::helm::args::InstallVerb;
 
 /// Installs the release.
-pub(crate) async fn install(run: &HelmRun<'_>) -> Outcome {
-    let mut req = request(run.r);
+pub(crate) async fn install(run: &HelmRun<'_>) -> Result<Done, HelmFailure> {
     // A release uninstalled with its history kept can only be installed again over it.
-    req.replace = run.current.is_some_and(|c| c.status == "uninstalled");
-    run.run(InstallVerb::Install, req, undone).await
+    let replace = run
+        .current
+        .is_some_and(|c| c.status == HelmStatus::Uninstalled);
+    run.run(InstallVerb::Install, replace, undone).await
 }
 
 /// With `atomic`, Helm removes a failed install itself.

@@ -1,22 +1,33 @@
-//! What a reconcile found or did ([`Outcome`]), and the pure functions that turn it into the
-//! one status written per reconcile ([`desired_status`]) and the next reconcile
-//! ([`next_reconcile`]).
+//! What a reconcile found or did ([`Outcome`]: [`Done`] or a [`HelmFailure`]), and the pure
+//! functions that turn it into the one status written per reconcile ([`desired_status`]) and
+//! the next reconcile ([`recheck`], [`retry_policy`]).
 
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
-use super::inputs::{Problem, drift_check};
+use super::inputs::{Problem, drift_interval};
 use super::ownership::Ownership;
-use super::state::input_digest;
-use super::{REASON_RELEASE_PENDING, REASON_RELEASE_STUCK, RETRY};
-use crate::api::OmniHelmRelease;
-use crate::api::common::{condition_types as ct, reasons};
+use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
-use crate::controllers::{Error, status};
-use crate::helm::ReleaseInfo;
-use crate::helm::args::InstallVerb;
+use crate::api::keys::ADOPT_ANNOTATION;
+use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status;
+use crate::domain::helm::ReleaseInfo;
+use crate::domain::helm::args::InstallVerb;
+
+/// Re-check while a dependency (cluster, Secret, helm) is missing.
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
+
+/// What a blocked deletion can do instead of waiting.
+pub(crate) const WAY_OUT: &str =
+    "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
+
+/// What one reconcile found or did: whether the OmniCluster it names exists (`found`, once it
+/// looked) and how it ended; everything the status and the next reconcile follow from.
+pub(crate) type Outcome = pipeline::Outcome<OmniHelmRelease>;
 
 /// Why a `pending-*` release is reported stuck rather than recovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +36,20 @@ pub(crate) enum StuckBecause {
     RecoveryNotAllowed,
     /// A pending upgrade or rollback without an earlier revision to return to.
     NoEarlierRevision,
+}
+
+impl StuckBecause {
+    /// What a person can do about it.
+    fn hint(self) -> &'static str {
+        match self {
+            StuckBecause::RecoveryNotAllowed => {
+                "set spec.recoverStuckRelease to true to let the operator recover it, or recover it by hand (helm rollback)"
+            }
+            StuckBecause::NoEarlierRevision => {
+                "there is no earlier revision to roll back to, so it must be recovered by hand"
+            }
+        }
+    }
 }
 
 /// Where a release stands after a failed Helm run (`helm status` read afterwards).
@@ -37,72 +62,175 @@ pub(crate) enum After {
     Unknown,
 }
 
-/// The result of `helm install` or `helm upgrade`.
+/// A pass that did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Applied {
-    /// Helm reports the new revision deployed.
-    Deployed(ReleaseInfo),
-    /// Helm succeeded, yet the release ended in another status.
-    NotDeployed(ReleaseInfo),
-    /// Helm failed (`message` says how), and the release stands at `after`.
-    Failed { message: String, after: After },
+pub(crate) enum Done {
+    /// The release is as last applied (Helm's view of it, when there is one).
+    InSync(Option<ReleaseInfo>),
+    /// Helm installed or upgraded the release, and reports the new revision deployed.
+    Deployed {
+        /// Install or upgrade.
+        verb: InstallVerb,
+        /// Helm's view of the new revision.
+        info: ReleaseInfo,
+        /// The digest of the inputs it applied.
+        digest: String,
+    },
 }
 
-/// A failed Helm run, install, upgrade or uninstall, reported in the object's conditions under
-/// `reason` and retried with the per-object backoff.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct HelmFailure {
-    /// The condition reason it is reported under.
-    pub reason: &'static str,
-    /// The message in the condition.
-    pub message: String,
+/// "Helm release … is pending-… at revision … since …".
+fn pending_text(name: &str, info: &ReleaseInfo) -> String {
+    let since = info.last_deployed.as_deref().unwrap_or("an unknown time");
+    format!(
+        "Helm release {name:?} is {} at revision {} since {since}",
+        info.status, info.revision
+    )
 }
 
-/// What one reconcile found or did: everything the status and the next reconcile follow from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
+/// Why a release is not as the spec wants it; the message is the condition's and the
+/// Event's. Each variant carries what its message names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HelmFailure {
     /// The spec breaks a rule; the message names the field.
-    Invalid(String),
+    #[error("{0}")]
+    InvalidSpec(String),
     /// The OmniCluster named by `spec.clusterRef` does not exist.
-    MissingCluster,
+    #[error("{}", missing_cluster(cluster))]
+    MissingCluster {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+    },
     /// An input (kubeconfig, chart credentials, helm binary) is missing or unusable.
+    #[error("{0}")]
     Blocked(Problem),
     /// Helm could not be started or read, or a recovery failed: the message says which.
-    HelmFailed(String),
+    #[error("{0}")]
+    Helm(String),
     /// Someone else's release, left alone.
-    Refused(Ownership),
+    #[error(
+        "Helm release {name:?} in namespace {namespace:?} {}; it was left unchanged (annotate this OmniHelmRelease {ADOPT_ANNOTATION}=\"true\" to take it over)",
+        owner.whose()
+    )]
+    Refused {
+        /// The release name.
+        name: String,
+        /// The release namespace.
+        namespace: String,
+        /// Whose it is.
+        owner: Ownership,
+    },
     /// A young `pending-*` release, looked at again after `retry_after`.
+    #[error(
+        "{}; another Helm operation may still own it, so it is left alone until its timeout {timeout} has passed",
+        pending_text(name, release)
+    )]
     Locked {
+        /// The release name.
+        name: String,
+        /// Helm's view of it.
         release: ReleaseInfo,
+        /// `spec.timeout` as written.
+        timeout: String,
+        /// When to look again.
         retry_after: Duration,
     },
     /// A `pending-*` release past its timeout that is not recovered.
+    #[error(
+        "{}, longer than its timeout {timeout}; {}",
+        pending_text(name, release),
+        because.hint()
+    )]
     Stuck {
+        /// The release name.
+        name: String,
+        /// Helm's view of it.
         release: ReleaseInfo,
+        /// `spec.timeout` as written.
+        timeout: String,
+        /// Why it is not recovered.
         because: StuckBecause,
     },
-    /// The release is as last applied (Helm's view of it, when there is one).
-    InSync(Option<ReleaseInfo>),
-    /// Helm installed or upgraded the release, or tried to.
-    Ran { verb: InstallVerb, applied: Applied },
+    /// Helm succeeded, yet the release ended in another status than `deployed`.
+    #[error(
+        "Helm {} of release {name:?} ended in status {}",
+        verb.as_str(),
+        info.status
+    )]
+    NotDeployed {
+        /// Install or upgrade.
+        verb: InstallVerb,
+        /// The release name.
+        name: String,
+        /// Helm's view of the revision.
+        info: ReleaseInfo,
+    },
+    /// Helm failed to install or upgrade (`message` says how); the release stands at `after`.
+    #[error("{message}")]
+    RunFailed {
+        /// Install or upgrade.
+        verb: InstallVerb,
+        /// What failed.
+        message: String,
+        /// Where the release stands now.
+        after: After,
+    },
     /// A deletion cannot uninstall: an input is missing.
+    #[error("{0}")]
     UninstallBlocked(Problem),
     /// A deletion's `helm uninstall` (or the look before it) failed.
+    #[error("{0}")]
     UninstallFailed(String),
 }
 
+impl Failure for HelmFailure {
+    fn reason(&self) -> Reason {
+        match self {
+            Self::InvalidSpec(_) => Reason::ValidationFailed,
+            Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::Blocked(problem) | Self::UninstallBlocked(problem) => problem.reason(),
+            Self::Helm(_)
+            | Self::NotDeployed { .. }
+            | Self::RunFailed { .. }
+            | Self::UninstallFailed(_) => Reason::ReconcileFailed,
+            Self::Refused { .. } => Reason::TargetNotOwned,
+            Self::Locked { .. } => Reason::ReleasePending,
+            Self::Stuck { .. } => Reason::ReleaseStuck,
+        }
+    }
+
+    /// Failures of Helm itself back off per object; missing inputs and stuck releases are
+    /// looked at again after [`RETRY`]; a locked release once its operation may have ended.
+    /// Someone else's release waits for a change here (the adopt annotation); its controller
+    /// also looks again at the drift check ([`retry_policy`]).
+    fn retry(&self) -> RetryPolicy {
+        match self {
+            Self::InvalidSpec(_) | Self::Refused { .. } => RetryPolicy::AwaitChange,
+            Self::MissingCluster { .. }
+            | Self::Blocked(_)
+            | Self::Stuck { .. }
+            | Self::UninstallBlocked(_) => RetryPolicy::Poll(RETRY),
+            Self::Locked { retry_after, .. } => RetryPolicy::Poll(*retry_after),
+            Self::Helm(_)
+            | Self::NotDeployed { .. }
+            | Self::RunFailed { .. }
+            | Self::UninstallFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+}
+
 impl Outcome {
-    /// Whether a new revision was deployed: each such Helm action is worth an Event, even when
-    /// the `Ready` reason (and so the condition Event) stays the same.
-    pub(crate) fn deployed(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Ran {
-                applied: Applied::Deployed(_),
-                ..
-            }
-        )
+    /// The `Ready` reason and message of a pass that deployed a new revision of `r`'s release
+    /// (`None` for any other): each such Helm action is worth an Event, even when the `Ready`
+    /// reason (and so the condition Event) stays the same.
+    pub(crate) fn deployed(&self, r: &OmniHelmRelease) -> Option<(Reason, String)> {
+        match &self.result {
+            Ok(Done::Deployed { verb, info, .. }) => Some(success_condition(
+                Some(action_name(*verb)),
+                &r.effective_release_name(),
+                info.revision,
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -112,79 +240,6 @@ pub(crate) fn action_name(verb: InstallVerb) -> &'static str {
         InstallVerb::Install => "Install",
         InstallVerb::Upgrade => "Upgrade",
     }
-}
-
-/// What a blocked deletion can do instead of waiting.
-pub(crate) const WAY_OUT: &str =
-    "set spec.deletionPolicy to Orphan to finish deleting without uninstalling";
-
-/// Reason and message of a failing outcome; `None` for the healthy ones.
-fn failure(r: &OmniHelmRelease, outcome: &Outcome) -> Option<(&'static str, String)> {
-    let name = r.effective_release_name();
-    let timeout = &r.spec.timeout;
-    let pending = |info: &ReleaseInfo| {
-        let since = info.last_deployed.as_deref().unwrap_or("an unknown time");
-        format!(
-            "Helm release {name:?} is {} at revision {} since {since}",
-            info.status, info.revision
-        )
-    };
-    Some(match outcome {
-        Outcome::Invalid(m) => (reasons::VALIDATION_FAILED, m.clone()),
-        Outcome::MissingCluster => (
-            reasons::MISSING_CLUSTER,
-            format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name),
-        ),
-        Outcome::Blocked(problem) | Outcome::UninstallBlocked(problem) => {
-            (problem.reason(), problem.to_string())
-        }
-        Outcome::HelmFailed(m) | Outcome::UninstallFailed(m) => {
-            (reasons::RECONCILE_FAILED, m.clone())
-        }
-        Outcome::Refused(o) => (
-            REASON_TARGET_NOT_OWNED,
-            format!(
-                "Helm release {name:?} in namespace {:?} {}; it was left unchanged (annotate this OmniHelmRelease {ADOPT_ANNOTATION}=\"true\" to take it over)",
-                r.spec.namespace,
-                o.whose()
-            ),
-        ),
-        Outcome::Locked { release, .. } => (
-            REASON_RELEASE_PENDING,
-            format!(
-                "{}; another Helm operation may still own it, so it is left alone until its timeout {timeout} has passed",
-                pending(release)
-            ),
-        ),
-        Outcome::Stuck { release, because } => (
-            REASON_RELEASE_STUCK,
-            format!(
-                "{}, longer than its timeout {timeout}; {}",
-                pending(release),
-                match because {
-                    StuckBecause::RecoveryNotAllowed => {
-                        "set spec.recoverStuckRelease to true to let the operator recover it, or recover it by hand (helm rollback)"
-                    }
-                    StuckBecause::NoEarlierRevision => {
-                        "there is no earlier revision to roll back to, so it must be recovered by hand"
-                    }
-                }
-            ),
-        ),
-        Outcome::Ran { verb, applied } => match applied {
-            Applied::Deployed(_) => return None,
-            Applied::NotDeployed(info) => (
-                reasons::RECONCILE_FAILED,
-                format!(
-                    "Helm {} of release {name:?} ended in status {}",
-                    action_name(*verb).to_lowercase(),
-                    info.status
-                ),
-            ),
-            Applied::Failed { message, .. } => (reasons::RECONCILE_FAILED, message.clone()),
-        },
-        Outcome::InSync(_) => return None,
-    })
 }
 
 /// Reason and message of a healthy release after `action` (docs/parity.md#condition-wording).
@@ -197,22 +252,22 @@ pub(crate) fn success_condition(
     action: Option<&str>,
     name: &str,
     revision: i64,
-) -> (&'static str, String) {
+) -> (Reason, String) {
     match action {
         Some("Install") => (
-            reasons::HELM_INSTALLED,
+            Reason::HelmInstalled,
             format!("installed Helm release {name:?} revision {revision}"),
         ),
         Some("Upgrade") => (
-            reasons::HELM_UPGRADED,
+            Reason::HelmUpgraded,
             format!("upgraded Helm release {name:?} to revision {revision}"),
         ),
         _ if revision <= 1 => (
-            reasons::HELM_INSTALLED,
+            Reason::HelmInstalled,
             format!("Helm release {name:?} is deployed at revision {revision}"),
         ),
         _ => (
-            reasons::HELM_UPGRADED,
+            Reason::HelmUpgraded,
             format!("Helm release {name:?} is deployed at revision {revision}"),
         ),
     }
@@ -241,7 +296,7 @@ fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
 
 impl Draft {
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
-    fn failed(&mut self, reason: &str, message: &str) {
+    fn failed(&mut self, reason: Reason, message: &str) {
         self.outcome(false, reason, message);
         self.s.last_error = Some(message.to_string());
         self.s.last_attempt_time = Some(self.now());
@@ -249,12 +304,25 @@ impl Draft {
 
     fn record(&mut self, info: &ReleaseInfo) {
         self.s.release_revision = Some(info.revision);
-        self.s.release_status = Some(info.status.clone());
+        self.s.release_status = Some(info.status.to_string());
         if !info.chart.is_empty() {
             self.s.chart = Some(info.chart.clone());
         }
         if !info.chart_version.is_empty() {
             self.s.chart_version = Some(info.chart_version.clone());
+        }
+    }
+
+    /// Helm ran `verb` and left the release at `info`.
+    fn ran(&mut self, r: &OmniHelmRelease, verb: InstallVerb, info: Option<&ReleaseInfo>) {
+        let now = self.now();
+        self.s.last_action = Some(action_name(verb).to_string());
+        self.s.last_attempt_time = Some(now);
+        if let Some(info) = info {
+            self.record(info);
+            self.s.last_success_time = Some(now);
+            self.s.last_error = None;
+            self.s.chart = Some(r.spec.chart.chart.clone());
         }
     }
 }
@@ -266,99 +334,96 @@ pub(crate) fn desired_status(
     now: jiff::Timestamp,
 ) -> OmniHelmReleaseStatus {
     let mut d = draft(r, now);
-    let stored = r.status.clone().unwrap_or_default();
-    let name = r.effective_release_name();
-    match outcome {
-        // Before the cluster was looked at, or while deleting: `Accepted` stays as it was.
-        Outcome::Invalid(_) | Outcome::UninstallBlocked(_) => {}
-        Outcome::UninstallFailed(_) => d.s.last_action = Some("Uninstall".into()),
-        Outcome::MissingCluster => {
-            let m = format!("OmniCluster {:?} does not exist", r.spec.cluster_ref.name);
-            d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
-        }
-        _ => d.set(
-            ct::ACCEPTED,
-            true,
-            reasons::ACCEPTED,
-            &format!("attached to OmniCluster {:?}", r.spec.cluster_ref.name),
-        ),
+    // Before the cluster was looked at, or while deleting: `Accepted` stays as it was.
+    if let Some(exists) = outcome.found {
+        d.accepted(&r.spec.cluster_ref.name, exists);
     }
-    match outcome {
-        Outcome::Refused(_) => {
-            // Nothing in the status may describe someone else's release as ours: without a
-            // digest and revision the stored status can never pass for "installed before
-            // labels" later.
-            d.s.last_applied_digest = None;
-            d.s.release_revision = None;
-            d.s.release_status = None;
-        }
-        Outcome::Locked { release, .. } | Outcome::Stuck { release, .. } => d.record(release),
-        Outcome::InSync(current) => {
+    match &outcome.result {
+        Ok(Done::InSync(current)) => {
             if let Some(info) = current {
                 d.record(info);
             }
+            let stored = r.status.clone().unwrap_or_default();
             let revision = stored.release_revision.unwrap_or_default();
-            let (reason, m) = success_condition(stored.last_action.as_deref(), &name, revision);
+            let (reason, m) = success_condition(
+                stored.last_action.as_deref(),
+                &r.effective_release_name(),
+                revision,
+            );
             d.outcome(true, reason, &m);
             d.s.last_error = None;
         }
-        Outcome::Ran { verb, applied } => {
-            let action = action_name(*verb);
-            d.s.last_action = Some(action.to_string());
-            d.s.last_attempt_time = Some(now);
-            match applied {
-                Applied::Deployed(info) | Applied::NotDeployed(info) => {
-                    d.record(info);
-                    d.s.last_success_time = Some(now);
-                    d.s.last_error = None;
-                    d.s.chart = Some(r.spec.chart.chart.clone());
-                }
-                Applied::Failed { after, .. } => match after {
-                    After::Release(info) => d.record(info),
-                    After::Gone => {
-                        d.s.release_revision = None;
-                        d.s.release_status = None;
-                    }
-                    After::Unknown => {}
-                },
-            }
-            if let Applied::Deployed(info) = applied {
-                d.s.last_applied_digest = Some(input_digest(r));
-                let (reason, m) = success_condition(Some(action), &name, info.revision);
-                d.outcome(true, reason, &m);
-            }
+        Ok(Done::Deployed { verb, info, digest }) => {
+            d.ran(r, *verb, Some(info));
+            d.s.last_applied_digest = Some(digest.clone());
+            let (reason, m) = success_condition(
+                Some(action_name(*verb)),
+                &r.effective_release_name(),
+                info.revision,
+            );
+            d.outcome(true, reason, &m);
         }
-        _ => {}
-    }
-    if let Some((reason, message)) = failure(r, outcome) {
-        d.failed(reason, &message);
+        Err(failure) => {
+            match failure {
+                HelmFailure::Refused { .. } => {
+                    // Nothing in the status may describe someone else's release as ours:
+                    // without a digest and revision the stored status can never pass for
+                    // "installed before labels" later.
+                    d.s.last_applied_digest = None;
+                    d.s.release_revision = None;
+                    d.s.release_status = None;
+                }
+                HelmFailure::Locked { release, .. } | HelmFailure::Stuck { release, .. } => {
+                    d.record(release);
+                }
+                HelmFailure::NotDeployed { verb, info, .. } => d.ran(r, *verb, Some(info)),
+                HelmFailure::RunFailed { verb, after, .. } => {
+                    d.ran(r, *verb, None);
+                    match after {
+                        After::Release(info) => d.record(info),
+                        After::Gone => {
+                            d.s.release_revision = None;
+                            d.s.release_status = None;
+                        }
+                        After::Unknown => {}
+                    }
+                }
+                HelmFailure::UninstallFailed(_) => d.s.last_action = Some("Uninstall".into()),
+                HelmFailure::InvalidSpec(_)
+                | HelmFailure::MissingCluster { .. }
+                | HelmFailure::Blocked(_)
+                | HelmFailure::Helm(_)
+                | HelmFailure::UninstallBlocked(_) => {}
+            }
+            d.failed(failure.reason(), &failure.to_string());
+        }
     }
     d.s
 }
 
-/// Pure: when to reconcile again. Failures of Helm itself return an error (the message is in
-/// the status too), which backs off per object; missing inputs are looked at again after
-/// [`RETRY`]; a healthy or refused release waits for its drift check.
-pub(crate) fn next_reconcile(
+/// Pure: when a release whose pass came to `done` is looked at again: at its drift check
+/// (`spec.driftCheckInterval`, at least `floor`, scaled by `spread`), or only on a change.
+pub(crate) fn recheck(r: &OmniHelmRelease, floor: Duration, spread: f64) -> Action {
+    match drift_interval(r, floor) {
+        Some(interval) => Action::requeue(interval.mul_f64(spread)),
+        None => Action::await_change(),
+    }
+}
+
+/// Pure: what follows `failure`: its own policy, except that someone else's release is looked
+/// at again at the drift check too (it may go, or be handed over).
+pub(crate) fn retry_policy(
     r: &OmniHelmRelease,
-    outcome: &Outcome,
-    min_interval: Duration,
+    failure: &HelmFailure,
+    floor: Duration,
     spread: f64,
-) -> Result<Action, Error> {
-    match outcome {
-        Outcome::Invalid(_) => Ok(Action::await_change()),
-        Outcome::MissingCluster
-        | Outcome::Blocked(_)
-        | Outcome::Stuck { .. }
-        | Outcome::UninstallBlocked(_) => Ok(Action::requeue(RETRY)),
-        Outcome::Locked { retry_after, .. } => Ok(Action::requeue(*retry_after)),
-        Outcome::Refused(_) | Outcome::InSync(_) => Ok(drift_check(r, min_interval, spread)),
-        Outcome::HelmFailed(_) | Outcome::UninstallFailed(_) | Outcome::Ran { .. } => {
-            match failure(r, outcome) {
-                Some((reason, message)) => Err(HelmFailure { reason, message }.into()),
-                None => Ok(drift_check(r, min_interval, spread)),
-            }
-        }
+) -> RetryPolicy {
+    match failure {
+        HelmFailure::Refused { .. } => match drift_interval(r, floor) {
+            Some(interval) => RetryPolicy::Poll(interval.mul_f64(spread)),
+            None => RetryPolicy::AwaitChange,
+        },
+        other => other.retry(),
     }
 }
 

@@ -2,7 +2,30 @@
 
 use super::*;
 use crate::api::common::{ConditionStatus, find_condition};
+use crate::api::keys;
+use crate::controllers::helm_release::inputs::request;
 use crate::controllers::helm_release::test_support::{at, info, release};
+use crate::controllers::shared::error::Error;
+
+/// The digest of `r`'s inputs, as its pass resolves them.
+fn input_digest(r: &OmniHelmRelease) -> String {
+    request(r).digest
+}
+
+/// A pass that found the cluster and ended with `result`.
+fn attached(result: Result<Done, HelmFailure>) -> Outcome {
+    Outcome::new(Some(true), result)
+}
+
+/// The next reconcile after `outcome` (drift checks at least 10 s apart, unspread); `Err`
+/// hands a failure to the backoff.
+fn next_reconcile(r: &OmniHelmRelease, outcome: Outcome) -> Result<Action, Error> {
+    let floor = Duration::from_secs(10);
+    match outcome.result {
+        Ok(_) => Ok(recheck(r, floor, 1.0)),
+        Err(failure) => retry_policy(r, &failure, floor, 1.0).after(failure),
+    }
+}
 
 fn now() -> jiff::Timestamp {
     "2026-11-23T02:00:00Z".parse().unwrap()
@@ -30,16 +53,16 @@ fn condition(s: &OmniHelmReleaseStatus, type_: &str) -> (ConditionStatus, String
 #[test]
 fn a_healthy_release_never_reports_a_failure_reason() {
     let (reason, message) = success_condition(Some("Install"), "app", 1);
-    assert_eq!(reason, reasons::HELM_INSTALLED);
+    assert_eq!(reason, Reason::HelmInstalled);
     assert_eq!(message, r#"installed Helm release "app" revision 1"#);
     let (reason, message) = success_condition(Some("Upgrade"), "app", 4);
-    assert_eq!(reason, reasons::HELM_UPGRADED);
+    assert_eq!(reason, Reason::HelmUpgraded);
     assert_eq!(message, r#"upgraded Helm release "app" to revision 4"#);
     // Status restored from a backup, or written by another tool: no recorded action.
     for (action, revision, expected) in [
-        (None, 1, reasons::HELM_INSTALLED),
-        (None, 3, reasons::HELM_UPGRADED),
-        (Some("Uninstall"), 2, reasons::HELM_UPGRADED),
+        (None, 1, Reason::HelmInstalled),
+        (None, 3, Reason::HelmUpgraded),
+        (Some("Uninstall"), 2, Reason::HelmUpgraded),
     ] {
         let (reason, message) = success_condition(action, "app", revision);
         assert_eq!(reason, expected, "{action:?} revision {revision}");
@@ -53,16 +76,17 @@ fn a_healthy_release_never_reports_a_failure_reason() {
 #[test]
 fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     let r = release(serde_json::json!({}));
-    let outcome = Outcome::Ran {
+    let outcome = attached(Ok(Done::Deployed {
         verb: InstallVerb::Install,
-        applied: Applied::Deployed(info("deployed", 1)),
-    };
+        info: info("deployed", 1),
+        digest: input_digest(&r),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(
         condition(&s, ct::READY),
         (
             ConditionStatus::True,
-            reasons::HELM_INSTALLED.to_string(),
+            Reason::HelmInstalled.to_string(),
             r#"installed Helm release "app" revision 1"#.to_string()
         )
     );
@@ -72,9 +96,9 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
     assert_eq!(s.last_action.as_deref(), Some("Install"));
     assert_eq!(s.last_success_time, Some(now()));
     assert_eq!(s.last_error, None);
-    assert!(outcome.deployed());
+    assert!(outcome.deployed(&r).is_some());
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, outcome).ok(),
         Some(Action::requeue(Duration::from_secs(300)))
     );
 }
@@ -82,12 +106,16 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
 #[test]
 fn an_unchanged_release_is_described_by_its_last_recorded_action() {
     let r = applied();
-    let s = desired_status(&r, &Outcome::InSync(Some(info("deployed", 2))), now());
+    let s = desired_status(
+        &r,
+        &attached(Ok(Done::InSync(Some(info("deployed", 2))))),
+        now(),
+    );
     assert_eq!(
         condition(&s, ct::READY),
         (
             ConditionStatus::True,
-            reasons::HELM_UPGRADED.to_string(),
+            Reason::HelmUpgraded.to_string(),
             r#"upgraded Helm release "app" to revision 2"#.to_string()
         )
     );
@@ -97,9 +125,11 @@ fn an_unchanged_release_is_described_by_its_last_recorded_action() {
 #[test]
 fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
     let r = applied();
-    let outcome = Outcome::Refused(Ownership::OwnedByOther(
-        "OmniHelmRelease ns/b (uid u)".into(),
-    ));
+    let outcome = attached(Err(HelmFailure::Refused {
+        name: "app".into(),
+        namespace: "default".into(),
+        owner: Ownership::OwnedByOther("OmniHelmRelease ns/b (uid u)".into()),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.last_applied_digest, None);
     assert_eq!(s.release_revision, None);
@@ -107,32 +137,34 @@ fn a_refused_release_leaves_nothing_in_the_status_that_could_claim_it_later() {
     let (status, reason, message) = condition(&s, ct::READY);
     assert_eq!(
         (status, reason.as_str()),
-        (ConditionStatus::False, REASON_TARGET_NOT_OWNED)
+        (ConditionStatus::False, "TargetNotOwned")
     );
     assert!(
         message.contains("belongs to OmniHelmRelease ns/b (uid u)"),
         "{message}"
     );
-    assert!(message.contains(ADOPT_ANNOTATION), "{message}");
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_ok());
+    assert!(message.contains(keys::ADOPT_ANNOTATION), "{message}");
+    assert!(next_reconcile(&r, outcome).is_ok());
 }
 
 #[test]
 fn a_young_pending_release_is_reported_and_looked_at_after_its_timeout() {
     let r = applied();
     let pending = at("pending-upgrade", 3, Some("2026-11-23T01:59:00Z"));
-    let outcome = Outcome::Locked {
+    let outcome = attached(Err(HelmFailure::Locked {
+        name: "app".into(),
         release: pending,
+        timeout: r.spec.timeout.to_string(),
         retry_after: Duration::from_secs(245),
-    };
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, Some(3));
     assert_eq!(s.release_status.as_deref(), Some("pending-upgrade"));
     let (_, reason, message) = condition(&s, ct::READY);
-    assert_eq!(reason, REASON_RELEASE_PENDING);
+    assert_eq!(reason, Reason::ReleasePending);
     assert!(message.starts_with(r#"Helm release "app" is pending-upgrade at revision 3 since 2026-11-23T01:59:00Z; another Helm operation"#), "{message}");
     assert_eq!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, outcome).ok(),
         Some(Action::requeue(Duration::from_secs(245)))
     );
 }
@@ -150,13 +182,15 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
             "no earlier revision to roll back to",
         ),
     ] {
-        let outcome = Outcome::Stuck {
+        let outcome = attached(Err(HelmFailure::Stuck {
+            name: "app".into(),
             release: info("pending-upgrade", 1),
+            timeout: r.spec.timeout.to_string(),
             because,
-        };
+        }));
         let s = desired_status(&r, &outcome, now());
         let (_, reason, message) = condition(&s, ct::READY);
-        assert_eq!(reason, REASON_RELEASE_STUCK);
+        assert_eq!(reason, Reason::ReleaseStuck);
         assert!(
             message.contains("since an unknown time, longer than its timeout"),
             "{message}"
@@ -164,7 +198,7 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
         assert!(message.contains(hint), "{message}");
         assert_eq!(s.last_error.as_deref(), Some(message.as_str()));
         assert_eq!(
-            next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).ok(),
+            next_reconcile(&r, outcome).ok(),
             Some(Action::requeue(RETRY))
         );
     }
@@ -173,13 +207,11 @@ fn a_stuck_release_says_how_to_get_it_unstuck() {
 #[test]
 fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconcile() {
     let r = applied();
-    let outcome = Outcome::Ran {
+    let outcome = attached(Err(HelmFailure::RunFailed {
         verb: InstallVerb::Install,
-        applied: Applied::Failed {
-            message: "Helm install failed for release \"app\": boom".into(),
-            after: After::Gone,
-        },
-    };
+        message: "Helm install failed for release \"app\": boom".into(),
+        after: After::Gone,
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, None);
     assert_eq!(s.release_status, None);
@@ -191,11 +223,14 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
             .as_ref()
             .and_then(|s| s.last_applied_digest.clone())
     );
-    assert_eq!(condition(&s, ct::RELEASED).1, reasons::RECONCILE_FAILED);
-    match next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0) {
-        Err(Error::HelmRelease(HelmFailure { reason, message })) => {
-            assert_eq!(reason, reasons::RECONCILE_FAILED);
-            assert_eq!(message, "Helm install failed for release \"app\": boom");
+    assert_eq!(condition(&s, ct::RELEASED).1, Reason::ReconcileFailed);
+    match next_reconcile(&r, outcome) {
+        Err(Error::Failed(failure)) => {
+            assert_eq!(failure.reason(), Reason::ReconcileFailed);
+            assert_eq!(
+                failure.to_string(),
+                "Helm install failed for release \"app\": boom"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -205,37 +240,43 @@ fn a_failed_install_that_helm_removed_forgets_the_revision_and_fails_the_reconci
 fn an_upgrade_that_ended_in_another_status_is_recorded_but_not_counted_as_applied() {
     let mut r = applied();
     r.spec.chart.version = "2.0.0".into();
-    let outcome = Outcome::Ran {
+    let outcome = attached(Err(HelmFailure::NotDeployed {
         verb: InstallVerb::Upgrade,
-        applied: Applied::NotDeployed(info("failed", 3)),
-    };
+        name: "app".into(),
+        info: info("failed", 3),
+    }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.release_revision, Some(3));
     assert_ne!(s.last_applied_digest, Some(input_digest(&r)));
     let message = r#"Helm upgrade of release "app" ended in status failed"#;
     assert_eq!(s.last_error.as_deref(), Some(message));
     assert!(matches!(
-        next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0),
-        Err(Error::HelmRelease(HelmFailure { message: m, .. })) if m == message
+        next_reconcile(&r, outcome),
+        Err(Error::Failed(f)) if f.to_string() == message
     ));
 }
 
 #[test]
 fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     let r = applied();
-    let s = desired_status(&r, &Outcome::MissingCluster, now());
+    let missing = HelmFailure::MissingCluster {
+        cluster: "c".into(),
+    };
+    let s = desired_status(&r, &Outcome::new(Some(false), Err(missing)), now());
     assert_eq!(
         condition(&s, ct::ACCEPTED),
         (
             ConditionStatus::False,
-            reasons::MISSING_CLUSTER.to_string(),
+            Reason::MissingCluster.to_string(),
             r#"OmniCluster "c" does not exist"#.to_string()
         )
     );
     for outcome in [
-        Outcome::Invalid("spec.timeout: bad".into()),
-        Outcome::UninstallBlocked(Problem::MissingSecret("gone".into())),
-        Outcome::UninstallFailed("helm uninstall failed".into()),
+        Outcome::failed(HelmFailure::InvalidSpec("spec.timeout: bad".into())),
+        Outcome::failed(HelmFailure::UninstallBlocked(Problem::MissingSecret(
+            "gone".into(),
+        ))),
+        Outcome::failed(HelmFailure::UninstallFailed("helm uninstall failed".into())),
     ] {
         let s = desired_status(&r, &outcome, now());
         assert!(
@@ -244,22 +285,24 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
         );
         assert_eq!(condition(&s, ct::READY).0, ConditionStatus::False);
     }
-    let blocked = Outcome::Blocked(Problem::MissingSecret("no kubeconfig".into()));
+    let blocked = attached(Err(HelmFailure::Blocked(Problem::MissingSecret(
+        "no kubeconfig".into(),
+    ))));
     let s = desired_status(&r, &blocked, now());
     assert_eq!(condition(&s, ct::ACCEPTED).0, ConditionStatus::True);
-    assert_eq!(condition(&s, ct::READY).1, reasons::MISSING_SECRET);
+    assert_eq!(condition(&s, ct::READY).1, Reason::MissingSecret);
 }
 
 #[test]
 fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() {
     let r = applied();
-    let outcome = Outcome::UninstallFailed("Helm uninstall failed".into());
+    let outcome = Outcome::failed(HelmFailure::UninstallFailed("Helm uninstall failed".into()));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(s.last_action.as_deref(), Some("Uninstall"));
-    assert!(next_reconcile(&r, &outcome, Duration::from_secs(10), 1.0).is_err());
-    let invalid = Outcome::Invalid("spec.timeout: bad".into());
+    assert!(next_reconcile(&r, outcome).is_err());
+    let invalid = Outcome::failed(HelmFailure::InvalidSpec("spec.timeout: bad".into()));
     assert_eq!(
-        next_reconcile(&r, &invalid, Duration::from_secs(10), 1.0).ok(),
+        next_reconcile(&r, invalid).ok(),
         Some(Action::await_change()),
         "only a spec change can fix an invalid spec"
     );
@@ -269,19 +312,19 @@ fn a_failed_uninstall_is_recorded_as_the_last_action_and_retried_with_backoff() 
 #[test]
 fn an_input_problem_knows_its_reason() {
     let missing = Problem::MissingSecret("kubeconfig Secret \"ns/kc\" does not exist".into());
-    assert_eq!(missing.reason(), reasons::MISSING_SECRET);
+    assert_eq!(missing.reason(), Reason::MissingSecret);
     let blocked = missing.map_message(|m| format!("cannot uninstall: {m}"));
-    assert_eq!(blocked.reason(), reasons::MISSING_SECRET);
+    assert_eq!(blocked.reason(), Reason::MissingSecret);
     assert_eq!(
         blocked.to_string(),
         "cannot uninstall: kubeconfig Secret \"ns/kc\" does not exist"
     );
     assert_eq!(
         Problem::Invalid("x".into()).reason(),
-        reasons::VALIDATION_FAILED
+        Reason::ValidationFailed
     );
     assert_eq!(
         Problem::HelmUnavailable("x".into()).reason(),
-        super::super::REASON_HELM_UNAVAILABLE
+        Reason::HelmUnavailable
     );
 }

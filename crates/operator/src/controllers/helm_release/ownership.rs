@@ -5,25 +5,28 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use super::{
-    OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, OWNER_UID_LABEL, STARTED_BY_RUN_LABEL,
-    STARTED_REVISION_LABEL,
-};
 use crate::api::OmniHelmRelease;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
-use crate::helm::ReleaseInfo;
+use crate::api::keys;
+use crate::api::keys::{
+    HELM_OWNER_NAME_LABEL, HELM_OWNER_NAMESPACE_LABEL, HELM_OWNER_UID_LABEL,
+    HELM_STARTED_BY_RUN_LABEL, HELM_STARTED_REVISION_LABEL,
+};
+use crate::domain::helm::{ReleaseInfo, ReleaseRequest};
 
 /// The labels marking the revision `revision` as started by the operator process `run_id`.
 pub(crate) fn run_labels(run_id: &str, revision: i64) -> Vec<(String, String)> {
     vec![
-        (STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
-        (STARTED_REVISION_LABEL.to_string(), revision.to_string()),
+        (HELM_STARTED_BY_RUN_LABEL.to_string(), run_id.to_string()),
+        (
+            HELM_STARTED_REVISION_LABEL.to_string(),
+            revision.to_string(),
+        ),
     ]
 }
 
 /// Who started the newest revision of a release, as its labels tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Starter {
+pub(crate) enum Starter {
     /// This operator process.
     ThisRun,
     /// An earlier operator process. Leader election fences every earlier leader before a new
@@ -41,8 +44,8 @@ pub(crate) fn starter(
     run_id: &str,
 ) -> Starter {
     match (
-        labels.get(STARTED_BY_RUN_LABEL),
-        labels.get(STARTED_REVISION_LABEL),
+        labels.get(HELM_STARTED_BY_RUN_LABEL),
+        labels.get(HELM_STARTED_REVISION_LABEL),
     ) {
         (Some(run), Some(revision)) if *revision == info.revision.to_string() => {
             if run == run_id {
@@ -60,21 +63,21 @@ pub(crate) fn owner_labels(r: &OmniHelmRelease) -> Vec<(String, String)> {
     let Some(uid) = r.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
         return Vec::new();
     };
-    let mut labels = vec![(OWNER_UID_LABEL.to_string(), uid.to_string())];
+    let mut labels = vec![(HELM_OWNER_UID_LABEL.to_string(), uid.to_string())];
     if let Some(ns) = r.metadata.namespace.as_deref() {
-        labels.push((OWNER_NAMESPACE_LABEL.to_string(), ns.to_string()));
+        labels.push((HELM_OWNER_NAMESPACE_LABEL.to_string(), ns.to_string()));
     }
     let name = r.name_any();
     // Object names may be 253 characters long, label values only 63.
     if name.len() <= 63 {
-        labels.push((OWNER_NAME_LABEL.to_string(), name));
+        labels.push((HELM_OWNER_NAME_LABEL.to_string(), name));
     }
     labels
 }
 
 /// Whose an existing release is, as far as this OmniHelmRelease is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Labelled with this object's UID.
     Owned,
     /// Unlabelled, but installed by this object before releases were labelled: its stored
@@ -101,26 +104,27 @@ impl Ownership {
     }
 }
 
-/// Pure ownership decision from the release labels (`helm get metadata`), Helm's view of the
-/// release and this object's stored status.
-pub fn ownership(
+/// Pure ownership decision on the release `req` of `r` from its labels (`helm get metadata`),
+/// Helm's view of it and this object's stored status.
+pub(crate) fn ownership(
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     labels: &BTreeMap<String, String>,
     info: &ReleaseInfo,
 ) -> Ownership {
     let own_uid = r.metadata.uid.as_deref().filter(|u| !u.is_empty());
-    match labels.get(OWNER_UID_LABEL) {
+    match labels.get(HELM_OWNER_UID_LABEL) {
         Some(uid) if Some(uid.as_str()) == own_uid => Ownership::Owned,
         Some(uid) => Ownership::OwnedByOther(
             match (
-                labels.get(OWNER_NAMESPACE_LABEL),
-                labels.get(OWNER_NAME_LABEL),
+                labels.get(HELM_OWNER_NAMESPACE_LABEL),
+                labels.get(HELM_OWNER_NAME_LABEL),
             ) {
                 (Some(ns), Some(name)) => format!("OmniHelmRelease {ns}/{name} (uid {uid})"),
                 _ => format!("another OmniHelmRelease (uid {uid})"),
             },
         ),
-        None if installed_before_labels(r, info) => Ownership::InstalledBeforeLabels,
+        None if installed_before_labels(r, req, info) => Ownership::InstalledBeforeLabels,
         None => Ownership::Unowned,
     }
 }
@@ -130,21 +134,16 @@ pub fn ownership(
 /// Secret and key) and Helm's current revision, and record a successful apply (the digest).
 /// The status is only written by the operator (status subresource), and any refusal clears the
 /// digest, so an object pointed at someone else's release never matches.
-fn installed_before_labels(r: &OmniHelmRelease, info: &ReleaseInfo) -> bool {
+fn installed_before_labels(r: &OmniHelmRelease, req: &ReleaseRequest, info: &ReleaseInfo) -> bool {
     let Some(s) = &r.status else {
         return false;
     };
     s.last_applied_digest.is_some()
-        && s.release_name.as_deref() == Some(r.effective_release_name().as_str())
-        && s.namespace.as_deref() == Some(r.spec.namespace.as_str())
+        && s.release_name.as_deref() == Some(req.release_name.as_str())
+        && s.namespace.as_deref() == Some(req.namespace.as_str())
         && s.kubeconfig_secret_ref.as_deref() == Some(r.spec.kubeconfig_secret_ref.name.as_str())
         && s.kubeconfig_secret_key.as_deref() == Some(r.spec.kubeconfig_secret_ref.key.as_str())
         && s.release_revision == Some(info.revision)
-}
-
-/// Whether the user allowed this object to take over a release it does not own.
-fn adopt_requested(r: &OmniHelmRelease) -> bool {
-    r.annotations().get(ADOPT_ANNOTATION).map(String::as_str) == Some("true")
 }
 
 /// What this object may do with the release it found, decided once per pass, before anything
@@ -154,7 +153,7 @@ pub(crate) enum Claim {
     /// Ours (or there is no release to claim): change it freely. Tells who started its newest
     /// revision, which decides whether a `pending-*` revision was abandoned.
     Ours(Starter),
-    /// Someone else's, taken over because the user asked ([`ADOPT_ANNOTATION`]). It stays
+    /// Someone else's, taken over because the user asked ([`keys::ADOPT_ANNOTATION`]). It stays
     /// someone else's until our install or upgrade has labelled it, so it is never recovered
     /// at once as abandoned.
     Adopting,
@@ -162,17 +161,18 @@ pub(crate) enum Claim {
     Refused(Ownership),
 }
 
-/// Pure claim on an existing release from its labels and Helm's view of it.
+/// Pure claim on the existing release `req` from its labels and Helm's view of it.
 pub(crate) fn claim(
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     labels: &BTreeMap<String, String>,
     info: &ReleaseInfo,
     run_id: &str,
 ) -> Claim {
-    let o = ownership(r, labels, info);
+    let o = ownership(r, req, labels, info);
     if o.is_ours() {
         Claim::Ours(starter(labels, info, run_id))
-    } else if adopt_requested(r) {
+    } else if keys::adopt_requested(&r.metadata) {
         Claim::Adopting
     } else {
         Claim::Refused(o)
@@ -183,7 +183,7 @@ pub(crate) fn claim(
 mod tests {
     use super::*;
     use crate::api::helm_release::OmniHelmReleaseStatus;
-    use crate::controllers::helm_release::state::input_digest;
+    use crate::controllers::helm_release::inputs::request;
     use crate::controllers::helm_release::test_support::{info, labels, release};
 
     #[test]
@@ -191,22 +191,28 @@ mod tests {
         let mut r = release(serde_json::json!({}));
         r.metadata.uid = Some("uid-a".into());
         let deployed = info("deployed", 2);
-        let stamped = labels(&[(OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
-        assert_eq!(ownership(&r, &stamped, &deployed), Ownership::Owned);
+        let stamped = labels(&[(HELM_OWNER_UID_LABEL, "uid-a"), ("owner", "helm")]);
+        assert_eq!(
+            ownership(&r, &request(&r), &stamped, &deployed),
+            Ownership::Owned
+        );
         let other = labels(&[
-            (OWNER_UID_LABEL, "uid-b"),
-            (OWNER_NAMESPACE_LABEL, "ns"),
-            (OWNER_NAME_LABEL, "second"),
+            (HELM_OWNER_UID_LABEL, "uid-b"),
+            (HELM_OWNER_NAMESPACE_LABEL, "ns"),
+            (HELM_OWNER_NAME_LABEL, "second"),
         ]);
         assert_eq!(
-            ownership(&r, &other, &deployed),
+            ownership(&r, &request(&r), &other, &deployed),
             Ownership::OwnedByOther("OmniHelmRelease ns/second (uid uid-b)".into())
         );
         // `helm install` by hand: no label, no status.
-        assert_eq!(ownership(&r, &labels(&[]), &deployed), Ownership::Unowned);
+        assert_eq!(
+            ownership(&r, &request(&r), &labels(&[]), &deployed),
+            Ownership::Unowned
+        );
         // Installed by this object before releases were labelled.
         r.status = Some(OmniHelmReleaseStatus {
-            last_applied_digest: Some(input_digest(&r)),
+            last_applied_digest: Some(request(&r).digest),
             release_revision: Some(2),
             release_name: Some("app".into()),
             namespace: Some("default".into()),
@@ -215,22 +221,22 @@ mod tests {
             ..OmniHelmReleaseStatus::default()
         });
         assert_eq!(
-            ownership(&r, &labels(&[]), &deployed),
+            ownership(&r, &request(&r), &labels(&[]), &deployed),
             Ownership::InstalledBeforeLabels
         );
         // ...but not once Helm is at a revision the status never saw,
         assert_eq!(
-            ownership(&r, &labels(&[]), &info("deployed", 3)),
+            ownership(&r, &request(&r), &labels(&[]), &info("deployed", 3)),
             Ownership::Unowned
         );
         // nor when the object now points at another release, nor for another owner's label.
         let mut moved = r.clone();
         moved.spec.release_name = Some("other".into());
         assert_eq!(
-            ownership(&moved, &labels(&[]), &deployed),
+            ownership(&moved, &request(&moved), &labels(&[]), &deployed),
             Ownership::Unowned
         );
-        assert!(!ownership(&r, &other, &deployed).is_ours());
+        assert!(!ownership(&r, &request(&r), &other, &deployed).is_ours());
     }
 
     #[test]
@@ -241,13 +247,17 @@ mod tests {
         assert_eq!(
             owner_labels(&r),
             vec![
-                (OWNER_UID_LABEL.to_string(), "uid-a".to_string()),
-                (OWNER_NAMESPACE_LABEL.to_string(), "ns".to_string()),
-                (OWNER_NAME_LABEL.to_string(), "app".to_string()),
+                (HELM_OWNER_UID_LABEL.to_string(), "uid-a".to_string()),
+                (HELM_OWNER_NAMESPACE_LABEL.to_string(), "ns".to_string()),
+                (HELM_OWNER_NAME_LABEL.to_string(), "app".to_string()),
             ]
         );
         r.metadata.name = Some("n".repeat(64));
-        assert!(owner_labels(&r).iter().all(|(k, _)| k != OWNER_NAME_LABEL));
+        assert!(
+            owner_labels(&r)
+                .iter()
+                .all(|(k, _)| k != HELM_OWNER_NAME_LABEL)
+        );
     }
 
     #[test]
@@ -255,9 +265,9 @@ mod tests {
         let pending_rev = info("pending-upgrade", 4);
         let marked = |run: &str, revision: &str| {
             labels(&[
-                (OWNER_UID_LABEL, "uid-a"),
-                (STARTED_BY_RUN_LABEL, run),
-                (STARTED_REVISION_LABEL, revision),
+                (HELM_OWNER_UID_LABEL, "uid-a"),
+                (HELM_STARTED_BY_RUN_LABEL, run),
+                (HELM_STARTED_REVISION_LABEL, revision),
             ])
         };
         assert_eq!(
@@ -275,7 +285,7 @@ mod tests {
         );
         assert_eq!(
             starter(
-                &labels(&[(OWNER_UID_LABEL, "uid-a")]),
+                &labels(&[(HELM_OWNER_UID_LABEL, "uid-a")]),
                 &pending_rev,
                 "run-b"
             ),
@@ -284,8 +294,8 @@ mod tests {
         assert_eq!(
             run_labels("run-b", 5),
             [
-                (STARTED_BY_RUN_LABEL.to_string(), "run-b".to_string()),
-                (STARTED_REVISION_LABEL.to_string(), "5".to_string()),
+                (HELM_STARTED_BY_RUN_LABEL.to_string(), "run-b".to_string()),
+                (HELM_STARTED_REVISION_LABEL.to_string(), "5".to_string()),
             ]
         );
     }
@@ -296,23 +306,23 @@ mod tests {
         r.metadata.uid = Some("uid-a".into());
         let pending_rev = info("pending-upgrade", 4);
         let ours = labels(&[
-            (OWNER_UID_LABEL, "uid-a"),
-            (STARTED_BY_RUN_LABEL, "run-a"),
-            (STARTED_REVISION_LABEL, "4"),
+            (HELM_OWNER_UID_LABEL, "uid-a"),
+            (HELM_STARTED_BY_RUN_LABEL, "run-a"),
+            (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
-            claim(&r, &ours, &pending_rev, "run-b"),
+            claim(&r, &request(&r), &ours, &pending_rev, "run-b"),
             Claim::Ours(Starter::EarlierRun)
         );
         // Someone else's release with marks of an earlier run: refused, or adopted on request
         // (and then never treated as abandoned by us).
         let theirs = labels(&[
-            (OWNER_UID_LABEL, "uid-b"),
-            (STARTED_BY_RUN_LABEL, "run-a"),
-            (STARTED_REVISION_LABEL, "4"),
+            (HELM_OWNER_UID_LABEL, "uid-b"),
+            (HELM_STARTED_BY_RUN_LABEL, "run-a"),
+            (HELM_STARTED_REVISION_LABEL, "4"),
         ]);
         assert_eq!(
-            claim(&r, &theirs, &pending_rev, "run-b"),
+            claim(&r, &request(&r), &theirs, &pending_rev, "run-b"),
             Claim::Refused(Ownership::OwnedByOther(
                 "another OmniHelmRelease (uid uid-b)".into()
             ))
@@ -320,7 +330,10 @@ mod tests {
         r.metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(ADOPT_ANNOTATION.into(), "true".into());
-        assert_eq!(claim(&r, &theirs, &pending_rev, "run-b"), Claim::Adopting);
+            .insert(keys::ADOPT_ANNOTATION.into(), "true".into());
+        assert_eq!(
+            claim(&r, &request(&r), &theirs, &pending_rev, "run-b"),
+            Claim::Adopting
+        );
     }
 }

@@ -3,16 +3,14 @@
 
 use kube::runtime::events::EventType;
 
-use super::REASON_STUCK_RECOVERED;
-use super::inputs::timeout_of;
-use super::outcome::{Outcome, StuckBecause};
-use crate::api::OmniHelmRelease;
-use crate::controllers::Context;
-use crate::helm::{HistoryEntry, ReleaseInfo, ReleaseSession};
+use super::outcome::{HelmFailure, StuckBecause};
+use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::shared::context::Context;
+use crate::domain::helm::{HelmStatus, HistoryEntry, ReleaseInfo, ReleaseRequest, ReleaseSession};
 
 /// How a stuck release is recovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recovery {
+pub(crate) enum Recovery {
     /// Roll back to this earlier revision (pending upgrade or rollback).
     Rollback(i64),
     /// Remove the half-installed release (pending install); it is installed again afterwards.
@@ -24,66 +22,58 @@ pub enum Recovery {
 /// Pure choice of the recovery for a stuck release: a pending install is uninstalled; a pending
 /// upgrade or rollback goes back to the newest earlier revision that was deployed (or, failing
 /// that, the newest earlier one that is not itself pending).
-pub fn recovery(info: &ReleaseInfo, history: &[HistoryEntry]) -> Recovery {
-    if info.status == "pending-install" {
+pub(crate) fn recovery(info: &ReleaseInfo, history: &[HistoryEntry]) -> Recovery {
+    if info.status == HelmStatus::PendingInstall {
         return Recovery::Uninstall;
     }
     let earlier = || {
         history
             .iter()
-            .filter(|h| h.revision < info.revision && !h.status.starts_with("pending-"))
+            .filter(|h| h.revision < info.revision && !h.status.is_pending())
     };
     earlier()
-        .filter(|h| h.status == "deployed" || h.status == "superseded")
+        .filter(|h| matches!(h.status, HelmStatus::Deployed | HelmStatus::Superseded))
         .map(|h| h.revision)
         .max()
         .or_else(|| earlier().map(|h| h.revision).max())
         .map_or(Recovery::Impossible, Recovery::Rollback)
 }
 
-/// Recovers the `pending-*` release `info`. `None`: recovered (a Warning Event says how), the
-/// pass goes on with a fresh look; `Some(outcome)`: the pass ends with it. `abandoned` when an
+/// Recovers the `pending-*` release `info` of `req`. `Ok`: recovered (a Warning Event says
+/// how), the pass goes on with a fresh look; `Err`: the pass ends with it. `abandoned` when an
 /// earlier operator process left the revision, rather than it outliving its timeout.
 pub(crate) async fn recover(
     ctx: &Context,
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     session: &ReleaseSession,
     info: &ReleaseInfo,
     abandoned: bool,
-) -> Option<Outcome> {
-    let (name, ns) = (r.effective_release_name(), &r.spec.namespace);
-    let timeout = timeout_of(r);
-    let history = match session.history(&name, ns).await {
-        Ok(h) => h,
-        Err(err) => {
-            return Some(Outcome::HelmFailed(format!(
-                "read Helm release history of {name:?}: {err}"
-            )));
-        }
-    };
+) -> Result<(), HelmFailure> {
+    let name = &req.release_name;
+    let history = session.history(req).await.map_err(|err| {
+        HelmFailure::Helm(format!("read Helm release history of {name:?}: {err}"))
+    })?;
     let (result, done) = match recovery(info, &history) {
         Recovery::Impossible => {
-            return Some(Outcome::Stuck {
+            return Err(HelmFailure::Stuck {
+                name: name.clone(),
                 release: info.clone(),
+                timeout: r.spec.timeout.to_string(),
                 because: StuckBecause::NoEarlierRevision,
             });
         }
         Recovery::Rollback(revision) => (
-            session
-                .rollback(&name, ns, revision, timeout, r.spec.wait)
-                .await,
+            session.rollback(req, revision).await,
             format!("rolled it back to revision {revision}"),
         ),
         Recovery::Uninstall => (
-            session
-                .uninstall(&name, ns, timeout, r.spec.disable_hooks, r.spec.wait)
-                .await
-                .map(|_| ()),
+            session.uninstall(req).await.map(|_| ()),
             "uninstalled the unfinished install".to_string(),
         ),
     };
     if let Err(err) = result {
-        return Some(Outcome::HelmFailed(format!(
+        return Err(HelmFailure::Helm(format!(
             "recover stuck Helm release {name:?}: {err}"
         )));
     }
@@ -96,14 +86,14 @@ pub(crate) async fn recover(
     ctx.event(
         r,
         EventType::Warning,
-        REASON_STUCK_RECOVERED,
+        Reason::StuckReleaseRecovered,
         format!(
             "Helm release {name:?} is {} at revision {} since {since}, {why}; {done}",
             info.status, info.revision
         ),
     )
     .await;
-    None
+    Ok(())
 }
 
 #[cfg(test)]
@@ -114,7 +104,7 @@ mod tests {
     fn entry(revision: i64, status: &str) -> HistoryEntry {
         HistoryEntry {
             revision,
-            status: status.into(),
+            status: HelmStatus::parse(status),
             chart: "app-1.0.0".into(),
             description: String::new(),
         }

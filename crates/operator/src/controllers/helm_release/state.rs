@@ -1,200 +1,54 @@
-//! Where a release stands: pure functions of what one look at Helm found ([`Observation`]),
-//! the object's spec and its stored status. [`super::decide`] picks the action from it.
+//! What the OmniHelmRelease controller keeps and is configured with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::setup::Setup;
+use crate::domain::helm::Helm;
+use crate::domain::helm::source::{ChartSourcePolicy, Limits, SystemRoots};
+use crate::domain::secret_policy::SecretPolicy;
+use crate::domain::workload::WorkloadClients;
 
-use super::inputs::timeout_of;
-use super::ownership::{Claim, Ownership, Starter};
-use crate::api::OmniHelmRelease;
-use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::helm::{ChartSource, ReleaseInfo};
-
-/// What to do with the release, decided from Helm's view and the stored status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    /// No release exists: install it.
-    Install,
-    /// The release exists but its inputs changed or it drifted: upgrade it.
-    Upgrade,
-    /// The deployed release is the one last applied with the current inputs.
-    UpToDate,
+/// The release controller's own state and configuration.
+pub(crate) struct HelmState {
+    /// The helm driver; `None` when no usable helm binary was found (each object then reports
+    /// that instead of failing the whole operator).
+    pub(super) helm: Option<Helm>,
+    /// Which Secrets a release may read.
+    pub(super) secret_policy: SecretPolicy,
+    /// Whose identity reads the Secrets of a release without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    pub(super) default_service_account: Option<String>,
+    /// Where charts may come from (`--chart-source-allowed-hosts`,
+    /// `--chart-source-deny-private-networks`, `--allow-insecure-chart-sources`).
+    pub(super) chart_sources: ChartSourcePolicy,
+    /// Time bounds of each request to a chart source.
+    pub(super) limits: Limits,
+    /// The system's trusted roots for chart sources, read on the first fetch.
+    pub(super) roots: SystemRoots,
+    /// Clients of the workload clusters, by kubeconfig Secret: a workload API server is asked
+    /// for its version, within the time bounds, before any helm process is started for it.
+    pub(super) workload: Arc<WorkloadClients>,
+    /// Floor for a `driftCheckInterval` stored without admission.
+    pub(super) min_interval: Duration,
+    /// The baseline model's `helm-upgrade-every-trigger` (benchmarks only).
+    pub(super) upgrade_every_trigger: bool,
 }
 
-/// Digest of the inputs that define the release. Deliberately excludes the kubeconfig bytes
-/// (a rotation must not upgrade) and operation knobs like `wait` or `timeout`.
-pub(crate) fn input_digest(r: &OmniHelmRelease) -> String {
-    let spec = &r.spec;
-    let source = match ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart) {
-        ChartSource::Repository { url, chart } => {
-            serde_json::json!({"repository": url, "chart": chart})
+impl HelmState {
+    /// The state of a controller started with `setup` in `ctx`.
+    pub(super) fn new(ctx: &Context, setup: &Setup<'_>) -> Self {
+        Self {
+            helm: setup.helm.clone(),
+            secret_policy: setup.config.secret_policy,
+            default_service_account: setup.config.tenancy.default_service_account.clone(),
+            chart_sources: setup.config.tenancy.chart_sources.clone(),
+            limits: setup.config.tenancy.timeouts.outbound(),
+            roots: SystemRoots::default(),
+            workload: setup.workload.clone(),
+            min_interval: setup.config.min_interval,
+            upgrade_every_trigger: ctx.baseline.upgrades_every_trigger(),
         }
-        ChartSource::Oci { reference } => serde_json::json!({"oci": reference}),
-    };
-    // serde_json maps are sorted, so the encoding (and digest) is stable.
-    let inputs = serde_json::json!({
-        "clusterRef": spec.cluster_ref.name,
-        "kubeconfigSecret": spec.kubeconfig_secret_ref.name,
-        "kubeconfigKey": spec.kubeconfig_secret_ref.key,
-        "releaseName": r.effective_release_name(),
-        "namespace": spec.namespace,
-        "source": source,
-        "version": spec.chart.version.trim(),
-        "values": spec.chart.values,
-        "skipCRDs": spec.skip_crds,
-    });
-    hex::encode(Sha256::digest(inputs.to_string().as_bytes()))
-}
-
-/// Pure decision: install when missing, upgrade unless the deployed revision is the one this
-/// object last applied with the same digest.
-pub fn plan(current: Option<&ReleaseInfo>, stored: &OmniHelmReleaseStatus, digest: &str) -> Plan {
-    let Some(info) = current else {
-        return Plan::Install;
-    };
-    if info.status == "uninstalled" {
-        return Plan::Install;
-    }
-    let same_inputs = stored.last_applied_digest.as_deref() == Some(digest);
-    let same_revision = stored.release_revision == Some(info.revision);
-    if info.status == "deployed" && same_inputs && same_revision {
-        Plan::UpToDate
-    } else {
-        Plan::Upgrade
     }
 }
-
-/// What to do about a release Helm reports in a `pending-*` state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pending {
-    /// Younger than its timeout: another Helm run may still own it; look again after this long.
-    Wait(Duration),
-    /// Older than its timeout, and recovery is not allowed: report it.
-    Stuck,
-    /// Older than its timeout, and `spec.recoverStuckRelease` allows recovering it.
-    Recover,
-    /// Started by an earlier operator process, which is gone: recovered at once.
-    Abandoned,
-}
-
-/// Pure decision for a release in `pending-*` (`None` when it is not pending). A revision an
-/// earlier operator process started (and this object owns, see `super::starter`) was
-/// abandoned when that process ended. Otherwise the age counts from the pending revision's
-/// `last_deployed`, which Helm stamps when the operation starts; a record without it is treated
-/// as old, since no running operation writes such a record.
-pub fn pending(
-    info: &ReleaseInfo,
-    now: jiff::Timestamp,
-    timeout: Duration,
-    recover_allowed: bool,
-    started_by: Starter,
-) -> Option<Pending> {
-    if !info.is_pending() {
-        return None;
-    }
-    if started_by == Starter::EarlierRun {
-        return Some(Pending::Abandoned);
-    }
-    let started = info
-        .last_deployed
-        .as_deref()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-    let age = started.map(|t| now.duration_since(t).try_into().unwrap_or(Duration::ZERO));
-    Some(match age {
-        Some(age) if age <= timeout => Pending::Wait(timeout - age + Duration::from_secs(5)),
-        _ if recover_allowed => Pending::Recover,
-        _ => Pending::Stuck,
-    })
-}
-
-/// What one look at Helm found during a reconcile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Observation {
-    /// Helm's view of the release (`helm status`); `None` when there is none.
-    pub release: Option<ReleaseInfo>,
-    /// What this object may do with it, from the pass's first look (its labels are not read
-    /// again after a recovery: a rollback may change the revision, not the owner).
-    pub(crate) claim: Claim,
-    /// A stuck revision was recovered earlier in this pass; this look is the one after it.
-    pub recovered: bool,
-}
-
-/// Where the release stands, in the terms the next action is chosen by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ReleaseState {
-    /// No release by that name, or one uninstalled with its history kept.
-    Absent,
-    /// Someone else's, and adoption was not asked for.
-    NotOurs(Ownership),
-    /// A Helm operation on it is unfinished (`pending-*`), with the verdict on it.
-    Pending(Pending, ReleaseInfo),
-    /// Deployed at the revision this object last applied with the current inputs.
-    InSync,
-    /// Present, but its inputs changed, it failed, or it changed out of band.
-    OutOfSync,
-}
-
-/// The release's state plus the facts that shape the action on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct State {
-    pub release: ReleaseState,
-    /// Someone else's release, taken over on the user's request.
-    pub adopting: bool,
-    /// The stored status records a successful apply of the current inputs, so a Helm run
-    /// now means the release changed out of band (drift).
-    pub(crate) inputs_applied: bool,
-    /// A stuck revision was recovered earlier in this pass.
-    pub recovered: bool,
-}
-
-/// Pure: the state of the release from one look, the spec and the stored status. A look after
-/// a recovery is never pending again in the same pass: the recovery ended that operation, and
-/// whatever Helm reports now is for the install or upgrade to deal with.
-pub(crate) fn determine(r: &OmniHelmRelease, look: &Observation, now: jiff::Timestamp) -> State {
-    let stored = r.status.clone().unwrap_or_default();
-    let digest = input_digest(r);
-    let release = match (&look.release, &look.claim) {
-        (None, _) => ReleaseState::Absent,
-        (Some(_), Claim::Refused(o)) => ReleaseState::NotOurs(o.clone()),
-        (Some(info), claim) => {
-            let started_by = match claim {
-                Claim::Ours(starter) => *starter,
-                _ => Starter::Unknown,
-            };
-            let verdict = if look.recovered {
-                None
-            } else {
-                pending(
-                    info,
-                    now,
-                    timeout_of(r),
-                    r.spec.recover_stuck_release,
-                    started_by,
-                )
-            };
-            match verdict {
-                Some(verdict) => ReleaseState::Pending(verdict, info.clone()),
-                // The `helm-upgrade-every-trigger` quirk of the baseline model applies here.
-                None => {
-                    match crate::baseline::upgrade_every_trigger(plan(Some(info), &stored, &digest))
-                    {
-                        Plan::Install => ReleaseState::Absent,
-                        Plan::UpToDate => ReleaseState::InSync,
-                        Plan::Upgrade => ReleaseState::OutOfSync,
-                    }
-                }
-            }
-        }
-    };
-    State {
-        release,
-        adopting: look.claim == Claim::Adopting,
-        inputs_applied: stored.last_applied_digest.as_deref() == Some(digest.as_str()),
-        recovered: look.recovered,
-    }
-}
-
-#[cfg(test)]
-#[path = "state_tests.rs"]
-mod tests;

@@ -1,7 +1,7 @@
 //! Objects shared by the unit tests of this module's files.
 
 use crate::api::OmniHelmRelease;
-use crate::helm::ReleaseInfo;
+use crate::domain::helm::{HelmStatus, ReleaseInfo};
 
 pub(crate) fn release(values: serde_json::Value) -> OmniHelmRelease {
     serde_json::from_value(serde_json::json!({
@@ -22,7 +22,7 @@ pub(crate) fn info(status: &str, revision: i64) -> ReleaseInfo {
         name: "app".into(),
         namespace: "default".into(),
         revision,
-        status: status.into(),
+        status: HelmStatus::parse(status),
         chart: "app".into(),
         chart_version: "1.0.0".into(),
         description: String::new(),

@@ -4,60 +4,66 @@
 
 use kube::runtime::events::EventType;
 
-use super::REASON_UNINSTALL_SKIPPED;
 use super::apply::helm_failure;
-use super::inputs::{Problem, kubeconfig, release_key, timeout_of};
-use super::outcome::{Outcome, WAY_OUT};
+use super::inputs::{Problem, kubeconfig, request};
+use super::outcome::{HelmFailure, Outcome, WAY_OUT};
 use super::ownership::{Ownership, ownership};
-use crate::api::OmniHelmRelease;
-use crate::api::common::reasons;
+use super::state::HelmState;
 use crate::api::helm_release::HelmDeletionPolicy;
-use crate::controllers::pipeline::Cleanup;
-use crate::controllers::{Context, Error};
-use crate::helm::{HelmError, ReleaseSession};
+use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::pipeline::Cleanup;
+use crate::domain::helm::{HelmError, ReleaseRequest, ReleaseSession};
 
 /// Deletes `r`'s release: `Done` once the finalizer may go, `Waiting` while it cannot.
-pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup<Outcome>, Error> {
+pub(crate) async fn delete(
+    ctx: &Context,
+    state: &HelmState,
+    r: &OmniHelmRelease,
+) -> Result<Cleanup<Outcome>, Error> {
     if r.spec.deletion_policy == HelmDeletionPolicy::Orphan {
         return Ok(Cleanup::Done);
     }
-    let name = r.effective_release_name();
-    let kubeconfig = match kubeconfig(ctx, r).await? {
+    let req = request(r);
+    let name = &req.release_name;
+    let waiting = |failure| Cleanup::Waiting(Outcome::failed(failure));
+    let kubeconfig = match kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => {
-            return Ok(Cleanup::Waiting(Outcome::UninstallBlocked(
-                problem.map_message(|m| {
+            return Ok(waiting(HelmFailure::UninstallBlocked(problem.map_message(
+                |m| {
                     format!("cannot uninstall Helm release {name:?}: {m}; restore it, or {WAY_OUT}")
-                }),
-            )));
+                },
+            ))));
         }
     };
-    let Some(helm) = &ctx.helm else {
-        return Ok(Cleanup::Waiting(Outcome::UninstallBlocked(
+    let Some(helm) = &state.helm else {
+        return Ok(waiting(HelmFailure::UninstallBlocked(
             Problem::HelmUnavailable(format!(
                 "cannot uninstall Helm release {name:?}: no usable helm binary; fix --helm-binary, or {WAY_OUT}"
             )),
         )));
     };
-    let result = match helm.session(&release_key(r), &kubeconfig.checked).await {
-        Ok(session) => uninstall_if_owned(r, &session).await,
+    let result = match helm.session(&req.lock_key, &kubeconfig.checked).await {
+        Ok(session) => uninstall_if_owned(r, &req, &session).await,
         Err(e) => Err(e),
     };
     match result {
         Err(err) => {
-            return Ok(Cleanup::Waiting(Outcome::UninstallFailed(format!(
+            return Ok(waiting(HelmFailure::UninstallFailed(format!(
                 "{}; retrying, or {WAY_OUT}",
-                helm_failure("Uninstall", &name, &err)
+                helm_failure("Uninstall", name, &err)
             ))));
         }
         Ok(Removal::NotOwned(o)) => {
             ctx.event(
                 r,
                 EventType::Warning,
-                REASON_UNINSTALL_SKIPPED,
+                Reason::UninstallSkipped,
                 format!(
                     "left Helm release {name:?} in namespace {:?} in place: it {}",
-                    r.spec.namespace,
+                    req.namespace,
                     o.whose()
                 ),
             )
@@ -68,7 +74,7 @@ pub(crate) async fn delete(ctx: &Context, r: &OmniHelmRelease) -> Result<Cleanup
             ctx.event(
                 r,
                 EventType::Normal,
-                reasons::HELM_UNINSTALLED,
+                Reason::HelmUninstalled,
                 format!("uninstalled Helm release {name:?}"),
             )
             .await;
@@ -90,19 +96,17 @@ enum Removal {
 /// enough: a release is ours once an install or upgrade by this object labelled it).
 async fn uninstall_if_owned(
     r: &OmniHelmRelease,
+    req: &ReleaseRequest,
     session: &ReleaseSession,
 ) -> Result<Removal, HelmError> {
-    let (name, ns) = (r.effective_release_name(), &r.spec.namespace);
-    let Some(info) = session.status(&name, ns).await? else {
+    let Some(info) = session.status(req).await? else {
         return Ok(Removal::Missing);
     };
-    let labels = session.labels(&name, ns).await?.unwrap_or_default();
-    let o = ownership(r, &labels, &info);
+    let labels = session.labels(req).await?.unwrap_or_default();
+    let o = ownership(r, req, &labels, &info);
     if !o.is_ours() {
         return Ok(Removal::NotOwned(o));
     }
-    session
-        .uninstall(&name, ns, timeout_of(r), r.spec.disable_hooks, r.spec.wait)
-        .await?;
+    session.uninstall(req).await?;
     Ok(Removal::Uninstalled)
 }

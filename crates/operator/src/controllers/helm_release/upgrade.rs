@@ -1,20 +1,20 @@
 //! `helm upgrade`: new inputs, a repair of drift or a failure, or the labels of an adoption.
 
 use super::apply::HelmRun;
-use super::inputs::request;
-use super::outcome::{After, Outcome};
+use super::outcome::{After, Done, HelmFailure};
 use crate::api::OmniHelmRelease;
-use crate::helm::args::InstallVerb;
+use crate::domain::helm::HelmStatus;
+use crate::domain::helm::args::InstallVerb;
 
 /// Upgrades the release.
-pub(crate) async fn upgrade(run: &HelmRun<'_>) -> Outcome {
-    run.run(InstallVerb::Upgrade, request(run.r), undone).await
+pub(crate) async fn upgrade(run: &HelmRun<'_>) -> Result<Done, HelmFailure> {
+    run.run(InstallVerb::Upgrade, false, undone).await
 }
 
 /// With `atomic`, Helm rolls a failed upgrade back to a working (deployed) revision.
 fn undone(r: &OmniHelmRelease, after: &After) -> Option<String> {
     match after {
-        After::Release(a) if r.spec.atomic && a.status == "deployed" => Some(format!(
+        After::Release(a) if r.spec.atomic && a.status == HelmStatus::Deployed => Some(format!(
             "rolled back to a working release (now revision {})",
             a.revision
         )),

@@ -1,27 +1,21 @@
-//! The export's hold on its Secret ([`IN_USE_FINALIZER`]) and the Secret's end: consumers that
-//! still need it keep it, an owned one is deleted or released, nothing else is touched.
+//! The export's hold on its Secret ([`keys::KUBECONFIG_IN_USE_FINALIZER`]) and the Secret's
+//! end: consumers that still need it keep it, an owned one is deleted or released, nothing
+//! else is touched.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 
 use super::outcome::{ExportFailure, Waiting};
-use super::target::is_owned;
+use super::target::{holds, is_owned};
 use crate::api::common::DeletionPolicy;
+use crate::api::keys;
 use crate::api::{OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync};
-use crate::controllers::{Context, Error, api_resource, finalizer};
-use crate::delete_guard::{Deleted, delete_observed};
-
-/// Finalizer the export keeps on the Secret it writes. A Secret being deleted (by hand, by a
-/// namespace deletion) stays while an OmniHelmRelease or OmniSecretSync still needs it as its
-/// kubeconfig — for its own deletion above all: uninstalling the release and removing the copy
-/// need the workload cluster's credentials. Like `kubernetes.io/pvc-protection` for volumes.
-pub(crate) const IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
-
-/// Whether the export's hold is on `secret`.
-pub fn holds(secret: &Secret) -> bool {
-    secret.finalizers().iter().any(|f| f == IN_USE_FINALIZER)
-}
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::decoded::api_resource;
+use crate::controllers::shared::error::Error;
+use crate::controllers::shared::finalizer::{self, Finalizer, set_secret_finalizers};
+use crate::domain::delete_guard::{Deleted, delete_observed};
 
 /// Whether `consumer` (an OmniHelmRelease or OmniSecretSync, decoded loosely so one bad object
 /// cannot hide the others) uses the Secret `secret` of its namespace as its kubeconfig and may
@@ -34,7 +28,7 @@ pub(crate) fn needs_kubeconfig(consumer: &DynamicObject, secret: &str) -> bool {
         .and_then(serde_json::Value::as_str)
         == Some(secret)
         && (consumer.metadata.deletion_timestamp.is_none()
-            || finalizer::has_finalizer(consumer, false))
+            || finalizer::has_finalizer(consumer, Finalizer::Current))
 }
 
 /// The OmniHelmReleases and OmniSecretSyncs in `ns` that still need Secret `secret`, named for
@@ -55,50 +49,11 @@ pub(super) async fn consumers(ctx: &Context, ns: &str, secret: &str) -> Result<V
     Ok(found)
 }
 
-/// Puts the hold on `secret` (a Secret this export owns that is not being deleted: a deleting
-/// object takes no new finalizers).
-pub(super) fn with_hold(secret: &mut Secret) {
-    if !holds(secret) {
-        secret
-            .metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(IN_USE_FINALIZER.to_string());
-    }
-}
-
-/// Changes the finalizers of `secret` to `finalizers`, conditional on the resourceVersion it
-/// was read at (a concurrent change fails the patch instead of dropping someone's finalizer).
-pub(crate) async fn set_secret_finalizers(
-    api: &Api<Secret>,
-    secret: &kube::api::ObjectMeta,
-    finalizers: Vec<String>,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": secret.resource_version,
-        }
-    });
-    match api
-        .patch(
-            secret.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Puts the hold on `secret`, which this export owns but wrote before exports held their
 /// Secrets.
 pub(super) async fn add_hold(api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let mut list = secret.finalizers().to_vec();
-    list.push(IN_USE_FINALIZER.to_string());
+    list.push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
     set_secret_finalizers(api, &secret.metadata, list).await
 }
 
@@ -110,7 +65,7 @@ pub(super) async fn release_hold(api: &Api<Secret>, secret: &Secret) -> Result<(
     let rest = secret
         .finalizers()
         .iter()
-        .filter(|f| *f != IN_USE_FINALIZER)
+        .filter(|f| *f != keys::KUBECONFIG_IN_USE_FINALIZER)
         .cloned()
         .collect();
     set_secret_finalizers(api, &secret.metadata, rest).await
@@ -233,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_consumer_needs_the_kubeconfig_until_its_own_cleanup_is_done() {
-        let ours = crate::api::FINALIZER;
+        let ours = crate::api::keys::FINALIZER;
         assert!(needs_kubeconfig(&consumer("kc", false, &[]), "kc"), "live");
         assert!(
             needs_kubeconfig(&consumer("kc", true, &[ours]), "kc"),

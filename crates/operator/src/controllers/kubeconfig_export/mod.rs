@@ -6,9 +6,9 @@
 //! known hash and rotation times in status instead of clearing them.
 //!
 //! The export holds its Secret while OmniHelmReleases or OmniSecretSyncs use it as their
-//! kubeconfig (`IN_USE_FINALIZER` on the Secret, and a wait in the export's own deletion), so
-//! that deleting everything at once — a GitOps prune, a namespace deletion — lets the release
-//! be uninstalled and the copy removed before the kubeconfig disappears.
+//! kubeconfig (`omni.texashpc.com/kubeconfig-in-use` on the Secret, and a wait in the export's
+//! own deletion), so that deleting everything at once — a GitOps prune, a namespace deletion —
+//! lets the release be uninstalled and the copy removed before the kubeconfig disappears.
 //!
 //! A reconcile is the controllers' one pipeline: the webhook's own `validate`, then `apply`
 //! (find the cluster and connection, reuse the stored kubeconfig or mint one) ending in an
@@ -20,57 +20,45 @@ mod holds;
 mod outcome;
 mod probe;
 mod rotation;
+mod state;
 mod target;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use self::outcome::{Done, Outcome};
-use super::index::{RefIndex, RefKey, namespace_of};
-use super::pipeline::{self, Cleanup, Pipeline};
-use super::{
-    Cached, Context, Error, Shutdown, Watches, cached_ref, cluster_changes_of, drive,
-    indexed_controller_for, touched,
-};
+use self::outcome::{Done, ExportFailure, Outcome, recheck};
+use self::state::ExportState;
+use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
+use super::shared::context::Context;
+use super::shared::decoded::{Cached, cached_ref};
+use super::shared::error::PassError;
+use super::shared::finalizer::Finalizer;
+use super::shared::index::{RefIndex, RefKey, namespace_of};
+use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
+use super::shared::runner::{Shutdown, drive, indexed_controller_for};
+use super::shared::setup::Setup;
+use super::shared::status::reported;
+use super::shared::triggers::touched;
+use super::shared::watches::{OwnKind, Watches};
+use crate::api::keys;
+use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
 use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 
-pub use self::holds::holds;
-pub(crate) use self::holds::set_secret_finalizers;
-pub(crate) use self::outcome::ExportFailure;
-pub use self::rotation::{Stored, reusable, sha256_hex};
-
-/// Re-check while a dependency is missing.
-pub(crate) const RETRY: Duration = Duration::from_secs(60);
-/// Bound of the usability probe against the workload API server.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Event reason published when an existing target Secret receives a freshly minted kubeconfig.
-pub(crate) const ROTATED_REASON: &str = "KubeconfigRotated";
-
-pub(crate) const MANAGED_BY: (&str, &str) =
-    ("app.kubernetes.io/managed-by", "omni-cluster-operator");
-pub(crate) const UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
-const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
-pub(crate) const NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
-const NAMESPACE_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-namespace";
-const SPEC_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-spec-hash";
-const HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
-const EXPIRATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-expiration-time";
-const LAST_ROTATION_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-last-rotation-time";
-/// The shape last written (`spec.format`), absent for `Kubeconfig`: a format change removes the
-/// keys (and the Argo CD label) of the old shape.
-const FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
+reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus);
 
 /// The pipeline's steps for OmniKubeconfigExport.
 impl Pipeline for OmniKubeconfigExport {
-    type Outcome = Outcome;
-    const LEGACY_FINALIZER: bool = false;
+    type State = ExportState;
+    type Found = outcome::Found;
+    type Done = Done;
+    type Failure = ExportFailure;
+    const FINALIZER: Finalizer = Finalizer::Current;
 
     /// The OmniCluster: its Omni and its workload API server.
     fn target(&self) -> Option<String> {
@@ -79,48 +67,28 @@ impl Pipeline for OmniKubeconfigExport {
     }
 
     /// The webhook's own rules, in case admission was bypassed.
-    fn validate(&self) -> crate::api::validation::Validation {
-        crate::api::kubeconfig_export::validate_stored(self)
-    }
-
-    /// The outcome of an export whose spec is invalid.
-    fn invalid(summary: String) -> Outcome {
-        Outcome::early(Err(ExportFailure::InvalidSpec(summary)))
+    fn validate(&self) -> Result<(), ExportFailure> {
+        webhook_rules(
+            crate::api::kubeconfig_export::validate_stored(self),
+            ExportFailure::InvalidSpec,
+        )
     }
 
     /// Observe → plan → apply on a valid export carrying the finalizer.
-    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-        apply::apply(&ctx, &self).await
-    }
-
-    /// Pure: the status reporting `outcome`.
-    fn desired_status(
-        &self,
-        outcome: &Outcome,
-        now: jiff::Timestamp,
-    ) -> crate::api::kubeconfig_export::OmniKubeconfigExportStatus {
-        outcome::desired_status(self, outcome, now)
-    }
-
-    /// After the status write: the expiry metric, and the next reconcile.
-    fn next(&self, outcome: Outcome, ctx: &Context) -> Result<Action, Error> {
-        let now = ctx.clock.now();
-        if let Some(exp) = outcome::expiration(self, &outcome) {
-            let left = exp.duration_since(now).as_secs_f64();
-            ctx.metrics.set_kubeconfig_expiry(
-                &self.namespace().unwrap_or_default(),
-                &self.name_any(),
-                left,
-            );
-        }
-        Ok(outcome::next_action(outcome, now, ctx.min_interval)?)
+    async fn apply(&self, ctx: &Context, state: &ExportState) -> Result<Outcome, PassError<Self>> {
+        apply::apply(ctx, state, self).await
     }
 
     /// The deleting export's part in its Secret's end.
-    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<Outcome>, Error> {
-        let (ns, name) = holds::target_location(&self);
-        let end =
-            apply::about_target(holds::end_target(&ctx, &self).await, "clean up", &ns, &name)?;
+    async fn cleanup(
+        &self,
+        ctx: &Context,
+        _state: &ExportState,
+    ) -> Result<Cleanup<Outcome>, PassError<Self>> {
+        // A request about the Secret that fails (the operator's RBAC does not reach its
+        // namespace, an outage) is reported on the export, never a silent retry.
+        let (ns, name) = holds::target_location(self);
+        let end = apply::about_target(holds::end_target(ctx, self).await, "clean up", &ns, &name)?;
         Ok(match end {
             Ok(holds::TargetEnd::Done) => Cleanup::Done,
             Ok(holds::TargetEnd::Waiting(w)) => {
@@ -129,11 +97,42 @@ impl Pipeline for OmniKubeconfigExport {
             Ok(holds::TargetEnd::Failed(f)) | Err(f) => Cleanup::Waiting(Outcome::early(Err(f))),
         })
     }
+
+    /// Pure: the status reporting `outcome`.
+    fn desired_status(
+        &self,
+        outcome: &Outcome,
+        now: jiff::Timestamp,
+    ) -> OmniKubeconfigExportStatus {
+        outcome::desired_status(self, outcome, now)
+    }
+
+    fn recheck(&self, done: &Done, ctx: &Context, state: &ExportState) -> Action {
+        recheck(done, ctx.clock.now(), state.min_interval)
+    }
+
+    /// After the status write: the expiry metric follows the kubeconfig the Secret holds.
+    async fn announce(
+        &self,
+        ctx: &Context,
+        _outcome: &Outcome,
+        _old: Option<&OmniKubeconfigExportStatus>,
+        new: &OmniKubeconfigExportStatus,
+    ) {
+        if let Some(expiration) = new.expiration_time {
+            let left = expiration.duration_since(ctx.clock.now()).as_secs_f64();
+            ctx.metrics.set_kubeconfig_expiry(
+                &self.namespace().unwrap_or_default(),
+                &self.name_any(),
+                left,
+            );
+        }
+    }
 }
 
 /// A kind that reads a kubeconfig Secret an export may write: a consumer the export's hold on
 /// the Secret waits for.
-trait KubeconfigConsumer: super::OwnKind {
+trait KubeconfigConsumer: OwnKind {
     /// `spec.kubeconfigSecretRef.name`.
     fn kubeconfig_secret(&self) -> &str;
 }
@@ -169,12 +168,13 @@ fn deleting_consumer<K: KubeconfigConsumer>(
 
 /// The OmniKubeconfigExport controller, subscribed to `watches`: runs until `shutdown`
 /// completes.
-pub fn start<S: Shutdown>(
-    ctx: Arc<Context>,
+pub(crate) fn start<S: Shutdown>(
+    ctx: &Arc<Context>,
+    setup: &Setup<'_>,
     watches: &mut Watches,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + use<S> {
-    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(&ctx, watches, |x| {
+    let (controller, index) = indexed_controller_for::<OmniKubeconfigExport>(ctx, watches, |x| {
         vec![
             RefKey::new("cluster", &namespace_of(x), &x.spec.cluster_ref.name),
             RefKey::new(
@@ -190,11 +190,14 @@ pub fn start<S: Shutdown>(
     let cluster_store = watches.of::<OmniCluster>().store();
     let controller = controller
         .watches_stream(
-            cluster_changes_of(watches, super::ClusterTrigger::ChangesAndConditions),
+            cluster_triggers(
+                watches.of::<OmniCluster>().subscribe(),
+                ClusterTrigger::ChangesAndConditions,
+            ),
             move |c: Cached<OmniCluster>| by_cluster.referring_to("cluster", &c),
         )
         .watches_stream(
-            touched::<OmniConnection>(watches),
+            touched(watches.of::<OmniConnection>().subscribe()),
             move |conn: Cached<OmniConnection>| {
                 let (name, ns) = (conn.name_any(), conn.namespace());
                 let clusters: Vec<RefKey> = cluster_store
@@ -212,23 +215,27 @@ pub fn start<S: Shutdown>(
         )
         // A consumer finishing (or starting) its deletion may let a held Secret go.
         .watches_stream(
-            touched::<OmniHelmRelease>(watches),
+            touched(watches.of::<OmniHelmRelease>().subscribe()),
             move |r: Cached<OmniHelmRelease>| deleting_consumer(&by_release, &r),
         )
         .watches_stream(
-            touched::<OmniSecretSync>(watches),
+            touched(watches.of::<OmniSecretSync>().subscribe()),
             move |s: Cached<OmniSecretSync>| deleting_consumer(&by_sync, &s),
         )
         // Editing or deleting the target re-exports it.
-        .watches_stream(touched::<Secret>(watches), |s: Cached<Secret>| {
-            let a = s.annotations();
-            let name = a.get(NAME_ANNOTATION)?.clone();
-            let ns = a
-                .get(NAMESPACE_ANNOTATION)
-                .cloned()
-                .or_else(|| s.namespace())
-                .unwrap_or_default();
-            Some(cached_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
-        });
-    drive::<OmniKubeconfigExport, _, _>(controller, ctx, shutdown, pipeline::reconcile)
+        .watches_stream(
+            touched(watches.of::<Secret>().subscribe()),
+            |s: Cached<Secret>| {
+                let a = s.annotations();
+                let name = a.get(keys::EXPORT_NAME_ANNOTATION)?.clone();
+                let ns = a
+                    .get(keys::EXPORT_NAMESPACE_ANNOTATION)
+                    .cloned()
+                    .or_else(|| s.namespace())
+                    .unwrap_or_default();
+                Some(cached_ref::<OmniKubeconfigExport>(&name, Some(&ns)))
+            },
+        );
+    let state = ExportState::new(setup);
+    drive::<OmniKubeconfigExport>(controller, ctx.clone(), state, shutdown)
 }

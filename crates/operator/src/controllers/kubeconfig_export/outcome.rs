@@ -1,24 +1,28 @@
 //! What one reconcile of an export found and did ([`Outcome`]), and the pure functions that
-//! turn it into the status ([`desired_status`]) and the next reconcile ([`next_action`]).
+//! turn it into the status ([`desired_status`]) and the next reconcile ([`recheck`]).
 
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
-use super::RETRY;
 use super::rotation::{rotation_delay, whole_seconds};
 use crate::api::OmniKubeconfigExport;
-use crate::api::common::{condition_types as ct, reasons};
+use crate::api::Reason;
+use crate::api::common::{condition_types as ct, missing_cluster};
+use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
-use crate::controllers::RetryPolicy;
-use crate::controllers::omni::ConnectionError;
-use crate::controllers::secret_sync::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED};
-use crate::controllers::status::Draft;
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::omni::ConnectionError;
+use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status::Draft;
+
+/// Re-check while a dependency is missing.
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 
 /// Why an OmniKubeconfigExport has no current kubeconfig in its Secret; the message is its
 /// condition's and Event's. Messages never carry a credential.
 #[derive(Debug, thiserror::Error)]
-pub enum ExportFailure {
+pub(crate) enum ExportFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
@@ -35,11 +39,11 @@ pub enum ExportFailure {
         own: String,
     },
     /// The deployment's identity policy refuses what the export asks Omni for
-    /// ([`crate::identity_policy`]); the message names the field and the flag.
+    /// ([`crate::domain::identity_policy`]); the message names the field and the flag.
     #[error("{0}")]
     IdentityRefused(String),
     /// The referenced OmniCluster does not exist.
-    #[error("OmniCluster {cluster:?} does not exist")]
+    #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
         cluster: String,
@@ -104,28 +108,26 @@ pub enum ExportFailure {
     },
 }
 
-impl ExportFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+impl Failure for ExportFailure {
+    fn reason(&self) -> Reason {
         match self {
             Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
-                reasons::VALIDATION_FAILED
+                Reason::ValidationFailed
             }
-            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
+            Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
-                reasons::MISSING_CONNECTION
+                Reason::MissingConnection
             }
-            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
+            Self::TargetNotOwned { .. } => Reason::TargetNotOwned,
             Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::TargetRequest { .. } => reasons::EXPORT_FAILED,
-            Self::TargetKeepsChanging { .. } => reasons::DELETE_FAILED,
+            | Self::TargetRequest { .. } => Reason::ExportFailed,
+            Self::TargetKeepsChanging { .. } => Reason::DeleteFailed,
         }
     }
 
-    /// What the reconcile does next.
-    pub fn retry(&self) -> RetryPolicy {
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
                 RetryPolicy::AwaitChange
@@ -203,25 +205,22 @@ pub(crate) enum Done {
     Waiting(Waiting),
 }
 
-/// What one reconcile found and did, before it becomes status.
-#[derive(Debug)]
-pub(crate) struct Outcome {
+/// What a reconcile found on the way: the cluster and its connection, once found.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
     /// The OmniCluster's name in Omni, once the cluster was found.
     pub(crate) cluster_name: Option<String>,
     /// The OmniConnection's name and endpoint, once it was found.
     pub(crate) connection: Option<(String, String)>,
-    /// How it ended.
-    pub(crate) result: Result<Done, ExportFailure>,
 }
+
+/// What one reconcile found and did, before it becomes status.
+pub(crate) type Outcome = pipeline::Outcome<OmniKubeconfigExport>;
 
 impl Outcome {
     /// An outcome that got no further than the spec.
     pub(crate) fn early(result: Result<Done, ExportFailure>) -> Self {
-        Self {
-            cluster_name: None,
-            connection: None,
-            result,
-        }
+        Self::new(Found::default(), result)
     }
 }
 
@@ -259,12 +258,11 @@ pub(crate) fn desired_status(
     s.service_account_groups = e.spec.service_account.groups.clone();
     let mut d = Draft::new(s, e.metadata.generation, whole_seconds(now), ct::EXPORTED);
     let cluster = &e.spec.cluster_ref.name;
-    if let Some(name) = &outcome.cluster_name {
-        let m = format!("attached to OmniCluster {cluster:?}");
-        d.set(ct::ACCEPTED, true, reasons::ACCEPTED, &m);
+    if let Some(name) = &outcome.found.cluster_name {
+        d.accepted(cluster, true);
         d.s.cluster_name = Some(name.clone());
     }
-    if let Some((name, endpoint)) = &outcome.connection {
+    if let Some((name, endpoint)) = &outcome.found.connection {
         d.s.connection_ref = Some(name.clone());
         d.s.endpoint = Some(endpoint.clone());
     }
@@ -274,14 +272,14 @@ pub(crate) fn desired_status(
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;
             d.s.next_rotation_time = Some(x.next_rotation);
-            d.outcome(true, reasons::EXPORTED, &exported_message(e));
+            d.outcome(true, Reason::Exported, &exported_message(e));
         }
         Ok(Done::HoldChanged(_)) => {}
-        Ok(Done::Waiting(w)) => d.outcome(false, reasons::DELETING, &w.to_string()),
+        Ok(Done::Waiting(w)) => d.outcome(false, Reason::Deleting, &w.to_string()),
         Err(f) => {
             let m = f.to_string();
             if let ExportFailure::MissingCluster { .. } = f {
-                d.set(ct::ACCEPTED, false, reasons::MISSING_CLUSTER, &m);
+                d.accepted(cluster, false);
             }
             d.outcome(false, f.reason(), &m);
         }
@@ -289,28 +287,14 @@ pub(crate) fn desired_status(
     d.s
 }
 
-/// Pure: the next reconcile after `outcome` at `now`; `Err` hands a failure to the backoff.
-/// An exported kubeconfig is looked at again at its rotation, never sooner than `floor`.
-pub(crate) fn next_action(
-    outcome: Outcome,
-    now: jiff::Timestamp,
-    floor: Duration,
-) -> Result<Action, ExportFailure> {
-    match outcome.result {
-        Ok(Done::Exported(x)) => Ok(Action::requeue(rotation_delay(now, x.next_rotation, floor))),
-        Ok(Done::HoldChanged(after)) => Ok(Action::requeue(after)),
+/// Pure: the next reconcile after a pass that came to `done` at `now`. An exported kubeconfig
+/// is looked at again at its rotation, never sooner than `floor`.
+pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Action {
+    match done {
+        Done::Exported(x) => Action::requeue(rotation_delay(now, x.next_rotation, floor)),
+        Done::HoldChanged(after) => Action::requeue(*after),
         // Consumers finishing their deletion trigger the export; the requeue is a fallback.
-        Ok(Done::Waiting(_)) => Ok(Action::requeue(RETRY)),
-        Err(f) => f.retry().action().ok_or(f),
-    }
-}
-
-/// Pure: the expiration of the kubeconfig the Secret holds after `outcome` (the status'
-/// `expirationTime`), for the expiry metric.
-pub(crate) fn expiration(e: &OmniKubeconfigExport, outcome: &Outcome) -> Option<jiff::Timestamp> {
-    match &outcome.result {
-        Ok(Done::Exported(x)) => Some(x.expiration),
-        _ => e.status.as_ref().and_then(|s| s.expiration_time),
+        Done::Waiting(_) => Action::requeue(RETRY),
     }
 }
 

@@ -1,5 +1,26 @@
 use super::*;
 use crate::api::common::{Condition, ConditionStatus, find_condition};
+use crate::controllers::shared::error::Failure;
+
+/// The OmniCluster and OmniConnection every pass of these scenarios found.
+fn found() -> Found {
+    Found {
+        cluster_name: Some("edge-omni".into()),
+        connection: Some(("omni".into(), "https://omni.example".into())),
+    }
+}
+
+/// The next reconcile after `outcome` at `now`; `Err` hands a failure to the backoff.
+fn next_action(
+    outcome: Outcome,
+    now: jiff::Timestamp,
+    floor: Duration,
+) -> Result<Action, ExportFailure> {
+    match outcome.result {
+        Ok(done) => Ok(recheck(&done, now, floor)),
+        Err(f) => f.retry().action().ok_or(f),
+    }
+}
 
 fn at(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(s)
@@ -27,24 +48,19 @@ fn exported_before() -> OmniKubeconfigExport {
 }
 
 fn exported() -> Outcome {
-    Outcome {
-        cluster_name: Some("edge-omni".into()),
-        connection: Some(("omni".into(), "https://omni.example".into())),
-        result: Ok(Done::Exported(Exported {
+    Outcome::new(
+        found(),
+        Ok(Done::Exported(Exported {
             hash: Some("h1".into()),
             expiration: at(3600),
             last_rotation: Some(at(0)),
             next_rotation: at(3000),
         })),
-    }
+    )
 }
 
 fn failed(f: ExportFailure) -> Outcome {
-    Outcome {
-        cluster_name: Some("edge-omni".into()),
-        connection: Some(("omni".into(), "https://omni.example".into())),
-        result: Err(f),
-    }
+    Outcome::new(found(), Err(f))
 }
 
 fn waiting(deletes: bool) -> Waiting {
@@ -160,7 +176,7 @@ fn failures_carry_their_reason_retry_and_message() {
         ),
     ];
     for (failure, reason, retry, message) in cases {
-        assert_eq!(failure.reason(), reason, "{failure:?}");
+        assert_eq!(failure.reason().as_str(), reason, "{failure:?}");
         assert_eq!(failure.retry(), retry, "{failure:?}");
         assert_eq!(failure.to_string(), message);
     }
@@ -197,13 +213,15 @@ fn each_outcome_reports_its_conditions() {
         ),
         (
             "missing connection: the cluster is accepted",
-            Outcome {
-                cluster_name: Some("edge-omni".into()),
-                connection: None,
-                result: Err(ExportFailure::MissingConnection {
+            Outcome::new(
+                Found {
+                    cluster_name: Some("edge-omni".into()),
+                    connection: None,
+                },
+                Err(ExportFailure::MissingConnection {
                     connection: "omni".into(),
                 }),
-            },
+            ),
             Some((False, "MissingConnection")),
             Some((False, "MissingConnection")),
             Some((True, "Accepted")),
@@ -309,7 +327,7 @@ fn a_waiting_deletion_names_the_users_and_the_way_out() {
 #[test]
 fn each_outcome_decides_the_next_reconcile() {
     let floor = Duration::from_secs(10);
-    let next = |o: Outcome| next_action(o, at(1000), floor).map_err(|f| f.reason());
+    let next = |o: Outcome| next_action(o, at(1000), floor).map_err(|f| f.reason().as_str());
     assert_eq!(
         next(exported()),
         Ok(Action::requeue(Duration::from_secs(2000))),
@@ -342,18 +360,22 @@ fn each_outcome_decides_the_next_reconcile() {
     );
 }
 
+/// The expiry metric is set from the status' `expirationTime` after the write: the kubeconfig
+/// the Secret holds, which a failure leaves in place.
 #[test]
 fn the_expiry_metric_follows_the_kubeconfig_the_secret_holds() {
     let before = exported_before();
-    let later = Outcome {
-        result: Ok(Done::Exported(Exported {
+    let expiration =
+        |e: &OmniKubeconfigExport, o: &Outcome| desired_status(e, o, at(3700)).expiration_time;
+    let later = Outcome::new(
+        found(),
+        Ok(Done::Exported(Exported {
             hash: Some("h2".into()),
             expiration: at(7200),
             last_rotation: Some(at(3600)),
             next_rotation: at(6600),
         })),
-        ..exported()
-    };
+    );
     assert_eq!(expiration(&before, &later), Some(at(7200)));
     let refused = failed(ExportFailure::MissingConnection {
         connection: "omni".into(),

@@ -8,10 +8,11 @@
 //! workload API server nothing.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use super::PROBE_TIMEOUT;
+/// Bound of the usability probe against the workload API server.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a kubeconfig known to be accepted is trusted without another probe.
 pub(crate) const PROBE_MEMORY: Duration = Duration::from_secs(300);
@@ -29,19 +30,19 @@ pub(super) enum Verdict {
 
 /// Probes `kubeconfig` against its workload API server. The stored Secret may have been
 /// adopted or edited by anyone who can write Secrets, so its kubeconfig is checked like any
-/// other ([`crate::kubeconfig`]): one that asks for a command or a file is never used, only
+/// other ([`crate::domain::kubeconfig`]): one that asks for a command or a file is never used, only
 /// replaced.
 ///
 /// Only a verdict is logged above `debug`: a rejected kubeconfig is replaced (`info`); a probe
 /// that cannot reach the server or times out keeps the stored kubeconfig and is repeated at the
 /// next reconcile, so it is no failure (`debug`).
 pub(super) async fn probe(kubeconfig: &[u8]) -> Verdict {
-    let limits = crate::helm::source::Limits {
+    let limits = crate::domain::helm::source::Limits {
         connect: PROBE_TIMEOUT,
         read: PROBE_TIMEOUT,
         request: PROBE_TIMEOUT,
     };
-    let client = match crate::workload::client_from_kubeconfig(kubeconfig, limits).await {
+    let client = match crate::domain::workload::client_from_kubeconfig(kubeconfig, limits).await {
         Ok(c) => c,
         Err(err) => {
             tracing::info!(error = %err, "stored kubeconfig is unusable; exporting a new one");
@@ -70,9 +71,11 @@ pub(super) async fn probe(kubeconfig: &[u8]) -> Verdict {
 
 /// Kubeconfigs known to be accepted, by the hash of their Secret data (`kubeconfigHash`), with
 /// the time they were last known so. Entries older than [`PROBE_MEMORY`] are dropped as new ones
-/// come, so the map holds about one entry per export probed or minted in the last window.
+/// come, so the map holds about one entry per export probed or minted in the last window. The
+/// export controller keeps one; the key is a hash of the credential itself, so exports cannot
+/// mistake one another's.
 #[derive(Debug, Default)]
-pub(super) struct Accepted {
+pub(crate) struct Accepted {
     state: Mutex<Memory>,
 }
 
@@ -115,10 +118,6 @@ impl Accepted {
         self.lock().since.len()
     }
 }
-
-/// The operator's memory of accepted kubeconfigs. Process-wide: the key is a hash of the
-/// credential itself, so exports and operator instances cannot mistake one another's.
-pub(super) static ACCEPTED: LazyLock<Accepted> = LazyLock::new(Accepted::default);
 
 /// Whether the stored kubeconfig (`bytes`, its data hashed `hash`) may be kept: known accepted
 /// within [`PROBE_MEMORY`], or not rejected by a probe now.
@@ -198,7 +197,7 @@ mod tests {
         let writer = out.clone();
         let filter = tracing_subscriber::EnvFilter::new(format!(
             "{},omni_operator=debug",
-            crate::telemetry::DEFAULT_FILTER
+            crate::process::telemetry::DEFAULT_FILTER
         ));
         let subscriber = tracing_subscriber::registry().with(filter).with(
             tracing_subscriber::fmt::layer()

@@ -6,14 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use sha2::{Digest, Sha256};
 
-use super::{
-    EXPIRATION_ANNOTATION, HASH_ANNOTATION, LAST_ROTATION_ANNOTATION, SPEC_HASH_ANNOTATION,
-};
 use crate::api::duration::GoDuration;
+use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::export_format;
+use crate::domain::export_format;
 
 fn signed(d: GoDuration) -> jiff::SignedDuration {
     jiff::SignedDuration::from_nanos(d.as_nanos())
@@ -69,28 +66,23 @@ pub(crate) fn rotation_delay(
         .max(floor)
 }
 
-/// Hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 /// What the stored Secret says about the current kubeconfig, if it can be reused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
+pub(crate) struct Stored {
     /// Hash of the stored kubeconfig.
-    pub hash: String,
+    pub(crate) hash: String,
     /// Its expiration.
-    pub expiration: jiff::Timestamp,
+    pub(crate) expiration: jiff::Timestamp,
     /// When it was written, if recorded.
     pub(crate) last_rotation: Option<jiff::Timestamp>,
     /// When it should be rotated.
-    pub next_rotation: jiff::Timestamp,
+    pub(crate) next_rotation: jiff::Timestamp,
 }
 
 /// Pure part of reuse (docs/parity.md#reusing-a-stored-kubeconfig, before the probe): the stored
 /// data of the shape
 /// `format` (`key` is the kubeconfig key of the `Kubeconfig` shape).
-pub fn reusable(
+pub(crate) fn reusable(
     secret: &Secret,
     format: ExportFormat,
     key: &str,
@@ -105,15 +97,18 @@ pub fn reusable(
         .map(|(k, v)| (k.clone(), v.0.as_slice()))
         .collect();
     let a = secret.annotations();
-    if a.get(SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
+    if a.get(keys::EXPORT_SPEC_HASH_ANNOTATION).map(String::as_str) != Some(spec_hash) {
         return None;
     }
     let hash = export_format::data_hash(format, key, &data)?;
-    if a.get(HASH_ANNOTATION) != Some(&hash) {
+    if a.get(keys::KUBECONFIG_HASH_ANNOTATION) != Some(&hash) {
         return None;
     }
-    let expiration: jiff::Timestamp = a.get(EXPIRATION_ANNOTATION)?.parse().ok()?;
-    let last_rotation = match a.get(LAST_ROTATION_ANNOTATION) {
+    let expiration: jiff::Timestamp = a
+        .get(keys::KUBECONFIG_EXPIRATION_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let last_rotation = match a.get(keys::KUBECONFIG_LAST_ROTATION_ANNOTATION) {
         Some(t) => Some(t.parse().ok()?),
         None => None,
     };
@@ -132,6 +127,11 @@ pub fn reusable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
+
+    fn sha256_hex(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
     use k8s_openapi::ByteString;
 
     fn at(s: i64) -> jiff::Timestamp {
@@ -186,9 +186,18 @@ mod tests {
             ..Secret::default()
         };
         s.metadata.annotations = Some(BTreeMap::from([
-            (SPEC_HASH_ANNOTATION.to_string(), "spec".to_string()),
-            (HASH_ANNOTATION.to_string(), sha256_hex(&kc)),
-            (EXPIRATION_ANNOTATION.to_string(), at(100).to_string()),
+            (
+                keys::EXPORT_SPEC_HASH_ANNOTATION.to_string(),
+                "spec".to_string(),
+            ),
+            (
+                keys::KUBECONFIG_HASH_ANNOTATION.to_string(),
+                sha256_hex(&kc),
+            ),
+            (
+                keys::KUBECONFIG_EXPIRATION_ANNOTATION.to_string(),
+                at(100).to_string(),
+            ),
         ]));
         let rb = Some(GoDuration::from_secs(20));
         let kubeconfig = ExportFormat::Kubeconfig;

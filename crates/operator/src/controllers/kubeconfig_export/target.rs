@@ -7,25 +7,25 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
-use super::holds::with_hold;
 use super::rotation::whole_seconds;
-use super::{
-    CLUSTER_LABEL, EXPIRATION_ANNOTATION, FORMAT_ANNOTATION, HASH_ANNOTATION,
-    LAST_ROTATION_ANNOTATION, MANAGED_BY, NAME_ANNOTATION, NAMESPACE_ANNOTATION,
-    SPEC_HASH_ANNOTATION, UID_LABEL,
-};
 use crate::api::OmniKubeconfigExport;
+use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
-use crate::controllers::secret_sync::ADOPT_ANNOTATION;
-use crate::export_format;
+use crate::domain::export_format;
 
 /// Ownership rule of docs/parity.md#ownership-of-target-secrets.
 pub(crate) fn is_owned(secret: &Secret, export: &OmniKubeconfigExport) -> bool {
     match export.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {
-            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+            secret
+                .labels()
+                .get(keys::EXPORT_UID_LABEL)
+                .map(String::as_str)
+                == Some(uid)
         }
-        _ => secret.annotations().get(NAME_ANNOTATION) == export.metadata.name.as_ref(),
+        _ => {
+            secret.annotations().get(keys::EXPORT_NAME_ANNOTATION) == export.metadata.name.as_ref()
+        }
     }
 }
 
@@ -36,7 +36,7 @@ pub(crate) fn with_context_namespace(
 ) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(kubeconfig)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
-    let mut kc = crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
+    let mut kc = crate::domain::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
     let current = kc.current_context.clone().unwrap_or_default();
     let Some(ctx) = kc
         .contexts
@@ -62,7 +62,7 @@ pub(super) fn prepared_kubeconfig(
 ) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(minted)
         .map_err(|_| "generated kubeconfig is invalid: not UTF-8".to_string())?;
-    crate::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
+    crate::domain::kubeconfig::load_without_checks(text, "generated kubeconfig")?;
     match context_namespace.filter(|n| !n.is_empty()) {
         Some(ns) => with_context_namespace(minted, ns),
         None => Ok(minted.to_vec()),
@@ -87,7 +87,7 @@ pub(crate) fn build_target(
     let owned = existing.is_some_and(|s| is_owned(s, export));
     // What this export wrote last time (only an owned Secret's record is believed).
     let old_format = match existing.filter(|_| owned) {
-        Some(s) => match s.annotations().get(FORMAT_ANNOTATION) {
+        Some(s) => match s.annotations().get(keys::EXPORT_FORMAT_ANNOTATION) {
             Some(f) => ExportFormat::parse(f),
             None => Some(ExportFormat::Kubeconfig),
         },
@@ -102,53 +102,85 @@ pub(crate) fn build_target(
         type_: Some("Opaque".into()),
         ..Secret::default()
     });
-    let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
-    labels.insert(
-        UID_LABEL.into(),
-        export.metadata.uid.clone().unwrap_or_default(),
-    );
-    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
-    if format == ExportFormat::ArgoCdCluster {
-        labels.insert(
-            export_format::ARGOCD_SECRET_TYPE.0.into(),
-            export_format::ARGOCD_SECRET_TYPE.1.into(),
-        );
-    } else if old_format == Some(ExportFormat::ArgoCdCluster) {
-        // Argo CD must no longer take it for a cluster.
-        labels.remove(export_format::ARGOCD_SECRET_TYPE.0);
-    }
+    label(&mut secret, export, cluster_name, format, old_format);
     let a = secret
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new);
-    a.remove(ADOPT_ANNOTATION);
-    a.insert(NAME_ANNOTATION.into(), export.name_any());
+    a.remove(keys::ADOPT_ANNOTATION);
+    a.insert(keys::EXPORT_NAME_ANNOTATION.into(), export.name_any());
     a.insert(
-        NAMESPACE_ANNOTATION.into(),
+        keys::EXPORT_NAMESPACE_ANNOTATION.into(),
         export.namespace().unwrap_or_default(),
     );
-    a.insert(SPEC_HASH_ANNOTATION.into(), spec_hash.into());
+    a.insert(keys::EXPORT_SPEC_HASH_ANNOTATION.into(), spec_hash.into());
     a.insert(
-        HASH_ANNOTATION.into(),
+        keys::KUBECONFIG_HASH_ANNOTATION.into(),
         export_format::data_hash(format, &key, data).unwrap_or_default(),
     );
     if format == ExportFormat::Kubeconfig {
-        a.remove(FORMAT_ANNOTATION);
+        a.remove(keys::EXPORT_FORMAT_ANNOTATION);
     } else {
-        a.insert(FORMAT_ANNOTATION.into(), format.as_str().into());
+        a.insert(
+            keys::EXPORT_FORMAT_ANNOTATION.into(),
+            format.as_str().into(),
+        );
     }
     a.insert(
-        EXPIRATION_ANNOTATION.into(),
+        keys::KUBECONFIG_EXPIRATION_ANNOTATION.into(),
         whole_seconds(expiration).to_string(),
     );
     a.insert(
-        LAST_ROTATION_ANNOTATION.into(),
+        keys::KUBECONFIG_LAST_ROTATION_ANNOTATION.into(),
         whole_seconds(now).to_string(),
     );
+    put_data(&mut secret, export, format, old_format, &key, data);
+    if secret.metadata.deletion_timestamp.is_none() {
+        with_hold(&mut secret);
+    }
+    secret
+}
+
+/// The operator's labels on the target: managed-by, owner, cluster, and Argo CD's cluster label
+/// for the `ArgoCDCluster` shape (removed when the shape written before was that one).
+fn label(
+    secret: &mut Secret,
+    export: &OmniKubeconfigExport,
+    cluster_name: &str,
+    format: ExportFormat,
+    old_format: Option<ExportFormat>,
+) {
+    let labels = secret.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
+    labels.insert(
+        keys::EXPORT_UID_LABEL.into(),
+        export.metadata.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(keys::CLUSTER_LABEL.into(), cluster_name.into());
+    if format == ExportFormat::ArgoCdCluster {
+        labels.insert(
+            keys::ARGOCD_SECRET_TYPE.0.into(),
+            keys::ARGOCD_SECRET_TYPE.1.into(),
+        );
+    } else if old_format == Some(ExportFormat::ArgoCdCluster) {
+        // Argo CD must no longer take it for a cluster.
+        labels.remove(keys::ARGOCD_SECRET_TYPE.0);
+    }
+}
+
+/// `data` into the target: a changed key or format moves the credential rather than leaving a
+/// stale copy behind (the keys of the shape `old_format` this export wrote before go); other
+/// keys stay.
+fn put_data(
+    secret: &mut Secret,
+    export: &OmniKubeconfigExport,
+    format: ExportFormat,
+    old_format: Option<ExportFormat>,
+    key: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+) {
     let st = export.status.clone().unwrap_or_default();
     let stored = secret.data.get_or_insert_with(BTreeMap::new);
-    // A changed key or format moves the credential rather than leaving a stale copy behind.
     if let Some(old_format) = old_format {
         let old_keys: Vec<String> = match old_format {
             // The key of the last export is in status; with another format now, `key` is the
@@ -161,9 +193,9 @@ pub(crate) fn build_target(
                         == Some(export.spec.target_secret_ref.name.as_str())
                 })
                 .into_iter()
-                .chain((format != ExportFormat::Kubeconfig).then(|| key.clone()))
+                .chain((format != ExportFormat::Kubeconfig).then(|| key.to_string()))
                 .collect(),
-            other => export_format::shape_keys(other, &key),
+            other => export_format::shape_keys(other, key),
         };
         for old_key in old_keys {
             if !data.contains_key(&old_key) {
@@ -174,10 +206,26 @@ pub(crate) fn build_target(
     for (k, v) in data {
         stored.insert(k.clone(), ByteString(v.clone()));
     }
-    if secret.metadata.deletion_timestamp.is_none() {
-        with_hold(&mut secret);
-    }
+}
+
+/// Whether the export's hold is on `secret`.
+pub(crate) fn holds(secret: &Secret) -> bool {
     secret
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::KUBECONFIG_IN_USE_FINALIZER)
+}
+
+/// Puts the hold on `secret` (a Secret this export owns that is not being deleted: a deleting
+/// object takes no new finalizers).
+pub(super) fn with_hold(secret: &mut Secret) {
+    if !holds(secret) {
+        secret
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(keys::KUBECONFIG_IN_USE_FINALIZER.to_string());
+    }
 }
 
 #[cfg(test)]

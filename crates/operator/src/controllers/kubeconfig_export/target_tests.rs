@@ -1,6 +1,5 @@
 use super::*;
-use crate::controllers::kubeconfig_export::holds::IN_USE_FINALIZER;
-use crate::controllers::kubeconfig_export::holds::holds;
+use crate::api::keys;
 use kube::config::Kubeconfig;
 
 fn at(s: i64) -> jiff::Timestamp {
@@ -24,7 +23,10 @@ fn the_written_secret_carries_the_hold_once() {
     let first = build_target(&export, None, "c", "h", kc, &data, at(10), at(0));
     assert!(holds(&first));
     let again = build_target(&export, Some(&first), "c", "h", kc, &data, at(10), at(0));
-    assert_eq!(again.finalizers(), [IN_USE_FINALIZER.to_string()]);
+    assert_eq!(
+        again.finalizers(),
+        [keys::KUBECONFIG_IN_USE_FINALIZER.to_string()]
+    );
 }
 
 #[test]
@@ -90,7 +92,11 @@ fn a_format_change_replaces_the_old_shape_and_keeps_other_keys() {
     };
     let plain = write(ExportFormat::Kubeconfig, None);
     assert_eq!(keys(&plain), ["kubeconfig", "notes"]);
-    assert!(!plain.annotations().contains_key(FORMAT_ANNOTATION));
+    assert!(
+        !plain
+            .annotations()
+            .contains_key(keys::EXPORT_FORMAT_ANNOTATION)
+    );
 
     let argo = write(ExportFormat::ArgoCdCluster, Some(&plain));
     assert_eq!(keys(&argo), ["config", "name", "notes", "server"]);
@@ -101,7 +107,7 @@ fn a_format_change_replaces_the_old_shape_and_keeps_other_keys() {
         Some("cluster")
     );
     assert_eq!(
-        argo.annotations().get(HASH_ANNOTATION),
+        argo.annotations().get(keys::KUBECONFIG_HASH_ANNOTATION),
         export_format::data_hash(
             ExportFormat::ArgoCdCluster,
             "kubeconfig",
@@ -115,21 +121,25 @@ fn a_format_change_replaces_the_old_shape_and_keeps_other_keys() {
     assert!(!flux.labels().contains_key("argocd.argoproj.io/secret-type"));
     assert_eq!(
         flux.annotations()
-            .get(FORMAT_ANNOTATION)
+            .get(keys::EXPORT_FORMAT_ANNOTATION)
             .map(String::as_str),
         Some("FluxValue")
     );
 
     let back = write(ExportFormat::Kubeconfig, Some(&flux));
     assert_eq!(keys(&back), ["kubeconfig", "notes"]);
-    assert!(!back.annotations().contains_key(FORMAT_ANNOTATION));
+    assert!(
+        !back
+            .annotations()
+            .contains_key(keys::EXPORT_FORMAT_ANNOTATION)
+    );
 }
 
 #[test]
 fn a_secret_the_export_does_not_own_loses_no_key_to_a_format_change() {
     let mut theirs = Secret::default();
     theirs.metadata.annotations = Some(BTreeMap::from([(
-        FORMAT_ANNOTATION.to_string(),
+        keys::EXPORT_FORMAT_ANNOTATION.to_string(),
         "ArgoCDCluster".to_string(),
     )]));
     theirs.data = Some(BTreeMap::from([(

@@ -2,15 +2,21 @@
 
 use kube::ResourceExt;
 
-use super::{ADOPT_ANNOTATION, REASON_TARGET_NOT_OWNED, RETRY};
+use std::time::Duration;
+
 use crate::api::OmniSecretSync;
-use crate::api::common::reasons;
-use crate::controllers::RetryPolicy;
-use crate::workload::WorkloadError;
+use crate::api::Reason;
+use crate::api::common::missing_cluster;
+use crate::api::keys::ADOPT_ANNOTATION;
+use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::domain::workload::WorkloadError;
+
+/// Re-check while a dependency is missing.
+pub(crate) const RETRY: Duration = Duration::from_secs(60);
 
 /// Why an OmniSecretSync is not synced; the message is its condition's and Event's.
 #[derive(Debug, thiserror::Error)]
-pub enum SecretSyncFailure {
+pub(crate) enum SecretSyncFailure {
     /// The spec is invalid (it bypassed admission).
     #[error("{0}")]
     InvalidSpec(String),
@@ -22,7 +28,7 @@ pub enum SecretSyncFailure {
     #[error("{0}")]
     AccessDenied(String),
     /// The referenced OmniCluster does not exist.
-    #[error("OmniCluster {cluster:?} does not exist")]
+    #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
         cluster: String,
@@ -102,33 +108,31 @@ pub enum SecretSyncFailure {
     DeleteFailed(String),
 }
 
-impl SecretSyncFailure {
-    /// The condition reason this failure is reported under.
-    pub fn reason(&self) -> &'static str {
+impl Failure for SecretSyncFailure {
+    fn reason(&self) -> Reason {
         match self {
             Self::InvalidSpec(_) | Self::Refused(_) | Self::InvalidKubeconfig { .. } => {
-                reasons::VALIDATION_FAILED
+                Reason::ValidationFailed
             }
-            Self::MissingCluster { .. } => reasons::MISSING_CLUSTER,
-            Self::AccessDenied(_) => reasons::ACCESS_DENIED,
+            Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::AccessDenied(_) => Reason::AccessDenied,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
-            | Self::MissingKubeconfigKey { .. } => reasons::MISSING_SECRET,
+            | Self::MissingKubeconfigKey { .. } => Reason::MissingSecret,
             // A workload API server that does not answer in time is told apart: it degrades only
             // the objects that point at it, and the operator's time bounds say how long it had.
-            Self::Workload { error, .. } if crate::api_client::is_timeout(error) => {
-                reasons::TIMEOUT
+            Self::Workload { error, .. } if crate::process::api_client::is_timeout(error) => {
+                Reason::Timeout
             }
             Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
-                reasons::SYNC_FAILED
+                Reason::SyncFailed
             }
-            Self::TargetNotOwned { .. } => REASON_TARGET_NOT_OWNED,
-            Self::DeleteFailed(_) => reasons::DELETE_FAILED,
+            Self::TargetNotOwned { .. } => Reason::TargetNotOwned,
+            Self::DeleteFailed(_) => Reason::DeleteFailed,
         }
     }
 
-    /// What the reconcile does next.
-    pub fn retry(&self) -> RetryPolicy {
+    fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
             // An unowned target lives in the workload cluster, which is not watched: poll so
@@ -230,7 +234,7 @@ mod tests {
                     namespace: ns,
                     name,
                 },
-                REASON_TARGET_NOT_OWNED,
+                "TargetNotOwned",
                 RetryPolicy::Poll(RETRY),
                 format!(
                     r#"workload Secret "apps/dst" exists and is not owned by this OmniSecretSync; it was left unchanged (annotate it {ADOPT_ANNOTATION}="true" to let the sync take it over)"#
@@ -244,7 +248,7 @@ mod tests {
             ),
         ];
         for (failure, reason, retry, message) in cases {
-            assert_eq!(failure.reason(), reason, "{failure:?}");
+            assert_eq!(failure.reason().as_str(), reason, "{failure:?}");
             assert_eq!(failure.retry(), retry, "{failure:?}");
             assert_eq!(failure.to_string(), message);
         }

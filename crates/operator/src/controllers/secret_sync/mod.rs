@@ -13,54 +13,73 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-pub(crate) use self::failure::SecretSyncFailure;
-use self::failure::kubeconfig_failure;
-pub(crate) use self::outcome::SyncOutcome;
-use self::outcome::desired_status;
-pub(crate) use self::target::{UID_LABEL, adoptable};
-use self::write::{delete_owned, sync_target};
-use super::index::{RefKey, namespace_of};
-use super::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile};
-use super::{
-    Cached, Context, Error, Shutdown, Watches, cluster_changes_of, drive, indexed_controller_for,
-    pipeline, secret_changes_of,
-};
+use self::failure::{SecretSyncFailure, kubeconfig_failure};
+use self::outcome::{SyncOutcome, desired_status};
+use self::write::{Synced, delete_owned, sync_target};
+use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
+use super::shared::context::Context;
+use super::shared::decoded::Cached;
+use super::shared::error::{PassError, periodic};
+use super::shared::finalizer::Finalizer;
+use super::shared::index::{RefKey, namespace_of};
+use super::shared::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile, webhook_rules};
+use super::shared::runner::{Shutdown, drive, indexed_controller_for};
+use super::shared::setup::Setup;
+use super::shared::status::reported;
+use super::shared::triggers::secret_changes_of;
+use super::shared::watches::Watches;
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
-use crate::api::validation::Validation;
 use crate::api::{OmniCluster, OmniSecretSync};
-use crate::secret_policy::{self, SecretUse};
+use crate::domain::impersonation::{self, ReadError, Reader};
+use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
+use crate::domain::workload::WorkloadClients;
+use k8s_openapi::api::core::v1::Secret;
 
-/// Periodic re-check of a synced Secret (drift correction).
+/// Periodic re-check of a synced Secret (drift correction), unless configured otherwise.
 pub(crate) const RESYNC: Duration = Duration::from_secs(300);
-/// Re-check while a dependency is missing.
-pub(crate) const RETRY: Duration = Duration::from_secs(60);
-/// Annotation a user puts on an existing workload Secret to let a sync take it over.
-pub(crate) const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
-/// Condition reason for a target Secret that belongs to someone else.
-pub(crate) const REASON_TARGET_NOT_OWNED: &str = "TargetNotOwned";
 
 const KIND: &str = "OmniSecretSync";
 
+/// What the OmniSecretSync controller keeps and is configured with.
+pub(crate) struct SyncState {
+    /// Clients of the workload clusters, by kubeconfig Secret.
+    workload: Arc<WorkloadClients>,
+    /// Which Secrets a sync may read.
+    secret_policy: SecretPolicy,
+    /// How often a synced copy is re-checked for drift in the workload cluster, which the
+    /// operator does not watch; zero turns the re-check off.
+    resync: Duration,
+    /// Whose identity reads the Secrets of a sync without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    default_service_account: Option<String>,
+}
+
+reported!(OmniSecretSync => OmniSecretSyncStatus);
+
 /// A client of the workload cluster from the sync's kubeconfig Secret.
 async fn workload_client(
-    ctx: &Context,
+    state: &SyncState,
     sync: &OmniSecretSync,
 ) -> Result<kube::Client, SecretSyncFailure> {
     let namespace = sync.namespace().unwrap_or_default();
     let k = &sync.spec.kubeconfig_secret_ref;
-    let reader = ctx.reader(&namespace, sync.spec.service_account_name.as_deref());
-    ctx.workload
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    state
+        .workload
         .get(
             &reader,
             &namespace,
             &k.name,
             &k.key,
-            &ctx.secret_policy,
+            &state.secret_policy,
             KIND,
         )
         .await
@@ -68,13 +87,13 @@ async fn workload_client(
 }
 
 /// Deletes the copy this sync owns when its deletion policy says so.
-async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutcome>, Error> {
+async fn delete(state: &SyncState, sync: &OmniSecretSync) -> Cleanup<SyncOutcome> {
     if sync.spec.deletion_policy != DeletionPolicy::Delete {
-        return Ok(Cleanup::Done);
+        return Cleanup::Done;
     }
-    let workload = match workload_client(ctx, sync).await {
+    let workload = match workload_client(state, sync).await {
         Ok(c) => c,
-        Err(f) => return Ok(Cleanup::Waiting(SyncOutcome::failed(f, None))),
+        Err(f) => return Cleanup::Waiting(SyncOutcome::failed(f)),
     };
     let st = sync.status.clone().unwrap_or_default();
     let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
@@ -84,19 +103,21 @@ async fn delete(ctx: &Context, sync: &OmniSecretSync) -> Result<Cleanup<SyncOutc
             sync.spec.target_secret_ref.name.clone(),
         ),
     };
-    Ok(match delete_owned(&workload, sync, &ns, &name).await {
+    match delete_owned(&workload, sync, &ns, &name).await {
         Ok(()) => Cleanup::Done,
-        Err(m) => Cleanup::Waiting(SyncOutcome::failed(
-            SecretSyncFailure::DeleteFailed(m),
-            None,
-        )),
-    })
+        Err(m) => Cleanup::Waiting(SyncOutcome::failed(SecretSyncFailure::DeleteFailed(m))),
+    }
 }
 
 /// Observe the cluster, source and kubeconfig; copy the source into the workload cluster.
-async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Error> {
+async fn apply(
+    ctx: &Context,
+    state: &SyncState,
+    sync: &OmniSecretSync,
+) -> Result<SyncOutcome, PassError<OmniSecretSync>> {
     let namespace = sync.namespace().unwrap_or_default();
     let cluster_name = &sync.spec.cluster_ref.name;
+    let failed = |found: bool, failure| SyncOutcome::new(Some(found), Err(failure));
     let Some(cluster) = ctx
         .api::<OmniCluster>(&namespace)
         .get_opt(cluster_name)
@@ -105,44 +126,45 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
         let f = SecretSyncFailure::MissingCluster {
             cluster: cluster_name.clone(),
         };
-        return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(false))).await;
+        return unless_deleted_meanwhile(ctx, sync, failed(false, f)).await;
     };
     let source_name = &sync.spec.source_secret_ref.name;
-    let reader = ctx.reader(&namespace, sync.spec.service_account_name.as_deref());
-    let read = crate::impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name);
-    let source = match read.await {
-        Ok(source) => source,
-        Err(e @ crate::impersonation::ReadError::Denied { .. }) => {
-            let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
-            return Ok(SyncOutcome::failed(f, Some(true)));
-        }
-        Err(crate::impersonation::ReadError::Api(e)) => return Err(e.into()),
-    };
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    let source =
+        match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name).await {
+            Ok(source) => source,
+            Err(e @ ReadError::Denied { .. }) => {
+                let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
+                return Ok(failed(true, f));
+            }
+            Err(ReadError::Api(e)) => return Err(e.into()),
+        };
     let Some(source) = source else {
         let f = SecretSyncFailure::MissingSource {
             namespace: namespace.clone(),
             name: source_name.clone(),
         };
-        return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(true))).await;
+        return unless_deleted_meanwhile(ctx, sync, failed(true, f)).await;
     };
     // Before anything is copied: the Omni key and service-account tokens never leave.
     if let Some(reason) = secret_policy::check(
         &ctx.client,
-        &ctx.secret_policy,
+        &state.secret_policy,
         &source,
         KIND,
         SecretUse::SyncSource,
     )
     .await?
     {
-        let f = SecretSyncFailure::Refused(reason);
-        return Ok(SyncOutcome::failed(f, Some(true)));
+        return Ok(failed(true, SecretSyncFailure::Refused(reason)));
     }
-    let workload = match workload_client(ctx, sync).await {
+    let workload = match workload_client(state, sync).await {
         Ok(c) => c,
-        Err(f) => {
-            return unless_deleted_meanwhile(ctx, sync, SyncOutcome::failed(f, Some(true))).await;
-        }
+        Err(f) => return unless_deleted_meanwhile(ctx, sync, failed(true, f)).await,
     };
     // A renamed target under Delete: remove the previous copy if it is ours.
     let st = sync.status.clone().unwrap_or_default();
@@ -152,19 +174,19 @@ async fn apply(ctx: &Context, sync: &OmniSecretSync) -> Result<SyncOutcome, Erro
         && (old_ns != &t.namespace || old_name != &t.name)
         && let Err(m) = delete_owned(&workload, sync, old_ns, old_name).await
     {
-        let f = SecretSyncFailure::DeleteFailed(m);
-        return Ok(SyncOutcome::failed(f, Some(true)));
+        return Ok(failed(true, SecretSyncFailure::DeleteFailed(m)));
     }
     let result = sync_target(&workload, sync, &source, &cluster.effective_cluster_name()).await;
-    Ok(SyncOutcome {
-        result,
-        accepted: Some(true),
-    })
+    Ok(SyncOutcome::new(Some(true), result))
 }
 
 impl Pipeline for OmniSecretSync {
-    type Outcome = SyncOutcome;
-    const LEGACY_FINALIZER: bool = false;
+    type State = SyncState;
+    /// Whether the cluster it names exists, once the pass looked.
+    type Found = Option<bool>;
+    type Done = Synced;
+    type Failure = SecretSyncFailure;
+    const FINALIZER: Finalizer = Finalizer::Current;
 
     /// The kubeconfig Secret: the workload API server every pass talks to.
     fn target(&self) -> Option<String> {
@@ -175,42 +197,52 @@ impl Pipeline for OmniSecretSync {
         ))
     }
 
-    fn validate(&self) -> Validation {
-        crate::api::secret_sync::validate(self, None)
+    fn validate(&self) -> Result<(), SecretSyncFailure> {
+        webhook_rules(
+            crate::api::secret_sync::validate(self, None),
+            SecretSyncFailure::InvalidSpec,
+        )
     }
 
-    fn invalid(summary: String) -> SyncOutcome {
-        SyncOutcome::failed(SecretSyncFailure::InvalidSpec(summary), None)
+    async fn apply(
+        &self,
+        ctx: &Context,
+        state: &SyncState,
+    ) -> Result<SyncOutcome, PassError<Self>> {
+        apply(ctx, state, self).await
     }
 
-    async fn apply(self: Arc<Self>, ctx: Arc<Context>) -> Result<SyncOutcome, Error> {
-        apply(&ctx, &self).await
+    async fn cleanup(
+        &self,
+        _ctx: &Context,
+        state: &SyncState,
+    ) -> Result<Cleanup<SyncOutcome>, PassError<Self>> {
+        Ok(delete(state, self).await)
     }
 
     fn desired_status(&self, outcome: &SyncOutcome, now: jiff::Timestamp) -> OmniSecretSyncStatus {
         desired_status(self, outcome, now)
     }
 
-    fn next(&self, outcome: SyncOutcome, ctx: &Context) -> Result<Action, Error> {
-        match outcome.result {
-            Ok(_) if ctx.secret_sync_resync.is_zero() => Ok(Action::await_change()),
-            Ok(_) => Ok(Action::requeue(super::periodic(ctx.secret_sync_resync))),
-            Err(f) => f.retry().action().ok_or(f.into()),
+    /// A synced copy is looked at again every `resync` (drift in the workload cluster is not
+    /// watched), or only on a change when the re-check is off.
+    fn recheck(&self, _synced: &Synced, _ctx: &Context, state: &SyncState) -> Action {
+        if state.resync.is_zero() {
+            Action::await_change()
+        } else {
+            Action::requeue(periodic(state.resync))
         }
-    }
-
-    async fn cleanup(self: Arc<Self>, ctx: Arc<Context>) -> Result<Cleanup<SyncOutcome>, Error> {
-        delete(&ctx, &self).await
     }
 }
 
 /// The OmniSecretSync controller, subscribed to `watches`: runs until `shutdown` completes.
-pub fn start<S: Shutdown>(
-    ctx: Arc<Context>,
+pub(crate) fn start<S: Shutdown>(
+    ctx: &Arc<Context>,
+    setup: &Setup<'_>,
     watches: &mut Watches,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + use<S> {
-    let (controller, index) = indexed_controller_for::<OmniSecretSync>(&ctx, watches, |s| {
+    let (controller, index) = indexed_controller_for::<OmniSecretSync>(ctx, watches, |s| {
         let ns = namespace_of(s);
         vec![
             RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
@@ -221,13 +253,22 @@ pub fn start<S: Shutdown>(
     let by_secret = index.clone();
     let controller = controller
         .watches_stream(
-            cluster_changes_of(watches, super::ClusterTrigger::Identity),
+            cluster_triggers(
+                watches.of::<OmniCluster>().subscribe(),
+                ClusterTrigger::Identity,
+            ),
             move |c: Cached<OmniCluster>| index.referring_to("cluster", &c),
         )
         .watches_stream(secret_changes_of(watches), move |secret: Cached<Secret>| {
             by_secret.referring_to("secret", &secret)
         });
-    drive::<OmniSecretSync, _, _>(controller, ctx, shutdown, pipeline::reconcile)
+    let state = SyncState {
+        workload: setup.workload.clone(),
+        secret_policy: setup.config.secret_policy,
+        resync: setup.config.secret_sync_resync,
+        default_service_account: setup.config.tenancy.default_service_account.clone(),
+    };
+    drive::<OmniSecretSync>(controller, ctx.clone(), state, shutdown)
 }
 
 #[cfg(test)]

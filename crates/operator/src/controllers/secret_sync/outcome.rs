@@ -1,26 +1,14 @@
 //! What one pass did, and the status it leads to (pure).
 
-use super::failure::SecretSyncFailure;
-use super::write::Synced;
-use crate::api::OmniSecretSync;
-use crate::api::common::{Condition, condition_types as ct, reasons, set_condition};
+use crate::api::common::{Condition, condition_types as ct, set_condition};
 use crate::api::secret_sync::OmniSecretSyncStatus;
+use crate::api::{OmniSecretSync, Reason};
+use crate::controllers::shared::error::Failure;
+use crate::controllers::shared::pipeline;
 
-/// What one pass did, and whether the cluster it names exists (`accepted`; `None` when the
-/// pass did not look).
-pub(crate) struct SyncOutcome {
-    pub(super) result: Result<Synced, SecretSyncFailure>,
-    pub(super) accepted: Option<bool>,
-}
-
-impl SyncOutcome {
-    pub(super) fn failed(failure: SecretSyncFailure, accepted: Option<bool>) -> Self {
-        Self {
-            result: Err(failure),
-            accepted,
-        }
-    }
-}
+/// What one pass did, and whether the cluster it names exists (`found`; `None` when the pass
+/// did not look).
+pub(crate) type SyncOutcome = pipeline::Outcome<OmniSecretSync>;
 
 /// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
 pub(super) fn desired_status(
@@ -28,7 +16,10 @@ pub(super) fn desired_status(
     outcome: &SyncOutcome,
     now: jiff::Timestamp,
 ) -> OmniSecretSyncStatus {
-    let SyncOutcome { result, accepted } = outcome;
+    let pipeline::Outcome {
+        found: accepted,
+        result,
+    } = outcome;
     let old = sync.status.clone().unwrap_or_default();
     let generation = sync.metadata.generation;
     let mut s = old.clone();
@@ -37,31 +28,19 @@ pub(super) fn desired_status(
     s.kubeconfig_secret_ref = Some(sync.spec.kubeconfig_secret_ref.name.clone());
     s.kubeconfig_secret_key = Some(sync.spec.kubeconfig_secret_ref.key.clone());
     s.source_secret_ref = Some(sync.spec.source_secret_ref.name.clone());
-    let set = |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: &str, message: &str| {
+    let set =
+        |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: Reason, message: &str| {
+            set_condition(
+                &mut s.conditions,
+                Condition::new(type_, ok.into(), reason, message, generation, now),
+            );
+        };
+    if let Some(exists) = *accepted {
+        let name = &sync.spec.cluster_ref.name;
         set_condition(
             &mut s.conditions,
-            Condition::new(type_, ok.into(), reason, message, generation, now),
+            Condition::accepted(name, exists, generation, now),
         );
-    };
-    if let Some(accepted) = *accepted {
-        let name = &sync.spec.cluster_ref.name;
-        if accepted {
-            set(
-                &mut s,
-                ct::ACCEPTED,
-                true,
-                reasons::ACCEPTED,
-                &format!("attached to OmniCluster {name:?}"),
-            );
-        } else {
-            set(
-                &mut s,
-                ct::ACCEPTED,
-                false,
-                reasons::MISSING_CLUSTER,
-                &format!("OmniCluster {name:?} does not exist"),
-            );
-        }
     }
     let changed_copy;
     match result {
@@ -71,8 +50,8 @@ pub(super) fn desired_status(
                 "synced Secret {:?} to workload Secret \"{}/{}\"",
                 sync.spec.source_secret_ref.name, t.namespace, t.name
             );
-            set(&mut s, ct::SYNCED, true, reasons::SYNCED, &m);
-            set(&mut s, ct::READY, true, reasons::SYNCED, &m);
+            set(&mut s, ct::SYNCED, true, Reason::Synced, &m);
+            set(&mut s, ct::READY, true, Reason::Synced, &m);
             s.target_secret_ref = Some(t.name.clone());
             s.target_namespace = Some(t.namespace.clone());
             s.secret_type = Some(done.type_.clone());
@@ -101,9 +80,11 @@ pub(super) fn desired_status(
 mod tests {
     use super::*;
     use crate::api::common::find_condition;
-    use crate::controllers::RetryPolicy;
-    use crate::controllers::pipeline::Pipeline;
+    use crate::controllers::secret_sync::failure::SecretSyncFailure;
     use crate::controllers::secret_sync::fixtures::sync;
+    use crate::controllers::secret_sync::write::Synced;
+    use crate::controllers::shared::error::RetryPolicy;
+    use crate::controllers::shared::pipeline::Pipeline;
 
     #[test]
     fn a_failure_is_the_status_reason_and_last_error() {
@@ -114,7 +95,7 @@ mod tests {
         };
         let failed = desired_status(
             &s,
-            &SyncOutcome::failed(missing, Some(true)),
+            &SyncOutcome::new(Some(true), Err(missing)),
             jiff::Timestamp::UNIX_EPOCH,
         );
         let ready = find_condition(&failed.conditions, "Ready");
@@ -131,9 +112,10 @@ mod tests {
     fn an_invalid_spec_is_reported_with_the_webhooks_field_path() {
         let mut s = sync();
         s.spec.type_ = Some(" ".into());
-        let validation = Pipeline::validate(&s);
-        assert!(!validation.is_valid());
-        let outcome = <OmniSecretSync as Pipeline>::invalid(validation.error_summary());
+        let invalid = Pipeline::validate(&s)
+            .err()
+            .unwrap_or_else(|| panic!("a blank type is invalid"));
+        let outcome = SyncOutcome::failed(invalid);
         let status = desired_status(&s, &outcome, jiff::Timestamp::UNIX_EPOCH);
         let ready = find_condition(&status.conditions, "Ready");
         assert_eq!(
@@ -153,13 +135,15 @@ mod tests {
     fn idle_status_is_stable() {
         let mut s = sync();
         let t0 = jiff::Timestamp::UNIX_EPOCH;
-        let ok = || SyncOutcome {
-            result: Ok(Synced {
-                hash: "h".into(),
-                type_: "Opaque".into(),
-                changed: false,
-            }),
-            accepted: Some(true),
+        let ok = || {
+            SyncOutcome::new(
+                Some(true),
+                Ok(Synced {
+                    hash: "h".into(),
+                    type_: "Opaque".into(),
+                    changed: false,
+                }),
+            )
         };
         let first = desired_status(&s, &ok(), t0);
         assert_eq!(first.last_sync_time, Some(t0));

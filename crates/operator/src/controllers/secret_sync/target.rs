@@ -9,16 +9,8 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::ADOPT_ANNOTATION;
 use crate::api::OmniSecretSync;
-
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "omni-cluster-operator");
-pub(crate) const UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
-const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
-const NAME_ANNOTATION: &str = "omni.texashpc.com/secret-sync-name";
-const SOURCE_ANNOTATION: &str = "omni.texashpc.com/secret-sync-source";
-const HASH_ANNOTATION: &str = "omni.texashpc.com/secret-sync-hash";
-const CONTENT_ANNOTATION: &str = "omni.texashpc.com/secret-sync-content";
+use crate::api::keys;
 
 /// Lowercase hex SHA-256 of `{"version":"v1","type":..,"data":{key: base64}}` (keys sorted;
 /// empty data is `null`).
@@ -47,19 +39,17 @@ pub(crate) fn content_hash(type_: &str, data: &BTreeMap<String, ByteString>) -> 
 pub(crate) fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
     match sync.metadata.uid.as_deref() {
         Some(uid) if !uid.is_empty() => {
-            secret.labels().get(UID_LABEL).map(String::as_str) == Some(uid)
+            secret
+                .labels()
+                .get(keys::SECRET_SYNC_UID_LABEL)
+                .map(String::as_str)
+                == Some(uid)
         }
-        _ => secret.annotations().get(NAME_ANNOTATION) == sync.metadata.name.as_ref(),
+        _ => {
+            secret.annotations().get(keys::SECRET_SYNC_NAME_ANNOTATION)
+                == sync.metadata.name.as_ref()
+        }
     }
-}
-
-/// Whether the user allowed taking `secret` over.
-pub(crate) fn adoptable(secret: &Secret) -> bool {
-    secret
-        .annotations()
-        .get(ADOPT_ANNOTATION)
-        .map(String::as_str)
-        == Some("true")
 }
 
 /// The target Secret as this sync wants it (docs/parity.md#the-workload-copy).
@@ -77,24 +67,24 @@ pub(crate) fn desired_target(
     let data = source.data.clone().unwrap_or_default();
     let hash = content_hash(&type_, &data);
     let mut labels = sync.spec.labels.clone().unwrap_or_default();
-    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
     labels.insert(
-        UID_LABEL.into(),
+        keys::SECRET_SYNC_UID_LABEL.into(),
         sync.metadata.uid.clone().unwrap_or_default(),
     );
-    labels.insert(CLUSTER_LABEL.into(), cluster_name.into());
+    labels.insert(keys::CLUSTER_LABEL.into(), cluster_name.into());
     let mut annotations = sync.spec.annotations.clone().unwrap_or_default();
-    annotations.insert(NAME_ANNOTATION.into(), sync.name_any());
+    annotations.insert(keys::SECRET_SYNC_NAME_ANNOTATION.into(), sync.name_any());
     annotations.insert(
-        SOURCE_ANNOTATION.into(),
+        keys::SECRET_SYNC_SOURCE_ANNOTATION.into(),
         format!(
             "{}/{}",
             source.namespace().unwrap_or_default(),
             source.name_any()
         ),
     );
-    annotations.insert(HASH_ANNOTATION.into(), hash.clone());
-    annotations.insert(CONTENT_ANNOTATION.into(), "v1".into());
+    annotations.insert(keys::SECRET_SYNC_HASH_ANNOTATION.into(), hash.clone());
+    annotations.insert(keys::SECRET_SYNC_CONTENT_ANNOTATION.into(), "v1".into());
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(sync.spec.target_secret_ref.name.clone()),
@@ -130,7 +120,7 @@ pub(super) fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Se
     let Some(existing) = existing else {
         return Plan::Create(desired);
     };
-    if !is_owned(existing, sync) && !adoptable(existing) {
+    if !is_owned(existing, sync) && !keys::adopt_requested(&existing.metadata) {
         return Plan::NotOwned;
     }
     if existing.type_ != desired.type_ {
@@ -145,7 +135,7 @@ pub(super) fn plan(sync: &OmniSecretSync, existing: Option<&Secret>, desired: Se
         .get_or_insert_with(BTreeMap::new);
     annotations.extend(desired.metadata.annotations.clone().unwrap_or_default());
     // Adoption is a one-time permission; once owned, the marker has done its job.
-    annotations.remove(ADOPT_ANNOTATION);
+    annotations.remove(keys::ADOPT_ANNOTATION);
     merged.data = desired.data.clone();
     if merged.data.is_none() && existing.data.as_ref().is_some_and(BTreeMap::is_empty) {
         merged.data = existing.data.clone();
@@ -194,14 +184,14 @@ mod tests {
         };
         assert_eq!(plan(&s, Some(&foreign), desired.clone()), Plan::NotOwned);
         foreign.metadata.annotations = Some(BTreeMap::from([(
-            ADOPT_ANNOTATION.to_string(),
+            keys::ADOPT_ANNOTATION.to_string(),
             "true".to_string(),
         )]));
         let Plan::Update(updated) = plan(&s, Some(&foreign), desired) else {
             panic!("adoptable target must be updated");
         };
         assert!(is_owned(&updated, &s));
-        assert!(!updated.annotations().contains_key(ADOPT_ANNOTATION));
+        assert!(!updated.annotations().contains_key(keys::ADOPT_ANNOTATION));
     }
 
     #[test]
@@ -213,7 +203,10 @@ mod tests {
         };
         assert_eq!(created.labels().get("team").map(String::as_str), Some("a"));
         assert_eq!(
-            created.labels().get(UID_LABEL).map(String::as_str),
+            created
+                .labels()
+                .get(keys::SECRET_SYNC_UID_LABEL)
+                .map(String::as_str),
             Some("u-1")
         );
         let mut live = created.clone();

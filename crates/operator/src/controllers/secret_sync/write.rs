@@ -7,10 +7,10 @@ use kube::api::{ObjectMeta, PostParams};
 use super::failure::{SecretSyncFailure, workload_failed};
 use super::target::{Plan, desired_target, is_owned, plan};
 use crate::api::OmniSecretSync;
-use crate::delete_guard::{Deleted, delete_observed};
+use crate::domain::delete_guard::{Deleted, delete_observed};
 
 /// A copy that matches the source; `changed` when this pass wrote it.
-pub(super) struct Synced {
+pub(crate) struct Synced {
     pub(super) hash: String,
     pub(super) type_: String,
     pub(super) changed: bool,

@@ -18,9 +18,9 @@ use kube::{Api, Resource, ResourceExt};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::cli::run::OperatorConfig;
 use omni_operator::controllers::Scope;
-use omni_operator::metrics::Metrics;
-use omni_operator::secret_policy::SecretPolicy;
-use omni_operator::tenancy::Tenancy;
+use omni_operator::domain::secret_policy::SecretPolicy;
+use omni_operator::domain::tenancy::Tenancy;
+use omni_operator::process::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -82,8 +82,8 @@ pub struct EnvBuilder {
     /// When set, the workload cluster accepts only this bearer token, as `automation`.
     workload_token: Option<String>,
     test_clock: bool,
-    /// When set, only the OmniSecretSync controller runs, re-checking at this interval.
-    only_secret_sync: Option<Duration>,
+    /// When set, OmniSecretSyncs re-check their copies at this interval.
+    secret_sync_resync: Option<Duration>,
     /// The helm binary and work directory the operator uses, when not the defaults.
     helm: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Resources whose lists the management cluster refuses from the start.
@@ -173,10 +173,10 @@ impl EnvBuilder {
         self
     }
 
-    /// Runs only the OmniSecretSync controller, re-checking every `resync`, so a scenario sees
-    /// what the periodic re-check alone does.
-    pub fn only_secret_sync(mut self, resync: Duration) -> Self {
-        self.only_secret_sync = Some(resync);
+    /// OmniSecretSyncs re-check their copies every `resync`, so a scenario that changes nothing
+    /// the syncs watch sees what the periodic re-check alone does.
+    pub fn secret_sync_resync(mut self, resync: Duration) -> Self {
+        self.secret_sync_resync = Some(resync);
         self
     }
 
@@ -371,10 +371,10 @@ impl EnvBuilder {
         };
         env.create_secret(KEY_SECRET, json!({ KEY_FIELD: env.key }))
             .await;
-        env.operator = Some(match self.only_secret_sync {
-            None => Operator::spawn(config, env.client.clone()),
-            Some(every) => Operator::spawn_secret_sync_only(config, env.client.clone(), every),
-        });
+        if let Some(every) = self.secret_sync_resync {
+            config.secret_sync_resync = every;
+        }
+        env.operator = Some(Operator::spawn(config, env.client.clone()));
         if self.connection {
             env.connection(CONNECTION, KEY_SECRET).await;
         }
@@ -394,7 +394,7 @@ impl Env {
             workload_tokens_of: None,
             workload_token: None,
             test_clock: false,
-            only_secret_sync: None,
+            secret_sync_resync: None,
             helm: None,
             refused_lists: Vec::new(),
             all_namespaces: false,

@@ -233,7 +233,7 @@ pub struct Deployed {
     pub operator: Option<Operator>,
     pub client: kube::Client,
     pub webhook: SocketAddr,
-    pub metrics: Arc<omni_operator::metrics::Metrics>,
+    pub metrics: Arc<omni_operator::process::metrics::Metrics>,
     /// The serving certificate (the chart's Secret): another replica mounts the same.
     pub cert: Arc<WebhookCert>,
     _helm_dir: tempfile::TempDir,

@@ -19,7 +19,7 @@ use kube::discovery::ApiResource;
 use kube_sim::server::RunningKubeSim;
 use omni_operator::cli::run::{OperatorConfig, run_operator};
 use omni_operator::controllers::Scope;
-use omni_operator::metrics::Metrics;
+use omni_operator::process::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde_json::{Value, json};
 
@@ -305,41 +305,6 @@ impl Operator {
         let task = tokio::spawn(run_operator(config, client, async move {
             let _ = rx.await;
         }));
-        Operator {
-            stop: Some(tx),
-            task,
-        }
-    }
-
-    /// Starts only the OmniSecretSync controller of an operator with `config`, re-checking
-    /// every `resync`.
-    pub fn spawn_secret_sync_only(
-        config: OperatorConfig,
-        client: kube::Client,
-        resync: Duration,
-    ) -> Operator {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let ctx = omni_operator::controllers::Context::new(
-            client,
-            config.scope.clone(),
-            config.clock.clone(),
-            config.metrics.clone(),
-            None,
-        )
-        .with_secret_sync_resync(resync);
-        let task = tokio::spawn(async move {
-            use futures::FutureExt as _;
-            let stop = async move {
-                let _ = rx.await;
-            }
-            .shared();
-            let ctx = Arc::new(ctx);
-            let mut watches = omni_operator::controllers::Watches::new(&ctx);
-            let sync =
-                omni_operator::controllers::secret_sync::start(ctx, &mut watches, stop.clone());
-            tokio::join!(sync, watches.run(stop));
-            Ok(())
-        });
         Operator {
             stop: Some(tx),
             task,

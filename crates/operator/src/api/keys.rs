@@ -1,0 +1,131 @@
+//! Every annotation, label and finalizer key the operator reads or writes, in one place, and
+//! the one check of the adopt annotation.
+//!
+//! Keys are part of the API: users put some on their objects (adopt, usable-by), tools select
+//! by others (the managed-by label), and every key written on an object outside our kinds (a
+//! workload Secret, an Omni cluster, a Helm release) is how a later pass recognises what it
+//! wrote. Changing one strands what earlier versions wrote, so each is spelled once.
+
+use kube::api::ObjectMeta;
+
+/// Annotation a user puts on an object to let the operator take over what it finds in place:
+/// on an OmniCluster (an Omni cluster it did not create), an OmniHelmRelease (a Helm release it
+/// did not install), or a workload or target Secret (for an OmniSecretSync or export).
+pub const ADOPT_ANNOTATION: &str = "omni.texashpc.com/adopt";
+
+/// Whether `meta` carries [`ADOPT_ANNOTATION`] set to `"true"`: the user's permission to take
+/// over what the object found in place. Any other value (`"yes"`, `"True"`) is no permission.
+pub(crate) fn adopt_requested(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(ADOPT_ANNOTATION))
+        .is_some_and(|value| value == "true")
+}
+
+/// Finalizer the operator puts on kinds that own remote or external state.
+pub const FINALIZER: &str = "omni.texashpc.com/finalizer";
+/// Finalizer from before the API group rename; still honoured on OmniConnection and OmniCluster.
+pub(crate) const LEGACY_FINALIZER: &str = "omni.texas-hpc.org/finalizer";
+/// Finalizer on an OmniConnection's service-account key Secret while OmniClusters use the
+/// connection: a deletion of the Secret (by hand, by a namespace deletion) then waits until
+/// the clusters no longer need Omni.
+pub(crate) const KEY_IN_USE_FINALIZER: &str = "omni.texashpc.com/omni-key-in-use";
+/// Finalizer an OmniKubeconfigExport keeps on the Secret it writes while an OmniHelmRelease or
+/// OmniSecretSync still needs it as its kubeconfig (as `kubernetes.io/pvc-protection` does
+/// for volumes).
+pub(crate) const KUBECONFIG_IN_USE_FINALIZER: &str = "omni.texashpc.com/kubeconfig-in-use";
+
+/// Label that makes a Secret usable by the kinds it names (`.`-separated kind names, e.g.
+/// `OmniHelmRelease` or `OmniHelmRelease.OmniSecretSync`), required under
+/// `--require-secret-opt-in`.
+pub const USABLE_BY_LABEL: &str = "omni.texashpc.com/usable-by";
+
+/// The `app.kubernetes.io/managed-by` label on every Secret the operator writes, and its value
+/// (the original implementation's name, which existing Secrets carry).
+pub(crate) const MANAGED_BY: (&str, &str) =
+    ("app.kubernetes.io/managed-by", "omni-cluster-operator");
+/// Label on a Secret the operator writes: the Omni cluster name it belongs to.
+pub(crate) const CLUSTER_LABEL: &str = "omni.texashpc.com/cluster";
+
+/// Label on an OmniSecretSync's copy: the sync's UID (its ownership).
+pub(crate) const SECRET_SYNC_UID_LABEL: &str = "omni.texashpc.com/secret-sync-uid";
+/// Annotation on an OmniSecretSync's copy: the sync's name (ownership of a sync without UID).
+pub(crate) const SECRET_SYNC_NAME_ANNOTATION: &str = "omni.texashpc.com/secret-sync-name";
+/// Annotation on an OmniSecretSync's copy: `<namespace>/<name>` of the source Secret.
+pub(crate) const SECRET_SYNC_SOURCE_ANNOTATION: &str = "omni.texashpc.com/secret-sync-source";
+/// Annotation on an OmniSecretSync's copy: the hash of the content copied.
+pub(crate) const SECRET_SYNC_HASH_ANNOTATION: &str = "omni.texashpc.com/secret-sync-hash";
+/// Annotation on an OmniSecretSync's copy: the version of the content hash (`v1`).
+pub(crate) const SECRET_SYNC_CONTENT_ANNOTATION: &str = "omni.texashpc.com/secret-sync-content";
+
+/// Label on an exported kubeconfig Secret: the export's UID (its ownership).
+pub(crate) const EXPORT_UID_LABEL: &str = "omni.texashpc.com/kubeconfig-export-uid";
+/// Annotation on an exported kubeconfig Secret: the export's name.
+pub(crate) const EXPORT_NAME_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-name";
+/// Annotation on an exported kubeconfig Secret: the export's namespace.
+pub(crate) const EXPORT_NAMESPACE_ANNOTATION: &str =
+    "omni.texashpc.com/kubeconfig-export-namespace";
+/// Annotation on an exported kubeconfig Secret: the hash of the spec the kubeconfig was minted
+/// for (a spec change mints a new one).
+pub(crate) const EXPORT_SPEC_HASH_ANNOTATION: &str =
+    "omni.texashpc.com/kubeconfig-export-spec-hash";
+/// Annotation on an exported kubeconfig Secret: the hash of the credential data.
+pub(crate) const KUBECONFIG_HASH_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-hash";
+/// Annotation on an exported kubeconfig Secret: when the kubeconfig expires.
+pub(crate) const KUBECONFIG_EXPIRATION_ANNOTATION: &str =
+    "omni.texashpc.com/kubeconfig-expiration-time";
+/// Annotation on an exported kubeconfig Secret: when the kubeconfig was written.
+pub(crate) const KUBECONFIG_LAST_ROTATION_ANNOTATION: &str =
+    "omni.texashpc.com/kubeconfig-last-rotation-time";
+/// Annotation on an exported kubeconfig Secret: the shape last written (`spec.format`), absent
+/// for `Kubeconfig`, so a format change removes the keys (and the Argo CD label) of the old one.
+pub(crate) const EXPORT_FORMAT_ANNOTATION: &str = "omni.texashpc.com/kubeconfig-export-format";
+/// Argo CD's label marking a Secret as a cluster declaration, and its value (format
+/// `ArgoCDCluster`).
+pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-type", "cluster");
+
+/// Annotation the operator puts on the Omni `Cluster` resource it creates or adopts:
+/// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
+/// tells management clusters (and re-created objects) apart.
+pub(crate) const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything the
+/// operator writes to Omni: Omni's UI then tells people who manages the resource.
+pub(crate) const GITOPS_TOOL: &str = "omni-operator";
+
+/// Annotation a user puts on an OmniCluster to approve a plan the operator holds: its value
+/// must equal the plan's hash (`status.plan.hash`); any other value approves nothing.
+pub(crate) const APPROVE_PLAN_ANNOTATION: &str = "omni.texashpc.com/approve-plan";
+
+/// Helm release label (kept on helm's storage Secret) holding the UID of the OmniHelmRelease
+/// that owns the release. UIDs are random per object and per management cluster, so this names
+/// both the object and the management cluster it lives in.
+pub(crate) const HELM_OWNER_UID_LABEL: &str = "omni.texashpc.com/owner-uid";
+/// Helm release label with the owning OmniHelmRelease's namespace (for people; the UID decides).
+pub(crate) const HELM_OWNER_NAMESPACE_LABEL: &str = "omni.texashpc.com/owner-namespace";
+/// Helm release label with the owning OmniHelmRelease's name, when it fits a label value (63
+/// characters).
+pub(crate) const HELM_OWNER_NAME_LABEL: &str = "omni.texashpc.com/owner-name";
+/// Helm release label naming the operator process that started the revision: its helm
+/// driver's run id, random per process.
+pub(crate) const HELM_STARTED_BY_RUN_LABEL: &str = "omni.texashpc.com/started-by-run";
+/// Helm release label with the revision number that process started. Helm merges release
+/// labels into later revisions, so a revision someone else starts on top of ours (a `helm
+/// upgrade` by hand, a rollback) inherits our run label but not a matching revision number.
+pub(crate) const HELM_STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-revision";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adoption_needs_the_annotation_set_to_true() {
+        let with = |value: Option<&str>| ObjectMeta {
+            annotations: value.map(|v| [(ADOPT_ANNOTATION.to_string(), v.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        assert!(adopt_requested(&with(Some("true"))));
+        assert!(!adopt_requested(&with(Some("True"))));
+        assert!(!adopt_requested(&with(Some("yes"))));
+        assert!(!adopt_requested(&with(None)));
+    }
+}

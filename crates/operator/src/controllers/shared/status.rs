@@ -1,0 +1,478 @@
+//! Writing `status` through the status subresource, only when it changed.
+
+use std::fmt::Debug;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use kube::runtime::events::EventType;
+
+use super::context::Context;
+use super::error::PassError;
+use crate::api::Reason;
+use crate::api::common::{
+    Condition, ConditionStatus, condition_types, find_condition, set_condition,
+};
+use crate::process::metrics::ResourceInfo;
+
+/// Conditions of `new` whose status or reason differs from `old` (or that are new).
+pub(crate) fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
+    new.iter()
+        .filter(|c| {
+            old.iter()
+                .find(|o| o.type_ == c.type_)
+                .is_none_or(|o| o.status != c.status || o.reason != c.reason)
+        })
+        .collect()
+}
+
+/// Whether condition `c` reads as good news (`Stalled` is the one inverted condition).
+pub(crate) fn condition_healthy(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        "Stalled" => c.status != ConditionStatus::True,
+        _ => c.status == ConditionStatus::True,
+    }
+}
+
+/// The one transition between `old` and `new` worth an Event: `Ready`'s when it turned (it
+/// sums the object up, and carries the reason of what changed), else the first condition that
+/// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
+/// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
+/// together) are in the status; an Event each tripled the writes of a cold start.
+pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let turned = transitions(old, new);
+    turned
+        .iter()
+        .find(|c| c.type_ == crate::api::common::condition_types::READY)
+        .or_else(|| turned.iter().find(|c| !condition_healthy(c)))
+        .copied()
+}
+
+/// Status fields that record *when* something was tried rather than *what* happened. A change
+/// of these alone is not worth a write: a failing object retried with backoff would otherwise
+/// rewrite its status on every attempt. They are written along with any real change.
+pub(crate) const TIMESTAMP_ONLY_FIELDS: &[&str] = &["lastAttemptTime"];
+
+/// Whether `old` and `new` differ in more than the [`TIMESTAMP_ONLY_FIELDS`].
+fn differs_beyond_timestamps(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !TIMESTAMP_ONLY_FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    strip(old) != strip(new)
+}
+
+/// The JSON merge patch turning status `old` into `new`: changed and new fields are set,
+/// fields absent from `new` are nulled (merge-patch deletion) at every depth, since a merge
+/// patch merges nested objects rather than replacing them. `None` when they are equal or
+/// differ only in [`TIMESTAMP_ONLY_FIELDS`].
+pub(crate) fn status_patch(old: &Value, new: &Value) -> Option<Value> {
+    if !differs_beyond_timestamps(old, new) {
+        return None;
+    }
+    let empty = Value::Object(Map::new());
+    let new = if new.is_object() { new } else { &empty };
+    Some(serde_json::json!({ "status": merge_patch(old, new) }))
+}
+
+/// The merge patch from `old` to `new` (RFC 7386): objects are diffed key by key, recursively,
+/// with removed keys nulled; anything else is replaced whole.
+fn merge_patch(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
+    };
+    let mut patch = Map::new();
+    for (key, value) in new {
+        match old.get(key) {
+            Some(before) if before == value => {}
+            Some(before) if before.is_object() && value.is_object() => {
+                patch.insert(key.clone(), merge_patch(before, value));
+            }
+            _ => {
+                patch.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    for key in old.keys() {
+        if !new.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    Value::Object(patch)
+}
+
+/// Writes `new_status` if it differs from the status stored in `obj`. Returns whether a
+/// write happened.
+///
+/// `obj` comes from the watch cache, which can lag behind the server (a watcher backing off
+/// after cut streams or `410 Gone` can stay seconds behind). A status computed from a stale
+/// copy would rewrite what a previous reconcile already wrote, with fresh transition times.
+/// So a needed write is first checked against the server's copy: when that is newer,
+/// nothing is written and [`PassError::Stale`] hands it to the caller to reconcile again on.
+/// The write itself carries the checked `resourceVersion`, so a change landing in between is
+/// refused with `409 Conflict` rather than overwritten, and handled like a stale cache.
+pub(crate) async fn write<K>(api: &Api<K>, obj: &K, desired: Value) -> Result<bool, PassError<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let object = serde_json::to_value(obj)?;
+    let current = object
+        .get("status")
+        .cloned()
+        .unwrap_or(Value::Object(Map::new()));
+    let Some(mut patch) = status_patch(&current, &desired) else {
+        return Ok(false);
+    };
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let cached = obj.meta().resource_version.clone();
+    let stored = api.get(&name).await?;
+    if stored.meta().resource_version != cached {
+        return Err(PassError::stale(stored));
+    }
+    if let Some(rv) = cached {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        // Another writer landed between the check and the write: the same as a stale cache.
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(PassError::stale(api.get(&name).await?)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A status type of ours: every one keeps its conditions in `conditions` (each kind's module
+/// implements it for its status).
+pub(crate) trait Conditioned {
+    /// The conditions of this status.
+    fn conditions(&self) -> &[Condition];
+    /// The conditions of this status, to change.
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+/// A kind of ours whose status [`report`] writes (each kind's module implements it).
+pub(crate) trait Reported:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug
+{
+    /// Its status type.
+    type Status: Conditioned + Serialize + Send + Sync;
+    /// The stored status (none yet on a new object).
+    fn stored_status(&self) -> Option<&Self::Status>;
+    /// The conditions of the stored status (none when there is no status yet).
+    fn stored_conditions(&self) -> &[Condition] {
+        self.stored_status().map_or(&[], |s| s.conditions())
+    }
+    /// Whether the object is suspended (the `suspended` label of its info metric).
+    fn suspended(&self) -> bool {
+        false
+    }
+}
+
+/// Implements [`Conditioned`] for a status type and [`Reported`] for the kind whose `status`
+/// field it is: `reported!(Kind => KindStatus)`, with `suspended` read by a function of the
+/// object where the kind can be suspended. Each kind's module invokes it for itself.
+macro_rules! reported {
+    ($kind:ty => $status:ty $(, suspended: $suspended:expr)?) => {
+        impl $crate::controllers::shared::status::Conditioned for $status {
+            fn conditions(&self) -> &[$crate::api::common::Condition] {
+                &self.conditions
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<$crate::api::common::Condition> {
+                &mut self.conditions
+            }
+        }
+
+        impl $crate::controllers::shared::status::Reported for $kind {
+            type Status = $status;
+            fn stored_status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            $(
+                fn suspended(&self) -> bool {
+                    let suspended: fn(&$kind) -> bool = $suspended;
+                    suspended(self)
+                }
+            )?
+        }
+    };
+}
+pub(crate) use reported;
+
+/// The end of every reconcile: writes `new` if it changed ([`write`]), publishes the Event of
+/// the condition transition it makes (only when written) and sets the object's info metric from
+/// its `Ready` condition. Returns whether a write happened.
+pub(crate) async fn report<K>(ctx: &Context, obj: &K, new: &K::Status) -> Result<bool, PassError<K>>
+where
+    K: Reported<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let namespace = obj.meta().namespace.clone().unwrap_or_default();
+    let desired = ctx
+        .baseline
+        .stamp_status(&K::kind(&()), serde_json::to_value(new)?);
+    let written = write(&ctx.api::<K>(&namespace), obj, desired).await?;
+    if written {
+        condition_events(ctx, obj, obj.stored_conditions(), new.conditions()).await;
+    }
+    let ready = find_condition(new.conditions(), condition_types::READY);
+    ctx.metrics.set_resource_info(&ResourceInfo {
+        kind: &K::kind(&()),
+        namespace: &namespace,
+        name: obj.meta().name.as_deref().unwrap_or_default(),
+        ready: ready.map_or("Unknown", |c| c.status.as_str()),
+        reason: ready.map_or("", |c| c.reason.as_str()),
+        suspended: obj.suspended(),
+    });
+    Ok(written)
+}
+
+/// Publishes at most one Event for a status write, for the condition transition that says the
+/// most (see [`event_worthy`]).
+async fn condition_events<K>(ctx: &Context, obj: &K, old: &[Condition], new: &[Condition])
+where
+    K: Resource<DynamicType = ()>,
+{
+    if let Some(c) = event_worthy(old, new) {
+        // A condition waiting for a person (a plan held for approval) is not failing.
+        let waiting = Reason::of(&c.reason).is_some_and(Reason::awaits_a_person);
+        let type_ = if condition_healthy(c) || waiting {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let note = format!("{}={:?}: {}", c.type_, c.status, c.message);
+        ctx.event_for(obj.object_ref(&()), type_, &c.reason, note)
+            .await;
+    }
+}
+
+/// Status builder starting from the stored status `s`, so a failure keeps what the last
+/// success recorded: conditions set on it carry the object's generation and one time.
+pub(crate) struct Draft<S> {
+    /// The status being built.
+    pub(crate) s: S,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+    /// The condition that reports the outcome along with `Ready` (`Exported`, `Released`).
+    outcome_type: &'static str,
+}
+
+impl<S: Conditioned> Draft<S> {
+    /// A draft of `s` for an object at `generation`, stamped `now`, whose outcome condition is
+    /// `outcome_type`.
+    pub(crate) fn new(
+        s: S,
+        generation: Option<i64>,
+        now: jiff::Timestamp,
+        outcome_type: &'static str,
+    ) -> Self {
+        Self {
+            s,
+            generation,
+            now,
+            outcome_type,
+        }
+    }
+
+    /// Sets condition `type_` to `ok` with `reason` and `message`.
+    pub(crate) fn set(&mut self, type_: &str, ok: bool, reason: Reason, message: &str) {
+        set_condition(
+            self.s.conditions_mut(),
+            Condition::new(type_, ok.into(), reason, message, self.generation, self.now),
+        );
+    }
+
+    /// `Accepted`: whether the OmniCluster `cluster` the object names exists.
+    pub(crate) fn accepted(&mut self, cluster: &str, exists: bool) {
+        set_condition(
+            self.s.conditions_mut(),
+            Condition::accepted(cluster, exists, self.generation, self.now),
+        );
+    }
+
+    /// The time the draft's conditions are stamped with.
+    pub(crate) fn now(&self) -> jiff::Timestamp {
+        self.now
+    }
+
+    /// The outcome condition and `Ready` together, with one reason and message.
+    pub(crate) fn outcome(&mut self, ok: bool, reason: Reason, message: &str) {
+        self.set(self.outcome_type, ok, reason, message);
+        self.set(condition_types::READY, ok, reason, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::secret_sync::OmniSecretSyncStatus;
+    use serde_json::json;
+
+    fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
+        Condition {
+            reason: reason.to_string(),
+            ..Condition::new(
+                type_,
+                status,
+                Reason::Accepted,
+                "m",
+                Some(1),
+                jiff::Timestamp::UNIX_EPOCH,
+            )
+        }
+    }
+
+    #[test]
+    fn one_event_per_write_for_the_transition_that_says_the_most() {
+        use ConditionStatus::{False, True};
+        let worthy = |old: &[Condition], new: &[Condition]| {
+            event_worthy(old, new).map(|c| (c.type_.clone(), c.status, c.reason.clone()))
+        };
+        let fresh = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", True, "Synced"),
+            cond("Ready", True, "Synced"),
+        ];
+        assert_eq!(
+            worthy(&[], &fresh),
+            Some(("Ready".into(), True, "Synced".into())),
+            "a fresh object's three conditions: one Event, Ready's"
+        );
+        let failing = [
+            cond("Accepted", True, "Accepted"),
+            cond("Synced", False, "SyncFailed"),
+            cond("Ready", False, "SyncFailed"),
+        ];
+        assert_eq!(
+            worthy(&fresh, &failing),
+            Some(("Ready".into(), False, "SyncFailed".into()))
+        );
+        let stalled = [
+            failing.to_vec(),
+            vec![cond("Stalled", True, "UnsupportedOmniAPI")],
+        ]
+        .concat();
+        assert_eq!(
+            worthy(&failing, &stalled),
+            Some(("Stalled".into(), True, "UnsupportedOmniAPI".into())),
+            "a condition turning bad while Ready stays False"
+        );
+        let mut recovered_secondary = failing.to_vec();
+        recovered_secondary[1] = cond("Synced", True, "Synced");
+        assert_eq!(
+            worthy(&failing, &recovered_secondary),
+            None,
+            "a secondary condition turning good while Ready stays False"
+        );
+        assert_eq!(worthy(&fresh, &fresh), None);
+    }
+
+    #[test]
+    fn a_draft_sets_the_outcome_condition_and_ready_together() {
+        let mut d = Draft::new(
+            OmniSecretSyncStatus::default(),
+            Some(3),
+            jiff::Timestamp::UNIX_EPOCH,
+            condition_types::SYNCED,
+        );
+        d.outcome(false, Reason::SyncFailed, "boom");
+        let got: Vec<(&str, ConditionStatus, &str, Option<i64>)> =
+            d.s.conditions()
+                .iter()
+                .map(|c| {
+                    (
+                        c.type_.as_str(),
+                        c.status,
+                        c.reason.as_str(),
+                        c.observed_generation,
+                    )
+                })
+                .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Synced", ConditionStatus::False, "SyncFailed", Some(3)),
+                ("Ready", ConditionStatus::False, "SyncFailed", Some(3)),
+            ]
+        );
+    }
+
+    #[test]
+    fn equal_status_needs_no_write() {
+        let s = json!({"observedGeneration": 1, "conditions": []});
+        assert_eq!(status_patch(&s, &s.clone()), None);
+    }
+
+    #[test]
+    fn a_new_attempt_time_alone_needs_no_write() {
+        let old = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:00:00Z"});
+        let retried = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:05:00Z"});
+        assert_eq!(status_patch(&old, &retried), None);
+        let first = json!({"observedGeneration": 1});
+        assert_eq!(
+            status_patch(&first, &retried),
+            None,
+            "recording the first attempt time alone is no change either"
+        );
+    }
+
+    #[test]
+    fn an_attempt_time_is_written_with_a_real_change() {
+        let old = json!({"observedGeneration": 1, "lastAttemptTime": "2026-01-01T00:00:00Z"});
+        let new = json!({"observedGeneration": 2, "lastAttemptTime": "2026-01-01T00:05:00Z"});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(
+                json!({"status": {"observedGeneration": 2, "lastAttemptTime": "2026-01-01T00:05:00Z"}})
+            )
+        );
+    }
+
+    /// A merge patch merges nested objects: a field removed inside one must be nulled there.
+    /// Before, only top-level fields were, so `manifests.lastError` outlived the error.
+    #[test]
+    fn fields_removed_inside_nested_objects_are_nulled() {
+        let old = json!({"manifests": {"applied": 1, "lastError": "boom"}, "phase": "RUNNING"});
+        let new = json!({"manifests": {"applied": 2}, "phase": "RUNNING"});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(json!({"status": {"manifests": {"applied": 2, "lastError": null}}}))
+        );
+    }
+
+    #[test]
+    fn removed_fields_are_nulled() {
+        let old = json!({"observedGeneration": 1, "endpoint": "x"});
+        let new = json!({"observedGeneration": 2});
+        assert_eq!(
+            status_patch(&old, &new),
+            Some(json!({"status": {"observedGeneration": 2, "endpoint": null}}))
+        );
+    }
+
+    #[test]
+    fn transitions_report_status_and_reason_changes_only() {
+        let old = vec![
+            cond("Ready", ConditionStatus::False, "SyncFailed"),
+            cond("Synced", ConditionStatus::True, "Synced"),
+        ];
+        let mut new = old.clone();
+        new[0] = cond("Ready", ConditionStatus::True, "Synced");
+        new[1].message = "other".into();
+        new.push(cond("Validated", ConditionStatus::True, "Validated"));
+        let t: Vec<&str> = transitions(&old, &new)
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(t, vec!["Ready", "Validated"]);
+    }
+}
