@@ -15,6 +15,7 @@ use kube::runtime::controller::Action;
 
 use super::context::Context;
 use super::error::{Failure, PassError, RetryPolicy};
+use super::fairness::{TargetSlot, busy_retry};
 use super::finalizer::{self, Finalizer};
 use super::status::{self, Reported};
 use crate::api::validation::Validation;
@@ -196,25 +197,28 @@ pub(crate) async fn not_deleted_meanwhile<P: Pipeline>(
     }
 }
 
+/// A slot of `obj`'s target's share of its kind's reconcile slots (`fairness.rs`); `Ok(None)`
+/// for an object without a target, `Err` with when to come back while the target holds its
+/// whole share. Each controller has its own slots, so each kind has its own share of a target.
+pub(crate) fn target_slot<P: Pipeline>(
+    obj: &P,
+    ctx: &Context,
+) -> Result<Option<TargetSlot>, Action> {
+    let Some(target) = obj.target() else {
+        return Ok(None);
+    };
+    ctx.target_slots
+        .try_take(&format!("{}/{target}", P::kind(&())))
+        .map(Some)
+        .ok_or_else(|| Action::requeue(busy_retry()))
+}
+
 /// The reconcile of every [`Pipeline`] kind.
 pub(crate) async fn reconcile<P: Pipeline>(
     obj: Arc<P>,
     ctx: Arc<Context>,
     state: Arc<P::State>,
 ) -> Result<Action, PassError<P>> {
-    // Before anything else: a target holding its share waits, doing nothing, so one server
-    // that never answers cannot take every slot. Each controller has its own slots, so each
-    // kind has its own share of a target's.
-    let _slot = match obj.target() {
-        Some(target) => match ctx
-            .target_slots
-            .try_take(&format!("{}/{target}", P::kind(&())))
-        {
-            Some(slot) => Some(slot),
-            None => return Ok(Action::requeue(super::fairness::busy_retry())),
-        },
-        None => None,
-    };
     let namespace = obj.namespace().unwrap_or_default();
     let api = ctx.api::<P>(&namespace);
     if P::READ_FRESH {
