@@ -12,6 +12,10 @@ use crate::controllers::shared::status::{Standing, set_standing};
 /// Re-check interval of a reachable connection, and of a key Secret not there yet.
 pub(crate) const RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// Re-check interval of a key Secret the connection's ServiceAccount may not read: RBAC is
+/// not watched, so a grant is noticed by looking again.
+pub(crate) const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why an OmniConnection is not ready; the message is its condition's and Event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ConnectionFailure {
@@ -40,8 +44,12 @@ impl Failure for ConnectionFailure {
 
     /// An invalid spec, or a key Secret whose content is wrong, waits for a change (the
     /// Secret is watched); a Secret not there yet is looked at again at the connection's
-    /// re-check as well; the rest backs off.
+    /// re-check as well, one the ServiceAccount may not read every [`ACCESS_RECHECK`]; the
+    /// rest backs off.
     fn retry(&self) -> RetryPolicy {
+        if let Self::Client(ConnectionError::AccessDenied { .. }) = self {
+            return RetryPolicy::Poll(ACCESS_RECHECK);
+        }
         match self.disposition() {
             Disposition::Stalled => RetryPolicy::AwaitChange,
             Disposition::Waiting => RetryPolicy::Poll(RECHECK),

@@ -48,11 +48,11 @@ pub(super) async fn attached(
         return Ok(attached(Err(HelmFailure::ClusterNotReady(why))));
     }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
-    let kubeconfig = match inputs::kubeconfig(ctx, &state.secret_policy, r).await? {
+    let kubeconfig = match inputs::kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
-    let auth = match inputs::repository_auth(ctx, &state.secret_policy, r).await? {
+    let auth = match inputs::repository_auth(ctx, state, r).await? {
         Ok(a) => a,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
@@ -62,8 +62,11 @@ pub(super) async fn attached(
                 .to_string(),
         )));
     };
+    if let Err(problem) = inputs::reachable(state, r, &kubeconfig).await {
+        return Ok(blocked(problem));
+    }
     let req = inputs::request(r);
-    let session = match helm.session(&req.lock_key, &kubeconfig).await {
+    let session = match helm.session(&req.lock_key, &kubeconfig.checked).await {
         Ok(s) => s,
         Err(err) => {
             return Ok(attached(Err(HelmFailure::Helm(format!(
@@ -101,6 +104,7 @@ impl Release<'_> {
         loop {
             let run = |adopting, drift| HelmRun {
                 ctx,
+                state,
                 r,
                 req,
                 session: self.session,

@@ -226,8 +226,10 @@ impl Failure for HelmFailure {
     }
 
     /// The cluster, its readiness, a Secret and another Helm operation still running are
-    /// waited for; a spec, an unusable input, no helm, someone else's release and a release
-    /// stuck past its timeout need a person; Helm's own failures are retried.
+    /// waited for; a spec, an unusable input, a Secret the release's ServiceAccount may not
+    /// read (RBAC or the spec must change), no helm, someone else's release and a release
+    /// stuck past its timeout need a person; Helm's own failures, a chart source that failed
+    /// and a server that did not answer in time are retried.
     fn disposition(&self) -> Disposition {
         match self {
             Self::MissingCluster { .. } | Self::ClusterNotReady(_) | Self::Locked { .. } => {
@@ -235,7 +237,10 @@ impl Failure for HelmFailure {
             }
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
                 Problem::MissingSecret(_) => Disposition::Waiting,
-                Problem::Invalid(_) | Problem::HelmUnavailable(_) => Disposition::Stalled,
+                Problem::Invalid(_) | Problem::AccessDenied(_) | Problem::HelmUnavailable(_) => {
+                    Disposition::Stalled
+                }
+                Problem::TimedOut(_) | Problem::ChartUnavailable(_) => Disposition::Retrying,
             },
             Self::InvalidSpec(_) | Self::Refused { .. } | Self::Stuck { .. } => {
                 Disposition::Stalled

@@ -1,11 +1,14 @@
 //! What the OmniHelmRelease controller keeps and is configured with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::setup::Setup;
 use crate::domain::helm::Helm;
+use crate::domain::helm::source::{ChartSourcePolicy, Limits, SystemRoots};
 use crate::domain::secret_policy::SecretPolicy;
+use crate::domain::workload::WorkloadClients;
 
 /// The release controller's own state and configuration.
 pub(crate) struct HelmState {
@@ -14,6 +17,19 @@ pub(crate) struct HelmState {
     pub(super) helm: Option<Helm>,
     /// Which Secrets a release may read.
     pub(super) secret_policy: SecretPolicy,
+    /// Whose identity reads the Secrets of a release without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    pub(super) default_service_account: Option<String>,
+    /// Where charts may come from (`--chart-source-allowed-hosts`,
+    /// `--chart-source-deny-private-networks`, `--allow-insecure-chart-sources`).
+    pub(super) chart_sources: ChartSourcePolicy,
+    /// Time bounds of each request to a chart source.
+    pub(super) limits: Limits,
+    /// The system's trusted roots for chart sources, read on the first fetch.
+    pub(super) roots: SystemRoots,
+    /// Clients of the workload clusters, by kubeconfig Secret: a workload API server is asked
+    /// for its version, within the time bounds, before any helm process is started for it.
+    pub(super) workload: Arc<WorkloadClients>,
     /// Floor for a `driftCheckInterval` stored without admission.
     pub(super) min_interval: Duration,
     /// The baseline model's `helm-upgrade-every-trigger` (benchmarks only).
@@ -26,6 +42,11 @@ impl HelmState {
         Self {
             helm: setup.helm.clone(),
             secret_policy: setup.config.secret_policy,
+            default_service_account: setup.config.tenancy.default_service_account.clone(),
+            chart_sources: setup.config.tenancy.chart_sources.clone(),
+            limits: setup.config.tenancy.timeouts.outbound(),
+            roots: SystemRoots::default(),
+            workload: setup.workload.clone(),
             min_interval: setup.config.min_interval,
             upgrade_every_trigger: ctx.baseline.upgrades_every_trigger(),
         }

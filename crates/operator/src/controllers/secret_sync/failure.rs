@@ -23,6 +23,10 @@ pub(crate) enum SecretSyncFailure {
     /// The Secret policy refuses a Secret the sync would read.
     #[error("{0}")]
     Refused(String),
+    /// The sync's ServiceAccount may not read a Secret it references; the message names the
+    /// reference.
+    #[error("{0}")]
+    AccessDenied(String),
     /// The referenced OmniCluster does not exist.
     #[error("{}", missing_cluster(cluster))]
     MissingCluster {
@@ -116,9 +120,15 @@ impl Failure for SecretSyncFailure {
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::ClusterNotReady(_) => Reason::ClusterNotReady,
+            Self::AccessDenied(_) => Reason::AccessDenied,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. } => Reason::MissingSecret,
+            // A workload API server that does not answer in time is told apart: it degrades only
+            // the objects that point at it, and the operator's time bounds say how long it had.
+            Self::Workload { error, .. } if crate::process::api_client::is_timeout(error) => {
+                Reason::Timeout
+            }
             Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
                 Reason::SyncFailed
             }
@@ -132,7 +142,9 @@ impl Failure for SecretSyncFailure {
             Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
             // An unowned target lives in the workload cluster, which is not watched: poll so
             // an adoption annotation is noticed. Missing references are polled likewise.
+            // RBAC is not watched: look again, as for a missing reference.
             Self::TargetNotOwned { .. }
+            | Self::AccessDenied(_)
             | Self::MissingCluster { .. }
             | Self::ClusterNotReady(_)
             | Self::MissingSource { .. }
@@ -147,8 +159,9 @@ impl Failure for SecretSyncFailure {
     }
 
     /// The cluster, its readiness and the Secrets not there yet are waited for; a spec, a
-    /// refused Secret, a kubeconfig that does not work and a target owned by someone else
-    /// stall; the rest is retried.
+    /// refused Secret, a Secret the sync's ServiceAccount may not read (RBAC or the spec must
+    /// change), a kubeconfig that does not work and a target owned by someone else stall; the
+    /// rest (a timeout included) is retried.
     fn disposition(&self) -> Disposition {
         match self {
             Self::MissingCluster { .. }
@@ -158,6 +171,7 @@ impl Failure for SecretSyncFailure {
             | Self::MissingKubeconfigKey { .. } => Disposition::Waiting,
             Self::InvalidSpec(_)
             | Self::Refused(_)
+            | Self::AccessDenied(_)
             | Self::InvalidKubeconfig { .. }
             | Self::TargetNotOwned { .. } => Disposition::Stalled,
             Self::KubeconfigUnreadable(_)
@@ -194,6 +208,9 @@ pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> Sec
             detail,
         },
         WorkloadError::Refused { reason } => SecretSyncFailure::Refused(reason),
+        WorkloadError::Denied(m) => {
+            SecretSyncFailure::AccessDenied(format!("{m} (spec.kubeconfigSecretRef)"))
+        }
         e @ WorkloadError::Read { .. } => SecretSyncFailure::KubeconfigUnreadable(e),
     }
 }
