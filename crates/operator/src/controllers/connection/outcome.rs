@@ -209,6 +209,16 @@ mod tests {
             ConnectionFailure::Client(ConnectionError::MissingSecret { name: "key".into() });
         assert_eq!(missing.disposition(), Disposition::Waiting);
         assert_eq!(missing.retry(), RetryPolicy::Poll(RECHECK));
+        // A key Secret the connection's ServiceAccount may not read stalls (RBAC or the spec
+        // must change) yet is looked at again: RBAC is not watched.
+        let denied = ConnectionFailure::Client(ConnectionError::AccessDenied {
+            reader: "ServiceAccount \"ns/tenant\"".into(),
+            namespace: "ns".into(),
+            name: "key".into(),
+        });
+        assert_eq!(denied.reason().as_str(), "AccessDenied");
+        assert_eq!(denied.disposition(), Disposition::Stalled);
+        assert_eq!(denied.retry(), RetryPolicy::Poll(ACCESS_RECHECK));
         let s = desired_status(
             &conn(),
             &Outcome::failed(unreachable),

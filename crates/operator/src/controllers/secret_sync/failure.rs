@@ -219,6 +219,16 @@ pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> Sec
 mod tests {
     use super::*;
 
+    /// A Secret the sync's ServiceAccount may not read needs RBAC or the spec changed: it
+    /// stalls, and is looked at again (RBAC is not watched).
+    #[test]
+    fn a_denied_read_stalls_and_is_looked_at_again() {
+        let denied = SecretSyncFailure::AccessDenied("may not read".into());
+        assert_eq!(denied.reason(), Reason::AccessDenied);
+        assert_eq!(denied.disposition(), Disposition::Stalled);
+        assert_eq!(denied.retry(), RetryPolicy::Poll(RETRY));
+    }
+
     /// Each failure knows its condition reason and what happens next; the messages are the
     /// ones the docs and system tests pin.
     #[test]
