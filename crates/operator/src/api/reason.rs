@@ -58,7 +58,7 @@ reasons! {
     MissingConnection = "MissingConnection",
     /// A Secret the object names, or a key in it, does not exist or is empty.
     MissingSecret = "MissingSecret",
-    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference.
+    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference. Only a change of RBAC or of the spec helps (`Stalled=True`); it is looked at again every minute.
     AccessDenied = "AccessDenied",
     /// Not exactly one OmniControlPlane names the cluster.
     MissingTemplate = "MissingTemplate",
