@@ -5,7 +5,8 @@
 //!   shares (reasons, keys, conditions);
 //! - [`controllers`]: one module per kind, on the machinery of `controllers/shared`;
 //! - [`domain`]: what the controllers decide with and act through: the template render, the
-//!   checked kubeconfig, export formats, the Secret policy, workload clients, the helm driver;
+//!   change plan judged (destructive or not, its hash, applied or held), the checked
+//!   kubeconfig, export formats, the Secret policy, workload clients, the helm driver;
 //! - [`process`]: the running operator: its runtime (controllers behind leader election),
 //!   webhook, metrics, probes, TLS, telemetry and API client;
 //! - [`cli`]: the subcommands of the `omni-operator` binary;

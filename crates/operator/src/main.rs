@@ -30,6 +30,9 @@ enum Command {
     Validate(cli::validate::Args),
     /// Print the Omni cluster template that manifests would sync.
     Render(cli::render::Args),
+    /// Print the change set the operator recorded for an OmniCluster (no Omni credentials
+    /// needed): what it would change in Omni, why it holds it, how to approve it.
+    Plan(cli::plan::Args),
     /// Summarise the fleet: clusters not running, objects not Ready, kubeconfigs expiring.
     Status(cli::status::Args),
     /// Talk to Omni directly (debugging).
@@ -47,6 +50,7 @@ async fn main() -> ExitCode {
         Command::Crds(args) => cli::crds::run(args).await,
         Command::Validate(args) => cli::validate::run(args).await,
         Command::Render(args) => cli::render::run(args).await,
+        Command::Plan(args) => cli::plan::run(args).await,
         Command::Status(args) => cli::status::run(args).await,
         Command::Omni(args) => cli::omni::run(args).await,
         Command::Version => {

@@ -8,6 +8,8 @@
 mod api;
 mod deadline;
 mod delete;
+mod diff;
+mod export;
 mod files;
 mod model;
 mod state;
@@ -24,6 +26,8 @@ pub use api::{
 };
 pub use deadline::DeadlineState;
 pub use delete::{DeleteProgress, delete_cluster, delete_cluster_for};
+pub use diff::{ChangeAction, FieldChange, FieldValue, ResourceChange};
+pub use export::{ExportError, Exported, Unexpressed, export_cluster, export_template};
 pub use files::{FileError, FileResolver, MAX_FILE_BYTES};
 pub use model::{
     BackupConfiguration, BootstrapSpec, Cluster, Descriptors, Document, Features, HealthCheck,

@@ -11,6 +11,7 @@ use futures::stream::SelectAll;
 use tokio::time::Instant;
 
 use super::api::BackendApi;
+use super::diff::ResourceChange;
 use super::files::FileResolver;
 use super::model::Template;
 use super::state::{LabelCondition, StateError, TemplateState, event_type};
@@ -177,6 +178,13 @@ pub struct Plan {
     pub deletes: Vec<ResourceRef>,
     /// The delete phases: torn down together, each finished before the next starts.
     pub delete_phases: Vec<Vec<ResourceRef>>,
+    /// Every create, update and delete with the resource before and after, in apply order
+    /// (see [`ResourceChange::fields`] for what changes in each).
+    pub changes: Vec<ResourceChange>,
+    /// Machines allocated to each machine set of the cluster by Omni's machine-set-node
+    /// controller (machine-class sets), by machine-set ID. Counted from the nodes the plan
+    /// reads anyway; a set without allocated machines is absent.
+    pub allocated: BTreeMap<String, u32>,
     create_resources: Vec<Resource>,
     update_resources: Vec<Resource>,
 }
@@ -213,6 +221,25 @@ impl Plan {
         );
         out
     }
+
+    /// [`Plan::lines`] with the fields each update changes indented under it
+    /// (`    spec.machineAllocation.machineCount: 3 → 2`; content by its size only).
+    pub fn lines_with_fields(&self, dry_run: bool) -> Vec<String> {
+        let dry = if dry_run { " (dry run)" } else { "" };
+        let mut out = Vec::new();
+        for change in &self.changes {
+            let verb = match change.action {
+                super::diff::ChangeAction::Create => "creating",
+                super::diff::ChangeAction::Update => "updating",
+                super::diff::ChangeAction::Delete => "tearing down",
+            };
+            out.push(format!("* {verb}{dry} {}", change.resource));
+            if change.action == super::diff::ChangeAction::Update {
+                out.extend(change.fields().iter().map(|f| format!("    {f}")));
+            }
+        }
+        out
+    }
 }
 
 /// What the template owns in Omni right now (docs/omni-wire.md#sync-the-change-set: owner `""` resources
@@ -221,6 +248,17 @@ pub(crate) async fn collect_owned<S: TemplateState>(
     state: &S,
     cluster: &str,
     api: BackendApi,
+) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
+    collect_owned_counting(state, cluster, api, &mut BTreeMap::new()).await
+}
+
+/// [`collect_owned`], also counting into `allocated` the nodes Omni's machine-set-node
+/// controller made for each machine set (which the template does not own).
+async fn collect_owned_counting<S: TemplateState>(
+    state: &S,
+    cluster: &str,
+    api: BackendApi,
+    allocated: &mut BTreeMap<String, u32>,
 ) -> Result<BTreeMap<ResourceRef, Resource>, SyncError> {
     const OWNED_TYPES: [&str; 6] = [
         types::MACHINE_SET,
@@ -265,6 +303,11 @@ pub(crate) async fn collect_owned<S: TemplateState>(
                 || m.labels
                     .contains_key(keys::MANAGED_BY_MACHINE_SET_NODE_CONTROLLER)
             {
+                if t == types::MACHINE_SET_NODE
+                    && let Some(set) = m.labels.get(keys::MACHINE_SET)
+                {
+                    *allocated.entry(set.clone()).or_default() += 1;
+                }
                 continue;
             }
             if t == types::MACHINE_SET_NODE {
@@ -432,12 +475,17 @@ pub async fn plan_sync_for<S: TemplateState>(
         .map(|c| c.name.clone())
         .ok_or(TranslateError::NoCluster)?;
 
-    let mut actual = collect_owned(state, &cluster, api).await?;
+    let mut allocated = BTreeMap::new();
+    let mut actual = collect_owned_counting(state, &cluster, api, &mut allocated).await?;
     take_over_by_id(state, &cluster, &desired, &mut actual).await?;
     let (mut creates, mut updates) = creates_and_updates(state, &desired, &actual).await?;
     let desired_refs: BTreeSet<ResourceRef> = desired.iter().map(|d| d.reference()).collect();
     let (releases, deletes) = leftovers(&actual, &desired_refs);
     updates.extend(releases);
+    let deleted: BTreeMap<ResourceRef, Resource> = deletes
+        .iter()
+        .map(|r| (reference_of(r), r.clone()))
+        .collect();
     let delete_phases = delete_phases_for(&cluster, deletes)?;
 
     let order = |a: &Resource, b: &Resource| {
@@ -448,15 +496,46 @@ pub async fn plan_sync_for<S: TemplateState>(
     };
     creates.sort_by(order);
     updates.sort_by(order);
+    let deletes: Vec<ResourceRef> = delete_phases.iter().flatten().cloned().collect();
+    let changes = changes_of(&creates, &updates, &deletes, &actual, &deleted);
     Ok(Plan {
         cluster,
         creates: creates.iter().map(reference_of).collect(),
         updates: updates.iter().map(reference_of).collect(),
-        deletes: delete_phases.iter().flatten().cloned().collect(),
+        deletes,
         delete_phases,
+        changes,
+        allocated,
         create_resources: creates,
         update_resources: updates,
     })
+}
+
+/// Every change of a plan with the resource before (as Omni holds it, from `actual`, or from
+/// `deleted` for a deletion) and after, in apply order.
+fn changes_of(
+    creates: &[Resource],
+    updates: &[Resource],
+    deletes: &[ResourceRef],
+    actual: &BTreeMap<ResourceRef, Resource>,
+    deleted: &BTreeMap<ResourceRef, Resource>,
+) -> Vec<ResourceChange> {
+    let updated = updates.iter().filter_map(|new| {
+        actual
+            .get(&reference_of(new))
+            .map(|old| ResourceChange::update(old, new))
+    });
+    creates
+        .iter()
+        .map(ResourceChange::create)
+        .chain(updated)
+        .chain(
+            deletes
+                .iter()
+                .filter_map(|r| deleted.get(r))
+                .map(ResourceChange::delete),
+        )
+        .collect()
 }
 
 /// Adds to `actual` the desired resources that exist in Omni without having been collected as

@@ -60,6 +60,7 @@ use super::validation::{FieldError, Validation};
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
     ),
+    printcolumn(name = "Plan", type_ = "string", json_path = ".status.plan.summary"),
     printcolumn(name = "Last Sync", type_ = "date", json_path = ".status.lastSyncTime"),
     printcolumn(
         name = "Age",
@@ -117,6 +118,11 @@ pub struct OmniClusterSpec {
     /// Deletion still removes the Omni cluster.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Whether, and when, planned changes are written to Omni: observe only (`mode: Plan`),
+    /// or hold destructive plans for approval (`destructive: RequireApproval`). Unset: every
+    /// plan is applied (docs/plan.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_policy: Option<super::plan::ChangePolicy>,
 }
 
 /// Default `spec.syncInterval`.
@@ -365,6 +371,10 @@ pub struct OmniClusterStatus {
     /// The value of the `omni.texashpc.com/force-at` annotation last handled (an Omni sync with a fresh read of Omni's status once per value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_force_at: Option<String>,
+    /// The changes the operator computed and has not applied to Omni (mode `Plan`, a plan
+    /// held for approval, an adoption that differs); absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<super::plan::PlanStatus>,
 }
 
 /// One Omni machine set as Omni last reported it (`MachineSetStatus`).

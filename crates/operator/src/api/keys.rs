@@ -120,6 +120,13 @@ pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-
 /// `<namespace>/<name>/<uid>` of the OmniCluster. The UID is random per object, so it also
 /// tells management clusters (and re-created objects) apart.
 pub(crate) const OMNI_OWNER_ANNOTATION: &str = "omni.texashpc.com/owner";
+/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything the
+/// operator writes to Omni: Omni's UI then tells people who manages the resource.
+pub(crate) const GITOPS_TOOL: &str = "omni-operator";
+
+/// Annotation a user puts on an OmniCluster to approve a plan the operator holds: its value
+/// must equal the plan's hash (`status.plan.hash`); any other value approves nothing.
+pub(crate) const APPROVE_PLAN_ANNOTATION: &str = "omni.texashpc.com/approve-plan";
 
 /// Helm release label (kept on helm's storage Secret) holding the UID of the OmniHelmRelease
 /// that owns the release. UIDs are random per object and per management cluster, so this names

@@ -16,6 +16,7 @@ pub mod keys;
 pub mod kubeconfig_export;
 pub mod label_selector;
 pub mod machine;
+pub mod plan;
 pub mod reason;
 pub mod schema_check;
 pub mod secret_sync;

@@ -120,18 +120,36 @@ reasons! {
     TestSucceeded = "TestSucceeded",
     /// A test hook of the release failed or did not finish (`TestSuccess`).
     TestFailed = "TestFailed",
+    /// A plan that would destroy something in Omni (the cluster's deletion included) waits, all of it, for the annotation `omni.texashpc.com/approve-plan` to carry its hash.
+    ApprovalRequired = "ApprovalRequired",
+    /// An Omni cluster being adopted differs from the manifests; nothing is written to Omni until they match or the plan is approved.
+    AdoptionDiff = "AdoptionDiff",
+    /// `spec.changePolicy.mode` is `Plan`: a pending plan is shown in `status.plan` and never written to Omni.
+    PlanOnly = "PlanOnly",
+    /// A plan released by the approval annotation was applied; the note names its hash (Event).
+    PlanApplied = "PlanApplied",
 }
 
 impl Reason {
-    /// Whether the reason says the object waits for something else to happen (another object
-    /// to become ready, the cluster to be healthy): reported as Normal, not as a Warning.
-    pub fn waiting(self) -> bool {
+    /// The reason spelled `text`, if it is one.
+    pub fn of(text: &str) -> Option<Reason> {
+        Reason::ALL.iter().copied().find(|r| r.as_str() == text)
+    }
+
+    /// Whether the reason says the object waits for another object to change (a dependency to
+    /// become ready, the cluster to be healthy): its Event is `Normal`, not a `Warning`.
+    pub const fn waits_on_another_object(self) -> bool {
         matches!(self, Reason::DependencyNotReady | Reason::ClusterNotHealthy)
     }
 
-    /// The reason spelled `text`, if it is one.
-    pub fn parse(text: &str) -> Option<Reason> {
-        Reason::ALL.iter().copied().find(|r| r.as_str() == text)
+    /// Whether a condition that is not healthy for this reason waits for a person's decision
+    /// (a plan held for approval or shown only) rather than reporting a failure: its Event is
+    /// `Normal`, not a `Warning`.
+    pub const fn awaits_a_person(self) -> bool {
+        matches!(
+            self,
+            Reason::ApprovalRequired | Reason::AdoptionDiff | Reason::PlanOnly
+        )
     }
 }
 
@@ -162,6 +180,29 @@ mod tests {
             texts
                 .iter()
                 .all(|t| t.chars().all(|c| c.is_ascii_alphanumeric()))
+        );
+        for reason in Reason::ALL {
+            assert_eq!(Reason::of(reason.as_str()), Some(*reason));
+        }
+        assert_eq!(Reason::of("Ready"), None);
+    }
+
+    /// Only a plan held for a person is waiting; every other reason keeps its Event type from
+    /// the condition's health.
+    #[test]
+    fn only_held_plans_await_a_person() {
+        let waiting: Vec<Reason> = Reason::ALL
+            .iter()
+            .copied()
+            .filter(|r| r.awaits_a_person())
+            .collect();
+        assert_eq!(
+            waiting,
+            [
+                Reason::ApprovalRequired,
+                Reason::AdoptionDiff,
+                Reason::PlanOnly
+            ]
         );
     }
 }

@@ -4,7 +4,9 @@
 pub mod crds;
 pub(crate) mod manifests;
 pub mod omni;
+pub mod omni_export;
 pub mod omni_template;
+pub mod plan;
 pub mod render;
 pub mod run;
 pub mod status;

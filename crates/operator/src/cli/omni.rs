@@ -25,6 +25,9 @@ pub enum Command {
     Kubeconfig(KubeconfigArgs),
     /// Cluster templates (omnictl equivalents).
     Template(crate::cli::omni_template::Args),
+    /// Print the OmniCluster, OmniControlPlane, OmniWorkers and OmniMachine manifests of an
+    /// existing Omni cluster, with the adopt annotation, and what they cannot express.
+    Export(crate::cli::omni_export::Args),
 }
 
 /// How to reach and authenticate to Omni.
@@ -113,6 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Command::Kubeconfig(args) => kubeconfig(args).await,
         Command::Template(args) => crate::cli::omni_template::run(args).await,
+        Command::Export(args) => crate::cli::omni_export::run(args).await,
     }
 }
 

@@ -8,6 +8,11 @@
 //! (read from `SysVersions`, as the operator does), so they write exactly what the operator
 //! would: on API 3 the install disk is a `MachineInstallDiskConfig`, not a config patch.
 //! `--omni-api 2|3` names the version instead, for an Omni too old to report one.
+//!
+//! On a cluster the operator manages, `sync` and `diff` keep what the operator writes for
+//! itself (its ownership stamp, Omni's `managed-by-gitops-tools` annotation), so the diff of an
+//! unchanged cluster's rendered template is empty and a sync does not take the cluster away
+//! from its OmniCluster. `diff` lists the fields each update changes.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,10 +20,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use omni_client::template::{
-    BackendApi, DeleteProgress, FileResolver, StatusError, SyncOptions, Template, apply,
-    delete_cluster_for, plan_sync_for, read_backend_api_version, status_cluster,
-    unsupported_message,
+    BackendApi, DeleteProgress, Document, FileResolver, StatusError, SyncOptions, Template,
+    TemplateState, apply, delete_cluster_for, keys, plan_sync_for, read_backend_api_version,
+    status_cluster, types, unsupported_message,
 };
+
+use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION};
 use omni_client::transport::{Client, ClientConfig};
 use tokio::time::Instant;
 
@@ -74,7 +81,7 @@ pub enum OmniApi {
 }
 
 /// Parses `--omni-api`: `auto`, `2` or `3`.
-fn parse_omni_api(value: &str) -> Result<OmniApi, String> {
+pub(crate) fn parse_omni_api(value: &str) -> Result<OmniApi, String> {
     if value == "auto" {
         return Ok(OmniApi::Auto);
     }
@@ -136,7 +143,7 @@ pub struct DeleteArgs {
 /// The backend API to translate for: the one Omni reports, or the one asked for when Omni
 /// reports none or the same. A mismatch is refused rather than writing what that Omni refuses
 /// or does not know.
-async fn backend_api(client: &Client, requested: OmniApi) -> anyhow::Result<BackendApi> {
+pub(crate) async fn backend_api(client: &Client, requested: OmniApi) -> anyhow::Result<BackendApi> {
     let reported = read_backend_api_version(client)
         .await
         .context("read Omni's backend API version")?;
@@ -159,7 +166,7 @@ async fn backend_api(client: &Client, requested: OmniApi) -> anyhow::Result<Back
     }
 }
 
-fn client(connection: &Connection) -> anyhow::Result<Client> {
+pub(crate) fn client(connection: &Connection) -> anyhow::Result<Client> {
     let key = match &connection.key_file {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("read key file {}", path.display()))?,
@@ -172,7 +179,7 @@ fn client(connection: &Connection) -> anyhow::Result<Client> {
     Client::new(config).context("Omni client")
 }
 
-fn deadline(connection: &Connection) -> anyhow::Result<Instant> {
+pub(crate) fn deadline(connection: &Connection) -> anyhow::Result<Instant> {
     let timeout =
         omni_client::duration::parse_go_duration(&connection.timeout).context("--timeout")?;
     Ok(Instant::now() + timeout)
@@ -188,6 +195,45 @@ fn load(path: &Path) -> anyhow::Result<(Template, FileResolver)> {
         base
     };
     Ok((template, FileResolver::new(base)))
+}
+
+/// When the template's cluster is managed by the operator (its Omni `Cluster` carries the
+/// operator's ownership stamp), adds what the operator writes for itself: the stamp on the
+/// Cluster and Omni's `managed-by-gitops-tools` annotation on every resource. Without them a
+/// diff of the operator's own rendered template shows every resource changing, and a sync
+/// strips the stamp, after which the operator no longer recognises its cluster.
+async fn keep_operator_bookkeeping<S: TemplateState>(
+    state: &S,
+    template: &mut Template,
+    options: &mut SyncOptions,
+) -> anyhow::Result<()> {
+    let Some(name) = template.cluster().map(|c| c.name.clone()) else {
+        return Ok(());
+    };
+    let found = state
+        .get(types::CLUSTER, &name)
+        .await
+        .with_context(|| format!("get Omni cluster {name:?}"))?;
+    let Some(stamp) = found
+        .and_then(|r| r.metadata)
+        .and_then(|m| m.annotations.get(OMNI_OWNER_ANNOTATION).cloned())
+    else {
+        return Ok(());
+    };
+    eprintln!(
+        "note: Omni cluster {name:?} is managed by OmniCluster {stamp} ({OMNI_OWNER_ANNOTATION}); its ownership stamp is kept"
+    );
+    for doc in &mut template.documents {
+        if let Document::Cluster(c) = doc {
+            c.annotations
+                .insert(OMNI_OWNER_ANNOTATION.to_string(), stamp.clone());
+        }
+    }
+    options.annotations.insert(
+        keys::MANAGED_BY_GITOPS_TOOLS.to_string(),
+        GITOPS_TOOL.to_string(),
+    );
+    Ok(())
 }
 
 fn cluster_name(args: &ClusterArgs) -> anyhow::Result<String> {
@@ -218,14 +264,15 @@ pub async fn run_with_output(
 ) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Sync(a) => {
-            let (template, files) = load(&a.file)?;
+            let (mut template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
             let until = deadline(&a.connection)?;
-            let options = SyncOptions {
+            let mut options = SyncOptions {
                 api: backend_api(&client, a.omni_api).await?,
                 ..SyncOptions::default()
             };
             let state = client.template_state(until);
+            keep_operator_bookkeeping(&state, &mut template, &mut options).await?;
             let plan = plan_sync_for(&state, &template, &files, &options).await?;
             let mut output = Vec::new();
             let result = apply(&state, &plan, until, &mut output).await;
@@ -236,18 +283,19 @@ pub async fn run_with_output(
             Ok(ExitCode::SUCCESS)
         }
         Command::Diff(a) => {
-            let (template, files) = load(&a.file)?;
+            let (mut template, files) = load(&a.file)?;
             let client = client(&a.connection)?;
-            let options = SyncOptions {
+            let mut options = SyncOptions {
                 api: backend_api(&client, a.omni_api).await?,
                 ..SyncOptions::default()
             };
             let state = client.template_state(deadline(&a.connection)?);
+            keep_operator_bookkeeping(&state, &mut template, &mut options).await?;
             let plan = plan_sync_for(&state, &template, &files, &options).await?;
             if plan.is_empty() {
                 writeln!(out, "no changes")?;
             }
-            for line in plan.lines(true) {
+            for line in plan.lines_with_fields(true) {
                 writeln!(out, "{line}")?;
             }
             Ok(ExitCode::SUCCESS)

@@ -110,6 +110,16 @@ pub struct Args {
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
     pub(crate) allow_cross_namespace_export: bool,
+    /// How OmniClusters that do not set `spec.changePolicy.destructive` treat a plan that would
+    /// destroy something in Omni: `Allow` applies it, `RequireApproval` holds it until the
+    /// annotation `omni.texashpc.com/approve-plan` carries its hash (docs/plan.md).
+    #[arg(
+        long,
+        env = "DEFAULT_DESTRUCTIVE_POLICY",
+        default_value = "Allow",
+        value_name = "Allow|RequireApproval"
+    )]
+    pub(crate) default_destructive_policy: crate::api::plan::DestructivePolicy,
     /// Benchmarks only: model the original implementation's costs (see `crate::benchmark`).
     #[arg(long, hide = true, value_parser = crate::benchmark::parse)]
     pub baseline_quirks: Option<crate::benchmark::Quirks>,
@@ -222,6 +232,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             require_opt_in: args.require_secret_opt_in,
             allow_cross_namespace_export: args.allow_cross_namespace_export,
         },
+        default_destructive: args.default_destructive_policy,
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
         baseline: args.baseline_quirks.unwrap_or_default(),

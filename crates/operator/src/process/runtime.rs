@@ -76,6 +76,8 @@ pub struct OperatorConfig {
     pub max_concurrent_reconciles: u16,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: SecretPolicy,
+    /// How OmniClusters without `spec.changePolicy.destructive` treat destructive plans.
+    pub default_destructive: crate::api::plan::DestructivePolicy,
     /// Time source of the controllers.
     pub clock: Arc<dyn Clock>,
     /// Metrics registry (shared so embedders can read it).
@@ -119,6 +121,7 @@ impl OperatorConfig {
             secret_sync_resync: controllers::secret_sync::RESYNC,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             secret_policy: SecretPolicy::default(),
+            default_destructive: crate::api::plan::DestructivePolicy::Allow,
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
             baseline: Quirks::default(),

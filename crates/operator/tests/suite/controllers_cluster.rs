@@ -857,21 +857,6 @@ async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
 // ---------------------------------------------------------------------------------------------
 // Ownership: the operator never changes or deletes Omni resources it did not create.
 
-/// An Omni cluster made by someone else (the UI, omnictl, another tool): no owner stamp.
-fn foreign_cluster(name: &str) -> omni_client::proto::cosi::resource::Resource {
-    omni_sim::store::resource(
-        ty::CLUSTER,
-        name,
-        "",
-        Vec::new(),
-        &omni_client::proto::specs::ClusterSpec {
-            kubernetes_version: "1.34.0".into(),
-            talos_version: "1.12.0".into(),
-            ..Default::default()
-        },
-    )
-}
-
 /// What a user-visible change would alter: phase, spec, labels and annotations as text (Omni's
 /// own controllers add a finalizer and bump the version by themselves).
 fn user_view(r: Option<omni_client::proto::cosi::resource::Resource>) -> Option<String> {
@@ -890,7 +875,7 @@ fn user_view(r: Option<omni_client::proto::cosi::resource::Resource>) -> Option<
 async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
     let env = Env::builder().start().await;
     env.wait::<OmniConnection>("omni", "Ready", ready).await;
-    env.omni.put(foreign_cluster("prod"));
+    env.omni.put(support::foreign_cluster("prod"));
     let untouched = user_view(env.omni.get(ty::CLUSTER, "prod"));
 
     // Created suspended and deleted: the existing Omni cluster is not deleted.
@@ -934,14 +919,39 @@ async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
             .is_none()
     );
 
-    // Adopted: synced, and stamped with the owner.
+    // Adopted: it differs from the manifests, so the plan is held first and nothing written;
+    // approving the plan by its hash syncs it, and stamps it with the owner.
     env.patch::<OmniCluster>(
         "prod",
         json!({"metadata": {"annotations": {"omni.texashpc.com/adopt": "true"}}}),
     )
     .await;
+    let held = env
+        .wait_cond::<OmniCluster>("prod", is_false("Synced").because("AdoptionDiff"))
+        .await;
+    assert_eq!(user_view(env.omni.get(ty::CLUSTER, "prod")), untouched);
+    let hash = held
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .map(|p| p.hash.clone())
+        .unwrap_or_default();
+    env.patch::<OmniCluster>(
+        "prod",
+        json!({"metadata": {"annotations": {"omni.texashpc.com/approve-plan": hash}}}),
+    )
+    .await;
     env.wait_cond::<OmniCluster>("prod", is_true("Synced").because("Synced"))
         .await;
+    // The Event follows the status write.
+    support::env::eventually_within("the PlanApplied Event", WAIT, async || {
+        env.events_of("prod")
+            .await
+            .iter()
+            .any(|(reason, note)| reason == "PlanApplied" && note.contains(&hash))
+            .then_some(())
+    })
+    .await;
     let stamped = env
         .omni
         .get(ty::CLUSTER, "prod")

@@ -91,6 +91,10 @@ const CASES: &[Case] = &[
     case("omniclusters", "typo", "SyncFailed"),
     case("omniclusters", "unreadable", "StatusFailed"),
     case("omniclusters", "stranded", "DeleteFailed"),
+    // Held plans wait for a person, as quietly as failures.
+    case("omniclusters", "guarded", "ApprovalRequired"),
+    case("omniclusters", "observer", "PlanOnly"),
+    case("omniclusters", "adoptee", "AdoptionDiff"),
     case("omnicontrolplanes", "astray-cp", "MissingCluster"),
     case("omnikubeconfigexports", "lost", "MissingCluster"),
     case("omnikubeconfigexports", "grabby", "TargetNotOwned"),
@@ -312,6 +316,42 @@ impl Quiet {
             cluster("stranded", json!({"connectionRef": {"name": "gone"}})),
         )
         .await;
+        // ApprovalRequired: a synced cluster whose patch is then removed.
+        create_json(
+            c,
+            cluster(
+                "guarded",
+                json!({"changePolicy": {"destructive": "RequireApproval"},
+                       "patches": [{"name": "p", "inline": {"machine": {}}}]}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            control_plane("guarded", "aaaaaaaa-0000-4000-8000-000000000004"),
+        )
+        .await;
+        // PlanOnly: observe-only, never synced.
+        create_json(
+            c,
+            cluster("observer", json!({"changePolicy": {"mode": "Plan"}})),
+        )
+        .await;
+        create_json(
+            c,
+            control_plane("observer", "aaaaaaaa-0000-4000-8000-000000000005"),
+        )
+        .await;
+        // AdoptionDiff: an existing Omni cluster that differs from the manifests.
+        self.env.omni.put(support::foreign_cluster("adoptee"));
+        let mut adoptee = cluster("adoptee", json!({}));
+        adoptee["metadata"]["annotations"] = json!({"omni.texashpc.com/adopt": "true"});
+        create_json(c, adoptee).await;
+        create_json(
+            c,
+            control_plane("adoptee", "aaaaaaaa-0000-4000-8000-000000000006"),
+        )
+        .await;
         create_json(c, ours("OmniControlPlane", "astray-cp", json!({
             "clusterRef": {"name": "ghost"}, "machines": ["aaaaaaaa-0000-4000-8000-000000000009"],
         }))).await;
@@ -435,6 +475,16 @@ impl Quiet {
             .inject_failure(omni_sim::methods::KUBECONFIG, UNAVAILABLE.into(), 1_000_000);
         wait_for(&clusters, "healthy", "Ready", ready).await;
         create_json(c, export("refused", "healthy", "refused-target")).await;
+
+        wait_for(&clusters, "guarded", "Ready", ready).await;
+        dynamic(c, "omniclusters")
+            .patch(
+                "guarded",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"patches": []}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("remove the patch: {e}"));
 
         // Blocked deletions: the cluster's connection and the release's kubeconfig are missing.
         for (resource, name) in [

@@ -24,6 +24,7 @@ mod controllers_export;
 mod controllers_helm_release;
 mod controllers_omni_api;
 mod controllers_omni_api3;
+mod controllers_plan;
 mod controllers_quiet_failures;
 mod controllers_runtime;
 mod controllers_secret_sync;

@@ -8,6 +8,7 @@ use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Done, Outcome};
 use super::ownership::existing_ownership;
+use super::plan::deletion_gate;
 use super::state::ClusterState;
 use super::sync::{OMNI_DEADLINE, connection_of};
 use crate::api::{OmniCluster, Reason};
@@ -56,7 +57,7 @@ pub(super) async fn cleanup(
             name,
         }));
     }
-    match existing_ownership(&omni, cluster, &name).await {
+    let exists = match existing_ownership(&omni, cluster, &name).await {
         Err(source) => {
             return Ok(waiting(ClusterFailure::DeleteOwnershipUnreadable {
                 name,
@@ -76,8 +77,15 @@ pub(super) async fn cleanup(
             .await;
             return Ok(Cleanup::Done);
         }
-        Ok(_) => {}
-    }
+        Ok(found) => found.is_some(),
+    };
+    // Deleting the Omni cluster is destructive: mode `Plan` and `RequireApproval` hold it
+    // (a cluster Omni does not have is no deletion to hold).
+    let approved = match exists.then(|| deletion_gate(state, cluster, &conn, &name)) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(hash))) => Some(hash),
+        Some(Err(held)) => return Ok(Cleanup::Waiting(Outcome::done(Done::Held(held)))),
+    };
     // On API 3 the machines' install-disk configs are released too; a version that cannot
     // be read or is unknown still lets the cluster go (API 2 touches only what every
     // version has).
@@ -95,14 +103,16 @@ pub(super) async fn cleanup(
         &mut output,
     )
     .await;
-    Ok(step_done(ctx, progress, &output))
+    Ok(step_done(ctx, progress, &output, approved))
 }
 
-/// What one deletion step that wrote `output` came to, counted in the Omni call metrics.
+/// What one deletion step that wrote `output` came to, counted in the Omni call metrics;
+/// `approved` is the hash of the deletion plan when the approval annotation released it.
 fn step_done(
     ctx: &Context,
     progress: Result<DeleteProgress, SyncError>,
     output: &[String],
+    approved: Option<String>,
 ) -> Cleanup<Outcome> {
     let did_something = !output.is_empty();
     let output = trim_output(&output.join("\n"));
@@ -121,6 +131,7 @@ fn step_done(
             Cleanup::Waiting(Outcome::done(Done::Deleting {
                 waiting_for: waiting_for.iter().map(ToString::to_string).collect(),
                 output,
+                approved,
             }))
         }
         Err(source) => {

@@ -12,8 +12,9 @@
 //! function of it (`outcome::recheck`, `outcome::retry_policy`). Failures are
 //! `ClusterFailure`s, which know their condition reason and retry policy. `children.rs` holds
 //! the child caches the render reads from, `ownership.rs` whose an Omni cluster is,
-//! `omni_state.rs` Omni's view in status, `triggers.rs` what of a cluster wakes its
-//! dependants.
+//! `omni_state.rs` Omni's view in status, `plan.rs` the gate between planning and writing
+//! (`spec.changePolicy`, approval, adoption; the rules are `domain::plan`'s), `triggers.rs`
+//! what of a cluster wakes its dependants.
 
 mod children;
 mod delete;
@@ -21,6 +22,7 @@ mod failure;
 mod omni_state;
 mod outcome;
 mod ownership;
+mod plan;
 mod state;
 mod sync;
 pub(crate) mod triggers;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 
 use self::children::{ChildCaches, ChildKind, child_mapper, cluster_keys, omni_status_key};
 use self::failure::ClusterFailure;
@@ -37,7 +40,9 @@ use self::outcome::{Done, Outcome, desired_status, recheck, retry_policy, status
 use self::state::{ClusterState, sync_interval};
 pub use self::sync::OMNI_DEADLINE;
 use crate::api::cluster::OmniClusterStatus;
-use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers};
+use crate::api::common::{condition_types as ct, find_condition};
+use crate::api::keys::APPROVE_PLAN_ANNOTATION;
+use crate::api::{OmniCluster, OmniConnection, OmniControlPlane, OmniMachine, OmniWorkers, Reason};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::decoded::Cached;
 use crate::controllers::shared::error::{PassError, RetryPolicy, periodic};
@@ -98,6 +103,39 @@ impl Pipeline for OmniCluster {
 
     fn retry(&self, failure: &ClusterFailure, state: &ClusterState) -> RetryPolicy {
         retry_policy(failure, periodic(sync_interval(self, state)))
+    }
+
+    /// One Event when a plan that was held, or pre-approved, is applied with its approval.
+    async fn announce(
+        &self,
+        ctx: &Context,
+        outcome: &Outcome,
+        old: Option<&OmniClusterStatus>,
+        _new: &OmniClusterStatus,
+    ) {
+        let hash = match &outcome.result {
+            Ok(Done::Synced(s)) if s.changed => s.approved.as_deref(),
+            // A deletion runs over several passes: announced on its first.
+            Ok(Done::Deleting { approved, .. })
+                if old
+                    .and_then(|s| find_condition(&s.conditions, ct::READY))
+                    .is_none_or(|c| c.reason != Reason::Deleting) =>
+            {
+                approved.as_deref()
+            }
+            _ => None,
+        };
+        if let Some(hash) = hash {
+            ctx.event(
+                self,
+                EventType::Normal,
+                Reason::PlanApplied,
+                format!(
+                    "applied plan {hash}, approved by the annotation {APPROVE_PLAN_ANNOTATION}"
+                ),
+            )
+            .await;
+        }
     }
 }
 

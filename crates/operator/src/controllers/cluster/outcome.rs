@@ -9,6 +9,7 @@ use omni_client::template::{ClusterHealth, StatusError};
 
 use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
+use super::plan::HeldPlan;
 use crate::api::OmniCluster;
 use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
@@ -83,6 +84,8 @@ pub(crate) struct Synced {
     pub(crate) health: Result<ClusterHealth, StatusError>,
     /// Whether `health` came from a live status watch, which wakes the cluster when it changes.
     pub(crate) watched: bool,
+    /// The hash of the plan applied, when the approval annotation released it.
+    pub(crate) approved: Option<String>,
 }
 
 /// What one pass came to: the rendition when it got as far as rendering, and its end.
@@ -95,12 +98,18 @@ pub(crate) enum Done {
     Suspended,
     /// Omni holds the template.
     Synced(Box<Synced>),
+    /// A plan was computed and not applied (mode `Plan`, held for approval, an adoption that
+    /// differs). A sync's hold comes with the rendition (`Outcome::found`); a held deletion
+    /// rendered nothing.
+    Held(Box<HeldPlan>),
     /// Deletion waits for Omni to tear these resources down; `output` is what was done.
     Deleting {
         /// The resources still there.
         waiting_for: Vec<String>,
         /// The step's output (trimmed).
         output: String,
+        /// The hash of the deletion plan, when the approval annotation released it.
+        approved: Option<String>,
     },
 }
 
@@ -153,7 +162,18 @@ pub(crate) fn desired_status(
             }
             d.set(ct::READY, false, reason, &message);
         }
+        Ok(Done::Held(held)) => {
+            let reason = held.hold.reason();
+            if outcome.found.is_some() {
+                template_valid(&mut d);
+                d.set(ct::SYNCED, false, reason, &held.message);
+            }
+            d.s.plan = Some(held.plan.clone());
+            d.set(ct::READY, false, reason, &held.message);
+        }
         Ok(Done::Synced(synced)) => {
+            // Nothing is pending: what was planned is applied, or there was nothing.
+            d.s.plan = None;
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);
@@ -180,7 +200,9 @@ pub(crate) fn desired_status(
         Ok(Done::Deleting {
             waiting_for,
             output,
+            ..
         }) => {
+            d.s.plan = None;
             if !output.is_empty() {
                 d.s.last_sync_output = Some(output.clone());
             }
@@ -209,7 +231,9 @@ pub(crate) fn recheck(done: &Done, sync_interval: Duration, status_failing: Dura
         Done::Synced(synced) if synced.health.is_err() && !synced.watched => {
             Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval))
         }
-        Done::Suspended | Done::Synced(_) => Action::requeue(sync_interval),
+        // A held plan is looked at again when the object changes (an approval, a spec edit),
+        // when its children do, and at the sync interval (Omni may change meanwhile).
+        Done::Suspended | Done::Synced(_) | Done::Held(_) => Action::requeue(sync_interval),
         Done::Deleting { .. } => Action::requeue(DELETE_POLL),
     }
 }

@@ -78,6 +78,7 @@ fn synced(changed: bool, output: &str, health: Result<ClusterHealth, StatusError
             output: output.into(),
             health,
             watched: false,
+            approved: None,
         }))),
     )
 }
@@ -91,6 +92,7 @@ fn synced_watched(health: Result<ClusterHealth, StatusError>) -> Outcome {
             output: String::new(),
             health,
             watched: true,
+            approved: None,
         }))),
     )
 }
@@ -404,6 +406,7 @@ fn a_deletion_in_progress_names_what_omni_still_holds() {
     let deleting = Outcome::done(Done::Deleting {
         waiting_for: vec!["Clusters.omni.sidero.dev(default/prod)".into()],
         output: "* tearing down prod".into(),
+        approved: None,
     });
     let s = desired_status(&cluster(), &deleting, t(0));
     assert_eq!(conditions(&s), vec![cond("Ready", false, "Deleting")]);
@@ -466,6 +469,7 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
     let deleting = Outcome::done(Done::Deleting {
         waiting_for: Vec::new(),
         output: String::new(),
+        approved: None,
     });
     assert_eq!(next(deleting, hour), Some(Action::requeue(DELETE_POLL)));
     let not_owned = || {
@@ -507,4 +511,67 @@ fn an_unreadable_omni_status_is_timed_from_when_ready_turned_status_failed() {
     );
     let ok = after(cluster(), &synced(false, "", Ok(health("RUNNING"))), t(1));
     assert_eq!(status_failing_for(&ok, t(2)), Duration::ZERO);
+}
+
+/// A held plan: `Ready=False` and `Synced=False` with the hold's reason and message, the plan
+/// in status, Omni's last view kept; applying it (a sync) clears the plan.
+#[test]
+fn a_held_plan_is_reported_and_a_sync_clears_it() {
+    use crate::api::plan::PlanStatus;
+    use crate::controllers::cluster::plan::HeldPlan;
+    use crate::domain::plan::Hold;
+    let plan = PlanStatus {
+        hash: "h".into(),
+        generation: 1,
+        summary: "1 to delete (destructive)".into(),
+        ..PlanStatus::default()
+    };
+    let held = Outcome::new(
+        Some(Box::new(rendition())),
+        Ok(Done::Held(Box::new(HeldPlan {
+            hold: Hold::ApprovalRequired,
+            plan: plan.clone(),
+            message: "held".into(),
+        }))),
+    );
+    let stored = desired_status(
+        &cluster(),
+        &synced(true, "* creating", Ok(health("RUNNING"))),
+        t(0),
+    );
+    let mut c = cluster();
+    c.status = Some(stored.clone());
+    let s = desired_status(&c, &held, t(10));
+    assert_eq!(s.plan.as_ref(), Some(&plan));
+    for type_ in ["Ready", "Synced"] {
+        let cond = find_condition(&s.conditions, type_)
+            .cloned()
+            .unwrap_or_else(|| panic!("{type_}"));
+        assert_eq!(
+            (cond.status, cond.reason.as_str(), cond.message.as_str()),
+            (ConditionStatus::False, "ApprovalRequired", "held")
+        );
+    }
+    assert_eq!(s.last_sync_time, stored.last_sync_time, "a hold is no sync");
+    assert_eq!(s.omni_phase, stored.omni_phase, "Omni's last view is kept");
+    c.status = Some(s);
+    let after = desired_status(
+        &c,
+        &synced(true, "* tearing down", Ok(health("RUNNING"))),
+        t(20),
+    );
+    assert_eq!(after.plan, None);
+    assert_eq!(
+        next_action(held, Duration::from_secs(300), Duration::ZERO).ok(),
+        Some(Action::requeue(Duration::from_secs(300)))
+    );
+    // A held deletion rendered nothing: `Ready` alone reports it, with the plan.
+    let held_deletion = Outcome::done(Done::Held(Box::new(HeldPlan {
+        hold: Hold::PlanOnly,
+        plan: plan.clone(),
+        message: "deletion held".into(),
+    })));
+    let s = desired_status(&cluster(), &held_deletion, t(0));
+    assert_eq!(conditions(&s), vec![cond("Ready", false, "PlanOnly")]);
+    assert_eq!(s.plan.as_ref(), Some(&plan));
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::children::ChildCaches;
 use crate::api::OmniCluster;
+use crate::api::plan::DestructivePolicy;
 use crate::controllers::shared::omni::OmniClients;
 use crate::controllers::shared::setup::Setup;
 
@@ -20,6 +21,9 @@ pub(crate) struct ClusterState {
     pub(super) min_interval: Duration,
     /// The child kinds' shared caches the render reads from.
     pub(super) children: ChildCaches,
+    /// How clusters without `spec.changePolicy.destructive` treat destructive plans
+    /// (`--default-destructive-policy`).
+    pub(super) default_destructive: DestructivePolicy,
 }
 
 impl ClusterState {
@@ -30,6 +34,7 @@ impl ClusterState {
             template_root: setup.config.template_root.clone(),
             min_interval: setup.config.min_interval,
             children,
+            default_destructive: setup.config.default_destructive,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One pass over a valid OmniCluster: dereference its connection and children, render the
-//! template (pure), plan against Omni (reads only) and apply only when Omni differs, then read
-//! Omni's view of the cluster back. Every end of the pass is an [`Outcome`].
+//! template (pure), plan against Omni (reads only), judge the plan (`plan.rs`: mode, approval,
+//! adoption) and apply it only when Omni differs and nothing holds it, then read Omni's view
+//! of the cluster back. Every end of the pass is an [`Outcome`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,8 +14,9 @@ use super::failure::{ClusterFailure, ConnectionLookup};
 use super::omni_state::trim_output;
 use super::outcome::{Done, Outcome, Rendition, Synced};
 use super::ownership::{existing_ownership, owner_stamp};
+use super::plan::{Gate, gate};
 use super::state::ClusterState;
-use crate::api::keys::{OMNI_OWNER_ANNOTATION, adopt_requested};
+use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION, adopt_requested};
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
@@ -26,10 +28,6 @@ use crate::process::metrics::RpcOutcome;
 /// ([`omni_client::transport::DEFAULT_REQUEST_TIMEOUT`], 30 s) as well, so a hung Omni fails
 /// the pass (and the object retries with backoff) instead of wedging the object.
 pub const OMNI_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Value of Omni's `omni.sidero.dev/managed-by-gitops-tools` annotation on everything this
-/// operator writes: Omni's UI then tells people who manages the resource.
-const GITOPS_TOOL: &str = "omni-operator";
 
 /// The OmniConnection `cluster` names, or why it cannot be had.
 pub(super) async fn connection_of(
@@ -96,7 +94,7 @@ pub(super) async fn apply_cluster(
 }
 
 /// Brings Omni in line with the rendered template of `cluster` (plan with reads only; write
-/// only when Omni differs), then reads Omni's view of the cluster.
+/// only when Omni differs and nothing holds the plan), then reads Omni's view of the cluster.
 async fn sync(
     ctx: &Context,
     state: &ClusterState,
@@ -124,14 +122,18 @@ async fn sync(
         .map_err(ClusterFailure::OmniClient)?;
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;
     let omni = client.template_state(deadline);
-    // Never sync into an existing Omni cluster this object did not create, unless adopted.
-    match existing_ownership(&omni, cluster, &name).await {
-        Ok(Some(owner)) if !owner.is_ours() && !adopt_requested(&cluster.metadata) => {
-            return Err(ClusterFailure::NotOwned { name, owner });
+    // Never sync into an existing Omni cluster this object did not create, unless adopted;
+    // an adoption plans first (see `plan.rs`).
+    let adopting = match existing_ownership(&omni, cluster, &name).await {
+        Ok(Some(owner)) if !owner.is_ours() => {
+            if !adopt_requested(&cluster.metadata) {
+                return Err(ClusterFailure::NotOwned { name, owner });
+            }
+            true
         }
-        Ok(_) => {}
+        Ok(_) => false,
         Err(source) => return Err(ClusterFailure::OwnershipUnreadable { name, source }),
-    }
+    };
     // The install disk is translated for the backend API version Omni speaks.
     let api = state
         .omni
@@ -146,11 +148,19 @@ async fn sync(
         )]),
     };
     let mut output = Vec::new();
+    // plan (reads only) → gate (pure: mode, approval, adoption) → apply.
+    let mut approved = None;
     let applied = match plan_sync_for(&omni, &rendered.template, &files, &options).await {
-        Ok(plan) if plan.is_empty() => Ok(false),
-        Ok(plan) => apply(&omni, &plan, deadline, &mut output)
-            .await
-            .map(|()| true),
+        Ok(plan) => match gate(state, cluster, conn, &plan, adopting) {
+            Gate::InSync => Ok(false),
+            Gate::Hold(held) => return Ok(Done::Held(held)),
+            Gate::Apply { approved: hash } => {
+                approved = hash;
+                apply(&omni, &plan, deadline, &mut output)
+                    .await
+                    .map(|()| true)
+            }
+        },
         Err(e) => Err(e),
     };
     let output = trim_output(&output.join("\n"));
@@ -176,6 +186,7 @@ async fn sync(
         output,
         health,
         watched,
+        approved,
     })))
 }
 

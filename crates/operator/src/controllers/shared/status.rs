@@ -261,7 +261,10 @@ where
     K: Resource<DynamicType = ()>,
 {
     if let Some(c) = event_worthy(old, new) {
-        let waiting = Reason::parse(&c.reason).is_some_and(Reason::waiting);
+        // A condition waiting for a person (a plan held for approval) or for something else to
+        // happen (a dependency, the cluster's health) is not failing.
+        let waiting = Reason::of(&c.reason)
+            .is_some_and(|r| r.awaits_a_person() || r.waits_on_another_object());
         let type_ = if condition_healthy(c) || waiting {
             EventType::Normal
         } else {

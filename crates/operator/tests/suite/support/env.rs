@@ -97,6 +97,8 @@ pub struct EnvBuilder {
     kubeconfigs_at_closed_port: bool,
     /// The operator runs the real helm with a work directory of the environment's own.
     real_helm: bool,
+    /// The operator's `--default-destructive-policy`.
+    default_destructive: omni_operator::api::plan::DestructivePolicy,
 }
 
 /// A workload cluster behind Omni: every kubeconfig omni-sim mints points at it.
@@ -228,6 +230,13 @@ impl EnvBuilder {
         self
     }
 
+    /// The operator holds destructive plans of clusters that choose no policy
+    /// (`--default-destructive-policy RequireApproval`).
+    pub fn require_approval_by_default(mut self) -> Self {
+        self.default_destructive = omni_operator::api::plan::DestructivePolicy::RequireApproval;
+        self
+    }
+
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
         let (kube, client) = super::kube_sim().await;
@@ -298,6 +307,7 @@ impl EnvBuilder {
         let mut config = OperatorConfig::embedded(scope);
         config.metrics = metrics.clone();
         config.secret_policy = self.secret_policy;
+        config.default_destructive = self.default_destructive;
         let clock = self.test_clock.then(|| {
             let now = jiff::Timestamp::now().as_second();
             let start = jiff::Timestamp::from_second(now).unwrap_or_else(|e| panic!("{e}"));
@@ -361,6 +371,7 @@ impl Env {
             other_namespaces: Vec::new(),
             kubeconfigs_at_closed_port: false,
             real_helm: false,
+            default_destructive: omni_operator::api::plan::DestructivePolicy::Allow,
         }
     }
 

@@ -536,6 +536,22 @@ pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube
     ))
 }
 
+/// An Omni cluster made by someone else (the UI, omnictl, another tool): no owner stamp, and
+/// nothing else of a template (no machine sets).
+pub fn foreign_cluster(name: &str) -> omni_client::proto::cosi::resource::Resource {
+    omni_sim::store::resource(
+        omni_sim::types::ty::CLUSTER,
+        name,
+        "",
+        Vec::new(),
+        &omni_client::proto::specs::ClusterSpec {
+            kubernetes_version: "1.34.0".into(),
+            talos_version: "1.12.0".into(),
+            ..Default::default()
+        },
+    )
+}
+
 /// Makes Omni's ClusterStatus of `cluster` undecodable, as a status the operator cannot read
 /// (`StatusFailed`): pinned first so Omni's controllers leave it alone, then its spec bytes
 /// replaced with garbage. The cluster must exist in Omni (wait for it to be Ready first).

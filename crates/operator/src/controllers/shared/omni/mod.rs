@@ -255,6 +255,22 @@ impl OmniClients {
         BackendApi::from_version(version).ok_or(ApiVersionError::Unsupported(version))
     }
 
+    /// The key of `conn`'s plan hashes ([`crate::domain::plan::ChangeSet::hash`]): derived from its
+    /// service-account key, which readers of a cluster's status do not have, so the hash
+    /// reveals nothing about content it covers; stable while the key is. Empty without a
+    /// cached client ([`get`](Self::get) it first).
+    pub(crate) fn plan_key(&self, conn: &OmniConnection) -> Vec<u8> {
+        use sha2::Digest as _;
+        let cache = self.lock();
+        let Some(entry) = cache.get(&cache_key(conn)) else {
+            return Vec::new();
+        };
+        let mut key = sha2::Sha256::new();
+        key.update(b"omni-operator plan key\0");
+        key.update(entry.fingerprint.key_digest);
+        key.finalize().to_vec()
+    }
+
     /// Drops the cached client of a deleted connection.
     pub(crate) fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
