@@ -109,7 +109,14 @@ const CASES: &[Case] = &[
     case("omnihelmreleases", "malformed", "ValidationFailed"),
     case("omnihelmreleases", "unfetchable", "ReconcileFailed"),
     case("omnihelmreleases", "undeletable", "MissingSecret"),
+    // Releases that wait: for a dependency, for their cluster's health, after a spent budget.
+    case("omnihelmreleases", "dependant", "DependencyNotReady"),
+    case("omnihelmreleases", "gated", "ClusterNotHealthy"),
+    case("omnihelmreleases", "spent", "RetriesExhausted"),
 ];
+
+/// The releases of [`CASES`] that wait rather than retry: they make no write at all.
+const WAITING: [&str; 3] = ["dependant", "gated", "spent"];
 
 /// How many retries the backoff allows in `window` at the fastest jitter (0.8).
 fn backoff_steps(window: Duration) -> u64 {
@@ -463,6 +470,37 @@ impl Quiet {
             release("undeletable", "healthy", "vanished-kubeconfig", json!({})),
         )
         .await;
+        create_json(
+            c,
+            release(
+                "dependant",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"dependsOn": [{"name": "waiting"}]}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
+                "gated",
+                "lonely",
+                "workload-kubeconfig",
+                json!({"clusterHealth": {"require": "Running"}}),
+            ),
+        )
+        .await;
+        // Its one install attempt fails (the repository is closed), with no retry allowed.
+        create_json(
+            c,
+            release(
+                "spent",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"install": {"remediation": {"retries": 0}}}),
+            ),
+        )
+        .await;
 
         // StatusFailed: once synced, Omni's ClusterStatus becomes undecodable (pinned so Omni's
         // controllers leave it alone).
@@ -565,6 +603,16 @@ async fn failing_objects_write_only_when_their_status_changes() {
         "failing objects are not quiet (bound {bound} writes per object):\n{}",
         loud.join("\n")
     );
+    // Waiting for another object, or for a spec change after a spent budget, retries
+    // nothing: not a single write.
+    for name in WAITING {
+        let writes = env
+            .env
+            .kube
+            .hooks()
+            .writes_to_object("omnihelmreleases", Some(NS), name);
+        assert_eq!(writes, 0, "{name} wrote {writes} times while waiting");
+    }
     let omni_writes = env.env.omni.writes_total() - omni_writes;
     assert!(
         omni_writes <= bound,

@@ -123,21 +123,21 @@ fn not_running(status: Option<&OmniClusterStatus>) -> Option<String> {
     let Some(phase) = status.and_then(|s| s.omni_phase.as_deref()) else {
         return Some("Omni has not reported its state yet".to_string());
     };
-    if phase != "RUNNING" {
-        return Some(format!("Omni reports phase {phase}"));
-    }
-    let status = status?;
-    for (what, phase) in [
-        ("Kubernetes", &status.kubernetes_upgrade_phase),
-        ("Talos", &status.talos_upgrade_phase),
-    ] {
-        match phase.as_deref() {
+    // An upgrade is named first: Omni reports the cluster's phase as other than running while
+    // it upgrades, and the upgrade is what a person waits for.
+    for (what, upgrade) in status.iter().flat_map(|s| {
+        [
+            ("Kubernetes", &s.kubernetes_upgrade_phase),
+            ("Talos", &s.talos_upgrade_phase),
+        ]
+    }) {
+        match upgrade.as_deref() {
             None | Some("Done") => {}
             Some("Failed") => return Some(format!("its {what} upgrade failed")),
             Some(other) => return Some(format!("a {what} upgrade is in flight ({other})")),
         }
     }
-    None
+    (phase != "RUNNING").then(|| format!("Omni reports phase {phase}"))
 }
 
 /// What keeps a running cluster from `Ready`: the OmniCluster's own `Ready`, a machine set not

@@ -591,6 +591,13 @@ impl Draft {
                 self.ran(r, *verb, None);
                 self.attempted(r, &digest);
                 self.after(after);
+                // The revision the failed run left is one this object made; a deployed one
+                // after a failure is Helm's own rollback (`atomic`), not ours.
+                if let After::Release(info) = after
+                    && info.status == crate::domain::helm::HelmStatus::Failed
+                {
+                    self.history(r, info, &digest, None);
+                }
             }
             _ => {}
         }
