@@ -582,3 +582,121 @@ async fn helm_test_results_are_reported_and_a_failing_test_is_remediated() {
     assert_eq!(events_with(&env, "tested", "Remediated").await.len(), 1);
     env.shutdown().await;
 }
+
+/// The request annotations on the other kinds: `reconcile-requested-at` runs a pass and is
+/// recorded on each; `force-at` makes an OmniCluster read Omni's view fresh and an
+/// OmniKubeconfigExport mint a new kubeconfig, once per value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_annotations_work_on_the_other_kinds() {
+    use omni_operator::api::{OmniKubeconfigExport, OmniSecretSync};
+    let env = Helm::start_with(Env::builder()).await;
+    let cluster = "anno";
+    env.env
+        .cluster(
+            cluster,
+            "cccccccc-0000-4000-8000-000000000002",
+            json!({"syncInterval": "1h"}),
+        )
+        .await;
+    env.env
+        .wait::<OmniCluster>(cluster, "Ready", support::ready)
+        .await;
+    let requests = |value: &Value| {
+        (
+            value["status"]["lastHandledReconcileAt"]
+                .as_str()
+                .map(str::to_string),
+            value["status"]["lastHandledForceAt"]
+                .as_str()
+                .map(str::to_string),
+        )
+    };
+    let annotate_any = async |kind_name: (&str, &str), key: &str, value: &str| {
+        let body = json!({"metadata": {"annotations": {key: value}}});
+        match kind_name.0 {
+            "OmniCluster" => {
+                let _: OmniCluster = env.env.patch(kind_name.1, body).await;
+            }
+            "OmniKubeconfigExport" => {
+                let _: OmniKubeconfigExport = env.env.patch(kind_name.1, body).await;
+            }
+            _ => {
+                let _: OmniSecretSync = env.env.patch(kind_name.1, body).await;
+            }
+        }
+    };
+
+    // OmniCluster: a reconcile request and a forced sync are recorded.
+    annotate_any(
+        ("OmniCluster", cluster),
+        "omni.texashpc.com/reconcile-requested-at",
+        "r1",
+    )
+    .await;
+    annotate_any(("OmniCluster", cluster), "omni.texashpc.com/force-at", "f1").await;
+    env.env
+        .wait::<OmniCluster>(cluster, "both requests handled", |c| {
+            requests(&serde_json::to_value(c).unwrap_or_default())
+                == (Some("r1".into()), Some("f1".into()))
+        })
+        .await;
+
+    // OmniKubeconfigExport: force-at mints a new kubeconfig once.
+    let _: OmniKubeconfigExport = env
+        .env
+        .create(json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": "kc", "namespace": support::env::NS},
+            "spec": {
+                "clusterRef": {"name": cluster},
+                "targetSecretRef": {"name": "kc"},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "24h",
+                "deletionPolicy": "Delete",
+            },
+        }))
+        .await;
+    env.env
+        .wait::<OmniKubeconfigExport>("kc", "Ready", support::ready)
+        .await;
+    assert!(env.env.exported_token("kc").await.is_some());
+    annotate_any(
+        ("OmniKubeconfigExport", "kc"),
+        "omni.texashpc.com/force-at",
+        "f1",
+    )
+    .await;
+    env.env
+        .wait::<OmniKubeconfigExport>("kc", "force handled", |e| {
+            requests(&serde_json::to_value(e).unwrap_or_default()).1 == Some("f1".into())
+        })
+        .await;
+    let rotated = |events: Vec<(String, String)>| {
+        events
+            .iter()
+            .filter(|(reason, _)| reason == "KubeconfigRotated")
+            .count()
+    };
+    assert_eq!(
+        rotated(env.env.events_of("kc").await),
+        1,
+        "a new kubeconfig was minted and written"
+    );
+    let second = env.env.exported_token("kc").await;
+    // Handled once: a later pass reuses it.
+    annotate_any(
+        ("OmniKubeconfigExport", "kc"),
+        "omni.texashpc.com/reconcile-requested-at",
+        "r1",
+    )
+    .await;
+    env.env
+        .wait::<OmniKubeconfigExport>("kc", "r1 handled", |e| {
+            requests(&serde_json::to_value(e).unwrap_or_default()).0 == Some("r1".into())
+        })
+        .await;
+    assert_eq!(env.env.exported_token("kc").await, second);
+    assert_eq!(rotated(env.env.events_of("kc").await), 1, "minted once");
+    env.shutdown().await;
+}

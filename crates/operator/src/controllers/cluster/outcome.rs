@@ -174,6 +174,12 @@ pub(crate) fn desired_status(
         Ok(Done::Synced(synced)) => {
             // Nothing is pending: what was planned is applied, or there was nothing.
             d.s.plan = None;
+            // A forced sync (a fresh read of Omni) counts as an attempt, recorded once.
+            let forced = super::sync::force_requested(cluster);
+            if let Some(token) = forced {
+                d.s.last_handled_force_at = Some(token.to_string());
+                d.s.last_attempt_time = Some(now);
+            }
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);

@@ -180,7 +180,9 @@ async fn sync(
         RpcOutcome::Unchanged
     };
     ctx.metrics.omni_rpc("sync", synced);
-    let (health, watched) = omni_view(ctx, state, conn, &client, &name).await;
+    // A force request reads Omni's view fresh, past the status watch.
+    let fresh = force_requested(cluster).is_some();
+    let (health, watched) = omni_view(ctx, state, conn, &client, &name, fresh).await;
     Ok(Done::Synced(Box::new(Synced {
         changed,
         output,
@@ -190,20 +192,34 @@ async fn sync(
     })))
 }
 
+/// The force request `cluster` carries and has not handled yet.
+pub(super) fn force_requested(cluster: &OmniCluster) -> Option<&str> {
+    let handled = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    crate::api::keys::new_request(
+        &cluster.metadata,
+        crate::api::keys::FORCE_AT_ANNOTATION,
+        handled,
+    )
+}
+
 /// Omni's view of the cluster `name`: from the connection's status watch while it is live (no
-/// call, and a change of it wakes this cluster; `true`), else read (`false`).
+/// call, and a change of it wakes this cluster; `true`), else (or when `fresh`) read (`false`).
 async fn omni_view(
     ctx: &Context,
     state: &ClusterState,
     conn: &OmniConnection,
     client: &omni_client::Client,
     name: &str,
+    fresh: bool,
 ) -> (
     Result<omni_client::template::ClusterHealth, omni_client::template::StatusError>,
     bool,
 ) {
     let watch = state.omni.status_watch(conn);
-    if let Some(health) = watch.as_ref().and_then(|w| w.read(name)) {
+    if let Some(health) = watch.as_ref().filter(|_| !fresh).and_then(|w| w.read(name)) {
         return (health, true);
     }
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;

@@ -157,7 +157,10 @@ async fn export(
                 name: target.name,
             }));
         }
-        if let Some(stored) = reuse(state, s, &target).await {
+        // A force request (`omni.texashpc.com/force-at`) mints a new kubeconfig once.
+        if force_requested(e).is_none()
+            && let Some(stored) = reuse(state, s, &target).await
+        {
             return Ok(Ok(Done::Exported(stored)));
         }
     }
@@ -174,6 +177,15 @@ async fn export(
         &target,
     )
     .await)
+}
+
+/// The force request `e` carries and has not handled yet.
+pub(super) fn force_requested(e: &OmniKubeconfigExport) -> Option<&str> {
+    let handled = e
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    keys::new_request(&e.metadata, keys::FORCE_AT_ANNOTATION, handled)
 }
 
 /// Under `Delete`, the previous target (renamed or moved) is removed if it is ours.

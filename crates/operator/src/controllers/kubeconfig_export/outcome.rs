@@ -258,6 +258,10 @@ pub(crate) fn desired_status(
     }
     match &outcome.result {
         Ok(Done::Exported(x)) => {
+            // A pass that exported with a force request pending minted (it never reuses then).
+            if let Some(token) = super::apply::force_requested(e) {
+                d.s.last_handled_force_at = Some(token.to_string());
+            }
             d.s.kubeconfig_hash = x.hash.clone();
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;

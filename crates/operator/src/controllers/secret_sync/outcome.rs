@@ -57,6 +57,10 @@ pub(super) fn desired_status(
             s.secret_type = Some(done.type_.clone());
             s.secret_hash = Some(done.hash.clone());
             s.last_error = Some(String::new());
+            // A copy written with a force request pending handled it.
+            if let Some(token) = super::write::force_requested(sync) {
+                s.last_handled_force_at = Some(token.to_string());
+            }
             changed_copy = done.changed;
         }
         Err(f) => {
