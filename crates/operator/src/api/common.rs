@@ -371,6 +371,29 @@ pub enum DeletionPolicy {
     Orphan,
 }
 
+/// The problem of a `spec.serviceAccountName`, if it has one: a ServiceAccount's name is a DNS
+/// subdomain (the CRD schema says so too; this covers objects stored past it).
+pub(crate) fn service_account_name_error(
+    name: Option<&str>,
+) -> Option<super::validation::FieldError> {
+    let name = name?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    (name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+        super::validation::FieldError::invalid(
+            "spec.serviceAccountName",
+            name,
+            "must be the name of a ServiceAccount (a DNS subdomain: lower-case letters, digits, '-' and '.')",
+        )
+    })
+}
+
 /// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
 pub(crate) fn is_blank(s: &str) -> bool {
     s.trim().is_empty()

@@ -152,6 +152,15 @@ pub struct OmniHelmReleaseSpec {
     /// Run `helm test` after each install and upgrade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test: Option<HelmTest>,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// The chart to install.
@@ -178,6 +187,11 @@ pub struct HelmChart {
         skip_serializing_if = "Option::is_none"
     )]
     pub credentials_secret_ref: Option<ChartCredentialsRef>,
+    /// Allow plain HTTP where TLS is otherwise required: credentials may then be sent to an
+    /// `http://` repository, and an `oci://` registry is spoken to over plain HTTP. The operator
+    /// may be run so that it is never honoured (`--allow-insecure-chart-sources=false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 /// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
@@ -416,6 +430,11 @@ pub(crate) fn validate_stored(new: &OmniHelmRelease) -> Validation {
 
 fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let spec = &new.spec;
     target_rules(spec, &mut v);
     chart_rules(&spec.chart, &mut v);
@@ -503,6 +522,13 @@ fn chart_rules(chart: &HelmChart, v: &mut Validation) {
             "spec.chart.chart",
             "chart.chart is required",
         ));
+    } else if let Err(e) = crate::domain::helm::source::location::check_chart(&chart.chart) {
+        v.push(FieldError::invalid(e.field, &chart.chart, e.detail));
+    } else if !chart.chart.trim().starts_with("oci://")
+        && is_absolute_url(chart.repository.trim())
+        && let Err(e) = crate::domain::helm::source::location::check_repository(&chart.repository)
+    {
+        v.push(FieldError::invalid(e.field, &chart.repository, e.detail));
     }
     if is_blank(&chart.version) {
         v.push(FieldError::required(

@@ -58,6 +58,8 @@ reasons! {
     MissingConnection = "MissingConnection",
     /// A Secret the object names, or a key in it, does not exist or is empty.
     MissingSecret = "MissingSecret",
+    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference.
+    AccessDenied = "AccessDenied",
     /// Not exactly one OmniControlPlane names the cluster.
     MissingTemplate = "MissingTemplate",
     /// The spec, the rendered template or an input breaks a rule; the message names the field.
@@ -70,6 +72,8 @@ reasons! {
     Synced = "Synced",
     /// Writing the desired state to its destination failed; it is retried.
     SyncFailed = "SyncFailed",
+    /// A server the object names (a workload API server, a chart source) did not answer within the operator's time bounds; it is retried.
+    Timeout = "Timeout",
     /// The template is synced, but Omni's view of the cluster could not be read.
     StatusFailed = "StatusFailed",
     /// `spec.suspend` is set: nothing is synced.
@@ -92,6 +96,8 @@ reasons! {
     HelmUninstalled = "HelmUninstalled",
     /// The operator has no usable helm binary.
     HelmUnavailable = "HelmUnavailable",
+    /// The chart could not be fetched from its repository or registry, or failed its digest check; the message says which, in the operator's words.
+    ChartFetchFailed = "ChartFetchFailed",
     /// A Helm operation younger than its timeout holds the release; it is looked at again later.
     ReleasePending = "ReleasePending",
     /// The release has been pending longer than its timeout and is not recovered automatically.

@@ -85,6 +85,15 @@ pub struct OmniSecretSyncSpec {
     /// `Delete` removes the copy (if this sync owns it) when the sync is deleted; `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
     pub deletion_policy: DeletionPolicy,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// A Secret in the workload cluster.
@@ -155,6 +164,11 @@ pub struct OmniSecretSyncStatus {
 /// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.
 pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let spec = &new.spec;
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(

@@ -31,6 +31,8 @@ fn chart(env: &Helm, values: Value) -> Value {
         "version": "0.1.0",
         "values": values,
         "credentialsSecretRef": {"name": "repo-credentials"},
+        // The test repository is plain HTTP: credentials go there only on request.
+        "insecure": true,
     })
 }
 

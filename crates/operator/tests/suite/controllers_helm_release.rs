@@ -169,6 +169,8 @@ impl Helm {
                     "version": "0.1.0",
                     "values": {"greeting": "hello"},
                     "credentialsSecretRef": {"name": "repo-credentials"},
+                    // The test repository is plain HTTP: credentials go there only on request.
+                    "insecure": true,
                 },
             }
         });
@@ -469,14 +471,14 @@ async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets
     env.create_release(
         "locked",
         json!({"chart": {
-            "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+            "repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
             "credentialsSecretRef": {"name": "wrong-credentials"},
         }}),
     )
     .await;
     let r = wait_for(&api, "locked", "failed on credentials", |r| {
         condition(r, "Ready")
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ChartFetchFailed")
     })
     .await;
     let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
@@ -543,7 +545,7 @@ async fn a_repository_behind_a_private_ca_needs_the_ca_from_the_credentials_secr
     .await;
     let r = wait_for(&api, "private", "failed on the unknown CA", |r| {
         condition(r, "Ready")
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ChartFetchFailed")
     })
     .await;
     let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
@@ -733,7 +735,7 @@ async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
             "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
             "namespace": "default",
             "chart": {
-                "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+                "repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
                 "values": {"greeting": "adopted"},
                 "credentialsSecretRef": {"name": "repo-credentials"},
             },
@@ -795,7 +797,7 @@ async fn two_objects_for_one_release_do_not_fight_over_it() {
     env.create_release(
         "second",
         json!({"releaseName": "shared", "driftCheckInterval": "1s",
-               "chart": {"repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+               "chart": {"repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
                          "values": {"greeting": "second"},
                          "credentialsSecretRef": {"name": "repo-credentials"}}}),
     )

@@ -23,7 +23,9 @@ use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::OmniCluster;
 use omni_operator::controllers::backoff_delay;
+use omni_operator::domain::tenancy::{Tenancy, Timeouts};
 use serde_json::{Value, json};
+use support::chart_server::{ChartServer, Entry, Serve, digest, index, package};
 use support::env::{Env, KEY_FIELD, KEY_SECRET, NS};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
 
@@ -99,15 +101,21 @@ const CASES: &[Case] = &[
     case("omnikubeconfigexports", "lost", "MissingCluster"),
     case("omnikubeconfigexports", "grabby", "TargetNotOwned"),
     case("omnikubeconfigexports", "refused", "ExportFailed"),
+    case("omnikubeconfigexports", "overlong", "ValidationFailed"),
+    case("omnikubeconfigexports", "abroad", "ValidationFailed"),
     case("omnisecretsyncs", "sourceless", "MissingSecret"),
     case("omnisecretsyncs", "clusterless", "MissingCluster"),
     case("omnisecretsyncs", "offline", "SyncFailed"),
     case("omnisecretsyncs", "squatted", "TargetNotOwned"),
     case("omnisecretsyncs", "garbage", "ValidationFailed"),
+    case("omnisecretsyncs", "tarpitted", "Timeout"),
+    case("omnisecretsyncs", "denied", "AccessDenied"),
     case("omnihelmreleases", "waiting", "MissingSecret"),
     case("omnihelmreleases", "homeless", "MissingCluster"),
     case("omnihelmreleases", "malformed", "ValidationFailed"),
-    case("omnihelmreleases", "unfetchable", "ReconcileFailed"),
+    case("omnihelmreleases", "unfetchable", "ChartFetchFailed"),
+    case("omnihelmreleases", "cleartext", "ValidationFailed"),
+    case("omnihelmreleases", "tarpitted", "Timeout"),
     case("omnihelmreleases", "undeletable", "MissingSecret"),
     // Releases that wait: for a dependency, for their cluster's health, after a spent budget.
     case("omnihelmreleases", "dependant", "DependencyNotReady"),
@@ -184,10 +192,14 @@ async fn events_about(client: &kube::Client, name: &str) -> u64 {
 }
 
 /// The shared environment (its OmniConnection `omni` is the one healthy connection) plus a
-/// workload cluster and the log of the helm commands the operator ran.
+/// workload cluster, a tarpit (a workload API server that accepts and never answers) and the
+/// log of the helm commands the operator ran.
 struct Quiet {
     env: Env,
     _workload: RunningKubeSim,
+    _tarpit: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// A repository serving chart `demo` 0.1.0, for a release whose Helm run itself fails.
+    repo: ChartServer,
     helm_log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -196,13 +208,40 @@ impl Quiet {
     async fn start() -> Quiet {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let helm_log = dir.path().join("helm.log");
+        // Short time bounds, so the tarpit's objects reach their failure before the window.
+        let tenancy = Tenancy {
+            timeouts: Timeouts {
+                connect: Duration::from_secs(3),
+                read: Duration::from_secs(3),
+                request: Duration::from_secs(6),
+                ..Timeouts::default()
+            },
+            ..Tenancy::default()
+        };
         let env = Env::builder()
             .helm(
                 counting_helm(dir.path(), &helm_log),
                 dir.path().join("work"),
             )
+            .tenancy(tenancy)
+            // So that what a ServiceAccount may not read is denied (the operator stays admin).
+            .rbac()
             .start()
             .await;
+        let (tarpit, held) = support::chart_server::tarpit().await;
+        let repo = ChartServer::start(Serve::default()).await;
+        let chart = package("demo", "0.1.0", "hello");
+        repo.put(
+            "/index.yaml",
+            index(&[Entry {
+                name: "demo",
+                version: "0.1.0",
+                digest: &digest(&chart),
+                url: "demo-0.1.0.tgz",
+            }]),
+            "application/yaml",
+        );
+        repo.put("/demo-0.1.0.tgz", chart, "application/gzip");
         let (workload, workload_client) = kube_sim().await;
         let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -239,6 +278,14 @@ impl Quiet {
                 "garbage-kubeconfig",
                 json!({"kubeconfig": "not: [a kubeconfig"}),
             ),
+            (
+                "tarpit-kubeconfig",
+                json!({"kubeconfig": kubeconfig(format!("http://{tarpit}"))}),
+            ),
+            (
+                "repo-credentials",
+                json!({"username": "reader", "password": "repo-password"}),
+            ),
             // An export target that the operator did not create.
             ("grabby-target", json!({"kubeconfig": "hand-made"})),
         ] {
@@ -247,6 +294,8 @@ impl Quiet {
         Quiet {
             env,
             _workload: workload,
+            _tarpit: held,
+            repo,
             helm_log,
             _dir: dir,
         }
@@ -379,6 +428,12 @@ impl Quiet {
         };
         create_json(c, export("lost", "ghost", "lost-target")).await;
         create_json(c, export("grabby", "healthy", "grabby-target")).await;
+        let mut overlong = export("overlong", "healthy", "overlong-target");
+        overlong["spec"]["ttl"] = "87600h".into();
+        create_json(c, overlong).await;
+        let mut abroad = export("abroad", "healthy", "abroad-target");
+        abroad["spec"]["targetSecretRef"]["namespace"] = "elsewhere".into();
+        create_json(c, abroad).await;
 
         let sync = |name: &str, cluster: &str, source: &str, kubeconfig: &str| {
             ours(
@@ -423,6 +478,14 @@ impl Quiet {
             sync("garbage", "healthy", "source", "garbage-kubeconfig"),
         )
         .await;
+        create_json(
+            c,
+            sync("tarpitted", "healthy", "source", "tarpit-kubeconfig"),
+        )
+        .await;
+        let mut denied = sync("denied", "healthy", "source", "workload-kubeconfig");
+        denied["spec"]["serviceAccountName"] = "nobody".into();
+        create_json(c, denied).await;
 
         let release = |name: &str, cluster: &str, kubeconfig: &str, extra: Value| {
             let mut spec = json!({
@@ -473,6 +536,20 @@ impl Quiet {
         create_json(
             c,
             release(
+                "cleartext",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"chart": {
+                    "repository": format!("http://127.0.0.1:{}/charts", closed_port()),
+                    "chart": "demo", "version": "0.1.0",
+                    "credentialsSecretRef": {"name": "repo-credentials"},
+                }}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
                 "dependant",
                 "healthy",
                 "workload-kubeconfig",
@@ -490,15 +567,26 @@ impl Quiet {
             ),
         )
         .await;
-        // Its one install attempt fails (the repository is closed), with no retry allowed.
+        // Its one install attempt fails (the chart is fetched and verified, but its namespace
+        // does not exist in the workload cluster), with no retry allowed. A chart that cannot
+        // be fetched would not do: a fetch failure spends no budget (no Helm ran).
         create_json(
             c,
             release(
                 "spent",
                 "healthy",
                 "workload-kubeconfig",
-                json!({"install": {"remediation": {"retries": 0}}}),
+                json!({
+                    "namespace": "no-such-namespace",
+                    "chart": {"repository": self.repo.url, "chart": "demo", "version": "0.1.0"},
+                    "install": {"remediation": {"retries": 0}},
+                }),
             ),
+        )
+        .await;
+        create_json(
+            c,
+            release("tarpitted", "healthy", "tarpit-kubeconfig", json!({})),
         )
         .await;
 

@@ -43,6 +43,7 @@ mod real_apiserver;
 mod render;
 mod render_cli;
 mod render_sync;
+mod security_tenants;
 mod security_workload_access;
 mod template_files;
 mod webhook;

@@ -65,6 +65,12 @@ impl Pipeline for OmniCluster {
     type Failure = ClusterFailure;
     const FINALIZER: Finalizer = Finalizer::CurrentOrLegacy;
 
+    /// The OmniConnection: the Omni every pass talks to.
+    fn target(&self) -> Option<String> {
+        let ns = kube::ResourceExt::namespace(self).unwrap_or_default();
+        Some(format!("connection:{ns}/{}", self.spec.connection_ref.name))
+    }
+
     fn validate(&self) -> Result<(), ClusterFailure> {
         webhook_rules(
             crate::api::cluster::validate_stored(self),

@@ -181,7 +181,7 @@ async fn sync(
     };
     ctx.metrics.omni_rpc("sync", synced);
     // A force request reads Omni's view fresh, past the status watch.
-    let fresh = force_requested(cluster).is_some();
+    let fresh = super::outcome::force_requested(cluster).is_some();
     let (health, watched) = omni_view(ctx, state, conn, &client, &name, fresh).await;
     Ok(Done::Synced(Box::new(Synced {
         changed,
@@ -190,19 +190,6 @@ async fn sync(
         watched,
         approved,
     })))
-}
-
-/// The force request `cluster` carries and has not handled yet.
-pub(super) fn force_requested(cluster: &OmniCluster) -> Option<&str> {
-    let handled = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_force_at.as_deref());
-    crate::api::keys::new_request(
-        &cluster.metadata,
-        crate::api::keys::FORCE_AT_ANNOTATION,
-        handled,
-    )
 }
 
 /// Omni's view of the cluster `name`: from the connection's status watch while it is live (no

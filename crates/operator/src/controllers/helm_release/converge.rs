@@ -5,7 +5,7 @@ use kube::ResourceExt;
 
 use super::apply::HelmRun;
 use super::decide::{NextAction, next_action};
-use super::inputs::{self, Problem};
+use super::inputs::{self, Kubeconfig, Problem};
 use super::outcome::{Done, HelmFailure, Outcome, StuckBecause};
 use super::ownership::{self, Starter};
 use super::release::{Observation, determine};
@@ -42,11 +42,11 @@ pub(super) async fn attached(
         return unless_deleted_meanwhile(ctx, r, attached(Err(waiting))).await;
     }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
-    let kubeconfig = match inputs::kubeconfig(ctx, &state.secret_policy, r).await? {
+    let kubeconfig = match inputs::kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
-    let auth = match inputs::repository_auth(ctx, &state.secret_policy, r).await? {
+    let auth = match inputs::repository_auth(ctx, state, r).await? {
         Ok(a) => a,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
@@ -56,7 +56,10 @@ pub(super) async fn attached(
                 .to_string(),
         )));
     };
-    let session = match helm.session(&req.lock_key, &kubeconfig).await {
+    if let Err(problem) = inputs::reachable(state, r, &kubeconfig).await {
+        return Ok(blocked(problem));
+    }
+    let session = match helm.session(&req.lock_key, &kubeconfig.checked).await {
         Ok(s) => s,
         Err(err) => {
             return Ok(attached(Err(HelmFailure::Helm(format!(
@@ -70,6 +73,7 @@ pub(super) async fn attached(
         req: &req,
         session: &session,
         auth: &auth,
+        kubeconfig: &kubeconfig,
     };
     Ok(attached(release.converge(ctx, state).await))
 }
@@ -111,6 +115,8 @@ struct Release<'a> {
     req: &'a ReleaseRequest,
     session: &'a ReleaseSession,
     auth: &'a RepositoryAuth,
+    /// The kubeconfig as read and checked in this pass (the drift check's client).
+    kubeconfig: &'a Kubeconfig,
 }
 
 impl Release<'_> {
@@ -125,6 +131,7 @@ impl Release<'_> {
         loop {
             let run = |adopting, drift| HelmRun {
                 ctx,
+                state,
                 r,
                 req,
                 session: self.session,
@@ -184,7 +191,16 @@ impl Release<'_> {
     ) -> Result<Done, HelmFailure> {
         match (drift::mode(self.r), release) {
             (Some(mode), Some(release)) => {
-                let found = drift::check(ctx, state, self.r, self.req, self.session, mode).await?;
+                let found = drift::check(
+                    ctx,
+                    state,
+                    self.r,
+                    self.req,
+                    self.session,
+                    self.kubeconfig,
+                    mode,
+                )
+                .await?;
                 Ok(Done::Checked {
                     release,
                     drift: found,

@@ -13,7 +13,8 @@ use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{ApiResource, Scope};
 use kube::{Client, ResourceExt};
 
-use super::outcome::HelmFailure;
+use super::inputs::{self, Kubeconfig};
+use super::outcome::{DriftFound, HelmFailure};
 use super::state::HelmState;
 use crate::api::OmniHelmRelease;
 use crate::api::helm_policies::{DriftMode, DriftedObject};
@@ -24,33 +25,6 @@ use crate::domain::drift::{
     labels_of, parse_manifest,
 };
 use crate::domain::helm::{ReleaseRequest, ReleaseSession};
-
-/// What one comparison of the live objects found, and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DriftFound {
-    /// `Warn` or `Enabled`.
-    pub(crate) mode: DriftMode,
-    /// Every object that differed (its deletion, or its differing fields).
-    pub(crate) objects: Vec<DriftedObject>,
-    /// Whether they were put back (`Enabled`).
-    pub(crate) corrected: bool,
-}
-
-impl DriftFound {
-    /// `Deployment apps/web (/spec/replicas)`, or `ConfigMap apps/cfg (deleted)`.
-    pub(crate) fn describe(o: &DriftedObject) -> String {
-        let what = if o.deleted {
-            "deleted".to_string()
-        } else {
-            o.fields.join(", ")
-        };
-        if o.namespace.is_empty() {
-            format!("{} {} ({what})", o.kind, o.name)
-        } else {
-            format!("{} {}/{} ({what})", o.kind, o.namespace, o.name)
-        }
-    }
-}
 
 /// The drift mode of `r` when it compares live objects (`Warn` or `Enabled`).
 pub(crate) fn mode(r: &OmniHelmRelease) -> Option<DriftMode> {
@@ -76,6 +50,7 @@ pub(crate) async fn check(
     r: &OmniHelmRelease,
     req: &ReleaseRequest,
     session: &ReleaseSession,
+    kubeconfig: &Kubeconfig,
     mode: DriftMode,
 ) -> Result<DriftFound, HelmFailure> {
     let failed = |what: String| {
@@ -89,17 +64,10 @@ pub(crate) async fn check(
         .await
         .map_err(|e| failed(format!("read its manifest: {e}")))?;
     let objects = parse_manifest(&manifest).map_err(failed)?;
-    let client = state
-        .workload
-        .get(
-            &r.namespace().unwrap_or_default(),
-            &r.spec.kubeconfig_secret_ref.name,
-            &r.spec.kubeconfig_secret_ref.key,
-            &state.secret_policy,
-            "OmniHelmRelease",
-        )
+    // The kubeconfig this pass read as the release's identity and checked, never a second read.
+    let client = inputs::workload_client(state, r, kubeconfig)
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(failed)?;
     let rules = ignore_rules(r);
     let mut resources = HashMap::new();
     let mut drifted = Vec::new();

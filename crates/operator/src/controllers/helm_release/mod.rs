@@ -79,6 +79,15 @@ impl Pipeline for OmniHelmRelease {
     const FINALIZER: Finalizer = Finalizer::Current;
     const READ_FRESH: bool = true;
 
+    /// The kubeconfig Secret: the workload API server helm talks to.
+    fn target(&self) -> Option<String> {
+        let ns = kube::ResourceExt::namespace(self).unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
+
     fn validate(&self) -> Result<(), HelmFailure> {
         webhook_rules(
             crate::api::helm_release::validate_stored(self),

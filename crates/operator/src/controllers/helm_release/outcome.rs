@@ -7,11 +7,11 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 
 use super::budget::Spent;
-use super::drift::DriftFound;
 use super::inputs::{Problem, drift_interval};
 use super::ownership::Ownership;
 use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::helm_policies::ClusterHealthRequirement;
+use crate::api::helm_policies::{DriftMode, DriftedObject};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::keys::{ADOPT_ANNOTATION, RESET_AT_ANNOTATION};
 use crate::api::{OmniHelmRelease, Reason};
@@ -639,6 +639,33 @@ pub(crate) fn retry_policy(
             None => RetryPolicy::AwaitChange,
         },
         other => other.retry(),
+    }
+}
+
+/// What one comparison of the live objects found, and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DriftFound {
+    /// `Warn` or `Enabled`.
+    pub(crate) mode: DriftMode,
+    /// Every object that differed (its deletion, or its differing fields).
+    pub(crate) objects: Vec<DriftedObject>,
+    /// Whether they were put back (`Enabled`).
+    pub(crate) corrected: bool,
+}
+
+impl DriftFound {
+    /// `Deployment apps/web (/spec/replicas)`, or `ConfigMap apps/cfg (deleted)`.
+    pub(crate) fn describe(o: &DriftedObject) -> String {
+        let what = if o.deleted {
+            "deleted".to_string()
+        } else {
+            o.fields.join(", ")
+        };
+        if o.namespace.is_empty() {
+            format!("{} {} ({what})", o.kind, o.name)
+        } else {
+            format!("{} {}/{} ({what})", o.kind, o.namespace, o.name)
+        }
     }
 }
 

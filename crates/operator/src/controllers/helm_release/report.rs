@@ -2,8 +2,8 @@
 //! pure steps of `outcome::desired_status` on its draft.
 
 use super::budget::{Spent, reset_requested};
-use super::drift::DriftFound;
 use super::history;
+use super::outcome::DriftFound;
 use super::outcome::{Done, HelmFailure, Outcome};
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_policies::{DriftedObject, TestHookStatus};

@@ -11,6 +11,7 @@ use crate::controllers::shared::decoded::{Cached, cached_ref};
 use crate::controllers::shared::index::{RefIndex, RefKey};
 use crate::controllers::shared::setup::Setup;
 use crate::domain::helm::Helm;
+use crate::domain::helm::source::{ChartSourcePolicy, Limits, SystemRoots};
 use crate::domain::secret_policy::SecretPolicy;
 use crate::domain::workload::WorkloadClients;
 
@@ -27,6 +28,20 @@ pub(crate) struct HelmState {
     pub(super) helm: Option<Helm>,
     /// Which Secrets a release may read.
     pub(super) secret_policy: SecretPolicy,
+    /// Whose identity reads the Secrets of a release without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    pub(super) default_service_account: Option<String>,
+    /// Where charts may come from (`--chart-source-allowed-hosts`,
+    /// `--chart-source-deny-private-networks`, `--allow-insecure-chart-sources`).
+    pub(super) chart_sources: ChartSourcePolicy,
+    /// Time bounds of each request to a chart source.
+    pub(super) limits: Limits,
+    /// The system's trusted roots for chart sources, read on the first fetch.
+    pub(super) roots: SystemRoots,
+    /// Clients of the workload clusters, by kubeconfig Secret: a workload API server is asked
+    /// for its version, within the time bounds, before any helm process is started for it; the
+    /// drift check reads and patches live objects through them.
+    pub(super) workload: Arc<WorkloadClients>,
     /// Floor for a `driftCheckInterval` stored without admission.
     pub(super) min_interval: Duration,
     /// The baseline model's `helm-upgrade-every-trigger` (benchmarks only).
@@ -36,8 +51,6 @@ pub(crate) struct HelmState {
     pub(super) releases: Store<Cached<OmniHelmRelease>>,
     /// The releases by what they name (their cluster, Secrets and dependencies).
     pub(super) index: Arc<RefIndex<OmniHelmRelease>>,
-    /// Clients of the workload clusters (the drift check reads and patches live objects).
-    pub(super) workload: Arc<WorkloadClients>,
 }
 
 impl HelmState {
@@ -51,11 +64,15 @@ impl HelmState {
         Self {
             helm: setup.helm.clone(),
             secret_policy: setup.config.secret_policy,
+            default_service_account: setup.config.tenancy.default_service_account.clone(),
+            chart_sources: setup.config.tenancy.chart_sources.clone(),
+            limits: setup.config.tenancy.timeouts.outbound(),
+            roots: SystemRoots::default(),
+            workload: setup.workload.clone(),
             min_interval: setup.config.min_interval,
             upgrade_every_trigger: ctx.baseline.upgrades_every_trigger(),
             releases,
             index,
-            workload: setup.workload.clone(),
         }
     }
 

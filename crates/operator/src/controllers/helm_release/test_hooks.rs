@@ -3,19 +3,22 @@
 
 use std::time::Duration;
 
-use super::apply::HelmRun;
 use super::outcome::HelmFailure;
+use crate::api::OmniHelmRelease;
 use crate::domain::helm::args::InstallVerb;
-use crate::domain::helm::{ReleaseInfo, TestRun};
+use crate::domain::helm::{ReleaseInfo, ReleaseRequest, ReleaseSession, TestRun};
 
-/// Runs the release's tests after `verb` deployed revision `info`, when `spec.test.enable`:
-/// `Ok(None)` when tests are off, `Ok(Some)` when they passed or their failure is ignored.
+/// Runs the tests of `r`'s release after `verb` deployed revision `info`, when
+/// `spec.test.enable`: `Ok(None)` when tests are off, `Ok(Some)` when they passed or their
+/// failure is ignored.
 pub(crate) async fn after(
-    run: &HelmRun<'_>,
+    r: &OmniHelmRelease,
+    req: &ReleaseRequest,
+    session: &ReleaseSession,
     verb: InstallVerb,
     info: &ReleaseInfo,
 ) -> Result<Option<TestRun>, HelmFailure> {
-    let Some(test) = run.r.spec.test.as_ref().filter(|t| t.enable) else {
+    let Some(test) = r.spec.test.as_ref().filter(|t| t.enable) else {
         return Ok(None);
     };
     let timeout = test
@@ -24,11 +27,11 @@ pub(crate) async fn after(
         .and_then(|t| t.duration().ok())
         .and_then(|t| t.to_std())
         .filter(|t| !t.is_zero())
-        .unwrap_or(run.req.timeout)
+        .unwrap_or(req.timeout)
         .min(Duration::from_secs(3600));
-    let name = &run.req.release_name;
+    let name = &req.release_name;
     // Tests that cannot be run (or read back) did not pass.
-    let tests = match run.session.test(run.req, timeout).await {
+    let tests = match session.test(req, timeout).await {
         Ok(tests) => tests,
         Err(err) => TestRun {
             failure: Some(err.to_string()),

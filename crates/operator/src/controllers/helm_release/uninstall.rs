@@ -34,7 +34,7 @@ pub(crate) async fn delete(
     }
     let req = request(r);
     let name = &req.release_name;
-    let kubeconfig = match kubeconfig(ctx, &state.secret_policy, r).await? {
+    let kubeconfig = match kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => {
             return Ok(waiting(HelmFailure::UninstallBlocked(problem.map_message(
@@ -51,7 +51,7 @@ pub(crate) async fn delete(
             )),
         )));
     };
-    let result = match helm.session(&req.lock_key, &kubeconfig).await {
+    let result = match helm.session(&req.lock_key, &kubeconfig.checked).await {
         Ok(session) => uninstall_if_owned(r, &req, &session).await,
         Err(e) => Err(e),
     };

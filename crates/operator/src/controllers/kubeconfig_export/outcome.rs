@@ -26,9 +26,9 @@ pub(crate) enum ExportFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
-    /// In cluster-wide mode the target is outside the export's namespace, which needs
+    /// The target is outside the export's namespace, which needs
     /// `--allow-cross-namespace-export` (otherwise anyone who may create an export could plant or
-    /// overwrite kubeconfigs in every namespace).
+    /// overwrite kubeconfigs in every namespace the operator's RBAC reaches).
     #[error(
         "spec.targetSecretRef.namespace {target:?} is not the export's own namespace {own:?}; the operator allows that only with --allow-cross-namespace-export"
     )]
@@ -38,6 +38,10 @@ pub(crate) enum ExportFailure {
         /// The export's namespace.
         own: String,
     },
+    /// The deployment's identity policy refuses what the export asks Omni for
+    /// ([`crate::domain::identity_policy`]); the message names the field and the flag.
+    #[error("{0}")]
+    IdentityRefused(String),
     /// The referenced OmniCluster does not exist.
     #[error("{}", missing_cluster(cluster))]
     MissingCluster {
@@ -81,16 +85,18 @@ pub(crate) enum ExportFailure {
     /// names fields, never values).
     #[error("{0}")]
     UnusableKubeconfig(String),
-    /// Writing the target Secret failed.
-    #[error("write Secret \"{namespace}/{name}\": {error}")]
-    WriteFailed {
+    /// A request about the target Secret (read, write, hold, delete) failed.
+    #[error("{verb} Secret \"{namespace}/{name}\": {error}")]
+    TargetRequest {
+        /// What was being done to it.
+        verb: &'static str,
         /// The target's namespace.
         namespace: String,
         /// The target's name.
         name: String,
         /// The management cluster's answer.
         #[source]
-        error: kube::Error,
+        error: Box<kube::Error>,
     },
     /// A Secret to delete kept changing while it was judged.
     #[error("Secret \"{namespace}/{name}\" keeps changing while it is being deleted; retrying")]
@@ -105,7 +111,9 @@ pub(crate) enum ExportFailure {
 impl Failure for ExportFailure {
     fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => Reason::ValidationFailed,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                Reason::ValidationFailed
+            }
             Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
                 Reason::MissingConnection
@@ -114,14 +122,16 @@ impl Failure for ExportFailure {
             Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. } => Reason::ExportFailed,
+            | Self::TargetRequest { .. } => Reason::ExportFailed,
             Self::TargetKeepsChanging { .. } => Reason::DeleteFailed,
         }
     }
 
     fn retry(&self) -> RetryPolicy {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => RetryPolicy::AwaitChange,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                RetryPolicy::AwaitChange
+            }
             // Watched, but polled too, as the original does. An unowned target lacks our
             // annotations, so its edits do not map back here: poll so an adoption annotation is
             // noticed.
@@ -132,7 +142,7 @@ impl Failure for ExportFailure {
             | Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. }
+            | Self::TargetRequest { .. }
             | Self::TargetKeepsChanging { .. } => RetryPolicy::Backoff,
         }
     }
@@ -259,7 +269,7 @@ pub(crate) fn desired_status(
     match &outcome.result {
         Ok(Done::Exported(x)) => {
             // A pass that exported with a force request pending minted (it never reuses then).
-            if let Some(token) = super::apply::force_requested(e) {
+            if let Some(token) = force_requested(e) {
                 d.s.last_handled_force_at = Some(token.to_string());
             }
             d.s.kubeconfig_hash = x.hash.clone();
@@ -290,6 +300,15 @@ pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Act
         // Consumers finishing their deletion trigger the export; the requeue is a fallback.
         Done::Waiting(_) => Action::requeue(RETRY),
     }
+}
+
+/// The force request `e` carries and has not handled yet.
+pub(super) fn force_requested(e: &OmniKubeconfigExport) -> Option<&str> {
+    let handled = e
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    crate::api::keys::new_request(&e.metadata, crate::api::keys::FORCE_AT_ANNOTATION, handled)
 }
 
 #[cfg(test)]

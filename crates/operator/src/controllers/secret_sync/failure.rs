@@ -23,6 +23,10 @@ pub(crate) enum SecretSyncFailure {
     /// The Secret policy refuses a Secret the sync would read.
     #[error("{0}")]
     Refused(String),
+    /// The sync's ServiceAccount may not read a Secret it references; the message names the
+    /// reference.
+    #[error("{0}")]
+    AccessDenied(String),
     /// The referenced OmniCluster does not exist.
     #[error("{}", missing_cluster(cluster))]
     MissingCluster {
@@ -111,9 +115,15 @@ impl Failure for SecretSyncFailure {
                 Reason::ValidationFailed
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::AccessDenied(_) => Reason::AccessDenied,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. } => Reason::MissingSecret,
+            // A workload API server that does not answer in time is told apart: it degrades only
+            // the objects that point at it, and the operator's time bounds say how long it had.
+            Self::Workload { error, .. } if crate::process::api_client::is_timeout(error) => {
+                Reason::Timeout
+            }
             Self::KubeconfigUnreadable(_) | Self::Workload { .. } | Self::TargetChanged { .. } => {
                 Reason::SyncFailed
             }
@@ -127,7 +137,9 @@ impl Failure for SecretSyncFailure {
             Self::InvalidSpec(_) | Self::Refused(_) => RetryPolicy::AwaitChange,
             // An unowned target lives in the workload cluster, which is not watched: poll so
             // an adoption annotation is noticed. Missing references are polled likewise.
+            // RBAC is not watched: look again, as for a missing reference.
             Self::TargetNotOwned { .. }
+            | Self::AccessDenied(_)
             | Self::MissingCluster { .. }
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
@@ -167,6 +179,9 @@ pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> Sec
             detail,
         },
         WorkloadError::Refused { reason } => SecretSyncFailure::Refused(reason),
+        WorkloadError::Denied(m) => {
+            SecretSyncFailure::AccessDenied(format!("{m} (spec.kubeconfigSecretRef)"))
+        }
         e @ WorkloadError::Read { .. } => SecretSyncFailure::KubeconfigUnreadable(e),
     }
 }

@@ -34,6 +34,7 @@ use super::shared::watches::Watches;
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
+use crate::domain::impersonation::{self, ReadError, Reader};
 use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
 use crate::domain::workload::WorkloadClients;
 use k8s_openapi::api::core::v1::Secret;
@@ -52,6 +53,9 @@ pub(crate) struct SyncState {
     /// How often a synced copy is re-checked for drift in the workload cluster, which the
     /// operator does not watch; zero turns the re-check off.
     resync: Duration,
+    /// Whose identity reads the Secrets of a sync without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    default_service_account: Option<String>,
 }
 
 reported!(OmniSecretSync => OmniSecretSyncStatus);
@@ -63,9 +67,21 @@ async fn workload_client(
 ) -> Result<kube::Client, SecretSyncFailure> {
     let namespace = sync.namespace().unwrap_or_default();
     let k = &sync.spec.kubeconfig_secret_ref;
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
     state
         .workload
-        .get(&namespace, &k.name, &k.key, &state.secret_policy, KIND)
+        .get(
+            &reader,
+            &namespace,
+            &k.name,
+            &k.key,
+            &state.secret_policy,
+            KIND,
+        )
         .await
         .map_err(|e| kubeconfig_failure(sync, e))
 }
@@ -113,7 +129,21 @@ async fn apply(
         return unless_deleted_meanwhile(ctx, sync, failed(false, f)).await;
     };
     let source_name = &sync.spec.source_secret_ref.name;
-    let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    let source =
+        match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name).await {
+            Ok(source) => source,
+            Err(e @ ReadError::Denied { .. }) => {
+                let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
+                return Ok(failed(true, f));
+            }
+            Err(ReadError::Api(e)) => return Err(e.into()),
+        };
+    let Some(source) = source else {
         let f = SecretSyncFailure::MissingSource {
             namespace: namespace.clone(),
             name: source_name.clone(),
@@ -157,6 +187,15 @@ impl Pipeline for OmniSecretSync {
     type Done = Synced;
     type Failure = SecretSyncFailure;
     const FINALIZER: Finalizer = Finalizer::Current;
+
+    /// The kubeconfig Secret: the workload API server every pass talks to.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
 
     fn validate(&self) -> Result<(), SecretSyncFailure> {
         webhook_rules(
@@ -227,6 +266,7 @@ pub(crate) fn start<S: Shutdown>(
         workload: setup.workload.clone(),
         secret_policy: setup.config.secret_policy,
         resync: setup.config.secret_sync_resync,
+        default_service_account: setup.config.tenancy.default_service_account.clone(),
     };
     drive::<OmniSecretSync>(controller, ctx.clone(), state, shutdown)
 }

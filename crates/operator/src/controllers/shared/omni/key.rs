@@ -71,6 +71,19 @@ pub(crate) enum ConnectionError {
         /// API error.
         detail: String,
     },
+    /// The connection's ServiceAccount may not read the Secret (the read is never retried
+    /// with the operator's identity).
+    #[error(
+        "{reader} may not read Secret \"{namespace}/{name}\" (spec.auth.serviceAccountSecretRef)"
+    )]
+    AccessDenied {
+        /// Who read.
+        reader: String,
+        /// Namespace.
+        namespace: String,
+        /// Secret name.
+        name: String,
+    },
     /// The client could not be built from the key and endpoint.
     #[error("create Omni client: {0}")]
     Client(String),
@@ -86,6 +99,7 @@ impl ConnectionError {
             | ConnectionError::EnvAssignments { .. }
             | ConnectionError::NotBase64 { .. }
             | ConnectionError::Read { .. } => Reason::MissingSecret,
+            ConnectionError::AccessDenied { .. } => Reason::AccessDenied,
             ConnectionError::Client(_) => Reason::ConnectionFailed,
         }
     }
