@@ -366,6 +366,20 @@ pub struct OmniClusterStatus {
     /// Sync state of the cluster's Kubernetes manifests in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<ManifestsState>,
+    /// Omni's Kubernetes upgrade phase (`Done`, `Upgrading`, `Failed`, `Reverting`); anything
+    /// but `Done` is an upgrade in flight or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_upgrade_phase: Option<String>,
+    /// Omni's Talos upgrade phase (`Done`, `Upgrading`, `Failed`, `Reverting`,
+    /// `UpdatingMachineSchematics`); anything but `Done` is an upgrade in flight or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub talos_upgrade_phase: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (an Omni sync with a fresh read of Omni's status once per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
     /// The changes the operator computed and has not applied to Omni (mode `Plan`, a plan
     /// held for approval, an adoption that differs); absent when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

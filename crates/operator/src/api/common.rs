@@ -330,6 +330,10 @@ pub(crate) mod condition_types {
     pub(crate) const EXPORTED: &str = "Exported";
     /// A Helm release was installed or upgraded.
     pub(crate) const RELEASED: &str = "Released";
+    /// The live objects of a Helm release differ from it (inverted, like `Stalled`).
+    pub(crate) const DRIFTED: &str = "Drifted";
+    /// The last `helm test` of a release passed.
+    pub(crate) const TEST_SUCCESS: &str = "TestSuccess";
 }
 
 /// Schema for a condition list: a list-map keyed by `type`, so server-side apply merges by type.

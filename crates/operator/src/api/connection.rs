@@ -97,6 +97,9 @@ pub struct OmniConnectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
     pub last_check_time: Option<jiff::Timestamp>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// Admission rules for OmniConnection (create and update alike).

@@ -11,6 +11,10 @@ use super::common::{
     date_time_schema, is_blank,
 };
 use super::duration::{Bounds, DurationError, DurationField, MAX_TIMEOUT, short_interval_error};
+use super::helm_policies::{
+    ClusterHealthGate, DriftDetection, DriftedObject, HelmTest, InstallPolicy, ReleaseHistoryEntry,
+    TestHookStatus, UpgradePolicy,
+};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniHelmRelease.
@@ -137,6 +141,30 @@ pub struct OmniHelmReleaseSpec {
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
     pub drift_check_interval: DurationField,
+    /// OmniHelmReleases (same namespace, same OmniCluster) that must be `Ready` at their
+    /// current generation before this release is installed or upgraded; until then it reports
+    /// `DependencyNotReady` and runs no Helm. Deleting a release others depend on waits until
+    /// they are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<LocalObjectReference>,
+    /// Wait with installs and upgrades until the OmniCluster reports this state from Omni
+    /// (reason `ClusterNotHealthy` meanwhile). A deployed release is never removed because the
+    /// cluster is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_health: Option<ClusterHealthGate>,
+    /// What happens after a failed install: retries and their remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<InstallPolicy>,
+    /// What happens after a failed upgrade: retries and their remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradePolicy>,
+    /// Compare the release's objects with the live ones in the workload cluster at each drift
+    /// check, and report or correct differences.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_detection: Option<DriftDetection>,
+    /// Run `helm test` after each install and upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<HelmTest>,
     /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
     /// the operator impersonates it, so the object can use only what the ServiceAccount may
     /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
@@ -327,6 +355,39 @@ pub struct OmniHelmReleaseStatus {
     /// drifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_digest: Option<String>,
+    /// Digest of the inputs of the last install or upgrade attempted, successful or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_digest: Option<String>,
+    /// `metadata.generation` of the last install or upgrade attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_generation: Option<i64>,
+    /// Failed installs of the current inputs counted against `spec.install.remediation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_failures: Option<i64>,
+    /// Failed upgrades of the current inputs counted against `spec.upgrade.remediation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_failures: Option<i64>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (one forced
+    /// install or upgrade per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
+    /// The value of the `omni.texashpc.com/reset-at` annotation last handled (the failure
+    /// counts were reset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reset_at: Option<String>,
+    /// The test hooks of the last `helm test` run, with their phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_hooks: Vec<TestHookStatus>,
+    /// The last Helm revisions this object made, newest first (five, or `maxHistory` when it
+    /// is lower).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<ReleaseHistoryEntry>,
+    /// Live objects that differed from the release at the last drift check (at most ten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_objects: Vec<DriftedObject>,
 }
 
 impl OmniHelmRelease {
@@ -391,6 +452,11 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     target_rules(spec, &mut v);
     chart_rules(&spec.chart, &mut v);
     timing_rules(spec, bounds, &mut v);
+    super::helm_policies::rules(
+        new.metadata.name.as_deref().unwrap_or_default(),
+        spec,
+        &mut v,
+    );
     if !spec.chart.values.is_object() {
         v.push(FieldError::invalid(
             "spec.chart.values",

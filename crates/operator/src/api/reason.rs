@@ -128,8 +128,22 @@ reasons! {
     UninstallSkipped = "UninstallSkipped",
     /// An existing Helm release was taken over on the adopt annotation (Event).
     Adopted = "Adopted",
-    /// A release the operator had applied changed behind its back and is applied again (Event).
+    /// A release the operator had applied changed behind its back: applied again, or (live objects under `driftDetection.mode: Warn`) reported in the `Drifted` condition (Event).
     DriftDetected = "DriftDetected",
+    /// Live objects of a release that differed from it were put back without a new Helm revision (Event, and `Drifted=False`).
+    DriftCorrected = "DriftCorrected",
+    /// A release named in `spec.dependsOn` is not Ready at its current generation; no Helm runs until it is.
+    DependencyNotReady = "DependencyNotReady",
+    /// The OmniCluster is not in the state `spec.clusterHealth.require` asks for; installs and upgrades wait.
+    ClusterNotHealthy = "ClusterNotHealthy",
+    /// Every retry `spec.install.remediation` or `spec.upgrade.remediation` allows failed; no Helm runs until the spec or chart changes or the reset annotation is set.
+    RetriesExhausted = "RetriesExhausted",
+    /// A failed install or upgrade was uninstalled or rolled back by its remediation policy (Event).
+    Remediated = "Remediated",
+    /// Every test hook of the release passed (`TestSuccess`).
+    TestSucceeded = "TestSucceeded",
+    /// A test hook of the release failed or did not finish (`TestSuccess`).
+    TestFailed = "TestFailed",
     /// A plan that would destroy something in Omni (the cluster's deletion included) waits, all of it, for the annotation `omni.texashpc.com/approve-plan` to carry its hash.
     ApprovalRequired = "ApprovalRequired",
     /// An Omni cluster being adopted differs from the manifests; nothing is written to Omni until they match or the plan is approved.

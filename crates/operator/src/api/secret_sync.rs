@@ -166,6 +166,12 @@ pub struct OmniSecretSyncStatus {
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (the copy written once per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
 }
 
 /// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.

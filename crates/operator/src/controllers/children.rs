@@ -174,6 +174,10 @@ macro_rules! child_kind {
                     observed_generation: self.metadata.generation,
                     conditions,
                     cluster_ref: Some(self.spec.cluster_ref.name.clone()),
+                    last_handled_reconcile_at: self
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.last_handled_reconcile_at.clone()),
                     $($extra: ($value)(self),)*
                 }
             }

@@ -1,10 +1,12 @@
 //! What the controllers decide with and act through: pure rules (the render, the change plan,
 //! kubeconfig checks, export formats, the Secret policy, the identity policy of minted
-//! kubeconfigs, the deployment's multi-tenancy settings) and the drivers of what lies outside
-//! the management cluster (workload clusters, reads as a tenant's ServiceAccount, the helm
-//! binary and the chart sources it installs from).
+//! kubeconfigs, the deployment's multi-tenancy settings, the comparison of a release's objects
+//! with live ones) and the drivers of what lies outside the management cluster (workload
+//! clusters, reads as a tenant's ServiceAccount, the helm binary and the chart sources it
+//! installs from).
 
 pub(crate) mod delete_guard;
+pub(crate) mod drift;
 pub(crate) mod export_format;
 pub mod helm;
 pub mod identity_policy;

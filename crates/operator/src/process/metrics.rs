@@ -98,6 +98,7 @@ pub struct Metrics {
     omni_rpcs: Family<Labels, Counter>,
     omni_writes: Family<Labels, Counter>,
     kubeconfig_expiry: Family<Labels, Gauge<f64, AtomicU64>>,
+    helm_drift_corrections: Family<Labels, Counter>,
     // The label set currently exported per object, so a readiness change replaces its series.
     info_series: Mutex<HashMap<ObjectKey, InfoLabels>>,
     /// Shared copies of the label values many objects repeat (kinds, namespaces, readiness,
@@ -168,6 +169,12 @@ impl Metrics {
             "Seconds until each exported kubeconfig expires",
             kubeconfig_expiry.clone(),
         );
+        let helm_drift_corrections = Family::<Labels, Counter>::default();
+        registry.register(
+            "helm_drift_corrections",
+            "Live objects of an OmniHelmRelease's release put back by drift correction",
+            helm_drift_corrections.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -177,6 +184,7 @@ impl Metrics {
             omni_rpcs,
             omni_writes,
             kubeconfig_expiry,
+            helm_drift_corrections,
             info_series: Mutex::default(),
             shared: Mutex::default(),
         }
@@ -251,9 +259,15 @@ impl Metrics {
         if let Some(l) = previous {
             self.resource_info.remove(&l);
         }
-        if kind == "OmniKubeconfigExport" {
-            self.kubeconfig_expiry
-                .remove(&labels(&[("namespace", namespace), ("name", name)]));
+        let object = labels(&[("namespace", namespace), ("name", name)]);
+        match kind {
+            "OmniKubeconfigExport" => {
+                self.kubeconfig_expiry.remove(&object);
+            }
+            "OmniHelmRelease" => {
+                self.helm_drift_corrections.remove(&object);
+            }
+            _ => {}
         }
     }
 
@@ -284,6 +298,14 @@ impl Metrics {
         self.kubeconfig_expiry
             .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
             .set(seconds);
+    }
+
+    /// Counts `objects` live objects of the release of OmniHelmRelease `namespace/name` put
+    /// back by drift correction.
+    pub(crate) fn helm_drift_corrected(&self, namespace: &str, name: &str, objects: u64) {
+        self.helm_drift_corrections
+            .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
+            .inc_by(objects);
     }
 
     /// The OpenMetrics text exposition.
@@ -325,6 +347,23 @@ mod tests {
         m.forget_resource("OmniCluster", "ns", "a");
         let text = m.encode().unwrap_or_default();
         assert!(!text.contains(r#"name="a""#), "{text}");
+    }
+
+    #[test]
+    fn drift_corrections_are_counted_per_release_and_forgotten_with_it() {
+        let m = Metrics::new();
+        m.helm_drift_corrected("ns", "web", 2);
+        m.helm_drift_corrected("ns", "web", 1);
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(
+                r#"omni_operator_helm_drift_corrections_total{namespace="ns",name="web"} 3"#
+            ),
+            "{text}"
+        );
+        m.forget_resource("OmniHelmRelease", "ns", "web");
+        let text = m.encode().unwrap_or_default();
+        assert!(!text.contains(r#"name="web""#), "{text}");
     }
 
     #[test]

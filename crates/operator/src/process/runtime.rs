@@ -249,8 +249,8 @@ pub async fn run_operator(
         };
     }
     if let Some(wh) = config.webhook.clone() {
-        let s = stop.clone();
-        servers.spawn(async move { webhook::serve(wh, s).await.context("webhook server") });
+        let (c, s) = (client.clone(), stop.clone());
+        servers.spawn(async move { webhook::serve(wh, c, s).await.context("webhook server") });
     }
 
     let shutdown = shutdown.boxed().shared();

@@ -40,7 +40,7 @@ const TOKEN_ONE: &str = "kubeconfig-token-one-5d1c9e";
 const TOKEN_TWO: &str = "kubeconfig-token-two-88ab04";
 const SECRETS: [&str; 4] = [PASSWORD, WRONG_PASSWORD, TOKEN_ONE, TOKEN_TWO];
 /// Generous: the machine is shared and loaded, and helm is a subprocess.
-const WAIT: Duration = Duration::from_secs(300);
+pub(crate) const WAIT: Duration = Duration::from_secs(300);
 
 fn assert_no_secrets(what: &str, text: &str) {
     for secret in SECRETS {
@@ -54,9 +54,9 @@ fn assert_no_secrets(what: &str, text: &str) {
 /// The shared environment without an OmniConnection (a release needs only its OmniCluster to
 /// exist, which is never Ready here), with a workload cluster, the chart repository over HTTP
 /// and over HTTPS behind a private CA, and the Secrets the releases use.
-struct Helm {
-    env: Env,
-    repo: Repo,
+pub(crate) struct Helm {
+    pub(crate) env: Env,
+    pub(crate) repo: Repo,
     /// The same repository over HTTPS, its certificate issued by a private CA.
     tls_repo: Repo,
     _helm_dir: tempfile::TempDir,
@@ -81,12 +81,17 @@ fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
 }
 
 impl Helm {
-    async fn start() -> Helm {
+    pub(crate) async fn start() -> Helm {
+        Helm::start_with(Env::builder().without_connection()).await
+    }
+
+    /// [`Helm::start`] from `builder` (e.g. with the OmniConnection, for clusters that Omni
+    /// runs).
+    pub(crate) async fn start_with(builder: support::env::EnvBuilder) -> Helm {
         // The capturing subscriber is installed before the operator logs anything.
         operator_logs();
         let helm_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let env = Env::builder()
-            .without_connection()
+        let env = builder
             .with_workload()
             .helm(helm_bin(), helm_dir.path().to_path_buf())
             .start()
@@ -141,15 +146,15 @@ impl Helm {
         }
     }
 
-    async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.env.shutdown().await;
     }
 
-    fn releases(&self) -> Api<OmniHelmRelease> {
+    pub(crate) fn releases(&self) -> Api<OmniHelmRelease> {
         self.env.api()
     }
 
-    async fn create_release(&self, name: &str, extra: Value) {
+    pub(crate) async fn create_release(&self, name: &str, extra: Value) {
         let mut obj = json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniHelmRelease",
@@ -180,12 +185,12 @@ impl Helm {
             .unwrap_or_else(|e| panic!("create {name}: {e}"));
     }
 
-    async fn patch_spec(&self, name: &str, spec: Value) {
+    pub(crate) async fn patch_spec(&self, name: &str, spec: Value) {
         let _: OmniHelmRelease = self.env.patch_spec(name, spec).await;
     }
 
     /// Revisions Helm stored for `release` in the workload cluster (its release Secrets).
-    async fn helm_revisions(&self, release: &str) -> Vec<i64> {
+    pub(crate) async fn helm_revisions(&self, release: &str) -> Vec<i64> {
         let secrets: Api<Secret> = Api::namespaced(self.workload().client.clone(), "default");
         let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
         let mut revisions: Vec<i64> = secrets
@@ -264,7 +269,7 @@ impl Helm {
     }
 
     /// Checks status, Events and logs for every secret this environment knows.
-    async fn assert_nothing_leaked(&self) {
+    pub(crate) async fn assert_nothing_leaked(&self) {
         for r in self
             .releases()
             .list(&ListParams::default())
@@ -285,7 +290,7 @@ impl Helm {
         assert_no_secrets("operator logs", &logs);
     }
 
-    async fn greeting(&self, release: &str) -> Option<String> {
+    pub(crate) async fn greeting(&self, release: &str) -> Option<String> {
         let cms: Api<ConfigMap> = Api::namespaced(self.workload().client.clone(), "default");
         cms.get_opt(&format!("{release}-config"))
             .await
@@ -293,11 +298,11 @@ impl Helm {
             .and_then(|cm| cm.data?.get("greeting").cloned())
     }
 
-    fn reconciles(&self) -> u64 {
+    pub(crate) fn reconciles(&self) -> u64 {
         self.env.reconciles("OmniHelmRelease")
     }
 
-    async fn events(&self, name: &str) -> Vec<(String, String, String)> {
+    pub(crate) async fn events(&self, name: &str) -> Vec<(String, String, String)> {
         self.env
             .events()
             .await
@@ -314,7 +319,7 @@ impl Helm {
     }
 }
 
-fn merge(base: &mut Value, extra: Value) {
+pub(crate) fn merge(base: &mut Value, extra: Value) {
     if let (Value::Object(b), Value::Object(e)) = (base, extra) {
         for (k, v) in e {
             b.insert(k, v);
@@ -322,18 +327,18 @@ fn merge(base: &mut Value, extra: Value) {
     }
 }
 
-fn revision(r: &OmniHelmRelease) -> Option<i64> {
+pub(crate) fn revision(r: &OmniHelmRelease) -> Option<i64> {
     r.status.as_ref().and_then(|s| s.release_revision)
 }
 
-fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
+pub(crate) fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
     condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
         && revision(r) == Some(rev)
         && r.status.as_ref().and_then(|s| s.release_status.as_deref()) == Some("deployed")
 }
 
 /// Waits until the controller has finished at least one more reconcile than `before`.
-async fn reconciled_since(env: &Helm, before: u64) {
+pub(crate) async fn reconciled_since(env: &Helm, before: u64) {
     let until = Instant::now() + WAIT;
     while env.reconciles() <= before {
         assert!(Instant::now() < until, "no reconcile happened");

@@ -25,6 +25,7 @@ use omni_operator::api::OmniCluster;
 use omni_operator::controllers::backoff_delay;
 use omni_operator::domain::tenancy::{Tenancy, Timeouts};
 use serde_json::{Value, json};
+use support::chart_server::{ChartServer, Entry, Serve, digest, index, package};
 use support::env::{Env, KEY_FIELD, KEY_SECRET, NS};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
 
@@ -148,7 +149,14 @@ const CASES: &[Case] = &[
     suspended("omnikubeconfigexports", "paused-export"),
     suspended("omnisecretsyncs", "paused-sync"),
     suspended("omnihelmreleases", "paused-release"),
+    // Releases that wait: for a dependency, for their cluster's health, after a spent budget.
+    case("omnihelmreleases", "dependant", "DependencyNotReady"),
+    case("omnihelmreleases", "gated", "ClusterNotHealthy"),
+    case("omnihelmreleases", "spent", "RetriesExhausted"),
 ];
+
+/// The releases of [`CASES`] that wait rather than retry: they make no write at all.
+const WAITING: [&str; 3] = ["dependant", "gated", "spent"];
 
 /// How many retries the backoff allows in `window` at the fastest jitter (0.8).
 fn backoff_steps(window: Duration) -> u64 {
@@ -222,6 +230,8 @@ struct Quiet {
     env: Env,
     _workload: RunningKubeSim,
     _tarpit: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// A repository serving chart `demo` 0.1.0, for a release whose Helm run itself fails.
+    repo: ChartServer,
     helm_log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -251,6 +261,19 @@ impl Quiet {
             .start()
             .await;
         let (tarpit, held) = support::chart_server::tarpit().await;
+        let repo = ChartServer::start(Serve::default()).await;
+        let chart = package("demo", "0.1.0", "hello");
+        repo.put(
+            "/index.yaml",
+            index(&[Entry {
+                name: "demo",
+                version: "0.1.0",
+                digest: &digest(&chart),
+                url: "demo-0.1.0.tgz",
+            }]),
+            "application/yaml",
+        );
+        repo.put("/demo-0.1.0.tgz", chart, "application/gzip");
         let (workload, workload_client) = kube_sim().await;
         let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -304,6 +327,7 @@ impl Quiet {
             env,
             _workload: workload,
             _tarpit: held,
+            repo,
             helm_log,
             _dir: dir,
         }
@@ -557,6 +581,44 @@ impl Quiet {
         .await;
         create_json(
             c,
+            release(
+                "dependant",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"dependsOn": [{"name": "waiting"}]}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
+                "gated",
+                "lonely",
+                "workload-kubeconfig",
+                // Past the start gate (its cluster never syncs), held by the health gate.
+                json!({"startWhen": "ClusterExists", "clusterHealth": {"require": "Running"}}),
+            ),
+        )
+        .await;
+        // Its one install attempt fails (the chart is fetched and verified, but its namespace
+        // does not exist in the workload cluster), with no retry allowed. A chart that cannot
+        // be fetched would not do: a fetch failure spends no budget (no Helm ran).
+        create_json(
+            c,
+            release(
+                "spent",
+                "healthy",
+                "workload-kubeconfig",
+                json!({
+                    "namespace": "no-such-namespace",
+                    "chart": {"repository": self.repo.url, "chart": "demo", "version": "0.1.0"},
+                    "install": {"remediation": {"retries": 0}},
+                }),
+            ),
+        )
+        .await;
+        create_json(
+            c,
             release("tarpitted", "healthy", "tarpit-kubeconfig", json!({})),
         )
         .await;
@@ -705,6 +767,16 @@ async fn failing_objects_write_only_when_their_status_changes() {
         "failing objects are not quiet (bound {bound} writes per object):\n{}",
         loud.join("\n")
     );
+    // Waiting for another object, or for a spec change after a spent budget, retries
+    // nothing: not a single write.
+    for name in WAITING {
+        let writes = env
+            .env
+            .kube
+            .hooks()
+            .writes_to_object("omnihelmreleases", Some(NS), name);
+        assert_eq!(writes, 0, "{name} wrote {writes} times while waiting");
+    }
     let omni_writes = env.env.omni.writes_total() - omni_writes;
     assert!(
         omni_writes <= bound,

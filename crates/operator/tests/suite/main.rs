@@ -21,6 +21,7 @@ mod cli_validate;
 mod controllers_child_wakes;
 mod controllers_cluster;
 mod controllers_export;
+mod controllers_helm_policies;
 mod controllers_helm_release;
 mod controllers_omni_api;
 mod controllers_omni_api3;

@@ -193,6 +193,12 @@ pub(crate) fn desired_status(
             d.resume();
             // Nothing is pending: what was planned is applied, or there was nothing.
             d.s.plan = None;
+            // A forced sync (a fresh read of Omni) counts as an attempt, recorded once.
+            let forced = force_requested(cluster);
+            if let Some(token) = forced {
+                d.s.last_handled_force_at = Some(token.to_string());
+                d.s.last_attempt_time = Some(now);
+            }
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);
@@ -291,6 +297,19 @@ pub(crate) fn retry_policy(failure: &ClusterFailure, sync_interval: Duration) ->
         RetryPolicy::Poll(after) => RetryPolicy::Poll(after.min(sync_interval)),
         other => other,
     }
+}
+
+/// The force request `cluster` carries and has not handled yet.
+pub(super) fn force_requested(cluster: &OmniCluster) -> Option<&str> {
+    let handled = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    crate::api::keys::new_request(
+        &cluster.metadata,
+        crate::api::keys::FORCE_AT_ANNOTATION,
+        handled,
+    )
 }
 
 #[cfg(test)]

@@ -188,7 +188,9 @@ async fn sync(
         ctx.metrics.omni_rpc("sync", RpcOutcome::Unchanged);
         state.unrecorded.pending(&uid, cluster.status.as_ref())
     };
-    let (health, watched) = omni_view(ctx, state, conn, &client, &name).await;
+    // A force request reads Omni's view fresh, past the status watch.
+    let fresh = super::outcome::force_requested(cluster).is_some();
+    let (health, watched) = omni_view(ctx, state, conn, &client, &name, fresh).await;
     Ok(Done::Synced(Box::new(Synced {
         applied,
         health,
@@ -232,19 +234,20 @@ fn traced(
 }
 
 /// Omni's view of the cluster `name`: from the connection's status watch while it is live (no
-/// call, and a change of it wakes this cluster; `true`), else read (`false`).
+/// call, and a change of it wakes this cluster; `true`), else (or when `fresh`) read (`false`).
 async fn omni_view(
     ctx: &Context,
     state: &ClusterState,
     conn: &OmniConnection,
     client: &omni_client::Client,
     name: &str,
+    fresh: bool,
 ) -> (
     Result<omni_client::template::ClusterHealth, omni_client::template::StatusError>,
     bool,
 ) {
     let watch = state.omni.status_watch(conn);
-    if let Some(health) = watch.as_ref().and_then(|w| w.read(name)) {
+    if let Some(health) = watch.as_ref().filter(|_| !fresh).and_then(|w| w.read(name)) {
         return (health, true);
     }
     let deadline = tokio::time::Instant::now() + OMNI_DEADLINE;

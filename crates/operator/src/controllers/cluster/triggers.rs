@@ -22,6 +22,12 @@ pub enum ClusterTrigger {
     /// Kubernetes API ready or not: for dependants that read its spec or wait on it (exports,
     /// releases, children).
     ChangesAndConditions,
+    /// What [`ClusterTrigger::ChangesAndConditions`] passes, and what Omni reports of the
+    /// cluster's health in its typed status: the phase, each machine set's phase, readiness and
+    /// counts, the upgrade phases and the health checks' states. For dependants that wait for
+    /// the cluster to be healthy (releases with `spec.clusterHealth`); its messages and times
+    /// still wake nobody.
+    Health,
     /// Only the connection it names and the deletion mark, besides its appearance and deletion:
     /// for the connection (the key's hold and a waiting deletion read nothing else of it).
     Connection,
@@ -70,6 +76,7 @@ fn changes_of(
             };
             match trigger {
                 ClusterTrigger::ChangesAndConditions => own_change(o) ^ condition_states(o),
+                ClusterTrigger::Health => own_change(o) ^ condition_states(o) ^ health_states(o),
                 ClusterTrigger::Identity => identity(o),
                 ClusterTrigger::Connection => {
                     hash_of((&o.spec.connection_ref.name, deletion_mark(&o.metadata)))
@@ -87,6 +94,26 @@ fn identity(cluster: &OmniCluster) -> u64 {
         cluster.effective_cluster_name(),
         deletion_mark(&cluster.metadata),
         readiness(cluster),
+    ))
+}
+
+/// A hash of what Omni reports of `cluster`'s health in its typed status (values, not texts).
+fn health_states(cluster: &OmniCluster) -> u64 {
+    let Some(s) = &cluster.status else {
+        return hash_of(());
+    };
+    let sets: Vec<_> = s
+        .machine_sets
+        .iter()
+        .map(|m| (&m.id, &m.phase, m.ready, m.ready_machines, m.total_machines))
+        .collect();
+    let checks: Vec<_> = s.health_checks.iter().map(|h| (&h.id, &h.state)).collect();
+    hash_of((
+        &s.omni_phase,
+        sets,
+        &s.kubernetes_upgrade_phase,
+        &s.talos_upgrade_phase,
+        checks,
     ))
 }
 

@@ -125,10 +125,12 @@ impl HelmRun<'_> {
                     .await;
                 }
                 if info.status == HelmStatus::Deployed {
+                    let tests = super::test_hooks::after(r, req, self.session, verb, &info).await?;
                     Ok(Done::Deployed {
                         verb,
                         info,
                         digest: req.digest.clone(),
+                        tests,
                     })
                 } else {
                     Err(HelmFailure::NotDeployed {

@@ -160,8 +160,7 @@ pub(crate) async fn reachable(
 ) -> Result<(), Problem> {
     let ns = r.namespace().unwrap_or_default();
     let k = &r.spec.kubeconfig_secret_ref;
-    let cache_key = format!("{ns}/{}/{}", k.name, k.key);
-    let Ok(client) = state.workload.client_for(cache_key, &kubeconfig.raw).await else {
+    let Ok(client) = workload_client(state, r, kubeconfig).await else {
         return Ok(());
     };
     match client.apiserver_version().await {
@@ -171,6 +170,19 @@ pub(crate) async fn reachable(
         ))),
         _ => Ok(()),
     }
+}
+
+/// The client of the workload cluster of `kubeconfig`, as read (with the release's identity)
+/// and checked in this pass; shared with the other objects of the same kubeconfig Secret.
+pub(crate) async fn workload_client(
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    kubeconfig: &Kubeconfig,
+) -> Result<kube::Client, String> {
+    let ns = r.namespace().unwrap_or_default();
+    let k = &r.spec.kubeconfig_secret_ref;
+    let cache_key = format!("{ns}/{}/{}", k.name, k.key);
+    state.workload.client_for(cache_key, &kubeconfig.raw).await
 }
 
 /// Secret `name` of the release's namespace, read as the release's ServiceAccount (when it or

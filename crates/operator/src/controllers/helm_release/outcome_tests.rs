@@ -80,6 +80,7 @@ fn a_deployed_install_records_the_revision_and_the_applied_inputs() {
         verb: InstallVerb::Install,
         info: info("deployed", 1),
         digest: input_digest(&r),
+        tests: None,
     }));
     let s = desired_status(&r, &outcome, now());
     assert_eq!(

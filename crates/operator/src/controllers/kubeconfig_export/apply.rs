@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
 use super::holds::{add_hold, consumers, delete_owned, release_hold};
-use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY};
+use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY, force_requested};
 use super::probe::keep_stored;
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::state::ExportState;
@@ -230,7 +230,10 @@ async fn export(
                 name: target.name,
             }));
         }
-        if let Some(stored) = reuse(state, s, &target).await {
+        // A force request (`omni.texashpc.com/force-at`) mints a new kubeconfig once.
+        if force_requested(e).is_none()
+            && let Some(stored) = reuse(state, s, &target).await
+        {
             return Ok(Ok(Done::Exported(stored)));
         }
     }

@@ -312,6 +312,10 @@ pub(crate) fn desired_status(
     }
     match &outcome.result {
         Ok(Done::Exported(x)) => {
+            // A pass that exported with a force request pending minted (it never reuses then).
+            if let Some(token) = force_requested(e) {
+                d.s.last_handled_force_at = Some(token.to_string());
+            }
             d.s.kubeconfig_hash = x.hash.clone();
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;
@@ -345,6 +349,15 @@ pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Act
         // Resuming is a spec change, which wakes it.
         Done::Suspended => Action::await_change(),
     }
+}
+
+/// The force request `e` carries and has not handled yet.
+pub(super) fn force_requested(e: &OmniKubeconfigExport) -> Option<&str> {
+    let handled = e
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    crate::api::keys::new_request(&e.metadata, crate::api::keys::FORCE_AT_ANNOTATION, handled)
 }
 
 #[cfg(test)]

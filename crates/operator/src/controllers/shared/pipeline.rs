@@ -254,7 +254,8 @@ pub(crate) async fn reconcile<P: Pipeline>(
             Err(invalid) => Outcome::failed(invalid),
         }
     };
-    let status = obj.desired_status(&outcome, ctx.clock.now());
+    let mut status = obj.desired_status(&outcome, ctx.clock.now());
+    status::record_reconcile_request(&mut status, obj.meta());
     status::report(&ctx, obj.as_ref(), &status).await?;
     obj.announce(&ctx, &outcome, obj.stored_status(), &status)
         .await;

@@ -29,10 +29,10 @@ pub(crate) fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'
         .collect()
 }
 
-/// Whether condition `c` reads as good news (`Stalled` is the one inverted condition).
+/// Whether condition `c` reads as good news (`Stalled` and `Drifted` are the inverted ones).
 pub(crate) fn condition_healthy(c: &Condition) -> bool {
     match c.type_.as_str() {
-        "Stalled" => c.status != ConditionStatus::True,
+        "Stalled" | "Drifted" => c.status != ConditionStatus::True,
         _ => c.status == ConditionStatus::True,
     }
 }
@@ -181,6 +181,22 @@ pub(crate) trait Conditioned {
     fn conditions(&self) -> &[Condition];
     /// The conditions of this status, to change.
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+    /// The reconcile request (`omni.texashpc.com/reconcile-requested-at`) last handled, to
+    /// record a newer one.
+    fn handled_reconcile_mut(&mut self) -> &mut Option<String>;
+}
+
+/// Records on `status` the reconcile request `meta` carries, as handled by the pass that wrote
+/// it: every pass that reaches its status write handles the request it was woken for.
+pub(crate) fn record_reconcile_request(
+    status: &mut impl Conditioned,
+    meta: &kube::api::ObjectMeta,
+) {
+    if let Some(token) =
+        crate::api::keys::annotation(meta, crate::api::keys::RECONCILE_REQUESTED_AT_ANNOTATION)
+    {
+        *status.handled_reconcile_mut() = Some(token.to_string());
+    }
 }
 
 /// A kind of ours whose status [`report`] writes (each kind's module implements it).
@@ -212,6 +228,9 @@ macro_rules! reported {
             }
             fn conditions_mut(&mut self) -> &mut Vec<$crate::api::common::Condition> {
                 &mut self.conditions
+            }
+            fn handled_reconcile_mut(&mut self) -> &mut Option<String> {
+                &mut self.last_handled_reconcile_at
             }
         }
 

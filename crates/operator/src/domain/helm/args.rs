@@ -247,6 +247,28 @@ pub(crate) fn history(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<St
     read_call(&["history"], &["--max", "32"], request, files)
 }
 
+/// `helm test --timeout T -- NAME`: runs the release's test hooks and waits for them.
+pub(crate) fn test(
+    request: &ReleaseRequest,
+    timeout: Duration,
+    files: &CallFiles<'_>,
+) -> Vec<String> {
+    let mut args = vec!["test".to_string()];
+    args.extend(common_flags(files, &request.namespace));
+    args.extend(["--timeout".into(), go_duration(timeout)]);
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
+    args
+}
+
+/// `helm get manifest -- NAME`: the rendered objects of the newest revision (hooks left out),
+/// as YAML documents.
+pub(crate) fn manifest(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
+    let mut args = vec!["get".to_string(), "manifest".into()];
+    args.extend(common_flags(files, &request.namespace));
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

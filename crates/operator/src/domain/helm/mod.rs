@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedMutexGuard, Semaphore};
 
-pub(crate) use output::{HelmStatus, HistoryEntry, ReleaseInfo};
+pub(crate) use output::{HelmStatus, HistoryEntry, ReleaseInfo, TestHook};
 
 use args::{CallFiles, InstallVerb};
 
@@ -516,6 +516,15 @@ impl fmt::Debug for ReleaseSession {
     }
 }
 
+/// What one `helm test` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TestRun {
+    /// Why the tests did not pass (helm's error, credentials removed); `None` when they did.
+    pub(crate) failure: Option<String>,
+    /// Each test hook and the phase of its last run.
+    pub(crate) hooks: Vec<TestHook>,
+}
+
 /// What an uninstall did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UninstallOutcome {
@@ -666,6 +675,50 @@ impl ReleaseSession {
             action,
             message: err.to_string(),
         })
+    }
+
+    /// Runs the release's test hooks (`helm test`, at most `timeout`) and reads their phases
+    /// back from the release. A test that fails is a [`TestRun`] that did not pass, not an
+    /// error; an error is helm failing to run or to answer.
+    pub(crate) async fn test(
+        &self,
+        req: &ReleaseRequest,
+        timeout: Duration,
+    ) -> Result<TestRun, HelmError> {
+        let ran = self
+            .run(
+                "test",
+                args::test(req, timeout, &self.files()),
+                timeout + PROCESS_GRACE,
+            )
+            .await;
+        let failure = match ran {
+            Ok(_) => None,
+            Err(HelmError::Failed { message, .. }) => Some(message),
+            Err(HelmError::Timeout { seconds, .. }) => {
+                Some(format!("helm test did not finish within {seconds}s"))
+            }
+            Err(err) => return Err(err),
+        };
+        let out = self
+            .run("status", args::status(req, &self.files()), QUICK_CALL_LIMIT)
+            .await?;
+        let hooks = output::parse_test_hooks(&out).map_err(|err| HelmError::Output {
+            action: "status",
+            message: err.to_string(),
+        })?;
+        Ok(TestRun { failure, hooks })
+    }
+
+    /// The rendered objects of the release's newest revision (`helm get manifest`), as YAML
+    /// documents; hooks are not among them.
+    pub(crate) async fn manifest(&self, req: &ReleaseRequest) -> Result<String, HelmError> {
+        self.run(
+            "get manifest",
+            args::manifest(req, &self.files()),
+            QUICK_CALL_LIMIT,
+        )
+        .await
     }
 
     /// Rolls the release back to `revision`.
