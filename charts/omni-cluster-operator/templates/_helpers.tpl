@@ -126,4 +126,16 @@ Rendered as YAML and read back with fromYamlArray so every template iterates the
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.impersonation.enabled }}
+{{- /* Reads of the Secrets an object references are made as its ServiceAccount
+       (spec.serviceAccountName, --default-service-account): the operator may act as a
+       ServiceAccount of the namespaces it watches, and as nothing else (no users, no groups). */}}
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [impersonate]
+  {{- with .Values.impersonation.serviceAccountNames }}
+  resourceNames:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
 {{- end }}

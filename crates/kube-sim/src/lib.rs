@@ -12,6 +12,7 @@ mod events;
 mod field_validation;
 mod gc;
 pub mod hooks;
+mod impersonation;
 pub mod kubeconfig;
 mod numbers;
 mod object_meta;

@@ -321,6 +321,11 @@ async fn handle(
             None => return err_response(&ApiError::unauthorized()),
         },
     };
+    let user =
+        match crate::impersonation::apply(&headers, user, st.authorizer.as_deref(), &st.store) {
+            Ok(u) => u,
+            Err(e) => return err_response(&e),
+        };
     let path = uri.path();
     if let Some(resp) = crate::discovery::serve(&st.store, path, &headers) {
         return resp;

@@ -6,7 +6,9 @@
 //! - [`controllers`]: one module per kind, on the machinery of `controllers/shared`;
 //! - [`domain`]: what the controllers decide with and act through: the template render, the
 //!   change plan judged (destructive or not, its hash, applied or held), the checked
-//!   kubeconfig, export formats, the Secret policy, workload clients, the helm driver;
+//!   kubeconfig, export formats, the Secret policy, the deployment's multi-tenancy policy
+//!   (minted identities, chart sources, time bounds, impersonated reads), workload clients,
+//!   the helm driver and its chart fetcher;
 //! - [`process`]: the running operator: its runtime (controllers behind leader election),
 //!   webhook, metrics, probes, TLS, telemetry and API client;
 //! - [`cli`]: the subcommands of the `omni-operator` binary;

@@ -296,7 +296,8 @@ pub struct OmniClusterStatus {
     /// `metadata.generation` last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Validated` and `Synced`.
+    /// `Ready` (Omni reports the cluster running and usable), `Synced` (the template reached
+    /// Omni), `Validated`, and while they hold `Reconciling`, `Stalled` and `Suspended`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -351,12 +352,34 @@ pub struct OmniClusterStatus {
     /// Kubernetes version Omni reports for the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// Whether Omni reports the cluster's Kubernetes API ready (what dependants with
+    /// `startWhen: KubernetesAPIReady` wait for).
+    #[serde(
+        default,
+        rename = "kubernetesAPIReady",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kubernetes_api_ready: Option<bool>,
     /// Each Omni machine set with its phase and machine counts, sorted by ID.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_sets: Vec<MachineSetState>,
     /// Sync state of the cluster's Kubernetes manifests in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<ManifestsState>,
+    /// Omni's Kubernetes upgrade phase (`Done`, `Upgrading`, `Failed`, `Reverting`); anything
+    /// but `Done` is an upgrade in flight or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_upgrade_phase: Option<String>,
+    /// Omni's Talos upgrade phase (`Done`, `Upgrading`, `Failed`, `Reverting`,
+    /// `UpdatingMachineSchematics`); anything but `Done` is an upgrade in flight or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub talos_upgrade_phase: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (an Omni sync with a fresh read of Omni's status once per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
     /// The changes the operator computed and has not applied to Omni (mode `Plan`, a plan
     /// held for approval, an adoption that differs); absent when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

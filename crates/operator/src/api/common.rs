@@ -293,6 +293,13 @@ pub(crate) fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> 
     changed
 }
 
+/// Removes the condition of type `type_`; returns whether there was one.
+pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
+}
+
 /// The condition of the given type, if present.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -302,8 +309,15 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 pub(crate) mod condition_types {
     /// Overall readiness.
     pub(crate) const READY: &str = "Ready";
-    /// The object cannot make progress without intervention.
+    /// The object cannot make progress without a change of its spec (or of what it names);
+    /// present only while `True` (kstatus).
     pub(crate) const STALLED: &str = "Stalled";
+    /// The object is converging, or waiting for something to appear or become ready;
+    /// present only while `True` (kstatus).
+    pub(crate) const RECONCILING: &str = "Reconciling";
+    /// `spec.suspend` is set: the operator leaves the object's target alone; present only
+    /// while `True`.
+    pub(crate) const SUSPENDED: &str = "Suspended";
     /// Omni answered.
     pub(crate) const REACHABLE: &str = "Reachable";
     /// A child found its parent cluster.
@@ -316,6 +330,10 @@ pub(crate) mod condition_types {
     pub(crate) const EXPORTED: &str = "Exported";
     /// A Helm release was installed or upgraded.
     pub(crate) const RELEASED: &str = "Released";
+    /// The live objects of a Helm release differ from it (inverted, like `Stalled`).
+    pub(crate) const DRIFTED: &str = "Drifted";
+    /// The last `helm test` of a release passed.
+    pub(crate) const TEST_SUCCESS: &str = "TestSuccess";
 }
 
 /// Schema for a condition list: a list-map keyed by `type`, so server-side apply merges by type.
@@ -365,6 +383,58 @@ pub enum DeletionPolicy {
     Delete,
     /// Leave the external object in place.
     Orphan,
+}
+
+/// When a dependant of an OmniCluster (an export, a secret sync, a Helm release) first acts
+/// (`spec.startWhen`). Once it has (a kubeconfig exported, a copy written, a release
+/// installed), its cluster's later state does not hold it: an upgrade or a lost machine does
+/// not stop rotations, drift repairs or upgrades.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StartWhen {
+    /// When the OmniCluster is `Ready`: Omni reports it running, every machine set ready with
+    /// all its machines, the Kubernetes API ready.
+    #[default]
+    ClusterReady,
+    /// As soon as Omni reports the cluster's Kubernetes API ready (`status.kubernetesAPIReady`):
+    /// for what the cluster needs to become Ready, such as its CNI or a Secret the CNI reads.
+    #[serde(rename = "KubernetesAPIReady")]
+    KubernetesApiReady,
+    /// As soon as the OmniCluster exists, whatever Omni says of it: the original operator's
+    /// behaviour, for a kubeconfig Secret that does not depend on the cluster being up.
+    ClusterExists,
+}
+
+impl StartWhen {
+    /// The spellings the CRD schema allows.
+    pub(crate) const VALUES: [&str; 3] = ["ClusterReady", "KubernetesAPIReady", "ClusterExists"];
+}
+
+/// Schema for a [`StartWhen`] field.
+pub(crate) fn start_when_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": StartWhen::VALUES })
+}
+
+/// The problem of a `spec.serviceAccountName`, if it has one: a ServiceAccount's name is a DNS
+/// subdomain (the CRD schema says so too; this covers objects stored past it).
+pub(crate) fn service_account_name_error(
+    name: Option<&str>,
+) -> Option<super::validation::FieldError> {
+    let name = name?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    (name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+        super::validation::FieldError::invalid(
+            "spec.serviceAccountName",
+            name,
+            "must be the name of a ServiceAccount (a DNS subdomain: lower-case letters, digits, '-' and '.')",
+        )
+    })
 }
 
 /// True when `s` is empty or only whitespace (Go's `strings.TrimSpace(s) == ""`).
@@ -585,6 +655,15 @@ mod tests {
         let mut generator = SchemaGenerator::default();
         check::<DeletionPolicy>(delete_orphan_schema(&mut generator), "delete");
         check::<HelmDeletionPolicy>(uninstall_orphan_schema(&mut generator), "");
+        let starts = check::<StartWhen>(start_when_schema(&mut generator), "KubernetesApiReady");
+        assert_eq!(
+            starts,
+            [
+                StartWhen::ClusterReady,
+                StartWhen::KubernetesApiReady,
+                StartWhen::ClusterExists
+            ]
+        );
         let formats = check::<ExportFormat>(export_format_schema(&mut generator), "ArgoCdCluster");
         for format in formats {
             assert_eq!(ExportFormat::parse(format.as_str()), Some(format));

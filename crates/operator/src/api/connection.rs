@@ -56,6 +56,15 @@ pub struct OmniConnectionSpec {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub insecure_skip_tls_verify: bool,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// Omni authentication settings.
@@ -88,11 +97,19 @@ pub struct OmniConnectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
     pub last_check_time: Option<jiff::Timestamp>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// Admission rules for OmniConnection (create and update alike).
 pub fn validate(new: &OmniConnection, _old: Option<&OmniConnection>) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let secret = &new.spec.auth.service_account_secret_ref;
     if is_blank(&secret.name) {
         v.push(FieldError::required(

@@ -93,6 +93,9 @@ pub struct OmniControlPlaneStatus {
     /// Name of the referenced OmniCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_ref: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// Admission rules for OmniControlPlane (create and update alike).

@@ -567,6 +567,9 @@ pub struct FleetSetStatus {
     /// Up to ten of those clusters, by name, with their reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<FailingCluster>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 #[cfg(test)]

@@ -11,6 +11,10 @@ use super::common::{
     date_time_schema, is_blank,
 };
 use super::duration::{Bounds, DurationError, DurationField, MAX_TIMEOUT, short_interval_error};
+use super::helm_policies::{
+    ClusterHealthGate, DriftDetection, DriftedObject, HelmTest, InstallPolicy, ReleaseHistoryEntry,
+    TestHookStatus, UpgradePolicy,
+};
 use super::validation::{FieldError, Validation};
 
 /// Desired state of an OmniHelmRelease.
@@ -69,6 +73,19 @@ pub struct OmniHelmReleaseSpec {
     /// Secret (same namespace) with the workload-cluster kubeconfig Helm uses, typically
     /// written by an OmniKubeconfigExport.
     pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// Stop acting on the target (no Helm install, upgrade or drift check; a values change waits for the resume) while keeping the object, its status and its
+    /// finalizer; `Ready` keeps its last state and `Suspended=True` says so. Deletion still
+    /// applies the deletion policy. Resuming acts once on what changed meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
+    /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
+    /// the cluster's later state does not hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::start_when_schema")]
+    pub start_when: Option<super::common::StartWhen>,
     /// Helm release name; defaults to `metadata.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
@@ -124,6 +141,39 @@ pub struct OmniHelmReleaseSpec {
     /// `0` disables the periodic check (changes to this object or its Secrets still trigger it).
     #[serde(default = "default_drift_check_interval")]
     pub drift_check_interval: DurationField,
+    /// OmniHelmReleases (same namespace, same OmniCluster) that must be `Ready` at their
+    /// current generation before this release is installed or upgraded; until then it reports
+    /// `DependencyNotReady` and runs no Helm. Deleting a release others depend on waits until
+    /// they are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<LocalObjectReference>,
+    /// Wait with installs and upgrades until the OmniCluster reports this state from Omni
+    /// (reason `ClusterNotHealthy` meanwhile). A deployed release is never removed because the
+    /// cluster is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_health: Option<ClusterHealthGate>,
+    /// What happens after a failed install: retries and their remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<InstallPolicy>,
+    /// What happens after a failed upgrade: retries and their remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradePolicy>,
+    /// Compare the release's objects with the live ones in the workload cluster at each drift
+    /// check, and report or correct differences.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_detection: Option<DriftDetection>,
+    /// Run `helm test` after each install and upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<HelmTest>,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// The chart to install.
@@ -150,6 +200,11 @@ pub struct HelmChart {
         skip_serializing_if = "Option::is_none"
     )]
     pub credentials_secret_ref: Option<ChartCredentialsRef>,
+    /// Allow plain HTTP where TLS is otherwise required: credentials may then be sent to an
+    /// `http://` repository, and an `oci://` registry is spoken to over plain HTTP. The operator
+    /// may be run so that it is never honoured (`--allow-insecure-chart-sources=false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 /// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
@@ -300,6 +355,39 @@ pub struct OmniHelmReleaseStatus {
     /// drifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_digest: Option<String>,
+    /// Digest of the inputs of the last install or upgrade attempted, successful or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_digest: Option<String>,
+    /// `metadata.generation` of the last install or upgrade attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_generation: Option<i64>,
+    /// Failed installs of the current inputs counted against `spec.install.remediation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_failures: Option<i64>,
+    /// Failed upgrades of the current inputs counted against `spec.upgrade.remediation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_failures: Option<i64>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (one forced
+    /// install or upgrade per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
+    /// The value of the `omni.texashpc.com/reset-at` annotation last handled (the failure
+    /// counts were reset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reset_at: Option<String>,
+    /// The test hooks of the last `helm test` run, with their phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_hooks: Vec<TestHookStatus>,
+    /// The last Helm revisions this object made, newest first (five, or `maxHistory` when it
+    /// is lower).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<ReleaseHistoryEntry>,
+    /// Live objects that differed from the release at the last drift check (at most ten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_objects: Vec<DriftedObject>,
 }
 
 impl OmniHelmRelease {
@@ -355,10 +443,20 @@ pub(crate) fn validate_stored(new: &OmniHelmRelease) -> Validation {
 
 fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let spec = &new.spec;
     target_rules(spec, &mut v);
     chart_rules(&spec.chart, &mut v);
     timing_rules(spec, bounds, &mut v);
+    super::helm_policies::rules(
+        new.metadata.name.as_deref().unwrap_or_default(),
+        spec,
+        &mut v,
+    );
     if !spec.chart.values.is_object() {
         v.push(FieldError::invalid(
             "spec.chart.values",
@@ -366,9 +464,9 @@ fn rules(new: &OmniHelmRelease, bounds: Bounds) -> Validation {
             VALUES_NOT_OBJECT,
         ));
     }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniHelmRelease uses a workload-cluster kubeconfig Secret and writes directly to that cluster");
-    }
+    // No warning on every apply that the release writes to the workload cluster (the
+    // original's): it is what the kind is for, nothing the user should change, and a warning
+    // printed on every apply hides the ones that are (decisions.md).
     v
 }
 
@@ -437,6 +535,13 @@ fn chart_rules(chart: &HelmChart, v: &mut Validation) {
             "spec.chart.chart",
             "chart.chart is required",
         ));
+    } else if let Err(e) = crate::domain::helm::source::location::check_chart(&chart.chart) {
+        v.push(FieldError::invalid(e.field, &chart.chart, e.detail));
+    } else if !chart.chart.trim().starts_with("oci://")
+        && is_absolute_url(chart.repository.trim())
+        && let Err(e) = crate::domain::helm::source::location::check_repository(&chart.repository)
+    {
+        v.push(FieldError::invalid(e.field, &chart.repository, e.detail));
     }
     if is_blank(&chart.version) {
         v.push(FieldError::required(

@@ -22,6 +22,38 @@ pub(crate) fn adopt_requested(meta: &ObjectMeta) -> bool {
         .is_some_and(|value| value == "true")
 }
 
+/// Annotation asking for a pass now: any new value runs one (for an OmniHelmRelease including
+/// its drift check), and the pass records the value in `status.lastHandledReconcileAt`. Every
+/// kind honours it.
+pub const RECONCILE_REQUESTED_AT_ANNOTATION: &str = "omni.texashpc.com/reconcile-requested-at";
+/// Annotation asking for the kind's action even when nothing changed: one Helm upgrade (or
+/// install) of an OmniHelmRelease, one Omni sync with a fresh read of Omni's status for an
+/// OmniCluster, one newly minted kubeconfig for an OmniKubeconfigExport, one copy written for an
+/// OmniSecretSync. Each new value is acted on once and recorded in `status.lastHandledForceAt`.
+pub const FORCE_AT_ANNOTATION: &str = "omni.texashpc.com/force-at";
+/// Annotation resetting an OmniHelmRelease's failure counts (its retry budget): each new value
+/// lets a release that stopped at `RetriesExhausted` try again, and is recorded in
+/// `status.lastHandledResetAt`.
+pub const RESET_AT_ANNOTATION: &str = "omni.texashpc.com/reset-at";
+
+/// The value of annotation `key` on `meta`, if it has one.
+pub(crate) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The value of the request annotation `key` on `meta` when it is not `handled` (the value a
+/// status recorded): a request not acted on yet.
+pub(crate) fn new_request<'a>(
+    meta: &'a ObjectMeta,
+    key: &str,
+    handled: Option<&str>,
+) -> Option<&'a str> {
+    annotation(meta, key).filter(|token| Some(*token) != handled)
+}
+
 /// Finalizer the operator puts on kinds that own remote or external state.
 pub const FINALIZER: &str = "omni.texashpc.com/finalizer";
 /// Finalizer from before the API group rename; still honoured on OmniConnection and OmniCluster.
@@ -139,6 +171,21 @@ pub(crate) const HELM_STARTED_REVISION_LABEL: &str = "omni.texashpc.com/started-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_new_until_its_value_is_recorded() {
+        let meta = ObjectMeta {
+            annotations: Some([(FORCE_AT_ANNOTATION.to_string(), "t1".to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(new_request(&meta, FORCE_AT_ANNOTATION, None), Some("t1"));
+        assert_eq!(
+            new_request(&meta, FORCE_AT_ANNOTATION, Some("t0")),
+            Some("t1")
+        );
+        assert_eq!(new_request(&meta, FORCE_AT_ANNOTATION, Some("t1")), None);
+        assert_eq!(new_request(&meta, RESET_AT_ANNOTATION, None), None);
+    }
 
     #[test]
     fn adoption_needs_the_annotation_set_to_true() {

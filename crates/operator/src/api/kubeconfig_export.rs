@@ -15,9 +15,6 @@ use super::duration::{Bounds, DurationError, DurationField, GoDuration, MIN_INTE
 use super::export_registration::{ArgoCdRegistration, ExportTarget};
 use super::validation::{FieldError, Validation};
 
-/// Group that grants cluster-admin in the workload cluster.
-pub(crate) const CLUSTER_ADMIN_GROUP: &str = "system:masters";
-
 /// Desired state of an OmniKubeconfigExport: which cluster, which identity, how long the
 /// credential lives and where it is written.
 // Every `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
@@ -110,6 +107,19 @@ pub struct OmniKubeconfigExportSpec {
     /// `ArgoCDCluster` only).
     #[serde(default, rename = "argoCD", skip_serializing_if = "Option::is_none")]
     pub argo_cd: Option<ArgoCdRegistration>,
+    /// Stop acting on the target (no mint, rotation or Secret write) while keeping the object, its status and its
+    /// finalizer; `Ready` keeps its last state and `Suspended=True` says so. Deletion still
+    /// applies the deletion policy. Resuming acts once on what changed meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
+    /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
+    /// the cluster's later state does not hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::start_when_schema")]
+    pub start_when: Option<super::common::StartWhen>,
 }
 
 pub(crate) fn export_format_schema(_: &mut SchemaGenerator) -> Schema {
@@ -195,7 +205,10 @@ pub struct ExportServiceAccount {
     /// to them in the workload cluster; the operator creates none.
     #[schemars(schema_with = "string_set_schema")]
     pub groups: Vec<String>,
-    /// Must be true to export a kubeconfig with the `system:masters` group.
+    /// Must be true to export a kubeconfig for a cluster-admin-equivalent identity: the
+    /// `system:masters` group, any other `system:` user or group but `system:authenticated`,
+    /// `kubeadm:cluster-admins`, or one the deployment adds. The operator may be run so that it
+    /// is never honoured (`--allow-cluster-admin-exports=false`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_cluster_admin: bool,
 }
@@ -262,9 +275,45 @@ pub struct OmniKubeconfigExportStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "date_time_schema")]
     pub last_rotation_time: Option<jiff::Timestamp>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (a kubeconfig minted once per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
 }
 
 impl OmniKubeconfigExport {
+    /// The identities, consent and lifetime this export asks Omni for, with their field paths
+    /// (for [`crate::domain::identity_policy`]). An unparseable ttl counts as zero: its own
+    /// rule reports it.
+    pub(crate) fn mint_request(&self) -> crate::domain::identity_policy::MintRequest<'_> {
+        use crate::domain::identity_policy::{MintRequest, Named};
+        let sa = &self.spec.service_account;
+        let mut identities = vec![Named {
+            field: "spec.serviceAccount.user".into(),
+            name: &sa.user,
+        }];
+        identities.extend(sa.groups.iter().enumerate().map(|(i, g)| Named {
+            field: format!("spec.serviceAccount.groups[{i}]").into(),
+            name: g,
+        }));
+        MintRequest {
+            identities,
+            consent_field: "spec.serviceAccount.allowClusterAdmin",
+            consent_hint: "serviceAccount.allowClusterAdmin: true",
+            allow_cluster_admin: sa.allow_cluster_admin,
+            ttl_field: "spec.ttl",
+            ttl: self
+                .spec
+                .ttl
+                .duration()
+                .ok()
+                .and_then(|d| d.to_std())
+                .unwrap_or_default(),
+        }
+    }
+
     /// Namespace of the target Secret: `spec.targetSecretRef.namespace`, else the export's own.
     pub fn effective_target_namespace(&self) -> String {
         match self.spec.target_secret_ref.namespace.as_deref() {
@@ -402,7 +451,7 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
     let mut v = Validation::new();
     let spec = &new.spec;
     reference_rules(spec, &mut v);
-    let cluster_admin_requested = service_account_rules(&spec.service_account, &mut v);
+    let cluster_admin_requested = service_account_rules(new, &mut v);
     super::export_registration::rules(spec, &mut v);
     duration_rules(spec, bounds, &mut v);
     let sa = &spec.service_account;
@@ -413,8 +462,12 @@ fn rules(new: &OmniKubeconfigExport, bounds: Bounds) -> Validation {
             problem,
         ));
     }
-    if sa.allow_cluster_admin && cluster_admin_requested {
-        v.warn("system:masters exports a cluster-admin kubeconfig into the management cluster");
+    if sa.allow_cluster_admin
+        && let Some(name) = cluster_admin_requested
+    {
+        v.warn(format!(
+            "{name} exports a cluster-admin kubeconfig into the management cluster"
+        ));
     }
     v
 }
@@ -458,8 +511,10 @@ fn reference_rules(spec: &OmniKubeconfigExportSpec, v: &mut Validation) {
     }
 }
 
-/// The identity the kubeconfig is minted for; whether it asks for `system:masters`.
-fn service_account_rules(sa: &ExportServiceAccount, v: &mut Validation) -> bool {
+/// The identity the kubeconfig is minted for; the cluster-admin-equivalent identity it asks
+/// for, if any.
+fn service_account_rules<'a>(new: &'a OmniKubeconfigExport, v: &mut Validation) -> Option<&'a str> {
+    let sa = &new.spec.service_account;
     if is_blank(&sa.user) {
         v.push(FieldError::required(
             "spec.serviceAccount.user",
@@ -472,7 +527,6 @@ fn service_account_rules(sa: &ExportServiceAccount, v: &mut Validation) -> bool 
             "at least one service account group is required",
         ));
     }
-    let mut cluster_admin_requested = false;
     for (i, group) in sa.groups.iter().enumerate() {
         let path = format!("spec.serviceAccount.groups[{i}]");
         let trimmed = group.trim();
@@ -492,17 +546,19 @@ fn service_account_rules(sa: &ExportServiceAccount, v: &mut Validation) -> bool 
         {
             v.push(FieldError::duplicate(&path, trimmed));
         }
-        if trimmed == CLUSTER_ADMIN_GROUP {
-            cluster_admin_requested = true;
-            if !sa.allow_cluster_admin {
-                v.push(FieldError::forbidden(
-                    path,
-                    "system:masters requires serviceAccount.allowClusterAdmin: true",
-                ));
-            }
-        }
     }
-    cluster_admin_requested
+    // Every cluster-admin-equivalent identity, user or group, needs the same consent as
+    // system:masters (crate::domain::identity_policy); the deployment's own rules are the
+    // controller's.
+    let request = new.mint_request();
+    for refusal in crate::domain::identity_policy::builtin_refusals(&request) {
+        v.push(FieldError::forbidden(refusal.field, refusal.detail));
+    }
+    request
+        .identities
+        .iter()
+        .find(|id| crate::domain::identity_policy::is_builtin_privileged(id.name))
+        .map(|id| id.name.trim())
 }
 
 /// The kubeconfig's lifetime and when it is renewed.
@@ -588,6 +644,47 @@ mod tests {
             "serviceAccount": {"user": "edge-automation", "groups": ["cluster-automation"]},
             "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete",
         })
+    }
+
+    /// Every cluster-admin-equivalent identity needs the consent system:masters needs, in
+    /// admission as in the controller (which re-runs these rules); with it, admission warns.
+    #[test]
+    fn cluster_admin_equivalent_identities_need_consent() {
+        for (user, group, path) in [
+            (
+                "system:kube-scheduler",
+                "automation",
+                "spec.serviceAccount.user",
+            ),
+            (
+                "system:node:worker-1",
+                "automation",
+                "spec.serviceAccount.user",
+            ),
+            (
+                "automation",
+                "kubeadm:cluster-admins",
+                "spec.serviceAccount.groups[0]",
+            ),
+            (
+                "automation",
+                "system:nodes",
+                "spec.serviceAccount.groups[0]",
+            ),
+        ] {
+            let mut spec = base();
+            spec["serviceAccount"] = serde_json::json!({"user": user, "groups": [group]});
+            let refused = validate(&export(spec.clone()), None);
+            let paths: Vec<&str> = refused.errors.iter().map(|e| e.path.as_str()).collect();
+            assert_eq!(paths, [path], "{user} {group}");
+            spec["serviceAccount"]["allowClusterAdmin"] = true.into();
+            let consented = validate(&export(spec), None);
+            assert!(consented.is_valid(), "{consented:?}");
+            assert_eq!(consented.warnings.len(), 1, "{consented:?}");
+        }
+        let mut spec = base();
+        spec["serviceAccount"]["groups"] = serde_json::json!(["system:authenticated"]);
+        assert!(validate(&export(spec), None).is_valid());
     }
 
     /// Admission refuses a ttl or rotation spacing under 10 s; a stored object keeps it, and the

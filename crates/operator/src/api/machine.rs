@@ -114,6 +114,9 @@ pub struct OmniMachineStatus {
     /// Effective Omni machine ID.
     #[serde(rename = "machineID", default, skip_serializing_if = "Option::is_none")]
     pub machine_id: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 impl OmniMachine {

@@ -58,6 +58,8 @@ reasons! {
     MissingConnection = "MissingConnection",
     /// A Secret the object names, or a key in it, does not exist or is empty.
     MissingSecret = "MissingSecret",
+    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference. Only a change of RBAC or of the spec helps (`Stalled=True`); it is looked at again every minute.
+    AccessDenied = "AccessDenied",
     /// Not exactly one OmniControlPlane names the cluster.
     MissingTemplate = "MissingTemplate",
     /// The spec, the rendered template or an input breaks a rule; the message names the field.
@@ -70,9 +72,29 @@ reasons! {
     Synced = "Synced",
     /// Writing the desired state to its destination failed; it is retried.
     SyncFailed = "SyncFailed",
+    /// A server the object names (a workload API server, a chart source) did not answer within the operator's time bounds; it is retried.
+    Timeout = "Timeout",
     /// The template is synced, but Omni's view of the cluster could not be read.
     StatusFailed = "StatusFailed",
-    /// `spec.suspend` is set: nothing is synced.
+    /// Omni refused the template as invalid (an unsupported or incompatible version, a rule Omni enforces); only a spec change can fix it (`Stalled=True`).
+    OmniRejected = "OmniRejected",
+    /// Omni reports the cluster running: every machine set ready with all its machines healthy, the Kubernetes API ready, no upgrade in flight and no health check failing.
+    Running = "Running",
+    /// A machine set has fewer machines than it asks for, or some are not healthy yet; the message names the set's OmniControlPlane or OmniWorkers and the counts (`Reconciling=True`).
+    WaitingForMachines = "WaitingForMachines",
+    /// Omni is upgrading the cluster's Talos or Kubernetes version (`Reconciling=True`).
+    Upgrading = "Upgrading",
+    /// Omni does not report the cluster's Kubernetes API ready yet (`Reconciling=True`).
+    KubernetesNotReady = "KubernetesNotReady",
+    /// A Kubernetes health check of the cluster failed in its last run; Omni runs it again (`Reconciling=True`).
+    HealthCheckFailed = "HealthCheckFailed",
+    /// Omni reports the cluster in a phase other than running, or not ready, for a reason not listed above (`Reconciling=True`).
+    ClusterNotRunning = "ClusterNotRunning",
+    /// Omni has not yet created what the object waits for (a new cluster's status, the cluster a kubeconfig is minted for); it is looked at again (`Reconciling=True`).
+    WaitingForOmni = "WaitingForOmni",
+    /// The OmniCluster the object names is not Ready yet: a dependant waits for it before it first acts (`spec.startWhen`), a child is Ready once its cluster is (`Reconciling=True`).
+    ClusterNotReady = "ClusterNotReady",
+    /// `spec.suspend` is set: the operator leaves the object's target alone, and `Ready` keeps its last state (`Suspended=True`).
     Suspended = "Suspended",
     /// The operator could not finish the pass (a watch not ready, a Helm failure); it is retried.
     ReconcileFailed = "ReconcileFailed",
@@ -92,6 +114,8 @@ reasons! {
     HelmUninstalled = "HelmUninstalled",
     /// The operator has no usable helm binary.
     HelmUnavailable = "HelmUnavailable",
+    /// The chart could not be fetched from its repository or registry, or failed its digest check; the message says which, in the operator's words.
+    ChartFetchFailed = "ChartFetchFailed",
     /// A Helm operation younger than its timeout holds the release; it is looked at again later.
     ReleasePending = "ReleasePending",
     /// The release has been pending longer than its timeout and is not recovered automatically.
@@ -104,8 +128,22 @@ reasons! {
     UninstallSkipped = "UninstallSkipped",
     /// An existing Helm release was taken over on the adopt annotation (Event).
     Adopted = "Adopted",
-    /// A release the operator had applied changed behind its back and is applied again (Event).
+    /// A release the operator had applied changed behind its back: applied again, or (live objects under `driftDetection.mode: Warn`) reported in the `Drifted` condition (Event).
     DriftDetected = "DriftDetected",
+    /// Live objects of a release that differed from it were put back without a new Helm revision (Event, and `Drifted=False`).
+    DriftCorrected = "DriftCorrected",
+    /// A release named in `spec.dependsOn` is not Ready at its current generation; no Helm runs until it is.
+    DependencyNotReady = "DependencyNotReady",
+    /// The OmniCluster is not in the state `spec.clusterHealth.require` asks for; installs and upgrades wait.
+    ClusterNotHealthy = "ClusterNotHealthy",
+    /// Every retry `spec.install.remediation` or `spec.upgrade.remediation` allows failed; no Helm runs until the spec or chart changes or the reset annotation is set.
+    RetriesExhausted = "RetriesExhausted",
+    /// A failed install or upgrade was uninstalled or rolled back by its remediation policy (Event).
+    Remediated = "Remediated",
+    /// Every test hook of the release passed (`TestSuccess`).
+    TestSucceeded = "TestSucceeded",
+    /// A test hook of the release failed or did not finish (`TestSuccess`).
+    TestFailed = "TestFailed",
     /// A plan that would destroy something in Omni (the cluster's deletion included) waits, all of it, for the annotation `omni.texashpc.com/approve-plan` to carry its hash.
     ApprovalRequired = "ApprovalRequired",
     /// An Omni cluster being adopted differs from the manifests; nothing is written to Omni until they match or the plan is approved.
@@ -124,6 +162,8 @@ reasons! {
     TemplateFailed = "TemplateFailed",
     /// An object of the name the set would generate exists and was not generated by it; it is left unchanged (the message names it).
     NameCollision = "NameCollision",
+    /// A change set was written to Omni; the note counts the changes per resource type (Event).
+    ChangesApplied = "ChangesApplied",
 }
 
 impl Reason {

@@ -17,11 +17,12 @@ pub(crate) const DELETE_POLICY_CEL_RULE: &str =
 
 /// Every `pattern` this module can evaluate.
 #[cfg(test)]
-pub(crate) const KNOWN_PATTERNS: [&str; 4] = [
+pub(crate) const KNOWN_PATTERNS: [&str; 5] = [
     "^(https?|grpc)://.+",
     r"^v[0-9]+\.[0-9]+\.[0-9]+$",
     "^[A-Za-z0-9_-]+$",
     "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
 ];
 
 /// Checks a full object of `kind` against that kind's CRD schema. Unknown kinds yield no
@@ -379,6 +380,11 @@ fn check_string(schema: &Value, s: &str, path: &str, out: &mut Vec<FieldError>) 
 pub fn matches_pattern(pattern: &str, s: &str) -> Option<bool> {
     let alnum_dash_underscore = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     let lower_alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let dns_label = |s: &str| {
+        s.chars().next().is_some_and(lower_alnum)
+            && s.chars().last().is_some_and(lower_alnum)
+            && s.chars().all(|c| lower_alnum(c) || c == '-')
+    };
     Some(match pattern {
         "^(https?|grpc)://.+" => ["http://", "https://", "grpc://"].iter().any(|p| {
             s.strip_prefix(p)
@@ -393,10 +399,10 @@ pub fn matches_pattern(pattern: &str, s: &str) -> Option<bool> {
                     .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         }),
         "^[A-Za-z0-9_-]+$" => !s.is_empty() && s.chars().all(alnum_dash_underscore),
-        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" => {
-            s.chars().next().is_some_and(lower_alnum)
-                && s.chars().last().is_some_and(lower_alnum)
-                && s.chars().all(|c| lower_alnum(c) || c == '-')
+        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" => dns_label(s),
+        // A DNS subdomain (`spec.serviceAccountName`): dot-separated labels.
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" => {
+            s.split('.').all(dns_label)
         }
         _ => return None,
     })
@@ -436,6 +442,13 @@ mod tests {
         assert!(!m(KNOWN_PATTERNS[3], "-a"));
         assert!(!m(KNOWN_PATTERNS[3], "a-"));
         assert!(!m(KNOWN_PATTERNS[3], "Apps"));
+        assert!(m(KNOWN_PATTERNS[4], "tenant"));
+        assert!(m(KNOWN_PATTERNS[4], "tenant.reader-1"));
+        assert!(!m(KNOWN_PATTERNS[4], "tenant."));
+        assert!(!m(KNOWN_PATTERNS[4], ".tenant"));
+        assert!(!m(KNOWN_PATTERNS[4], "tenant..a"));
+        assert!(!m(KNOWN_PATTERNS[4], "Tenant"));
+        assert!(!m(KNOWN_PATTERNS[4], ""));
         assert_eq!(matches_pattern("^x$", "x"), None);
     }
 

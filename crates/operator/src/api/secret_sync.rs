@@ -66,6 +66,19 @@ pub struct OmniSecretSyncSpec {
     /// Secret (same namespace) with the workload-cluster kubeconfig. Cannot be changed after
     /// creation, so Secret data cannot be redirected to another cluster.
     pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// Stop acting on the target (no copy, no drift repair) while keeping the object, its status and its
+    /// finalizer; `Ready` keeps its last state and `Suspended=True` says so. Deletion still
+    /// applies the deletion policy. Resuming acts once on what changed meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
+    /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
+    /// the cluster's later state does not hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::start_when_schema")]
+    pub start_when: Option<super::common::StartWhen>,
     /// Secret in this namespace whose `data` is copied.
     pub source_secret_ref: LocalObjectReference,
     /// Where the copy is written in the workload cluster.
@@ -85,6 +98,15 @@ pub struct OmniSecretSyncSpec {
     /// `Delete` removes the copy (if this sync owns it) when the sync is deleted; `Orphan` keeps it.
     #[schemars(schema_with = "delete_orphan_schema")]
     pub deletion_policy: DeletionPolicy,
+    /// ServiceAccount (same namespace) whose identity reads the Secrets this object references:
+    /// the operator impersonates it, so the object can use only what the ServiceAccount may
+    /// read. Unset: the operator's `--default-service-account`, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// A Secret in the workload cluster.
@@ -144,11 +166,22 @@ pub struct OmniSecretSyncStatus {
     /// Error of the last attempt; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The value of the `omni.texashpc.com/force-at` annotation last handled (the copy written once per value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_force_at: Option<String>,
 }
 
 /// Admission rules for OmniSecretSync. On update the kubeconfig Secret reference is immutable.
 pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validation {
     let mut v = Validation::new();
+    if let Some(e) =
+        super::common::service_account_name_error(new.spec.service_account_name.as_deref())
+    {
+        v.push(e);
+    }
     let spec = &new.spec;
     if is_blank(&spec.cluster_ref.name) {
         v.push(FieldError::required(
@@ -209,8 +242,6 @@ pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validatio
             ));
         }
     }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniSecretSync uses a workload-cluster kubeconfig Secret and writes Secret data directly to that cluster");
-    }
+    // No warning on every apply (the original's): see OmniHelmRelease's rules.
     v
 }

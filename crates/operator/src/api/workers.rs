@@ -129,6 +129,9 @@ pub struct OmniWorkersStatus {
     /// Effective worker-set name in Omni.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_set_name: Option<String>,
+    /// The value of the `omni.texashpc.com/reconcile-requested-at` annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 impl OmniWorkers {

@@ -57,16 +57,24 @@ pub struct KubeconfigArgs {
     /// Kubernetes user name the token is issued for.
     #[arg(long)]
     pub user: String,
-    /// Kubernetes group (repeatable, at least one). `system:masters` (cluster admin) also needs
+    /// Kubernetes group (repeatable, at least one). A cluster-admin-equivalent user or group
+    /// (`system:masters`, any other `system:` name but `system:authenticated`,
+    /// `kubeadm:cluster-admins`, or one given with `--privileged-identity`) also needs
     /// `--allow-cluster-admin`, as an OmniKubeconfigExport needs `allowClusterAdmin`.
     #[arg(long = "group", required = true)]
     pub groups: Vec<String>,
-    /// Allow requesting the `system:masters` group.
+    /// Allow requesting a cluster-admin-equivalent user or group.
     #[arg(long)]
     pub(crate) allow_cluster_admin: bool,
+    /// A further user or group to treat like `system:masters` (repeatable or comma-separated).
+    #[arg(long = "privileged-identity", value_delimiter = ',')]
+    pub(crate) privileged_identities: Vec<String>,
     /// Token lifetime as a Go duration (`1h`, `24h`, `8760h`).
     #[arg(long, default_value = "1h")]
     pub ttl: String,
+    /// Longest `--ttl` accepted (Go duration).
+    #[arg(long, default_value = "8760h", value_parser = crate::cli::run::parse_positive_duration)]
+    pub(crate) max_ttl: std::time::Duration,
     /// Write the kubeconfig to this file (mode 0600) instead of standard output.
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -93,16 +101,49 @@ impl Connection {
     }
 }
 
-/// The groups to request. There is no default: omnictl's is `system:masters`, and a debugging
-/// command should not hand out cluster admin unless asked to in so many words.
-fn requested_groups(groups: Vec<String>, allow_cluster_admin: bool) -> anyhow::Result<Vec<String>> {
-    if groups.is_empty() || groups.iter().any(|g| g.trim().is_empty()) {
+/// Checks the identity asked for: groups are required (there is no default: omnictl's is
+/// `system:masters`, and a debugging command should not hand out cluster admin unless asked to
+/// in so many words), and [`crate::domain::identity_policy`] decides the rest, as for an export.
+fn check_request(args: &KubeconfigArgs, ttl: std::time::Duration) -> anyhow::Result<()> {
+    use crate::domain::identity_policy::{IdentityPolicy, MintRequest, Named, PolicyFlags};
+    if args.groups.is_empty() || args.groups.iter().any(|g| g.trim().is_empty()) {
         anyhow::bail!("--group: give at least one non-blank Kubernetes group");
     }
-    if groups.iter().any(|g| g == "system:masters") && !allow_cluster_admin {
-        anyhow::bail!("--group system:masters grants cluster admin; add --allow-cluster-admin");
+    let policy = IdentityPolicy {
+        honour_allow_cluster_admin: true,
+        privileged: args
+            .privileged_identities
+            .iter()
+            .map(|s| s.trim().to_string())
+            .collect(),
+        max_ttl: args.max_ttl,
+        flags: PolicyFlags {
+            consent: None,
+            privileged: "--privileged-identity",
+            max_ttl: "--max-ttl",
+        },
+    };
+    let mut identities = vec![Named {
+        field: "--user".into(),
+        name: &args.user,
+    }];
+    identities.extend(args.groups.iter().map(|g| Named {
+        field: "--group".into(),
+        name: g,
+    }));
+    let refusals = policy.refusals(&MintRequest {
+        identities,
+        consent_field: "--allow-cluster-admin",
+        consent_hint: "--allow-cluster-admin",
+        allow_cluster_admin: args.allow_cluster_admin,
+        ttl_field: "--ttl",
+        ttl,
+    });
+    if !refusals.is_empty() {
+        let messages: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+        anyhow::bail!("{}", messages.join("; "));
     }
-    Ok(groups)
+    Ok(())
 }
 
 /// Runs the subcommand.
@@ -122,10 +163,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 async fn kubeconfig(args: KubeconfigArgs) -> anyhow::Result<ExitCode> {
     let ttl = omni_client::duration::parse_go_duration(&args.ttl).context("--ttl")?;
-    let groups = requested_groups(args.groups, args.allow_cluster_admin)?;
+    check_request(&args, ttl)?;
     let client = args.connection.client()?;
     let kubeconfig = client
-        .kubeconfig(&args.cluster, ttl, &args.user, &groups)
+        .kubeconfig(&args.cluster, ttl, &args.user, &args.groups)
         .await
         .with_context(|| format!("get kubeconfig for Omni cluster {:?}", args.cluster))?;
     match args.output {
@@ -209,17 +250,47 @@ mod tests {
         ];
         // No silent default group (it used to be system:masters).
         assert!(Cli::try_parse_from(base).is_err());
-        let err = requested_groups(vec!["system:masters".into()], false).expect_err("refused");
-        assert!(err.to_string().contains("--allow-cluster-admin"), "{err}");
+        let check = |user: &str, groups: &[&str], extra: &[&str]| {
+            let mut argv: Vec<&str> = base.to_vec();
+            argv.retain(|a| *a != "ci" && *a != "--user");
+            argv.extend(["--user", user]);
+            for g in groups {
+                argv.extend(["--group", g]);
+            }
+            argv.extend(extra);
+            match Cli::try_parse_from(argv).expect("parses").args.command {
+                Command::Kubeconfig(k) => {
+                    let ttl = omni_client::duration::parse_go_duration(&k.ttl).expect("ttl");
+                    check_request(&k, ttl).map_err(|e| e.to_string())
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        for (user, group) in [
+            ("ci", "system:masters"),
+            ("ci", "kubeadm:cluster-admins"),
+            ("system:kube-controller-manager", "viewers"),
+            ("system:node:x", "viewers"),
+        ] {
+            let err = check(user, &[group], &[]).expect_err("refused");
+            assert!(err.contains("requires --allow-cluster-admin"), "{err}");
+            assert_eq!(check(user, &[group], &["--allow-cluster-admin"]), Ok(()));
+        }
+        let err = check(
+            "ci",
+            &["platform:admins"],
+            &["--privileged-identity=platform:admins"],
+        )
+        .expect_err("added identity");
+        assert!(err.contains("--privileged-identity"), "{err}");
+        let err = check("ci", &["viewers"], &["--ttl", "87600h"]).expect_err("too long");
+        assert!(err.contains("--ttl") && err.contains("--max-ttl"), "{err}");
         assert_eq!(
-            requested_groups(vec!["system:masters".into()], true).expect("consented"),
-            ["system:masters"]
+            check("ci", &["viewers"], &["--ttl", "48h", "--max-ttl", "48h"]),
+            Ok(())
         );
-        assert!(requested_groups(vec![" ".into()], false).is_err());
-        assert_eq!(
-            requested_groups(vec!["viewers".into()], false).expect("plain group"),
-            ["viewers"]
-        );
+        assert!(check("ci", &[" "], &[]).is_err());
+        assert_eq!(check("ci", &["viewers"], &[]), Ok(()));
     }
 
     #[test]
@@ -309,7 +380,9 @@ mod tests {
                 user: "ci".into(),
                 groups: vec!["ci".into()],
                 allow_cluster_admin: false,
+                privileged_identities: Vec::new(),
                 ttl: "2h".into(),
+                max_ttl: crate::domain::identity_policy::DEFAULT_MAX_TTL,
                 output: Some(output.clone()),
             }),
         })
@@ -326,7 +399,9 @@ mod tests {
                 user: "ci".into(),
                 groups: vec!["ci".into()],
                 allow_cluster_admin: false,
+                privileged_identities: Vec::new(),
                 ttl: "2 hours".into(),
+                max_ttl: crate::domain::identity_policy::DEFAULT_MAX_TTL,
                 output: None,
             }),
         })

@@ -9,7 +9,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::controllers::{Scope, SystemClock};
+use crate::domain::helm::source::{ChartSourcePolicy, HostPattern};
+use crate::domain::identity_policy::IdentityPolicy;
 use crate::domain::secret_policy::SecretPolicy;
+use crate::domain::tenancy::{Tenancy, Timeouts};
 use crate::process::leader::LeaderConfig;
 use crate::process::metrics::Metrics;
 use crate::process::secure_metrics::SecureMetricsConfig;
@@ -110,6 +113,68 @@ pub struct Args {
     /// other than its own.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_EXPORT")]
     pub(crate) allow_cross_namespace_export: bool,
+    /// Honour `serviceAccount.allowClusterAdmin` of OmniKubeconfigExports. `false` (the lockdown
+    /// profile) refuses every cluster-admin-equivalent identity, whatever the object says.
+    #[arg(long, env = "ALLOW_CLUSTER_ADMIN_EXPORTS", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) allow_cluster_admin_exports: bool,
+    /// A user or group the workload clusters trust like `system:masters`, besides the built-in
+    /// ones (every `system:` name but `system:authenticated`, and `kubeadm:cluster-admins`);
+    /// repeatable or comma-separated. Exports need `allowClusterAdmin` for it.
+    #[arg(
+        long = "privileged-identity",
+        env = "PRIVILEGED_IDENTITIES",
+        value_delimiter = ','
+    )]
+    pub(crate) privileged_identities: Vec<String>,
+    /// Longest `ttl` an OmniKubeconfigExport may ask for (Go duration).
+    #[arg(long, env = "MAX_EXPORT_TTL", default_value = "8760h", value_parser = parse_positive_duration)]
+    pub(crate) max_export_ttl: Duration,
+    /// Hosts OmniHelmRelease charts may be fetched from (repositories, the chart URLs their
+    /// indexes list, redirects, registries and their token services): `host`, `*.domain` or an
+    /// IP, each optionally with `:port`; comma-separated or repeated. Unset: any host.
+    #[arg(long = "chart-source-allowed-hosts", env = "CHART_SOURCE_ALLOWED_HOSTS",
+          value_delimiter = ',', value_parser = parse_host_pattern)]
+    pub(crate) chart_source_allowed_hosts: Vec<HostPattern>,
+    /// Never fetch charts from loopback, link-local or private addresses (checked on the
+    /// addresses a name resolves to, before connecting). Off by default: air-gapped
+    /// installations serve charts from private networks.
+    #[arg(long, env = "CHART_SOURCE_DENY_PRIVATE_NETWORKS", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) chart_source_deny_private_networks: bool,
+    /// Honour `spec.chart.insecure: true` of OmniHelmReleases (credentials over plain HTTP,
+    /// plain-HTTP registries). `false` refuses such objects.
+    #[arg(long, env = "ALLOW_INSECURE_CHART_SOURCES", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) allow_insecure_chart_sources: bool,
+    /// Time to establish a connection (TCP and TLS) to a workload API server or chart source.
+    #[arg(long, env = "CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub(crate) connect_timeout: Duration,
+    /// Silence tolerated from a workload API server or chart source while waiting for its
+    /// answer or the next part of it.
+    #[arg(long, env = "READ_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub(crate) read_timeout: Duration,
+    /// Longest request to a workload API server or chart source, answer included.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    pub(crate) request_timeout: Duration,
+    /// Time to establish a connection to Omni.
+    #[arg(long, env = "OMNI_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub(crate) omni_connect_timeout: Duration,
+    /// Longest unary Omni call (watches are kept alive by HTTP/2 pings instead).
+    #[arg(long, env = "OMNI_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub(crate) omni_request_timeout: Duration,
+    /// Most reconciles of one controller that the objects of one target (a kubeconfig Secret,
+    /// an OmniCluster, an OmniConnection) hold at once; the others wait their turn without
+    /// holding a slot, so a server that never answers delays only its own objects.
+    #[arg(long, env = "MAX_RECONCILES_PER_TARGET", default_value_t = crate::controllers::DEFAULT_PER_TARGET,
+          value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub(crate) max_reconciles_per_target: u16,
+    /// ServiceAccount (in each object's own namespace) the operator impersonates to read the
+    /// Secrets an OmniConnection, OmniSecretSync or OmniHelmRelease references when the object
+    /// names no `spec.serviceAccountName`: the lockdown convention. Unset: such reads use the
+    /// operator's own identity.
+    #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT")]
+    pub(crate) default_service_account: Option<String>,
     /// How OmniClusters that do not set `spec.changePolicy.destructive` treat a plan that would
     /// destroy something in Omni: `Allow` applies it, `RequireApproval` holds it until the
     /// annotation `omni.texashpc.com/approve-plan` carries its hash (docs/plan.md).
@@ -145,6 +210,20 @@ fn parse_interval(value: &str) -> Result<Duration, String> {
         return Err(format!(
             "{value:?} is shorter than {MIN_INTERVAL}; use 0 to turn the check off"
         ));
+    }
+    d.to_std()
+        .ok_or_else(|| format!("{value:?} is out of range"))
+}
+
+fn parse_host_pattern(value: &str) -> Result<HostPattern, String> {
+    HostPattern::parse(value)
+}
+
+/// Parses a positive Go duration such as `24h`.
+pub(crate) fn parse_positive_duration(value: &str) -> Result<Duration, String> {
+    let d = crate::api::duration::GoDuration::parse(value).map_err(|e| e.to_string())?;
+    if !d.is_positive() {
+        return Err(format!("{value:?} must be greater than zero"));
     }
     d.to_std()
         .ok_or_else(|| format!("{value:?} is out of range"))
@@ -231,6 +310,36 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         secret_policy: SecretPolicy {
             require_opt_in: args.require_secret_opt_in,
             allow_cross_namespace_export: args.allow_cross_namespace_export,
+        },
+        tenancy: Tenancy {
+            identity: IdentityPolicy {
+                honour_allow_cluster_admin: args.allow_cluster_admin_exports,
+                privileged: args
+                    .privileged_identities
+                    .iter()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+                max_ttl: args.max_export_ttl,
+                ..IdentityPolicy::default()
+            },
+            chart_sources: ChartSourcePolicy {
+                allowed_hosts: args.chart_source_allowed_hosts.clone(),
+                deny_private_networks: args.chart_source_deny_private_networks,
+                allow_insecure: args.allow_insecure_chart_sources,
+            },
+            timeouts: Timeouts {
+                connect: args.connect_timeout,
+                read: args.read_timeout,
+                request: args.request_timeout,
+                omni_connect: args.omni_connect_timeout,
+                omni_request: args.omni_request_timeout,
+            },
+            per_target_reconciles: args.max_reconciles_per_target,
+            default_service_account: args
+                .default_service_account
+                .clone()
+                .filter(|n| !n.trim().is_empty()),
         },
         default_destructive: args.default_destructive_policy,
         clock: Arc::new(SystemClock),
@@ -420,6 +529,87 @@ mod tests {
                 allow_cross_namespace_export: true,
             }
         );
+    }
+
+    /// The configuration `run --namespace omni EXTRA…` makes, or the error text naming the flag.
+    fn parse(extra: &[&str]) -> Result<OperatorConfig, String> {
+        let mut argv = vec!["run", "--namespace", "omni"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())
+            .and_then(|cli| config_from_args(&cli.args).map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn identity_policy_flags_parse() {
+        let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(default.tenancy.identity, IdentityPolicy::default());
+        let strict = parse(&[
+            "--allow-cluster-admin-exports=false",
+            "--privileged-identity=platform:admins,oidc:ops",
+            "--privileged-identity",
+            "breakglass",
+            "--max-export-ttl=24h",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!strict.tenancy.identity.honour_allow_cluster_admin);
+        assert_eq!(
+            strict.tenancy.identity.privileged,
+            ["platform:admins", "oidc:ops", "breakglass"]
+        );
+        assert_eq!(
+            strict.tenancy.identity.max_ttl,
+            Duration::from_secs(24 * 3600)
+        );
+        for bad in ["--max-export-ttl=0", "--max-export-ttl=a year"] {
+            let err = parse(&[bad]).err().unwrap_or_default();
+            assert!(err.contains("--max-export-ttl"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn chart_source_and_timeout_flags_parse() {
+        let default = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(default.tenancy, Tenancy::default());
+        let locked = parse(&[
+            "--chart-source-allowed-hosts=charts.example.com,*.internal:8443",
+            "--chart-source-deny-private-networks",
+            "--allow-insecure-chart-sources=false",
+            "--connect-timeout=3s",
+            "--read-timeout=5s",
+            "--request-timeout=20s",
+            "--omni-connect-timeout=4s",
+            "--omni-request-timeout=15s",
+            "--max-reconciles-per-target=8",
+            "--default-service-account=tenant",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let sources = &locked.tenancy.chart_sources;
+        let hosts: Vec<String> = sources
+            .allowed_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(hosts, ["charts.example.com", "*.internal:8443"]);
+        assert!(sources.deny_private_networks && !sources.allow_insecure);
+        let t = locked.tenancy.timeouts;
+        assert_eq!(
+            [t.connect, t.read, t.request, t.omni_connect, t.omni_request],
+            [3, 5, 20, 4, 15].map(Duration::from_secs)
+        );
+        assert_eq!(locked.tenancy.per_target_reconciles, 8);
+        assert_eq!(
+            locked.tenancy.default_service_account.as_deref(),
+            Some("tenant")
+        );
+        for bad in [
+            "--chart-source-allowed-hosts=https://x",
+            "--read-timeout=0s",
+        ] {
+            let err = parse(&[bad]).err().unwrap_or_default();
+            let flag = bad.split('=').next().unwrap_or_default();
+            assert!(err.contains(flag), "{bad}: {err}");
+        }
     }
 
     #[test]

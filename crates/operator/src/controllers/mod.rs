@@ -26,6 +26,7 @@ pub use self::cluster::triggers::{ClusterTrigger, cluster_changes};
 use self::shared::context::Context;
 pub use self::shared::context::{Clock, Scope, SystemClock};
 pub use self::shared::error::backoff_delay;
+pub use self::shared::fairness::DEFAULT_PER_TARGET;
 use self::shared::runner::Shutdown;
 use self::shared::setup::Setup;
 pub use self::shared::triggers::secret_changes;

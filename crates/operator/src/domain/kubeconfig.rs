@@ -173,20 +173,29 @@ impl WorkloadKubeconfig {
         doc.to_string().into_bytes()
     }
 
-    /// A client of the workload cluster, built from [`WorkloadKubeconfig::to_bytes`].
-    pub async fn client(&self) -> Result<kube::Client, String> {
+    /// A client of the workload cluster, built from [`WorkloadKubeconfig::to_bytes`], whose
+    /// requests are bounded by `limits`: connecting (TCP and TLS), each wait for the server,
+    /// and each whole request. A server that accepts and never answers holds a caller no longer.
+    pub async fn client(
+        &self,
+        limits: crate::domain::helm::source::Limits,
+    ) -> Result<kube::Client, String> {
         let text = String::from_utf8(self.to_bytes()).map_err(|e| e.to_string())?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
             .map_err(|_| "the operator could not read back its own kubeconfig".to_string())?;
-        let config = kube::Config::from_custom_kubeconfig(
+        let mut config = kube::Config::from_custom_kubeconfig(
             kubeconfig,
             &kube::config::KubeConfigOptions::default(),
         )
         .await
         .map_err(|e| e.to_string())?;
-        crate::process::api_client::client(
+        config.connect_timeout = Some(limits.connect);
+        config.read_timeout = Some(limits.read);
+        config.write_timeout = Some(limits.read);
+        crate::process::api_client::bounded_client(
             config,
             crate::process::api_client::WORKLOAD_MAX_IN_FLIGHT,
+            Some(limits.request),
         )
         .map_err(|e| e.to_string())
     }

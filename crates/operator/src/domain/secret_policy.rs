@@ -1,11 +1,13 @@
 //! Which Secrets an object may make the operator read, and where an export may write.
 //!
 //! Whoever may edit the operator's custom resources can name any Secret in their namespace,
-//! including ones they may not read themselves. Two kinds of Secret are never handed out,
-//! whatever the object says: the Omni service-account key of an OmniConnection, and
-//! `kubernetes.io/service-account-token` Secrets. Neither may serve as Helm repository
-//! credentials (they would be sent to a repository server of the author's choosing) nor as an
-//! OmniSecretSync source (they would be copied into a workload cluster).
+//! including ones they may not read themselves. Three kinds of Secret are never handed out,
+//! whatever the object says: the Omni service-account key of an OmniConnection,
+//! `kubernetes.io/service-account-token` Secrets, and the Secrets the operator itself writes
+//! (an OmniKubeconfigExport's minted kubeconfig; anything carrying the operator's ownership
+//! labels). None may serve as Helm repository credentials (they would be sent to a repository
+//! server of the author's choosing) nor as an OmniSecretSync source (they would be copied into
+//! a workload cluster). The opt-in label cannot override this: it is checked after.
 //!
 //! With `--require-secret-opt-in`, every Secret an OmniHelmRelease or OmniSecretSync reads (its
 //! kubeconfig, repository credentials or sync source) must also carry the label
@@ -59,6 +61,27 @@ impl SecretUse {
     }
 }
 
+/// The mark by which `secret` is one the operator wrote, if it carries one: an export's
+/// ownership label or name annotation, a sync's ownership label, or the operator's
+/// `app.kubernetes.io/managed-by` value.
+fn operator_mark(secret: &Secret) -> Option<&'static str> {
+    use crate::api::keys::{
+        EXPORT_NAME_ANNOTATION, EXPORT_UID_LABEL, MANAGED_BY, SECRET_SYNC_UID_LABEL,
+    };
+    let labels = secret.labels();
+    if labels.contains_key(EXPORT_UID_LABEL) {
+        Some(EXPORT_UID_LABEL)
+    } else if secret.annotations().contains_key(EXPORT_NAME_ANNOTATION) {
+        Some(EXPORT_NAME_ANNOTATION)
+    } else if labels.contains_key(SECRET_SYNC_UID_LABEL) {
+        Some(SECRET_SYNC_UID_LABEL)
+    } else if labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1) {
+        Some(MANAGED_BY.0)
+    } else {
+        None
+    }
+}
+
 /// Whether `secret` carries the opt-in label naming `kind`.
 pub(crate) fn opted_in(secret: &Secret, kind: &str) -> bool {
     secret
@@ -84,6 +107,11 @@ pub fn refusal(
         if secret.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE) {
             return Some(format!(
                 "Secret \"{ns}/{name}\" is a {SERVICE_ACCOUNT_TOKEN_TYPE} Secret and can never serve as {what}"
+            ));
+        }
+        if let Some(mark) = operator_mark(secret) {
+            return Some(format!(
+                "Secret \"{ns}/{name}\" was written by the operator (it carries {mark}) and can never serve as {what}: it holds a credential the operator minted"
             ));
         }
         if let Some(conn) = connections.iter().find(|c| {
@@ -182,6 +210,51 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn the_operators_own_secrets_are_never_sent_anywhere_even_when_opted_in() {
+        let strict = SecretPolicy {
+            require_opt_in: true,
+            ..SecretPolicy::default()
+        };
+        let marks: [(&str, &str, bool); 4] = [
+            ("omni.texashpc.com/kubeconfig-export-uid", "u", true),
+            ("omni.texashpc.com/kubeconfig-export-name", "e", false),
+            ("omni.texashpc.com/secret-sync-uid", "u", true),
+            (
+                "app.kubernetes.io/managed-by",
+                "omni-cluster-operator",
+                true,
+            ),
+        ];
+        for (key, value, is_label) in marks {
+            let mut s = secret("Opaque", Some("OmniSecretSync.OmniHelmRelease"));
+            let map = BTreeMap::from([(key.to_string(), value.to_string())]);
+            if is_label {
+                s.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(map);
+            } else {
+                s.metadata.annotations = Some(map);
+            }
+            for (kind, use_) in [
+                ("OmniSecretSync", SecretUse::SyncSource),
+                ("OmniHelmRelease", SecretUse::RepositoryCredentials),
+            ] {
+                let m = refusal(&strict, &s, kind, use_, &[]);
+                assert!(
+                    m.as_deref().is_some_and(|m| m.contains(key)),
+                    "{key}: {m:?}"
+                );
+            }
+            // As a kubeconfig, an export's Secret is what it is for.
+            assert_eq!(
+                refusal(&strict, &s, "OmniSecretSync", SecretUse::Kubeconfig, &[]),
+                None
+            );
+        }
     }
 
     #[test]

@@ -11,8 +11,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::Client;
 
+use crate::domain::helm::source::Limits;
+use crate::domain::impersonation::{ReadError, Reader};
 use crate::domain::secret_policy::{SecretPolicy, SecretUse, refusal};
 
 /// Why no workload client could be built.
@@ -48,6 +50,9 @@ pub enum WorkloadError {
         /// Loader error.
         detail: String,
     },
+    /// The object's ServiceAccount may not read the Secret (the operator impersonates it).
+    #[error("{0}")]
+    Denied(String),
     /// The Secret may not be used by this object (see [`crate::domain::secret_policy`]).
     #[error("{reason}")]
     Refused {
@@ -66,12 +71,12 @@ pub enum WorkloadError {
     },
 }
 
-/// Builds a client from kubeconfig YAML bytes (current context). The kubeconfig is checked by
-/// [`crate::domain::kubeconfig::parse`] first: one that asks for a command, a plugin or a file is
-/// refused before any client exists.
-pub async fn client_from_kubeconfig(bytes: &[u8]) -> Result<Client, String> {
+/// Builds a client from kubeconfig YAML bytes (current context) whose requests are bounded by
+/// `limits`. The kubeconfig is checked by [`crate::domain::kubeconfig::parse`] first: one that asks for
+/// a command, a plugin or a file is refused before any client exists.
+pub async fn client_from_kubeconfig(bytes: &[u8], limits: Limits) -> Result<Client, String> {
     let kubeconfig = crate::domain::kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
-    kubeconfig.client().await
+    kubeconfig.client(limits).await
 }
 
 /// The cached client of one kubeconfig Secret key, with the SHA-256 digest of the kubeconfig it
@@ -105,6 +110,9 @@ struct Cache {
 /// Cache of workload clients keyed by `namespace/secret/key`.
 pub struct WorkloadClients {
     client: Client,
+    /// Time bounds of every request of the clients built (`--connect-timeout`,
+    /// `--read-timeout`, `--request-timeout`).
+    limits: Limits,
     cache: Mutex<Cache>,
     /// Clients unused this long are dropped ([`IDLE_EVICTION`]).
     idle_eviction: Duration,
@@ -127,6 +135,7 @@ impl WorkloadClients {
     fn evicting_after(client: Client, idle_eviction: Duration) -> Self {
         Self {
             client,
+            limits: crate::domain::tenancy::Timeouts::default().outbound(),
             cache: Mutex::new(Cache {
                 entries: HashMap::new(),
                 swept: Instant::now(),
@@ -136,10 +145,17 @@ impl WorkloadClients {
         }
     }
 
+    /// The same cache, building clients whose requests are bounded by `limits`.
+    pub(crate) fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The client for the kubeconfig stored in `namespace/name` under `key`, used by an object
-    /// of `kind` under `policy`.
-    pub async fn get(
+    /// of `kind` under `policy`, the Secret read as `reader`.
+    pub(crate) async fn get(
         &self,
+        reader: &Reader,
         namespace: &str,
         name: &str,
         key: &str,
@@ -148,15 +164,17 @@ impl WorkloadClients {
     ) -> Result<Client, WorkloadError> {
         let ids = || (namespace.to_string(), name.to_string());
         let cache_key = format!("{namespace}/{name}/{key}");
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let secret = match secrets.get_opt(name).await {
+        let read =
+            crate::domain::impersonation::get::<Secret>(&self.client, reader, namespace, name);
+        let secret = match read.await {
             Ok(Some(s)) => s,
             Ok(None) => {
                 self.evict(&cache_key);
                 let (namespace, name) = ids();
                 return Err(WorkloadError::MissingSecret { namespace, name });
             }
-            Err(e) => {
+            Err(e @ ReadError::Denied { .. }) => return Err(WorkloadError::Denied(e.to_string())),
+            Err(ReadError::Api(e)) => {
                 let (namespace, name) = ids();
                 return Err(WorkloadError::Read {
                     namespace,
@@ -183,6 +201,24 @@ impl WorkloadClients {
                 key: key.to_string(),
             });
         };
+        self.client_for(cache_key, bytes).await.map_err(|detail| {
+            let (namespace, name) = ids();
+            WorkloadError::Invalid {
+                namespace,
+                name,
+                detail,
+            }
+        })
+    }
+
+    /// The cached client of the kubeconfig `bytes` read from the Secret key `cache_key`
+    /// (`namespace/name/key`), built when there is none for these bytes. The error names fields
+    /// and positions only.
+    pub(crate) async fn client_for(
+        &self,
+        cache_key: String,
+        bytes: &[u8],
+    ) -> Result<Client, String> {
         let digest: [u8; 32] = {
             use sha2::Digest as _;
             sha2::Sha256::digest(bytes).into()
@@ -194,14 +230,7 @@ impl WorkloadClients {
         {
             return Ok(c.clone());
         }
-        let client = client_from_kubeconfig(bytes).await.map_err(|detail| {
-            let (namespace, name) = ids();
-            WorkloadError::Invalid {
-                namespace,
-                name,
-                detail,
-            }
-        })?;
+        let client = client_from_kubeconfig(bytes, self.limits).await?;
         self.built
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *slot = Some((digest, client.clone()));
@@ -250,6 +279,46 @@ mod tests {
     use axum::Router;
     use axum::http::HeaderMap;
     use axum::routing::get;
+    use kube::Api;
+
+    fn test_limits() -> Limits {
+        crate::domain::tenancy::Timeouts::default().outbound()
+    }
+
+    /// A workload API server that accepts connections and never answers (a tarpit) holds a
+    /// request only as long as the read timeout: before clients had one, kube's default kept
+    /// it for almost five minutes, with a reconcile slot.
+    #[tokio::test]
+    async fn a_tarpit_workload_server_times_out_as_a_timeout() {
+        let addr = crate::domain::test_servers::tarpit().await;
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n"
+        );
+        for limits in [
+            Limits {
+                connect: Duration::from_secs(5),
+                read: Duration::from_millis(300),
+                request: Duration::from_secs(30),
+            },
+            Limits {
+                connect: Duration::from_secs(5),
+                read: Duration::from_secs(30),
+                request: Duration::from_millis(300),
+            },
+        ] {
+            let client = client_from_kubeconfig(kubeconfig.as_bytes(), limits)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let started = std::time::Instant::now();
+            let err = client
+                .apiserver_version()
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("the tarpit answered"));
+            assert!(crate::process::api_client::is_timeout(&err), "{err:?}");
+            assert!(started.elapsed() < Duration::from_secs(10), "{limits:?}");
+        }
+    }
 
     #[tokio::test]
     async fn kubeconfig_bytes_become_a_client_that_sends_its_token() {
@@ -282,7 +351,7 @@ mod tests {
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    token: workload-token\n"
         );
-        let client = client_from_kubeconfig(kubeconfig.as_bytes())
+        let client = client_from_kubeconfig(kubeconfig.as_bytes(), test_limits())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let version = client
@@ -332,6 +401,7 @@ mod tests {
     ) -> Result<Client, WorkloadError> {
         clients
             .get(
+                &Reader::Operator,
                 "default",
                 "prod-kubeconfig",
                 "kubeconfig",
@@ -445,7 +515,7 @@ mod tests {
             "apiVersion: v1\nkind: Config\ncurrent-context: w\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: w\n  context:\n    cluster: w\n    user: u\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\n",
             marker.display()
         );
-        let result = client_from_kubeconfig(kubeconfig.as_bytes()).await;
+        let result = client_from_kubeconfig(kubeconfig.as_bytes(), test_limits()).await;
         if let Ok(client) = &result {
             let _ = client.apiserver_version().await;
         }
@@ -460,6 +530,7 @@ mod tests {
     async fn unusable_kubeconfig_is_an_error_without_its_content() {
         let err = client_from_kubeconfig(
             b"users: [{name: u, user: {token: s3cr3t}}]\ncurrent-context: missing\n",
+            test_limits(),
         )
         .await
         .err()

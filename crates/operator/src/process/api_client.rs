@@ -8,9 +8,11 @@
 //! permit, which costs a few bytes, not a connection. Watches are long-lived and never wait:
 //! they hold their own connection for as long as they run.
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
@@ -31,9 +33,41 @@ const QUEUE: usize = 1024;
 
 /// A client for `config` with at most `max_in_flight` requests (watches aside) in flight.
 pub fn client(config: kube::Config, max_in_flight: usize) -> Result<kube::Client, kube::Error> {
+    bounded_client(config, max_in_flight, None)
+}
+
+/// [`client`] whose requests (watches aside) must complete, waiting for a permit and reading
+/// the whole answer included, within `deadline`: for servers an object names, which may accept
+/// connections and never answer.
+pub fn bounded_client(
+    config: kube::Config,
+    max_in_flight: usize,
+    deadline: Option<Duration>,
+) -> Result<kube::Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
-        .with_layer(&InFlightLimit::new(max_in_flight))
+        .with_layer(&InFlightLimit::new(max_in_flight).with_deadline(deadline))
         .build())
+}
+
+/// The error of a request that passed its deadline ([`bounded_client`]).
+#[derive(Debug, thiserror::Error)]
+#[error("no complete answer within {}s", .0.as_secs())]
+pub struct RequestTimedOut(pub Duration);
+
+/// Whether `err` is a request that passed a time bound: the deadline of [`bounded_client`], or
+/// kube's connect and read timeouts.
+pub fn is_timeout(err: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if e.is::<RequestTimedOut>()
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// A [`Layer`] bounding the requests in flight through a service, watches aside; a permit is
@@ -42,13 +76,21 @@ pub fn client(config: kube::Config, max_in_flight: usize) -> Result<kube::Client
 #[derive(Clone)]
 pub(crate) struct InFlightLimit {
     permits: Arc<Semaphore>,
+    deadline: Option<Duration>,
 }
 
 impl InFlightLimit {
     pub(crate) fn new(max_in_flight: usize) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            deadline: None,
         }
+    }
+
+    /// Bounds each request (watches aside), from asking for a permit to the end of its body.
+    pub(crate) fn with_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.deadline = deadline;
+        self
     }
 }
 
@@ -66,6 +108,7 @@ where
         Limited {
             inner: Buffer::new(inner, QUEUE),
             permits: self.permits.clone(),
+            deadline: self.deadline,
         }
     }
 }
@@ -74,6 +117,7 @@ where
 pub(crate) struct Limited<S: Service<Request<Body>>> {
     inner: Inner<S>,
     permits: Arc<Semaphore>,
+    deadline: Option<Duration>,
 }
 
 /// Whether `req` opens a watch (`?watch=true`, `?watch=1`), which holds its connection for as
@@ -103,37 +147,76 @@ where
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let inner = self.inner.clone();
-        let permits = (!is_watch(&req)).then(|| self.permits.clone());
-        Box::pin(async move {
+        let watch = is_watch(&req);
+        let permits = (!watch).then(|| self.permits.clone());
+        let deadline = self.deadline.filter(|_| !watch);
+        let answer = async move {
             let permit = match permits {
                 Some(p) => Some(p.acquire_owned().await.map_err(BoxError::from)?),
                 None => None,
             };
             let response = inner.oneshot(req).await?;
-            Ok(response.map(|body| PermitBody { body, permit }))
+            Ok::<_, BoxError>((response, permit))
+        };
+        Box::pin(async move {
+            let (response, permit, until) = match deadline {
+                None => {
+                    let (response, permit) = answer.await?;
+                    (response, permit, None)
+                }
+                Some(d) => {
+                    let until = tokio::time::Instant::now() + d;
+                    match tokio::time::timeout_at(until, answer).await {
+                        Ok(result) => {
+                            let (response, permit) = result?;
+                            (response, permit, Some((until, d)))
+                        }
+                        Err(_) => return Err(Box::new(RequestTimedOut(d)) as BoxError),
+                    }
+                }
+            };
+            Ok(response.map(|body| PermitBody {
+                body,
+                permit,
+                deadline: until.map(|(at, d)| (Box::pin(tokio::time::sleep_until(at)), d)),
+            }))
         })
     }
 }
 
-/// A response body holding its request's permit until it ends or is dropped.
+/// A response body holding its request's permit until it ends or is dropped, and failing when
+/// the request's deadline passes before its end.
 pub(crate) struct PermitBody<B> {
     body: B,
     permit: Option<OwnedSemaphorePermit>,
+    deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for PermitBody<B> {
+impl<B> http_body::Body for PermitBody<B>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Pending = frame
+            && let Some((sleep, limit)) = self.deadline.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let limit = *limit;
+            self.permit = None;
+            return Poll::Ready(Some(Err(Box::new(RequestTimedOut(limit)))));
+        }
         if matches!(frame, Poll::Ready(None)) {
             self.permit = None;
         }
-        frame
+        frame.map(|f| f.map(|r| r.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -96,7 +96,9 @@ pub struct Metrics {
     reconcile_duration: Family<Labels, Histogram>,
     resource_info: Family<InfoLabels, Gauge>,
     omni_rpcs: Family<Labels, Counter>,
+    omni_writes: Family<Labels, Counter>,
     kubeconfig_expiry: Family<Labels, Gauge<f64, AtomicU64>>,
+    helm_drift_corrections: Family<Labels, Counter>,
     // The label set currently exported per object, so a readiness change replaces its series.
     info_series: Mutex<HashMap<ObjectKey, InfoLabels>>,
     /// Shared copies of the label values many objects repeat (kinds, namespaces, readiness,
@@ -155,11 +157,23 @@ impl Metrics {
             "Omni operations by method and outcome (changed, unchanged, error)",
             omni_rpcs.clone(),
         );
+        let omni_writes = Family::<Labels, Counter>::default();
+        registry.register(
+            "omni_writes",
+            "Omni resources written by applied change sets, by resource type and action (create, update, delete)",
+            omni_writes.clone(),
+        );
         let kubeconfig_expiry = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "kubeconfig_expiry_seconds",
             "Seconds until each exported kubeconfig expires",
             kubeconfig_expiry.clone(),
+        );
+        let helm_drift_corrections = Family::<Labels, Counter>::default();
+        registry.register(
+            "helm_drift_corrections",
+            "Live objects of an OmniHelmRelease's release put back by drift correction",
+            helm_drift_corrections.clone(),
         );
         Self {
             registry,
@@ -168,7 +182,9 @@ impl Metrics {
             reconcile_duration,
             resource_info,
             omni_rpcs,
+            omni_writes,
             kubeconfig_expiry,
+            helm_drift_corrections,
             info_series: Mutex::default(),
             shared: Mutex::default(),
         }
@@ -243,9 +259,15 @@ impl Metrics {
         if let Some(l) = previous {
             self.resource_info.remove(&l);
         }
-        if kind == "OmniKubeconfigExport" {
-            self.kubeconfig_expiry
-                .remove(&labels(&[("namespace", namespace), ("name", name)]));
+        let object = labels(&[("namespace", namespace), ("name", name)]);
+        match kind {
+            "OmniKubeconfigExport" => {
+                self.kubeconfig_expiry.remove(&object);
+            }
+            "OmniHelmRelease" => {
+                self.helm_drift_corrections.remove(&object);
+            }
+            _ => {}
         }
     }
 
@@ -259,11 +281,31 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts the writes of one applied change set to Omni resources of `resource_type` (short,
+    /// e.g. `ConfigPatches`): `create`, `update` and `delete` of them.
+    pub(crate) fn omni_writes(&self, resource_type: &str, create: u32, update: u32, delete: u32) {
+        for (action, n) in [("create", create), ("update", update), ("delete", delete)] {
+            if n > 0 {
+                self.omni_writes
+                    .get_or_create(&labels(&[("type", resource_type), ("action", action)]))
+                    .inc_by(u64::from(n));
+            }
+        }
+    }
+
     /// Sets the seconds until the kubeconfig exported by `namespace/name` expires.
     pub(crate) fn set_kubeconfig_expiry(&self, namespace: &str, name: &str, seconds: f64) {
         self.kubeconfig_expiry
             .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
             .set(seconds);
+    }
+
+    /// Counts `objects` live objects of the release of OmniHelmRelease `namespace/name` put
+    /// back by drift correction.
+    pub(crate) fn helm_drift_corrected(&self, namespace: &str, name: &str, objects: u64) {
+        self.helm_drift_corrections
+            .get_or_create(&labels(&[("namespace", namespace), ("name", name)]))
+            .inc_by(objects);
     }
 
     /// The OpenMetrics text exposition.
@@ -308,6 +350,23 @@ mod tests {
     }
 
     #[test]
+    fn drift_corrections_are_counted_per_release_and_forgotten_with_it() {
+        let m = Metrics::new();
+        m.helm_drift_corrected("ns", "web", 2);
+        m.helm_drift_corrected("ns", "web", 1);
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(
+                r#"omni_operator_helm_drift_corrections_total{namespace="ns",name="web"} 3"#
+            ),
+            "{text}"
+        );
+        m.forget_resource("OmniHelmRelease", "ns", "web");
+        let text = m.encode().unwrap_or_default();
+        assert!(!text.contains(r#"name="web""#), "{text}");
+    }
+
+    #[test]
     fn rpc_outcomes_are_counted_by_method() {
         let m = Metrics::new();
         m.omni_rpc("sync", RpcOutcome::Changed);
@@ -318,5 +377,26 @@ mod tests {
             text.contains(r#"omni_operator_omni_rpcs_total{method="sync",outcome="unchanged"} 2"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn omni_writes_are_counted_by_type_and_action() {
+        let m = Metrics::new();
+        m.omni_writes("ConfigPatches", 2, 0, 1);
+        m.omni_writes("ConfigPatches", 1, 0, 0);
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(
+                r#"omni_operator_omni_writes_total{type="ConfigPatches",action="create"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"omni_operator_omni_writes_total{type="ConfigPatches",action="delete"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"action="update""#), "{text}");
     }
 }

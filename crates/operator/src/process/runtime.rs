@@ -76,6 +76,8 @@ pub struct OperatorConfig {
     pub max_concurrent_reconciles: u16,
     /// Which Secrets objects may use, and where exports may write.
     pub secret_policy: SecretPolicy,
+    /// The deployment's multi-tenancy settings.
+    pub tenancy: crate::domain::tenancy::Tenancy,
     /// How OmniClusters without `spec.changePolicy.destructive` treat destructive plans.
     pub default_destructive: crate::api::plan::DestructivePolicy,
     /// Time source of the controllers.
@@ -121,6 +123,7 @@ impl OperatorConfig {
             secret_sync_resync: controllers::secret_sync::RESYNC,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             secret_policy: SecretPolicy::default(),
+            tenancy: crate::domain::tenancy::Tenancy::default(),
             default_destructive: crate::api::plan::DestructivePolicy::Allow,
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
@@ -246,8 +249,8 @@ pub async fn run_operator(
         };
     }
     if let Some(wh) = config.webhook.clone() {
-        let s = stop.clone();
-        servers.spawn(async move { webhook::serve(wh, s).await.context("webhook server") });
+        let (c, s) = (client.clone(), stop.clone());
+        servers.spawn(async move { webhook::serve(wh, c, s).await.context("webhook server") });
     }
 
     let shutdown = shutdown.boxed().shared();
@@ -338,7 +341,11 @@ async fn start_controllers(
 ) {
     let pod = std::env::var("POD_NAME").ok();
     let helm = start_helm(config).await;
-    let omni = OmniClients::new(client.clone());
+    let tenancy = &config.tenancy;
+    let timeouts = tenancy.timeouts;
+    let omni = OmniClients::new(client.clone())
+        .with_timeouts(timeouts.omni_connect, timeouts.omni_request)
+        .with_default_service_account(tenancy.default_service_account.clone());
     let setup = Setup {
         config,
         omni: Arc::new(if config.baseline.connects_per_call() {
@@ -346,7 +353,7 @@ async fn start_controllers(
         } else {
             omni
         }),
-        workload: Arc::new(WorkloadClients::new(client.clone())),
+        workload: Arc::new(WorkloadClients::new(client.clone()).with_limits(timeouts.outbound())),
         helm,
     };
     let ctx = Arc::new(
@@ -358,6 +365,7 @@ async fn start_controllers(
             pod,
         )
         .with_max_concurrent_reconciles(config.max_concurrent_reconciles)
+        .with_per_target_reconciles(tenancy.per_target_reconciles)
         .with_baseline(config.baseline),
     );
     // Every controller subscribes to the kinds it reads before the watches start: one watch

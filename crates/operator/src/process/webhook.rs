@@ -278,8 +278,9 @@ fn verdict(
     response
 }
 
-/// Handles one HTTP request body for the webhook of `kind`.
-fn handle(kind: &'static str, body: &[u8]) -> Response {
+/// Handles one HTTP request body for the webhook of `kind`; with `client`, an OmniHelmRelease
+/// is also checked against the other releases of its namespace ([`dependency_cycle`]).
+async fn handle(kind: &'static str, body: &[u8], client: Option<kube::Client>) -> Response {
     let incoming: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(review) => review,
         Err(error) => {
@@ -290,7 +291,19 @@ fn handle(kind: &'static str, body: &[u8]) -> Response {
                 .into_response();
         }
     };
-    let outcome = review(kind, incoming);
+    let request: Result<AdmissionRequest<DynamicObject>, _> = incoming.try_into();
+    let outcome = match (request, client) {
+        (Ok(request), Some(client)) => {
+            let response = decide(kind, &request, api::validate_dynamic);
+            dependency_cycle(&client, kind, &request, response)
+                .await
+                .into_review()
+        }
+        (Ok(request), None) => decide(kind, &request, api::validate_dynamic).into_review(),
+        (Err(_), _) => {
+            AdmissionResponse::invalid("the AdmissionReview carries no request").into_review()
+        }
+    };
     if let Some(response) = &outcome.response {
         tracing::debug!(
             kind,
@@ -302,13 +315,94 @@ fn handle(kind: &'static str, body: &[u8]) -> Response {
     axum::Json(outcome).into_response()
 }
 
+/// `response` to an OmniHelmRelease's creation or update, denied when its `spec.dependsOn`
+/// closes a cycle with the releases stored in its namespace (read with `client`), naming the
+/// cycle. A cycle spans objects, which the per-object validation cannot see. The controller
+/// reports a cycle too, so a release list that cannot be read lets the request through.
+async fn dependency_cycle(
+    client: &kube::Client,
+    kind: &str,
+    request: &AdmissionRequest<DynamicObject>,
+    response: AdmissionResponse,
+) -> AdmissionResponse {
+    let Some(object) = &request.object else {
+        return response;
+    };
+    let deciding = kind == "OmniHelmRelease"
+        && response.allowed
+        && matches!(request.operation, Operation::Create | Operation::Update)
+        && object.metadata.deletion_timestamp.is_none();
+    let own = depends_on(&object.data);
+    if !deciding || own.is_empty() {
+        return response;
+    }
+    let name = object
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| request.name.clone());
+    let namespace = request
+        .namespace
+        .clone()
+        .or_else(|| object.metadata.namespace.clone())
+        .unwrap_or_default();
+    let resource = kube::discovery::ApiResource::erase::<api::OmniHelmRelease>(&());
+    let releases =
+        kube::Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &resource)
+            .list(&kube::api::ListParams::default())
+            .await;
+    let Ok(releases) = releases else {
+        return response;
+    };
+    let graph = |n: &str| -> Vec<String> {
+        if n == name {
+            return own.clone();
+        }
+        releases
+            .items
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(n))
+            .map(|r| depends_on(&r.data))
+            .unwrap_or_default()
+    };
+    let Some(cycle) = api::helm_policies::dependency_cycle(&name, graph) else {
+        return response;
+    };
+    let next = cycle.get(1).cloned().unwrap_or_default();
+    let index = own.iter().position(|d| *d == next).unwrap_or_default();
+    let mut validation = Validation::new();
+    validation.push(api::validation::FieldError::invalid(
+        format!("spec.dependsOn[{index}].name"),
+        next,
+        format!(
+            "dependency cycle {}",
+            api::helm_policies::cycle_text(&cycle)
+        ),
+    ));
+    verdict(response, kind, &name, validation)
+}
+
+/// The names in `spec.dependsOn` of an OmniHelmRelease's JSON (empty where there are none).
+fn depends_on(data: &Value) -> Vec<String> {
+    data["spec"]["dependsOn"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The webhook routes over plain HTTP: `POST` on one path per kind. Other paths answer 404.
-pub(crate) fn router() -> Router {
+/// With `client`, the webhook reads what a decision spans besides the object (the other
+/// OmniHelmReleases of a namespace, for `dependsOn` cycles).
+pub(crate) fn router(client: Option<kube::Client>) -> Router {
     let mut router = Router::new();
     for kind in api::KINDS {
+        let client = client.clone();
         router = router.route(
             &path_for(kind),
-            post(move |body: Bytes| async move { handle(kind, &body) }),
+            post(move |body: Bytes| async move { handle(kind, &body, client).await }),
         );
     }
     router
@@ -335,6 +429,8 @@ async fn request_deadline(
 /// A bound but not yet running HTTPS webhook server.
 pub struct Server {
     https: tls::HttpsServer,
+    /// What the webhook reads OmniHelmReleases with (see [`router`]).
+    client: Option<kube::Client>,
 }
 
 impl Server {
@@ -354,7 +450,17 @@ impl Server {
                 })?;
         Ok(Self {
             https: tls::HttpsServer::new(listener, tls_config, Some(certificate), "webhook"),
+            client: None,
         })
+    }
+
+    /// The server, reading the other OmniHelmReleases of a namespace with `client` to refuse
+    /// a `dependsOn` cycle.
+    pub fn with_client(self, client: kube::Client) -> Self {
+        Self {
+            client: Some(client),
+            ..self
+        }
     }
 
     /// The address actually bound (useful with port 0).
@@ -364,16 +470,18 @@ impl Server {
 
     /// Serves until `shutdown` completes, then lets in-flight requests finish (bounded).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        self.https.run(router(), shutdown).await;
+        self.https.run(router(self.client), shutdown).await;
     }
 }
 
-/// Runs the HTTPS webhook server described by `config` until `shutdown` completes.
+/// Runs the HTTPS webhook server described by `config` until `shutdown` completes, reading
+/// OmniHelmReleases with `client`.
 pub async fn serve(
     config: WebhookConfig,
+    client: kube::Client,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WebhookError> {
-    let server = Server::bind(&config).await?;
+    let server = Server::bind(&config).await?.with_client(client);
     tracing::info!(
         addr = %config.bind,
         cert_dir = %config.cert_dir.display(),

@@ -212,8 +212,8 @@ fn network_policy_admits_only_the_webhook_metrics_and_probe_ports() {
     assert_eq!(ports, vec![9443, 8081]);
 }
 
-/// Files a killed session leaves behind (a workload kubeconfig, repository passwords) are
-/// gone once the driver starts again; the driver's directories are private.
+/// Files a killed session leaves behind (a workload kubeconfig, a chart) are gone once the
+/// driver starts again; the driver's directory is private and holds no shared helm cache.
 #[tokio::test]
 async fn helm_driver_removes_stale_sessions_at_start_up() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -241,11 +241,13 @@ async fn helm_driver_removes_stale_sessions_at_start_up() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
     assert!(outside.exists(), "the clean-up followed a symlink");
-    for sub in ["cache", "config", "data", "sessions"] {
-        let mode = std::fs::metadata(work_dir.join(sub))
-            .expect("stat")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o700, "{sub}");
+    let mode = std::fs::metadata(work_dir.join("sessions"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "sessions");
+    // helm's cache, config and data live in each session, never shared between objects.
+    for shared in ["cache", "config", "data"] {
+        assert!(!work_dir.join(shared).exists(), "{shared}");
     }
 }

@@ -188,6 +188,48 @@ fn manager_rbac_covers_every_kind_in_both_modes() {
     }
 }
 
+/// The operator may impersonate ServiceAccounts (to read what objects reference as their
+/// authors), only those named when a list is given, and nothing else: no users, no groups.
+#[test]
+fn the_operator_may_impersonate_service_accounts_only() {
+    let impersonation_rules = |sets: &[&str], kind: &str| -> Vec<Value> {
+        let docs = render(sets);
+        of_kind(&docs, kind)
+            .into_iter()
+            .filter(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-manager-role"))
+            })
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| strings(&rule["verbs"]).iter().any(|v| v == "impersonate"))
+            .collect()
+    };
+    for (sets, kind) in [
+        (&[][..], "Role"),
+        (&["watch.clusterWide=true"][..], "ClusterRole"),
+    ] {
+        let rules = impersonation_rules(sets, kind);
+        assert_eq!(rules.len(), 1, "{sets:?}: {rules:?}");
+        assert_eq!(strings(&rules[0]["resources"]), ["serviceaccounts"]);
+        assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
+        assert!(rules[0]["resourceNames"].is_null());
+    }
+    let named = impersonation_rules(&["impersonation.serviceAccountNames={omni-tenant}"], "Role");
+    assert_eq!(strings(&named[0]["resourceNames"]), ["omni-tenant"]);
+    assert!(impersonation_rules(&["impersonation.enabled=false"], "Role").is_empty());
+    let (ok, _, stderr) = helm(&[
+        "template",
+        "x",
+        &operator_chart().to_string_lossy(),
+        "--set",
+        "impersonation.enabled=false",
+        "--set",
+        "impersonation.defaultServiceAccount=tenant",
+    ]);
+    assert!(!ok && stderr.contains("impersonation.enabled"), "{stderr}");
+}
+
 #[test]
 fn webhook_switch_and_port_reach_the_server() {
     let off = render(&["webhook.enabled=false"]);
@@ -231,6 +273,19 @@ fn deployment_arguments_parse_as_run_flags() {
             "watch.clusterWide=true",
             "secretAccess.requireOptIn=true",
             "secretAccess.allowCrossNamespaceExport=true",
+        ][..],
+        // The lockdown profile of the chart README.
+        &[
+            "impersonation.defaultServiceAccount=omni-tenant",
+            "impersonation.serviceAccountNames={omni-tenant}",
+            "exportPolicy.allowClusterAdmin=false",
+            "exportPolicy.maxTTL=24h",
+            "exportPolicy.privilegedIdentities={platform:admins,oidc:ops}",
+            "chartSources.denyPrivateNetworks=true",
+            "chartSources.allowInsecure=false",
+            "chartSources.allowedHosts={charts.example.com,*.registry.example.com:8443}",
+            "timeouts.read=20s",
+            "maxReconcilesPerTarget=8",
         ][..],
     ] {
         let docs = render(sets);
@@ -691,7 +746,7 @@ fn the_prometheus_rule_holds_the_documented_alerts() {
         .map(|a| a["expr"].as_str().expect("expr").to_string())
         .collect();
     for documented in [
-        "omni_operator_resource_info{ready=\"False\"} == 1",
+        "omni_operator_resource_info{ready=\"False\",suspended=\"false\"} == 1",
         "rate(omni_operator_reconcile_errors_total[15m])",
         "omni_operator_kubeconfig_expiry_seconds < 3600",
     ] {

@@ -655,3 +655,56 @@ fn an_export_without_a_deletion_policy_is_valid_and_deletes_its_secret() {
         omni_operator::api::common::DeletionPolicy::Delete
     );
 }
+
+/// A `dependsOn` cycle spans releases: each release on it is reported at its entry that
+/// closes the cycle, naming the cycle; with the cycle broken the releases pass.
+#[test]
+fn a_dependency_cycle_among_releases_is_named_on_each_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let release = |name: &str, depends_on: &str| {
+        format!(
+            "apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniHelmRelease
+metadata:
+  name: {name}
+spec:
+  clusterRef: {{name: edge}}
+  kubeconfigSecretRef: {{name: edge-kubeconfig}}
+  namespace: apps
+  chart: {{repository: https://charts.example.com, chart: demo, version: 1.0.0}}
+  dependsOn: [{depends_on}]
+"
+        )
+    };
+    let text = format!(
+        "{}---\n{}",
+        release("a", "{name: b}"),
+        release("b", "{name: a}")
+    );
+    let file = write(dir.path(), "cycle.yaml", &text);
+    let out = run_validate(&["--partial"], &[&file]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = file.display();
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            format!(
+                r#"{f}:10:16: OmniHelmRelease/a: spec.dependsOn[0].name: Invalid value: "b": dependency cycle a → b → a"#
+            ),
+            format!(
+                r#"{f}:21:16: OmniHelmRelease/b: spec.dependsOn[0].name: Invalid value: "a": dependency cycle b → a → b"#
+            ),
+        ]
+    );
+    let chain = write(
+        dir.path(),
+        "chain.yaml",
+        &format!("{}---\n{}", release("a", "{name: b}"), release("b", "")),
+    );
+    let out = run_validate(&["--partial"], &[&chain]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

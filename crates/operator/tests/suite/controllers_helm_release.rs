@@ -40,7 +40,7 @@ const TOKEN_ONE: &str = "kubeconfig-token-one-5d1c9e";
 const TOKEN_TWO: &str = "kubeconfig-token-two-88ab04";
 const SECRETS: [&str; 4] = [PASSWORD, WRONG_PASSWORD, TOKEN_ONE, TOKEN_TWO];
 /// Generous: the machine is shared and loaded, and helm is a subprocess.
-const WAIT: Duration = Duration::from_secs(300);
+pub(crate) const WAIT: Duration = Duration::from_secs(300);
 
 fn assert_no_secrets(what: &str, text: &str) {
     for secret in SECRETS {
@@ -54,9 +54,9 @@ fn assert_no_secrets(what: &str, text: &str) {
 /// The shared environment without an OmniConnection (a release needs only its OmniCluster to
 /// exist, which is never Ready here), with a workload cluster, the chart repository over HTTP
 /// and over HTTPS behind a private CA, and the Secrets the releases use.
-struct Helm {
-    env: Env,
-    repo: Repo,
+pub(crate) struct Helm {
+    pub(crate) env: Env,
+    pub(crate) repo: Repo,
     /// The same repository over HTTPS, its certificate issued by a private CA.
     tls_repo: Repo,
     _helm_dir: tempfile::TempDir,
@@ -81,12 +81,17 @@ fn workload_kubeconfig(sim: &RunningKubeSim, token: &str) -> String {
 }
 
 impl Helm {
-    async fn start() -> Helm {
+    pub(crate) async fn start() -> Helm {
+        Helm::start_with(Env::builder().without_connection()).await
+    }
+
+    /// [`Helm::start`] from `builder` (e.g. with the OmniConnection, for clusters that Omni
+    /// runs).
+    pub(crate) async fn start_with(builder: support::env::EnvBuilder) -> Helm {
         // The capturing subscriber is installed before the operator logs anything.
         operator_logs();
         let helm_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let env = Env::builder()
-            .without_connection()
+        let env = builder
             .with_workload()
             .helm(helm_bin(), helm_dir.path().to_path_buf())
             .start()
@@ -141,21 +146,23 @@ impl Helm {
         }
     }
 
-    async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.env.shutdown().await;
     }
 
-    fn releases(&self) -> Api<OmniHelmRelease> {
+    pub(crate) fn releases(&self) -> Api<OmniHelmRelease> {
         self.env.api()
     }
 
-    async fn create_release(&self, name: &str, extra: Value) {
+    pub(crate) async fn create_release(&self, name: &str, extra: Value) {
         let mut obj = json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
             "kind": "OmniHelmRelease",
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "clusterRef": {"name": "workload"},
+                // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+                "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
                 "namespace": "default",
                 "chart": {
@@ -164,6 +171,8 @@ impl Helm {
                     "version": "0.1.0",
                     "values": {"greeting": "hello"},
                     "credentialsSecretRef": {"name": "repo-credentials"},
+                    // The test repository is plain HTTP: credentials go there only on request.
+                    "insecure": true,
                 },
             }
         });
@@ -176,12 +185,12 @@ impl Helm {
             .unwrap_or_else(|e| panic!("create {name}: {e}"));
     }
 
-    async fn patch_spec(&self, name: &str, spec: Value) {
+    pub(crate) async fn patch_spec(&self, name: &str, spec: Value) {
         let _: OmniHelmRelease = self.env.patch_spec(name, spec).await;
     }
 
     /// Revisions Helm stored for `release` in the workload cluster (its release Secrets).
-    async fn helm_revisions(&self, release: &str) -> Vec<i64> {
+    pub(crate) async fn helm_revisions(&self, release: &str) -> Vec<i64> {
         let secrets: Api<Secret> = Api::namespaced(self.workload().client.clone(), "default");
         let lp = ListParams::default().labels(&format!("owner=helm,name={release}"));
         let mut revisions: Vec<i64> = secrets
@@ -260,7 +269,7 @@ impl Helm {
     }
 
     /// Checks status, Events and logs for every secret this environment knows.
-    async fn assert_nothing_leaked(&self) {
+    pub(crate) async fn assert_nothing_leaked(&self) {
         for r in self
             .releases()
             .list(&ListParams::default())
@@ -281,7 +290,7 @@ impl Helm {
         assert_no_secrets("operator logs", &logs);
     }
 
-    async fn greeting(&self, release: &str) -> Option<String> {
+    pub(crate) async fn greeting(&self, release: &str) -> Option<String> {
         let cms: Api<ConfigMap> = Api::namespaced(self.workload().client.clone(), "default");
         cms.get_opt(&format!("{release}-config"))
             .await
@@ -289,11 +298,11 @@ impl Helm {
             .and_then(|cm| cm.data?.get("greeting").cloned())
     }
 
-    fn reconciles(&self) -> u64 {
+    pub(crate) fn reconciles(&self) -> u64 {
         self.env.reconciles("OmniHelmRelease")
     }
 
-    async fn events(&self, name: &str) -> Vec<(String, String, String)> {
+    pub(crate) async fn events(&self, name: &str) -> Vec<(String, String, String)> {
         self.env
             .events()
             .await
@@ -310,7 +319,7 @@ impl Helm {
     }
 }
 
-fn merge(base: &mut Value, extra: Value) {
+pub(crate) fn merge(base: &mut Value, extra: Value) {
     if let (Value::Object(b), Value::Object(e)) = (base, extra) {
         for (k, v) in e {
             b.insert(k, v);
@@ -318,18 +327,18 @@ fn merge(base: &mut Value, extra: Value) {
     }
 }
 
-fn revision(r: &OmniHelmRelease) -> Option<i64> {
+pub(crate) fn revision(r: &OmniHelmRelease) -> Option<i64> {
     r.status.as_ref().and_then(|s| s.release_revision)
 }
 
-fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
+pub(crate) fn ready_at(r: &OmniHelmRelease, rev: i64) -> bool {
     condition(r, "Ready").is_some_and(|(s, _, _)| s == "True")
         && revision(r) == Some(rev)
         && r.status.as_ref().and_then(|s| s.release_status.as_deref()) == Some("deployed")
 }
 
 /// Waits until the controller has finished at least one more reconcile than `before`.
-async fn reconciled_since(env: &Helm, before: u64) {
+pub(crate) async fn reconciled_since(env: &Helm, before: u64) {
     let until = Instant::now() + WAIT;
     while env.reconciles() <= before {
         assert!(Instant::now() < until, "no reconcile happened");
@@ -464,14 +473,14 @@ async fn wrong_credentials_and_a_missing_kubeconfig_are_reported_without_secrets
     env.create_release(
         "locked",
         json!({"chart": {
-            "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+            "repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
             "credentialsSecretRef": {"name": "wrong-credentials"},
         }}),
     )
     .await;
     let r = wait_for(&api, "locked", "failed on credentials", |r| {
         condition(r, "Ready")
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ChartFetchFailed")
     })
     .await;
     let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
@@ -538,7 +547,7 @@ async fn a_repository_behind_a_private_ca_needs_the_ca_from_the_credentials_secr
     .await;
     let r = wait_for(&api, "private", "failed on the unknown CA", |r| {
         condition(r, "Ready")
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "ReconcileFailed")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ChartFetchFailed")
     })
     .await;
     let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
@@ -725,10 +734,12 @@ async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
                      "annotations": {"omni.texashpc.com/adopt": "true"}},
         "spec": {
             "clusterRef": {"name": "workload"},
+            // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+            "startWhen": "ClusterExists",
             "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
             "namespace": "default",
             "chart": {
-                "repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+                "repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
                 "values": {"greeting": "adopted"},
                 "credentialsSecretRef": {"name": "repo-credentials"},
             },
@@ -790,7 +801,7 @@ async fn two_objects_for_one_release_do_not_fight_over_it() {
     env.create_release(
         "second",
         json!({"releaseName": "shared", "driftCheckInterval": "1s",
-               "chart": {"repository": env.repo.url, "chart": "demo", "version": "0.1.0",
+               "chart": {"repository": env.repo.url, "chart": "demo", "version": "0.1.0", "insecure": true,
                          "values": {"greeting": "second"},
                          "credentialsSecretRef": {"name": "repo-credentials"}}}),
     )
@@ -840,5 +851,57 @@ async fn a_release_name_that_looks_like_a_flag_reaches_helm_as_a_name() {
         "helm must have been given \"-g\" as the release name: {message}"
     );
     assert!(!message.contains("flag"), "{message}");
+    env.shutdown().await;
+}
+
+/// A suspended release ignores a values change (no Helm run, `Ready` kept, `Suspended=True`)
+/// until it is resumed, then upgrades once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_release_ignores_a_values_change_until_resumed_then_upgrades_once() {
+    let env = Helm::start().await;
+    let api = env.releases();
+    env.create_release("paused", json!({})).await;
+    wait_for(&api, "paused", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    env.patch_spec("paused", json!({"suspend": true})).await;
+    wait_for(&api, "paused", "Suspended", |r| {
+        condition(r, "Suspended").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let before = env.reconciles();
+    env.patch_spec(
+        "paused",
+        json!({"chart": {"values": {"greeting": "bonjour"}}}),
+    )
+    .await;
+    reconciled_since(&env, before).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = api.get("paused").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        ready_at(&r, 1),
+        "Ready kept while suspended: {:#?}",
+        r.status
+    );
+    assert_eq!(
+        condition(&r, "Suspended").map(|c| (c.0, c.1)),
+        Some(("True".into(), "Suspended".into()))
+    );
+    assert_eq!(env.helm_revisions("paused").await, vec![1]);
+    assert_eq!(env.greeting("paused").await.as_deref(), Some("hello"));
+
+    // Resumed: one upgrade with the values changed meanwhile, and no more.
+    env.patch_spec("paused", json!({"suspend": false})).await;
+    let r = wait_for(&api, "paused", "Ready at revision 2", |r| ready_at(r, 2)).await;
+    assert_eq!(condition(&r, "Suspended"), None);
+    assert_eq!(env.greeting("paused").await.as_deref(), Some("bonjour"));
+    let before = env.reconciles();
+    let _: OmniHelmRelease = env
+        .env
+        .patch(
+            "paused",
+            json!({"metadata": {"annotations": {"test/poke": "1"}}}),
+        )
+        .await;
+    reconciled_since(&env, before).await;
+    assert_eq!(env.helm_revisions("paused").await, vec![1, 2]);
     env.shutdown().await;
 }

@@ -23,7 +23,9 @@ use kube_sim::kubeconfig::{Credential, Kubeconfig};
 use kube_sim::server::RunningKubeSim;
 use omni_operator::api::OmniCluster;
 use omni_operator::controllers::backoff_delay;
+use omni_operator::domain::tenancy::{Tenancy, Timeouts};
 use serde_json::{Value, json};
+use support::chart_server::{ChartServer, Entry, Serve, digest, index, package};
 use support::env::{Env, KEY_FIELD, KEY_SECRET, NS};
 use support::{condition, create_json, helm_bin, kube_sim, ready, wait_for};
 
@@ -66,19 +68,41 @@ fn ours(kind: &str, name: &str, spec: Value) -> Value {
     support::stack::ours(kind, NS, name, spec)
 }
 
-/// One failing object: its plural resource, name, and the `Ready=False` reason it must hold.
+/// One failing or waiting object: its plural resource, name, the status and reason of `Ready`
+/// it must hold, and whether it only waits (for its cluster, machines, a resume): then it makes
+/// no write and no Event at all while it waits.
 #[derive(Debug, Clone, Copy)]
 struct Case {
     resource: &'static str,
     name: &'static str,
+    ready: &'static str,
     reason: &'static str,
+    waits: bool,
 }
 
 const fn case(resource: &'static str, name: &'static str, reason: &'static str) -> Case {
     Case {
         resource,
         name,
+        ready: "False",
         reason,
+        waits: false,
+    }
+}
+
+/// An object that waits for its cluster or its machines (`Reconciling=True`).
+const fn waiting(resource: &'static str, name: &'static str, reason: &'static str) -> Case {
+    Case {
+        waits: true,
+        ..case(resource, name, reason)
+    }
+}
+
+/// A suspended object that never reported: `Ready` unknown, reason `Suspended`.
+const fn suspended(resource: &'static str, name: &'static str) -> Case {
+    Case {
+        ready: "Unknown",
+        ..waiting(resource, name, "Suspended")
     }
 }
 
@@ -88,7 +112,7 @@ const CASES: &[Case] = &[
     case("omniconnections", "keyless", "MissingSecret"),
     case("omniclusters", "lonely", "MissingConnection"),
     case("omniclusters", "negative", "ValidationFailed"),
-    case("omniclusters", "typo", "SyncFailed"),
+    case("omniclusters", "typo", "OmniRejected"),
     case("omniclusters", "unreadable", "StatusFailed"),
     case("omniclusters", "stranded", "DeleteFailed"),
     // Held plans wait for a person, as quietly as failures.
@@ -99,15 +123,21 @@ const CASES: &[Case] = &[
     case("omnikubeconfigexports", "lost", "MissingCluster"),
     case("omnikubeconfigexports", "grabby", "TargetNotOwned"),
     case("omnikubeconfigexports", "refused", "ExportFailed"),
+    case("omnikubeconfigexports", "overlong", "ValidationFailed"),
+    case("omnikubeconfigexports", "abroad", "ValidationFailed"),
     case("omnisecretsyncs", "sourceless", "MissingSecret"),
     case("omnisecretsyncs", "clusterless", "MissingCluster"),
     case("omnisecretsyncs", "offline", "SyncFailed"),
     case("omnisecretsyncs", "squatted", "TargetNotOwned"),
     case("omnisecretsyncs", "garbage", "ValidationFailed"),
+    case("omnisecretsyncs", "tarpitted", "Timeout"),
+    case("omnisecretsyncs", "denied", "AccessDenied"),
     case("omnihelmreleases", "waiting", "MissingSecret"),
     case("omnihelmreleases", "homeless", "MissingCluster"),
     case("omnihelmreleases", "malformed", "ValidationFailed"),
-    case("omnihelmreleases", "unfetchable", "ReconcileFailed"),
+    case("omnihelmreleases", "unfetchable", "ChartFetchFailed"),
+    case("omnihelmreleases", "cleartext", "ValidationFailed"),
+    case("omnihelmreleases", "tarpitted", "Timeout"),
     case("omnihelmreleases", "undeletable", "MissingSecret"),
     // Sets whose generated object fails, whose template does not render, or whose name is
     // taken: as quiet as the objects they generate.
@@ -119,7 +149,24 @@ const CASES: &[Case] = &[
         "fleet-squatted",
         "NameCollision",
     ),
+    // Waiting states: a cluster whose machine went away, its child and dependants waiting for
+    // its Ready, and suspended objects.
+    waiting("omniclusters", "starved", "WaitingForMachines"),
+    waiting("omnicontrolplanes", "starved-cp", "ClusterNotReady"),
+    waiting("omnikubeconfigexports", "early", "ClusterNotReady"),
+    waiting("omnisecretsyncs", "eager", "ClusterNotReady"),
+    waiting("omnihelmreleases", "impatient", "ClusterNotReady"),
+    suspended("omnikubeconfigexports", "paused-export"),
+    suspended("omnisecretsyncs", "paused-sync"),
+    suspended("omnihelmreleases", "paused-release"),
+    // Releases that wait: for a dependency, for their cluster's health, after a spent budget.
+    case("omnihelmreleases", "dependant", "DependencyNotReady"),
+    case("omnihelmreleases", "gated", "ClusterNotHealthy"),
+    case("omnihelmreleases", "spent", "RetriesExhausted"),
 ];
+
+/// The releases of [`CASES`] that wait rather than retry: they make no write at all.
+const WAITING: [&str; 3] = ["dependant", "gated", "spent"];
 
 /// How many retries the backoff allows in `window` at the fastest jitter (0.8).
 fn backoff_steps(window: Duration) -> u64 {
@@ -171,7 +218,7 @@ fn ready_reason(obj: &DynamicObject) -> Option<(String, String)> {
 
 async fn wait_reason(client: &kube::Client, c: Case) -> DynamicObject {
     wait_for(&dynamic(client, c.resource), c.name, c.reason, |o| {
-        ready_reason(o) == Some(("False".into(), c.reason.into()))
+        ready_reason(o) == Some((c.ready.into(), c.reason.into()))
     })
     .await
 }
@@ -190,10 +237,14 @@ async fn events_about(client: &kube::Client, name: &str) -> u64 {
 }
 
 /// The shared environment (its OmniConnection `omni` is the one healthy connection) plus a
-/// workload cluster and the log of the helm commands the operator ran.
+/// workload cluster, a tarpit (a workload API server that accepts and never answers) and the
+/// log of the helm commands the operator ran.
 struct Quiet {
     env: Env,
     _workload: RunningKubeSim,
+    _tarpit: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// A repository serving chart `demo` 0.1.0, for a release whose Helm run itself fails.
+    repo: ChartServer,
     helm_log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -202,13 +253,40 @@ impl Quiet {
     async fn start() -> Quiet {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let helm_log = dir.path().join("helm.log");
+        // Short time bounds, so the tarpit's objects reach their failure before the window.
+        let tenancy = Tenancy {
+            timeouts: Timeouts {
+                connect: Duration::from_secs(3),
+                read: Duration::from_secs(3),
+                request: Duration::from_secs(6),
+                ..Timeouts::default()
+            },
+            ..Tenancy::default()
+        };
         let env = Env::builder()
             .helm(
                 counting_helm(dir.path(), &helm_log),
                 dir.path().join("work"),
             )
+            .tenancy(tenancy)
+            // So that what a ServiceAccount may not read is denied (the operator stays admin).
+            .rbac()
             .start()
             .await;
+        let (tarpit, held) = support::chart_server::tarpit().await;
+        let repo = ChartServer::start(Serve::default()).await;
+        let chart = package("demo", "0.1.0", "hello");
+        repo.put(
+            "/index.yaml",
+            index(&[Entry {
+                name: "demo",
+                version: "0.1.0",
+                digest: &digest(&chart),
+                url: "demo-0.1.0.tgz",
+            }]),
+            "application/yaml",
+        );
+        repo.put("/demo-0.1.0.tgz", chart, "application/gzip");
         let (workload, workload_client) = kube_sim().await;
         let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}}))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -245,6 +323,14 @@ impl Quiet {
                 "garbage-kubeconfig",
                 json!({"kubeconfig": "not: [a kubeconfig"}),
             ),
+            (
+                "tarpit-kubeconfig",
+                json!({"kubeconfig": kubeconfig(format!("http://{tarpit}"))}),
+            ),
+            (
+                "repo-credentials",
+                json!({"username": "reader", "password": "repo-password"}),
+            ),
             // An export target that the operator did not create.
             ("grabby-target", json!({"kubeconfig": "hand-made"})),
         ] {
@@ -253,6 +339,8 @@ impl Quiet {
         Quiet {
             env,
             _workload: workload,
+            _tarpit: held,
+            repo,
             helm_log,
             _dir: dir,
         }
@@ -385,6 +473,12 @@ impl Quiet {
         };
         create_json(c, export("lost", "ghost", "lost-target")).await;
         create_json(c, export("grabby", "healthy", "grabby-target")).await;
+        let mut overlong = export("overlong", "healthy", "overlong-target");
+        overlong["spec"]["ttl"] = "87600h".into();
+        create_json(c, overlong).await;
+        let mut abroad = export("abroad", "healthy", "abroad-target");
+        abroad["spec"]["targetSecretRef"]["namespace"] = "elsewhere".into();
+        create_json(c, abroad).await;
 
         let sync = |name: &str, cluster: &str, source: &str, kubeconfig: &str| {
             ours(
@@ -429,6 +523,14 @@ impl Quiet {
             sync("garbage", "healthy", "source", "garbage-kubeconfig"),
         )
         .await;
+        create_json(
+            c,
+            sync("tarpitted", "healthy", "source", "tarpit-kubeconfig"),
+        )
+        .await;
+        let mut denied = sync("denied", "healthy", "source", "workload-kubeconfig");
+        denied["spec"]["serviceAccountName"] = "nobody".into();
+        create_json(c, denied).await;
 
         let release = |name: &str, cluster: &str, kubeconfig: &str, extra: Value| {
             let mut spec = json!({
@@ -476,6 +578,63 @@ impl Quiet {
             release("undeletable", "healthy", "vanished-kubeconfig", json!({})),
         )
         .await;
+        create_json(
+            c,
+            release(
+                "cleartext",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"chart": {
+                    "repository": format!("http://127.0.0.1:{}/charts", closed_port()),
+                    "chart": "demo", "version": "0.1.0",
+                    "credentialsSecretRef": {"name": "repo-credentials"},
+                }}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
+                "dependant",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"dependsOn": [{"name": "waiting"}]}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
+                "gated",
+                "lonely",
+                "workload-kubeconfig",
+                // Past the start gate (its cluster never syncs), held by the health gate.
+                json!({"startWhen": "ClusterExists", "clusterHealth": {"require": "Running"}}),
+            ),
+        )
+        .await;
+        // Its one install attempt fails (the chart is fetched and verified, but its namespace
+        // does not exist in the workload cluster), with no retry allowed. A chart that cannot
+        // be fetched would not do: a fetch failure spends no budget (no Helm ran).
+        create_json(
+            c,
+            release(
+                "spent",
+                "healthy",
+                "workload-kubeconfig",
+                json!({
+                    "namespace": "no-such-namespace",
+                    "chart": {"repository": self.repo.url, "chart": "demo", "version": "0.1.0"},
+                    "install": {"remediation": {"retries": 0}},
+                }),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release("tarpitted", "healthy", "tarpit-kubeconfig", json!({})),
+        )
+        .await;
 
         // StatusFailed: once synced, Omni's ClusterStatus becomes undecodable (pinned so Omni's
         // controllers leave it alone).
@@ -498,6 +657,43 @@ impl Quiet {
             )
             .await
             .unwrap_or_else(|e| panic!("remove the patch: {e}"));
+
+        // Waiting for machines: a cluster whose one machine disconnects once it runs; then its
+        // dependants, which wait for its Ready before they first act.
+        let starved_machine = "aaaaaaaa-0000-4000-8000-000000000007";
+        create_json(c, cluster("starved", json!({}))).await;
+        create_json(c, control_plane("starved", starved_machine)).await;
+        wait_for(&clusters, "starved", "Ready", ready).await;
+        assert!(
+            self.env
+                .omni
+                .set_machine_disconnected(starved_machine, true)
+        );
+        wait_reason(c, waiting("omniclusters", "starved", "WaitingForMachines")).await;
+        create_json(c, export("early", "starved", "early-target")).await;
+        create_json(c, sync("eager", "starved", "source", "workload-kubeconfig")).await;
+        create_json(
+            c,
+            release("impatient", "starved", "workload-kubeconfig", json!({})),
+        )
+        .await;
+        // Suspended from the start, on a Ready cluster.
+        let mut paused = export("paused-export", "healthy", "paused-target");
+        paused["spec"]["suspend"] = json!(true);
+        create_json(c, paused).await;
+        let mut paused = sync("paused-sync", "healthy", "source", "workload-kubeconfig");
+        paused["spec"]["suspend"] = json!(true);
+        create_json(c, paused).await;
+        create_json(
+            c,
+            release(
+                "paused-release",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"suspend": true}),
+            ),
+        )
+        .await;
 
         // Blocked deletions: the cluster's connection and the release's kubeconfig are missing.
         for (resource, name) in [
@@ -650,16 +846,32 @@ async fn failing_objects_write_only_when_their_status_changes() {
             .unwrap_or_else(|e| panic!("get {}: {e}", case.name));
         assert_eq!(
             ready_reason(&now),
-            Some(("False".into(), case.reason.into())),
+            Some((case.ready.into(), case.reason.into())),
             "{} left its failure during the window",
             case.name
         );
+        if case.waits && (writes > 0 || events > 0) {
+            loud.push(format!(
+                "{}/{} waits ({}) but made {writes} writes and {events} Events in {window:?}",
+                case.resource, case.name, case.reason
+            ));
+        }
     }
     assert!(
         loud.is_empty(),
         "failing objects are not quiet (bound {bound} writes per object):\n{}",
         loud.join("\n")
     );
+    // Waiting for another object, or for a spec change after a spent budget, retries
+    // nothing: not a single write.
+    for name in WAITING {
+        let writes = env
+            .env
+            .kube
+            .hooks()
+            .writes_to_object("omnihelmreleases", Some(NS), name);
+        assert_eq!(writes, 0, "{name} wrote {writes} times while waiting");
+    }
     let omni_writes = env.env.omni.writes_total() - omni_writes;
     assert!(
         omni_writes <= bound,

@@ -67,6 +67,11 @@ struct Running {
 
 impl Running {
     async fn start() -> Self {
+        Running::start_with(None).await
+    }
+
+    /// A server that reads stored objects with `client`, when given.
+    async fn start_with(client: Option<kube::Client>) -> Self {
         let ca = new_ca();
         let dir = tempfile::tempdir().expect("tempdir");
         let (cert, key, _) = serving_cert(&ca, "first");
@@ -77,7 +82,10 @@ impl Running {
             cert_name: "tls.crt".to_string(),
             key_name: "tls.key".to_string(),
         };
-        let server = Server::bind(&config).await.expect("bind webhook server");
+        let mut server = Server::bind(&config).await.expect("bind webhook server");
+        if let Some(client) = client {
+            server = server.with_client(client);
+        }
         let addr = server.local_addr().expect("local addr");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async {
@@ -179,6 +187,22 @@ fn connection(name: &str, secret_name: &str, insecure: bool) -> Value {
             "endpoint": "https://omni.example.com",
             "auth": {"serviceAccountSecretRef": {"name": secret_name, "key": "serviceAccountKey"}},
             "insecureSkipTLSVerify": insecure
+        }
+    })
+}
+
+fn release(name: &str, depends_on: &[&str]) -> Value {
+    let depends_on: Vec<Value> = depends_on.iter().map(|n| json!({"name": n})).collect();
+    json!({
+        "apiVersion": "omni.texashpc.com/v1alpha1",
+        "kind": "OmniHelmRelease",
+        "metadata": {"name": name, "namespace": "omni-system"},
+        "spec": {
+            "clusterRef": {"name": "c"},
+            "kubeconfigSecretRef": {"name": "c-kubeconfig"},
+            "namespace": "apps",
+            "chart": {"repository": "https://charts.example.com", "chart": "demo", "version": "1.0.0"},
+            "dependsOn": depends_on,
         }
     })
 }
@@ -566,5 +590,39 @@ async fn every_sample_is_admitted() {
         omni_operator::api::KINDS.len(),
         "a sample of every kind: {kinds_seen:?}"
     );
+    server.stop().await;
+}
+
+/// A `dependsOn` cycle spans objects: the webhook reads the stored releases of the namespace
+/// and refuses the release that closes one, naming it; a chain without a cycle is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_closing_a_dependency_cycle_is_refused_naming_it() {
+    let (_sim, client) = crate::support::kube_sim().await;
+    crate::support::install_operator_api(&client, "omni-system").await;
+    crate::support::create_json(&client, release("a", &["b"])).await;
+    crate::support::create_json(&client, release("b", &["c"])).await;
+    let server = Running::start_with(Some(client)).await;
+    let closing = admission(
+        "OmniHelmRelease",
+        "CREATE",
+        Some(release("c", &["a"])),
+        None,
+    );
+    let response = server.review("OmniHelmRelease", closing).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 422, "{response}");
+    assert_eq!(
+        response["status"]["message"],
+        "OmniHelmRelease.omni.texashpc.com \"c\" is invalid: spec.dependsOn[0].name: Invalid value: \"a\": dependency cycle c → a → b → c",
+        "{response}"
+    );
+    let chain = admission(
+        "OmniHelmRelease",
+        "CREATE",
+        Some(release("d", &["a"])),
+        None,
+    );
+    let response = server.review("OmniHelmRelease", chain).await;
+    assert_eq!(response["allowed"], true, "{response}");
     server.stop().await;
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::output::{Finding, Severity, Subject};
+use crate::api::helm_policies::{cycle_text, dependency_cycle};
 use crate::api::validation::{FieldError, FieldErrorKind};
 use crate::cli::manifests::{Manifest, Position};
 use crate::cli::render::Objects;
@@ -80,6 +81,7 @@ pub(super) fn check(objects: &[Checked<'_>], partial: bool) -> Vec<Finding> {
         missing_clusters(objects, &mut out);
     }
     templates(objects, partial, &mut out);
+    dependency_cycles(objects, &mut out);
     out
 }
 
@@ -115,6 +117,48 @@ fn duplicates(objects: &[Checked<'_>], out: &mut Vec<Finding>) {
                 seen.insert(key, object);
             }
         }
+    }
+}
+
+/// `spec.dependsOn` of each OmniHelmRelease: a cycle among the given releases is reported on
+/// each release on it, naming the cycle from there (the operator would leave them all waiting).
+fn dependency_cycles(objects: &[Checked<'_>], out: &mut Vec<Finding>) {
+    let releases: Vec<&Checked<'_>> = objects
+        .iter()
+        .filter(|o| o.subject.kind == "OmniHelmRelease")
+        .collect();
+    let depends_on = |namespace: &str, name: &str| -> Vec<String> {
+        releases
+            .iter()
+            .filter(|r| r.namespace() == namespace && r.subject.name == name)
+            .flat_map(|r| {
+                r.manifest.value["spec"]["dependsOn"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| d["name"].as_str().map(str::to_string))
+            })
+            .collect()
+    };
+    for release in &releases {
+        let namespace = release.namespace();
+        let Some(cycle) = dependency_cycle(&release.subject.name, |n| depends_on(namespace, n))
+        else {
+            continue;
+        };
+        // The first step of the cycle is the entry to fix here.
+        let next = cycle.get(1).cloned().unwrap_or_default();
+        let index = depends_on(namespace, &release.subject.name)
+            .iter()
+            .position(|d| *d == next)
+            .unwrap_or_default();
+        let path = format!("spec.dependsOn[{index}].name");
+        let error = FieldError::invalid(
+            path.clone(),
+            next,
+            format!("dependency cycle {}", cycle_text(&cycle)),
+        );
+        out.push(release.error(release.manifest.positions.of(&path), &error));
     }
 }
 

@@ -52,7 +52,10 @@ pub(super) fn omni_state(status: &mut OmniClusterStatus, health: &ClusterHealth)
         health.machines.healthy, health.machines.total
     ));
     status.talos_version = text(&health.talos_version);
+    status.kubernetes_upgrade_phase = health.upgrades.kubernetes_phase.clone();
+    status.talos_upgrade_phase = health.upgrades.talos_phase.clone();
     status.kubernetes_version = text(&health.kubernetes_version);
+    status.kubernetes_api_ready = Some(health.kubernetes_api_ready);
     status.machine_sets = health
         .machine_sets
         .iter()

@@ -91,6 +91,9 @@ impl Conditioned for FleetSetStatus {
     fn conditions_mut(&mut self) -> &mut Vec<Condition> {
         &mut self.conditions
     }
+    fn handled_reconcile_mut(&mut self) -> &mut Option<String> {
+        &mut self.last_handled_reconcile_at
+    }
 }
 
 /// What a set's controller reads: the caches of the clusters, its member kind and the exports.

@@ -7,17 +7,14 @@ use kube::runtime::controller::Action;
 use super::SetKind;
 use super::plan::Report;
 use crate::api::Reason;
-use crate::api::common::{Condition, condition_types as ct, set_condition};
 use crate::api::fleet::{FailingCluster, FleetSetStatus, MAX_FAILING_LISTED};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::pipeline::{Outcome, Pipeline};
+use crate::controllers::shared::status::{Standing, set_standing};
 
 /// How soon a pass whose write met a newer object looks again (its watch event usually wakes
 /// it first).
 const RETRY_SOON: Duration = Duration::from_secs(2);
-
-/// kstatus' condition of an object still converging.
-const RECONCILING: &str = "Reconciling";
 
 /// Why a set's pass could not plan.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +39,14 @@ impl Failure for SetFailure {
         match self {
             Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
             Self::CachesNotReady => RetryPolicy::Backoff,
+        }
+    }
+
+    /// A spec that breaks the rules stalls; caches not filled yet are retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::InvalidSpec(_) => Disposition::Stalled,
+            Self::CachesNotReady => Disposition::Retrying,
         }
     }
 }
@@ -114,6 +119,20 @@ fn verdict(report: &Report) -> (bool, Reason, String) {
     (false, Reason::SetProgressing, message)
 }
 
+/// Pure: where a set whose verdict is `ready` with `reason` stands: what only a spec change
+/// helps (a template that does not render, a name taken, a refused object, a stalled rollout)
+/// stalls; the rest converges or waits for its objects (`Reconciling`, a Normal Event).
+fn standing_of(ready: bool, reason: Reason) -> Standing {
+    match reason {
+        _ if ready => Standing::Ready,
+        Reason::TemplateFailed
+        | Reason::NameCollision
+        | Reason::RolloutStalled
+        | Reason::ValidationFailed => Standing::Stalled,
+        _ => Standing::Reconciling,
+    }
+}
+
 /// Pure: the status of `set` after a pass that came to `outcome`.
 pub(crate) fn desired_status<S>(
     set: &S,
@@ -127,7 +146,7 @@ where
     let generation = set.meta().generation;
     let mut s = old.clone();
     s.observed_generation = generation;
-    let (ready, reason, message) = match &outcome.result {
+    let (standing, reason, message) = match &outcome.result {
         Ok(report) => {
             let mut failing = report.failing.clone();
             failing.sort_by(|a, b| a.cluster.cmp(&b.cluster).then(a.name.cmp(&b.name)));
@@ -138,33 +157,22 @@ where
             s.failed = u32::try_from(failing.len()).unwrap_or(u32::MAX);
             failing.truncate(MAX_FAILING_LISTED);
             s.failing = failing;
-            verdict(report)
+            let (ready, reason, message) = verdict(report);
+            (standing_of(ready, reason), reason, message)
         }
-        Err(failure) => (false, failure.reason(), failure.to_string()),
+        Err(failure) => (
+            failure.disposition().into(),
+            failure.reason(),
+            failure.to_string(),
+        ),
     };
-    let stalled = matches!(
+    set_standing(
+        &mut s.conditions,
+        standing,
         reason,
-        Reason::TemplateFailed
-            | Reason::NameCollision
-            | Reason::RolloutStalled
-            | Reason::ValidationFailed
+        &message,
+        generation,
+        now,
     );
-    let reconciling = !ready && !stalled;
-    let conditions = [
-        (ct::READY, ready, reason),
-        (RECONCILING, reconciling, reason),
-        (ct::STALLED, stalled, reason),
-    ];
-    for (type_, status, reason) in conditions {
-        let message = if status || type_ == ct::READY {
-            message.as_str()
-        } else {
-            ""
-        };
-        set_condition(
-            &mut s.conditions,
-            Condition::new(type_, status.into(), reason, message, generation, now),
-        );
-    }
     s
 }

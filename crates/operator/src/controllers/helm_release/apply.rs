@@ -3,19 +3,25 @@
 
 use kube::runtime::events::EventType;
 
+use super::inputs::Problem;
 use super::outcome::{After, Done, HelmFailure, action_name};
 use super::ownership::run_labels;
+use super::state::HelmState;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
 use crate::domain::helm::args::InstallVerb;
+use crate::domain::helm::source::{Fetch, Fetched};
 use crate::domain::helm::{
-    HelmError, HelmStatus, ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth, Revision,
+    ChartSource, HelmError, HelmStatus, ReleaseInfo, ReleaseRequest, ReleaseSession,
+    RepositoryAuth, Revision,
 };
 
 /// A Helm run about to install or upgrade the release, with what the pass knows about it.
 pub(crate) struct HelmRun<'a> {
     pub(crate) ctx: &'a Context,
+    /// The controller's configuration: the chart source policy and time bounds.
+    pub(crate) state: &'a HelmState,
     pub(crate) r: &'a OmniHelmRelease,
     /// The release as this pass resolved it.
     pub(crate) req: &'a ReleaseRequest,
@@ -27,6 +33,30 @@ pub(crate) struct HelmRun<'a> {
     pub(crate) adopting: bool,
     /// The inputs were applied before, so the release changed out of band.
     pub(crate) drift: bool,
+}
+
+impl HelmRun<'_> {
+    /// The chart of the request, fetched and verified into the session's directory under the
+    /// deployment's chart source policy ([`crate::domain::helm::source`]).
+    async fn fetch_chart(&self) -> Result<Fetched, Problem> {
+        let (repository, chart) = match &self.req.chart {
+            ChartSource::Repository { url, chart } => (url.as_str(), chart.as_str()),
+            ChartSource::Oci { reference } => ("", reference.as_str()),
+        };
+        Fetch {
+            repository,
+            chart,
+            version: &self.req.chart_version,
+            insecure: self.r.spec.chart.insecure,
+            auth: self.auth,
+            policy: &self.state.chart_sources,
+            roots: &self.state.roots,
+            limits: self.state.limits,
+        }
+        .run(self.session.dir())
+        .await
+        .map_err(Problem::from)
+    }
 }
 
 /// Names what `atomic` undid after a failed run, judged from where the release landed.
@@ -52,6 +82,9 @@ impl HelmRun<'_> {
     ) -> Result<Done, HelmFailure> {
         let (ctx, r, req) = (self.ctx, self.r, self.req);
         let name = &req.release_name;
+        // The chart first: helm gets an archive the operator fetched and verified, or nothing.
+        let chart = self.fetch_chart().await.map_err(HelmFailure::Blocked)?;
+        tracing::debug!(release = %name, digest = %chart.digest, "chart fetched and verified");
         if self.drift {
             let seen = self.current.map_or_else(
                 || "missing".to_string(),
@@ -75,7 +108,7 @@ impl HelmRun<'_> {
         };
         match self
             .session
-            .install_or_upgrade(verb, req, &revision, self.auth)
+            .install_or_upgrade(verb, req, &revision, &chart.path)
             .await
         {
             Ok(info) => {
@@ -92,10 +125,12 @@ impl HelmRun<'_> {
                     .await;
                 }
                 if info.status == HelmStatus::Deployed {
+                    let tests = super::test_hooks::after(r, req, self.session, verb, &info).await?;
                     Ok(Done::Deployed {
                         verb,
                         info,
                         digest: req.digest.clone(),
+                        tests,
                     })
                 } else {
                     Err(HelmFailure::NotDeployed {

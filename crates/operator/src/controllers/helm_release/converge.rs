@@ -5,13 +5,15 @@ use kube::ResourceExt;
 
 use super::apply::HelmRun;
 use super::decide::{NextAction, next_action};
-use super::inputs::{self, Problem};
+use super::inputs::{self, Kubeconfig, Problem};
 use super::outcome::{Done, HelmFailure, Outcome, StuckBecause};
 use super::ownership::{self, Starter};
 use super::release::{Observation, determine};
 use super::state::HelmState;
-use super::{install, recover, upgrade};
+use super::{budget, drift, gates, install, recover, remediate, upgrade};
+use crate::api::keys::{FORCE_AT_ANNOTATION, new_request};
 use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::unless_deleted_meanwhile;
@@ -28,19 +30,37 @@ pub(super) async fn attached(
         .api::<OmniCluster>(&namespace)
         .get_opt(&r.spec.cluster_ref.name)
         .await?;
-    if cluster.is_none() {
+    let Some(cluster) = cluster else {
         let missing = HelmFailure::MissingCluster {
             cluster: r.spec.cluster_ref.name.clone(),
         };
         return unless_deleted_meanwhile(ctx, r, Outcome::new(Some(false), Err(missing))).await;
-    }
+    };
     let attached = |result| Outcome::new(Some(true), result);
+    // Suspended first: no gate is looked at, nothing runs.
+    if r.spec.suspend {
+        return Ok(attached(Ok(Done::Suspended)));
+    }
+    // Before its first install, a release waits for its cluster (`spec.startWhen`).
+    let installed = r
+        .status
+        .as_ref()
+        .is_some_and(|s| s.release_revision.is_some() || s.last_applied_digest.is_some());
+    if let Some(why) = start_gate(&cluster, r.spec.start_when, installed) {
+        let waiting = attached(Err(HelmFailure::ClusterNotReady(why)));
+        return unless_deleted_meanwhile(ctx, r, waiting).await;
+    }
+    let req = inputs::request(r);
+    // The gates of every install or upgrade, before any input is read or Helm runs.
+    if let Some(waiting) = shut_gate(state, r, &namespace, &cluster, &req) {
+        return unless_deleted_meanwhile(ctx, r, attached(Err(waiting))).await;
+    }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
-    let kubeconfig = match inputs::kubeconfig(ctx, &state.secret_policy, r).await? {
+    let kubeconfig = match inputs::kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
-    let auth = match inputs::repository_auth(ctx, &state.secret_policy, r).await? {
+    let auth = match inputs::repository_auth(ctx, state, r).await? {
         Ok(a) => a,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
@@ -50,8 +70,10 @@ pub(super) async fn attached(
                 .to_string(),
         )));
     };
-    let req = inputs::request(r);
-    let session = match helm.session(&req.lock_key, &kubeconfig).await {
+    if let Err(problem) = inputs::reachable(state, r, &kubeconfig).await {
+        return Ok(blocked(problem));
+    }
+    let session = match helm.session(&req.lock_key, &kubeconfig.checked).await {
         Ok(s) => s,
         Err(err) => {
             return Ok(attached(Err(HelmFailure::Helm(format!(
@@ -65,8 +87,40 @@ pub(super) async fn attached(
         req: &req,
         session: &session,
         auth: &auth,
+        kubeconfig: &kubeconfig,
     };
     Ok(attached(release.converge(ctx, state).await))
+}
+
+/// Pure: the gate that stops the pass before Helm runs, if one does: a dependency that is not Ready, a cluster that
+/// is not as healthy as asked, or a spent retry budget (a force request still gets its one
+/// attempt).
+fn shut_gate(
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    namespace: &str,
+    cluster: &OmniCluster,
+    req: &ReleaseRequest,
+) -> Option<HelmFailure> {
+    if let Some(shut) = gates::dependencies(r, |name| state.release(namespace, name)) {
+        return Some(shut);
+    }
+    if let Some(shut) = gates::cluster_health(r, cluster) {
+        return Some(shut);
+    }
+    let forced = {
+        let handled = r
+            .status
+            .as_ref()
+            .and_then(|s| s.last_handled_force_at.as_deref());
+        new_request(&r.metadata, FORCE_AT_ANNOTATION, handled).is_some()
+    };
+    let spent = budget::exhausted(r, &req.digest).filter(|_| !forced)?;
+    let stored = r.status.as_ref().and_then(|s| s.last_error.clone());
+    Some(HelmFailure::Exhausted {
+        spent,
+        message: stored.unwrap_or_else(|| spent.text()),
+    })
 }
 
 /// The release of one pass, with what acting on it takes.
@@ -75,6 +129,8 @@ struct Release<'a> {
     req: &'a ReleaseRequest,
     session: &'a ReleaseSession,
     auth: &'a RepositoryAuth,
+    /// The kubeconfig as read and checked in this pass (the drift check's client).
+    kubeconfig: &'a Kubeconfig,
 }
 
 impl Release<'_> {
@@ -89,6 +145,7 @@ impl Release<'_> {
         loop {
             let run = |adopting, drift| HelmRun {
                 ctx,
+                state,
                 r,
                 req,
                 session: self.session,
@@ -99,7 +156,7 @@ impl Release<'_> {
             };
             let state_now = determine(r, req, &look, now, state.upgrade_every_trigger);
             return match next_action(&state_now) {
-                NextAction::Nothing => Ok(Done::InSync(look.release)),
+                NextAction::Nothing => self.in_sync(ctx, state, look.release).await,
                 NextAction::Refuse(owner) => Err(HelmFailure::Refused {
                     name: req.release_name.clone(),
                     namespace: req.namespace.clone(),
@@ -118,10 +175,12 @@ impl Release<'_> {
                     because: StuckBecause::RecoveryNotAllowed,
                 }),
                 NextAction::Install { adopting, drift } => {
-                    install::install(&run(adopting, drift)).await
+                    let result = install::install(&run(adopting, drift)).await;
+                    self.remediated(ctx, result).await
                 }
                 NextAction::Upgrade { adopting, drift } => {
-                    upgrade::upgrade(&run(adopting, drift)).await
+                    let result = upgrade::upgrade(&run(adopting, drift)).await;
+                    self.remediated(ctx, result).await
                 }
                 NextAction::Recover { release, abandoned } => {
                     recover::recover(ctx, r, req, self.session, &release, abandoned).await?;
@@ -133,6 +192,50 @@ impl Release<'_> {
                     continue;
                 }
             };
+        }
+    }
+
+    /// A release as last applied: with drift detection on, its live objects are compared
+    /// (and put back in `Enabled` mode).
+    async fn in_sync(
+        &self,
+        ctx: &Context,
+        state: &HelmState,
+        release: Option<ReleaseInfo>,
+    ) -> Result<Done, HelmFailure> {
+        match (drift::mode(self.r), release) {
+            (Some(mode), Some(release)) => {
+                let found = drift::check(
+                    ctx,
+                    state,
+                    self.r,
+                    self.req,
+                    self.session,
+                    self.kubeconfig,
+                    mode,
+                )
+                .await?;
+                Ok(Done::Checked {
+                    release,
+                    drift: found,
+                })
+            }
+            (_, release) => Ok(Done::InSync(release)),
+        }
+    }
+
+    /// `result` of an install or upgrade, its failure counted and remediated under the
+    /// release's remediation policy.
+    async fn remediated(
+        &self,
+        ctx: &Context,
+        result: Result<Done, HelmFailure>,
+    ) -> Result<Done, HelmFailure> {
+        match result {
+            Err(failure) => {
+                Err(remediate::remediate(ctx, self.r, self.req, self.session, failure).await)
+            }
+            ok => ok,
         }
     }
 

@@ -59,6 +59,11 @@ pub(crate) fn next_action(state: &State) -> NextAction {
         }
         // The upgrade is what stamps our ownership labels on an adopted release.
         ReleaseState::InSync if adopting => NextAction::Upgrade { adopting, drift },
+        // Asked for: no drift, nothing changed.
+        ReleaseState::InSync if state.forced => NextAction::Upgrade {
+            adopting,
+            drift: false,
+        },
         ReleaseState::InSync => NextAction::Nothing,
         ReleaseState::OutOfSync => NextAction::Upgrade { adopting, drift },
     }
@@ -75,7 +80,35 @@ mod tests {
             adopting,
             inputs_applied,
             recovered: false,
+            forced: false,
         }
+    }
+
+    #[test]
+    fn a_force_request_upgrades_a_release_in_sync_once_without_calling_it_drift() {
+        let forced = State {
+            forced: true,
+            ..state(ReleaseState::InSync, false, true)
+        };
+        assert_eq!(
+            next_action(&forced),
+            NextAction::Upgrade {
+                adopting: false,
+                drift: false
+            }
+        );
+        let out_of_sync = State {
+            forced: true,
+            ..state(ReleaseState::OutOfSync, false, true)
+        };
+        assert_eq!(
+            next_action(&out_of_sync),
+            NextAction::Upgrade {
+                adopting: false,
+                drift: true
+            },
+            "a release changed out of band is drift, forced or not"
+        );
     }
 
     #[test]

@@ -9,11 +9,15 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use super::ownership::owner_labels;
+use super::state::HelmState;
 use crate::api::{OmniHelmRelease, Reason};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
+use crate::domain::helm::source::SourceError;
 use crate::domain::helm::{ChartSource, ReleaseRequest, RepositoryAuth};
-use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
+use crate::domain::impersonation::{self, ReadError, Reader};
+use crate::domain::kubeconfig::WorkloadKubeconfig;
+use crate::domain::secret_policy::{self, SecretUse};
 
 const KIND: &str = "OmniHelmRelease";
 
@@ -29,12 +33,32 @@ pub(crate) enum Problem {
     /// A Secret, or a key in it, does not exist.
     #[error("{0}")]
     MissingSecret(String),
+    /// The release's ServiceAccount may not read a Secret it references (named in the
+    /// message).
+    #[error("{0}")]
+    AccessDenied(String),
     /// An input is unusable or refused by the Secret policy.
     #[error("{0}")]
     Invalid(String),
     /// No usable helm binary.
     #[error("{0}")]
     HelmUnavailable(String),
+    /// A request to a server the object names passed its time bound.
+    #[error("{0}")]
+    TimedOut(String),
+    /// The chart could not be fetched or failed its verification.
+    #[error("{0}")]
+    ChartUnavailable(String),
+}
+
+impl From<SourceError> for Problem {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Refused(m) => Self::Invalid(m),
+            SourceError::TimedOut(m) => Self::TimedOut(m),
+            SourceError::Failed(m) => Self::ChartUnavailable(m),
+        }
+    }
 }
 
 impl Problem {
@@ -42,8 +66,11 @@ impl Problem {
     pub(crate) fn reason(&self) -> Reason {
         match self {
             Self::MissingSecret(_) => Reason::MissingSecret,
+            Self::AccessDenied(_) => Reason::AccessDenied,
             Self::Invalid(_) => Reason::ValidationFailed,
             Self::HelmUnavailable(_) => Reason::HelmUnavailable,
+            Self::TimedOut(_) => Reason::Timeout,
+            Self::ChartUnavailable(_) => Reason::ChartFetchFailed,
         }
     }
 
@@ -51,24 +78,39 @@ impl Problem {
     pub(crate) fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
         match self {
             Self::MissingSecret(m) => Self::MissingSecret(f(m)),
+            Self::AccessDenied(m) => Self::AccessDenied(f(m)),
             Self::Invalid(m) => Self::Invalid(f(m)),
             Self::HelmUnavailable(m) => Self::HelmUnavailable(f(m)),
+            Self::TimedOut(m) => Self::TimedOut(f(m)),
+            Self::ChartUnavailable(m) => Self::ChartUnavailable(f(m)),
         }
     }
+}
+
+/// A release's kubeconfig: as read from its Secret, and checked.
+pub(crate) struct Kubeconfig {
+    /// The Secret's bytes (for the workload client cache, which the syncs of the same Secret
+    /// share).
+    raw: Vec<u8>,
+    /// What helm and the operator use, built from the checked fields.
+    pub(crate) checked: WorkloadKubeconfig,
 }
 
 /// Reads and checks the kubeconfig (messages: docs/parity.md#reading-the-kubeconfig).
 pub(crate) async fn kubeconfig(
     ctx: &Context,
-    policy: &SecretPolicy,
+    state: &HelmState,
     r: &OmniHelmRelease,
-) -> Result<Result<Vec<u8>, Problem>, Error> {
+) -> Result<Result<Kubeconfig, Problem>, Error> {
     let ns = r.namespace().unwrap_or_default();
     let (name, key) = (
         &r.spec.kubeconfig_secret_ref.name,
         &r.spec.kubeconfig_secret_ref.key,
     );
-    let Some(secret) = ctx.api::<Secret>(&ns).get_opt(name).await? else {
+    let Some(secret) = (match read_secret(ctx, state, r, name, "spec.kubeconfigSecretRef").await? {
+        Ok(s) => s,
+        Err(problem) => return Ok(Err(problem)),
+    }) else {
         return Ok(Err(Problem::MissingSecret(format!(
             "kubeconfig Secret \"{ns}/{name}\" does not exist"
         ))));
@@ -84,31 +126,104 @@ pub(crate) async fn kubeconfig(
             "kubeconfig Secret \"{ns}/{name}\" does not contain key {key:?}"
         ))));
     };
-    if let Some(reason) = secret_policy::refusal(policy, &secret, KIND, SecretUse::Kubeconfig, &[])
-    {
+    if let Some(reason) = secret_policy::refusal(
+        &state.secret_policy,
+        &secret,
+        KIND,
+        SecretUse::Kubeconfig,
+        &[],
+    ) {
         return Ok(Err(Problem::Invalid(reason)));
     }
     // Helm gets the kubeconfig the operator writes from the checked fields, never these bytes:
     // no exec, auth provider or file path reaches it. Errors name fields and positions only.
     Ok(match crate::domain::kubeconfig::parse(&bytes) {
-        Ok(checked) => Ok(checked.to_bytes()),
+        Ok(checked) => Ok(Kubeconfig {
+            raw: bytes,
+            checked,
+        }),
         Err(e) => Err(Problem::Invalid(format!(
             "kubeconfig Secret \"{ns}/{name}\" key {key:?} is invalid: {e}"
         ))),
     })
 }
 
+/// `Err(TimedOut)` when the workload API server does not answer `/version` within the
+/// operator's time bounds, checked before any helm process starts: helm's own client has no
+/// read timeout, and a server that accepts connections and never answers held a helm process,
+/// one of the few the operator runs, for minutes per try. Any other answer (an error included)
+/// leaves the judgement to helm.
+pub(crate) async fn reachable(
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    kubeconfig: &Kubeconfig,
+) -> Result<(), Problem> {
+    let ns = r.namespace().unwrap_or_default();
+    let k = &r.spec.kubeconfig_secret_ref;
+    let Ok(client) = workload_client(state, r, kubeconfig).await else {
+        return Ok(());
+    };
+    match client.apiserver_version().await {
+        Err(e) if crate::process::api_client::is_timeout(&e) => Err(Problem::TimedOut(format!(
+            "the workload API server of kubeconfig Secret \"{ns}/{}\" did not answer in time ({e}; bounds: --connect-timeout, --read-timeout, --request-timeout); no helm process was started",
+            k.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The client of the workload cluster of `kubeconfig`, as read (with the release's identity)
+/// and checked in this pass; shared with the other objects of the same kubeconfig Secret.
+pub(crate) async fn workload_client(
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    kubeconfig: &Kubeconfig,
+) -> Result<kube::Client, String> {
+    let ns = r.namespace().unwrap_or_default();
+    let k = &r.spec.kubeconfig_secret_ref;
+    let cache_key = format!("{ns}/{}/{}", k.name, k.key);
+    state.workload.client_for(cache_key, &kubeconfig.raw).await
+}
+
+/// Secret `name` of the release's namespace, read as the release's ServiceAccount (when it or
+/// the deployment names one): `Err` names the reference `field` when the read is denied.
+async fn read_secret(
+    ctx: &Context,
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    name: &str,
+    field: &str,
+) -> Result<Result<Option<Secret>, Problem>, Error> {
+    let ns = r.namespace().unwrap_or_default();
+    let reader = Reader::of(
+        &ns,
+        r.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    match impersonation::get::<Secret>(&ctx.client, &reader, &ns, name).await {
+        Ok(secret) => Ok(Ok(secret)),
+        Err(e @ ReadError::Denied { .. }) => {
+            Ok(Err(Problem::AccessDenied(format!("{e} ({field})"))))
+        }
+        Err(ReadError::Api(e)) => Err(e.into()),
+    }
+}
+
 /// Repository credentials and CA bundle from `spec.chart.credentialsSecretRef`.
 pub(crate) async fn repository_auth(
     ctx: &Context,
-    policy: &SecretPolicy,
+    state: &HelmState,
     r: &OmniHelmRelease,
 ) -> Result<Result<RepositoryAuth, Problem>, Error> {
     let Some(cref) = &r.spec.chart.credentials_secret_ref else {
         return Ok(Ok(RepositoryAuth::default()));
     };
     let ns = r.namespace().unwrap_or_default();
-    let Some(secret) = ctx.api::<Secret>(&ns).get_opt(&cref.name).await? else {
+    let field = "spec.chart.credentialsSecretRef";
+    let Some(secret) = (match read_secret(ctx, state, r, &cref.name, field).await? {
+        Ok(s) => s,
+        Err(problem) => return Ok(Err(problem)),
+    }) else {
         return Ok(Err(Problem::MissingSecret(format!(
             "chart credentials Secret \"{ns}/{}\" does not exist",
             cref.name
@@ -118,7 +233,7 @@ pub(crate) async fn repository_auth(
     // serve as credentials.
     if let Some(reason) = secret_policy::check(
         &ctx.client,
-        policy,
+        &state.secret_policy,
         &secret,
         KIND,
         SecretUse::RepositoryCredentials,

@@ -19,15 +19,23 @@
 //! the controller keeps (the helm driver, the Secret policy, the drift-check floor).
 
 mod apply;
+mod budget;
 mod converge;
 mod decide;
+mod drift;
+mod gates;
+mod history;
 mod inputs;
 mod install;
 mod outcome;
 mod ownership;
 mod recover;
 mod release;
+mod remediate;
+mod report;
 mod state;
+mod test_hooks;
+mod triggers;
 mod uninstall;
 mod upgrade;
 
@@ -39,7 +47,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use self::outcome::{Done, HelmFailure, Outcome, desired_status, recheck, retry_policy};
-use self::state::HelmState;
+use self::state::{DEPENDENCY, HEALTH_GATED_CLUSTER, HelmState};
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
@@ -53,10 +61,11 @@ use super::shared::status::reported;
 use super::shared::triggers::touched;
 use super::shared::watches::Watches;
 use crate::api::common::{condition_types as ct, find_condition};
+use crate::api::helm_policies::ClusterHealthRequirement;
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::{OmniCluster, OmniHelmRelease};
 
-reported!(OmniHelmRelease => OmniHelmReleaseStatus);
+reported!(OmniHelmRelease => OmniHelmReleaseStatus, suspended: |r| r.spec.suspend);
 
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a
@@ -69,6 +78,15 @@ impl Pipeline for OmniHelmRelease {
     type Failure = HelmFailure;
     const FINALIZER: Finalizer = Finalizer::Current;
     const READ_FRESH: bool = true;
+
+    /// The kubeconfig Secret: the workload API server helm talks to.
+    fn target(&self) -> Option<String> {
+        let ns = kube::ResourceExt::namespace(self).unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
 
     fn validate(&self) -> Result<(), HelmFailure> {
         webhook_rules(
@@ -93,8 +111,12 @@ impl Pipeline for OmniHelmRelease {
         desired_status(self, outcome, now)
     }
 
-    fn recheck(&self, _done: &Done, _ctx: &Context, state: &HelmState) -> Action {
-        recheck(self, state.min_interval, periodic_spread())
+    fn recheck(&self, done: &Done, _ctx: &Context, state: &HelmState) -> Action {
+        match done {
+            // Resuming is a spec change, which wakes it.
+            Done::Suspended => Action::await_change(),
+            _ => recheck(self, state.min_interval, periodic_spread()),
+        }
     }
 
     fn retry(&self, failure: &HelmFailure, state: &HelmState) -> RetryPolicy {
@@ -136,9 +158,28 @@ pub(crate) fn start<S: Shutdown>(
         if let Some(c) = &x.spec.chart.credentials_secret_ref {
             keys.push(RefKey::new("secret", &ns, &c.name));
         }
+        let gated = x
+            .spec
+            .cluster_health
+            .as_ref()
+            .is_some_and(|g| g.require != ClusterHealthRequirement::None);
+        if gated {
+            keys.push(RefKey::new(
+                HEALTH_GATED_CLUSTER,
+                &ns,
+                &x.spec.cluster_ref.name,
+            ));
+        }
+        keys.extend(
+            x.spec
+                .depends_on
+                .iter()
+                .map(|d| RefKey::new(DEPENDENCY, &ns, &d.name)),
+        );
         keys
     });
-    let by_secret = index.clone();
+    let (by_secret, by_health) = (index.clone(), index.clone());
+    let (by_dependency, for_state) = (index.clone(), index.clone());
     let controller = controller
         .watches_stream(
             cluster_triggers(
@@ -147,13 +188,28 @@ pub(crate) fn start<S: Shutdown>(
             ),
             move |c: Cached<OmniCluster>| index.referring_to("cluster", &c),
         )
+        // Releases that wait for their cluster's health are woken by what Omni reports of it.
+        .watches_stream(
+            cluster_triggers(
+                watches.of::<OmniCluster>().subscribe(),
+                ClusterTrigger::Health,
+            ),
+            move |c: Cached<OmniCluster>| by_health.referring_to(HEALTH_GATED_CLUSTER, &c),
+        )
         // A kubeconfig or credentials change re-checks the release (a rotation alone does
         // not upgrade it: the digest excludes the kubeconfig).
         .watches_stream(
             touched(watches.of::<Secret>().subscribe()),
             move |s: Cached<Secret>| by_secret.referring_to("secret", &s),
+        )
+        // A release turning Ready (or not) wakes its dependants; one going wakes the releases
+        // it depended on (their deletion may wait for it).
+        .watches_stream(
+            triggers::dependency_changes(watches.of::<OmniHelmRelease>().subscribe()),
+            move |r: Cached<OmniHelmRelease>| triggers::related(&by_dependency, &r),
         );
-    let state = HelmState::new(ctx, setup);
+    let releases = watches.of::<OmniHelmRelease>().store();
+    let state = HelmState::new(ctx, setup, releases, for_state);
     drive::<OmniHelmRelease>(controller, ctx.clone(), state, shutdown)
 }
 

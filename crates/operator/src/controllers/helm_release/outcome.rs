@@ -6,17 +6,20 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
+use super::budget::Spent;
 use super::inputs::{Problem, drift_interval};
 use super::ownership::Ownership;
 use crate::api::common::{condition_types as ct, missing_cluster};
+use crate::api::helm_policies::ClusterHealthRequirement;
+use crate::api::helm_policies::{DriftMode, DriftedObject};
 use crate::api::helm_release::OmniHelmReleaseStatus;
-use crate::api::keys::ADOPT_ANNOTATION;
+use crate::api::keys::{ADOPT_ANNOTATION, RESET_AT_ANNOTATION};
 use crate::api::{OmniHelmRelease, Reason};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status;
-use crate::domain::helm::ReleaseInfo;
+use crate::controllers::shared::status::{self, Standing};
 use crate::domain::helm::args::InstallVerb;
+use crate::domain::helm::{ReleaseInfo, TestRun};
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
@@ -67,6 +70,14 @@ pub(crate) enum After {
 pub(crate) enum Done {
     /// The release is as last applied (Helm's view of it, when there is one).
     InSync(Option<ReleaseInfo>),
+    /// The release is as last applied, and its live objects were compared with it
+    /// (`spec.driftDetection`): what differed, and whether it was put back.
+    Checked {
+        /// Helm's view of the release.
+        release: ReleaseInfo,
+        /// What the comparison found.
+        drift: DriftFound,
+    },
     /// Helm installed or upgraded the release, and reports the new revision deployed.
     Deployed {
         /// Install or upgrade.
@@ -75,7 +86,12 @@ pub(crate) enum Done {
         info: ReleaseInfo,
         /// The digest of the inputs it applied.
         digest: String,
+        /// What `helm test` found afterwards, when `spec.test` runs it (a failure here is one
+        /// `spec.test.ignoreFailures` lets pass).
+        tests: Option<TestRun>,
     },
+    /// `spec.suspend`: no Helm ran.
+    Suspended,
 }
 
 /// "Helm release … is pending-… at revision … since …".
@@ -100,6 +116,10 @@ pub(crate) enum HelmFailure {
         /// `spec.clusterRef.name`.
         cluster: String,
     },
+    /// The OmniCluster exists, nothing was installed yet, and the release waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
     /// An input (kubeconfig, chart credentials, helm binary) is missing or unusable.
     #[error("{0}")]
     Blocked(Problem),
@@ -180,6 +200,103 @@ pub(crate) enum HelmFailure {
     /// A deletion's `helm uninstall` (or the look before it) failed.
     #[error("{0}")]
     UninstallFailed(String),
+    /// A release named in `spec.dependsOn` is not Ready at its current generation.
+    #[error("waiting for OmniHelmRelease {name:?} (spec.dependsOn), which {why}")]
+    DependencyNotReady {
+        /// The dependency's name.
+        name: String,
+        /// What it lacks.
+        why: String,
+    },
+    /// The OmniCluster is not as healthy as `spec.clusterHealth` asks.
+    #[error("waiting for OmniCluster {cluster:?} to be {}: {what}", requirement_name(*require))]
+    ClusterNotHealthy {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+        /// The level asked for.
+        require: ClusterHealthRequirement,
+        /// The first part that is not as asked.
+        what: String,
+    },
+    /// The tests after an install or upgrade failed (and `spec.test.ignoreFailures` is off):
+    /// the revision is deployed, but counts as a failed attempt.
+    #[error("{message}")]
+    TestFailed {
+        /// The install or upgrade the tests followed.
+        verb: InstallVerb,
+        /// Helm's view of the revision tested.
+        info: ReleaseInfo,
+        /// What `helm test` found.
+        tests: TestRun,
+        /// What failed.
+        message: String,
+    },
+    /// An install or upgrade failed (or its tests did) under a remediation policy: counted in
+    /// `spent`, and remediated as `remedied` says; the release stands at `after`.
+    #[error("{}", attempt_text(cause, spent, remedied.as_deref()))]
+    AttemptFailed {
+        /// The failure itself (`RunFailed`, `NotDeployed` or `TestFailed`).
+        cause: Box<HelmFailure>,
+        /// The budget after it.
+        spent: Spent,
+        /// What the remediation did, when it ran.
+        remedied: Option<String>,
+        /// Where the release stands after the remediation.
+        after: After,
+    },
+    /// A later pass over a release whose budget is spent: no Helm call.
+    #[error("{message}")]
+    Exhausted {
+        /// The budget.
+        spent: Spent,
+        /// The message of the attempt that spent it.
+        message: String,
+    },
+    /// The live objects could not be compared or put back.
+    #[error("{0}")]
+    DriftCheck(String),
+    /// A deletion waits for the releases that depend on this one to be deleted first.
+    #[error(
+        "waiting for OmniHelmRelease {} to be deleted first: {} on this release (spec.dependsOn)",
+        names(.0),
+        if .0.len() == 1 { "it depends" } else { "they depend" }
+    )]
+    DependantsRemain(Vec<String>),
+}
+
+/// `"a"`, or `"a", "b"`: names for messages.
+fn names(list: &[String]) -> String {
+    list.iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The name of a health level in messages.
+fn requirement_name(require: ClusterHealthRequirement) -> &'static str {
+    match require {
+        ClusterHealthRequirement::Ready => "Ready",
+        ClusterHealthRequirement::Running => "Running",
+        ClusterHealthRequirement::None => "anything",
+    }
+}
+
+/// What an attempt that failed under a remediation policy says: the failure, the remediation,
+/// and the budget (with what ends a spent one).
+fn attempt_text(cause: &HelmFailure, spent: &Spent, remedied: Option<&str>) -> String {
+    let mut text = cause.to_string();
+    if let Some(remedied) = remedied {
+        text.push_str(&format!("; {remedied}"));
+    }
+    if spent.exhausted() {
+        text.push_str(&format!(
+            "; {}, no further attempt until the spec or the chart changes or annotation {RESET_AT_ANNOTATION} is set",
+            spent.text()
+        ));
+    } else {
+        text.push_str(&format!("; {}, retrying", spent.text()));
+    }
+    text
 }
 
 impl Failure for HelmFailure {
@@ -187,6 +304,7 @@ impl Failure for HelmFailure {
         match self {
             Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => problem.reason(),
             Self::Helm(_)
             | Self::NotDeployed { .. }
@@ -195,6 +313,14 @@ impl Failure for HelmFailure {
             Self::Refused { .. } => Reason::TargetNotOwned,
             Self::Locked { .. } => Reason::ReleasePending,
             Self::Stuck { .. } => Reason::ReleaseStuck,
+            Self::DependencyNotReady { .. } => Reason::DependencyNotReady,
+            Self::ClusterNotHealthy { .. } => Reason::ClusterNotHealthy,
+            Self::TestFailed { .. } => Reason::TestFailed,
+            Self::AttemptFailed { spent, .. } if spent.exhausted() => Reason::RetriesExhausted,
+            Self::AttemptFailed { cause, .. } => cause.reason(),
+            Self::Exhausted { .. } => Reason::RetriesExhausted,
+            Self::DriftCheck(_) => Reason::ReconcileFailed,
+            Self::DependantsRemain(_) => Reason::Deleting,
         }
     }
 
@@ -204,17 +330,80 @@ impl Failure for HelmFailure {
     /// also looks again at the drift check ([`retry_policy`]).
     fn retry(&self) -> RetryPolicy {
         match self {
-            Self::InvalidSpec(_) | Self::Refused { .. } => RetryPolicy::AwaitChange,
+            // Dependencies, the cluster and dependants wake the release when they change.
+            Self::InvalidSpec(_)
+            | Self::Refused { .. }
+            | Self::DependencyNotReady { .. }
+            | Self::ClusterNotHealthy { .. }
+            | Self::Exhausted { .. } => RetryPolicy::AwaitChange,
+            Self::AttemptFailed { spent, .. } if spent.exhausted() => RetryPolicy::AwaitChange,
             Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
             | Self::Blocked(_)
             | Self::Stuck { .. }
             | Self::UninstallBlocked(_) => RetryPolicy::Poll(RETRY),
+            // A dependant's deletion wakes the release; a dependant that stops depending on it
+            // (an edit of its `dependsOn`) is noticed at the next look.
+            Self::DependantsRemain(_) => RetryPolicy::Poll(RETRY),
             Self::Locked { retry_after, .. } => RetryPolicy::Poll(*retry_after),
             Self::Helm(_)
             | Self::NotDeployed { .. }
             | Self::RunFailed { .. }
+            | Self::TestFailed { .. }
+            | Self::AttemptFailed { .. }
+            | Self::DriftCheck(_)
             | Self::UninstallFailed(_) => RetryPolicy::Backoff,
         }
+    }
+
+    /// The cluster, its readiness and health, a dependency, a Secret, another Helm operation
+    /// still running and the dependants of a deletion are waited for; a spec, an unusable
+    /// input, a Secret the release's ServiceAccount may not read (RBAC or the spec must
+    /// change), no helm, someone else's release, a release stuck past its timeout and a spent
+    /// retry budget need a person; Helm's own failures (tests included), a chart source that
+    /// failed, a drift check that failed and a server that did not answer in time are retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::Locked { .. }
+            | Self::DependencyNotReady { .. }
+            | Self::ClusterNotHealthy { .. }
+            | Self::DependantsRemain(_) => Disposition::Waiting,
+            Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
+                Problem::MissingSecret(_) => Disposition::Waiting,
+                Problem::Invalid(_) | Problem::AccessDenied(_) | Problem::HelmUnavailable(_) => {
+                    Disposition::Stalled
+                }
+                Problem::TimedOut(_) | Problem::ChartUnavailable(_) => Disposition::Retrying,
+            },
+            Self::InvalidSpec(_)
+            | Self::Refused { .. }
+            | Self::Stuck { .. }
+            | Self::Exhausted { .. } => Disposition::Stalled,
+            Self::AttemptFailed { spent, .. } if spent.exhausted() => Disposition::Stalled,
+            Self::Helm(_)
+            | Self::NotDeployed { .. }
+            | Self::RunFailed { .. }
+            | Self::TestFailed { .. }
+            | Self::AttemptFailed { .. }
+            | Self::DriftCheck(_)
+            | Self::UninstallFailed(_) => Disposition::Retrying,
+        }
+    }
+}
+
+impl HelmFailure {
+    /// Whether the pass ran an install or upgrade (successful or not): what handles a force
+    /// request.
+    pub(crate) fn ran_helm(&self) -> bool {
+        matches!(
+            self,
+            Self::NotDeployed { .. }
+                | Self::RunFailed { .. }
+                | Self::TestFailed { .. }
+                | Self::AttemptFailed { .. }
+        )
     }
 }
 
@@ -296,9 +485,10 @@ fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
 
 impl Draft {
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
-    fn failed(&mut self, reason: Reason, message: &str) {
-        self.outcome(false, reason, message);
-        self.s.last_error = Some(message.to_string());
+    fn failed(&mut self, failure: &HelmFailure) {
+        let message = failure.to_string();
+        self.failed_with(failure);
+        self.s.last_error = Some(message);
         self.s.last_attempt_time = Some(self.now());
     }
 
@@ -338,67 +528,143 @@ pub(crate) fn desired_status(
     if let Some(exists) = outcome.found {
         d.accepted(&r.spec.cluster_ref.name, exists);
     }
+    d.requests(r, outcome);
+    if !matches!(outcome.result, Ok(Done::Suspended)) {
+        d.resume();
+    }
     match &outcome.result {
-        Ok(Done::InSync(current)) => {
-            if let Some(info) = current {
-                d.record(info);
-            }
-            let stored = r.status.clone().unwrap_or_default();
-            let revision = stored.release_revision.unwrap_or_default();
-            let (reason, m) = success_condition(
-                stored.last_action.as_deref(),
-                &r.effective_release_name(),
-                revision,
-            );
-            d.outcome(true, reason, &m);
-            d.s.last_error = None;
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
+        Ok(Done::InSync(current)) => d.in_sync(r, current.as_ref()),
+        Ok(Done::Checked { release, drift }) => {
+            d.in_sync(r, Some(release));
+            d.drift(drift);
         }
-        Ok(Done::Deployed { verb, info, digest }) => {
+        Ok(Done::Deployed {
+            verb,
+            info,
+            digest,
+            tests,
+        }) => {
             d.ran(r, *verb, Some(info));
+            d.attempted(r, digest);
             d.s.last_applied_digest = Some(digest.clone());
+            d.clear_failures();
             let (reason, m) = success_condition(
                 Some(action_name(*verb)),
                 &r.effective_release_name(),
                 info.revision,
             );
-            d.outcome(true, reason, &m);
+            d.outcome(Standing::Ready, reason, &m);
+            d.tested(tests.as_ref());
+            d.history(r, info, digest, tests.as_ref());
         }
-        Err(failure) => {
-            match failure {
-                HelmFailure::Refused { .. } => {
-                    // Nothing in the status may describe someone else's release as ours:
-                    // without a digest and revision the stored status can never pass for
-                    // "installed before labels" later.
-                    d.s.last_applied_digest = None;
-                    d.s.release_revision = None;
-                    d.s.release_status = None;
-                }
-                HelmFailure::Locked { release, .. } | HelmFailure::Stuck { release, .. } => {
-                    d.record(release);
-                }
-                HelmFailure::NotDeployed { verb, info, .. } => d.ran(r, *verb, Some(info)),
-                HelmFailure::RunFailed { verb, after, .. } => {
-                    d.ran(r, *verb, None);
-                    match after {
-                        After::Release(info) => d.record(info),
-                        After::Gone => {
-                            d.s.release_revision = None;
-                            d.s.release_status = None;
-                        }
-                        After::Unknown => {}
-                    }
-                }
-                HelmFailure::UninstallFailed(_) => d.s.last_action = Some("Uninstall".into()),
-                HelmFailure::InvalidSpec(_)
-                | HelmFailure::MissingCluster { .. }
-                | HelmFailure::Blocked(_)
-                | HelmFailure::Helm(_)
-                | HelmFailure::UninstallBlocked(_) => {}
-            }
-            d.failed(failure.reason(), &failure.to_string());
-        }
+        Err(failure) => d.failure(r, failure),
+    }
+    if r.spec
+        .drift_detection
+        .as_ref()
+        .is_none_or(|dd| dd.mode == crate::api::helm_policies::DriftMode::Disabled)
+    {
+        d.no_drift_detection();
     }
     d.s
+}
+
+/// The message of `Suspended=True` on a release.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: Helm does not install, upgrade or check the release, and a changed spec waits until it is resumed; Ready keeps its last state";
+
+impl Draft {
+    /// A release as last applied.
+    fn in_sync(&mut self, r: &OmniHelmRelease, current: Option<&ReleaseInfo>) {
+        if let Some(info) = current {
+            self.record(info);
+        }
+        let stored = r.status.clone().unwrap_or_default();
+        let revision = stored.release_revision.unwrap_or_default();
+        let (reason, m) = success_condition(
+            stored.last_action.as_deref(),
+            &r.effective_release_name(),
+            revision,
+        );
+        self.outcome(Standing::Ready, reason, &m);
+        self.s.last_error = None;
+        self.clear_failures();
+    }
+
+    /// Everything a failed pass records: what Helm left, the budget, the conditions.
+    fn failure(&mut self, r: &OmniHelmRelease, failure: &HelmFailure) {
+        match failure {
+            HelmFailure::Refused { .. } => {
+                // Nothing in the status may describe someone else's release as ours:
+                // without a digest and revision the stored status can never pass for
+                // "installed before labels" later.
+                self.s.last_applied_digest = None;
+                self.s.release_revision = None;
+                self.s.release_status = None;
+            }
+            HelmFailure::Locked { release, .. } | HelmFailure::Stuck { release, .. } => {
+                self.record(release);
+            }
+            HelmFailure::AttemptFailed {
+                cause,
+                spent,
+                after,
+                ..
+            } => {
+                self.attempt(r, cause);
+                self.after(after);
+                self.spent(spent);
+            }
+            HelmFailure::UninstallFailed(_) => self.s.last_action = Some("Uninstall".into()),
+            other => self.attempt(r, other),
+        }
+        self.failed(failure);
+    }
+
+    /// What a failed install or upgrade (or its tests) left, uncounted.
+    fn attempt(&mut self, r: &OmniHelmRelease, failure: &HelmFailure) {
+        let digest = super::inputs::request(r).digest;
+        match failure {
+            HelmFailure::NotDeployed { verb, info, .. } => {
+                self.ran(r, *verb, Some(info));
+                self.attempted(r, &digest);
+                self.history(r, info, &digest, None);
+            }
+            HelmFailure::TestFailed {
+                verb, info, tests, ..
+            } => {
+                self.ran(r, *verb, Some(info));
+                self.attempted(r, &digest);
+                self.tested(Some(tests));
+                self.history(r, info, &digest, Some(tests));
+            }
+            HelmFailure::RunFailed { verb, after, .. } => {
+                self.ran(r, *verb, None);
+                self.attempted(r, &digest);
+                self.after(after);
+                // The revision the failed run left is one this object made; a deployed one
+                // after a failure is Helm's own rollback (`atomic`), not ours.
+                if let After::Release(info) = after
+                    && info.status == crate::domain::helm::HelmStatus::Failed
+                {
+                    self.history(r, info, &digest, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Where a failed run (or its remediation) left the release.
+    fn after(&mut self, after: &After) {
+        match after {
+            After::Release(info) => self.record(info),
+            After::Gone => {
+                self.s.release_revision = None;
+                self.s.release_status = None;
+            }
+            After::Unknown => {}
+        }
+    }
 }
 
 /// Pure: when a release whose pass came to `done` is looked at again: at its drift check
@@ -424,6 +690,33 @@ pub(crate) fn retry_policy(
             None => RetryPolicy::AwaitChange,
         },
         other => other.retry(),
+    }
+}
+
+/// What one comparison of the live objects found, and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DriftFound {
+    /// `Warn` or `Enabled`.
+    pub(crate) mode: DriftMode,
+    /// Every object that differed (its deletion, or its differing fields).
+    pub(crate) objects: Vec<DriftedObject>,
+    /// Whether they were put back (`Enabled`).
+    pub(crate) corrected: bool,
+}
+
+impl DriftFound {
+    /// `Deployment apps/web (/spec/replicas)`, or `ConfigMap apps/cfg (deleted)`.
+    pub(crate) fn describe(o: &DriftedObject) -> String {
+        let what = if o.deleted {
+            "deleted".to_string()
+        } else {
+            o.fields.join(", ")
+        };
+        if o.namespace.is_empty() {
+            format!("{} {} ({what})", o.kind, o.name)
+        } else {
+            format!("{} {}/{} ({what})", o.kind, o.namespace, o.name)
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::ownership::{Claim, Ownership, Starter};
 use crate::api::OmniHelmRelease;
 use crate::api::helm_release::OmniHelmReleaseStatus;
+use crate::api::keys::{FORCE_AT_ANNOTATION, new_request};
 use crate::domain::helm::{HelmStatus, ReleaseInfo, ReleaseRequest};
 
 /// What to do about a release Helm reports in a `pending-*` state.
@@ -112,6 +113,9 @@ pub(crate) struct State {
     pub(crate) inputs_applied: bool,
     /// A stuck revision was recovered earlier in this pass.
     pub(crate) recovered: bool,
+    /// A force request (`omni.texashpc.com/force-at`) not handled yet: one upgrade even
+    /// when in sync.
+    pub(crate) forced: bool,
 }
 
 /// Pure: the state of the release `req` from one look, the spec and the stored status. A look
@@ -156,11 +160,13 @@ pub(crate) fn determine(
             }
         }
     };
+    let handled = stored.last_handled_force_at.as_deref();
     State {
         release,
         adopting: look.claim == Claim::Adopting,
         inputs_applied: stored.last_applied_digest.as_deref() == Some(digest.as_str()),
         recovered: look.recovered,
+        forced: new_request(&r.metadata, FORCE_AT_ANNOTATION, handled).is_some(),
     }
 }
 

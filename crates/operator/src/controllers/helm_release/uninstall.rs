@@ -2,6 +2,7 @@
 //! then the finalizer goes. A deletion that cannot uninstall says why and how to finish it
 //! instead of waiting silently (the original waits forever).
 
+use kube::ResourceExt;
 use kube::runtime::events::EventType;
 
 use super::apply::helm_failure;
@@ -25,10 +26,15 @@ pub(crate) async fn delete(
     if r.spec.deletion_policy == HelmDeletionPolicy::Orphan {
         return Ok(Cleanup::Done);
     }
+    let waiting = |failure| Cleanup::Waiting(Outcome::failed(failure));
+    // Releases that depend on this one go first (they are uninstalled before it).
+    let dependants = state.dependants(&r.namespace().unwrap_or_default(), &r.name_any());
+    if !dependants.is_empty() {
+        return Ok(waiting(HelmFailure::DependantsRemain(dependants)));
+    }
     let req = request(r);
     let name = &req.release_name;
-    let waiting = |failure| Cleanup::Waiting(Outcome::failed(failure));
-    let kubeconfig = match kubeconfig(ctx, &state.secret_policy, r).await? {
+    let kubeconfig = match kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
         Err(problem) => {
             return Ok(waiting(HelmFailure::UninstallBlocked(problem.map_message(
@@ -45,7 +51,7 @@ pub(crate) async fn delete(
             )),
         )));
     };
-    let result = match helm.session(&req.lock_key, &kubeconfig).await {
+    let result = match helm.session(&req.lock_key, &kubeconfig.checked).await {
         Ok(session) => uninstall_if_owned(r, &req, &session).await,
         Err(e) => Err(e),
     };

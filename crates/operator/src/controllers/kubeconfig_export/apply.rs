@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
 use super::holds::{add_hold, consumers, delete_owned, release_hold};
-use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY};
+use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY, force_requested};
 use super::probe::keep_stored;
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::state::ExportState;
@@ -20,26 +20,67 @@ use crate::api::duration::GoDuration;
 use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};
-use crate::controllers::shared::context::{Context, Scope};
-use crate::controllers::shared::error::PassError;
+use crate::controllers::cluster::dependants::start_gate;
+use crate::controllers::shared::context::Context;
+use crate::controllers::shared::error::{Error, PassError};
 use crate::controllers::shared::pipeline::not_deleted_meanwhile;
 use crate::domain::export_format;
 use crate::process::metrics::RpcOutcome;
+use omni_client::ManagementError;
+use omni_client::state::StateError;
 
 /// How an export attempt ended, when the management API let it end.
 type Attempt = Result<Done, ExportFailure>;
 
-/// In cluster-wide mode a target outside the export's own namespace needs
-/// `--allow-cross-namespace-export`.
-fn cross_namespace_refusal(
-    ctx: &Context,
-    state: &ExportState,
-    e: &OmniKubeconfigExport,
-) -> Option<ExportFailure> {
+/// A target outside the export's own namespace needs `--allow-cross-namespace-export`, in
+/// cluster-wide and namespaced mode alike: the operator decides, not only whatever RBAC the
+/// chart happens to grant it.
+fn cross_namespace_refusal(state: &ExportState, e: &OmniKubeconfigExport) -> Option<ExportFailure> {
     let own = e.namespace().unwrap_or_default();
     let target = e.effective_target_namespace();
-    (ctx.scope == Scope::All && !state.secret_policy.allow_cross_namespace_export && target != own)
+    (!state.secret_policy.allow_cross_namespace_export && target != own)
         .then_some(ExportFailure::CrossNamespace { target, own })
+}
+
+/// What the deployment's identity policy refuses of the export, before anything is minted.
+fn identity_refusal(state: &ExportState, e: &OmniKubeconfigExport) -> Option<ExportFailure> {
+    let refusals = state.identity.refusals(&e.mint_request());
+    (!refusals.is_empty()).then(|| {
+        let messages: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+        ExportFailure::IdentityRefused(messages.join("; "))
+    })
+}
+
+/// The outcome of a request about a target Secret: a failure of the management API (a 403
+/// where the operator's RBAC does not reach, a conflict, an outage) becomes a failure the
+/// export reports in its conditions, never a silent retry; any other error is passed on.
+pub(super) fn about_target<T>(
+    result: Result<T, Error>,
+    verb: &'static str,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<T, ExportFailure>, Error> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(Error::Kube(error)) => Ok(Err(ExportFailure::TargetRequest {
+            verb,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            error: Box::new(error),
+        })),
+        Err(other) => Err(other),
+    }
+}
+
+/// `?` for [`about_target`]: returns the failure as `Ok(Err(failure))` from the enclosing
+/// function.
+macro_rules! target_step {
+    ($result:expr, $verb:literal, $ns:expr, $name:expr) => {
+        match about_target($result, $verb, $ns, $name)? {
+            Ok(value) => value,
+            Err(failure) => return Ok(Err(failure)),
+        }
+    };
 }
 
 /// Observe → plan → apply for an export whose spec is valid and which carries the finalizer.
@@ -49,7 +90,10 @@ pub(super) async fn apply(
     state: &ExportState,
     e: &OmniKubeconfigExport,
 ) -> Result<Outcome, PassError<OmniKubeconfigExport>> {
-    if let Some(f) = cross_namespace_refusal(ctx, state, e) {
+    if let Some(f) = cross_namespace_refusal(state, e) {
+        return Ok(Outcome::early(Err(f)));
+    }
+    if let Some(f) = identity_refusal(state, e) {
         return Ok(Outcome::early(Err(f)));
     }
     let namespace = e.namespace().unwrap_or_default();
@@ -64,6 +108,30 @@ pub(super) async fn apply(
         })));
     };
     let cluster_name = cluster.effective_cluster_name();
+    if e.spec.suspend {
+        return Ok(Outcome::new(
+            Found {
+                cluster_name: Some(cluster_name),
+                connection: None,
+            },
+            Ok(Done::Suspended),
+        ));
+    }
+    // Before its first kubeconfig, an export waits for its cluster (`spec.startWhen`).
+    let exported = e
+        .status
+        .as_ref()
+        .is_some_and(|s| s.expiration_time.is_some());
+    if let Some(why) = start_gate(&cluster, e.spec.start_when, exported) {
+        let found = Found {
+            cluster_name: Some(cluster_name),
+            connection: None,
+        };
+        return Ok(Outcome::new(
+            found,
+            Err(ExportFailure::ClusterNotReady(why)),
+        ));
+    }
     let connection = cluster.spec.connection_ref.name.clone();
     let found = |connection: Option<(String, String)>, result: Attempt| {
         let found = Found {
@@ -144,11 +212,16 @@ async fn export(
         return Ok(Err(f));
     }
     let secrets = ctx.api::<Secret>(&target.namespace);
-    let existing = secrets.get_opt(&target.name).await?;
+    let existing = target_step!(
+        secrets.get_opt(&target.name).await.map_err(Error::from),
+        "read",
+        &target.namespace,
+        &target.name
+    );
     if let Some(s) = existing.as_ref().filter(|s| is_owned(s, e))
-        && let Some(changed) = keep_hold(ctx, &secrets, s, &target).await?
+        && let Some(ended) = keep_hold(ctx, &secrets, s, &target).await?.transpose()
     {
-        return Ok(Ok(changed));
+        return Ok(ended);
     }
     if let Some(s) = &existing {
         if !is_owned(s, e) && !keys::adopt_requested(&s.metadata) {
@@ -157,20 +230,23 @@ async fn export(
                 name: target.name,
             }));
         }
-        if let Some(stored) = reuse(state, s, &target).await {
+        // A force request (`omni.texashpc.com/force-at`) mints a new kubeconfig once.
+        if force_requested(e).is_none()
+            && let Some(stored) = reuse(state, s, &target).await
+        {
             // What the export registers besides the credential moved (a label a set renders
             // from its cluster): rewritten without a new mint.
             let mut registered = s.clone();
-            if super::registration::register(&mut registered, e)
-                && let Err(error) = secrets
-                    .replace(&target.name, &PostParams::default(), &registered)
-                    .await
-            {
-                return Ok(Err(ExportFailure::WriteFailed {
-                    namespace: target.namespace,
-                    name: target.name,
-                    error,
-                }));
+            if super::registration::register(&mut registered, e) {
+                target_step!(
+                    secrets
+                        .replace(&target.name, &PostParams::default(), &registered)
+                        .await
+                        .map_err(Error::from),
+                    "write",
+                    &target.namespace,
+                    &target.name
+                );
             }
             return Ok(Ok(Done::Exported(stored)));
         }
@@ -206,37 +282,45 @@ async fn remove_previous(
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| e.namespace().unwrap_or_default());
         if old_name != target.name || old_ns != target.namespace {
-            return Ok(delete_owned(ctx, e, &old_ns, old_name).await?);
+            return Ok(target_step!(
+                delete_owned(ctx, e, &old_ns, old_name).await,
+                "delete",
+                &old_ns,
+                old_name
+            ));
         }
     }
     Ok(Ok(()))
 }
 
 /// The hold on `secret`, an owned target: lifted once nothing needs a Secret someone deletes,
-/// put on one written before exports held their Secrets. `Some` when it changed (the pass ends
-/// there and looks again).
+/// put on one written before exports held their Secrets. `Ok(Some(..))` when it changed (the
+/// pass ends there and looks again); `Err` when the request about the Secret failed.
 async fn keep_hold(
     ctx: &Context,
     secrets: &kube::Api<Secret>,
     secret: &Secret,
     target: &Target,
-) -> Result<Option<Done>, PassError<OmniKubeconfigExport>> {
+) -> Result<Result<Option<Done>, ExportFailure>, PassError<OmniKubeconfigExport>> {
+    let (ns, name) = (&target.namespace, &target.name);
     if secret.metadata.deletion_timestamp.is_some() {
         // Deleted by someone while this export lives: it goes once nothing needs it (its
         // deletion event then re-exports); until then it keeps serving.
-        if consumers(ctx, &target.namespace, &target.name)
-            .await?
-            .is_empty()
-        {
-            release_hold(secrets, secret).await?;
-            return Ok(Some(Done::HoldChanged(RETRY)));
+        if consumers(ctx, ns, name).await?.is_empty() {
+            target_step!(
+                release_hold(secrets, secret).await,
+                "release the hold on",
+                ns,
+                name
+            );
+            return Ok(Ok(Some(Done::HoldChanged(RETRY))));
         }
     } else if !holds(secret) {
         // Written before exports held their Secrets.
-        add_hold(secrets, secret).await?;
-        return Ok(Some(Done::HoldChanged(Duration::ZERO)));
+        target_step!(add_hold(secrets, secret).await, "hold", ns, name);
+        return Ok(Ok(Some(Done::HoldChanged(Duration::ZERO))));
     }
-    Ok(None)
+    Ok(Ok(None))
 }
 
 /// The kubeconfig stored in `secret`, when it is current for the spec and not rejected by its
@@ -293,6 +377,14 @@ async fn mint(
             ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Changed);
             k
         }
+        // Omni creates a cluster's identity (its ClusterUUID) a moment after the cluster:
+        // until then a mint is refused as `NotFound`, which is waiting, not a failure.
+        Err(ManagementError::Rpc(StateError::NotFound(_))) => {
+            ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Unchanged);
+            return Err(ExportFailure::NotInOmniYet {
+                cluster: cluster_name.to_string(),
+            });
+        }
         Err(err) => {
             ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Error);
             return Err(ExportFailure::Mint(err));
@@ -325,10 +417,11 @@ async fn mint(
         None => secrets.create(&pp, &secret).await,
     };
     if let Err(error) = written {
-        return Err(ExportFailure::WriteFailed {
+        return Err(ExportFailure::TargetRequest {
+            verb: "write",
             namespace: ns.clone(),
             name: name.clone(),
-            error,
+            error: Box::new(error),
         });
     }
     if existing.is_some() {

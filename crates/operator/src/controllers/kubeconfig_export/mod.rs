@@ -51,7 +51,7 @@ use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 
-reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus);
+reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus, suspended: |e| e.spec.suspend);
 
 /// The pipeline's steps for OmniKubeconfigExport.
 impl Pipeline for OmniKubeconfigExport {
@@ -60,6 +60,12 @@ impl Pipeline for OmniKubeconfigExport {
     type Done = Done;
     type Failure = ExportFailure;
     const FINALIZER: Finalizer = Finalizer::Current;
+
+    /// The OmniCluster: its Omni and its workload API server.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!("cluster:{ns}/{}", self.spec.cluster_ref.name))
+    }
 
     /// The webhook's own rules, in case admission was bypassed.
     fn validate(&self) -> Result<(), ExportFailure> {
@@ -80,10 +86,16 @@ impl Pipeline for OmniKubeconfigExport {
         ctx: &Context,
         _state: &ExportState,
     ) -> Result<Cleanup<Outcome>, PassError<Self>> {
-        Ok(match holds::end_target(ctx, self).await? {
-            holds::TargetEnd::Done => Cleanup::Done,
-            holds::TargetEnd::Waiting(w) => Cleanup::Waiting(Outcome::early(Ok(Done::Waiting(w)))),
-            holds::TargetEnd::Failed(f) => Cleanup::Waiting(Outcome::early(Err(f))),
+        // A request about the Secret that fails (the operator's RBAC does not reach its
+        // namespace, an outage) is reported on the export, never a silent retry.
+        let (ns, name) = holds::target_location(self);
+        let end = apply::about_target(holds::end_target(ctx, self).await, "clean up", &ns, &name)?;
+        Ok(match end {
+            Ok(holds::TargetEnd::Done) => Cleanup::Done,
+            Ok(holds::TargetEnd::Waiting(w)) => {
+                Cleanup::Waiting(Outcome::early(Ok(Done::Waiting(w))))
+            }
+            Ok(holds::TargetEnd::Failed(f)) | Err(f) => Cleanup::Waiting(Outcome::early(Err(f))),
         })
     }
 

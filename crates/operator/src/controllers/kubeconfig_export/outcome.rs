@@ -11,10 +11,10 @@ use crate::api::Reason;
 use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::omni::ConnectionError;
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status::Draft;
+use crate::controllers::shared::status::{Draft, Standing};
 
 /// Re-check while a dependency is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
@@ -26,9 +26,9 @@ pub(crate) enum ExportFailure {
     /// The spec is invalid (it bypassed admission): the webhook's summary.
     #[error("{0}")]
     InvalidSpec(String),
-    /// In cluster-wide mode the target is outside the export's namespace, which needs
+    /// The target is outside the export's namespace, which needs
     /// `--allow-cross-namespace-export` (otherwise anyone who may create an export could plant or
-    /// overwrite kubeconfigs in every namespace).
+    /// overwrite kubeconfigs in every namespace the operator's RBAC reaches).
     #[error(
         "spec.targetSecretRef.namespace {target:?} is not the export's own namespace {own:?}; the operator allows that only with --allow-cross-namespace-export"
     )]
@@ -38,10 +38,27 @@ pub(crate) enum ExportFailure {
         /// The export's namespace.
         own: String,
     },
+    /// The deployment's identity policy refuses what the export asks Omni for
+    /// ([`crate::domain::identity_policy`]); the message names the field and the flag.
+    #[error("{0}")]
+    IdentityRefused(String),
     /// The referenced OmniCluster does not exist.
     #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The OmniCluster exists but the export has not exported yet and waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
+    /// Omni does not know the cluster yet (its identity is created a moment after it): a
+    /// kubeconfig cannot be minted until it does.
+    #[error(
+        "waiting for Omni to create cluster {cluster:?} before a kubeconfig can be minted for it"
+    )]
+    NotInOmniYet {
+        /// The cluster's name in Omni.
         cluster: String,
     },
     /// The cluster's OmniConnection does not exist.
@@ -81,16 +98,18 @@ pub(crate) enum ExportFailure {
     /// names fields, never values).
     #[error("{0}")]
     UnusableKubeconfig(String),
-    /// Writing the target Secret failed.
-    #[error("write Secret \"{namespace}/{name}\": {error}")]
-    WriteFailed {
+    /// A request about the target Secret (read, write, hold, delete) failed.
+    #[error("{verb} Secret \"{namespace}/{name}\": {error}")]
+    TargetRequest {
+        /// What was being done to it.
+        verb: &'static str,
         /// The target's namespace.
         namespace: String,
         /// The target's name.
         name: String,
         /// The management cluster's answer.
         #[source]
-        error: kube::Error,
+        error: Box<kube::Error>,
     },
     /// A Secret to delete kept changing while it was judged.
     #[error("Secret \"{namespace}/{name}\" keeps changing while it is being deleted; retrying")]
@@ -105,8 +124,12 @@ pub(crate) enum ExportFailure {
 impl Failure for ExportFailure {
     fn reason(&self) -> Reason {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => Reason::ValidationFailed,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                Reason::ValidationFailed
+            }
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
+            Self::NotInOmniYet { .. } => Reason::WaitingForOmni,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
                 Reason::MissingConnection
             }
@@ -114,26 +137,52 @@ impl Failure for ExportFailure {
             Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. } => Reason::ExportFailed,
+            | Self::TargetRequest { .. } => Reason::ExportFailed,
             Self::TargetKeepsChanging { .. } => Reason::DeleteFailed,
         }
     }
 
     fn retry(&self) -> RetryPolicy {
         match self {
-            Self::InvalidSpec(_) | Self::CrossNamespace { .. } => RetryPolicy::AwaitChange,
+            Self::InvalidSpec(_) | Self::CrossNamespace { .. } | Self::IdentityRefused(_) => {
+                RetryPolicy::AwaitChange
+            }
             // Watched, but polled too, as the original does. An unowned target lacks our
             // annotations, so its edits do not map back here: poll so an adoption annotation is
             // noticed.
             Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::NotInOmniYet { .. }
             | Self::MissingConnection { .. }
             | Self::TargetNotOwned { .. } => RetryPolicy::Poll(RETRY),
             Self::ConnectionUnreadable { .. }
             | Self::OmniClient(_)
             | Self::Mint(_)
             | Self::UnusableKubeconfig(_)
-            | Self::WriteFailed { .. }
+            | Self::TargetRequest { .. }
             | Self::TargetKeepsChanging { .. } => RetryPolicy::Backoff,
+        }
+    }
+
+    /// What is not there yet (the cluster, its readiness, its connection, its identity in
+    /// Omni) is waited for; a spec or a target only a person can change stalls; the rest is
+    /// retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::NotInOmniYet { .. }
+            | Self::MissingConnection { .. } => Disposition::Waiting,
+            Self::InvalidSpec(_)
+            | Self::CrossNamespace { .. }
+            | Self::IdentityRefused(_)
+            | Self::TargetNotOwned { .. } => Disposition::Stalled,
+            Self::ConnectionUnreadable { .. }
+            | Self::OmniClient(_)
+            | Self::Mint(_)
+            | Self::UnusableKubeconfig(_)
+            | Self::TargetRequest { .. }
+            | Self::TargetKeepsChanging { .. } => Disposition::Retrying,
         }
     }
 }
@@ -193,6 +242,8 @@ pub(crate) enum Done {
     HoldChanged(Duration),
     /// Deletion waits for the Secret's users.
     Waiting(Waiting),
+    /// `spec.suspend`: nothing was minted or written.
+    Suspended,
 }
 
 /// What a reconcile found on the way: the cluster and its connection, once found.
@@ -257,26 +308,36 @@ pub(crate) fn desired_status(
         d.s.connection_ref = Some(name.clone());
         d.s.endpoint = Some(endpoint.clone());
     }
+    if !matches!(outcome.result, Ok(Done::Suspended)) {
+        d.resume();
+    }
     match &outcome.result {
         Ok(Done::Exported(x)) => {
+            // A pass that exported with a force request pending minted (it never reuses then).
+            if let Some(token) = force_requested(e) {
+                d.s.last_handled_force_at = Some(token.to_string());
+            }
             d.s.kubeconfig_hash = x.hash.clone();
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;
             d.s.next_rotation_time = Some(x.next_rotation);
-            d.outcome(true, Reason::Exported, &exported_message(e));
+            d.outcome(Standing::Ready, Reason::Exported, &exported_message(e));
         }
         Ok(Done::HoldChanged(_)) => {}
-        Ok(Done::Waiting(w)) => d.outcome(false, Reason::Deleting, &w.to_string()),
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
+        Ok(Done::Waiting(w)) => d.outcome(Standing::Reconciling, Reason::Deleting, &w.to_string()),
         Err(f) => {
-            let m = f.to_string();
             if let ExportFailure::MissingCluster { .. } = f {
                 d.accepted(cluster, false);
             }
-            d.outcome(false, f.reason(), &m);
+            d.failed_with(f);
         }
     }
     d.s
 }
+
+/// The message of `Suspended=True` on an export.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: no kubeconfig is minted, rotated or written, and Ready keeps its last state (the kubeconfig in the Secret expires at status.expirationTime)";
 
 /// Pure: the next reconcile after a pass that came to `done` at `now`. An exported kubeconfig
 /// is looked at again at its rotation, never sooner than `floor`.
@@ -286,7 +347,18 @@ pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Act
         Done::HoldChanged(after) => Action::requeue(*after),
         // Consumers finishing their deletion trigger the export; the requeue is a fallback.
         Done::Waiting(_) => Action::requeue(RETRY),
+        // Resuming is a spec change, which wakes it.
+        Done::Suspended => Action::await_change(),
     }
+}
+
+/// The force request `e` carries and has not handled yet.
+pub(super) fn force_requested(e: &OmniKubeconfigExport) -> Option<&str> {
+    let handled = e
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_force_at.as_deref());
+    crate::api::keys::new_request(&e.metadata, crate::api::keys::FORCE_AT_ANNOTATION, handled)
 }
 
 #[cfg(test)]

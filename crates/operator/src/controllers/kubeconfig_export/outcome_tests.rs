@@ -155,10 +155,11 @@ fn failures_carry_their_reason_retry_and_message() {
             "generated kubeconfig is invalid: not UTF-8".to_string(),
         ),
         (
-            ExportFailure::WriteFailed {
+            ExportFailure::TargetRequest {
+                verb: "write",
                 namespace: ns.clone(),
                 name: name.clone(),
-                error: kube_error(),
+                error: Box::new(kube_error()),
             },
             "ExportFailed",
             Backoff,

@@ -37,7 +37,12 @@ pub(super) enum Verdict {
 /// that cannot reach the server or times out keeps the stored kubeconfig and is repeated at the
 /// next reconcile, so it is no failure (`debug`).
 pub(super) async fn probe(kubeconfig: &[u8]) -> Verdict {
-    let client = match crate::domain::workload::client_from_kubeconfig(kubeconfig).await {
+    let limits = crate::domain::helm::source::Limits {
+        connect: PROBE_TIMEOUT,
+        read: PROBE_TIMEOUT,
+        request: PROBE_TIMEOUT,
+    };
+    let client = match crate::domain::workload::client_from_kubeconfig(kubeconfig, limits).await {
         Ok(c) => c,
         Err(err) => {
             tracing::info!(error = %err, "stored kubeconfig is unusable; exporting a new one");

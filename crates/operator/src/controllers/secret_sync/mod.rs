@@ -17,8 +17,9 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use self::failure::{SecretSyncFailure, kubeconfig_failure};
-use self::outcome::{SyncOutcome, desired_status};
-use self::write::{Synced, delete_owned, sync_target};
+use self::outcome::{SyncDone, SyncOutcome, desired_status};
+use self::write::{delete_owned, sync_target};
+use super::cluster::dependants::start_gate;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
@@ -34,6 +35,7 @@ use super::shared::watches::Watches;
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
+use crate::domain::impersonation::{self, ReadError, Reader};
 use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
 use crate::domain::workload::WorkloadClients;
 use k8s_openapi::api::core::v1::Secret;
@@ -52,9 +54,12 @@ pub(crate) struct SyncState {
     /// How often a synced copy is re-checked for drift in the workload cluster, which the
     /// operator does not watch; zero turns the re-check off.
     resync: Duration,
+    /// Whose identity reads the Secrets of a sync without `spec.serviceAccountName`
+    /// (`--default-service-account`); unset, the operator's.
+    default_service_account: Option<String>,
 }
 
-reported!(OmniSecretSync => OmniSecretSyncStatus);
+reported!(OmniSecretSync => OmniSecretSyncStatus, suspended: |s| s.spec.suspend);
 
 /// A client of the workload cluster from the sync's kubeconfig Secret.
 async fn workload_client(
@@ -63,9 +68,21 @@ async fn workload_client(
 ) -> Result<kube::Client, SecretSyncFailure> {
     let namespace = sync.namespace().unwrap_or_default();
     let k = &sync.spec.kubeconfig_secret_ref;
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
     state
         .workload
-        .get(&namespace, &k.name, &k.key, &state.secret_policy, KIND)
+        .get(
+            &reader,
+            &namespace,
+            &k.name,
+            &k.key,
+            &state.secret_policy,
+            KIND,
+        )
         .await
         .map_err(|e| kubeconfig_failure(sync, e))
 }
@@ -112,8 +129,33 @@ async fn apply(
         };
         return unless_deleted_meanwhile(ctx, sync, failed(false, f)).await;
     };
+    if sync.spec.suspend {
+        return Ok(SyncOutcome::new(Some(true), Ok(SyncDone::Suspended)));
+    }
+    // Before its first copy, a sync waits for its cluster (`spec.startWhen`).
+    let copied = sync
+        .status
+        .as_ref()
+        .is_some_and(|s| s.secret_hash.is_some());
+    if let Some(why) = start_gate(&cluster, sync.spec.start_when, copied) {
+        return Ok(failed(true, SecretSyncFailure::ClusterNotReady(why)));
+    }
     let source_name = &sync.spec.source_secret_ref.name;
-    let Some(source) = ctx.api::<Secret>(&namespace).get_opt(source_name).await? else {
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    let source =
+        match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name).await {
+            Ok(source) => source,
+            Err(e @ ReadError::Denied { .. }) => {
+                let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
+                return Ok(failed(true, f));
+            }
+            Err(ReadError::Api(e)) => return Err(e.into()),
+        };
+    let Some(source) = source else {
         let f = SecretSyncFailure::MissingSource {
             namespace: namespace.clone(),
             name: source_name.clone(),
@@ -147,16 +189,25 @@ async fn apply(
         return Ok(failed(true, SecretSyncFailure::DeleteFailed(m)));
     }
     let result = sync_target(&workload, sync, &source, &cluster.effective_cluster_name()).await;
-    Ok(SyncOutcome::new(Some(true), result))
+    Ok(SyncOutcome::new(Some(true), result.map(SyncDone::Copied)))
 }
 
 impl Pipeline for OmniSecretSync {
     type State = SyncState;
     /// Whether the cluster it names exists, once the pass looked.
     type Found = Option<bool>;
-    type Done = Synced;
+    type Done = SyncDone;
     type Failure = SecretSyncFailure;
     const FINALIZER: Finalizer = Finalizer::Current;
+
+    /// The kubeconfig Secret: the workload API server every pass talks to.
+    fn target(&self) -> Option<String> {
+        let ns = self.namespace().unwrap_or_default();
+        Some(format!(
+            "kubeconfig:{ns}/{}",
+            self.spec.kubeconfig_secret_ref.name
+        ))
+    }
 
     fn validate(&self) -> Result<(), SecretSyncFailure> {
         webhook_rules(
@@ -186,9 +237,9 @@ impl Pipeline for OmniSecretSync {
     }
 
     /// A synced copy is looked at again every `resync` (drift in the workload cluster is not
-    /// watched), or only on a change when the re-check is off.
-    fn recheck(&self, _synced: &Synced, _ctx: &Context, state: &SyncState) -> Action {
-        if state.resync.is_zero() {
+    /// watched), or only on a change when the re-check is off; a suspended one when it changes.
+    fn recheck(&self, done: &SyncDone, _ctx: &Context, state: &SyncState) -> Action {
+        if state.resync.is_zero() || matches!(done, SyncDone::Suspended) {
             Action::await_change()
         } else {
             Action::requeue(periodic(state.resync))
@@ -227,6 +278,7 @@ pub(crate) fn start<S: Shutdown>(
         workload: setup.workload.clone(),
         secret_policy: setup.config.secret_policy,
         resync: setup.config.secret_sync_resync,
+        default_service_account: setup.config.tenancy.default_service_account.clone(),
     };
     drive::<OmniSecretSync>(controller, ctx.clone(), state, shutdown)
 }

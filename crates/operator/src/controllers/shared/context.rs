@@ -1,5 +1,5 @@
 //! What every reconcile of every kind shares: the management client and scope, the clock,
-//! metrics, Events and the per-object backoff. What only some kinds use (Omni and workload
+//! metrics, Events, the per-object backoff and each target's share of the reconcile slots. What only some kinds use (Omni and workload
 //! clients, helm, intervals, the Secret policy) is in those kinds' own state.
 
 use std::collections::HashMap;
@@ -15,6 +15,7 @@ use rand::Rng;
 
 use super::error::backoff_delay;
 use super::events::{Events, Reporter};
+use super::fairness::{DEFAULT_PER_TARGET, TargetSlots};
 use crate::api::Reason;
 use crate::benchmark::Quirks;
 use crate::process::metrics::Metrics;
@@ -70,6 +71,8 @@ pub(crate) struct Context {
     /// Most reconciles each controller runs at once (`--max-concurrent-reconciles`); zero is
     /// unbounded.
     pub(crate) max_concurrent_reconciles: u16,
+    /// Each target's share of the reconcile slots in use (`--max-reconciles-per-target`).
+    pub(crate) target_slots: TargetSlots,
     /// The behaviours of the original implementation modelled for `omni-bench --baseline`;
     /// none outside the benchmark.
     pub(crate) baseline: Quirks,
@@ -107,6 +110,7 @@ impl Context {
             clock,
             metrics,
             max_concurrent_reconciles: crate::process::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES,
+            target_slots: TargetSlots::new(DEFAULT_PER_TARGET),
             baseline: Quirks::default(),
             events,
             failures: Mutex::default(),
@@ -116,6 +120,12 @@ impl Context {
     /// Bounds each controller's reconciles in flight; zero is unbounded.
     pub(crate) fn with_max_concurrent_reconciles(mut self, most: u16) -> Self {
         self.max_concurrent_reconciles = most;
+        self
+    }
+
+    /// Bounds the reconciles of one controller that the objects of one target hold at once.
+    pub(crate) fn with_per_target_reconciles(mut self, share: u16) -> Self {
+        self.target_slots = TargetSlots::new(share);
         self
     }
 

@@ -4,6 +4,8 @@
 //!
 //! - `context.rs`: [`Context`](context::Context): the management client and scope, clock,
 //!   metrics, Events and per-object backoff;
+//! - `fairness.rs`: each target's share of the reconcile slots, so objects pointing at one
+//!   server that never answers cannot hold every slot;
 //! - `error.rs`: [`Failure`](error::Failure), the trait every kind's failure enum implements
 //!   (its reason and [`RetryPolicy`](error::RetryPolicy)), the controllers' `Error`, and
 //!   [`PassError`](error::PassError) (a newer stored copy to go on from, typed);
@@ -19,6 +21,7 @@ pub(crate) mod context;
 pub(crate) mod decoded;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod fairness;
 pub(crate) mod finalizer;
 pub(crate) mod index;
 pub(crate) mod omni;

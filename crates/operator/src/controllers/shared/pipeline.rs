@@ -15,6 +15,7 @@ use kube::runtime::controller::Action;
 
 use super::context::Context;
 use super::error::{Failure, PassError, RetryPolicy};
+use super::fairness::{TargetSlot, busy_retry};
 use super::finalizer::{self, Finalizer};
 use super::status::{self, Reported};
 use crate::api::validation::Validation;
@@ -142,6 +143,12 @@ pub(crate) trait Pipeline:
         failure.retry()
     }
 
+    /// What a pass talks to (a kubeconfig Secret, an OmniCluster, an OmniConnection), whose
+    /// objects together hold at most their share of the reconcile slots (`fairness.rs`).
+    fn target(&self) -> Option<String> {
+        None
+    }
+
     /// Drops what the operator keeps for this object once its finalizer is off.
     fn forget(&self, state: &Self::State) {
         let _ = state;
@@ -190,6 +197,22 @@ pub(crate) async fn not_deleted_meanwhile<P: Pipeline>(
     }
 }
 
+/// A slot of `obj`'s target's share of its kind's reconcile slots (`fairness.rs`); `Ok(None)`
+/// for an object without a target, `Err` with when to come back while the target holds its
+/// whole share. Each controller has its own slots, so each kind has its own share of a target.
+pub(crate) fn target_slot<P: Pipeline>(
+    obj: &P,
+    ctx: &Context,
+) -> Result<Option<TargetSlot>, Action> {
+    let Some(target) = obj.target() else {
+        return Ok(None);
+    };
+    ctx.target_slots
+        .try_take(&format!("{}/{target}", P::kind(&())))
+        .map(Some)
+        .ok_or_else(|| Action::requeue(busy_retry()))
+}
+
 /// The reconcile of every [`Pipeline`] kind.
 pub(crate) async fn reconcile<P: Pipeline>(
     obj: Arc<P>,
@@ -231,7 +254,8 @@ pub(crate) async fn reconcile<P: Pipeline>(
             Err(invalid) => Outcome::failed(invalid),
         }
     };
-    let status = obj.desired_status(&outcome, ctx.clock.now());
+    let mut status = obj.desired_status(&outcome, ctx.clock.now());
+    status::record_reconcile_request(&mut status, obj.meta());
     status::report(&ctx, obj.as_ref(), &status).await?;
     obj.announce(&ctx, &outcome, obj.stored_status(), &status)
         .await;

@@ -72,10 +72,21 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
         .run(
             move |obj, ctx: Arc<Context>| {
                 let state = state.clone();
-                let pass_ctx = ctx.clone();
-                run_pass(obj, ctx, move |k| {
-                    pipeline::reconcile(k, pass_ctx.clone(), state.clone())
-                })
+                async move {
+                    // Before anything else, and outside the pass's metrics and backoff: while
+                    // its target holds its whole share, an object waits doing nothing, so
+                    // objects pointing at one server that never answers cannot take every slot.
+                    let _slot = match obj.decoded().map(|k| pipeline::target_slot(k, &ctx)) {
+                        Some(Err(later)) => return Ok(later),
+                        Some(Ok(slot)) => slot,
+                        None => None,
+                    };
+                    let pass_ctx = ctx.clone();
+                    run_pass(obj, ctx, move |k| {
+                        pipeline::reconcile(k, pass_ctx.clone(), state.clone())
+                    })
+                    .await
+                }
             },
             error_policy,
             ctx,

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{ChartSource, HelmFlavor, ReleaseRequest, Revision};
+use super::{HelmFlavor, ReleaseRequest, Revision};
 
 /// Where the per-call private files live.
 #[derive(Clone, Debug)]
@@ -21,8 +21,6 @@ pub struct CallFiles<'a> {
     pub(crate) repository_cache: &'a Path,
     /// Private OCI registry credentials file for this call.
     pub(crate) registry_config: &'a Path,
-    /// CA bundle for the chart repository, when one is configured.
-    pub(crate) ca_file: Option<&'a Path>,
 }
 
 /// Formats a duration the way helm's flag parser (Go `time.ParseDuration`) accepts it.
@@ -74,30 +72,6 @@ impl InstallVerb {
 /// with `-` (both come from the custom resource) is never parsed as a helm flag.
 pub(crate) const END_OF_FLAGS: &str = "--";
 
-/// The chart argument and the flags that locate it: `(flags, chart)`. `repo_alias` is the name
-/// under which the repository was added to this call's private `repositories.yaml` (used when
-/// the repository needs credentials or a CA bundle); without it the chart is fetched with
-/// `--repo=URL`.
-pub(crate) fn chart_arguments(
-    chart: &ChartSource,
-    version: &str,
-    repo_alias: Option<&str>,
-) -> (Vec<String>, String) {
-    let mut flags = Vec::new();
-    let positional = match chart {
-        ChartSource::Oci { reference } => reference.clone(),
-        ChartSource::Repository { url, chart } => match repo_alias {
-            Some(alias) => format!("{alias}/{chart}"),
-            None => {
-                flags.push(format!("--repo={url}"));
-                chart.clone()
-            }
-        },
-    };
-    flags.push(format!("--version={version}"));
-    (flags, positional)
-}
-
 /// `--labels` value for the release's ownership labels (`key=value` pairs joined by commas;
 /// keys and values are label-safe, so they contain neither `,` nor `=`).
 fn labels_flag(labels: &[(String, String)]) -> Option<String> {
@@ -108,18 +82,19 @@ fn labels_flag(labels: &[(String, String)]) -> Option<String> {
     Some(format!("--labels={}", pairs.join(",")))
 }
 
-/// `helm install|upgrade ... -- NAME CHART` for the given flavor, creating `revision`.
+/// `helm install|upgrade ... -- NAME ARCHIVE` for the given flavor, creating `revision`.
+/// `archive` is the chart the operator fetched and verified ([`super::source`]): helm reads a
+/// local file and never reaches a repository, so neither `--repo`, `--version` nor credentials
+/// are passed.
 pub(crate) fn install_or_upgrade(
     verb: InstallVerb,
     flavor: HelmFlavor,
     request: &ReleaseRequest,
     revision: &Revision,
     files: &CallFiles<'_>,
-    repo_alias: Option<&str>,
+    archive: &Path,
 ) -> Vec<String> {
     let mut args = vec![verb.as_str().to_string()];
-    let (chart_flags, chart) = chart_arguments(&request.chart, &request.chart_version, repo_alias);
-    args.extend(chart_flags);
     args.extend(common_flags(files, &request.namespace));
     // Helm merges these into the labels of the previous revision on upgrade, so they always
     // name the current owner (see docs/helm.md, "Ownership").
@@ -161,9 +136,6 @@ pub(crate) fn install_or_upgrade(
     if request.skip_crds {
         args.push("--skip-crds".into());
     }
-    if let Some(ca) = files.ca_file {
-        args.extend(["--ca-file".into(), ca.display().to_string()]);
-    }
     args.extend(wait_flags(flavor, request.wait, request.wait_for_jobs));
     if request.atomic {
         args.push(
@@ -174,7 +146,11 @@ pub(crate) fn install_or_upgrade(
             .into(),
         );
     }
-    args.extend([END_OF_FLAGS.into(), request.release_name.clone(), chart]);
+    args.extend([
+        END_OF_FLAGS.into(),
+        request.release_name.clone(),
+        archive.display().to_string(),
+    ]);
     args
 }
 
@@ -271,86 +247,35 @@ pub(crate) fn history(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<St
     read_call(&["history"], &["--max", "32"], request, files)
 }
 
-/// The name a chart repository that needs credentials or a CA is added under, in the call's
-/// private `repositories.yaml`.
-pub(crate) const REPO_ALIAS: &str = "release-repo";
-
-/// How a repository or registry login authenticates: never a password on the command line.
-#[derive(Clone, Debug)]
-pub(crate) struct Login<'a> {
-    /// User name, if any.
-    pub(crate) username: Option<&'a str>,
-    /// Whether a password follows on stdin (`--password-stdin`).
-    pub(crate) password_on_stdin: bool,
-    /// CA bundle to trust for the repository's certificate.
-    pub(crate) ca_file: Option<&'a Path>,
-}
-
-impl Login<'_> {
-    fn flags(&self) -> Vec<String> {
-        let mut args = Vec::new();
-        if let Some(user) = self.username {
-            args.extend(["--username".into(), user.to_string()]);
-        }
-        if self.password_on_stdin {
-            args.push("--password-stdin".into());
-        }
-        if let Some(ca) = self.ca_file {
-            args.extend(["--ca-file".into(), ca.display().to_string()]);
-        }
-        args
-    }
-}
-
-/// `helm repo add --force-update ... -- ALIAS URL` into the call's private repository files.
-pub(crate) fn repo_add(
+/// `helm test --timeout T -- NAME`: runs the release's test hooks and waits for them.
+pub(crate) fn test(
+    request: &ReleaseRequest,
+    timeout: Duration,
     files: &CallFiles<'_>,
-    login: &Login<'_>,
-    alias: &str,
-    url: &str,
 ) -> Vec<String> {
-    let mut args = vec![
-        "repo".to_string(),
-        "add".into(),
-        "--force-update".into(),
-        "--repository-config".into(),
-        files.repository_config.display().to_string(),
-        "--repository-cache".into(),
-        files.repository_cache.display().to_string(),
-    ];
-    args.extend(login.flags());
-    args.extend([END_OF_FLAGS.into(), alias.to_string(), url.to_string()]);
+    let mut args = vec!["test".to_string()];
+    args.extend(common_flags(files, &request.namespace));
+    args.extend(["--timeout".into(), go_duration(timeout)]);
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
     args
 }
 
-/// `helm registry login ... -- HOST` for the registry of the OCI chart `reference`, into the
-/// call's private registry credentials file.
-pub(crate) fn registry_login(
-    files: &CallFiles<'_>,
-    login: &Login<'_>,
-    reference: &str,
-) -> Vec<String> {
-    let host = reference
-        .trim_start_matches("oci://")
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let mut args = vec![
-        "registry".to_string(),
-        "login".into(),
-        "--registry-config".into(),
-        files.registry_config.display().to_string(),
-    ];
-    args.extend(login.flags());
-    args.extend([END_OF_FLAGS.into(), host]);
+/// `helm get manifest -- NAME`: the rendered objects of the newest revision (hooks left out),
+/// as YAML documents.
+pub(crate) fn manifest(request: &ReleaseRequest, files: &CallFiles<'_>) -> Vec<String> {
+    let mut args = vec!["get".to_string(), "manifest".into()];
+    args.extend(common_flags(files, &request.namespace));
+    args.extend([END_OF_FLAGS.into(), request.release_name.clone()]);
     args
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::helm::ChartSource;
     use std::path::PathBuf;
+
+    const ARCHIVE: &str = "/w/chart.tgz";
 
     fn request() -> ReleaseRequest {
         ReleaseRequest {
@@ -399,7 +324,6 @@ mod tests {
             repository_config: &rc,
             repository_cache: &rca,
             registry_config: &reg,
-            ca_file: None,
         })
     }
 
@@ -422,13 +346,16 @@ mod tests {
                 &request(),
                 &Revision::default(),
                 f,
-                None,
+                Path::new(ARCHIVE),
             )
         });
         assert_eq!(args[0], "install");
-        assert_eq!(positionals(&args), ["metrics-server", "metrics-server"]);
-        assert!(args.contains(&"--repo=https://charts.example.com/".to_string()));
-        assert!(args.contains(&"--version=3.13.0".to_string()));
+        assert_eq!(positionals(&args), ["metrics-server", ARCHIVE]);
+        // helm reads the verified archive: it is told of no repository, version or credential.
+        assert!(!args.iter().any(|a| a.starts_with("--repo=")
+            || a.starts_with("--version")
+            || a.starts_with("--username")
+            || a.starts_with("--ca-file")));
         assert!(args.contains(&"--namespace=kube-system".to_string()));
         assert!(args.contains(&"--labels=omni.texashpc.com/owner-uid=u-1".to_string()));
         assert!(has_pair(&args, "--kubeconfig", "/w/kubeconfig"));
@@ -453,12 +380,11 @@ mod tests {
                 &request(),
                 &Revision::default(),
                 f,
-                Some("r0"),
+                Path::new(ARCHIVE),
             )
         });
         assert_eq!(args[0], "upgrade");
-        assert_eq!(positionals(&args), ["metrics-server", "r0/metrics-server"]);
-        assert!(!args.iter().any(|a| a.starts_with("--repo=")));
+        assert_eq!(positionals(&args), ["metrics-server", ARCHIVE]);
         assert!(args.contains(&"--wait".to_string()));
         assert!(args.contains(&"--atomic".to_string()));
         assert!(args.contains(&"--cleanup-on-fail".to_string()));
@@ -477,8 +403,9 @@ mod tests {
             replace: true,
         };
         let (install, upgrade) = with_files(|f| {
+            let archive = Path::new(ARCHIVE);
             let run =
-                |verb| install_or_upgrade(verb, HelmFlavor::V4, &request(), &revision, f, None);
+                |verb| install_or_upgrade(verb, HelmFlavor::V4, &request(), &revision, f, archive);
             (run(InstallVerb::Install), run(InstallVerb::Upgrade))
         });
         let labels =
@@ -499,20 +426,6 @@ mod tests {
     }
 
     #[test]
-    fn oci_chart_is_passed_whole_and_repository_ignored() {
-        let chart = ChartSource::Oci {
-            reference: "oci://ghcr.io/org/charts/app".into(),
-        };
-        assert_eq!(
-            chart_arguments(&chart, "1.2.3", None),
-            (
-                vec!["--version=1.2.3".to_string()],
-                "oci://ghcr.io/org/charts/app".to_string()
-            )
-        );
-    }
-
-    #[test]
     fn names_from_the_spec_are_positional_even_when_they_look_like_flags() {
         let mut hostile = request();
         hostile.release_name = "--kubeconfig=/etc/operator".into();
@@ -530,13 +443,9 @@ mod tests {
                     &hostile,
                     &Revision::default(),
                     f,
-                    None,
+                    Path::new(ARCHIVE),
                 );
-                assert_eq!(
-                    positionals(&args),
-                    ["--kubeconfig=/etc/operator", "--post-renderer=sh"]
-                );
-                assert!(args.contains(&"--version=-1".to_string()));
+                assert_eq!(positionals(&args), ["--kubeconfig=/etc/operator", ARCHIVE]);
                 assert!(args.contains(&"--namespace=--debug".to_string()));
             }
             let named = ReleaseRequest {
@@ -553,16 +462,6 @@ mod tests {
             assert_eq!(positionals(&rb), ["-x", "2"]);
             let un = uninstall(HelmFlavor::V3, &named, f);
             assert_eq!(positionals(&un), ["-x"]);
-            let login = Login {
-                username: Some("-u"),
-                password_on_stdin: true,
-                ca_file: None,
-            };
-            let add = repo_add(f, &login, REPO_ALIAS, "--url");
-            assert_eq!(positionals(&add), [REPO_ALIAS, "--url"]);
-            assert!(has_pair(&add, "--username", "-u"));
-            let oci = registry_login(f, &login, "oci://-registry/charts/app");
-            assert_eq!(positionals(&oci), ["-registry"]);
         });
     }
 

@@ -2,16 +2,19 @@
 //!
 //! Rust has no Helm SDK, so the operator runs the official helm CLI (v4, or v3.13+) as a
 //! subprocess. Every session gets a private working directory (mode 0700) holding the workload
-//! kubeconfig, the values file, a repositories file and a registry credentials file, all mode
-//! 0600 and removed when the session ends; nothing of it is ever logged. Helm's own cache,
-//! config and data directories live under the operator's writable directory so the container's
-//! root filesystem can stay read-only.
+//! kubeconfig, the values file, the chart archive the operator fetched and verified
+//! ([`source`]), empty repository and registry files, and helm's own cache, config and data
+//! directories, all removed when the session ends; nothing of it is ever logged. helm never
+//! reaches a chart repository or registry and never sees their credentials: it installs the
+//! local archive, so no helm cache is shared between objects.
 //!
-//! Concurrency: at most one session per release at a time (a per-release lock), and a bounded
-//! number of helm processes overall (a semaphore).
+//! Concurrency: at most one session per release at a time (a per-release lock), a bounded
+//! number of helm processes overall (a semaphore), and each workload API server's share of
+//! them (`Helm::target_share`).
 
 pub mod args;
 pub mod output;
+pub mod source;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,10 +23,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedMutexGuard, Semaphore};
 
-pub(crate) use output::{HelmStatus, HistoryEntry, ReleaseInfo};
+pub(crate) use output::{HelmStatus, HistoryEntry, ReleaseInfo, TestHook};
 
 use args::{CallFiles, InstallVerb};
 
@@ -146,12 +148,6 @@ impl fmt::Debug for RepositoryAuth {
     }
 }
 
-impl RepositoryAuth {
-    fn needs_login(&self) -> bool {
-        self.username.is_some() || self.password.is_some()
-    }
-}
-
 /// Failures of a helm invocation. Messages never contain the kubeconfig, passwords or values.
 #[derive(Debug, thiserror::Error)]
 pub enum HelmError {
@@ -239,10 +235,12 @@ struct Inner {
     processes: Semaphore,
     run_id: String,
     release_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each workload API server's share of `processes` ([`Helm::target_share`]).
+    targets: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-/// Extra time granted to a helm process beyond its own `--timeout`, for chart download and
-/// start-up, before it is killed.
+/// Extra time granted to a helm process beyond its own `--timeout`, for start-up and reading
+/// the chart, before it is killed.
 const PROCESS_GRACE: Duration = Duration::from_secs(90);
 /// Limit for quick read-only calls (status, history, version, login).
 const QUICK_CALL_LIMIT: Duration = Duration::from_secs(120);
@@ -290,15 +288,17 @@ impl Helm {
             "--template".into(),
             "{{.Version}}".into(),
         ];
+        let home = tempfile::Builder::new()
+            .prefix("version-")
+            .tempdir_in(config.work_dir.join("sessions"))?;
         let out = exec(
             &config,
             &processes,
             "version",
             &version_args,
-            None,
             QUICK_CALL_LIMIT,
             &[],
-            None,
+            home.path(),
         )
         .await?;
         let version = out.trim().to_string();
@@ -312,9 +312,36 @@ impl Helm {
                 // operator): revisions are marked with it to tell whose helm run left them.
                 run_id: uuid::Uuid::new_v4().simple().to_string(),
                 release_locks: Mutex::new(HashMap::new()),
+                targets: Mutex::new(HashMap::new()),
                 config,
             }),
         })
+    }
+
+    /// How many of the pool's helm processes one workload API server may hold at once: all but
+    /// one when the pool has more than one, so a server that never answers cannot take every
+    /// process (and with it every other release's install) for the length of helm's timeouts.
+    pub(crate) fn target_share(&self) -> usize {
+        self.inner
+            .config
+            .max_concurrent
+            .max(1)
+            .saturating_sub(1)
+            .max(1)
+    }
+
+    /// The semaphore of workload API server `server`'s share of the process pool.
+    fn target_permits(&self, server: &str) -> Arc<Semaphore> {
+        let mut targets = match self.inner.targets.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Forget servers nobody is working on, so the table stays small.
+        targets.retain(|_, s| Arc::strong_count(s) > 1);
+        targets
+            .entry(server.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.target_share())))
+            .clone()
     }
 
     /// This driver's run id: 32 hex digits, random per [`Helm::new`], so per operator process.
@@ -338,11 +365,12 @@ impl Helm {
     /// Opens a session for one release in one workload cluster: takes the release's lock (so
     /// no two helm operations on it overlap) and writes the private kubeconfig.
     /// `release_key` must identify the release across clusters (e.g. kubeconfig Secret plus
-    /// release namespace and name).
-    pub async fn session(
+    /// release namespace and name). The session's helm processes count against the workload
+    /// API server's share of the process pool ([`Helm::target_share`]).
+    pub(crate) async fn session(
         &self,
         release_key: &str,
-        kubeconfig: &[u8],
+        kubeconfig: &crate::domain::kubeconfig::WorkloadKubeconfig,
     ) -> Result<ReleaseSession, HelmError> {
         let lock = {
             let mut locks = self
@@ -359,6 +387,7 @@ impl Helm {
                 .clone()
         };
         let guard = lock.lock_owned().await;
+        let target = self.target_permits(kubeconfig.server());
         let dir = tempfile::Builder::new()
             .prefix("release-")
             .tempdir_in(self.inner.config.work_dir.join("sessions"))?;
@@ -366,16 +395,16 @@ impl Helm {
         let session = ReleaseSession {
             helm: self.clone(),
             _guard: guard,
+            target,
             kubeconfig: dir.path().join("kubeconfig"),
             values: dir.path().join("values.json"),
             repository_config: dir.path().join("repositories.yaml"),
             repository_cache: dir.path().join("repository-cache"),
             registry_config: dir.path().join("registry.json"),
-            ca_file: dir.path().join("ca.pem"),
-            kubeconfig_secrets: kubeconfig_secrets(kubeconfig),
+            kubeconfig_secrets: kubeconfig.secrets(),
             dir,
         };
-        write_private(&session.kubeconfig, kubeconfig)?;
+        write_private(&session.kubeconfig, &kubeconfig.to_bytes())?;
         write_private(
             &session.repository_config,
             b"apiVersion: \"\"\nrepositories: []\n",
@@ -386,18 +415,16 @@ impl Helm {
     }
 }
 
-/// Runs helm with a private environment. `stdin` feeds `--password-stdin`; `secrets` are
-/// scrubbed from any error text.
-#[allow(clippy::too_many_arguments)]
+/// Runs helm with a private environment whose home (and helm's cache, config and data
+/// directories) is `home`; `secrets` are scrubbed from any error text.
 async fn exec(
     config: &HelmConfig,
     processes: &Semaphore,
     action: &'static str,
     args: &[String],
-    stdin: Option<&str>,
     limit: Duration,
     secrets: &[&str],
-    home: Option<&Path>,
+    home: &Path,
 ) -> Result<String, HelmError> {
     let _permit = processes
         .acquire()
@@ -407,15 +434,13 @@ async fn exec(
     command
         .args(args)
         .env_clear()
-        .env("HELM_CACHE_HOME", config.work_dir.join("cache"))
-        .env("HELM_CONFIG_HOME", config.work_dir.join("config"))
-        .env("HELM_DATA_HOME", config.work_dir.join("data"))
-        .env("HOME", home.unwrap_or(&config.work_dir))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        // helm's caches, config and data are the session's own (deleted with it): nothing one
+        // object's helm run keeps can serve another object.
+        .env("HELM_CACHE_HOME", home.join("helm-cache"))
+        .env("HELM_CONFIG_HOME", home.join("helm-config"))
+        .env("HELM_DATA_HOME", home.join("helm-data"))
+        .env("HOME", home)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -435,14 +460,10 @@ async fn exec(
             command.env(key, value);
         }
     }
-    let mut child = command.spawn().map_err(|err| HelmError::Spawn {
+    let child = command.spawn().map_err(|err| HelmError::Spawn {
         path: config.binary.clone(),
         message: err.to_string(),
     })?;
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input.as_bytes()).await?;
-        drop(pipe);
-    }
     let output = match tokio::time::timeout(limit, child.wait_with_output()).await {
         Ok(result) => result?,
         Err(_) => {
@@ -463,18 +484,19 @@ async fn exec(
     }
 }
 
-/// One release's exclusive helm session (see [`Helm::session`]). Dropping it removes the
+/// One release's exclusive helm session (see `Helm::session`). Dropping it removes the
 /// private files and releases the lock.
 pub struct ReleaseSession {
     helm: Helm,
     _guard: OwnedMutexGuard<()>,
+    /// The workload API server's share of the process pool.
+    target: Arc<Semaphore>,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     values: PathBuf,
     repository_config: PathBuf,
     repository_cache: PathBuf,
     registry_config: PathBuf,
-    ca_file: PathBuf,
     /// Credential strings of the kubeconfig, scrubbed from every error text of this session.
     kubeconfig_secrets: Vec<String>,
 }
@@ -494,6 +516,15 @@ impl fmt::Debug for ReleaseSession {
     }
 }
 
+/// What one `helm test` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TestRun {
+    /// Why the tests did not pass (helm's error, credentials removed); `None` when they did.
+    pub(crate) failure: Option<String>,
+    /// Each test hook and the phase of its last run.
+    pub(crate) hooks: Vec<TestHook>,
+}
+
 /// What an uninstall did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UninstallOutcome {
@@ -511,7 +542,6 @@ impl ReleaseSession {
             repository_config: &self.repository_config,
             repository_cache: &self.repository_cache,
             registry_config: &self.registry_config,
-            ca_file: None,
         }
     }
 
@@ -520,21 +550,22 @@ impl ReleaseSession {
         action: &'static str,
         args: Vec<String>,
         limit: Duration,
-        stdin: Option<&str>,
-        secrets: &[&str],
     ) -> Result<String, HelmError> {
         let inner = &self.helm.inner;
-        let mut scrub: Vec<&str> = secrets.to_vec();
-        scrub.extend(self.kubeconfig_secrets.iter().map(String::as_str));
+        let _share = self
+            .target
+            .acquire()
+            .await
+            .map_err(|_| HelmError::Io("helm process pool closed".to_string()))?;
+        let scrub: Vec<&str> = self.kubeconfig_secrets.iter().map(String::as_str).collect();
         exec(
             &inner.config,
             &inner.processes,
             action,
             &args,
-            stdin,
             limit,
             &scrub,
-            Some(self.dir.path()),
+            self.dir.path(),
         )
         .await
     }
@@ -545,13 +576,7 @@ impl ReleaseSession {
         req: &ReleaseRequest,
     ) -> Result<Option<ReleaseInfo>, HelmError> {
         match self
-            .run(
-                "status",
-                args::status(req, &self.files()),
-                QUICK_CALL_LIMIT,
-                None,
-                &[],
-            )
+            .run("status", args::status(req, &self.files()), QUICK_CALL_LIMIT)
             .await
         {
             Ok(out) => output::parse_release(&out)
@@ -578,8 +603,6 @@ impl ReleaseSession {
                 "get metadata",
                 args::metadata(req, &self.files()),
                 QUICK_CALL_LIMIT,
-                None,
-                &[],
             )
             .await
         {
@@ -606,8 +629,6 @@ impl ReleaseSession {
                 "history",
                 args::history(req, &self.files()),
                 QUICK_CALL_LIMIT,
-                None,
-                &[],
             )
             .await
         {
@@ -622,82 +643,82 @@ impl ReleaseSession {
         }
     }
 
-    /// Installs (when `verb` is Install) or upgrades the release and returns helm's view of it.
+    /// The session's private directory, where a fetched chart archive goes ([`source`]).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Installs (when `verb` is Install) or upgrades the release from `archive`, a chart the
+    /// operator fetched and verified into this session's directory, and returns helm's view of
+    /// the release.
     pub(crate) async fn install_or_upgrade(
         &self,
         verb: InstallVerb,
         req: &ReleaseRequest,
         revision: &Revision,
-        auth: &RepositoryAuth,
+        archive: &Path,
     ) -> Result<ReleaseInfo, HelmError> {
         let values = serde_json::to_vec(&req.values)
             .map_err(|err| HelmError::Io(format!("cannot encode values: {err}")))?;
         write_private(&self.values, &values)?;
-        let secrets: Vec<&str> = auth.password.iter().map(String::as_str).collect();
-        let alias = self.prepare_chart_access(req, auth, &secrets).await?;
-        let files = CallFiles {
-            ca_file: auth.ca_bundle.is_some().then_some(self.ca_file.as_path()),
-            ..self.files()
-        };
-        let args = args::install_or_upgrade(verb, self.helm.flavor(), req, revision, &files, alias);
+        let args = args::install_or_upgrade(
+            verb,
+            self.helm.flavor(),
+            req,
+            revision,
+            &self.files(),
+            archive,
+        );
         let action = verb.as_str();
-        let out = self
-            .run(action, args, req.timeout + PROCESS_GRACE, None, &secrets)
-            .await?;
+        let out = self.run(action, args, req.timeout + PROCESS_GRACE).await?;
         output::parse_release(&out).map_err(|err| HelmError::Output {
             action,
             message: err.to_string(),
         })
     }
 
-    /// Logs in to the repository or registry when credentials or a CA are configured, so that
-    /// no password ever appears on a command line. Returns the repository alias to use.
-    async fn prepare_chart_access(
+    /// Runs the release's test hooks (`helm test`, at most `timeout`) and reads their phases
+    /// back from the release. A test that fails is a [`TestRun`] that did not pass, not an
+    /// error; an error is helm failing to run or to answer.
+    pub(crate) async fn test(
         &self,
         req: &ReleaseRequest,
-        auth: &RepositoryAuth,
-        secrets: &[&str],
-    ) -> Result<Option<&'static str>, HelmError> {
-        if let Some(ca) = &auth.ca_bundle {
-            write_private(&self.ca_file, ca)?;
-        }
-        let login = args::Login {
-            username: auth.username.as_deref(),
-            password_on_stdin: auth.password.is_some(),
-            ca_file: auth.ca_bundle.is_some().then_some(self.ca_file.as_path()),
+        timeout: Duration,
+    ) -> Result<TestRun, HelmError> {
+        let ran = self
+            .run(
+                "test",
+                args::test(req, timeout, &self.files()),
+                timeout + PROCESS_GRACE,
+            )
+            .await;
+        let failure = match ran {
+            Ok(_) => None,
+            Err(HelmError::Failed { message, .. }) => Some(message),
+            Err(HelmError::Timeout { seconds, .. }) => {
+                Some(format!("helm test did not finish within {seconds}s"))
+            }
+            Err(err) => return Err(err),
         };
-        match &req.chart {
-            ChartSource::Repository { url, .. } => {
-                if !auth.needs_login() && auth.ca_bundle.is_none() {
-                    return Ok(None);
-                }
-                let args = args::repo_add(&self.files(), &login, args::REPO_ALIAS, url);
-                self.run(
-                    "repo add",
-                    args,
-                    QUICK_CALL_LIMIT,
-                    auth.password.as_deref(),
-                    secrets,
-                )
-                .await?;
-                Ok(Some(args::REPO_ALIAS))
-            }
-            ChartSource::Oci { reference } => {
-                if !auth.needs_login() {
-                    return Ok(None);
-                }
-                let args = args::registry_login(&self.files(), &login, reference);
-                self.run(
-                    "registry login",
-                    args,
-                    QUICK_CALL_LIMIT,
-                    auth.password.as_deref(),
-                    secrets,
-                )
-                .await?;
-                Ok(None)
-            }
-        }
+        let out = self
+            .run("status", args::status(req, &self.files()), QUICK_CALL_LIMIT)
+            .await?;
+        let hooks = output::parse_test_hooks(&out).map_err(|err| HelmError::Output {
+            action: "status",
+            message: err.to_string(),
+        })?;
+        Ok(TestRun { failure, hooks })
+    }
+
+    /// The rendered objects of the release's newest revision (`helm get manifest`), as YAML
+    /// documents; hooks are not among them.
+    pub(crate) async fn manifest(&self, req: &ReleaseRequest) -> Result<String, HelmError> {
+        self.run(
+            "get manifest",
+            args::manifest(req, &self.files()),
+            QUICK_CALL_LIMIT,
+        )
+        .await
     }
 
     /// Rolls the release back to `revision`.
@@ -707,7 +728,7 @@ impl ReleaseSession {
         revision: i64,
     ) -> Result<(), HelmError> {
         let args = args::rollback(self.helm.flavor(), req, revision, &self.files());
-        self.run("rollback", args, req.timeout + PROCESS_GRACE, None, &[])
+        self.run("rollback", args, req.timeout + PROCESS_GRACE)
             .await?;
         Ok(())
     }
@@ -719,7 +740,7 @@ impl ReleaseSession {
     ) -> Result<UninstallOutcome, HelmError> {
         let args = args::uninstall(self.helm.flavor(), req, &self.files());
         match self
-            .run("uninstall", args, req.timeout + PROCESS_GRACE, None, &[])
+            .run("uninstall", args, req.timeout + PROCESS_GRACE)
             .await
         {
             Ok(out) if output::is_release_not_found(&out) => Ok(UninstallOutcome::NotFound),
@@ -809,14 +830,14 @@ pub fn kubeconfig_secrets(kubeconfig: &[u8]) -> Vec<String> {
     found
 }
 
-/// Creates helm's private directories under `work_dir` (`cache`, `config`, `data`,
-/// `sessions`, each mode 0700) and removes whatever an earlier process left in `sessions`: a
-/// session killed mid-way (OOM, SIGKILL) leaves a workload kubeconfig and repository
-/// passwords behind, which must not outlive it.
+/// Creates the private `sessions` directory under `work_dir` (mode 0700) and removes whatever an
+/// earlier process left in it: a session killed mid-way (OOM, SIGKILL) leaves a workload
+/// kubeconfig and a chart behind, which must not outlive it. The `cache`, `config` and `data`
+/// directories earlier versions shared between every helm call are removed too.
 ///
-/// helm's `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and `HELM_DATA_HOME` always point here; the
-/// operator's own environment values for them are deliberately ignored, so one flag decides
-/// where helm writes.
+/// helm's `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and `HELM_DATA_HOME` always point into the
+/// session of each call; the operator's own environment values for them are deliberately
+/// ignored, so one flag decides where helm writes.
 pub(crate) fn prepare_work_dir(work_dir: &Path) -> Result<(), HelmError> {
     std::fs::create_dir_all(work_dir)?;
     let sessions = work_dir.join("sessions");
@@ -826,10 +847,14 @@ pub(crate) fn prepare_work_dir(work_dir: &Path) -> Result<(), HelmError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
     }
-    for dir in ["cache", "config", "data", "sessions"] {
-        create_private_dir(&work_dir.join(dir))?;
+    for shared in ["cache", "config", "data"] {
+        match std::fs::remove_dir_all(work_dir.join(shared)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
     }
-    Ok(())
+    create_private_dir(&sessions)
 }
 
 fn create_private_dir(path: &Path) -> Result<(), HelmError> {

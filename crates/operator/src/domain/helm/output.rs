@@ -161,6 +161,56 @@ pub fn parse_release(stdout: &str) -> Result<ReleaseInfo, serde_json::Error> {
     })
 }
 
+/// One test hook of a release and the phase of its last run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestHook {
+    /// The hook's name (its Pod or Job).
+    pub name: String,
+    /// `Succeeded`, `Failed`, `Running`, or `Unknown` when it never ran.
+    pub phase: String,
+}
+
+#[derive(Deserialize)]
+struct RawHooks {
+    #[serde(default)]
+    hooks: Vec<RawHook>,
+}
+
+#[derive(Deserialize)]
+struct RawHook {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    events: Vec<String>,
+    #[serde(default)]
+    last_run: RawRun,
+}
+
+#[derive(Default, Deserialize)]
+struct RawRun {
+    #[serde(default)]
+    phase: String,
+}
+
+/// The test hooks of a release (`helm status -o json`, hooks whose events include `test`).
+pub fn parse_test_hooks(stdout: &str) -> Result<Vec<TestHook>, serde_json::Error> {
+    let json = stdout.find('{').map_or(stdout, |start| &stdout[start..]);
+    let raw: RawHooks = serde_json::from_str(json.trim())?;
+    Ok(raw
+        .hooks
+        .into_iter()
+        .filter(|h| h.events.iter().any(|e| e == "test"))
+        .map(|h| TestHook {
+            name: h.name,
+            phase: if h.last_run.phase.is_empty() {
+                "Unknown".to_string()
+            } else {
+                h.last_run.phase
+            },
+        })
+        .collect())
+}
+
 /// One line of `helm history -o json`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct HistoryEntry {
@@ -234,6 +284,27 @@ mod tests {
     #[test]
     fn rejects_non_json() {
         assert!(parse_release("Error: nothing").is_err());
+    }
+
+    #[test]
+    fn parses_test_hooks() {
+        // As helm 4.1 prints them after `helm test` (a hook that never ran has an empty phase).
+        let out = r#"{"name":"demo","hooks":[{"name":"demo-test","kind":"Pod","events":["test"],"last_run":{"started_at":"2026-12-07T03:39:01Z","completed_at":"2026-12-07T03:39:05Z","phase":"Succeeded"}},{"name":"demo-pre","kind":"Job","events":["pre-install"],"last_run":{"phase":"Succeeded"}},{"name":"demo-other","kind":"Pod","events":["test"],"last_run":{"phase":""}}],"version":1}"#;
+        let hooks = parse_test_hooks(out).unwrap();
+        assert_eq!(
+            hooks,
+            vec![
+                TestHook {
+                    name: "demo-test".into(),
+                    phase: "Succeeded".into()
+                },
+                TestHook {
+                    name: "demo-other".into(),
+                    phase: "Unknown".into()
+                },
+            ]
+        );
+        assert!(parse_test_hooks(r#"{"name":"x"}"#).unwrap().is_empty());
     }
 
     #[test]

@@ -11,7 +11,9 @@ use super::helm_bin;
 
 /// A chart whose ConfigMap carries `greeting`; `brokenNamespace` adds a ConfigMap in a namespace
 /// that does not exist, so an upgrade with it fails while applying (after Helm recorded the
-/// revision), which is what `atomic` rolls back.
+/// revision), which is what `atomic` rolls back. `web.replicas` adds a Deployment with that
+/// many replicas (labelled `app: web`); `test.outcome` adds a test hook Pod annotated with the
+/// phase the test's kubelet gives it (`Succeeded` or `Failed`).
 pub fn write_chart(dir: &Path, version: &str) {
     let chart = dir.join("demo");
     std::fs::create_dir_all(chart.join("templates")).unwrap_or_else(|e| panic!("{e}"));
@@ -38,6 +40,43 @@ metadata:
   name: {{ .Release.Name }}-broken
   namespace: {{ .Values.brokenNamespace }}
 data: {}
+{{- end }}
+{{- if .Values.web }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-web
+  labels:
+    app: web
+spec:
+  replicas: {{ .Values.web.replicas }}
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+        - name: web
+          image: registry.example/web:1
+{{- end }}
+{{- if .Values.test }}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ .Release.Name }}-test
+  annotations:
+    helm.sh/hook: test
+    demo.example/outcome: {{ .Values.test.outcome | quote }}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: test
+      image: registry.example/test:1
 {{- end }}
 "#,
     )

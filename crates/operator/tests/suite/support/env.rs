@@ -19,6 +19,7 @@ use kube_sim::server::RunningKubeSim;
 use omni_operator::cli::run::OperatorConfig;
 use omni_operator::controllers::Scope;
 use omni_operator::domain::secret_policy::SecretPolicy;
+use omni_operator::domain::tenancy::Tenancy;
 use omni_operator::process::metrics::Metrics;
 use omni_sim::{OmniSim, Role, RunningOmniSim};
 use serde::Serialize;
@@ -97,6 +98,10 @@ pub struct EnvBuilder {
     kubeconfigs_at_closed_port: bool,
     /// The operator runs the real helm with a work directory of the environment's own.
     real_helm: bool,
+    /// The deployment's multi-tenancy settings.
+    tenancy: Tenancy,
+    /// The management cluster authorises with RBAC (its clients stay cluster admins).
+    rbac: bool,
     /// The operator's `--default-destructive-policy`.
     default_destructive: omni_operator::api::plan::DestructivePolicy,
 }
@@ -209,6 +214,20 @@ impl EnvBuilder {
         self
     }
 
+    /// The management cluster authorises every request with RBAC, as a real one does; the
+    /// operator and the test still send no credentials, so they act as `system:admin`
+    /// (`system:masters`), and what they impersonate is held to its own RBAC.
+    pub fn rbac(mut self) -> Self {
+        self.rbac = true;
+        self
+    }
+
+    /// The operator runs with these multi-tenancy settings (its flags' defaults otherwise).
+    pub fn tenancy(mut self, tenancy: Tenancy) -> Self {
+        self.tenancy = tenancy;
+        self
+    }
+
     /// The management cluster has namespace `name` too (empty).
     pub fn other_namespace(mut self, name: &'static str) -> Self {
         self.other_namespaces.push(name);
@@ -239,7 +258,18 @@ impl EnvBuilder {
 
     pub async fn start(self) -> Env {
         super::logs_with(LOG_FILTER);
-        let (kube, client) = super::kube_sim().await;
+        let (kube, client) = match self.rbac {
+            false => super::kube_sim().await,
+            true => {
+                let sim = kube_sim::server::KubeSim::builder()
+                    .authorizer(Arc::new(kube_sim::wiring::RbacAuthorizer))
+                    .start()
+                    .await
+                    .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
+                let client = super::client_of(&sim);
+                (sim, client)
+            }
+        };
         super::install_operator_api(&client, NS).await;
         for name in &self.other_namespaces {
             super::stack::create_namespace(&client, name).await;
@@ -307,6 +337,7 @@ impl EnvBuilder {
         let mut config = OperatorConfig::embedded(scope);
         config.metrics = metrics.clone();
         config.secret_policy = self.secret_policy;
+        config.tenancy = self.tenancy.clone();
         config.default_destructive = self.default_destructive;
         let clock = self.test_clock.then(|| {
             let now = jiff::Timestamp::now().as_second();
@@ -371,6 +402,8 @@ impl Env {
             other_namespaces: Vec::new(),
             kubeconfigs_at_closed_port: false,
             real_helm: false,
+            tenancy: Tenancy::default(),
+            rbac: false,
             default_destructive: omni_operator::api::plan::DestructivePolicy::Allow,
         }
     }

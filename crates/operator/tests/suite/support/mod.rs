@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod chart_repo;
+pub mod chart_server;
 pub mod conditions;
 pub mod env;
 pub mod leaks;

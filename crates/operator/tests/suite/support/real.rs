@@ -384,6 +384,8 @@ pub fn samples(omni_endpoint: &str, repo_url: &str, credentials: &str) -> Vec<Va
                         "chart": "demo",
                         "version": "0.1.0",
                         "credentialsSecretRef": {"name": credentials},
+                        // The test repository is plain HTTP: credentials go there on request.
+                        "insecure": repo_url.starts_with("http://"),
                     });
                 }
                 _ => {}

@@ -67,6 +67,8 @@ impl Stack {
                 "version": "0.1.0",
                 "values": {"greeting": greeting},
                 "credentialsSecretRef": {"name": "repo-credentials"},
+                // The stack's repository is plain HTTP.
+                "insecure": true,
             },
         })
     }

@@ -2,6 +2,7 @@
 //! built. The key itself is never logged or put in a message.
 
 use crate::api::Reason;
+use crate::controllers::shared::error::Disposition;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -71,6 +72,19 @@ pub(crate) enum ConnectionError {
         /// API error.
         detail: String,
     },
+    /// The connection's ServiceAccount may not read the Secret (the read is never retried
+    /// with the operator's identity).
+    #[error(
+        "{reader} may not read Secret \"{namespace}/{name}\" (spec.auth.serviceAccountSecretRef)"
+    )]
+    AccessDenied {
+        /// Who read.
+        reader: String,
+        /// Namespace.
+        namespace: String,
+        /// Secret name.
+        name: String,
+    },
     /// The client could not be built from the key and endpoint.
     #[error("create Omni client: {0}")]
     Client(String),
@@ -86,7 +100,23 @@ impl ConnectionError {
             | ConnectionError::EnvAssignments { .. }
             | ConnectionError::NotBase64 { .. }
             | ConnectionError::Read { .. } => Reason::MissingSecret,
+            ConnectionError::AccessDenied { .. } => Reason::AccessDenied,
             ConnectionError::Client(_) => Reason::ConnectionFailed,
+        }
+    }
+
+    /// What it means in kstatus terms: a Secret or key not there yet is waited for, one whose
+    /// content is wrong, or which the connection's ServiceAccount may not read, needs it (or
+    /// RBAC, or the spec) changed; the rest is retried.
+    pub(crate) fn disposition(&self) -> Disposition {
+        match self {
+            ConnectionError::MissingSecret { .. }
+            | ConnectionError::MissingKey { .. }
+            | ConnectionError::EmptyKey { .. } => Disposition::Waiting,
+            ConnectionError::EnvAssignments { .. }
+            | ConnectionError::NotBase64 { .. }
+            | ConnectionError::AccessDenied { .. } => Disposition::Stalled,
+            ConnectionError::Read { .. } | ConnectionError::Client(_) => Disposition::Retrying,
         }
     }
 }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use omni_client::template::{BackendApi, StatusWatch};
 use omni_client::{Client as OmniClient, ClientConfig};
 
@@ -56,6 +55,12 @@ type StatusSink = Arc<Mutex<Option<mpsc::UnboundedSender<StatusChange>>>>;
 /// connection's Omni reported.
 pub(crate) struct OmniClients {
     client: kube::Client,
+    /// Connect and unary-call bounds of every client built (`--omni-connect-timeout`,
+    /// `--omni-request-timeout`).
+    timeouts: (std::time::Duration, std::time::Duration),
+    /// `--default-service-account`: whose identity reads a connection's key Secret when the
+    /// connection names none.
+    default_service_account: Option<String>,
     cache: Mutex<HashMap<String, Entry>>,
     api_versions: Mutex<HashMap<String, u32>>,
     /// Where the status watches tell of changed clusters: the OmniCluster controller.
@@ -88,11 +93,33 @@ impl OmniClients {
     pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             client,
+            timeouts: {
+                let t = crate::domain::tenancy::Timeouts::default();
+                (t.omni_connect, t.omni_request)
+            },
+            default_service_account: None,
             cache: Mutex::default(),
             api_versions: Mutex::default(),
             status_changes: StatusSink::default(),
             reuse: true,
         }
+    }
+
+    /// The same cache, building clients that give up connecting after `connect` and a unary
+    /// call after `request`: an Omni endpoint that never answers holds a reconcile no longer.
+    pub(crate) fn with_timeouts(
+        mut self,
+        connect: std::time::Duration,
+        request: std::time::Duration,
+    ) -> Self {
+        self.timeouts = (connect, request);
+        self
+    }
+
+    /// The same cache, reading key Secrets as `--default-service-account` says.
+    pub(crate) fn with_default_service_account(mut self, name: Option<String>) -> Self {
+        self.default_service_account = name;
+        self
     }
 
     /// A cache that builds a new client for every call, as the original did (the baseline
@@ -107,15 +134,29 @@ impl OmniClients {
     pub(crate) async fn get(&self, conn: &OmniConnection) -> Result<OmniClient, ConnectionError> {
         let namespace = conn.metadata.namespace.clone().unwrap_or_default();
         let r = &conn.spec.auth.service_account_secret_ref;
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
-        let secret = match secrets.get_opt(&r.name).await {
+        // As the connection's ServiceAccount, when it (or the deployment) names one.
+        let reader = crate::domain::impersonation::Reader::of(
+            &namespace,
+            conn.spec.service_account_name.as_deref(),
+            self.default_service_account.as_deref(),
+        );
+        let read =
+            crate::domain::impersonation::get::<Secret>(&self.client, &reader, &namespace, &r.name);
+        let secret = match read.await {
             Ok(Some(s)) => s,
             Ok(None) => {
                 return Err(ConnectionError::MissingSecret {
                     name: r.name.clone(),
                 });
             }
-            Err(e) => {
+            Err(crate::domain::impersonation::ReadError::Denied { .. }) => {
+                return Err(ConnectionError::AccessDenied {
+                    reader: reader.to_string(),
+                    namespace,
+                    name: r.name.clone(),
+                });
+            }
+            Err(crate::domain::impersonation::ReadError::Api(e)) => {
                 return Err(ConnectionError::Read {
                     namespace,
                     name: r.name.clone(),
@@ -160,6 +201,7 @@ impl OmniClients {
         let mut config = ClientConfig::from_encoded_key(conn.spec.endpoint.clone(), &key)
             .map_err(|e| ConnectionError::Client(e.to_string()))?;
         config.insecure_skip_tls_verify = conn.spec.insecure_skip_tls_verify;
+        (config.connect_timeout, config.request_timeout) = self.timeouts;
         let client = OmniClient::new(config).map_err(|e| ConnectionError::Client(e.to_string()))?;
         // Another endpoint may speak another API version.
         lock(&self.api_versions).remove(&cache_key);
