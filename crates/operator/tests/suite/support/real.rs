@@ -388,6 +388,16 @@ pub fn samples(omni_endpoint: &str, repo_url: &str, credentials: &str) -> Vec<Va
                         "insecure": repo_url.starts_with("http://"),
                     });
                 }
+                // The set's template names the same chart source; its values (a template
+                // from the cluster's facts) stay as the sample wrote them.
+                Some("OmniHelmReleaseSet") => {
+                    let chart = &mut doc["spec"]["template"]["chart"];
+                    chart["repository"] = json!(repo_url);
+                    chart["chart"] = json!("demo");
+                    chart["version"] = json!("0.1.0");
+                    chart["credentialsSecretRef"] = json!({"name": credentials});
+                    chart["insecure"] = json!(repo_url.starts_with("http://"));
+                }
                 _ => {}
             }
             docs.push(doc);
