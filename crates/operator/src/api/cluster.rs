@@ -296,7 +296,8 @@ pub struct OmniClusterStatus {
     /// `metadata.generation` last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Validated` and `Synced`.
+    /// `Ready` (Omni reports the cluster running and usable), `Synced` (the template reached
+    /// Omni), `Validated`, and while they hold `Reconciling`, `Stalled` and `Suspended`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -351,6 +352,14 @@ pub struct OmniClusterStatus {
     /// Kubernetes version Omni reports for the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// Whether Omni reports the cluster's Kubernetes API ready (what dependants with
+    /// `startWhen: KubernetesAPIReady` wait for).
+    #[serde(
+        default,
+        rename = "kubernetesAPIReady",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kubernetes_api_ready: Option<bool>,
     /// Each Omni machine set with its phase and machine counts, sorted by ID.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_sets: Vec<MachineSetState>,

@@ -293,6 +293,13 @@ pub(crate) fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> 
     changed
 }
 
+/// Removes the condition of type `type_`; returns whether there was one.
+pub(crate) fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
+}
+
 /// The condition of the given type, if present.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -302,8 +309,15 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 pub(crate) mod condition_types {
     /// Overall readiness.
     pub(crate) const READY: &str = "Ready";
-    /// The object cannot make progress without intervention.
+    /// The object cannot make progress without a change of its spec (or of what it names);
+    /// present only while `True` (kstatus).
     pub(crate) const STALLED: &str = "Stalled";
+    /// The object is converging, or waiting for something to appear or become ready;
+    /// present only while `True` (kstatus).
+    pub(crate) const RECONCILING: &str = "Reconciling";
+    /// `spec.suspend` is set: the operator leaves the object's target alone; present only
+    /// while `True`.
+    pub(crate) const SUSPENDED: &str = "Suspended";
     /// Omni answered.
     pub(crate) const REACHABLE: &str = "Reachable";
     /// A child found its parent cluster.
@@ -369,6 +383,35 @@ pub enum DeletionPolicy {
     Delete,
     /// Leave the external object in place.
     Orphan,
+}
+
+/// When a dependant of an OmniCluster (an export, a secret sync, a Helm release) first acts
+/// (`spec.startWhen`). Once it has (a kubeconfig exported, a copy written, a release
+/// installed), its cluster's later state does not hold it: an upgrade or a lost machine does
+/// not stop rotations, drift repairs or upgrades.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StartWhen {
+    /// When the OmniCluster is `Ready`: Omni reports it running, every machine set ready with
+    /// all its machines, the Kubernetes API ready.
+    #[default]
+    ClusterReady,
+    /// As soon as Omni reports the cluster's Kubernetes API ready (`status.kubernetesAPIReady`):
+    /// for what the cluster needs to become Ready, such as its CNI or a Secret the CNI reads.
+    #[serde(rename = "KubernetesAPIReady")]
+    KubernetesApiReady,
+    /// As soon as the OmniCluster exists, whatever Omni says of it: the original operator's
+    /// behaviour, for a kubeconfig Secret that does not depend on the cluster being up.
+    ClusterExists,
+}
+
+impl StartWhen {
+    /// The spellings the CRD schema allows.
+    pub(crate) const VALUES: [&str; 3] = ["ClusterReady", "KubernetesAPIReady", "ClusterExists"];
+}
+
+/// Schema for a [`StartWhen`] field.
+pub(crate) fn start_when_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": StartWhen::VALUES })
 }
 
 /// The problem of a `spec.serviceAccountName`, if it has one: a ServiceAccount's name is a DNS
@@ -612,6 +655,15 @@ mod tests {
         let mut generator = SchemaGenerator::default();
         check::<DeletionPolicy>(delete_orphan_schema(&mut generator), "delete");
         check::<HelmDeletionPolicy>(uninstall_orphan_schema(&mut generator), "");
+        let starts = check::<StartWhen>(start_when_schema(&mut generator), "KubernetesApiReady");
+        assert_eq!(
+            starts,
+            [
+                StartWhen::ClusterReady,
+                StartWhen::KubernetesApiReady,
+                StartWhen::ClusterExists
+            ]
+        );
         let formats = check::<ExportFormat>(export_format_schema(&mut generator), "ArgoCdCluster");
         for format in formats {
             assert_eq!(ExportFormat::parse(format.as_str()), Some(format));

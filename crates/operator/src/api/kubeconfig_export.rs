@@ -96,6 +96,19 @@ pub struct OmniKubeconfigExportSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "export_format_schema")]
     pub format: Option<ExportFormat>,
+    /// Stop acting on the target (no mint, rotation or Secret write) while keeping the object, its status and its
+    /// finalizer; `Ready` keeps its last state and `Suspended=True` says so. Deletion still
+    /// applies the deletion policy. Resuming acts once on what changed meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
+    /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
+    /// the cluster's later state does not hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::start_when_schema")]
+    pub start_when: Option<super::common::StartWhen>,
 }
 
 pub(crate) fn export_format_schema(_: &mut SchemaGenerator) -> Schema {

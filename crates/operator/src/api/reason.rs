@@ -58,7 +58,7 @@ reasons! {
     MissingConnection = "MissingConnection",
     /// A Secret the object names, or a key in it, does not exist or is empty.
     MissingSecret = "MissingSecret",
-    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference.
+    /// The ServiceAccount whose identity reads the object's references may not read a Secret it names; the message names the reference. Only a change of RBAC or of the spec helps (`Stalled=True`); it is looked at again every minute.
     AccessDenied = "AccessDenied",
     /// Not exactly one OmniControlPlane names the cluster.
     MissingTemplate = "MissingTemplate",
@@ -76,7 +76,25 @@ reasons! {
     Timeout = "Timeout",
     /// The template is synced, but Omni's view of the cluster could not be read.
     StatusFailed = "StatusFailed",
-    /// `spec.suspend` is set: nothing is synced.
+    /// Omni refused the template as invalid (an unsupported or incompatible version, a rule Omni enforces); only a spec change can fix it (`Stalled=True`).
+    OmniRejected = "OmniRejected",
+    /// Omni reports the cluster running: every machine set ready with all its machines healthy, the Kubernetes API ready, no upgrade in flight and no health check failing.
+    Running = "Running",
+    /// A machine set has fewer machines than it asks for, or some are not healthy yet; the message names the set's OmniControlPlane or OmniWorkers and the counts (`Reconciling=True`).
+    WaitingForMachines = "WaitingForMachines",
+    /// Omni is upgrading the cluster's Talos or Kubernetes version (`Reconciling=True`).
+    Upgrading = "Upgrading",
+    /// Omni does not report the cluster's Kubernetes API ready yet (`Reconciling=True`).
+    KubernetesNotReady = "KubernetesNotReady",
+    /// A Kubernetes health check of the cluster failed in its last run; Omni runs it again (`Reconciling=True`).
+    HealthCheckFailed = "HealthCheckFailed",
+    /// Omni reports the cluster in a phase other than running, or not ready, for a reason not listed above (`Reconciling=True`).
+    ClusterNotRunning = "ClusterNotRunning",
+    /// Omni has not yet created what the object waits for (a new cluster's status, the cluster a kubeconfig is minted for); it is looked at again (`Reconciling=True`).
+    WaitingForOmni = "WaitingForOmni",
+    /// The OmniCluster the object names is not Ready yet: a dependant waits for it before it first acts (`spec.startWhen`), a child is Ready once its cluster is (`Reconciling=True`).
+    ClusterNotReady = "ClusterNotReady",
+    /// `spec.suspend` is set: the operator leaves the object's target alone, and `Ready` keeps its last state (`Suspended=True`).
     Suspended = "Suspended",
     /// The operator could not finish the pass (a watch not ready, a Helm failure); it is retried.
     ReconcileFailed = "ReconcileFailed",
@@ -134,18 +152,14 @@ reasons! {
     PlanOnly = "PlanOnly",
     /// A plan released by the approval annotation was applied; the note names its hash (Event).
     PlanApplied = "PlanApplied",
+    /// A change set was written to Omni; the note counts the changes per resource type (Event).
+    ChangesApplied = "ChangesApplied",
 }
 
 impl Reason {
     /// The reason spelled `text`, if it is one.
     pub fn of(text: &str) -> Option<Reason> {
         Reason::ALL.iter().copied().find(|r| r.as_str() == text)
-    }
-
-    /// Whether the reason says the object waits for another object to change (a dependency to
-    /// become ready, the cluster to be healthy): its Event is `Normal`, not a `Warning`.
-    pub const fn waits_on_another_object(self) -> bool {
-        matches!(self, Reason::DependencyNotReady | Reason::ClusterNotHealthy)
     }
 
     /// Whether a condition that is not healthy for this reason waits for a person's decision

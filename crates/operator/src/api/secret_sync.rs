@@ -66,6 +66,19 @@ pub struct OmniSecretSyncSpec {
     /// Secret (same namespace) with the workload-cluster kubeconfig. Cannot be changed after
     /// creation, so Secret data cannot be redirected to another cluster.
     pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// Stop acting on the target (no copy, no drift repair) while keeping the object, its status and its
+    /// finalizer; `Ready` keeps its last state and `Suspended=True` says so. Deletion still
+    /// applies the deletion policy. Resuming acts once on what changed meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// When the object first acts: `ClusterReady` (the default) waits for the OmniCluster's
+    /// `Ready`; `KubernetesAPIReady` only for Omni to report the cluster's Kubernetes API
+    /// ready (for what the cluster needs to become Ready, such as its CNI); `ClusterExists` as
+    /// soon as the OmniCluster exists (the original operator's behaviour). Once it has acted,
+    /// the cluster's later state does not hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::start_when_schema")]
+    pub start_when: Option<super::common::StartWhen>,
     /// Secret in this namespace whose `data` is copied.
     pub source_secret_ref: LocalObjectReference,
     /// Where the copy is written in the workload cluster.
@@ -229,8 +242,6 @@ pub fn validate(new: &OmniSecretSync, old: Option<&OmniSecretSync>) -> Validatio
             ));
         }
     }
-    if !spec.kubeconfig_secret_ref.name.is_empty() {
-        v.warn("OmniSecretSync uses a workload-cluster kubeconfig Secret and writes Secret data directly to that cluster");
-    }
+    // No warning on every apply (the original's): see OmniHelmRelease's rules.
     v
 }

@@ -1,5 +1,7 @@
 //! OmniControlPlane, OmniWorkers and OmniMachine: report whether the referenced OmniCluster
-//! exists (`Accepted`, plus `Ready` mirroring it for kstatus). Event-driven, no Omni calls;
+//! exists (`Accepted`), and `Ready` once it exists and is Ready itself (a child is part of its
+//! cluster: kstatus readers waiting for a child wait for the cluster). Event-driven, no Omni
+//! calls;
 //! their content reaches Omni through the parent cluster's reconcile, whose render also
 //! reports what is wrong with a child's spec (on the cluster, where it stops the sync).
 //!
@@ -12,18 +14,19 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::cluster::dependants::not_ready;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
-use super::shared::error::{Failure, PassError, RetryPolicy};
+use super::shared::error::{Disposition, Failure, PassError, RetryPolicy};
 use super::shared::finalizer::Finalizer;
 use super::shared::index::{RefKey, namespace_of};
 use super::shared::pipeline::{Outcome, Pipeline};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
-use super::shared::status::{Reported, reported};
+use super::shared::status::{Reported, Standing, reported, set_standing};
 use super::shared::watches::{OwnKind, Watches};
 use crate::api::Reason;
-use crate::api::common::{Condition, condition_types, missing_cluster, set_condition};
+use crate::api::common::{Condition, missing_cluster, set_condition};
 use crate::api::control_plane::OmniControlPlaneStatus;
 use crate::api::machine::OmniMachineStatus;
 use crate::api::workers::OmniWorkersStatus;
@@ -39,42 +42,76 @@ pub(crate) trait Child:
     fn status_with(&self, conditions: Vec<Condition>) -> Self::Status;
 }
 
-/// Why a child is not attached: the OmniCluster it names does not exist. The cluster's watch
-/// wakes the child when it appears.
+/// Why a child is not Ready: the OmniCluster it names does not exist, or is not Ready. The
+/// cluster's watch wakes the child when it appears or its `Ready` turns.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", missing_cluster(cluster))]
-pub(crate) struct MissingCluster {
-    /// `spec.clusterRef.name`.
-    cluster: String,
+pub(crate) enum ChildFailure {
+    /// The OmniCluster does not exist (`Accepted=False`).
+    #[error("{}", missing_cluster(cluster))]
+    MissingCluster {
+        /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The OmniCluster exists (`Accepted=True`) and is not Ready.
+    #[error("{0}")]
+    ClusterNotReady(String),
 }
 
-impl Failure for MissingCluster {
+impl Failure for ChildFailure {
     fn reason(&self) -> Reason {
-        Reason::MissingCluster
+        match self {
+            Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
+        }
     }
 
     fn retry(&self) -> RetryPolicy {
         RetryPolicy::AwaitChange
     }
+
+    /// A child waits for its cluster either way.
+    fn disposition(&self) -> Disposition {
+        Disposition::Waiting
+    }
 }
 
-/// Pure: the `Accepted` and `Ready` conditions after merging into `current`.
+/// Pure: the conditions of a child after `result` (`Ok`: its cluster exists and is Ready),
+/// merged into `current`: `Accepted` says whether the cluster exists, `Ready` whether the
+/// child is part of a Ready cluster.
 pub(crate) fn child_conditions(
     current: Vec<Condition>,
     cluster: &str,
-    cluster_exists: bool,
+    result: Result<(), &ChildFailure>,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Vec<Condition> {
-    let accepted = Condition::accepted(cluster, cluster_exists, generation, now);
-    // kstatus readers look at `Ready`: it says the same as `Accepted`.
-    let ready = Condition {
-        type_: condition_types::READY.to_string(),
-        ..accepted.clone()
-    };
+    let exists = !matches!(result, Err(ChildFailure::MissingCluster { .. }));
+    let accepted = Condition::accepted(cluster, exists, generation, now);
     let mut conditions = current;
-    set_condition(&mut conditions, accepted);
-    set_condition(&mut conditions, ready);
+    set_condition(&mut conditions, accepted.clone());
+    match result {
+        Ok(()) => {
+            let message = format!("attached to OmniCluster {cluster:?}, which is Ready");
+            set_standing(
+                &mut conditions,
+                Standing::Ready,
+                Reason::Accepted,
+                &message,
+                generation,
+                now,
+            );
+        }
+        Err(failure) => {
+            set_standing(
+                &mut conditions,
+                failure.disposition().into(),
+                failure.reason(),
+                &failure.to_string(),
+                generation,
+                now,
+            );
+        }
+    }
     conditions
 }
 
@@ -82,31 +119,32 @@ pub(crate) fn child_conditions(
 impl<K: Child> Pipeline for K {
     type State = ();
     type Found = ();
-    /// Attached to its cluster.
+    /// Attached to its cluster, which is Ready.
     type Done = ();
-    type Failure = MissingCluster;
+    type Failure = ChildFailure;
     const FINALIZER: Finalizer = Finalizer::None;
 
     /// A child's rules are the cluster's to report: its render checks every child it selects
     /// and reports the first problem as `Validated=False` on the cluster, which is what stops
     /// the sync. The child itself only says whether it is attached.
-    fn validate(&self) -> Result<(), MissingCluster> {
+    fn validate(&self) -> Result<(), ChildFailure> {
         Ok(())
     }
 
     async fn apply(&self, ctx: &Context, (): &()) -> Result<Outcome<Self>, PassError<Self>> {
-        let cluster = self.cluster_ref();
-        let exists = ctx
+        let name = self.cluster_ref();
+        let cluster = ctx
             .api::<OmniCluster>(&self.namespace().unwrap_or_default())
-            .get_opt(cluster)
-            .await?
-            .is_some();
-        Ok(if exists {
-            Outcome::done(())
-        } else {
-            Outcome::failed(MissingCluster {
-                cluster: cluster.to_string(),
-            })
+            .get_opt(name)
+            .await?;
+        Ok(match cluster {
+            None => Outcome::failed(ChildFailure::MissingCluster {
+                cluster: name.to_string(),
+            }),
+            Some(cluster) => match not_ready(&cluster) {
+                Some(why) => Outcome::failed(ChildFailure::ClusterNotReady(why)),
+                None => Outcome::done(()),
+            },
         })
     }
 
@@ -114,7 +152,7 @@ impl<K: Child> Pipeline for K {
         let conditions = child_conditions(
             self.stored_conditions().to_vec(),
             self.cluster_ref(),
-            outcome.result.is_ok(),
+            outcome.result.as_ref().map(|_| ()),
             self.meta().generation,
             now,
         );
@@ -181,28 +219,81 @@ mod tests {
     use crate::api::common::ConditionStatus;
 
     #[test]
-    fn accepted_and_ready_follow_parent_existence() {
+    fn accepted_follows_the_parent_and_ready_its_readiness() {
         let t0 = jiff::Timestamp::UNIX_EPOCH;
-        let c = child_conditions(Vec::new(), "prod", false, Some(1), t0);
-        assert_eq!(c.len(), 2);
-        assert!(c.iter().all(|c| c.status == ConditionStatus::False
-            && c.reason == "MissingCluster"
-            && c.message == r#"OmniCluster "prod" does not exist"#));
+        let missing = ChildFailure::MissingCluster {
+            cluster: "prod".into(),
+        };
+        let c = child_conditions(Vec::new(), "prod", Err(&missing), Some(1), t0);
+        let got = |c: &[Condition]| -> Vec<(String, ConditionStatus, String)> {
+            c.iter()
+                .map(|c| (c.type_.clone(), c.status, c.reason.clone()))
+                .collect()
+        };
+        assert_eq!(
+            got(&c),
+            [
+                (
+                    "Accepted".into(),
+                    ConditionStatus::False,
+                    "MissingCluster".into()
+                ),
+                (
+                    "Ready".into(),
+                    ConditionStatus::False,
+                    "MissingCluster".into()
+                ),
+                (
+                    "Reconciling".into(),
+                    ConditionStatus::True,
+                    "MissingCluster".into()
+                ),
+            ]
+        );
+        assert!(
+            c.iter()
+                .all(|c| c.message == r#"OmniCluster "prod" does not exist"#)
+        );
         let t1 = t0 + jiff::SignedDuration::from_secs(60);
-        let c2 = child_conditions(c.clone(), "prod", true, Some(2), t1);
-        assert!(c2.iter().all(|c| c.status == ConditionStatus::True
-            && c.reason == "Accepted"
-            && c.message == r#"attached to OmniCluster "prod""#
-            && c.last_transition_time == t1
-            && c.observed_generation == Some(2)));
+        let starved = ChildFailure::ClusterNotReady(
+            "waiting for OmniCluster \"prod\" to become Ready (it is not: WaitingForMachines)"
+                .into(),
+        );
+        let c1 = child_conditions(c.clone(), "prod", Err(&starved), Some(1), t1);
+        assert_eq!(
+            got(&c1),
+            [
+                ("Accepted".into(), ConditionStatus::True, "Accepted".into()),
+                (
+                    "Ready".into(),
+                    ConditionStatus::False,
+                    "ClusterNotReady".into()
+                ),
+                (
+                    "Reconciling".into(),
+                    ConditionStatus::True,
+                    "ClusterNotReady".into()
+                ),
+            ]
+        );
+        let c2 = child_conditions(c1.clone(), "prod", Ok(()), Some(2), t1);
+        assert_eq!(
+            got(&c2),
+            [
+                ("Accepted".into(), ConditionStatus::True, "Accepted".into()),
+                ("Ready".into(), ConditionStatus::True, "Accepted".into()),
+            ]
+        );
+        assert!(c2.iter().all(|c| c.observed_generation == Some(2)));
         // Unchanged inputs keep the transition time: no status write on idle reconciles.
         let c3 = child_conditions(
             c2.clone(),
             "prod",
-            true,
+            Ok(()),
             Some(2),
             t1 + jiff::SignedDuration::from_secs(60),
         );
         assert_eq!(c3, c2);
+        assert_eq!(starved.retry(), RetryPolicy::AwaitChange);
     }
 }

@@ -171,22 +171,7 @@ impl ChangeSet {
 
     /// Counts per Omni resource type, sorted by type.
     fn counts(&self) -> Vec<PlanCount> {
-        let mut by_type: BTreeMap<String, PlanCount> = BTreeMap::new();
-        for c in &self.changes {
-            let short = short_type(&c.resource.resource_type);
-            let entry = by_type
-                .entry(short.to_string())
-                .or_insert_with(|| PlanCount {
-                    type_: short.to_string(),
-                    ..PlanCount::default()
-                });
-            match c.action {
-                ChangeAction::Create => entry.create += 1,
-                ChangeAction::Update => entry.update += 1,
-                ChangeAction::Delete => entry.delete += 1,
-            }
-        }
-        by_type.into_values().collect()
+        counts_of(self.changes.iter().map(|c| (c.action, &c.resource)))
     }
 
     /// One line: `1 to create, 2 to update, 1 to delete (destructive)`, or `no changes`.
@@ -276,6 +261,56 @@ impl ChangeSet {
             ));
         }
         text
+    }
+}
+
+/// Counts per Omni resource type (short, e.g. `ConfigPatches`) of `changes`, sorted by type.
+fn counts_of<'a>(changes: impl Iterator<Item = (ChangeAction, &'a ResourceRef)>) -> Vec<PlanCount> {
+    let mut by_type: BTreeMap<String, PlanCount> = BTreeMap::new();
+    for (action, resource) in changes {
+        let short = short_type(&resource.resource_type);
+        let entry = by_type
+            .entry(short.to_string())
+            .or_insert_with(|| PlanCount {
+                type_: short.to_string(),
+                ..PlanCount::default()
+            });
+        match action {
+            ChangeAction::Create => entry.create += 1,
+            ChangeAction::Update => entry.update += 1,
+            ChangeAction::Delete => entry.delete += 1,
+        }
+    }
+    by_type.into_values().collect()
+}
+
+/// What applying `plan` writes to Omni, per resource type: every create, update and delete,
+/// the operator's own bookkeeping included (it is written too), sorted by type.
+pub(crate) fn written(plan: &Plan) -> Vec<PlanCount> {
+    counts_of(plan.changes.iter().map(|c| (c.action, &c.resource)))
+}
+
+/// One line for `counts`: `Clusters: 1 updated; ConfigPatches: 2 created, 1 deleted`.
+pub(crate) fn counts_text(counts: &[PlanCount]) -> String {
+    let line: Vec<String> = counts
+        .iter()
+        .map(|c| {
+            let parts: Vec<String> = [
+                (c.create, "created"),
+                (c.update, "updated"),
+                (c.delete, "deleted"),
+            ]
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, verb)| format!("{n} {verb}"))
+            .collect();
+            format!("{}: {}", c.type_, parts.join(", "))
+        })
+        .collect();
+    if line.is_empty() {
+        "nothing".to_string()
+    } else {
+        line.join("; ")
     }
 }
 

@@ -451,3 +451,27 @@ fn held_messages_say_why_and_how_to_approve() {
     }
     assert!(!Reason::SyncFailed.awaits_a_person());
 }
+
+/// The trace of an applied change set counts every write per resource type, the operator's own
+/// bookkeeping included (it is written too).
+#[test]
+fn what_was_written_is_counted_per_type() {
+    let cluster = plain(types::CLUSTER, "c");
+    let mut stamped = cluster.clone();
+    stamped
+        .annotations
+        .insert("omni.texashpc.com/owner".into(), "ns/c/uid".into());
+    let patch = |id: &str| plain(types::CONFIG_PATCH, id);
+    let plan = plan_of(vec![
+        update(&cluster, &stamped),
+        ResourceChange::create(&to_wire(&patch("p1"))),
+        ResourceChange::create(&to_wire(&patch("p2"))),
+        delete(&patch("p0")),
+    ]);
+    let counts = written(&plan);
+    assert_eq!(
+        counts_text(&counts),
+        "Clusters: 1 updated; ConfigPatches: 2 created, 1 deleted"
+    );
+    assert_eq!(counts_text(&written(&Plan::default())), "nothing");
+}

@@ -33,6 +33,23 @@ pub struct Rendered {
     pub workers_refs: Vec<String>,
     /// `metadata.name`s of the selected OmniMachines, in rendered order.
     pub machine_refs: Vec<String>,
+    /// The Omni machine sets the template declares, with the object each comes from: the
+    /// control plane first, then the workers in rendered order.
+    pub machine_sets: Vec<RenderedSet>,
+}
+
+/// One Omni machine set of a rendered template and the custom resource it comes from, so that
+/// what Omni reports of the set can be told in the user's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedSet {
+    /// The Omni machine-set ID: `<cluster>-control-planes`, or `<cluster>-<workers set name>`.
+    pub id: String,
+    /// `OmniControlPlane` or `OmniWorkers`.
+    pub kind: &'static str,
+    /// The object's `metadata.name`.
+    pub name: String,
+    /// The machine class the set allocates from, when it does.
+    pub machine_class: Option<String>,
 }
 
 /// Why a cluster could not be rendered. Messages are the ones users see in conditions.
@@ -472,6 +489,26 @@ pub fn render(
         documents.push(Document::Machine(machine_document(effective, m)));
     }
 
+    let cluster_name = cluster.effective_cluster_name();
+    let class = |fields: &MachineSetFields| fields.machine_class.as_ref().map(|c| c.name.clone());
+    let mut machine_sets = vec![RenderedSet {
+        id: format!("{cluster_name}-{RESERVED_WORKER_SET_NAME}"),
+        kind: "OmniControlPlane",
+        name: selected
+            .control_plane
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default(),
+        machine_class: class(&selected.control_plane.spec.machine_set),
+    }];
+    machine_sets.extend(selected.workers.iter().map(|(effective, w)| RenderedSet {
+        id: format!("{cluster_name}-{effective}"),
+        kind: "OmniWorkers",
+        name: w.metadata.name.clone().unwrap_or_default(),
+        machine_class: class(&w.spec.machine_set),
+    }));
+
     let template = Template { documents };
     let yaml = template.to_yaml();
     let hash = hex::encode(Sha256::digest(yaml.as_bytes()));
@@ -495,5 +532,6 @@ pub fn render(
             .iter()
             .map(|(_, m)| m.metadata.name.clone().unwrap_or_default())
             .collect(),
+        machine_sets,
     })
 }

@@ -96,6 +96,7 @@ pub struct Metrics {
     reconcile_duration: Family<Labels, Histogram>,
     resource_info: Family<InfoLabels, Gauge>,
     omni_rpcs: Family<Labels, Counter>,
+    omni_writes: Family<Labels, Counter>,
     kubeconfig_expiry: Family<Labels, Gauge<f64, AtomicU64>>,
     helm_drift_corrections: Family<Labels, Counter>,
     // The label set currently exported per object, so a readiness change replaces its series.
@@ -156,6 +157,12 @@ impl Metrics {
             "Omni operations by method and outcome (changed, unchanged, error)",
             omni_rpcs.clone(),
         );
+        let omni_writes = Family::<Labels, Counter>::default();
+        registry.register(
+            "omni_writes",
+            "Omni resources written by applied change sets, by resource type and action (create, update, delete)",
+            omni_writes.clone(),
+        );
         let kubeconfig_expiry = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "kubeconfig_expiry_seconds",
@@ -175,6 +182,7 @@ impl Metrics {
             reconcile_duration,
             resource_info,
             omni_rpcs,
+            omni_writes,
             kubeconfig_expiry,
             helm_drift_corrections,
             info_series: Mutex::default(),
@@ -273,6 +281,18 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts the writes of one applied change set to Omni resources of `resource_type` (short,
+    /// e.g. `ConfigPatches`): `create`, `update` and `delete` of them.
+    pub(crate) fn omni_writes(&self, resource_type: &str, create: u32, update: u32, delete: u32) {
+        for (action, n) in [("create", create), ("update", update), ("delete", delete)] {
+            if n > 0 {
+                self.omni_writes
+                    .get_or_create(&labels(&[("type", resource_type), ("action", action)]))
+                    .inc_by(u64::from(n));
+            }
+        }
+    }
+
     /// Sets the seconds until the kubeconfig exported by `namespace/name` expires.
     pub(crate) fn set_kubeconfig_expiry(&self, namespace: &str, name: &str, seconds: f64) {
         self.kubeconfig_expiry
@@ -357,5 +377,26 @@ mod tests {
             text.contains(r#"omni_operator_omni_rpcs_total{method="sync",outcome="unchanged"} 2"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn omni_writes_are_counted_by_type_and_action() {
+        let m = Metrics::new();
+        m.omni_writes("ConfigPatches", 2, 0, 1);
+        m.omni_writes("ConfigPatches", 1, 0, 0);
+        let text = m.encode().unwrap_or_default();
+        assert!(
+            text.contains(
+                r#"omni_operator_omni_writes_total{type="ConfigPatches",action="create"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"omni_operator_omni_writes_total{type="ConfigPatches",action="delete"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"action="update""#), "{text}");
     }
 }

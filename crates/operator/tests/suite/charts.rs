@@ -746,7 +746,7 @@ fn the_prometheus_rule_holds_the_documented_alerts() {
         .map(|a| a["expr"].as_str().expect("expr").to_string())
         .collect();
     for documented in [
-        "omni_operator_resource_info{ready=\"False\"} == 1",
+        "omni_operator_resource_info{ready=\"False\",suspended=\"false\"} == 1",
         "rate(omni_operator_reconcile_errors_total[15m])",
         "omni_operator_kubeconfig_expiry_seconds < 3600",
     ] {

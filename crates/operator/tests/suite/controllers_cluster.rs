@@ -41,14 +41,14 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
         .wait::<OmniConnection>("omni-sample", "Ready", ready)
         .await;
     assert_cond(&conn, is_true("Reachable").because("ConnectionReady"));
-    assert_cond(&conn, is_false("Stalled").because("ConnectionReady"));
+    support::conditions::assert_absent(&conn, "Stalled");
     let (_, _, message) = condition(&conn, "Ready").unwrap_or_default();
     assert!(message.starts_with("connected to "), "{message}");
 
     // Children may arrive after a first render: wait until all of them are in the template.
     let cluster = env
         .wait::<OmniCluster>("edge-sample", "Ready with every child", |c| {
-            is_true("Ready").because("Synced").holds(c)
+            is_true("Ready").because("Running").holds(c)
                 && c.status
                     .as_ref()
                     .is_some_and(|s| s.machine_refs.len() == 2 && s.workers_refs.len() == 1)
@@ -56,7 +56,9 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
         .await;
     assert_eq!(
         condition(&cluster, "Ready").map(|c| c.2).as_deref(),
-        Some("cluster template is synced and status was read from Omni")
+        Some(
+            r#"Omni reports cluster "edge-sample" running: 2/2 machines healthy, Kubernetes API ready"#
+        )
     );
     assert_cond(&cluster, is_true("Synced").because("Synced"));
     assert_cond(&cluster, is_true("Validated").because("Validated"));
@@ -130,14 +132,14 @@ async fn samples_become_ready_and_idle_reconciles_write_nothing() {
     // for them rather than read them once.
     let text = env
         .metrics_when(|t| {
-            t.contains(r#"name="edge-sample",ready="True",reason="Synced""#)
+            t.contains(r#"name="edge-sample",ready="True",reason="Running""#)
                 && t.contains(r#"name="omni-sample",ready="True",reason="ConnectionReady""#)
                 && count(t, "sync", "unchanged") >= 3
         })
         .await;
     for series in [
         format!(
-            r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="edge-sample",ready="True",reason="Synced",suspended="false"}} 1"#
+            r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="edge-sample",ready="True",reason="Running",suspended="false"}} 1"#
         ),
         format!(
             r#"omni_operator_resource_info{{kind="OmniConnection",namespace="{NS}",name="omni-sample",ready="True",reason="ConnectionReady",suspended="false"}} 1"#
@@ -212,7 +214,8 @@ async fn condition_reasons_of_clusters_and_children() {
         "a cluster failing validation still reports its effective name"
     );
 
-    // SyncFailed: Omni refuses a Talos version it does not know.
+    // OmniRejected: Omni refuses a Talos version it does not know; only a spec change helps,
+    // so the cluster is stalled at once.
     env.cluster(
         "unknown-talos",
         "33333333-3333-4333-8333-333333333333",
@@ -220,9 +223,11 @@ async fn condition_reasons_of_clusters_and_children() {
     )
     .await;
     let c = env
-        .wait_cond::<OmniCluster>("unknown-talos", is_false("Synced").because("SyncFailed"))
+        .wait_cond::<OmniCluster>("unknown-talos", is_false("Synced").because("OmniRejected"))
         .await;
-    assert_cond(&c, is_false("Ready").because("SyncFailed"));
+    assert_cond(&c, is_false("Ready").because("OmniRejected"));
+    assert_cond(&c, is_true("Stalled").because("OmniRejected"));
+    support::conditions::assert_absent(&c, "Reconciling");
     assert_cond(&c, is_true("Validated").because("Validated"));
     let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
     assert!(message.starts_with("sync failed: "), "{message}");
@@ -233,7 +238,7 @@ async fn condition_reasons_of_clusters_and_children() {
             .is_some()
     );
 
-    // Suspended: nothing is sent to Omni.
+    // Suspended: nothing is sent to Omni; a cluster that never reported keeps `Ready` unknown.
     env.cluster(
         "paused",
         "44444444-4444-4444-8444-444444444444",
@@ -241,22 +246,26 @@ async fn condition_reasons_of_clusters_and_children() {
     )
     .await;
     let c = env
-        .wait_cond::<OmniCluster>("paused", is_false("Ready").because("Suspended"))
+        .wait_cond::<OmniCluster>("paused", is_true("Suspended").because("Suspended"))
         .await;
     assert_eq!(
-        condition(&c, "Ready").map(|c| c.2).as_deref(),
-        Some("remote Omni sync is suspended")
+        condition(&c, "Ready").map(|c| (c.0, c.1)),
+        Some(("Unknown".into(), "Suspended".into()))
+    );
+    assert_eq!(
+        condition(&c, "Suspended").map(|c| c.2).as_deref(),
+        Some("spec.suspend is set: nothing is written to Omni and Ready keeps its last state")
     );
     assert!(env.omni.get(ty::CLUSTER, "paused").is_none());
     let expected = format!(
-        r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="paused",ready="False",reason="Suspended",suspended="true"}} 1"#
+        r#"omni_operator_resource_info{{kind="OmniCluster",namespace="{NS}",name="paused",ready="Unknown",reason="Suspended",suspended="true"}} 1"#
     );
     let text = env.metrics_when(|t| t.contains(&expected)).await;
     assert!(text.contains(&expected), "{text}");
     // Resuming syncs it.
     env.patch::<OmniCluster>("paused", json!({"spec": {"suspend": false}}))
         .await;
-    env.wait_cond::<OmniCluster>("paused", is_true("Ready").because("Synced"))
+    env.wait_cond::<OmniCluster>("paused", is_true("Ready").because("Running"))
         .await;
     assert!(env.omni.get(ty::CLUSTER, "paused").is_some());
 
@@ -290,10 +299,13 @@ async fn condition_reasons_of_clusters_and_children() {
     );
     env.cluster("late", "77777777-7777-4777-8777-777777777777", json!({}))
         .await;
-    let w = env
-        .wait_cond::<OmniWorkers>("early-workers", is_true("Accepted").because("Accepted"))
+    // Accepted once the parent exists; Ready once the parent is (a child is part of it).
+    env.wait_cond::<OmniWorkers>("early-workers", is_true("Accepted").because("Accepted"))
         .await;
-    assert_cond(&w, is_true("Ready").because("Accepted"));
+    let w = env
+        .wait_cond::<OmniWorkers>("early-workers", is_true("Ready").because("Accepted"))
+        .await;
+    support::conditions::assert_absent(&w, "Reconciling");
     // The new workers reached Omni through the parent.
     let late = env
         .wait::<OmniCluster>("late", "Ready with workers", |c| {
@@ -321,12 +333,15 @@ async fn condition_reasons_of_clusters_and_children() {
         })
         .collect();
     for (name, reason, type_) in [
-        ("lonely", "MissingConnection", "Warning"),
-        ("headless", "MissingTemplate", "Warning"),
-        ("unknown-talos", "SyncFailed", "Warning"),
-        ("paused", "Suspended", "Warning"),
-        ("paused", "Synced", "Normal"),
-        ("early-workers", "MissingCluster", "Warning"),
+        // Waiting for a sibling, a connection or a cluster is Normal; what only a spec change
+        // fixes is a Warning.
+        ("lonely", "MissingConnection", "Normal"),
+        ("headless", "MissingTemplate", "Normal"),
+        ("unknown-talos", "OmniRejected", "Warning"),
+        ("negative", "ValidationFailed", "Warning"),
+        ("paused", "Suspended", "Normal"),
+        ("paused", "Running", "Normal"),
+        ("early-workers", "MissingCluster", "Normal"),
         ("early-workers", "Accepted", "Normal"),
     ] {
         assert!(
@@ -388,7 +403,8 @@ async fn deletion_policies_reach_omni_and_connections_wait_for_clusters() {
         condition(&conn, "Ready").map(|c| c.2).as_deref(),
         Some("waiting for OmniCluster references to be deleted: keep, orphan, wipe")
     );
-    assert_cond(&conn, is_true("Stalled").because("Deleting"));
+    assert_cond(&conn, is_true("Reconciling").because("Deleting"));
+    support::conditions::assert_absent(&conn, "Stalled");
 
     // Default policy: the Omni cluster is deleted, machines stay registered.
     env.delete::<OmniCluster>("keep").await;
@@ -791,7 +807,9 @@ async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
         .wait_cond::<OmniConnection>("pending", is_false("Ready").because("MissingSecret"))
         .await;
     assert_cond(&c, is_false("Reachable").because("MissingSecret"));
-    assert_cond(&c, is_true("Stalled").because("MissingSecret"));
+    // A Secret not there yet is waited for, not a stall.
+    assert_cond(&c, is_true("Reconciling").because("MissingSecret"));
+    support::conditions::assert_absent(&c, "Stalled");
     let (_, _, message) = condition(&c, "Ready").unwrap_or_default();
     assert!(
         message.starts_with(r#"failed to connect to Omni: MissingSecret "later": "#),
@@ -810,12 +828,15 @@ async fn connection_reasons_and_a_fixed_secret_is_picked_up() {
         })
         .await;
     assert_cond(&c, is_false("Ready").because("MissingSecret"));
+    // Only a change of the Secret helps now.
+    assert_cond(&c, is_true("Stalled").because("MissingSecret"));
+    support::conditions::assert_absent(&c, "Reconciling");
 
     // Fixing the Secret makes the connection Ready.
     env.patch::<Secret>("later", json!({"stringData": { KEY_FIELD: env.key }}))
         .await;
     let c = env.wait::<OmniConnection>("pending", "Ready", ready).await;
-    assert_cond(&c, is_false("Stalled").because("ConnectionReady"));
+    support::conditions::assert_absent(&c, "Stalled");
     assert_eq!(
         c.status.as_ref().and_then(|s| s.connection_ref.clone()),
         Some("pending".into())
@@ -885,7 +906,7 @@ async fn an_omni_cluster_the_operator_did_not_create_survives_until_adopted() {
         json!({"clusterName": "prod", "suspend": true}),
     )
     .await;
-    env.wait_cond::<OmniCluster>("prod-suspended", is_false("Ready").because("Suspended"))
+    env.wait_cond::<OmniCluster>("prod-suspended", is_true("Suspended").because("Suspended"))
         .await;
     env.delete::<OmniCluster>("prod-suspended").await;
     env.wait_gone::<OmniCluster>("prod-suspended").await;
@@ -1172,8 +1193,10 @@ async fn a_change_of_its_status_in_omni_reaches_a_cluster_before_its_sync_interv
             true,
         )
         .unwrap_or_else(|e| panic!("repair the ClusterStatus: {e}"));
-    env.wait_cond::<OmniCluster>("watched", is_true("Ready").because("Synced"))
-        .await;
+    env.wait::<OmniCluster>("watched", "Omni's status read again", |c| {
+        condition(c, "Ready").is_some_and(|(_, reason, _)| reason != "StatusFailed")
+    })
+    .await;
     env.shutdown().await;
 }
 
@@ -1218,8 +1241,10 @@ async fn without_a_status_watch_an_unreadable_status_is_read_again_before_the_sy
             true,
         )
         .unwrap_or_else(|e| panic!("repair the ClusterStatus: {e}"));
-    env.wait_cond::<OmniCluster>("late", is_true("Ready").because("Synced"))
-        .await;
+    env.wait::<OmniCluster>("late", "Omni's status read again", |c| {
+        condition(c, "Ready").is_some_and(|(_, reason, _)| reason != "StatusFailed")
+    })
+    .await;
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "read again after {:?}",

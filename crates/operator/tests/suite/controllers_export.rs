@@ -427,8 +427,13 @@ async fn a_ready_export_is_idle_and_every_failure_reason_is_reported() {
     cluster["metadata"]["name"] = json!("stray");
     cluster["spec"]["connectionRef"]["name"] = json!("no-such-connection");
     env.create::<OmniCluster>(cluster).await;
-    env.export_with("stray", json!({"clusterRef": {"name": "stray"}}))
-        .await;
+    // Before its first kubeconfig an export waits for its cluster's Ready, which this one never
+    // reaches without its connection; act as soon as it exists to see the connection missing.
+    env.export_with(
+        "stray",
+        json!({"clusterRef": {"name": "stray"}, "startWhen": "ClusterExists"}),
+    )
+    .await;
     let (stray, message) = env.wait_reason("stray", "MissingConnection").await;
     assert!(
         message.starts_with(r#"failed to get OmniConnection "no-such-connection": "#),

@@ -161,6 +161,8 @@ impl Helm {
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "clusterRef": {"name": "workload"},
+                // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+                "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
                 "namespace": "default",
                 "chart": {
@@ -732,6 +734,8 @@ async fn a_release_installed_by_hand_is_left_alone_until_adopted() {
                      "annotations": {"omni.texashpc.com/adopt": "true"}},
         "spec": {
             "clusterRef": {"name": "workload"},
+            // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+            "startWhen": "ClusterExists",
             "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
             "namespace": "default",
             "chart": {
@@ -847,5 +851,57 @@ async fn a_release_name_that_looks_like_a_flag_reaches_helm_as_a_name() {
         "helm must have been given \"-g\" as the release name: {message}"
     );
     assert!(!message.contains("flag"), "{message}");
+    env.shutdown().await;
+}
+
+/// A suspended release ignores a values change (no Helm run, `Ready` kept, `Suspended=True`)
+/// until it is resumed, then upgrades once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_release_ignores_a_values_change_until_resumed_then_upgrades_once() {
+    let env = Helm::start().await;
+    let api = env.releases();
+    env.create_release("paused", json!({})).await;
+    wait_for(&api, "paused", "Ready at revision 1", |r| ready_at(r, 1)).await;
+    env.patch_spec("paused", json!({"suspend": true})).await;
+    wait_for(&api, "paused", "Suspended", |r| {
+        condition(r, "Suspended").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let before = env.reconciles();
+    env.patch_spec(
+        "paused",
+        json!({"chart": {"values": {"greeting": "bonjour"}}}),
+    )
+    .await;
+    reconciled_since(&env, before).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = api.get("paused").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        ready_at(&r, 1),
+        "Ready kept while suspended: {:#?}",
+        r.status
+    );
+    assert_eq!(
+        condition(&r, "Suspended").map(|c| (c.0, c.1)),
+        Some(("True".into(), "Suspended".into()))
+    );
+    assert_eq!(env.helm_revisions("paused").await, vec![1]);
+    assert_eq!(env.greeting("paused").await.as_deref(), Some("hello"));
+
+    // Resumed: one upgrade with the values changed meanwhile, and no more.
+    env.patch_spec("paused", json!({"suspend": false})).await;
+    let r = wait_for(&api, "paused", "Ready at revision 2", |r| ready_at(r, 2)).await;
+    assert_eq!(condition(&r, "Suspended"), None);
+    assert_eq!(env.greeting("paused").await.as_deref(), Some("bonjour"));
+    let before = env.reconciles();
+    let _: OmniHelmRelease = env
+        .env
+        .patch(
+            "paused",
+            json!({"metadata": {"annotations": {"test/poke": "1"}}}),
+        )
+        .await;
+    reconciled_since(&env, before).await;
+    assert_eq!(env.helm_revisions("paused").await, vec![1, 2]);
     env.shutdown().await;
 }

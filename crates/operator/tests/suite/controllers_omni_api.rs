@@ -81,7 +81,9 @@ async fn on_api_2_the_install_disk_is_a_config_patch_and_a_selector_is_refused()
     let failed = env
         .wait_cond::<OmniCluster>("demo", is_false("Synced"))
         .await;
-    let message = is_false("Synced").because("SyncFailed").message(&failed);
+    // Only a spec change helps: stalled at once.
+    let message = is_false("Synced").because("OmniRejected").message(&failed);
+    assert_cond(&failed, is_true("Stalled").because("OmniRejected"));
     assert!(
         message.contains("install.diskSelector")
             && message.contains("needs Omni backend API version 3"),
@@ -453,7 +455,9 @@ async fn a_talos_target_beyond_what_omni_supports_fails_the_sync_with_omnis_reas
     let failed = env
         .wait_cond::<OmniCluster>("demo", is_false("Synced"))
         .await;
-    let message = is_false("Synced").because("SyncFailed").message(&failed);
+    // Only a spec change helps: stalled at once.
+    let message = is_false("Synced").because("OmniRejected").message(&failed);
+    assert_cond(&failed, is_true("Stalled").because("OmniRejected"));
     assert!(
         message.contains(r#"talos version "1.14.0" is not supported by this Omni release"#),
         "{message}"

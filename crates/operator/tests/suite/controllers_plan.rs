@@ -209,7 +209,7 @@ async fn assert_adopted_unchanged(
     written: &AppliedWrites,
 ) {
     let c = env
-        .wait_cond::<OmniCluster>(name, is_true("Ready").because("Synced"))
+        .wait_cond::<OmniCluster>(name, is_true("Synced").because("Synced"))
         .await;
     assert_eq!(c.status.and_then(|s| s.plan), None);
     assert_eq!(user_view(env, name), before, "adoption changed the cluster");
@@ -240,7 +240,7 @@ async fn a_destructive_plan_is_held_until_its_hash_is_approved() {
         }),
     )
     .await;
-    env.wait_cond::<OmniCluster>("guarded", is_true("Ready").because("Synced"))
+    env.wait_cond::<OmniCluster>("guarded", is_true("Synced").because("Synced"))
         .await;
     let (keep, drop) = ("200-cluster-guarded-keep", "201-cluster-guarded-drop");
     let kept = patch_data(&env, keep);
@@ -343,7 +343,7 @@ async fn a_destructive_plan_is_held_until_its_hash_is_approved() {
     )
     .await;
     let applied = env
-        .wait_cond::<OmniCluster>("guarded", is_true("Ready").because("Synced"))
+        .wait_cond::<OmniCluster>("guarded", is_true("Synced").because("Synced"))
         .await;
     assert_eq!(applied.status.as_ref().and_then(|s| s.plan.clone()), None);
     assert!(
@@ -482,7 +482,7 @@ async fn plan_mode_shows_the_plan_and_never_writes_to_omni() {
     env.patch_spec::<OmniCluster>("observer", json!({"changePolicy": {"mode": "Apply"}}))
         .await;
     let c = env
-        .wait_cond::<OmniCluster>("observer", is_true("Ready").because("Synced"))
+        .wait_cond::<OmniCluster>("observer", is_true("Synced").because("Synced"))
         .await;
     assert_eq!(c.status.and_then(|s| s.plan), None);
     assert!(env.omni.get(ty::CLUSTER, "observer").is_some());
@@ -542,7 +542,7 @@ async fn shrinking_a_machine_set_is_destructive_and_growing_is_not() {
             })
     };
     eventually("the set in Omni", || count(&env) == Some(2)).await;
-    env.wait_cond::<OmniCluster>("scaled", is_true("Ready").because("Synced"))
+    env.wait_cond::<OmniCluster>("scaled", is_true("Synced").because("Synced"))
         .await;
 
     // Growing: applied at once.
@@ -553,7 +553,7 @@ async fn shrinking_a_machine_set_is_destructive_and_growing_is_not() {
     .await;
     eventually("the set grown in Omni", || count(&env) == Some(3)).await;
     let c = env
-        .wait_cond::<OmniCluster>("scaled", is_true("Ready").because("Synced"))
+        .wait_cond::<OmniCluster>("scaled", is_true("Synced").because("Synced"))
         .await;
     assert_eq!(c.status.and_then(|s| s.plan), None);
     assert!(
@@ -698,7 +698,7 @@ async fn export_of_each_sample_cluster_round_trips_to_an_empty_plan() {
     for (name, connection) in &clusters {
         let c = env
             .wait::<OmniCluster>(name, "Ready with every child", |c| {
-                is_true("Ready").because("Synced").holds(c)
+                is_true("Synced").because("Synced").holds(c)
                     && c.status.as_ref().is_some_and(|s| s.machine_refs.len() == 2)
             })
             .await;
@@ -739,7 +739,7 @@ async fn export_of_each_sample_cluster_round_trips_to_an_empty_plan() {
             env.create_any_of_ours(doc).await;
         }
         let adopted = env
-            .wait_cond::<OmniCluster>(name, is_true("Ready").because("Synced"))
+            .wait_cond::<OmniCluster>(name, is_true("Synced").because("Synced"))
             .await;
         assert_eq!(adopted.status.as_ref().and_then(|s| s.plan.clone()), None);
         // (A first pass may run before every child is in the operator's cache and hold with
@@ -905,7 +905,7 @@ async fn omni_template_diff_and_sync_agree_with_the_operator() {
     )
     .await;
     let cluster = env
-        .wait_cond::<OmniCluster>("managed", is_true("Ready").because("Synced"))
+        .wait_cond::<OmniCluster>("managed", is_true("Synced").because("Synced"))
         .await;
     let cp: OmniControlPlane = env
         .api::<OmniControlPlane>()
@@ -1000,7 +1000,7 @@ async fn a_pass_costs_the_same_omni_calls_and_no_writes_with_or_without_a_held_p
         json!({"syncInterval": "1h", "changePolicy": {"destructive": "RequireApproval"}, "patches": patch}),
     )
     .await;
-    env.wait_cond::<OmniCluster>("counted", is_true("Ready").because("Synced"))
+    env.wait_cond::<OmniCluster>("counted", is_true("Synced").because("Synced"))
         .await;
     // Omni's own status settles within seconds; from then on a pass writes nothing.
     tokio::time::sleep(Duration::from_secs(3)).await;

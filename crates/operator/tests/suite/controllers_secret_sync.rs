@@ -93,6 +93,8 @@ impl Env {
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "clusterRef": {"name": "workload"},
+                // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+                "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": "workload-kubeconfig", "key": "kubeconfig"},
                 "sourceSecretRef": {"name": "registry"},
                 "targetSecretRef": {"name": target, "namespace": "apps"},

@@ -29,6 +29,7 @@ mod controllers_plan;
 mod controllers_quiet_failures;
 mod controllers_runtime;
 mod controllers_secret_sync;
+mod controllers_status;
 mod controllers_triggers;
 mod controllers_watches;
 mod docs_coverage;

@@ -72,9 +72,11 @@ async fn written(secrets: &Api<Secret>, name: &str, breach: &str) -> Option<Stri
 
 /// The spec of an OmniSecretSync of cluster `cluster` copying Secret `source` into
 /// `apps/<target>` of the workload cluster reached with the kubeconfig in Secret `kubeconfig`.
+/// It acts once the cluster exists: most of these clusters are stand-ins Omni never runs.
 fn sync_spec(cluster: &str, kubeconfig: &str, source: &str, target: &str) -> Value {
     json!({
         "clusterRef": {"name": cluster},
+        "startWhen": "ClusterExists",
         "kubeconfigSecretRef": {"name": kubeconfig},
         "sourceSecretRef": {"name": source},
         "targetSecretRef": {"name": target, "namespace": "apps"},
@@ -361,10 +363,12 @@ async fn helm_env(builder: EnvBuilder) -> Env {
     env
 }
 
-/// OmniHelmRelease `name` installing `chart` (merged over chart `demo` 0.1.0 of `repository`).
+/// OmniHelmRelease `name` installing `chart` (merged over chart `demo` 0.1.0 of `repository`),
+/// at once on the stand-in cluster `workload`, which Omni never runs.
 async fn release(env: &Env, name: &str, repository: &str, chart: Value) {
     let mut spec = json!({
         "clusterRef": {"name": "workload"},
+        "startWhen": "ClusterExists",
         "kubeconfigSecretRef": {"name": "workload-kubeconfig"},
         "namespace": "default",
         "chart": {"repository": repository, "chart": "demo", "version": "0.1.0"},
@@ -976,6 +980,7 @@ async fn a_tarpit_workload_server_delays_only_its_own_objects() {
                 &format!("tarpit-release-{i}"),
                 json!({
                     "clusterRef": {"name": "workload"},
+                    "startWhen": "ClusterExists",
                     "kubeconfigSecretRef": {"name": "tarpit-kubeconfig"},
                     "namespace": "default",
                     "chart": {"repository": repo.url, "chart": "demo", "version": "0.1.0"},

@@ -80,6 +80,8 @@ async fn sync(env: &Env, name: &str, kubeconfig_secret: &str, source: &str) {
             name,
             json!({
                 "clusterRef": {"name": "workload"},
+                // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+                "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": kubeconfig_secret, "key": "kubeconfig"},
                 "sourceSecretRef": {"name": source},
                 "targetSecretRef": {"name": format!("{name}-copy"), "namespace": "apps"},
@@ -98,6 +100,8 @@ async fn release(env: &Env, name: &str, kubeconfig_secret: &str, chart: Value) {
             name,
             json!({
                 "clusterRef": {"name": "workload"},
+                // The stand-in OmniCluster is never synced to Omni: act as soon as it exists.
+                "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": kubeconfig_secret},
                 "namespace": "default",
                 "chart": chart,
@@ -493,6 +497,7 @@ async fn cluster_wide_export_writes_only_into_its_own_namespace() {
                 name,
                 json!({
                     "clusterRef": {"name": "workload"},
+                    "startWhen": "ClusterExists",
                     "targetSecretRef": {"name": "planted", "namespace": target_ns},
                     "serviceAccount": {"user": "automation", "groups": ["automation"]},
                     "ttl": "1h",
@@ -579,6 +584,7 @@ async fn an_export_target_replaced_during_deletion_survives() {
             "edge",
             json!({
                 "clusterRef": {"name": "workload"},
+                "startWhen": "ClusterExists",
                 "targetSecretRef": {"name": "edge-kubeconfig"},
                 "serviceAccount": {"user": "automation", "groups": ["automation"]},
                 "ttl": "1h",

@@ -8,7 +8,7 @@ use omni_client::template::{StateError, SyncError, ValidationErrors};
 use super::ownership::OmniOwnership;
 use crate::api::Reason;
 use crate::api::keys::ADOPT_ANNOTATION;
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
 use crate::domain::render::RenderError;
 
@@ -180,6 +180,7 @@ impl Failure for ClusterFailure {
             Self::ChildCacheNotReady { .. } | Self::UnreadableChild { .. } => {
                 Reason::ReconcileFailed
             }
+            Self::Sync { source, .. } if omni_rejected(source) => Reason::OmniRejected,
             Self::OmniClient(_)
             | Self::OwnershipUnreadable { .. }
             | Self::NotOwned { .. }
@@ -194,7 +195,7 @@ impl Failure for ClusterFailure {
 
     /// Waiting for a change suits what a watch reports (the spec); a failure outside the
     /// watches (Omni, template files) is looked at again after [`FAILURE_RECHECK`] (or the
-    /// shorter sync interval); the rest backs off.
+    /// shorter sync interval), and so is what the cluster waits for; the rest backs off.
     fn retry(&self) -> RetryPolicy {
         match self {
             Self::InvalidSpec(_) | Self::RenamedBeforeDelete { .. } => RetryPolicy::AwaitChange,
@@ -206,6 +207,14 @@ impl Failure for ClusterFailure {
             | Self::InvalidTemplate(_)
             | Self::NotOwned { .. }
             | Self::UnreadableChild { .. } => RetryPolicy::Poll(FAILURE_RECHECK),
+            // Omni's catalogue may change (a version it refused may become available); a
+            // connection's key Secret that is not there yet wakes its connection, not us.
+            Self::Sync { source, .. } if omni_rejected(source) => {
+                RetryPolicy::Poll(FAILURE_RECHECK)
+            }
+            Self::OmniClient(e) if e.disposition() != Disposition::Retrying => {
+                RetryPolicy::Poll(FAILURE_RECHECK)
+            }
             Self::MissingConnection { .. }
             | Self::ChildCacheNotReady { .. }
             | Self::OmniClient(_)
@@ -216,6 +225,65 @@ impl Failure for ClusterFailure {
             | Self::DeleteOwnershipUnreadable { .. }
             | Self::Delete { .. } => RetryPolicy::Backoff,
         }
+    }
+
+    /// A sibling or a connection not there yet is waited for; what only a spec change fixes
+    /// (the spec, the template, a child that does not decode, a foreign Omni cluster, a
+    /// rename before deletion, a template Omni refuses as invalid) stalls; the rest is
+    /// retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingConnection {
+                cause: ConnectionLookup::NotFound(_),
+                ..
+            }
+            | Self::Render(RenderError::ControlPlaneCount { found: 0, .. }) => Disposition::Waiting,
+            Self::OmniClient(e) => e.disposition(),
+            Self::InvalidSpec(_)
+            | Self::Render(_)
+            | Self::InvalidTemplate(_)
+            | Self::UnreadableChild { .. }
+            | Self::NotOwned { .. }
+            | Self::RenamedBeforeDelete { .. } => Disposition::Stalled,
+            Self::Sync { source, .. } if omni_rejected(source) => Disposition::Stalled,
+            Self::MissingConnection { .. }
+            | Self::ChildCacheNotReady { .. }
+            | Self::OwnershipUnreadable { .. }
+            | Self::BackendApi(_)
+            | Self::Sync { .. }
+            | Self::DeleteWithoutConnection { .. }
+            | Self::DeleteOwnershipUnreadable { .. }
+            | Self::Delete { .. } => Disposition::Retrying,
+        }
+    }
+}
+
+/// Pure: whether Omni refused the sync for a reason no retry can fix, only a spec change: the
+/// template breaks a rule Omni checks before writing (client-side validation, translation), or
+/// Omni's own validation refused a write (`INVALID_ARGUMENT`, `failed to validate: …`: an
+/// unsupported or incompatible version, an upgrade path, a forbidden patch field). Refusals
+/// that end by themselves are not: a locked cluster (an Omni administrator unlocks it), a
+/// cluster or machine set being torn down, a resource that does not exist yet, a write in the
+/// wrong phase.
+pub(crate) fn omni_rejected(error: &SyncError) -> bool {
+    match error {
+        SyncError::Invalid(_) | SyncError::Translate(_) => true,
+        SyncError::State {
+            operation,
+            source: StateError::Invalid(message),
+            ..
+        } => {
+            const PASSING: [&str; 4] = [
+                "is locked",
+                "is being torn down",
+                "does not exist",
+                "is not in phase",
+            ];
+            matches!(*operation, "create" | "update")
+                && message.starts_with("failed to validate:")
+                && !PASSING.iter().any(|p| message.contains(p))
+        }
+        _ => false,
     }
 }
 

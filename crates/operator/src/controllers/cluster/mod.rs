@@ -18,11 +18,13 @@
 
 mod children;
 mod delete;
+pub(crate) mod dependants;
 mod failure;
 mod omni_state;
 mod outcome;
 mod ownership;
 mod plan;
+mod readiness;
 mod state;
 mod sync;
 pub(crate) mod triggers;
@@ -31,6 +33,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
@@ -111,7 +114,13 @@ impl Pipeline for OmniCluster {
         retry_policy(failure, periodic(sync_interval(self, state)))
     }
 
-    /// One Event when a plan that was held, or pre-approved, is applied with its approval.
+    fn forget(&self, state: &ClusterState) {
+        state.unrecorded.forget(&self.uid().unwrap_or_default());
+    }
+
+    /// One Event per change set written to Omni, counting its changes per resource type, once
+    /// its status records it; and one when a plan that was held, or pre-approved, is applied
+    /// with its approval.
     async fn announce(
         &self,
         ctx: &Context,
@@ -120,7 +129,19 @@ impl Pipeline for OmniCluster {
         _new: &OmniClusterStatus,
     ) {
         let hash = match &outcome.result {
-            Ok(Done::Synced(s)) if s.changed => s.approved.as_deref(),
+            Ok(Done::Synced(s)) => match s.unrecorded(old) {
+                Some(applied) => {
+                    ctx.event(
+                        self,
+                        EventType::Normal,
+                        Reason::ChangesApplied,
+                        format!("applied to Omni: {}", applied.summary),
+                    )
+                    .await;
+                    applied.approved.as_deref()
+                }
+                None => None,
+            },
             // A deletion runs over several passes: announced on its first.
             Ok(Done::Deleting { approved, .. })
                 if old

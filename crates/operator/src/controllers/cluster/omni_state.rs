@@ -55,6 +55,7 @@ pub(super) fn omni_state(status: &mut OmniClusterStatus, health: &ClusterHealth)
     status.kubernetes_upgrade_phase = health.upgrades.kubernetes_phase.clone();
     status.talos_upgrade_phase = health.upgrades.talos_phase.clone();
     status.kubernetes_version = text(&health.kubernetes_version);
+    status.kubernetes_api_ready = Some(health.kubernetes_api_ready);
     status.machine_sets = health
         .machine_sets
         .iter()

@@ -10,13 +10,16 @@ use omni_client::template::{ClusterHealth, StatusError};
 use super::failure::{ClusterFailure, Stage};
 use super::omni_state::omni_state;
 use super::plan::HeldPlan;
+use super::readiness::readiness;
+use super::state::Applied;
 use crate::api::OmniCluster;
 use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
 use crate::controllers::shared::error::{Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status::Draft;
+use crate::controllers::shared::status::{Draft, Standing};
+use crate::domain::render::RenderedSet;
 
 /// Re-check while deletion waits for Omni to tear the cluster down.
 pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
@@ -30,16 +33,25 @@ pub(crate) const DELETE_POLL: Duration = Duration::from_secs(5);
 /// seconds.
 pub(crate) const STATUS_RECHECK: Duration = Duration::from_secs(10);
 
-/// How long `cluster`'s stored status has reported its Omni status unreadable
-/// (`Ready=False`, `StatusFailed`) as of `now`; zero when it does not. Timed from `Ready`'s
-/// last transition, which an earlier failure (`Ready` already `False` for another reason) may
-/// have set sooner: such a cluster waits longer, at most its sync interval, as before.
+/// Re-read of a synced cluster Omni reports still converging (scaling, upgrading), while its
+/// connection's status watch is not live to announce the end (with the watch, a change of
+/// Omni's view wakes the cluster at once).
+pub(crate) const CONVERGING_RECHECK: Duration = Duration::from_secs(30);
+
+/// How long `cluster`'s stored status has reported its Omni status unreadable or not there yet
+/// (`Ready=False`, `StatusFailed` or `WaitingForOmni`) as of `now`; zero when it does not.
+/// Timed from `Ready`'s last transition, which an earlier failure (`Ready` already `False` for
+/// another reason) may have set sooner: such a cluster waits longer, at most its sync
+/// interval, as before.
 pub(crate) fn status_failing_for(cluster: &OmniCluster, now: jiff::Timestamp) -> Duration {
     cluster
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, ct::READY))
-        .filter(|c| c.status == ConditionStatus::False && c.reason == Reason::StatusFailed)
+        .filter(|c| {
+            c.status == ConditionStatus::False
+                && (c.reason == Reason::StatusFailed || c.reason == Reason::WaitingForOmni)
+        })
         .and_then(|c| Duration::try_from(now.duration_since(c.last_transition_time)).ok())
         .unwrap_or_default()
 }
@@ -59,6 +71,8 @@ pub(crate) struct Rendition {
     pub(crate) workers_refs: Vec<String>,
     /// The OmniMachines rendered, in order.
     pub(crate) machine_refs: Vec<String>,
+    /// The Omni machine sets rendered, with the objects they come from.
+    pub(crate) machine_sets: Vec<RenderedSet>,
 }
 
 impl Rendition {
@@ -76,16 +90,22 @@ impl Rendition {
 /// A sync that reached Omni.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    /// Whether Omni was changed.
-    pub(crate) changed: bool,
-    /// What was done (trimmed).
-    pub(crate) output: String,
+    /// The change set written to Omni that the stored status does not record yet: this pass's,
+    /// or that of an earlier pass whose status write did not land (a newer stored copy, such
+    /// as a label edit right after a spec edit, ran the pass again, which found Omni in sync).
+    /// `None` when Omni already matched and everything written is recorded.
+    pub(crate) applied: Option<Applied>,
     /// Omni's view of the cluster after the sync.
     pub(crate) health: Result<ClusterHealth, StatusError>,
     /// Whether `health` came from a live status watch, which wakes the cluster when it changes.
     pub(crate) watched: bool,
-    /// The hash of the plan applied, when the approval annotation released it.
-    pub(crate) approved: Option<String>,
+}
+
+impl Synced {
+    /// The change set applied that `status` (the stored one) does not record yet.
+    pub(crate) fn unrecorded(&self, status: Option<&OmniClusterStatus>) -> Option<&Applied> {
+        self.applied.as_ref().filter(|a| !a.recorded_in(status))
+    }
 }
 
 /// What one pass came to: the rendition when it got as far as rendering, and its end.
@@ -130,13 +150,9 @@ pub(crate) fn desired_status(
         rendered.record(&mut d.s, &name);
     }
     match &outcome.result {
-        Ok(Done::Suspended) => d.set(
-            ct::READY,
-            false,
-            Reason::Suspended,
-            "remote Omni sync is suspended",
-        ),
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
         Err(failure) => {
+            d.resume();
             let (reason, message) = (failure.reason(), failure.to_string());
             match failure.stage() {
                 Stage::Validate => {
@@ -160,18 +176,21 @@ pub(crate) fn desired_status(
                     }
                 }
             }
-            d.set(ct::READY, false, reason, &message);
+            d.stand(failure.disposition().into(), reason, &message);
         }
         Ok(Done::Held(held)) => {
+            d.resume();
             let reason = held.hold.reason();
             if outcome.found.is_some() {
                 template_valid(&mut d);
                 d.set(ct::SYNCED, false, reason, &held.message);
             }
             d.s.plan = Some(held.plan.clone());
-            d.set(ct::READY, false, reason, &held.message);
+            // Waiting for a person: neither converging nor stalled.
+            d.stand(Standing::NotReady, reason, &held.message);
         }
         Ok(Done::Synced(synced)) => {
+            d.resume();
             // Nothing is pending: what was planned is applied, or there was nothing.
             d.s.plan = None;
             // A forced sync (a fresh read of Omni) counts as an attempt, recorded once.
@@ -183,24 +202,36 @@ pub(crate) fn desired_status(
             let first = d.s.last_sync_time.is_none();
             let synced_before = find_condition(&d.s.conditions, ct::SYNCED)
                 .is_some_and(|c| c.status == ConditionStatus::True);
-            if synced.changed || first || !synced_before {
+            if let Some(applied) = &synced.applied {
+                d.s.last_attempt_time = Some(applied.at);
+                d.s.last_sync_time = Some(applied.at);
+                d.s.last_sync_output = Some(applied.output.clone());
+            } else if first || !synced_before {
                 d.s.last_attempt_time = Some(now);
                 d.s.last_sync_time = Some(now);
-                d.s.last_sync_output = Some(synced.output.clone());
+                d.s.last_sync_output = Some(String::new());
             }
             template_valid(&mut d);
             d.set(ct::SYNCED, true, Reason::Synced, "template synced to Omni");
+            let sets = outcome
+                .found
+                .as_ref()
+                .map_or(&[][..], |r| r.machine_sets.as_slice());
             match &synced.health {
                 Ok(health) => {
                     omni_state(&mut d.s, health);
-                    d.set(
-                        ct::READY,
-                        true,
-                        Reason::Synced,
-                        "cluster template is synced and status was read from Omni",
-                    );
+                    match readiness(health, sets) {
+                        Ok(m) => d.stand(Standing::Ready, Reason::Running, &m),
+                        Err(c) => d.stand(Standing::Reconciling, c.reason, &c.message),
+                    }
                 }
-                Err(e) => d.set(ct::READY, false, Reason::StatusFailed, &e.to_string()),
+                // Omni creates a cluster's status after the cluster: wait for it.
+                Err(StatusError::NotFound(cluster)) => d.stand(
+                    Standing::Reconciling,
+                    Reason::WaitingForOmni,
+                    &format!("waiting for Omni to report the status of cluster {cluster:?}"),
+                ),
+                Err(e) => d.stand(Standing::NotReady, Reason::StatusFailed, &e.to_string()),
             }
         }
         Ok(Done::Deleting {
@@ -208,16 +239,21 @@ pub(crate) fn desired_status(
             output,
             ..
         }) => {
+            d.resume();
             d.s.plan = None;
             if !output.is_empty() {
                 d.s.last_sync_output = Some(output.clone());
             }
             let m = format!("waiting for Omni to delete {}", waiting_for.join(", "));
-            d.set(ct::READY, false, Reason::Deleting, &m);
+            d.stand(Standing::Reconciling, Reason::Deleting, &m);
         }
     }
     d.s
 }
+
+/// The message of `Suspended=True` on a cluster.
+pub(crate) const SUSPENDED: &str =
+    "spec.suspend is set: nothing is written to Omni and Ready keeps its last state";
 
 fn template_valid(d: &mut Draft<OmniClusterStatus>) {
     d.set(
@@ -236,6 +272,16 @@ pub(crate) fn recheck(done: &Done, sync_interval: Duration, status_failing: Dura
         // A watched status that cannot be read (none yet) wakes the cluster when it changes.
         Done::Synced(synced) if synced.health.is_err() && !synced.watched => {
             Action::requeue(status_failing.max(STATUS_RECHECK).min(sync_interval))
+        }
+        // Converging without a live status watch to say when it is done: look again soon.
+        Done::Synced(synced)
+            if !synced.watched
+                && synced
+                    .health
+                    .as_ref()
+                    .is_ok_and(|h| !(h.healthy && h.kubernetes_api_ready)) =>
+        {
+            Action::requeue(CONVERGING_RECHECK.min(sync_interval))
         }
         // A held plan is looked at again when the object changes (an approval, a spec edit),
         // when its children do, and at the sync interval (Omni may change meanwhile).

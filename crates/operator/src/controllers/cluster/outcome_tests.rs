@@ -44,6 +44,7 @@ fn rendition() -> Rendition {
         control_plane_ref: "edge-cp".into(),
         workers_refs: vec!["edge-workers".into()],
         machine_refs: vec!["m0".into(), "m1".into()],
+        machine_sets: Vec::new(),
     }
 }
 
@@ -70,15 +71,24 @@ fn health(phase: &str) -> ClusterHealth {
     }
 }
 
-fn synced(changed: bool, output: &str, health: Result<ClusterHealth, StatusError>) -> Outcome {
+/// A change set written to Omni at `at` with `output`.
+fn applied(at: jiff::Timestamp, output: &str) -> Option<Applied> {
+    Some(Applied {
+        at,
+        output: output.into(),
+        summary: "Clusters: 1 created".into(),
+        approved: None,
+    })
+}
+
+/// A sync that wrote `applied` (`None`: Omni matched) and read `health`.
+fn synced(applied: Option<Applied>, health: Result<ClusterHealth, StatusError>) -> Outcome {
     Outcome::new(
         Some(Box::new(rendition())),
         Ok(Done::Synced(Box::new(Synced {
-            changed,
-            output: output.into(),
+            applied,
             health,
             watched: false,
-            approved: None,
         }))),
     )
 }
@@ -88,11 +98,9 @@ fn synced_watched(health: Result<ClusterHealth, StatusError>) -> Outcome {
     Outcome::new(
         Some(Box::new(rendition())),
         Ok(Done::Synced(Box::new(Synced {
-            changed: false,
-            output: String::new(),
+            applied: None,
             health,
             watched: true,
-            approved: None,
         }))),
     )
 }
@@ -147,12 +155,22 @@ fn cond(type_: &str, ok: bool, reason: &str) -> (String, ConditionStatus, String
 
 /// Every failure: the conditions it sets (in order), the message users read and what happens
 /// next. Validation failures turn `Validated`, missing references `Synced`, a sync attempt
-/// also records the template as valid, a deletion turns `Ready` alone.
+/// also records the template as valid, a deletion turns `Ready` alone; then `Reconciling=True`
+/// when the cluster waits for something to appear, `Stalled=True` when only a spec change
+/// helps, neither when a retry may.
 #[test]
 fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy() {
     let poll = RetryPolicy::Poll(FAILURE_RECHECK);
     let backoff = RetryPolicy::Backoff;
     let await_change = RetryPolicy::AwaitChange;
+    // The kstatus condition after `Ready`: `Reconciling` (waiting), `Stalled`, or none.
+    let then = |mut conditions: Vec<(String, ConditionStatus, String)>, kstatus: Option<&str>| {
+        if let Some(type_) = kstatus {
+            let reason = conditions[conditions.len() - 1].2.clone();
+            conditions.push((type_.into(), ConditionStatus::True, reason));
+        }
+        conditions
+    };
     let validated = |reason: &str| {
         vec![
             cond("Validated", false, reason),
@@ -171,7 +189,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
     let table: Vec<Case> = vec![
         (
             ClusterFailure::InvalidSpec("spec.syncInterval: must be at least 10s".into()),
-            validated("ValidationFailed"),
+            then(validated("ValidationFailed"), Some("Stalled")),
             "spec.syncInterval: must be at least 10s",
             await_change,
         ),
@@ -180,7 +198,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 name: "omni".into(),
                 cause: not_found(),
             },
-            dereference("MissingConnection"),
+            then(dereference("MissingConnection"), Some("Reconciling")),
             r#"failed to get OmniConnection "omni": omniconnections.omni.texashpc.com "omni" not found"#,
             poll,
         ),
@@ -189,7 +207,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 kinds: vec!["OmniMachines"],
                 waited: Duration::from_secs(5),
             },
-            dereference("ReconcileFailed"),
+            then(dereference("ReconcileFailed"), None),
             "the operator's watch of OmniMachines has not completed its first list after 5s (is listing or watching them denied to the operator?); retrying",
             backoff,
         ),
@@ -199,22 +217,22 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 name: "edge".into(),
                 found: 0,
             }),
-            validated("MissingTemplate"),
+            then(validated("MissingTemplate"), Some("Reconciling")),
             "expected exactly one OmniControlPlane referencing ops/edge, found 0",
             poll,
         ),
         (
             ClusterFailure::OmniClient(ConnectionError::MissingSecret { name: "key".into() }),
-            sync.clone(),
+            then(sync.clone(), Some("Reconciling")),
             r#"sync failed: MissingSecret "key": secrets "key" not found"#,
-            backoff,
+            poll,
         ),
         (
             ClusterFailure::OwnershipUnreadable {
                 name: "prod".into(),
                 source: StateError::PermissionDenied("role".into()),
             },
-            sync.clone(),
+            then(sync.clone(), None),
             r#"sync failed: get Omni cluster "prod": permission denied: role"#,
             backoff,
         ),
@@ -223,13 +241,13 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 name: "prod".into(),
                 owner: OmniOwnership::Unowned,
             },
-            sync.clone(),
+            then(sync.clone(), Some("Stalled")),
             r#"sync failed: Omni cluster "prod" already exists and was not created by this OmniCluster; it was left unchanged (annotate this OmniCluster omni.texashpc.com/adopt="true" to take it over)"#,
             poll,
         ),
         (
             ClusterFailure::BackendApi(ApiVersionError::Read("unavailable".into())),
-            sync.clone(),
+            then(sync.clone(), None),
             "sync failed: read Omni backend API version: unavailable",
             backoff,
         ),
@@ -238,7 +256,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 name: "omni".into(),
                 cause: not_found(),
             },
-            deletion.clone(),
+            then(deletion.clone(), None),
             r#"cannot delete remote Omni cluster without OmniConnection "omni": omniconnections.omni.texashpc.com "omni" not found"#,
             backoff,
         ),
@@ -247,7 +265,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 recorded: "prod".into(),
                 name: "next".into(),
             },
-            deletion.clone(),
+            then(deletion.clone(), Some("Stalled")),
             r#"spec.clusterName was changed from "prod" to "next"; refusing to delete either Omni cluster. Restore spec.clusterName, or set spec.deletePolicy.orphan to finish without deleting"#,
             await_change,
         ),
@@ -256,7 +274,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
                 name: "prod".into(),
                 source: StateError::DeadlineExceeded("get".into()),
             },
-            deletion,
+            then(deletion, None),
             r#"get Omni cluster "prod": deadline exceeded: get"#,
             backoff,
         ),
@@ -277,7 +295,7 @@ fn each_failure_reports_its_reason_on_its_conditions_and_retries_by_its_policy()
 fn a_failed_sync_shows_what_was_done_before_it_and_keeps_the_last_success() {
     let ok = after(
         cluster(),
-        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        &synced(applied(t(0), "* creating a"), Ok(health("RUNNING"))),
         t(0),
     );
     let failure = ClusterFailure::Sync {
@@ -308,7 +326,7 @@ fn a_failed_sync_shows_what_was_done_before_it_and_keeps_the_last_success() {
 fn a_first_sync_records_the_render_the_times_and_omnis_view() {
     let s = desired_status(
         &cluster(),
-        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        &synced(applied(t(0), "* creating a"), Ok(health("RUNNING"))),
         t(0),
     );
     assert_eq!(
@@ -316,12 +334,12 @@ fn a_first_sync_records_the_render_the_times_and_omnis_view() {
         vec![
             cond("Validated", true, "Validated"),
             cond("Synced", true, "Synced"),
-            cond("Ready", true, "Synced"),
+            cond("Ready", true, "Running"),
         ]
     );
     assert_eq!(
         message(&s, "Ready"),
-        "cluster template is synced and status was read from Omni"
+        r#"Omni reports cluster "prod" running: 2/2 machines healthy, Kubernetes API ready"#
     );
     assert_eq!(s.cluster_name.as_deref(), Some("prod"));
     assert_eq!(s.connection_ref.as_deref(), Some("omni"));
@@ -343,14 +361,10 @@ fn a_first_sync_records_the_render_the_times_and_omnis_view() {
 fn an_idle_resync_changes_nothing() {
     let synced_once = after(
         cluster(),
-        &synced(true, "* creating a", Ok(health("RUNNING"))),
+        &synced(applied(t(0), "* creating a"), Ok(health("RUNNING"))),
         t(0),
     );
-    let again = desired_status(
-        &synced_once,
-        &synced(false, "", Ok(health("RUNNING"))),
-        t(5),
-    );
+    let again = desired_status(&synced_once, &synced(None, Ok(health("RUNNING"))), t(5));
     let old = serde_json::to_value(&synced_once.status).unwrap_or_default();
     let new = serde_json::to_value(&again).unwrap_or_default();
     assert_eq!(status_patch(&old, &new), None);
@@ -361,44 +375,204 @@ fn an_idle_resync_changes_nothing() {
 fn a_recovery_without_changes_records_a_sync() {
     let failure = ClusterFailure::BackendApi(ApiVersionError::Read("unavailable".into()));
     let failing = after(cluster(), &Outcome::failed(failure), t(0));
-    let s = desired_status(&failing, &synced(false, "", Ok(health("RUNNING"))), t(5));
+    let s = desired_status(&failing, &synced(None, Ok(health("RUNNING"))), t(5));
     assert_eq!(s.last_sync_time, Some(t(5)));
     assert_eq!(s.last_sync_output.as_deref(), Some(""));
 }
 
+/// Omni creates a new cluster's status a moment after the cluster: waiting for it is
+/// `Reconciling`, not a failure; a status that cannot be read is a failure (retried).
 #[test]
-fn an_unreadable_omni_status_turns_only_ready() {
+fn a_status_omni_has_not_created_yet_is_waited_for() {
     let unread = Err(StatusError::NotFound("prod".into()));
-    let s = desired_status(&cluster(), &synced(true, "", unread), t(0));
+    let s = desired_status(&cluster(), &synced(applied(t(0), ""), unread), t(0));
     assert_eq!(
         conditions(&s),
         vec![
             cond("Validated", true, "Validated"),
             cond("Synced", true, "Synced"),
-            cond("Ready", false, "StatusFailed"),
+            cond("Ready", false, "WaitingForOmni"),
+            (
+                "Reconciling".into(),
+                ConditionStatus::True,
+                "WaitingForOmni".into()
+            ),
         ]
     );
     assert_eq!(
         message(&s, "Ready"),
-        r#"cluster "prod" has no status in Omni"#
+        r#"waiting for Omni to report the status of cluster "prod""#
     );
     assert_eq!(s.omni_phase, None);
+    let broken = Err(StatusError::Timeout("prod".into()));
+    let s = desired_status(&cluster(), &synced(None, broken), t(0));
+    assert_eq!(conditions(&s)[2..], [cond("Ready", false, "StatusFailed")]);
 }
 
+/// The issue's starved cluster: synced, but Omni reports its machine sets short of machines
+/// and its API not ready. `Ready=False`, `Reconciling=True`, the reason naming the objects
+/// whose sets wait; it turns Ready when the machines arrive.
 #[test]
-fn a_suspended_cluster_turns_ready_false_and_keeps_the_rest() {
-    let ok = after(cluster(), &synced(true, "", Ok(health("RUNNING"))), t(0));
-    let s = desired_status(&ok, &Outcome::done(Done::Suspended), t(5));
+fn a_cluster_starved_of_machines_is_reconciling_until_they_arrive() {
+    use crate::domain::render::RenderedSet;
+    use omni_client::template::MachineSetHealth;
+    let mut rendered = rendition();
+    rendered.machine_sets = vec![
+        RenderedSet {
+            id: "prod-control-planes".into(),
+            kind: "OmniControlPlane",
+            name: "edge-cp".into(),
+            machine_class: Some("cp".into()),
+        },
+        RenderedSet {
+            id: "prod-workers".into(),
+            kind: "OmniWorkers",
+            name: "edge-workers".into(),
+            machine_class: None,
+        },
+    ];
+    let set = |id: &str, total, requested| MachineSetHealth {
+        id: id.into(),
+        phase: if total == requested {
+            "Running"
+        } else {
+            "ScalingUp"
+        }
+        .into(),
+        ready: total == requested,
+        error: String::new(),
+        machines: MachineCounts {
+            total,
+            healthy: total,
+            connected: total,
+            requested,
+        },
+    };
+    let pass = |machines: u32| {
+        let mut h = health(if machines == 0 {
+            "SCALING_UP"
+        } else {
+            "RUNNING"
+        });
+        h.healthy = machines > 0;
+        h.kubernetes_api_ready = machines > 0;
+        h.machine_sets = vec![
+            set("prod-control-planes", machines, 1),
+            set("prod-workers", machines * 2, 2),
+        ];
+        Outcome::new(
+            Some(Box::new(rendered.clone())),
+            Ok(Done::Synced(Box::new(Synced {
+                applied: None,
+                health: Ok(h),
+                watched: true,
+            }))),
+        )
+    };
+    let starved = after(cluster(), &pass(0), t(0));
+    let s = starved.status.clone().unwrap_or_default();
+    assert_eq!(
+        conditions(&s)[2..],
+        [
+            cond("Ready", false, "WaitingForMachines"),
+            (
+                "Reconciling".into(),
+                ConditionStatus::True,
+                "WaitingForMachines".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        message(&s, "Ready"),
+        r#"waiting for machines: OmniControlPlane "edge-cp" has 0 of 1 machines from machine class "cp"; OmniWorkers "edge-workers" has 0 of 2 machines"#
+    );
+    assert_eq!(
+        desired_status(&starved, &pass(0), t(60)),
+        s,
+        "forever, and quiet: the same pass writes nothing new"
+    );
+    let up = desired_status(&starved, &pass(1), t(2));
+    assert_eq!(conditions(&up)[2..], [cond("Ready", true, "Running")]);
+}
+
+/// Omni refusing the template as invalid (here an incompatible version) stalls the cluster
+/// at once: no retry fixes it, only a spec change.
+#[test]
+fn an_incompatible_version_stalls_at_once() {
+    let refused = ClusterFailure::Sync {
+        source: Box::new(SyncError::State {
+            operation: "update",
+            resource: omni_client::template::ResourceRef::new("Clusters.omni.sidero.dev", "prod"),
+            source: StateError::Invalid(
+                r#"failed to validate: invalid kubernetes version "1.36.0": is not compatible with Talos version "1.13.2""#.into(),
+            ),
+        }),
+        output: String::new(),
+    };
+    assert_eq!(refused.reason(), Reason::OmniRejected);
+    assert_eq!(refused.retry(), RetryPolicy::Poll(FAILURE_RECHECK));
+    let s = desired_status(
+        &cluster(),
+        &Outcome::new(Some(Box::new(rendition())), Err(refused)),
+        t(0),
+    );
+    assert_eq!(
+        conditions(&s),
+        vec![
+            cond("Validated", true, "Validated"),
+            cond("Synced", false, "OmniRejected"),
+            cond("Ready", false, "OmniRejected"),
+            (
+                "Stalled".into(),
+                ConditionStatus::True,
+                "OmniRejected".into()
+            ),
+        ]
+    );
+    assert!(message(&s, "Stalled").contains("is not compatible with Talos version"));
+    // A refusal that ends by itself (a locked cluster) is retried, not stalled.
+    let locked = ClusterFailure::Sync {
+        source: Box::new(SyncError::State {
+            operation: "update",
+            resource: omni_client::template::ResourceRef::new("Clusters.omni.sidero.dev", "prod"),
+            source: StateError::Invalid("failed to validate: cluster \"prod\" is locked".into()),
+        }),
+        output: String::new(),
+    };
+    assert_eq!(locked.reason(), Reason::SyncFailed);
+    assert_eq!(
+        locked.disposition(),
+        crate::controllers::shared::error::Disposition::Retrying
+    );
+}
+
+/// Suspending keeps `Ready` as it was and adds `Suspended=True`; resuming removes it.
+#[test]
+fn a_suspended_cluster_keeps_ready_and_says_suspended() {
+    let ok = after(
+        cluster(),
+        &synced(applied(t(0), ""), Ok(health("RUNNING"))),
+        t(0),
+    );
+    let suspended = after(ok.clone(), &Outcome::done(Done::Suspended), t(5));
+    let s = suspended.status.clone().unwrap_or_default();
     assert_eq!(
         conditions(&s),
         vec![
             cond("Validated", true, "Validated"),
             cond("Synced", true, "Synced"),
-            cond("Ready", false, "Suspended"),
+            cond("Ready", true, "Running"),
+            (
+                "Suspended".into(),
+                ConditionStatus::True,
+                "Suspended".into()
+            ),
         ]
     );
-    assert_eq!(message(&s, "Ready"), "remote Omni sync is suspended");
+    assert_eq!(message(&s, "Suspended"), SUSPENDED);
     assert_eq!(s.last_sync_time, Some(t(0)));
+    let resumed = desired_status(&suspended, &synced(None, Ok(health("RUNNING"))), t(9));
+    assert_eq!(resumed.conditions, ok.status.unwrap_or_default().conditions);
 }
 
 #[test]
@@ -409,7 +583,17 @@ fn a_deletion_in_progress_names_what_omni_still_holds() {
         approved: None,
     });
     let s = desired_status(&cluster(), &deleting, t(0));
-    assert_eq!(conditions(&s), vec![cond("Ready", false, "Deleting")]);
+    assert_eq!(
+        conditions(&s),
+        vec![
+            cond("Ready", false, "Deleting"),
+            (
+                "Reconciling".into(),
+                ConditionStatus::True,
+                "Deleting".into()
+            ),
+        ]
+    );
     assert_eq!(
         message(&s, "Ready"),
         "waiting for Omni to delete Clusters.omni.sidero.dev(default/prod)"
@@ -430,14 +614,14 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
     let hour = Duration::from_secs(3600);
     let next = |o: Outcome, interval| next_action(o, interval, Duration::ZERO).ok();
     assert_eq!(
-        next(synced(false, "", Ok(health("RUNNING"))), minute),
+        next(synced(None, Ok(health("RUNNING"))), minute),
         Some(Action::requeue(minute))
     );
     assert_eq!(
         next(Outcome::done(Done::Suspended), hour),
         Some(Action::requeue(hour))
     );
-    let unread = || synced(true, "", Err(StatusError::NotFound("prod".into())));
+    let unread = || synced(applied(t(0), ""), Err(StatusError::NotFound("prod".into())));
     assert_eq!(
         next(unread(), hour),
         Some(Action::requeue(STATUS_RECHECK)),
@@ -500,7 +684,7 @@ fn the_next_reconcile_follows_the_outcome_and_the_sync_interval() {
 
 #[test]
 fn an_unreadable_omni_status_is_timed_from_when_ready_turned_status_failed() {
-    let unread = || synced(true, "", Err(StatusError::NotFound("prod".into())));
+    let unread = || synced(None, Err(StatusError::NotFound("prod".into())));
     let failing = after(cluster(), &unread(), t(1));
     assert_eq!(status_failing_for(&failing, t(2)), Duration::from_secs(60));
     let still = after(failing, &unread(), t(2));
@@ -509,7 +693,7 @@ fn an_unreadable_omni_status_is_timed_from_when_ready_turned_status_failed() {
         Duration::from_secs(180),
         "a pass that finds it unreadable again keeps the time it turned"
     );
-    let ok = after(cluster(), &synced(false, "", Ok(health("RUNNING"))), t(1));
+    let ok = after(cluster(), &synced(None, Ok(health("RUNNING"))), t(1));
     assert_eq!(status_failing_for(&ok, t(2)), Duration::ZERO);
 }
 
@@ -536,7 +720,7 @@ fn a_held_plan_is_reported_and_a_sync_clears_it() {
     );
     let stored = desired_status(
         &cluster(),
-        &synced(true, "* creating", Ok(health("RUNNING"))),
+        &synced(applied(t(0), "* creating"), Ok(health("RUNNING"))),
         t(0),
     );
     let mut c = cluster();
@@ -557,7 +741,7 @@ fn a_held_plan_is_reported_and_a_sync_clears_it() {
     c.status = Some(s);
     let after = desired_status(
         &c,
-        &synced(true, "* tearing down", Ok(health("RUNNING"))),
+        &synced(applied(t(20), "* tearing down"), Ok(health("RUNNING"))),
         t(20),
     );
     assert_eq!(after.plan, None);

@@ -15,12 +15,13 @@ use super::omni_state::trim_output;
 use super::outcome::{Done, Outcome, Rendition, Synced};
 use super::ownership::{existing_ownership, owner_stamp};
 use super::plan::{Gate, gate};
-use super::state::ClusterState;
+use super::state::{Applied, ClusterState};
 use crate::api::keys::{GITOPS_TOOL, OMNI_OWNER_ANNOTATION, adopt_requested};
+use crate::api::plan::PlanCount;
 use crate::api::{OmniCluster, OmniConnection};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
-use crate::domain::render;
+use crate::domain::{plan, render};
 use crate::process::metrics::RpcOutcome;
 
 /// How long the Omni work of one pass may take: the ownership check, plan and apply of a sync;
@@ -88,6 +89,7 @@ pub(super) async fn apply_cluster(
         control_plane_ref: rendered.control_plane_ref.clone(),
         workers_refs: rendered.workers_refs.clone(),
         machine_refs: rendered.machine_refs.clone(),
+        machine_sets: rendered.machine_sets.clone(),
     };
     let result = sync(ctx, state, cluster, &conn, rendered).await;
     Ok(Outcome::new(Some(Box::new(rendition)), result))
@@ -150,12 +152,14 @@ async fn sync(
     let mut output = Vec::new();
     // plan (reads only) → gate (pure: mode, approval, adoption) → apply.
     let mut approved = None;
+    let mut written = Vec::new();
     let applied = match plan_sync_for(&omni, &rendered.template, &files, &options).await {
         Ok(plan) => match gate(state, cluster, conn, &plan, adopting) {
             Gate::InSync => Ok(false),
             Gate::Hold(held) => return Ok(Done::Held(held)),
             Gate::Apply { approved: hash } => {
                 approved = hash;
+                written = plan::written(&plan);
                 apply(&omni, &plan, deadline, &mut output)
                     .await
                     .map(|()| true)
@@ -174,22 +178,59 @@ async fn sync(
             });
         }
     };
-    let synced = if changed {
-        RpcOutcome::Changed
+    let uid = cluster.uid().unwrap_or_default();
+    let applied = if changed {
+        ctx.metrics.omni_rpc("sync", RpcOutcome::Changed);
+        let applied = traced(ctx, cluster, &rendered.hash, &written, output, approved);
+        state.unrecorded.remember(&uid, applied.clone());
+        Some(applied)
     } else {
-        RpcOutcome::Unchanged
+        ctx.metrics.omni_rpc("sync", RpcOutcome::Unchanged);
+        state.unrecorded.pending(&uid, cluster.status.as_ref())
     };
-    ctx.metrics.omni_rpc("sync", synced);
     // A force request reads Omni's view fresh, past the status watch.
     let fresh = super::outcome::force_requested(cluster).is_some();
     let (health, watched) = omni_view(ctx, state, conn, &client, &name, fresh).await;
     Ok(Done::Synced(Box::new(Synced {
-        changed,
-        output,
+        applied,
         health,
         watched,
-        approved,
     })))
+}
+
+/// The record of a change set just written to Omni for `cluster` (template `template_hash`):
+/// counted per resource type in the metrics and logged at info, now; its status fields and
+/// its Event follow from the returned value once the status is written.
+fn traced(
+    ctx: &Context,
+    cluster: &OmniCluster,
+    template_hash: &str,
+    written: &[PlanCount],
+    output: String,
+    approved: Option<String>,
+) -> Applied {
+    for count in written {
+        ctx.metrics
+            .omni_writes(&count.type_, count.create, count.update, count.delete);
+    }
+    let summary = plan::counts_text(written);
+    // Omni answers State calls without a request ID; the template hash ties the line to the
+    // status and the plan.
+    tracing::info!(
+        object = %format!("OmniCluster/{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()),
+        omni_cluster = %cluster.effective_cluster_name(),
+        template_hash = %template_hash,
+        changes = %summary,
+        approved_plan = approved.as_deref().unwrap_or(""),
+        "applied changes to Omni"
+    );
+    Applied {
+        at: jiff::Timestamp::from_second(ctx.clock.now().as_second())
+            .unwrap_or_else(|_| ctx.clock.now()),
+        output,
+        summary,
+        approved,
+    }
 }
 
 /// Omni's view of the cluster `name`: from the connection's status watch while it is live (no

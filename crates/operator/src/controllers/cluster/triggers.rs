@@ -6,6 +6,7 @@ use futures::{Stream, StreamExt as _};
 use kube::api::Api;
 
 use crate::api::OmniCluster;
+use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
 use crate::controllers::shared::decoded::Cached;
 use crate::controllers::shared::triggers::{
     Deletions, Triggers, alongside, changes_from, decoded, deletion_mark, hash_of, own_change,
@@ -16,9 +17,10 @@ use crate::controllers::shared::watches::{SharedWatch, WatchEvent};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterTrigger {
     /// A change of the cluster itself (its spec generation, labels, annotations, finalizers,
-    /// the deletion mark) or a condition turning (its type and status, e.g. `Synced` becoming
-    /// `True` once Omni holds the cluster): for dependants that read its spec or wait on it
-    /// (exports, releases, children).
+    /// the deletion mark), a condition turning (its type and status, e.g. `Ready` becoming
+    /// `True` once Omni runs the cluster), `Ready`'s reason changing, or Omni reporting its
+    /// Kubernetes API ready or not: for dependants that read its spec or wait on it (exports,
+    /// releases, children).
     ChangesAndConditions,
     /// What [`ClusterTrigger::ChangesAndConditions`] passes, and what Omni reports of the
     /// cluster's health in its typed status: the phase, each machine set's phase, readiness and
@@ -30,9 +32,10 @@ pub enum ClusterTrigger {
     /// for the connection (the key's hold and a waiting deletion read nothing else of it).
     Connection,
     /// Only what names it: its name in Omni (`spec.clusterName`, else its own) and the deletion
-    /// mark, besides its appearance and deletion: for dependants that read nothing else of it
-    /// (secret syncs). A spec edit of a cluster used to re-run every sync of it, a no-op pass
-    /// each: 10,000 passes for 100 edits in the benchmark.
+    /// mark, besides its appearance and deletion, and what a dependant's first action waits
+    /// for (its `Ready` status and reason, its Kubernetes API readiness): for dependants that
+    /// read nothing else of it (secret syncs). A spec edit of a cluster used to re-run every
+    /// sync of it, a no-op pass each: 10,000 passes for 100 edits in the benchmark.
     Identity,
 }
 
@@ -84,11 +87,13 @@ fn changes_of(
     )
 }
 
-/// A hash of what names `cluster`: its name in Omni and its deletion mark.
+/// A hash of what names `cluster` (its name in Omni and its deletion mark) and of its
+/// readiness.
 fn identity(cluster: &OmniCluster) -> u64 {
     hash_of((
         cluster.effective_cluster_name(),
         deletion_mark(&cluster.metadata),
+        readiness(cluster),
     ))
 }
 
@@ -112,7 +117,8 @@ fn health_states(cluster: &OmniCluster) -> u64 {
     ))
 }
 
-/// A hash of `cluster`'s condition types and statuses (not their messages or times).
+/// A hash of `cluster`'s condition types and statuses (not their messages or times) and of
+/// its readiness.
 fn condition_states(cluster: &OmniCluster) -> u64 {
     let states: Vec<_> = cluster
         .status
@@ -120,5 +126,15 @@ fn condition_states(cluster: &OmniCluster) -> u64 {
         .flat_map(|s| &s.conditions)
         .map(|c| (&c.type_, &c.status))
         .collect();
-    hash_of(states)
+    hash_of((states, readiness(cluster)))
+}
+
+/// What dependants wait for of `cluster` (`spec.startWhen`) and say in their message: its
+/// `Ready` status and reason, and whether Omni reports its Kubernetes API ready.
+fn readiness(cluster: &OmniCluster) -> (Option<(&ConditionStatus, &str)>, Option<bool>) {
+    let status = cluster.status.as_ref();
+    let ready = status
+        .and_then(|s| find_condition(&s.conditions, ct::READY))
+        .map(|c| (&c.status, c.reason.as_str()));
+    (ready, status.and_then(|s| s.kubernetes_api_ready))
 }

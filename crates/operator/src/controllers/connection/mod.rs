@@ -38,8 +38,7 @@ use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
 use crate::process::metrics::RpcOutcome;
 
-/// Re-check interval of a reachable connection.
-pub(crate) const RECHECK: Duration = Duration::from_secs(300);
+pub(crate) use self::outcome::RECHECK;
 /// Re-check interval while deletion waits for clusters.
 pub(crate) const DELETE_WAIT: Duration = Duration::from_secs(60);
 

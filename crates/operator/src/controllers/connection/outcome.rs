@@ -4,9 +4,17 @@ use crate::api::OmniConnection;
 use crate::api::Reason;
 use crate::api::common::{Condition, ConditionStatus, condition_types, set_condition};
 use crate::api::connection::OmniConnectionStatus;
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::omni::{ApiVersionError, ConnectionError};
 use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status::{Standing, set_standing};
+
+/// Re-check interval of a reachable connection, and of a key Secret not there yet.
+pub(crate) const RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Re-check interval of a key Secret the connection's ServiceAccount may not read: RBAC is
+/// not watched, so a grant is noticed by looking again.
+pub(crate) const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why an OmniConnection is not ready; the message is its condition's and Event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,11 +42,26 @@ impl Failure for ConnectionFailure {
         }
     }
 
-    /// An invalid spec waits for a change, the rest backs off.
+    /// An invalid spec, or a key Secret whose content is wrong, waits for a change (the
+    /// Secret is watched); a Secret not there yet is looked at again at the connection's
+    /// re-check as well, one the ServiceAccount may not read every [`ACCESS_RECHECK`]; the
+    /// rest backs off.
     fn retry(&self) -> RetryPolicy {
+        if let Self::Client(ConnectionError::AccessDenied { .. }) = self {
+            return RetryPolicy::Poll(ACCESS_RECHECK);
+        }
+        match self.disposition() {
+            Disposition::Stalled => RetryPolicy::AwaitChange,
+            Disposition::Waiting => RetryPolicy::Poll(RECHECK),
+            Disposition::Retrying => RetryPolicy::Backoff,
+        }
+    }
+
+    fn disposition(&self) -> Disposition {
         match self {
-            Self::InvalidSpec(_) => RetryPolicy::AwaitChange,
-            Self::Client(_) | Self::BackendApi(_) | Self::Ping(_) => RetryPolicy::Backoff,
+            Self::InvalidSpec(_) => Disposition::Stalled,
+            Self::Client(e) => e.disposition(),
+            Self::BackendApi(_) | Self::Ping(_) => Disposition::Retrying,
         }
     }
 }
@@ -68,56 +91,59 @@ pub(crate) enum Checked {
     },
 }
 
-/// One condition a check sets: its status, reason and message.
-type Set = (ConditionStatus, Reason, String);
-
-/// Pure: what `outcome` says of `Reachable`, `Ready` and `Stalled` (`None`: left as it was).
-fn conditions_of(outcome: &Outcome) -> [Option<Set>; 3] {
+/// Pure: what `outcome` says of `Reachable` (`None`: left as it was) and where the connection
+/// stands, with the reason and message of `Ready`.
+fn conditions_of(
+    outcome: &Outcome,
+) -> (
+    Option<(ConditionStatus, Reason, String)>,
+    Standing,
+    Reason,
+    String,
+) {
     use ConditionStatus::{False, True};
     match &outcome.result {
         Ok(Checked::Reachable { endpoint }) => {
             let m = format!("connected to {endpoint}");
-            [
+            (
                 Some((True, Reason::ConnectionReady, m.clone())),
-                Some((True, Reason::ConnectionReady, m.clone())),
-                Some((False, Reason::ConnectionReady, m)),
-            ]
+                Standing::Ready,
+                Reason::ConnectionReady,
+                m,
+            )
         }
         Err(failure) => {
             let (reason, m) = (failure.reason(), failure.to_string());
-            [
+            (
                 Some((False, reason, m.clone())),
-                Some((False, reason, m.clone())),
-                Some((True, reason, m)),
-            ]
+                failure.disposition().into(),
+                reason,
+                m,
+            )
         }
-        Ok(Checked::UnsupportedApi { endpoint, version }) => {
-            let m = format!(
+        // Nothing this operator does will fix it: only an Omni or operator upgrade will.
+        Ok(Checked::UnsupportedApi { endpoint, version }) => (
+            Some((
+                True,
+                Reason::ConnectionReady,
+                format!("connected to {endpoint}"),
+            )),
+            Standing::Stalled,
+            Reason::UnsupportedOmniApi,
+            format!(
                 "connected to {endpoint}, but {}",
                 omni_client::template::unsupported_message(*version)
-            );
-            [
-                Some((
-                    True,
-                    Reason::ConnectionReady,
-                    format!("connected to {endpoint}"),
-                )),
-                Some((False, Reason::UnsupportedOmniApi, m.clone())),
-                // Nothing this operator does will fix it: only an Omni or operator upgrade will.
-                Some((True, Reason::UnsupportedOmniApi, m)),
-            ]
-        }
-        Ok(Checked::Deleting { clusters }) => {
-            let m = format!(
+            ),
+        ),
+        Ok(Checked::Deleting { clusters }) => (
+            None,
+            Standing::Reconciling,
+            Reason::Deleting,
+            format!(
                 "waiting for OmniCluster references to be deleted: {}",
                 clusters.join(", ")
-            );
-            [
-                None,
-                Some((False, Reason::Deleting, m.clone())),
-                Some((True, Reason::Deleting, m)),
-            ]
-        }
+            ),
+        ),
     }
 }
 
@@ -134,19 +160,28 @@ pub(crate) fn desired_status(
     s.observed_generation = generation;
     s.connection_ref = conn.metadata.name.clone();
     s.endpoint = Some(conn.spec.endpoint.clone());
-    let types = [
-        condition_types::REACHABLE,
-        condition_types::READY,
-        condition_types::STALLED,
-    ];
-    for (type_, set) in types.into_iter().zip(conditions_of(outcome)) {
-        if let Some((status, reason, message)) = set {
-            set_condition(
-                &mut s.conditions,
-                Condition::new(type_, status, reason, message, generation, now),
-            );
-        }
+    let (reachable, standing, reason, message) = conditions_of(outcome);
+    if let Some((status, reason, message)) = reachable {
+        set_condition(
+            &mut s.conditions,
+            Condition::new(
+                condition_types::REACHABLE,
+                status,
+                reason,
+                message,
+                generation,
+                now,
+            ),
+        );
     }
+    set_standing(
+        &mut s.conditions,
+        standing,
+        reason,
+        &message,
+        generation,
+        now,
+    );
     if s != old || s.last_check_time.is_none() {
         s.last_check_time = Some(now);
     }
@@ -159,21 +194,37 @@ mod tests {
     use crate::api::common::find_condition;
     use crate::controllers::connection::fixtures::conn;
 
-    /// A failure is `Reachable`, `Ready` and `Stalled` under its own reason and message; an
-    /// invalid spec waits for a change, an unreachable Omni backs off.
+    /// A failure is `Reachable` and `Ready` under its own reason and message. An unreachable
+    /// Omni is retried with backoff (not stalled); a missing key Secret is waited for
+    /// (`Reconciling`, no backoff); an invalid spec or a malformed key is stalled.
     #[test]
-    fn a_failure_sets_its_reason_on_every_condition() {
-        let missing = ConnectionFailure::Client(ConnectionError::Client("no route".into()));
-        assert_eq!(missing.reason().as_str(), "ConnectionFailed");
-        assert_eq!(missing.retry(), RetryPolicy::Backoff);
+    fn a_failure_sets_its_reason_and_kstatus_standing() {
+        let unreachable = ConnectionFailure::Client(ConnectionError::Client("no route".into()));
+        assert_eq!(unreachable.reason().as_str(), "ConnectionFailed");
+        assert_eq!(unreachable.retry(), RetryPolicy::Backoff);
         let invalid = ConnectionFailure::InvalidSpec("spec.endpoint: required".into());
         assert_eq!(invalid.retry(), RetryPolicy::AwaitChange);
+        assert_eq!(invalid.disposition(), Disposition::Stalled);
+        let missing =
+            ConnectionFailure::Client(ConnectionError::MissingSecret { name: "key".into() });
+        assert_eq!(missing.disposition(), Disposition::Waiting);
+        assert_eq!(missing.retry(), RetryPolicy::Poll(RECHECK));
+        // A key Secret the connection's ServiceAccount may not read stalls (RBAC or the spec
+        // must change) yet is looked at again: RBAC is not watched.
+        let denied = ConnectionFailure::Client(ConnectionError::AccessDenied {
+            reader: "ServiceAccount \"ns/tenant\"".into(),
+            namespace: "ns".into(),
+            name: "key".into(),
+        });
+        assert_eq!(denied.reason().as_str(), "AccessDenied");
+        assert_eq!(denied.disposition(), Disposition::Stalled);
+        assert_eq!(denied.retry(), RetryPolicy::Poll(ACCESS_RECHECK));
         let s = desired_status(
             &conn(),
-            &Outcome::failed(missing),
+            &Outcome::failed(unreachable),
             jiff::Timestamp::UNIX_EPOCH,
         );
-        for type_ in ["Reachable", "Ready", "Stalled"] {
+        for type_ in ["Reachable", "Ready"] {
             let c = find_condition(&s.conditions, type_);
             assert_eq!(
                 c.map(|c| (c.reason.as_str(), c.message.as_str())),
@@ -184,6 +235,17 @@ mod tests {
                 "{type_}"
             );
         }
+        assert!(find_condition(&s.conditions, "Stalled").is_none());
+        assert!(find_condition(&s.conditions, "Reconciling").is_none());
+        let waiting = desired_status(
+            &conn(),
+            &Outcome::failed(missing),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(
+            find_condition(&waiting.conditions, "Reconciling").map(|c| c.reason.as_str()),
+            Some("MissingSecret")
+        );
     }
 
     #[test]
@@ -201,10 +263,7 @@ mod tests {
             assert_eq!(cond.message, "connected to https://omni.example:443");
             assert_eq!(cond.observed_generation, Some(3));
         }
-        assert_eq!(
-            find_condition(&s.conditions, "Stalled").map(|c| c.status),
-            Some(ConditionStatus::False)
-        );
+        assert!(find_condition(&s.conditions, "Stalled").is_none());
         assert_eq!(s.last_check_time, Some(t0));
         c.status = Some(s.clone());
         let later = desired_status(&c, &out, t0 + jiff::SignedDuration::from_secs(300));
@@ -229,9 +288,11 @@ mod tests {
             ready.message,
             "waiting for OmniCluster references to be deleted: a, b"
         );
+        assert!(find_condition(&s.conditions, "Stalled").is_none());
         assert_eq!(
-            find_condition(&s.conditions, "Stalled").map(|c| c.status),
-            Some(ConditionStatus::True)
+            find_condition(&s.conditions, "Reconciling").map(|c| c.status),
+            Some(ConditionStatus::True),
+            "a deletion waiting for its clusters is converging, not stalled"
         );
     }
 }

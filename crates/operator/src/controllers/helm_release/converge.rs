@@ -13,6 +13,7 @@ use super::state::HelmState;
 use super::{budget, drift, gates, install, recover, remediate, upgrade};
 use crate::api::keys::{FORCE_AT_ANNOTATION, new_request};
 use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::unless_deleted_meanwhile;
@@ -30,16 +31,29 @@ pub(super) async fn attached(
         .api::<OmniCluster>(&namespace)
         .get_opt(&r.spec.cluster_ref.name)
         .await?;
-    if cluster.is_none() {
+    let Some(cluster) = cluster else {
         let missing = HelmFailure::MissingCluster {
             cluster: r.spec.cluster_ref.name.clone(),
         };
         return unless_deleted_meanwhile(ctx, r, Outcome::new(Found::cluster(false), Err(missing)))
             .await;
-    }
+    };
     let attached = |result| Outcome::new(Found::cluster(true), result);
-    // The gates, before any input is read or Helm runs.
-    if let Some(waiting) = shut_gate(state, r, &namespace, cluster.as_ref()) {
+    // Suspended first: no gate is looked at, nothing runs.
+    if r.spec.suspend {
+        return Ok(attached(Ok(Done::Suspended)));
+    }
+    // Before its first install, a release waits for its cluster (`spec.startWhen`).
+    let installed = r
+        .status
+        .as_ref()
+        .is_some_and(|s| s.release_revision.is_some() || s.last_applied_digest.is_some());
+    if let Some(why) = start_gate(&cluster, r.spec.start_when, installed) {
+        let waiting = attached(Err(HelmFailure::ClusterNotReady(why)));
+        return unless_deleted_meanwhile(ctx, r, waiting).await;
+    }
+    // The gates of every install or upgrade, before any input is read or Helm runs.
+    if let Some(waiting) = shut_gate(state, r, &namespace, &cluster) {
         return unless_deleted_meanwhile(ctx, r, attached(Err(waiting))).await;
     }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
@@ -119,12 +133,12 @@ fn shut_gate(
     state: &HelmState,
     r: &OmniHelmRelease,
     namespace: &str,
-    cluster: Option<&OmniCluster>,
+    cluster: &OmniCluster,
 ) -> Option<HelmFailure> {
     if let Some(shut) = gates::dependencies(r, |name| state.release(namespace, name)) {
         return Some(shut);
     }
-    cluster.and_then(|c| gates::cluster_health(r, c))
+    gates::cluster_health(r, cluster)
 }
 
 /// Pure: a spent retry budget for the inputs of `req`, which stops the pass before Helm runs

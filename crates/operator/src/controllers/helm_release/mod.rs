@@ -65,7 +65,7 @@ use crate::api::helm_policies::ClusterHealthRequirement;
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::{OmniCluster, OmniHelmRelease};
 
-reported!(OmniHelmRelease => OmniHelmReleaseStatus);
+reported!(OmniHelmRelease => OmniHelmReleaseStatus, suspended: |r| r.spec.suspend);
 
 /// The pipeline's steps for OmniHelmRelease. A pass reads the object fresh (`READ_FRESH`): the
 /// watch cache can lag behind this controller's own last status write, and planning from a
@@ -111,8 +111,12 @@ impl Pipeline for OmniHelmRelease {
         desired_status(self, outcome, now)
     }
 
-    fn recheck(&self, _done: &Done, _ctx: &Context, state: &HelmState) -> Action {
-        recheck(self, state.min_interval, periodic_spread())
+    fn recheck(&self, done: &Done, _ctx: &Context, state: &HelmState) -> Action {
+        match done {
+            // Resuming is a spec change, which wakes it.
+            Done::Suspended => Action::await_change(),
+            _ => recheck(self, state.min_interval, periodic_spread()),
+        }
     }
 
     fn retry(&self, failure: &HelmFailure, state: &HelmState) -> RetryPolicy {

@@ -15,9 +15,9 @@ use crate::api::helm_policies::{DriftMode, DriftedObject};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::keys::{ADOPT_ANNOTATION, RESET_AT_ANNOTATION};
 use crate::api::{OmniHelmRelease, Reason};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status;
+use crate::controllers::shared::status::{self, Standing};
 use crate::domain::helm::args::InstallVerb;
 use crate::domain::helm::{ReleaseInfo, ReleaseRequest, TestRun};
 
@@ -90,6 +90,8 @@ pub(crate) enum Done {
         /// `spec.test.ignoreFailures` lets pass).
         tests: Option<TestRun>,
     },
+    /// `spec.suspend`: no Helm ran.
+    Suspended,
 }
 
 /// What a pass found on its way, which the status reports whatever the end.
@@ -151,6 +153,10 @@ pub(crate) enum HelmFailure {
         /// `spec.clusterRef.name`.
         cluster: String,
     },
+    /// The OmniCluster exists, nothing was installed yet, and the release waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
     /// An input (kubeconfig, chart credentials, helm binary) is missing or unusable.
     #[error("{0}")]
     Blocked(Problem),
@@ -335,6 +341,7 @@ impl Failure for HelmFailure {
         match self {
             Self::InvalidSpec(_) => Reason::ValidationFailed,
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => problem.reason(),
             Self::Helm(_)
             | Self::NotDeployed { .. }
@@ -368,6 +375,7 @@ impl Failure for HelmFailure {
             | Self::Exhausted { .. } => RetryPolicy::AwaitChange,
             Self::AttemptFailed { spent, .. } if spent.exhausted() => RetryPolicy::AwaitChange,
             Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
             | Self::Blocked(_)
             | Self::Stuck { .. }
             | Self::UninstallBlocked(_) => RetryPolicy::Poll(RETRY),
@@ -382,6 +390,42 @@ impl Failure for HelmFailure {
             | Self::AttemptFailed { .. }
             | Self::DriftCheck(_)
             | Self::UninstallFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+
+    /// The cluster, its readiness and health, a dependency, a Secret, another Helm operation
+    /// still running and the dependants of a deletion are waited for; a spec, an unusable
+    /// input, a Secret the release's ServiceAccount may not read (RBAC or the spec must
+    /// change), no helm, someone else's release, a release stuck past its timeout and a spent
+    /// retry budget need a person; Helm's own failures (tests included), a chart source that
+    /// failed, a drift check that failed and a server that did not answer in time are retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::Locked { .. }
+            | Self::DependencyNotReady { .. }
+            | Self::ClusterNotHealthy { .. }
+            | Self::DependantsRemain(_) => Disposition::Waiting,
+            Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
+                Problem::MissingSecret(_) => Disposition::Waiting,
+                Problem::Invalid(_) | Problem::AccessDenied(_) | Problem::HelmUnavailable(_) => {
+                    Disposition::Stalled
+                }
+                Problem::TimedOut(_) | Problem::ChartUnavailable(_) => Disposition::Retrying,
+            },
+            Self::InvalidSpec(_)
+            | Self::Refused { .. }
+            | Self::Stuck { .. }
+            | Self::Exhausted { .. } => Disposition::Stalled,
+            Self::AttemptFailed { spent, .. } if spent.exhausted() => Disposition::Stalled,
+            Self::Helm(_)
+            | Self::NotDeployed { .. }
+            | Self::RunFailed { .. }
+            | Self::TestFailed { .. }
+            | Self::AttemptFailed { .. }
+            | Self::DriftCheck(_)
+            | Self::UninstallFailed(_) => Disposition::Retrying,
         }
     }
 }
@@ -478,9 +522,10 @@ fn draft(r: &OmniHelmRelease, now: jiff::Timestamp) -> Draft {
 
 impl Draft {
     /// A failure: conditions, `lastError` and `lastAttemptTime`.
-    fn failed(&mut self, reason: Reason, message: &str) {
-        self.outcome(false, reason, message);
-        self.s.last_error = Some(message.to_string());
+    fn failed(&mut self, failure: &HelmFailure) {
+        let message = failure.to_string();
+        self.failed_with(failure);
+        self.s.last_error = Some(message);
         self.s.last_attempt_time = Some(self.now());
     }
 
@@ -527,7 +572,11 @@ pub(crate) fn desired_status(
         .clone()
         .unwrap_or_else(|| Inputs::of(&super::inputs::request(r)));
     d.requests(r, outcome);
+    if !matches!(outcome.result, Ok(Done::Suspended)) {
+        d.resume();
+    }
     match &outcome.result {
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
         Ok(Done::InSync(current)) => d.in_sync(r, current.as_ref()),
         Ok(Done::Checked { release, drift }) => {
             d.in_sync(r, Some(release));
@@ -554,13 +603,12 @@ pub(crate) fn desired_status(
                 &r.effective_release_name(),
                 info.revision,
             );
-            d.outcome(true, reason, &m);
+            d.outcome(Standing::Ready, reason, &m);
             d.tested(tests.as_ref());
             d.history(r, info, digest, tests.as_ref());
         }
         Err(failure) => d.failure(r, failure, &inputs),
     }
-    d.stalled(outcome);
     if r.spec
         .drift_detection
         .as_ref()
@@ -570,6 +618,9 @@ pub(crate) fn desired_status(
     }
     d.s
 }
+
+/// The message of `Suspended=True` on a release.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: Helm does not install, upgrade or check the release, and a changed spec waits until it is resumed; Ready keeps its last state";
 
 impl Draft {
     /// A release as last applied.
@@ -584,7 +635,7 @@ impl Draft {
             &r.effective_release_name(),
             revision,
         );
-        self.outcome(true, reason, &m);
+        self.outcome(Standing::Ready, reason, &m);
         self.s.last_error = None;
         self.clear_failures();
     }
@@ -616,7 +667,7 @@ impl Draft {
             HelmFailure::UninstallFailed(_) => self.s.last_action = Some("Uninstall".into()),
             other => self.attempt(r, other, inputs),
         }
-        self.failed(failure.reason(), &failure.to_string());
+        self.failed(failure);
     }
 
     /// What a failed install or upgrade (or its tests) left, uncounted.

@@ -333,3 +333,26 @@ fn an_input_problem_knows_its_reason() {
         Reason::HelmUnavailable
     );
 }
+
+/// Issue 30's input problems under kstatus: a Secret the release's ServiceAccount may not read
+/// needs RBAC or the spec changed (stalled, still looked at again: RBAC is not watched); a
+/// chart source that failed and a server that did not answer in time are retried.
+#[test]
+fn a_denied_read_stalls_and_a_timeout_or_failed_fetch_is_retried() {
+    let blocked = |p: Problem| HelmFailure::Blocked(p);
+    let denied = blocked(Problem::AccessDenied("may not read".into()));
+    assert_eq!(denied.reason(), Reason::AccessDenied);
+    assert_eq!(denied.disposition(), Disposition::Stalled);
+    assert_eq!(denied.retry(), RetryPolicy::Poll(RETRY));
+    for (problem, reason) in [
+        (Problem::TimedOut("no answer".into()), Reason::Timeout),
+        (
+            Problem::ChartUnavailable("unreachable".into()),
+            Reason::ChartFetchFailed,
+        ),
+    ] {
+        let failure = blocked(problem);
+        assert_eq!(failure.reason(), reason);
+        assert_eq!(failure.disposition(), Disposition::Retrying, "{reason:?}");
+    }
+}

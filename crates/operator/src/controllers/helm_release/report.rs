@@ -4,8 +4,8 @@
 use super::budget::{Spent, reset_requested};
 use super::history;
 use super::outcome::DriftFound;
-use super::outcome::{Done, HelmFailure, Inputs, Outcome};
-use crate::api::common::{condition_types as ct, find_condition};
+use super::outcome::{Done, Inputs, Outcome};
+use crate::api::common::condition_types as ct;
 use crate::api::helm_policies::{DriftedObject, TestHookStatus};
 use crate::api::helm_release::OmniHelmReleaseStatus;
 use crate::api::keys::{FORCE_AT_ANNOTATION, annotation};
@@ -56,23 +56,6 @@ impl Draft {
         match spent.verb {
             InstallVerb::Install => self.s.install_failures = count,
             InstallVerb::Upgrade => self.s.upgrade_failures = count,
-        }
-    }
-
-    /// `Stalled` while the budget is spent (only a change helps), gone otherwise.
-    pub(super) fn stalled(&mut self, outcome: &Outcome) {
-        let exhausted = match &outcome.result {
-            Err(HelmFailure::Exhausted { .. }) => true,
-            Err(HelmFailure::AttemptFailed { spent, .. }) => spent.exhausted(),
-            _ => false,
-        };
-        if exhausted {
-            let message = find_condition(&self.s.conditions, ct::READY)
-                .map(|c| c.message.clone())
-                .unwrap_or_default();
-            self.set(ct::STALLED, true, Reason::RetriesExhausted, &message);
-        } else {
-            self.s.conditions.retain(|c| c.type_ != ct::STALLED);
         }
     }
 
@@ -170,14 +153,14 @@ impl Draft {
 /// Whether the stored status reports the release drifted (for tests of the report).
 #[cfg(test)]
 pub(crate) fn drifted(s: &OmniHelmReleaseStatus) -> Option<bool> {
-    use crate::api::common::ConditionStatus;
+    use crate::api::common::{ConditionStatus, find_condition};
     find_condition(&s.conditions, ct::DRIFTED).map(|c| c.status == ConditionStatus::True)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::common::ConditionStatus;
+    use crate::api::common::{ConditionStatus, find_condition};
     use crate::api::helm_policies::DriftMode;
     use crate::controllers::helm_release::outcome::Found;
     use crate::controllers::helm_release::outcome::desired_status;

@@ -20,11 +20,14 @@ use crate::api::duration::GoDuration;
 use crate::api::keys;
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};
+use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::{Error, PassError};
 use crate::controllers::shared::pipeline::not_deleted_meanwhile;
 use crate::domain::export_format;
 use crate::process::metrics::RpcOutcome;
+use omni_client::ManagementError;
+use omni_client::state::StateError;
 
 /// How an export attempt ended, when the management API let it end.
 type Attempt = Result<Done, ExportFailure>;
@@ -105,6 +108,30 @@ pub(super) async fn apply(
         })));
     };
     let cluster_name = cluster.effective_cluster_name();
+    if e.spec.suspend {
+        return Ok(Outcome::new(
+            Found {
+                cluster_name: Some(cluster_name),
+                connection: None,
+            },
+            Ok(Done::Suspended),
+        ));
+    }
+    // Before its first kubeconfig, an export waits for its cluster (`spec.startWhen`).
+    let exported = e
+        .status
+        .as_ref()
+        .is_some_and(|s| s.expiration_time.is_some());
+    if let Some(why) = start_gate(&cluster, e.spec.start_when, exported) {
+        let found = Found {
+            cluster_name: Some(cluster_name),
+            connection: None,
+        };
+        return Ok(Outcome::new(
+            found,
+            Err(ExportFailure::ClusterNotReady(why)),
+        ));
+    }
     let connection = cluster.spec.connection_ref.name.clone();
     let found = |connection: Option<(String, String)>, result: Attempt| {
         let found = Found {
@@ -335,6 +362,14 @@ async fn mint(
         Ok(k) => {
             ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Changed);
             k
+        }
+        // Omni creates a cluster's identity (its ClusterUUID) a moment after the cluster:
+        // until then a mint is refused as `NotFound`, which is waiting, not a failure.
+        Err(ManagementError::Rpc(StateError::NotFound(_))) => {
+            ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Unchanged);
+            return Err(ExportFailure::NotInOmniYet {
+                cluster: cluster_name.to_string(),
+            });
         }
         Err(err) => {
             ctx.metrics.omni_rpc("kubeconfig", RpcOutcome::Error);

@@ -50,7 +50,7 @@ use crate::api::{
     OmniCluster, OmniConnection, OmniHelmRelease, OmniKubeconfigExport, OmniSecretSync,
 };
 
-reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus);
+reported!(OmniKubeconfigExport => OmniKubeconfigExportStatus, suspended: |e| e.spec.suspend);
 
 /// The pipeline's steps for OmniKubeconfigExport.
 impl Pipeline for OmniKubeconfigExport {

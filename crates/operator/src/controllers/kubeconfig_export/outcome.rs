@@ -11,10 +11,10 @@ use crate::api::Reason;
 use crate::api::common::{condition_types as ct, missing_cluster};
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::omni::ConnectionError;
 use crate::controllers::shared::pipeline;
-use crate::controllers::shared::status::Draft;
+use crate::controllers::shared::status::{Draft, Standing};
 
 /// Re-check while a dependency is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
@@ -46,6 +46,19 @@ pub(crate) enum ExportFailure {
     #[error("{}", missing_cluster(cluster))]
     MissingCluster {
         /// `spec.clusterRef.name`.
+        cluster: String,
+    },
+    /// The OmniCluster exists but the export has not exported yet and waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
+    /// Omni does not know the cluster yet (its identity is created a moment after it): a
+    /// kubeconfig cannot be minted until it does.
+    #[error(
+        "waiting for Omni to create cluster {cluster:?} before a kubeconfig can be minted for it"
+    )]
+    NotInOmniYet {
+        /// The cluster's name in Omni.
         cluster: String,
     },
     /// The cluster's OmniConnection does not exist.
@@ -115,6 +128,8 @@ impl Failure for ExportFailure {
                 Reason::ValidationFailed
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
+            Self::NotInOmniYet { .. } => Reason::WaitingForOmni,
             Self::MissingConnection { .. } | Self::ConnectionUnreadable { .. } => {
                 Reason::MissingConnection
             }
@@ -136,6 +151,8 @@ impl Failure for ExportFailure {
             // annotations, so its edits do not map back here: poll so an adoption annotation is
             // noticed.
             Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::NotInOmniYet { .. }
             | Self::MissingConnection { .. }
             | Self::TargetNotOwned { .. } => RetryPolicy::Poll(RETRY),
             Self::ConnectionUnreadable { .. }
@@ -144,6 +161,28 @@ impl Failure for ExportFailure {
             | Self::UnusableKubeconfig(_)
             | Self::TargetRequest { .. }
             | Self::TargetKeepsChanging { .. } => RetryPolicy::Backoff,
+        }
+    }
+
+    /// What is not there yet (the cluster, its readiness, its connection, its identity in
+    /// Omni) is waited for; a spec or a target only a person can change stalls; the rest is
+    /// retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::NotInOmniYet { .. }
+            | Self::MissingConnection { .. } => Disposition::Waiting,
+            Self::InvalidSpec(_)
+            | Self::CrossNamespace { .. }
+            | Self::IdentityRefused(_)
+            | Self::TargetNotOwned { .. } => Disposition::Stalled,
+            Self::ConnectionUnreadable { .. }
+            | Self::OmniClient(_)
+            | Self::Mint(_)
+            | Self::UnusableKubeconfig(_)
+            | Self::TargetRequest { .. }
+            | Self::TargetKeepsChanging { .. } => Disposition::Retrying,
         }
     }
 }
@@ -203,6 +242,8 @@ pub(crate) enum Done {
     HoldChanged(Duration),
     /// Deletion waits for the Secret's users.
     Waiting(Waiting),
+    /// `spec.suspend`: nothing was minted or written.
+    Suspended,
 }
 
 /// What a reconcile found on the way: the cluster and its connection, once found.
@@ -266,6 +307,9 @@ pub(crate) fn desired_status(
         d.s.connection_ref = Some(name.clone());
         d.s.endpoint = Some(endpoint.clone());
     }
+    if !matches!(outcome.result, Ok(Done::Suspended)) {
+        d.resume();
+    }
     match &outcome.result {
         Ok(Done::Exported(x)) => {
             // A pass that exported with a force request pending minted (it never reuses then).
@@ -276,20 +320,23 @@ pub(crate) fn desired_status(
             d.s.expiration_time = Some(x.expiration);
             d.s.last_rotation_time = x.last_rotation;
             d.s.next_rotation_time = Some(x.next_rotation);
-            d.outcome(true, Reason::Exported, &exported_message(e));
+            d.outcome(Standing::Ready, Reason::Exported, &exported_message(e));
         }
         Ok(Done::HoldChanged(_)) => {}
-        Ok(Done::Waiting(w)) => d.outcome(false, Reason::Deleting, &w.to_string()),
+        Ok(Done::Suspended) => d.suspend(SUSPENDED),
+        Ok(Done::Waiting(w)) => d.outcome(Standing::Reconciling, Reason::Deleting, &w.to_string()),
         Err(f) => {
-            let m = f.to_string();
             if let ExportFailure::MissingCluster { .. } = f {
                 d.accepted(cluster, false);
             }
-            d.outcome(false, f.reason(), &m);
+            d.failed_with(f);
         }
     }
     d.s
 }
+
+/// The message of `Suspended=True` on an export.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: no kubeconfig is minted, rotated or written, and Ready keeps its last state (the kubeconfig in the Secret expires at status.expirationTime)";
 
 /// Pure: the next reconcile after a pass that came to `done` at `now`. An exported kubeconfig
 /// is looked at again at its rotation, never sooner than `floor`.
@@ -299,6 +346,8 @@ pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Act
         Done::HoldChanged(after) => Action::requeue(*after),
         // Consumers finishing their deletion trigger the export; the requeue is a fallback.
         Done::Waiting(_) => Action::requeue(RETRY),
+        // Resuming is a spec change, which wakes it.
+        Done::Suspended => Action::await_change(),
     }
 }
 

@@ -8,7 +8,7 @@ use crate::api::OmniSecretSync;
 use crate::api::Reason;
 use crate::api::common::missing_cluster;
 use crate::api::keys::ADOPT_ANNOTATION;
-use crate::controllers::shared::error::{Failure, RetryPolicy};
+use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::domain::workload::WorkloadError;
 
 /// Re-check while a dependency is missing.
@@ -33,6 +33,10 @@ pub(crate) enum SecretSyncFailure {
         /// `spec.clusterRef.name`.
         cluster: String,
     },
+    /// The OmniCluster exists, the sync has not copied yet and waits for it
+    /// (`spec.startWhen`): why.
+    #[error("{0}")]
+    ClusterNotReady(String),
     /// The source Secret does not exist.
     #[error("source Secret \"{namespace}/{name}\" does not exist")]
     MissingSource {
@@ -115,6 +119,7 @@ impl Failure for SecretSyncFailure {
                 Reason::ValidationFailed
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
+            Self::ClusterNotReady(_) => Reason::ClusterNotReady,
             Self::AccessDenied(_) => Reason::AccessDenied,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
@@ -141,6 +146,7 @@ impl Failure for SecretSyncFailure {
             Self::TargetNotOwned { .. }
             | Self::AccessDenied(_)
             | Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
             | Self::MissingKubeconfigKey { .. }
@@ -149,6 +155,29 @@ impl Failure for SecretSyncFailure {
             | Self::Workload { .. }
             | Self::TargetChanged { .. }
             | Self::DeleteFailed(_) => RetryPolicy::Backoff,
+        }
+    }
+
+    /// The cluster, its readiness and the Secrets not there yet are waited for; a spec, a
+    /// refused Secret, a Secret the sync's ServiceAccount may not read (RBAC or the spec must
+    /// change), a kubeconfig that does not work and a target owned by someone else stall; the
+    /// rest (a timeout included) is retried.
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::MissingCluster { .. }
+            | Self::ClusterNotReady(_)
+            | Self::MissingSource { .. }
+            | Self::MissingKubeconfig { .. }
+            | Self::MissingKubeconfigKey { .. } => Disposition::Waiting,
+            Self::InvalidSpec(_)
+            | Self::Refused(_)
+            | Self::AccessDenied(_)
+            | Self::InvalidKubeconfig { .. }
+            | Self::TargetNotOwned { .. } => Disposition::Stalled,
+            Self::KubeconfigUnreadable(_)
+            | Self::Workload { .. }
+            | Self::TargetChanged { .. }
+            | Self::DeleteFailed(_) => Disposition::Retrying,
         }
     }
 }
@@ -189,6 +218,16 @@ pub(super) fn kubeconfig_failure(sync: &OmniSecretSync, e: WorkloadError) -> Sec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Secret the sync's ServiceAccount may not read needs RBAC or the spec changed: it
+    /// stalls, and is looked at again (RBAC is not watched).
+    #[test]
+    fn a_denied_read_stalls_and_is_looked_at_again() {
+        let denied = SecretSyncFailure::AccessDenied("may not read".into());
+        assert_eq!(denied.reason(), Reason::AccessDenied);
+        assert_eq!(denied.disposition(), Disposition::Stalled);
+        assert_eq!(denied.retry(), RetryPolicy::Poll(RETRY));
+    }
 
     /// Each failure knows its condition reason and what happens next; the messages are the
     /// ones the docs and system tests pin.

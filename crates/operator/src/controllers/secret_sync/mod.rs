@@ -17,8 +17,9 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use self::failure::{SecretSyncFailure, kubeconfig_failure};
-use self::outcome::{SyncOutcome, desired_status};
-use self::write::{Synced, delete_owned, sync_target};
+use self::outcome::{SyncDone, SyncOutcome, desired_status};
+use self::write::{delete_owned, sync_target};
+use super::cluster::dependants::start_gate;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
@@ -58,7 +59,7 @@ pub(crate) struct SyncState {
     default_service_account: Option<String>,
 }
 
-reported!(OmniSecretSync => OmniSecretSyncStatus);
+reported!(OmniSecretSync => OmniSecretSyncStatus, suspended: |s| s.spec.suspend);
 
 /// A client of the workload cluster from the sync's kubeconfig Secret.
 async fn workload_client(
@@ -128,6 +129,17 @@ async fn apply(
         };
         return unless_deleted_meanwhile(ctx, sync, failed(false, f)).await;
     };
+    if sync.spec.suspend {
+        return Ok(SyncOutcome::new(Some(true), Ok(SyncDone::Suspended)));
+    }
+    // Before its first copy, a sync waits for its cluster (`spec.startWhen`).
+    let copied = sync
+        .status
+        .as_ref()
+        .is_some_and(|s| s.secret_hash.is_some());
+    if let Some(why) = start_gate(&cluster, sync.spec.start_when, copied) {
+        return Ok(failed(true, SecretSyncFailure::ClusterNotReady(why)));
+    }
     let source_name = &sync.spec.source_secret_ref.name;
     let reader = Reader::of(
         &namespace,
@@ -177,14 +189,14 @@ async fn apply(
         return Ok(failed(true, SecretSyncFailure::DeleteFailed(m)));
     }
     let result = sync_target(&workload, sync, &source, &cluster.effective_cluster_name()).await;
-    Ok(SyncOutcome::new(Some(true), result))
+    Ok(SyncOutcome::new(Some(true), result.map(SyncDone::Copied)))
 }
 
 impl Pipeline for OmniSecretSync {
     type State = SyncState;
     /// Whether the cluster it names exists, once the pass looked.
     type Found = Option<bool>;
-    type Done = Synced;
+    type Done = SyncDone;
     type Failure = SecretSyncFailure;
     const FINALIZER: Finalizer = Finalizer::Current;
 
@@ -225,9 +237,9 @@ impl Pipeline for OmniSecretSync {
     }
 
     /// A synced copy is looked at again every `resync` (drift in the workload cluster is not
-    /// watched), or only on a change when the re-check is off.
-    fn recheck(&self, _synced: &Synced, _ctx: &Context, state: &SyncState) -> Action {
-        if state.resync.is_zero() {
+    /// watched), or only on a change when the re-check is off; a suspended one when it changes.
+    fn recheck(&self, done: &SyncDone, _ctx: &Context, state: &SyncState) -> Action {
+        if state.resync.is_zero() || matches!(done, SyncDone::Suspended) {
             Action::await_change()
         } else {
             Action::requeue(periodic(state.resync))

@@ -1,14 +1,26 @@
 //! What one pass did, and the status it leads to (pure).
 
-use crate::api::common::{Condition, condition_types as ct, set_condition};
+use super::write::Synced;
+use crate::api::common::condition_types as ct;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniSecretSync, Reason};
-use crate::controllers::shared::error::Failure;
 use crate::controllers::shared::pipeline;
+use crate::controllers::shared::status::{Draft, Standing};
 
 /// What one pass did, and whether the cluster it names exists (`found`; `None` when the pass
 /// did not look).
 pub(crate) type SyncOutcome = pipeline::Outcome<OmniSecretSync>;
+
+/// The message of `Suspended=True` on a secret sync.
+pub(crate) const SUSPENDED: &str = "spec.suspend is set: the Secret is not copied and drift in the workload cluster is not repaired; Ready keeps its last state";
+
+/// What a pass that did not fail came to.
+pub(crate) enum SyncDone {
+    /// The copy matches the source.
+    Copied(Synced),
+    /// `spec.suspend`: nothing was read or written in the workload cluster.
+    Suspended,
+}
 
 /// Pure: the status after an attempt. Times move only when the outcome or the copy changed.
 pub(super) fn desired_status(
@@ -28,52 +40,42 @@ pub(super) fn desired_status(
     s.kubeconfig_secret_ref = Some(sync.spec.kubeconfig_secret_ref.name.clone());
     s.kubeconfig_secret_key = Some(sync.spec.kubeconfig_secret_ref.key.clone());
     s.source_secret_ref = Some(sync.spec.source_secret_ref.name.clone());
-    let set =
-        |s: &mut OmniSecretSyncStatus, type_: &str, ok: bool, reason: Reason, message: &str| {
-            set_condition(
-                &mut s.conditions,
-                Condition::new(type_, ok.into(), reason, message, generation, now),
-            );
-        };
+    let mut d = Draft::new(s, generation, now, ct::SYNCED);
     if let Some(exists) = *accepted {
-        let name = &sync.spec.cluster_ref.name;
-        set_condition(
-            &mut s.conditions,
-            Condition::accepted(name, exists, generation, now),
-        );
+        d.accepted(&sync.spec.cluster_ref.name, exists);
     }
-    let changed_copy;
+    let mut changed_copy = false;
     match result {
-        Ok(done) => {
+        Ok(SyncDone::Suspended) => d.suspend(SUSPENDED),
+        Ok(SyncDone::Copied(done)) => {
+            d.resume();
             let t = &sync.spec.target_secret_ref;
             let m = format!(
                 "synced Secret {:?} to workload Secret \"{}/{}\"",
                 sync.spec.source_secret_ref.name, t.namespace, t.name
             );
-            set(&mut s, ct::SYNCED, true, Reason::Synced, &m);
-            set(&mut s, ct::READY, true, Reason::Synced, &m);
-            s.target_secret_ref = Some(t.name.clone());
-            s.target_namespace = Some(t.namespace.clone());
-            s.secret_type = Some(done.type_.clone());
-            s.secret_hash = Some(done.hash.clone());
-            s.last_error = Some(String::new());
+            d.outcome(Standing::Ready, Reason::Synced, &m);
+            d.s.target_secret_ref = Some(t.name.clone());
+            d.s.target_namespace = Some(t.namespace.clone());
+            d.s.secret_type = Some(done.type_.clone());
+            d.s.secret_hash = Some(done.hash.clone());
+            d.s.last_error = Some(String::new());
             // A copy written with a force request pending handled it.
             if let Some(token) = super::write::force_requested(sync) {
-                s.last_handled_force_at = Some(token.to_string());
+                d.s.last_handled_force_at = Some(token.to_string());
             }
             changed_copy = done.changed;
         }
         Err(f) => {
-            let message = f.to_string();
-            set(&mut s, ct::SYNCED, false, f.reason(), &message);
-            set(&mut s, ct::READY, false, f.reason(), &message);
-            s.last_error = Some(message);
-            changed_copy = false;
+            d.resume();
+            d.failed_with(f);
+            d.s.last_error = Some(f.to_string());
         }
     }
+    let mut s = d.s;
     if s != old || changed_copy {
         s.last_attempt_time = Some(now);
-        if result.is_ok() {
+        if matches!(result, Ok(SyncDone::Copied(_))) {
             s.last_sync_time = Some(now);
         }
     }
@@ -86,8 +88,7 @@ mod tests {
     use crate::api::common::find_condition;
     use crate::controllers::secret_sync::failure::SecretSyncFailure;
     use crate::controllers::secret_sync::fixtures::sync;
-    use crate::controllers::secret_sync::write::Synced;
-    use crate::controllers::shared::error::RetryPolicy;
+    use crate::controllers::shared::error::{Failure, RetryPolicy};
     use crate::controllers::shared::pipeline::Pipeline;
 
     #[test]
@@ -142,11 +143,11 @@ mod tests {
         let ok = || {
             SyncOutcome::new(
                 Some(true),
-                Ok(Synced {
+                Ok(SyncDone::Copied(Synced {
                     hash: "h".into(),
                     type_: "Opaque".into(),
                     changed: false,
-                }),
+                })),
             )
         };
         let first = desired_status(&s, &ok(), t0);

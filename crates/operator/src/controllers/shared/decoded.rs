@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer};
 use super::context::Context;
 use super::error::Error;
 use crate::api::Reason;
-use crate::api::common::{Condition, ConditionStatus};
+use crate::api::common::Condition;
 
 /// The API resource of kind `K`.
 pub(crate) fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
@@ -142,7 +142,8 @@ pub(crate) fn cached_ref<K: Resource<DynamicType = ()> + Clone>(
 }
 
 /// Pure: the conditions of an undecodable object (raw `status.conditions` if readable, with
-/// `Ready=False` reason `InvalidObject` upserted). `None` when nothing would change.
+/// `Ready=False` and `Stalled=True`, reason `InvalidObject`, upserted). `None` when nothing
+/// would change.
 pub(crate) fn invalid_object_conditions(
     raw_status: Option<&serde_json::Value>,
     message: &str,
@@ -153,16 +154,14 @@ pub(crate) fn invalid_object_conditions(
         .and_then(|s| s.get("conditions"))
         .and_then(|c| serde_json::from_value(c.clone()).ok())
         .unwrap_or_default();
-    let changed = crate::api::common::set_condition(
+    // Only fixing (or deleting) the object helps: kstatus reads it as stalled.
+    let changed = super::status::set_standing(
         &mut conditions,
-        Condition::new(
-            "Ready",
-            ConditionStatus::False,
-            Reason::InvalidObject,
-            message,
-            generation,
-            now,
-        ),
+        super::status::Standing::Stalled,
+        Reason::InvalidObject,
+        message,
+        generation,
+        now,
     );
     changed.then_some(conditions)
 }

@@ -32,6 +32,22 @@ pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
     Duration::from_secs_f64(base * jitter)
 }
 
+/// What a failure means in kstatus terms (the conditions Flux, Argo CD and `kubectl wait`
+/// read), and so how loudly it is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Disposition {
+    /// The object waits for something to appear or become ready (a sibling, a Secret, its
+    /// cluster, Omni creating something): `Reconciling=True`, a Normal Event, and never the
+    /// error backoff (its [`RetryPolicy`] is not [`RetryPolicy::Backoff`]).
+    Waiting,
+    /// A failure a retry may fix (Omni or a workload cluster down, a write refused for now):
+    /// `Ready=False` alone, a Warning Event.
+    Retrying,
+    /// A failure only a change of the spec, or of what it names, can fix (an invalid spec, a
+    /// version Omni refuses, a target owned by someone else): `Stalled=True`, a Warning Event.
+    Stalled,
+}
+
 /// Why an object is not where its spec wants it: one variant of a kind's failure enum. The
 /// message (`Display`) is the condition's and the Event's, so it never carries a secret.
 pub(crate) trait Failure: std::error::Error + Send + Sync + 'static {
@@ -39,6 +55,8 @@ pub(crate) trait Failure: std::error::Error + Send + Sync + 'static {
     fn reason(&self) -> Reason;
     /// What the reconcile does next.
     fn retry(&self) -> RetryPolicy;
+    /// What it means in kstatus terms: waiting, retried, or stalled.
+    fn disposition(&self) -> Disposition;
 }
 
 /// Why a reconcile failed. The object's status already explains a kind's failures; this error

@@ -11,10 +11,10 @@ use serde_json::{Map, Value};
 use kube::runtime::events::EventType;
 
 use super::context::Context;
-use super::error::PassError;
+use super::error::{Disposition, Failure, PassError};
 use crate::api::Reason;
 use crate::api::common::{
-    Condition, ConditionStatus, condition_types, find_condition, set_condition,
+    Condition, ConditionStatus, condition_types, find_condition, remove_condition, set_condition,
 };
 use crate::process::metrics::ResourceInfo;
 
@@ -38,17 +38,40 @@ pub(crate) fn condition_healthy(c: &Condition) -> bool {
 }
 
 /// The one transition between `old` and `new` worth an Event: `Ready`'s when it turned (it
-/// sums the object up, and carries the reason of what changed), else the first condition that
-/// turned bad (a `Stalled=True`, or a second failure while `Ready` stays `False`). The other
-/// conditions turning along with `Ready` (a fresh object's `Accepted`, `Synced` and `Ready`
-/// together) are in the status; an Event each tripled the writes of a cold start.
+/// sums the object up, and carries the reason of what changed), else `Suspended` appearing,
+/// else the first condition that turned bad (a `Stalled=True`, or a second failure while
+/// `Ready` stays `False`). The other conditions turning along with `Ready` (a fresh object's
+/// `Accepted`, `Synced` and `Ready` together) are in the status; an Event each tripled the
+/// writes of a cold start.
 pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
     let turned = transitions(old, new);
     turned
         .iter()
-        .find(|c| c.type_ == crate::api::common::condition_types::READY)
+        .find(|c| c.type_ == condition_types::READY)
+        .or_else(|| {
+            turned
+                .iter()
+                .find(|c| c.type_ == condition_types::SUSPENDED)
+        })
         .or_else(|| turned.iter().find(|c| !condition_healthy(c)))
         .copied()
+}
+
+/// The type of the Event for condition `c` turning, among the object's `conditions`: `Normal`
+/// when the condition is healthy, when the object waits or converges (`Reconciling=True`:
+/// waiting is not a failure), is suspended (a user's choice; a fresh suspended object's `Ready`
+/// is `Unknown`) or waits for a person (a held plan); `Warning` otherwise.
+pub(crate) fn event_type(c: &Condition, conditions: &[Condition]) -> EventType {
+    let holds = |type_: &str| {
+        find_condition(conditions, type_).is_some_and(|r| r.status == ConditionStatus::True)
+    };
+    let waiting = holds(condition_types::RECONCILING) || holds(condition_types::SUSPENDED);
+    let for_a_person = Reason::of(&c.reason).is_some_and(Reason::awaits_a_person);
+    if condition_healthy(c) || (waiting && c.type_ != condition_types::STALLED) || for_a_person {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    }
 }
 
 /// Status fields that record *when* something was tried rather than *what* happened. A change
@@ -255,25 +278,98 @@ where
 }
 
 /// Publishes at most one Event for a status write, for the condition transition that says the
-/// most (see [`event_worthy`]).
+/// most (see [`event_worthy`]), typed by [`event_type`].
 async fn condition_events<K>(ctx: &Context, obj: &K, old: &[Condition], new: &[Condition])
 where
     K: Resource<DynamicType = ()>,
 {
     if let Some(c) = event_worthy(old, new) {
-        // A condition waiting for a person (a plan held for approval) or for something else to
-        // happen (a dependency, the cluster's health) is not failing.
-        let waiting = Reason::of(&c.reason)
-            .is_some_and(|r| r.awaits_a_person() || r.waits_on_another_object());
-        let type_ = if condition_healthy(c) || waiting {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
         let note = format!("{}={:?}: {}", c.type_, c.status, c.message);
-        ctx.event_for(obj.object_ref(&()), type_, &c.reason, note)
+        ctx.event_for(obj.object_ref(&()), event_type(c, new), &c.reason, note)
             .await;
     }
+}
+
+/// Where an object stands in kstatus terms after a pass; each sets `Ready`, and
+/// `Reconciling` or `Stalled` (both present only while `True`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its purpose is achieved: `Ready=True`.
+    Ready,
+    /// It converges, or waits for something: `Ready=False`, `Reconciling=True`.
+    Reconciling,
+    /// It failed and is retried, or waits for a person (a held plan): `Ready=False` alone.
+    NotReady,
+    /// Only a spec change can help: `Ready=False`, `Stalled=True`.
+    Stalled,
+}
+
+impl From<Disposition> for Standing {
+    fn from(d: Disposition) -> Self {
+        match d {
+            Disposition::Waiting => Standing::Reconciling,
+            Disposition::Retrying => Standing::NotReady,
+            Disposition::Stalled => Standing::Stalled,
+        }
+    }
+}
+
+/// Pure: sets `Ready`, `Reconciling` and `Stalled` on `conditions` for `standing`, the first
+/// with `reason` and `message`, the other two (when `True`) with the same; a kstatus
+/// condition that does not hold is removed. Returns whether anything changed.
+pub(crate) fn set_standing(
+    conditions: &mut Vec<Condition>,
+    standing: Standing,
+    reason: Reason,
+    message: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> bool {
+    let condition =
+        |type_: &str, ok: bool| Condition::new(type_, ok.into(), reason, message, generation, now);
+    let mut changed = set_condition(
+        conditions,
+        condition(condition_types::READY, standing == Standing::Ready),
+    );
+    for (type_, holds) in [
+        (
+            condition_types::RECONCILING,
+            standing == Standing::Reconciling,
+        ),
+        (condition_types::STALLED, standing == Standing::Stalled),
+    ] {
+        changed |= if holds {
+            set_condition(conditions, condition(type_, true))
+        } else {
+            remove_condition(conditions, type_)
+        };
+    }
+    changed
+}
+
+/// Pure: marks `conditions` suspended (`spec.suspend`): `Suspended=True` with `message`,
+/// `Ready` as it was (`Unknown`, reason `Suspended`, when the object never reported one),
+/// `Reconciling` removed (nothing converges while the operator leaves the target alone).
+pub(crate) fn set_suspended(
+    conditions: &mut Vec<Condition>,
+    message: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let condition = |type_: &str, status| {
+        Condition::new(type_, status, Reason::Suspended, message, generation, now)
+    };
+    if find_condition(conditions, condition_types::READY).is_none() {
+        set_condition(
+            conditions,
+            condition(condition_types::READY, ConditionStatus::Unknown),
+        );
+    }
+    remove_condition(conditions, condition_types::RECONCILING);
+    set_condition(
+        conditions,
+        condition(condition_types::SUSPENDED, ConditionStatus::True),
+    );
 }
 
 /// Status builder starting from the stored status `s`, so a failure keeps what the last
@@ -325,10 +421,44 @@ impl<S: Conditioned> Draft<S> {
         self.now
     }
 
-    /// The outcome condition and `Ready` together, with one reason and message.
-    pub(crate) fn outcome(&mut self, ok: bool, reason: Reason, message: &str) {
-        self.set(self.outcome_type, ok, reason, message);
-        self.set(condition_types::READY, ok, reason, message);
+    /// The outcome condition and `Ready` together, with one reason and message, and the
+    /// kstatus conditions of `standing` (see [`set_standing`]).
+    pub(crate) fn outcome(&mut self, standing: Standing, reason: Reason, message: &str) {
+        self.set(
+            self.outcome_type,
+            standing == Standing::Ready,
+            reason,
+            message,
+        );
+        self.stand(standing, reason, message);
+    }
+
+    /// [`Draft::outcome`] of `failure`: its reason, message and disposition.
+    pub(crate) fn failed_with(&mut self, failure: &impl Failure) {
+        let message = failure.to_string();
+        self.outcome(failure.disposition().into(), failure.reason(), &message);
+    }
+
+    /// `Ready` and the kstatus conditions of `standing` (see [`set_standing`]).
+    pub(crate) fn stand(&mut self, standing: Standing, reason: Reason, message: &str) {
+        set_standing(
+            self.s.conditions_mut(),
+            standing,
+            reason,
+            message,
+            self.generation,
+            self.now,
+        );
+    }
+
+    /// `spec.suspend`: see [`set_suspended`].
+    pub(crate) fn suspend(&mut self, message: &str) {
+        set_suspended(self.s.conditions_mut(), message, self.generation, self.now);
+    }
+
+    /// Not suspended (any more): `Suspended` removed.
+    pub(crate) fn resume(&mut self) {
+        remove_condition(self.s.conditions_mut(), condition_types::SUSPENDED);
     }
 }
 
@@ -405,7 +535,7 @@ mod tests {
             jiff::Timestamp::UNIX_EPOCH,
             condition_types::SYNCED,
         );
-        d.outcome(false, Reason::SyncFailed, "boom");
+        d.outcome(Standing::NotReady, Reason::SyncFailed, "boom");
         let got: Vec<(&str, ConditionStatus, &str, Option<i64>)> =
             d.s.conditions()
                 .iter()
@@ -424,6 +554,166 @@ mod tests {
                 ("Synced", ConditionStatus::False, "SyncFailed", Some(3)),
                 ("Ready", ConditionStatus::False, "SyncFailed", Some(3)),
             ]
+        );
+    }
+
+    fn kinds(conditions: &[Condition]) -> Vec<(&str, ConditionStatus, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status, c.reason.as_str()))
+            .collect()
+    }
+
+    /// Each standing sets `Ready`, and `Reconciling` or `Stalled` only while they hold: the
+    /// kstatus conditions are present only when `True`.
+    #[test]
+    fn a_standing_sets_ready_and_only_the_kstatus_condition_that_holds() {
+        use ConditionStatus::{False, True};
+        let t = jiff::Timestamp::UNIX_EPOCH;
+        let mut c = Vec::new();
+        let set = |c: &mut Vec<Condition>, standing, reason| {
+            set_standing(c, standing, reason, "m", Some(1), t)
+        };
+        assert!(set(
+            &mut c,
+            Standing::Reconciling,
+            Reason::WaitingForMachines
+        ));
+        assert_eq!(
+            kinds(&c),
+            [
+                ("Ready", False, "WaitingForMachines"),
+                ("Reconciling", True, "WaitingForMachines")
+            ]
+        );
+        assert!(!set(
+            &mut c,
+            Standing::Reconciling,
+            Reason::WaitingForMachines
+        ));
+        assert!(set(&mut c, Standing::Stalled, Reason::OmniRejected));
+        assert_eq!(
+            kinds(&c),
+            [
+                ("Ready", False, "OmniRejected"),
+                ("Stalled", True, "OmniRejected")
+            ]
+        );
+        assert!(set(&mut c, Standing::NotReady, Reason::SyncFailed));
+        assert_eq!(kinds(&c), [("Ready", False, "SyncFailed")]);
+        assert!(set(&mut c, Standing::Ready, Reason::Running));
+        assert_eq!(kinds(&c), [("Ready", True, "Running")]);
+    }
+
+    /// Suspending keeps `Ready` as it was (or `Unknown` on an object that never had one),
+    /// drops `Reconciling` and adds `Suspended=True`.
+    #[test]
+    fn suspending_keeps_ready_and_adds_suspended() {
+        use ConditionStatus::{True, Unknown};
+        let t = jiff::Timestamp::UNIX_EPOCH;
+        let mut fresh = Vec::new();
+        set_suspended(&mut fresh, "suspended", Some(1), t);
+        assert_eq!(
+            kinds(&fresh),
+            [
+                ("Ready", Unknown, "Suspended"),
+                ("Suspended", True, "Suspended")
+            ]
+        );
+        let mut ready = Vec::new();
+        set_standing(
+            &mut ready,
+            Standing::Ready,
+            Reason::Running,
+            "up",
+            Some(1),
+            t,
+        );
+        set_suspended(&mut ready, "suspended", Some(2), t);
+        assert_eq!(
+            kinds(&ready),
+            [("Ready", True, "Running"), ("Suspended", True, "Suspended")]
+        );
+        let mut converging = Vec::new();
+        set_standing(
+            &mut converging,
+            Standing::Reconciling,
+            Reason::Upgrading,
+            "m",
+            Some(1),
+            t,
+        );
+        set_suspended(&mut converging, "suspended", Some(1), t);
+        assert_eq!(
+            kinds(&converging),
+            [
+                ("Ready", ConditionStatus::False, "Upgrading"),
+                ("Suspended", True, "Suspended")
+            ]
+        );
+    }
+
+    /// Waiting and converging are Normal; a failure and a stall are Warnings; suspending is
+    /// worth a (Normal) Event although `Ready` stays.
+    #[test]
+    fn waiting_is_normal_and_failing_is_a_warning() {
+        let t = jiff::Timestamp::UNIX_EPOCH;
+        let typed = |standing, reason| {
+            let mut c = Vec::new();
+            set_standing(&mut c, standing, reason, "m", Some(1), t);
+            let worthy = event_worthy(&[], &c).cloned();
+            worthy.map(|w| (w.type_.clone(), event_type(&w, &c)))
+        };
+        assert_eq!(
+            typed(Standing::Reconciling, Reason::ClusterNotReady),
+            Some(("Ready".into(), EventType::Normal))
+        );
+        assert_eq!(
+            typed(Standing::NotReady, Reason::SyncFailed),
+            Some(("Ready".into(), EventType::Warning))
+        );
+        assert_eq!(
+            typed(Standing::Stalled, Reason::OmniRejected),
+            Some(("Ready".into(), EventType::Warning))
+        );
+        assert_eq!(
+            typed(Standing::Ready, Reason::Running),
+            Some(("Ready".into(), EventType::Normal))
+        );
+        let mut held = Vec::new();
+        set_standing(
+            &mut held,
+            Standing::NotReady,
+            Reason::ApprovalRequired,
+            "m",
+            Some(1),
+            t,
+        );
+        assert_eq!(event_type(&held[0], &held), EventType::Normal);
+        let mut ready = Vec::new();
+        set_standing(
+            &mut ready,
+            Standing::Ready,
+            Reason::Running,
+            "up",
+            Some(1),
+            t,
+        );
+        let mut suspended = ready.clone();
+        set_suspended(&mut suspended, "suspended", Some(2), t);
+        let worthy = event_worthy(&ready, &suspended).cloned();
+        assert_eq!(
+            worthy.map(|w| (w.type_.clone(), event_type(&w, &suspended))),
+            Some(("Suspended".into(), EventType::Normal))
+        );
+        assert!(event_worthy(&suspended, &suspended).is_none());
+        // A fresh object created suspended: its `Ready` appears `Unknown`, a Normal Event.
+        let mut fresh = Vec::new();
+        set_suspended(&mut fresh, "suspended", Some(1), t);
+        let worthy = event_worthy(&[], &fresh).cloned();
+        assert_eq!(
+            worthy.map(|w| (w.type_.clone(), event_type(&w, &fresh))),
+            Some(("Ready".into(), EventType::Normal))
         );
     }
 

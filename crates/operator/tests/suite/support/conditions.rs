@@ -74,3 +74,10 @@ pub fn assert_cond(obj: &impl serde::Serialize, cond: Cond) {
         condition(obj, cond.type_)
     );
 }
+
+/// Panics if `obj` carries a condition of type `type_` (kstatus's `Reconciling` and `Stalled`
+/// are present only while `True`).
+#[track_caller]
+pub fn assert_absent(obj: &impl serde::Serialize, type_: &str) {
+    assert_eq!(condition(obj, type_), None, "no {type_} condition expected");
+}

@@ -2,6 +2,7 @@
 //! built. The key itself is never logged or put in a message.
 
 use crate::api::Reason;
+use crate::controllers::shared::error::Disposition;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -101,6 +102,21 @@ impl ConnectionError {
             | ConnectionError::Read { .. } => Reason::MissingSecret,
             ConnectionError::AccessDenied { .. } => Reason::AccessDenied,
             ConnectionError::Client(_) => Reason::ConnectionFailed,
+        }
+    }
+
+    /// What it means in kstatus terms: a Secret or key not there yet is waited for, one whose
+    /// content is wrong, or which the connection's ServiceAccount may not read, needs it (or
+    /// RBAC, or the spec) changed; the rest is retried.
+    pub(crate) fn disposition(&self) -> Disposition {
+        match self {
+            ConnectionError::MissingSecret { .. }
+            | ConnectionError::MissingKey { .. }
+            | ConnectionError::EmptyKey { .. } => Disposition::Waiting,
+            ConnectionError::EnvAssignments { .. }
+            | ConnectionError::NotBase64 { .. }
+            | ConnectionError::AccessDenied { .. } => Disposition::Stalled,
+            ConnectionError::Read { .. } | ConnectionError::Client(_) => Disposition::Retrying,
         }
     }
 }
