@@ -179,13 +179,17 @@ pub struct OmniHelmReleaseSpec {
 /// The chart to install.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct HelmChart {
-    /// HTTP(S) chart repository URL; required but ignored when `chart` is an `oci://` reference.
+    /// HTTP(S) chart repository URL; required unless `chart` is an `oci://` reference (then it
+    /// is not used, and may be left out).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1))]
     pub repository: String,
     /// Chart name in the repository, or a full `oci://` reference.
     #[schemars(length(min = 1))]
     pub chart: String,
-    /// Chart version.
+    /// Chart version, or a range of versions (`>=1.2 <2`, `1.x`, `^1.2`, `~1.2.3`): the newest
+    /// version the repository's index (an OCI registry's tags) lists within it is installed,
+    /// and a newer one published later is upgraded to at the next drift check.
     #[schemars(length(min = 1))]
     pub version: String,
     /// Values passed to the chart; must be an object.
@@ -358,6 +362,10 @@ pub struct OmniHelmReleaseStatus {
     /// Digest of the inputs of the last install or upgrade attempted, successful or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_digest: Option<String>,
+    /// Chart version of the last install or upgrade attempted: a range in
+    /// `spec.chart.version` as it resolved then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_chart_version: Option<String>,
     /// `metadata.generation` of the last install or upgrade attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_generation: Option<i64>,
@@ -518,11 +526,15 @@ fn target_rules(spec: &OmniHelmReleaseSpec, v: &mut Validation) {
 
 /// Where the chart comes from: repository, name, version and credentials.
 fn chart_rules(chart: &HelmChart, v: &mut Validation) {
+    let oci = chart.chart.trim().starts_with("oci://");
     if is_blank(&chart.repository) {
-        v.push(FieldError::required(
-            "spec.chart.repository",
-            "chart.repository is required",
-        ));
+        // An oci:// reference names its registry itself.
+        if !oci {
+            v.push(FieldError::required(
+                "spec.chart.repository",
+                "chart.repository is required unless chart.chart is an oci:// reference",
+            ));
+        }
     } else if !is_absolute_url(chart.repository.trim()) {
         v.push(FieldError::invalid(
             "spec.chart.repository",
@@ -547,6 +559,12 @@ fn chart_rules(chart: &HelmChart, v: &mut Validation) {
         v.push(FieldError::required(
             "spec.chart.version",
             "chart.version is required",
+        ));
+    } else if !crate::domain::helm::source::index::is_version_or_range(&chart.version) {
+        v.push(FieldError::invalid(
+            "spec.chart.version",
+            &chart.version,
+            "chart.version must be a version or a range of versions (e.g. 1.2.3, >=1.2 <2, 1.x, ^1.2, ~1.2.3)",
         ));
     }
     if let Some((field, problem)) = chart

@@ -497,8 +497,9 @@ fn required_fields() {
         set(&["chart", "clusterRef", "kubeconfigSecretRef"])
     );
     assert_eq!(
+        // `repository` is optional: an oci:// chart names its registry itself.
         req("OmniHelmRelease", "spec.chart"),
-        set(&["chart", "repository", "version"])
+        set(&["chart", "version"])
     );
     assert_eq!(
         req("OmniSecretSync", "spec"),

@@ -668,7 +668,7 @@ fn helm_release_rules() {
         (
             "chart.repository",
             json!(""),
-            "spec.chart.repository: Required value: chart.repository is required",
+            "spec.chart.repository: Required value: chart.repository is required unless chart.chart is an oci:// reference",
         ),
         (
             "chart.repository",
@@ -684,6 +684,11 @@ fn helm_release_rules() {
             "chart.version",
             json!(""),
             "spec.chart.version: Required value: chart.version is required",
+        ),
+        (
+            "chart.version",
+            json!("!=1.0.0"),
+            r#"spec.chart.version: Invalid value: "!=1.0.0": chart.version must be a version or a range of versions (e.g. 1.2.3, >=1.2 <2, 1.x, ^1.2, ~1.2.3)"#,
         ),
         (
             "timeout",

@@ -3,7 +3,8 @@
 //! and deletions, the cluster health gate on an Omni upgrade in flight, remediation with a retry
 //! budget (and the reset annotation), live-object drift in `Warn` and `Enabled` mode with an
 //! ignored path and a deleted object, the reconcile and force annotations, `helm test` with its
-//! results in status and a failing test remediated, and `status.history`.
+//! results in status and a failing test remediated, `status.history`, and chart version ranges
+//! (HTTP index and OCI tags) followed as new versions are published.
 //!
 //! Pods never run in kube-sim: [`Kubelet`] plays the kubelet for test hook Pods, giving each the
 //! phase its `demo.example/outcome` annotation names.
@@ -20,6 +21,7 @@ use kube::{Api, ResourceExt};
 use omni_client::proto::specs::{kubernetes_upgrade_status_spec, talos_upgrade_status_spec};
 use omni_operator::api::{OmniCluster, OmniHelmRelease};
 use serde_json::{Value, json};
+use support::chart_server::{ChartServer, Entry, Serve, digest, index, package};
 use support::env::Env;
 use support::{condition, wait_for, wait_gone};
 
@@ -700,5 +702,151 @@ async fn the_request_annotations_work_on_the_other_kinds() {
         .await;
     assert_eq!(env.env.exported_token("kc").await, second);
     assert_eq!(rotated(env.env.events_of("kc").await), 1, "minted once");
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Publishes chart `demo` at `version` in `repo`, an HTTP chart repository, and rewrites its
+/// index to list `listed` (every version published so far).
+fn publish_http(repo: &ChartServer, version: &str, listed: &mut Vec<(String, String)>) {
+    let archive = package("demo", version, &format!("v{version}"));
+    let file = format!("demo-{version}.tgz");
+    listed.push((version.to_string(), digest(&archive)));
+    repo.put(&format!("/{file}"), archive, "application/gzip");
+    let urls: Vec<String> = listed
+        .iter()
+        .map(|(v, _)| format!("demo-{v}.tgz"))
+        .collect();
+    let entries: Vec<Entry<'_>> = listed
+        .iter()
+        .zip(&urls)
+        .map(|((v, d), url)| Entry {
+            name: "demo",
+            version: v,
+            digest: d,
+            url,
+        })
+        .collect();
+    repo.put("/index.yaml", index(&entries), "application/yaml");
+}
+
+/// Publishes chart `demo` at `version` in `registry`, an OCI registry (as `charts/demo`), and
+/// rewrites its tag list to `tags` (every version published so far).
+fn publish_oci(registry: &ChartServer, version: &str, tags: &mut Vec<String>) {
+    let chart = package("demo", version, &format!("v{version}"));
+    let config = format!(r#"{{"name":"demo","version":"{version}","apiVersion":"v2"}}"#);
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.cncf.helm.config.v1+json",
+                   "digest": format!("sha256:{}", digest(config.as_bytes())), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+                    "digest": format!("sha256:{}", digest(&chart)), "size": chart.len()}],
+    })
+    .to_string();
+    registry.put(
+        &format!("/v2/charts/demo/manifests/{version}"),
+        manifest,
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    registry.put(
+        &format!("/v2/charts/demo/blobs/sha256:{}", digest(config.as_bytes())),
+        config.into_bytes(),
+        "application/vnd.cncf.helm.config.v1+json",
+    );
+    registry.put(
+        &format!("/v2/charts/demo/blobs/sha256:{}", digest(&chart)),
+        chart,
+        "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+    );
+    tags.push(version.to_string());
+    registry.put(
+        "/v2/charts/demo/tags/list",
+        json!({"name": "charts/demo", "tags": tags}).to_string(),
+        "application/json",
+    );
+}
+
+/// The chart version in status and the one last attempted.
+fn versions(r: &OmniHelmRelease) -> (Option<String>, Option<String>) {
+    let s = status_of(r);
+    (s.chart_version, s.last_attempted_chart_version)
+}
+
+fn at_version(r: &OmniHelmRelease, version: &str) -> bool {
+    let want = Some(version.to_string());
+    reason(r, "Ready").is_some_and(|(s, _, _)| s == "True") && versions(r) == (want.clone(), want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_picks_the_highest_matching_version_and_follows_a_newly_published_one() {
+    let env = Helm::start().await;
+    let api = env.releases();
+    let repo = ChartServer::start(Serve::default()).await;
+    let mut listed = Vec::new();
+    for version in ["0.1.0", "0.2.0", "1.0.0"] {
+        publish_http(&repo, version, &mut listed);
+    }
+    // Masterminds' spelling, as Flux and helm take it: comparators apart, a space between.
+    env.create_release(
+        "ranged",
+        json!({
+            "releaseName": "ranged",
+            "driftCheckInterval": "1s",
+            "chart": {"repository": repo.url, "chart": "demo", "version": ">=0.1 <1"},
+        }),
+    )
+    .await;
+    let r = wait_for(&api, "ranged", "0.2.0 installed", |r| {
+        at_version(r, "0.2.0")
+    })
+    .await;
+    assert_eq!(revision(&r), Some(1));
+    assert_eq!(env.greeting("ranged").await.as_deref(), Some("v0.2.0"));
+
+    // A new version inside the range is upgraded to at the next drift check; one outside is not.
+    publish_http(&repo, "0.3.0", &mut listed);
+    publish_http(&repo, "1.1.0", &mut listed);
+    let r = wait_for(&api, "ranged", "0.3.0 upgraded to", |r| {
+        at_version(r, "0.3.0")
+    })
+    .await;
+    assert_eq!(revision(&r), Some(2));
+    assert_eq!(env.greeting("ranged").await.as_deref(), Some("v0.3.0"));
+    // An unchanged index changes nothing: drift checks come and go without a new revision.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let r = api.get("ranged").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(revision(&r), Some(2), "no upgrade without a new version");
+    assert_eq!(env.helm_revisions("ranged").await, vec![1, 2]);
+
+    // OCI: the tags are the versions; `repository` may be left out of an oci:// chart.
+    let registry = ChartServer::start(Serve::default()).await;
+    let mut tags = Vec::new();
+    for version in ["0.1.0", "0.2.0", "1.0.0"] {
+        publish_oci(&registry, version, &mut tags);
+    }
+    env.create_release(
+        "ranged-oci",
+        json!({
+            "releaseName": "ranged-oci",
+            "driftCheckInterval": "1s",
+            "chart": {"chart": format!("oci://{}/charts/demo", registry.addr),
+                      "version": "0.x", "insecure": true},
+        }),
+    )
+    .await;
+    let r = wait_for(&api, "ranged-oci", "0.2.0 pulled", |r| {
+        at_version(r, "0.2.0")
+    })
+    .await;
+    assert_eq!(revision(&r), Some(1));
+    publish_oci(&registry, "0.4.0", &mut tags);
+    let r = wait_for(&api, "ranged-oci", "0.4.0 upgraded to", |r| {
+        at_version(r, "0.4.0")
+    })
+    .await;
+    assert_eq!(revision(&r), Some(2));
+    assert_eq!(env.greeting("ranged-oci").await.as_deref(), Some("v0.4.0"));
     env.shutdown().await;
 }

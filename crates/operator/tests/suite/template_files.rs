@@ -454,8 +454,11 @@ mod system {
             ("absolute", "is outside the template root"),
             ("widened", "is outside the operator's template root"),
         ] {
+            // The cluster is created before its control plane, so a pass may first report the
+            // missing control plane (`MissingTemplate`); the refusal comes once both exist.
             let refused = wait_for(&clusters, name, "refused", |c| {
-                condition(c, "Validated").is_some_and(|(s, _, _)| s == "False")
+                condition(c, "Validated")
+                    .is_some_and(|(s, reason, _)| s == "False" && reason != "MissingTemplate")
             })
             .await;
             let (_, reason, message) = condition(&refused, "Validated").expect("condition");

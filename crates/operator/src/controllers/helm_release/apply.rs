@@ -39,23 +39,34 @@ impl HelmRun<'_> {
     /// The chart of the request, fetched and verified into the session's directory under the
     /// deployment's chart source policy ([`crate::domain::helm::source`]).
     async fn fetch_chart(&self) -> Result<Fetched, Problem> {
-        let (repository, chart) = match &self.req.chart {
-            ChartSource::Repository { url, chart } => (url.as_str(), chart.as_str()),
-            ChartSource::Oci { reference } => ("", reference.as_str()),
-        };
-        Fetch {
-            repository,
-            chart,
-            version: &self.req.chart_version,
-            insecure: self.r.spec.chart.insecure,
-            auth: self.auth,
-            policy: &self.state.chart_sources,
-            roots: &self.state.roots,
-            limits: self.state.limits,
-        }
-        .run(self.session.dir())
-        .await
-        .map_err(Problem::from)
+        chart_fetch(self.state, self.r, self.req, self.auth)
+            .run(self.session.dir())
+            .await
+            .map_err(Problem::from)
+    }
+}
+
+/// The fetch of `req`'s chart (at `req`'s version) with `auth`, under the deployment's chart
+/// source policy and time bounds.
+pub(crate) fn chart_fetch<'a>(
+    state: &'a HelmState,
+    r: &'a OmniHelmRelease,
+    req: &'a ReleaseRequest,
+    auth: &'a RepositoryAuth,
+) -> Fetch<'a> {
+    let (repository, chart) = match &req.chart {
+        ChartSource::Repository { url, chart } => (url.as_str(), chart.as_str()),
+        ChartSource::Oci { reference } => ("", reference.as_str()),
+    };
+    Fetch {
+        repository,
+        chart,
+        version: &req.chart_version,
+        insecure: r.spec.chart.insecure,
+        auth,
+        policy: &state.chart_sources,
+        roots: &state.roots,
+        limits: state.limits,
     }
 }
 

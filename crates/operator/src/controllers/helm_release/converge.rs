@@ -3,10 +3,10 @@
 
 use kube::ResourceExt;
 
-use super::apply::HelmRun;
+use super::apply::{HelmRun, chart_fetch};
 use super::decide::{NextAction, next_action};
 use super::inputs::{self, Kubeconfig, Problem};
-use super::outcome::{Done, HelmFailure, Outcome, StuckBecause};
+use super::outcome::{Done, Found, HelmFailure, Inputs, Outcome, StuckBecause};
 use super::ownership::{self, Starter};
 use super::release::{Observation, determine};
 use super::state::HelmState;
@@ -17,6 +17,7 @@ use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::pipeline::unless_deleted_meanwhile;
+use crate::domain::helm::source::index::is_exact;
 use crate::domain::helm::{ReleaseInfo, ReleaseRequest, ReleaseSession, RepositoryAuth};
 
 /// The pass of an object that is not being deleted: its inputs, then the release.
@@ -34,9 +35,10 @@ pub(super) async fn attached(
         let missing = HelmFailure::MissingCluster {
             cluster: r.spec.cluster_ref.name.clone(),
         };
-        return unless_deleted_meanwhile(ctx, r, Outcome::new(Some(false), Err(missing))).await;
+        return unless_deleted_meanwhile(ctx, r, Outcome::new(Found::cluster(false), Err(missing)))
+            .await;
     };
-    let attached = |result| Outcome::new(Some(true), result);
+    let attached = |result| Outcome::new(Found::cluster(true), result);
     // Suspended first: no gate is looked at, nothing runs.
     if r.spec.suspend {
         return Ok(attached(Ok(Done::Suspended)));
@@ -50,18 +52,34 @@ pub(super) async fn attached(
         let waiting = attached(Err(HelmFailure::ClusterNotReady(why)));
         return unless_deleted_meanwhile(ctx, r, waiting).await;
     }
-    let req = inputs::request(r);
     // The gates of every install or upgrade, before any input is read or Helm runs.
-    if let Some(waiting) = shut_gate(state, r, &namespace, &cluster, &req) {
+    if let Some(waiting) = shut_gate(state, r, &namespace, &cluster) {
         return unless_deleted_meanwhile(ctx, r, attached(Err(waiting))).await;
+    }
+    let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
+    let auth = match inputs::repository_auth(ctx, state, r).await? {
+        Ok(a) => a,
+        Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
+    };
+    // A range in spec.chart.version names the version it admits now: a newly published one is
+    // a change of the inputs.
+    let req = match resolve(state, r, &auth).await {
+        Ok(req) => req,
+        Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
+    };
+    let attached = |result| Outcome {
+        found: Found {
+            cluster: Some(true),
+            inputs: Some(Inputs::of(&req)),
+        },
+        result,
+    };
+    if let Some(spent) = spent_budget(r, &req) {
+        return unless_deleted_meanwhile(ctx, r, attached(Err(spent))).await;
     }
     let blocked = |problem| attached(Err(HelmFailure::Blocked(problem)));
     let kubeconfig = match inputs::kubeconfig(ctx, state, r).await? {
         Ok(k) => k,
-        Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
-    };
-    let auth = match inputs::repository_auth(ctx, state, r).await? {
-        Ok(a) => a,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
     let Some(helm) = &state.helm else {
@@ -89,25 +107,43 @@ pub(super) async fn attached(
         auth: &auth,
         kubeconfig: &kubeconfig,
     };
-    Ok(attached(release.converge(ctx, state).await))
+    let result = release.converge(ctx, state).await;
+    Ok(attached(result))
 }
 
-/// Pure: the gate that stops the pass before Helm runs, if one does: a dependency that is not Ready, a cluster that
-/// is not as healthy as asked, or a spent retry budget (a force request still gets its one
-/// attempt).
+/// The release request of this pass: at the spec's version when it is exact (nothing is
+/// fetched), else at the newest version the range admits in the repository's index or the
+/// registry's tags, read as an install would read them (same policy, credentials and bounds).
+async fn resolve(
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    auth: &RepositoryAuth,
+) -> Result<ReleaseRequest, Problem> {
+    let spec_req = inputs::request(r);
+    if is_exact(&spec_req.chart_version) {
+        return Ok(spec_req);
+    }
+    let version = chart_fetch(state, r, &spec_req, auth).resolve().await?;
+    Ok(inputs::request_at(r, &version))
+}
+
+/// Pure: the gate that stops the pass before any input is read: a dependency that is not
+/// Ready, or a cluster that is not as healthy as asked.
 fn shut_gate(
     state: &HelmState,
     r: &OmniHelmRelease,
     namespace: &str,
     cluster: &OmniCluster,
-    req: &ReleaseRequest,
 ) -> Option<HelmFailure> {
     if let Some(shut) = gates::dependencies(r, |name| state.release(namespace, name)) {
         return Some(shut);
     }
-    if let Some(shut) = gates::cluster_health(r, cluster) {
-        return Some(shut);
-    }
+    gates::cluster_health(r, cluster)
+}
+
+/// Pure: a spent retry budget for the inputs of `req`, which stops the pass before Helm runs
+/// (a force request still gets its one attempt).
+fn spent_budget(r: &OmniHelmRelease, req: &ReleaseRequest) -> Option<HelmFailure> {
     let forced = {
         let handled = r
             .status

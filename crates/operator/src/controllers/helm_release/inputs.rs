@@ -270,10 +270,17 @@ pub(crate) async fn repository_auth(
 /// The release `r` describes, resolved once per pass: every look at it and every action on it
 /// (status, labels, history, install, upgrade, rollback, uninstall) takes this request.
 pub(crate) fn request(r: &OmniHelmRelease) -> ReleaseRequest {
+    request_at(r, r.spec.chart.version.trim())
+}
+
+/// [`request`] at `chart_version`, the version a range in `spec.chart.version` resolved to in
+/// this pass: the inputs' digest names that version, so a newly published version that the
+/// range admits is a change of the inputs (an upgrade, a fresh retry budget).
+pub(crate) fn request_at(r: &OmniHelmRelease, chart_version: &str) -> ReleaseRequest {
     let spec = &r.spec;
     let release_name = r.effective_release_name();
     let chart = ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart);
-    let chart_version = spec.chart.version.trim().to_string();
+    let chart_version = chart_version.to_string();
     ReleaseRequest {
         lock_key: release_key(r, &release_name),
         digest: input_digest(r, &release_name, &chart, &chart_version),

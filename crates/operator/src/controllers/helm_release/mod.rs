@@ -72,8 +72,8 @@ reported!(OmniHelmRelease => OmniHelmReleaseStatus, suspended: |r| r.spec.suspen
 /// stale digest or revision would create a needless revision.
 impl Pipeline for OmniHelmRelease {
     type State = HelmState;
-    /// Whether the cluster it names exists, once the pass looked.
-    type Found = Option<bool>;
+    /// Whether the cluster it names exists, and the inputs it applies.
+    type Found = outcome::Found;
     type Done = Done;
     type Failure = HelmFailure;
     const FINALIZER: Finalizer = Finalizer::Current;

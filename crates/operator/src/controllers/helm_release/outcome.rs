@@ -19,7 +19,7 @@ use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
 use crate::controllers::shared::status::{self, Standing};
 use crate::domain::helm::args::InstallVerb;
-use crate::domain::helm::{ReleaseInfo, TestRun};
+use crate::domain::helm::{ReleaseInfo, ReleaseRequest, TestRun};
 
 /// Re-check while a dependency (cluster, Secret, helm) is missing.
 pub(crate) const RETRY: Duration = Duration::from_secs(60);
@@ -92,6 +92,43 @@ pub(crate) enum Done {
     },
     /// `spec.suspend`: no Helm ran.
     Suspended,
+}
+
+/// What a pass found on its way, which the status reports whatever the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// Whether the cluster it names exists, once the pass looked.
+    pub(crate) cluster: Option<bool>,
+    /// The inputs an install or upgrade of this pass applies (a range in `spec.chart.version`
+    /// resolved), once known.
+    pub(crate) inputs: Option<Inputs>,
+}
+
+impl Found {
+    /// The cluster was looked at: it exists or not.
+    pub(crate) fn cluster(exists: bool) -> Self {
+        Self {
+            cluster: Some(exists),
+            inputs: None,
+        }
+    }
+}
+
+/// The inputs of an install or upgrade: their digest and the chart version they name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inputs {
+    pub(crate) digest: String,
+    pub(crate) chart_version: String,
+}
+
+impl Inputs {
+    /// The inputs of `req`.
+    pub(crate) fn of(req: &ReleaseRequest) -> Self {
+        Self {
+            digest: req.digest.clone(),
+            chart_version: req.chart_version.clone(),
+        }
+    }
 }
 
 /// "Helm release … is pending-… at revision … since …".
@@ -525,9 +562,15 @@ pub(crate) fn desired_status(
 ) -> OmniHelmReleaseStatus {
     let mut d = draft(r, now);
     // Before the cluster was looked at, or while deleting: `Accepted` stays as it was.
-    if let Some(exists) = outcome.found {
+    if let Some(exists) = outcome.found.cluster {
         d.accepted(&r.spec.cluster_ref.name, exists);
     }
+    // What this pass installed or tried to: a range as resolved in this pass, else the spec.
+    let inputs = outcome
+        .found
+        .inputs
+        .clone()
+        .unwrap_or_else(|| Inputs::of(&super::inputs::request(r)));
     d.requests(r, outcome);
     if !matches!(outcome.result, Ok(Done::Suspended)) {
         d.resume();
@@ -546,7 +589,13 @@ pub(crate) fn desired_status(
             tests,
         }) => {
             d.ran(r, *verb, Some(info));
-            d.attempted(r, digest);
+            d.attempted(
+                r,
+                &Inputs {
+                    digest: digest.clone(),
+                    ..inputs
+                },
+            );
             d.s.last_applied_digest = Some(digest.clone());
             d.clear_failures();
             let (reason, m) = success_condition(
@@ -558,7 +607,7 @@ pub(crate) fn desired_status(
             d.tested(tests.as_ref());
             d.history(r, info, digest, tests.as_ref());
         }
-        Err(failure) => d.failure(r, failure),
+        Err(failure) => d.failure(r, failure, &inputs),
     }
     if r.spec
         .drift_detection
@@ -592,7 +641,7 @@ impl Draft {
     }
 
     /// Everything a failed pass records: what Helm left, the budget, the conditions.
-    fn failure(&mut self, r: &OmniHelmRelease, failure: &HelmFailure) {
+    fn failure(&mut self, r: &OmniHelmRelease, failure: &HelmFailure, inputs: &Inputs) {
         match failure {
             HelmFailure::Refused { .. } => {
                 // Nothing in the status may describe someone else's release as ours:
@@ -611,43 +660,43 @@ impl Draft {
                 after,
                 ..
             } => {
-                self.attempt(r, cause);
+                self.attempt(r, cause, inputs);
                 self.after(after);
                 self.spent(spent);
             }
             HelmFailure::UninstallFailed(_) => self.s.last_action = Some("Uninstall".into()),
-            other => self.attempt(r, other),
+            other => self.attempt(r, other, inputs),
         }
         self.failed(failure);
     }
 
     /// What a failed install or upgrade (or its tests) left, uncounted.
-    fn attempt(&mut self, r: &OmniHelmRelease, failure: &HelmFailure) {
-        let digest = super::inputs::request(r).digest;
+    fn attempt(&mut self, r: &OmniHelmRelease, failure: &HelmFailure, inputs: &Inputs) {
+        let digest = &inputs.digest;
         match failure {
             HelmFailure::NotDeployed { verb, info, .. } => {
                 self.ran(r, *verb, Some(info));
-                self.attempted(r, &digest);
-                self.history(r, info, &digest, None);
+                self.attempted(r, inputs);
+                self.history(r, info, digest, None);
             }
             HelmFailure::TestFailed {
                 verb, info, tests, ..
             } => {
                 self.ran(r, *verb, Some(info));
-                self.attempted(r, &digest);
+                self.attempted(r, inputs);
                 self.tested(Some(tests));
-                self.history(r, info, &digest, Some(tests));
+                self.history(r, info, digest, Some(tests));
             }
             HelmFailure::RunFailed { verb, after, .. } => {
                 self.ran(r, *verb, None);
-                self.attempted(r, &digest);
+                self.attempted(r, inputs);
                 self.after(after);
                 // The revision the failed run left is one this object made; a deployed one
                 // after a failure is Helm's own rollback (`atomic`), not ours.
                 if let After::Release(info) = after
                     && info.status == crate::domain::helm::HelmStatus::Failed
                 {
-                    self.history(r, info, &digest, None);
+                    self.history(r, info, digest, None);
                 }
             }
             _ => {}

@@ -14,7 +14,7 @@ fn input_digest(r: &OmniHelmRelease) -> String {
 
 /// A pass that found the cluster and ended with `result`.
 fn attached(result: Result<Done, HelmFailure>) -> Outcome {
-    Outcome::new(Some(true), result)
+    Outcome::new(Found::cluster(true), result)
 }
 
 /// The next reconcile after `outcome` (drift checks at least 10 s apart, unspread); `Err`
@@ -263,7 +263,11 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     let missing = HelmFailure::MissingCluster {
         cluster: "c".into(),
     };
-    let s = desired_status(&r, &Outcome::new(Some(false), Err(missing)), now());
+    let s = desired_status(
+        &r,
+        &Outcome::new(Found::cluster(false), Err(missing)),
+        now(),
+    );
     assert_eq!(
         condition(&s, ct::ACCEPTED),
         (

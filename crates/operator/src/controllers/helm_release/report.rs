@@ -4,7 +4,7 @@
 use super::budget::{Spent, reset_requested};
 use super::history;
 use super::outcome::DriftFound;
-use super::outcome::{Done, Outcome};
+use super::outcome::{Done, Inputs, Outcome};
 use crate::api::common::condition_types as ct;
 use crate::api::helm_policies::{DriftedObject, TestHookStatus};
 use crate::api::helm_release::OmniHelmReleaseStatus;
@@ -37,9 +37,10 @@ impl Draft {
         }
     }
 
-    /// An install or upgrade of the inputs `digest` was attempted at the object's generation.
-    pub(super) fn attempted(&mut self, r: &OmniHelmRelease, digest: &str) {
-        self.s.last_attempted_digest = Some(digest.to_string());
+    /// An install or upgrade of `inputs` was attempted at the object's generation.
+    pub(super) fn attempted(&mut self, r: &OmniHelmRelease, inputs: &Inputs) {
+        self.s.last_attempted_digest = Some(inputs.digest.clone());
+        self.s.last_attempted_chart_version = Some(inputs.chart_version.clone());
         self.s.last_attempted_generation = r.metadata.generation;
     }
 
@@ -161,6 +162,7 @@ mod tests {
     use super::*;
     use crate::api::common::{ConditionStatus, find_condition};
     use crate::api::helm_policies::DriftMode;
+    use crate::controllers::helm_release::outcome::Found;
     use crate::controllers::helm_release::outcome::desired_status;
     use crate::controllers::helm_release::test_support::{info, release};
     use crate::domain::helm::TestHook;
@@ -185,7 +187,7 @@ mod tests {
         };
         let checked = |objects: Vec<DriftedObject>, corrected| {
             Outcome::new(
-                Some(true),
+                Found::cluster(true),
                 Ok(Done::Checked {
                     release: info("deployed", 1),
                     drift: DriftFound {
@@ -215,7 +217,11 @@ mod tests {
         assert!(s.drifted_objects.is_empty());
         r.spec.drift_detection = None;
         r.status = Some(s);
-        let s = desired_status(&r, &Outcome::new(Some(true), Ok(Done::InSync(None))), now());
+        let s = desired_status(
+            &r,
+            &Outcome::new(Found::cluster(true), Ok(Done::InSync(None))),
+            now(),
+        );
         assert_eq!(
             drifted(&s),
             None,
@@ -234,7 +240,7 @@ mod tests {
             }],
         };
         let outcome = Outcome::new(
-            Some(true),
+            Found::cluster(true),
             Ok(Done::Deployed {
                 verb: InstallVerb::Install,
                 info: info("deployed", 1),

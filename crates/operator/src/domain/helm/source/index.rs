@@ -124,6 +124,13 @@ pub(crate) fn is_exact(wanted: &str) -> bool {
         && !w.split('.').any(|part| part.eq_ignore_ascii_case("x"))
 }
 
+/// Whether `wanted` is one version (which the index must list as written, or as a
+/// constraint of one) or a range the operator can read.
+pub(crate) fn is_version_or_range(wanted: &str) -> bool {
+    let wanted = wanted.trim();
+    (is_exact(wanted) && parse_version(wanted).is_some()) || Constraint::parse(wanted).is_ok()
+}
+
 /// A version as helm reads one: semantic, an optional leading `v`, missing minor or patch
 /// counted as zero.
 fn parse_version(text: &str) -> Option<semver::Version> {
@@ -202,14 +209,31 @@ fn normalise(token: &str) -> Option<String> {
         Some(i) => token.split_at(i),
         None => return None,
     };
+    let version = version.trim_start_matches(['v', 'V']);
     let op = match op {
         "=<" => "<=",
         "=>" => ">=",
         "~>" => "~",
         "!=" | "!" => return None,
+        // Masterminds reads a bare or `=` version with parts left out (`1.2`, `1`) as "that
+        // minor (major), any patch (minor)", where the `semver` crate would read a bare one as
+        // a caret: `~` says what Masterminds means. A wildcard (`1.2.x`) stays bare; a whole
+        // version is exact.
+        "" | "=" if version.contains(['x', 'X', '*']) => "",
+        "" | "="
+            if version
+                .split(['-', '+'])
+                .next()
+                .unwrap_or_default()
+                .split('.')
+                .count()
+                < 3 =>
+        {
+            "~"
+        }
+        "" | "=" => "=",
         other => other,
     };
-    let version = version.trim_start_matches(['v', 'V']);
     Some(format!("{op}{version}"))
 }
 
@@ -258,6 +282,13 @@ mod tests {
         assert_eq!(pick(&all, "^9 || ~1.2").as_deref(), Some("1.2.5"));
         assert_eq!(pick(&all, "=<1.2.0").as_deref(), Some("1.2.0"));
         assert_eq!(pick(&all, "9.9.9"), None);
+        // A bare partial version is Masterminds' "that minor, any patch", not a caret.
+        assert_eq!(pick(&all, "1.2").as_deref(), Some("1.2.5"));
+        assert_eq!(pick(&all, "=1").as_deref(), Some("1.10.0"));
+        assert_eq!(pick(&all, ">=1.2 <2").as_deref(), Some("1.10.0"));
+        assert_eq!(pick(&all, "1.2.x").as_deref(), Some("1.2.5"));
+        assert_eq!(pick(&all, "1.x.x").as_deref(), Some("1.10.0"));
+        assert_eq!(pick(&all, "1.2.0 || 2").as_deref(), Some("2.0.0"));
         assert!(matches!(
             choose(&entries(&all), "!=1.0.0"),
             Err(IndexError::BadConstraint(_))
@@ -265,6 +296,20 @@ mod tests {
         assert!(
             is_exact("1.2.3") && is_exact("1.2.3+build") && !is_exact("^1") && !is_exact("1.x")
         );
+        for ok in [
+            "1.2.3",
+            "v1.2.3",
+            "1.2",
+            ">=1.2 <2",
+            "1.x",
+            "^1 || ~2.1",
+            "*",
+        ] {
+            assert!(is_version_or_range(ok), "{ok}");
+        }
+        for bad in ["latest", "!=1.0.0", ">=", "1.2.3.4", "1 ||"] {
+            assert!(!is_version_or_range(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -71,9 +71,21 @@ pub(crate) struct Fetched {
     pub(crate) digest: String,
 }
 
-impl Fetch<'_> {
-    /// Fetches and verifies the chart, and writes it to `dir/chart.tgz`.
-    pub(crate) async fn run(&self, dir: &Path) -> Result<Fetched, SourceError> {
+/// A fetch checked against the spec and the deployment's policy, ready to send requests.
+struct Prepared<'a> {
+    location: ChartLocation,
+    /// "chart repository URL" or "OCI chart REF", for messages.
+    source: String,
+    client: Client<'a>,
+    /// The credentials' `Authorization` value.
+    basic: Option<String>,
+}
+
+impl<'a> Fetch<'a> {
+    /// The checks made before any request: the location, `insecure` against the deployment,
+    /// the allowed hosts, credentials only over TLS; then the client that applies the policy
+    /// to every request.
+    fn prepare(&self) -> Result<Prepared<'a>, SourceError> {
         let location = location::locate(self.repository, self.chart, self.insecure)
             .map_err(|e| SourceError::Refused(e.message))?;
         if self.insecure && !self.policy.allow_insecure {
@@ -107,6 +119,63 @@ impl Fetch<'_> {
             tls,
             insecure: self.insecure,
         };
+        Ok(Prepared {
+            location,
+            source,
+            client,
+            basic,
+        })
+    }
+
+    /// The version a range (`>=1.2 <2`, `1.x`, `^1`) selects now: the newest the repository's
+    /// index lists (an OCI registry's tags) that the range admits. An exact version is itself,
+    /// and nothing is requested for it. The archive is not downloaded: [`Fetch::run`] does that
+    /// with the version this returns, when helm is to install it.
+    pub(crate) async fn resolve(&self) -> Result<String, SourceError> {
+        if index::is_exact(self.version) {
+            return Ok(self.version.trim().to_string());
+        }
+        let p = self.prepare()?;
+        match &p.location {
+            ChartLocation::Repository { repository, name } => {
+                let credentials = credentials_for(repository, p.basic.clone());
+                let (_, body) = self
+                    .index(&p.client, repository, &credentials)
+                    .await
+                    .map_err(|(step, e)| in_words(&p.source, step, e))?;
+                index::find(&body, name, self.version)
+                    .map(|entry| entry.version)
+                    .map_err(|e| {
+                        in_words(
+                            &p.source,
+                            "read the index",
+                            SourceError::Failed(e.to_string()),
+                        )
+                    })
+            }
+            ChartLocation::Oci {
+                registry,
+                repository,
+            } => oci::resolve(
+                &p.client,
+                registry,
+                repository,
+                self.version,
+                p.basic.clone(),
+            )
+            .await
+            .map_err(|e| in_words(&p.source, e.step, e.error)),
+        }
+    }
+
+    /// Fetches and verifies the chart, and writes it to `dir/chart.tgz`.
+    pub(crate) async fn run(&self, dir: &Path) -> Result<Fetched, SourceError> {
+        let Prepared {
+            location,
+            source,
+            client,
+            basic,
+        } = self.prepare()?;
         let (archive, digest) = match &location {
             ChartLocation::Repository { repository, name } => self
                 .repository_chart(&client, repository, name, basic)
@@ -151,31 +220,23 @@ impl Fetch<'_> {
         ))
     }
 
-    /// The index of `repository`, the entry of chart `name`, and its verified archive.
-    async fn repository_chart(
+    /// The index of `repository` (the directory its files are relative to, and the index's
+    /// bytes), requested with `credentials`.
+    async fn index(
         &self,
         client: &Client<'_>,
         repository: &url::Url,
-        name: &str,
-        basic: Option<String>,
-    ) -> Result<(Vec<u8>, String), (&'static str, SourceError)> {
+        credentials: &[Credential],
+    ) -> Result<(url::Url, Vec<u8>), (&'static str, SourceError)> {
         let base = repository.as_directory();
-        // Credentials belong to the repository's origin and go nowhere else.
-        let credentials: Vec<Credential> = basic
-            .map(|header| Credential {
-                origin: base.origin.clone(),
-                header,
-            })
-            .into_iter()
-            .collect();
+        let step = "read the index";
         let index_url = base
             .join("index.yaml")
-            .map_err(|_| ("read the index", SourceError::Failed("unusable URL".into())))?;
-        let step = "read the index";
+            .map_err(|_| (step, SourceError::Failed("unusable URL".into())))?;
         let index = client
             .get(
                 &index_url,
-                &credentials,
+                credentials,
                 "application/yaml, application/json, */*",
                 MAX_INDEX_BYTES,
             )
@@ -184,7 +245,21 @@ impl Fetch<'_> {
         if !index.status.is_success() {
             return Err((step, SourceError::Failed(oci::status_text(index.status))));
         }
-        let entry = index::find(&index.body, name, self.version)
+        Ok((base, index.body))
+    }
+
+    /// The index of `repository`, the entry of chart `name`, and its verified archive.
+    async fn repository_chart(
+        &self,
+        client: &Client<'_>,
+        repository: &url::Url,
+        name: &str,
+        basic: Option<String>,
+    ) -> Result<(Vec<u8>, String), (&'static str, SourceError)> {
+        let credentials = credentials_for(repository, basic);
+        let (base, index) = self.index(client, repository, &credentials).await?;
+        let step = "read the index";
+        let entry = index::find(&index, name, self.version)
             .map_err(|e| (step, SourceError::Failed(e.to_string())))?;
         let expected = entry
             .digest
@@ -221,6 +296,17 @@ impl Fetch<'_> {
         }
         Ok((archive.body, digest))
     }
+}
+
+/// The credentials of `repository`: they belong to its origin and go nowhere else.
+fn credentials_for(repository: &url::Url, basic: Option<String>) -> Vec<Credential> {
+    basic
+        .map(|header| Credential {
+            origin: repository.as_directory().origin.clone(),
+            header,
+        })
+        .into_iter()
+        .collect()
 }
 
 /// A failed `step` of fetching from `source`, in the operator's words.

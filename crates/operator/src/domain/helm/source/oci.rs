@@ -58,13 +58,7 @@ pub(crate) async fn pull(
     basic: Option<String>,
     max_chart: u64,
 ) -> Result<Pulled, PullError> {
-    let mut s = Session {
-        client,
-        registry,
-        repository,
-        basic,
-        token: None,
-    };
+    let mut s = Session::new(client, registry, repository, basic);
     let tag = s.tag(version).await?;
     let hex = s.chart_layer(&tag, max_chart).await?;
     let blob = s
@@ -87,7 +81,36 @@ pub(crate) async fn pull(
     })
 }
 
-impl Session<'_> {
+/// The version of chart `repository` in `registry` that `version` selects: the newest tag a
+/// range admits, in semver's spelling (`+`, where the tag has `_`).
+pub(crate) async fn resolve(
+    client: &Client<'_>,
+    registry: &Origin,
+    repository: &str,
+    version: &str,
+    basic: Option<String>,
+) -> Result<String, PullError> {
+    let mut s = Session::new(client, registry, repository, basic);
+    Ok(s.tag(version).await?.replace('_', "+"))
+}
+
+impl<'a> Session<'a> {
+    /// A session without a token yet.
+    fn new(
+        client: &'a Client<'a>,
+        registry: &'a Origin,
+        repository: &'a str,
+        basic: Option<String>,
+    ) -> Self {
+        Self {
+            client,
+            registry,
+            repository,
+            basic,
+            token: None,
+        }
+    }
+
     /// The tag of chart `version`: the version itself when it is exact, else the newest listed
     /// tag the constraint admits (OCI tags spell semver's `+` as `_`).
     async fn tag(&mut self, version: &str) -> Result<String, PullError> {
