@@ -79,7 +79,12 @@ async fn every_sample_becomes_ready(sandbox: &Sandbox) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let rows = status::rows(&sandbox.client).await.unwrap();
-        if rows.len() == sandbox.applied.len() && rows.iter().all(status::Row::is_ready) {
+        // Every applied sample is listed, and every row Ready: the sets' generated objects
+        // are rows of their own.
+        let listed = |(kind, name): &(String, String)| {
+            rows.iter().any(|r| &r.kind == kind && &r.name == name)
+        };
+        if sandbox.applied.iter().all(listed) && rows.iter().all(status::Row::is_ready) {
             return;
         }
         if tokio::time::Instant::now() > deadline {

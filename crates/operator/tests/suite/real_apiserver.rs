@@ -412,7 +412,13 @@ async fn samples_reach_ready_and_stay_quiet_with_the_charts_rbac() {
         .delete(NS, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("delete namespace: {e}"));
-    for (kind, plural) in KINDS {
+    // The sets first, so none generates again what the deletions below remove.
+    let sets: &[(&str, &str)] = &[
+        ("OmniHelmReleaseSet", "omnihelmreleasesets"),
+        ("OmniSecretSyncSet", "omnisecretsyncsets"),
+        ("OmniKubeconfigExportSet", "omnikubeconfigexportsets"),
+    ];
+    for (kind, plural) in sets.iter().chain(KINDS) {
         let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
             admin.clone(),
             NS,
