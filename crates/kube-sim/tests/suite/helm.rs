@@ -190,7 +190,7 @@ async fn the_crd_chart_installs_over_crds_created_through_the_api() {
             .unwrap();
         created += 1;
     }
-    assert_eq!(created, 8);
+    assert_eq!(created, 11, "the chart holds the eleven kinds");
     let out = tools::run(
         "helm",
         &kubeconfig,
