@@ -17,14 +17,17 @@ use support::env::Env;
 use support::ready;
 
 /// Every kind the operator reads (plural), each of which it must watch exactly once.
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 12] = [
     "omniclusters",
     "omniconnections",
     "omnicontrolplanes",
     "omnihelmreleases",
+    "omnihelmreleasesets",
     "omnikubeconfigexports",
+    "omnikubeconfigexportsets",
     "omnimachines",
     "omnisecretsyncs",
+    "omnisecretsyncsets",
     "omniworkers",
     "secrets",
 ];
