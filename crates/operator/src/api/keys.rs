@@ -54,6 +54,39 @@ pub(crate) fn new_request<'a>(
     annotation(meta, key).filter(|token| Some(*token) != handled)
 }
 
+/// A kind whose status records the last `force-at` token it acted on.
+pub(crate) trait HandlesForce {
+    /// The object's metadata, where the request annotation is.
+    fn meta(&self) -> &ObjectMeta;
+    /// The `force-at` token its status says was handled.
+    fn last_handled_force_at(&self) -> Option<&str>;
+}
+
+/// The `force-at` request `obj` carries and has not handled yet.
+pub(crate) fn force_requested(obj: &impl HandlesForce) -> Option<&str> {
+    new_request(obj.meta(), FORCE_AT_ANNOTATION, obj.last_handled_force_at())
+}
+
+/// Implements [`HandlesForce`] for kinds whose status has `last_handled_force_at`.
+macro_rules! handles_force {
+    ($($kind:ty),+) => {$(
+        impl HandlesForce for $kind {
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn last_handled_force_at(&self) -> Option<&str> {
+                self.status.as_ref().and_then(|s| s.last_handled_force_at.as_deref())
+            }
+        }
+    )+};
+}
+handles_force!(
+    super::OmniCluster,
+    super::OmniHelmRelease,
+    super::OmniKubeconfigExport,
+    super::OmniSecretSync
+);
+
 /// Finalizer the operator puts on kinds that own remote or external state.
 pub const FINALIZER: &str = "omni.texashpc.com/finalizer";
 /// Finalizer from before the API group rename; still honoured on OmniConnection and OmniCluster.

@@ -16,6 +16,7 @@ use crate::api::OmniCluster;
 use crate::api::Reason;
 use crate::api::cluster::OmniClusterStatus;
 use crate::api::common::{ConditionStatus, condition_types as ct, find_condition};
+use crate::api::keys::force_requested;
 use crate::controllers::shared::error::{Failure, RetryPolicy};
 use crate::controllers::shared::pipeline;
 use crate::controllers::shared::status::{Draft, Standing};
@@ -297,19 +298,6 @@ pub(crate) fn retry_policy(failure: &ClusterFailure, sync_interval: Duration) ->
         RetryPolicy::Poll(after) => RetryPolicy::Poll(after.min(sync_interval)),
         other => other,
     }
-}
-
-/// The force request `cluster` carries and has not handled yet.
-pub(super) fn force_requested(cluster: &OmniCluster) -> Option<&str> {
-    let handled = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_force_at.as_deref());
-    crate::api::keys::new_request(
-        &cluster.metadata,
-        crate::api::keys::FORCE_AT_ANNOTATION,
-        handled,
-    )
 }
 
 #[cfg(test)]

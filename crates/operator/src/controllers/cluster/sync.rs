@@ -189,7 +189,7 @@ async fn sync(
         state.unrecorded.pending(&uid, cluster.status.as_ref())
     };
     // A force request reads Omni's view fresh, past the status watch.
-    let fresh = super::outcome::force_requested(cluster).is_some();
+    let fresh = crate::api::keys::force_requested(cluster).is_some();
     let (health, watched) = omni_view(ctx, state, conn, &client, &name, fresh).await;
     Ok(Done::Synced(Box::new(Synced {
         applied,

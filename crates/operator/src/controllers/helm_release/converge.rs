@@ -11,7 +11,7 @@ use super::ownership::{self, Starter};
 use super::release::{Observation, determine};
 use super::state::HelmState;
 use super::{budget, drift, gates, install, recover, remediate, upgrade};
-use crate::api::keys::{FORCE_AT_ANNOTATION, new_request};
+use crate::api::keys::force_requested;
 use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::controllers::cluster::dependants::start_gate;
 use crate::controllers::shared::context::Context;
@@ -144,13 +144,7 @@ fn shut_gate(
 /// Pure: a spent retry budget for the inputs of `req`, which stops the pass before Helm runs
 /// (a force request still gets its one attempt).
 fn spent_budget(r: &OmniHelmRelease, req: &ReleaseRequest) -> Option<HelmFailure> {
-    let forced = {
-        let handled = r
-            .status
-            .as_ref()
-            .and_then(|s| s.last_handled_force_at.as_deref());
-        new_request(&r.metadata, FORCE_AT_ANNOTATION, handled).is_some()
-    };
+    let forced = force_requested(r).is_some();
     let spent = budget::exhausted(r, &req.digest).filter(|_| !forced)?;
     let stored = r.status.as_ref().and_then(|s| s.last_error.clone());
     Some(HelmFailure::Exhausted {

@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::events::EventType;
 
 use super::holds::{add_hold, consumers, delete_owned, release_hold};
-use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY, force_requested};
+use super::outcome::{Done, ExportFailure, Exported, Found, Outcome, RETRY};
 use super::probe::keep_stored;
 use super::rotation::{reusable, rotation_times, whole_seconds};
 use super::state::ExportState;
@@ -18,6 +18,7 @@ use super::target::{build_target, holds, is_owned, prepared_kubeconfig};
 use crate::api::common::DeletionPolicy;
 use crate::api::duration::GoDuration;
 use crate::api::keys;
+use crate::api::keys::force_requested;
 use crate::api::kubeconfig_export::ExportFormat;
 use crate::api::{OmniCluster, OmniConnection, OmniKubeconfigExport, Reason};
 use crate::controllers::cluster::dependants::start_gate;

@@ -9,7 +9,7 @@ use super::rotation::{rotation_delay, whole_seconds};
 use crate::api::OmniKubeconfigExport;
 use crate::api::Reason;
 use crate::api::common::{condition_types as ct, missing_cluster};
-use crate::api::keys::ADOPT_ANNOTATION;
+use crate::api::keys::{ADOPT_ANNOTATION, force_requested};
 use crate::api::kubeconfig_export::{ExportFormat, OmniKubeconfigExportStatus};
 use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
 use crate::controllers::shared::omni::ConnectionError;
@@ -350,15 +350,6 @@ pub(crate) fn recheck(done: &Done, now: jiff::Timestamp, floor: Duration) -> Act
         // Resuming is a spec change, which wakes it.
         Done::Suspended => Action::await_change(),
     }
-}
-
-/// The force request `e` carries and has not handled yet.
-pub(super) fn force_requested(e: &OmniKubeconfigExport) -> Option<&str> {
-    let handled = e
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_force_at.as_deref());
-    crate::api::keys::new_request(&e.metadata, crate::api::keys::FORCE_AT_ANNOTATION, handled)
 }
 
 #[cfg(test)]

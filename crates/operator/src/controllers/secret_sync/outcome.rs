@@ -60,8 +60,9 @@ pub(super) fn desired_status(
             d.s.secret_type = Some(done.type_.clone());
             d.s.secret_hash = Some(done.hash.clone());
             d.s.last_error = Some(String::new());
-            // A copy written with a force request pending handled it.
-            if let Some(token) = super::write::force_requested(sync) {
+            // A copy written with a force request pending handled it: a forced pass copies as
+            // any pass does (only what differs from the source is written).
+            if let Some(token) = crate::api::keys::force_requested(sync) {
                 d.s.last_handled_force_at = Some(token.to_string());
             }
             changed_copy = done.changed;

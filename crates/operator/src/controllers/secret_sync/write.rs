@@ -16,21 +16,6 @@ pub(crate) struct Synced {
     pub(super) changed: bool,
 }
 
-/// The force request `sync` carries and has not handled yet. Every pass compares the live copy
-/// with the source and writes what differs, so a forced pass copies exactly as a requested one
-/// does: no identical rewrite (an API server drops a no-op update anyway).
-pub(super) fn force_requested(sync: &OmniSecretSync) -> Option<&str> {
-    let handled = sync
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_force_at.as_deref());
-    crate::api::keys::new_request(
-        &sync.metadata,
-        crate::api::keys::FORCE_AT_ANNOTATION,
-        handled,
-    )
-}
-
 /// Brings the target Secret (and, when asked, its namespace) in line with the source.
 pub(super) async fn sync_target(
     workload: &kube::Client,
