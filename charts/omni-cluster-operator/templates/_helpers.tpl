@@ -102,6 +102,11 @@ Rendered as YAML and read back with fromYamlArray so every template iterates the
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create, delete, get, list, patch, update, watch]
+{{- /* ConfigMaps named in an OmniHelmRelease's spec.chart.valuesFrom: their metadata is
+       watched, their content read; never written. */}}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
 - apiGroups: [omni.texashpc.com]
   resources:
   {{- range $kinds }}

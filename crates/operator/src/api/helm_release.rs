@@ -209,6 +209,64 @@ pub struct HelmChart {
     /// may be run so that it is never honoured (`--allow-insecure-chart-sources=false`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
+    /// ConfigMaps and Secrets (same namespace) whose values are merged, in order, beneath
+    /// `values`: each later source is merged over the earlier ones, and `values` over them all.
+    /// A change of a source upgrades the release once.
+    #[serde(default, rename = "valuesFrom", skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ValuesReference>,
+}
+
+/// One source of chart values (`spec.chart.valuesFrom[]`), read as the release's
+/// ServiceAccount when it has one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesReference {
+    /// `ConfigMap` or `Secret`.
+    #[schemars(schema_with = "values_source_kind_schema")]
+    pub kind: ValuesSourceKind,
+    /// Name of the ConfigMap or Secret, in the release's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key holding the values: a YAML map of values, or (with `targetPath`) one value.
+    #[serde(default = "default_values_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub values_key: String,
+    /// Where the key's content goes, in dot notation (`a.b.c`; `\.` for a dot inside a name):
+    /// set there as one string value instead of being merged as a map of values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 250))]
+    pub target_path: Option<String>,
+    /// A missing object or key contributes nothing instead of holding the release.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+/// The kinds a values source may be (`spec.chart.valuesFrom[].kind`). Only these spellings
+/// pass the CRD schema.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValuesSourceKind {
+    /// A ConfigMap (`data`, else `binaryData`).
+    ConfigMap,
+    /// A Secret (`data`); the Secret policy applies.
+    Secret,
+}
+
+impl ValuesSourceKind {
+    /// The kind's name, as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+        }
+    }
+}
+
+fn values_source_kind_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ["ConfigMap", "Secret"] })
+}
+
+fn default_values_key() -> String {
+    "values.yaml".to_string()
 }
 
 /// Where the chart repository credentials live. Keys absent from the Secret are not used, so a
@@ -577,6 +635,49 @@ fn chart_rules(chart: &HelmChart, v: &mut Validation) {
             problem,
         ));
     }
+    values_from_rules(&chart.values_from, v);
+}
+
+/// Each values source names an object, a usable key and, when set, a usable path.
+fn values_from_rules(sources: &[ValuesReference], v: &mut Validation) {
+    for (i, source) in sources.iter().enumerate() {
+        let at = |field: &str| format!("spec.chart.valuesFrom[{i}].{field}");
+        if is_blank(&source.name) {
+            v.push(FieldError::required(
+                at("name"),
+                "valuesFrom[].name is required",
+            ));
+        } else if source.name.trim() != source.name {
+            v.push(FieldError::invalid(
+                at("name"),
+                &source.name,
+                "valuesFrom[].name must not include leading or trailing whitespace",
+            ));
+        }
+        if !is_config_key(&source.values_key) {
+            v.push(FieldError::invalid(
+                at("valuesKey"),
+                &source.values_key,
+                "valuesFrom[].valuesKey must be a ConfigMap or Secret key: letters, digits, '-', '_' and '.'",
+            ));
+        }
+        if let Some(path) = &source.target_path
+            && let Err(problem) = crate::domain::helm::values::split_path(path)
+        {
+            v.push(FieldError::invalid(at("targetPath"), path, problem));
+        }
+    }
+}
+
+/// Whether `key` may name an entry of a ConfigMap's or Secret's data.
+fn is_config_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key != "."
+        && key != ".."
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// How long Helm may take, how often drift is looked for, and how much history is kept.
@@ -690,6 +791,52 @@ mod tests {
             .map(|e| e.path)
             .collect();
         assert_eq!(paths, ["spec.timeout", "spec.driftCheckInterval"]);
+    }
+
+    #[test]
+    fn values_sources_need_a_name_a_usable_key_and_a_usable_path() {
+        let chart = |values_from: serde_json::Value| {
+            release(serde_json::json!({"chart": {
+                "repository": "https://charts.example.com", "chart": "app", "version": "1.0.0",
+                "valuesFrom": values_from,
+            }}))
+        };
+        let fine = chart(serde_json::json!([
+            {"kind": "ConfigMap", "name": "defaults"},
+            {"kind": "Secret", "name": "tokens", "valuesKey": "token", "targetPath": "auth.token", "optional": true},
+        ]));
+        assert!(
+            validate(&fine, None).is_valid(),
+            "{:?}",
+            validate(&fine, None)
+        );
+        let source = &fine.spec.chart.values_from[0];
+        assert_eq!(source.values_key, "values.yaml");
+        assert!(!source.optional && source.target_path.is_none());
+
+        let bad = chart(serde_json::json!([
+            {"kind": "ConfigMap", "name": " "},
+            {"kind": "Secret", "name": "s", "valuesKey": "a/b"},
+            {"kind": "Secret", "name": "t", "targetPath": "a..b"},
+        ]));
+        let paths: Vec<String> = validate(&bad, None)
+            .errors
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.chart.valuesFrom[0].name",
+                "spec.chart.valuesFrom[1].valuesKey",
+                "spec.chart.valuesFrom[2].targetPath",
+            ]
+        );
+        // Any other kind does not decode: the CRD schema refuses it before admission.
+        let unknown = serde_json::from_value::<ValuesReference>(
+            serde_json::json!({"kind": "Namespace", "name": "x"}),
+        );
+        assert!(unknown.is_err());
     }
 
     #[test]

@@ -136,6 +136,8 @@ reasons! {
     DependencyNotReady = "DependencyNotReady",
     /// The OmniCluster is not in the state `spec.clusterHealth.require` asks for; installs and upgrades wait.
     ClusterNotHealthy = "ClusterNotHealthy",
+    /// A ConfigMap or Secret named in `spec.chart.valuesFrom` without `optional: true`, or its key, does not exist; no Helm runs until it does (its creation wakes the release).
+    ValuesSourceMissing = "ValuesSourceMissing",
     /// Every retry `spec.install.remediation` or `spec.upgrade.remediation` allows failed; no Helm runs until the spec or chart changes or the reset annotation is set.
     RetriesExhausted = "RetriesExhausted",
     /// A failed install or upgrade was uninstalled or rolled back by its remediation policy (Event).

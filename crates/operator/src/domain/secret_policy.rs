@@ -6,8 +6,9 @@
 //! `kubernetes.io/service-account-token` Secrets, and the Secrets the operator itself writes
 //! (an OmniKubeconfigExport's minted kubeconfig; anything carrying the operator's ownership
 //! labels). None may serve as Helm repository credentials (they would be sent to a repository
-//! server of the author's choosing) nor as an OmniSecretSync source (they would be copied into
-//! a workload cluster). The opt-in label cannot override this: it is checked after.
+//! server of the author's choosing), as an OmniSecretSync source (they would be copied into
+//! a workload cluster) nor as a source of chart values (a chart would put them there). The
+//! opt-in label cannot override this: it is checked after.
 //!
 //! With `--require-secret-opt-in`, every Secret an OmniHelmRelease or OmniSecretSync reads (its
 //! kubeconfig, repository credentials or sync source) must also carry the label
@@ -44,6 +45,9 @@ pub enum SecretUse {
     RepositoryCredentials,
     /// The source of an OmniSecretSync, copied into a workload cluster.
     SyncSource,
+    /// A source of an OmniHelmRelease's chart values (`spec.chart.valuesFrom`), handed to
+    /// the chart in a workload cluster.
+    ChartValues,
 }
 
 impl SecretUse {
@@ -52,6 +56,7 @@ impl SecretUse {
             SecretUse::Kubeconfig => "a kubeconfig",
             SecretUse::RepositoryCredentials => "chart repository credentials",
             SecretUse::SyncSource => "an OmniSecretSync source",
+            SecretUse::ChartValues => "a source of chart values",
         }
     }
 

@@ -176,6 +176,13 @@ fn manager_rbac_covers_every_kind_in_both_modes() {
         for verb in ["get", "create", "update", "delete", "watch"] {
             assert!(granted("", "secrets", verb), "secrets {verb}");
         }
+        // The ConfigMaps of chart values are watched and read, never written.
+        for verb in ["get", "list", "watch"] {
+            assert!(granted("", "configmaps", verb), "configmaps {verb}");
+        }
+        for verb in ["create", "update", "patch", "delete"] {
+            assert!(!granted("", "configmaps", verb), "configmaps {verb}");
+        }
         assert!(granted("", "events", "create"));
         assert!(granted("events.k8s.io", "events", "create"));
         let binding_kind = format!("{role_kind}Binding");

@@ -708,3 +708,44 @@ spec:
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `spec.chart.valuesFrom` is checked offline: an unknown kind (the CRD schema's enum), a blank
+/// name and an unusable target path, each at its entry.
+#[test]
+fn values_from_entries_are_checked_offline_at_their_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "values-from.yaml",
+        "\
+apiVersion: omni.texashpc.com/v1alpha1
+kind: OmniHelmRelease
+metadata:
+  name: app
+spec:
+  clusterRef: {name: edge}
+  kubeconfigSecretRef: {name: edge-kc}
+  chart:
+    repository: https://charts.example.com/
+    chart: app
+    version: 1.0.0
+    valuesFrom:
+      - {kind: Namespace, name: defaults}
+      - {kind: ConfigMap, name: ' '}
+      - {kind: Secret, name: tokens, valuesKey: token, targetPath: 'a..b'}
+",
+    );
+    let out = run_validate(&["--partial"], &[&path]);
+    assert_eq!(out.status.code(), Some(1));
+    let found = lines(&out.stdout);
+    for expected in [
+        r#"OmniHelmRelease/app: spec.chart.valuesFrom[0].kind: Unsupported value: "Namespace""#,
+        "OmniHelmRelease/app: spec.chart.valuesFrom[1].name: Required value",
+        r#"OmniHelmRelease/app: spec.chart.valuesFrom[2].targetPath: Invalid value: "a..b""#,
+    ] {
+        assert!(
+            found.iter().any(|l| l.contains(expected)),
+            "{expected} not in {found:#?}"
+        );
+    }
+}

@@ -750,3 +750,46 @@ async fn a_secret_set_puts_a_pull_secret_into_every_matching_cluster() {
     }
     fleet.shutdown().await;
 }
+
+/// A Helm set's template carries `chart.valuesFrom` to every release it generates, its names
+/// templated per cluster like any other field: each cluster's chart gets its own ConfigMap's
+/// values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_set_carries_values_from_to_each_generated_release() {
+    let fleet = Fleet::start().await;
+    for cluster in ["a", "b"] {
+        create_json(
+            &fleet.client,
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("values-{cluster}"), "namespace": NS},
+                "data": {"values.yaml": format!("greeting: from-values-{cluster}\n")},
+            }),
+        )
+        .await;
+    }
+    let mut spec = helm_set(&fleet.repo, "unused", json!({}));
+    spec["template"]["chart"]["values"] = json!({});
+    spec["template"]["chart"]["valuesFrom"] =
+        json!([{"kind": "ConfigMap", "name": "values-{{ cluster.name }}"}]);
+    fleet.create("OmniHelmReleaseSet", "valued", spec).await;
+    fleet
+        .wait_reason("OmniHelmReleaseSet", "valued", "SetReady")
+        .await;
+    for cluster in ["a", "b"] {
+        let release = fleet
+            .get("OmniHelmRelease", &format!("valued-{cluster}"))
+            .await
+            .unwrap_or_else(|| panic!("no release for {cluster}"));
+        let source = &release.data["spec"]["chart"]["valuesFrom"][0];
+        assert_eq!(
+            (&source["kind"], &source["name"]),
+            (&json!("ConfigMap"), &json!(format!("values-{cluster}")))
+        );
+        assert_eq!(
+            fleet.greeting(cluster, "valued").await,
+            Some(format!("from-values-{cluster}"))
+        );
+    }
+    fleet.shutdown().await;
+}

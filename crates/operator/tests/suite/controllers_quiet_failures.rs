@@ -163,10 +163,12 @@ const CASES: &[Case] = &[
     case("omnihelmreleases", "dependant", "DependencyNotReady"),
     case("omnihelmreleases", "gated", "ClusterNotHealthy"),
     case("omnihelmreleases", "spent", "RetriesExhausted"),
+    // A release whose values ConfigMap does not exist yet: its creation wakes it.
+    case("omnihelmreleases", "valueless", "ValuesSourceMissing"),
 ];
 
 /// The releases of [`CASES`] that wait rather than retry: they make no write at all.
-const WAITING: [&str; 3] = ["dependant", "gated", "spent"];
+const WAITING: [&str; 4] = ["dependant", "gated", "spent", "valueless"];
 
 /// How many retries the backoff allows in `window` at the fastest jitter (0.8).
 fn backoff_steps(window: Duration) -> u64 {
@@ -599,6 +601,19 @@ impl Quiet {
                 "healthy",
                 "workload-kubeconfig",
                 json!({"dependsOn": [{"name": "waiting"}]}),
+            ),
+        )
+        .await;
+        create_json(
+            c,
+            release(
+                "valueless",
+                "healthy",
+                "workload-kubeconfig",
+                json!({"chart": {
+                    "repository": self.repo.url, "chart": "demo", "version": "0.1.0",
+                    "valuesFrom": [{"kind": "ConfigMap", "name": "values-not-yet-written"}],
+                }}),
             ),
         )
         .await;

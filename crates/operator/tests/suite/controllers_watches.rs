@@ -17,7 +17,8 @@ use support::env::Env;
 use support::ready;
 
 /// Every kind the operator reads (plural), each of which it must watch exactly once.
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
+    "configmaps",
     "omniclusters",
     "omniconnections",
     "omnicontrolplanes",

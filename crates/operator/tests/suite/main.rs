@@ -32,6 +32,7 @@ mod controllers_runtime;
 mod controllers_secret_sync;
 mod controllers_status;
 mod controllers_triggers;
+mod controllers_values_from;
 mod controllers_watches;
 mod docs_coverage;
 mod faults_dependents;

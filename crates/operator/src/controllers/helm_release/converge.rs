@@ -10,7 +10,7 @@ use super::outcome::{Done, Found, HelmFailure, Inputs, Outcome, StuckBecause};
 use super::ownership::{self, Starter};
 use super::release::{Observation, determine};
 use super::state::HelmState;
-use super::{budget, drift, gates, install, recover, remediate, upgrade};
+use super::{budget, drift, gates, install, recover, remediate, upgrade, values_from};
 use crate::api::keys::force_requested;
 use crate::api::{OmniCluster, OmniHelmRelease};
 use crate::controllers::cluster::dependants::start_gate;
@@ -61,9 +61,15 @@ pub(super) async fn attached(
         Ok(a) => a,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
+    // The values of this pass, from spec.chart.valuesFrom and spec.chart.values; a changed
+    // source is a change of the inputs.
+    let values = match values_from::chart_values(ctx, state, r).await? {
+        Ok(v) => v,
+        Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
+    };
     // A range in spec.chart.version names the version it admits now: a newly published one is
     // a change of the inputs.
-    let req = match resolve(state, r, &auth).await {
+    let req = match resolve(state, r, &auth, values).await {
         Ok(req) => req,
         Err(problem) => return unless_deleted_meanwhile(ctx, r, blocked(problem)).await,
     };
@@ -118,13 +124,15 @@ async fn resolve(
     state: &HelmState,
     r: &OmniHelmRelease,
     auth: &RepositoryAuth,
+    values: serde_json::Value,
 ) -> Result<ReleaseRequest, Problem> {
-    let spec_req = inputs::request(r);
+    let spec_version = r.spec.chart.version.trim();
+    let spec_req = inputs::request_at(r, spec_version, values);
     if is_exact(&spec_req.chart_version) {
         return Ok(spec_req);
     }
     let version = chart_fetch(state, r, &spec_req, auth).resolve().await?;
-    Ok(inputs::request_at(r, &version))
+    Ok(inputs::request_at(r, &version, spec_req.values))
 }
 
 /// Pure: the gate that stops the pass before any input is read: a dependency that is not

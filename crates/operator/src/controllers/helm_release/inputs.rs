@@ -49,6 +49,9 @@ pub(crate) enum Problem {
     /// The chart could not be fetched or failed its verification.
     #[error("{0}")]
     ChartUnavailable(String),
+    /// A values source that is not optional, or its key, does not exist (`spec.chart.valuesFrom`).
+    #[error("{0}")]
+    ValuesSourceMissing(String),
 }
 
 impl From<SourceError> for Problem {
@@ -71,6 +74,7 @@ impl Problem {
             Self::HelmUnavailable(_) => Reason::HelmUnavailable,
             Self::TimedOut(_) => Reason::Timeout,
             Self::ChartUnavailable(_) => Reason::ChartFetchFailed,
+            Self::ValuesSourceMissing(_) => Reason::ValuesSourceMissing,
         }
     }
 
@@ -83,6 +87,7 @@ impl Problem {
             Self::HelmUnavailable(m) => Self::HelmUnavailable(f(m)),
             Self::TimedOut(m) => Self::TimedOut(f(m)),
             Self::ChartUnavailable(m) => Self::ChartUnavailable(f(m)),
+            Self::ValuesSourceMissing(m) => Self::ValuesSourceMissing(f(m)),
         }
     }
 }
@@ -107,10 +112,12 @@ pub(crate) async fn kubeconfig(
         &r.spec.kubeconfig_secret_ref.name,
         &r.spec.kubeconfig_secret_ref.key,
     );
-    let Some(secret) = (match read_secret(ctx, state, r, name, "spec.kubeconfigSecretRef").await? {
-        Ok(s) => s,
-        Err(problem) => return Ok(Err(problem)),
-    }) else {
+    let Some(secret) =
+        (match read_as_reader::<Secret>(ctx, state, r, name, "spec.kubeconfigSecretRef").await? {
+            Ok(s) => s,
+            Err(problem) => return Ok(Err(problem)),
+        })
+    else {
         return Ok(Err(Problem::MissingSecret(format!(
             "kubeconfig Secret \"{ns}/{name}\" does not exist"
         ))));
@@ -185,22 +192,29 @@ pub(crate) async fn workload_client(
     state.workload.client_for(cache_key, &kubeconfig.raw).await
 }
 
-/// Secret `name` of the release's namespace, read as the release's ServiceAccount (when it or
-/// the deployment names one): `Err` names the reference `field` when the read is denied.
-async fn read_secret(
+/// `K` `name` of the release's namespace (a Secret, or a ConfigMap of values), read as the
+/// release's ServiceAccount (when it or the deployment names one): `Err` names the reference
+/// `field` when the read is denied.
+pub(super) async fn read_as_reader<K>(
     ctx: &Context,
     state: &HelmState,
     r: &OmniHelmRelease,
     name: &str,
     field: &str,
-) -> Result<Result<Option<Secret>, Problem>, Error> {
+) -> Result<Result<Option<K>, Problem>, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
     let ns = r.namespace().unwrap_or_default();
     let reader = Reader::of(
         &ns,
         r.spec.service_account_name.as_deref(),
         state.default_service_account.as_deref(),
     );
-    match impersonation::get::<Secret>(&ctx.client, &reader, &ns, name).await {
+    match impersonation::get::<K>(&ctx.client, &reader, &ns, name).await {
         Ok(secret) => Ok(Ok(secret)),
         Err(e @ ReadError::Denied { .. }) => {
             Ok(Err(Problem::AccessDenied(format!("{e} ({field})"))))
@@ -220,7 +234,7 @@ pub(crate) async fn repository_auth(
     };
     let ns = r.namespace().unwrap_or_default();
     let field = "spec.chart.credentialsSecretRef";
-    let Some(secret) = (match read_secret(ctx, state, r, &cref.name, field).await? {
+    let Some(secret) = (match read_as_reader::<Secret>(ctx, state, r, &cref.name, field).await? {
         Ok(s) => s,
         Err(problem) => return Ok(Err(problem)),
     }) else {
@@ -269,26 +283,34 @@ pub(crate) async fn repository_auth(
 
 /// The release `r` describes, resolved once per pass: every look at it and every action on it
 /// (status, labels, history, install, upgrade, rollback, uninstall) takes this request.
+/// Its values are `spec.chart.values` alone: what a pass that read no values source (a
+/// deletion, a test) works with.
 pub(crate) fn request(r: &OmniHelmRelease) -> ReleaseRequest {
-    request_at(r, r.spec.chart.version.trim())
+    request_at(r, r.spec.chart.version.trim(), r.spec.chart.values.clone())
 }
 
 /// [`request`] at `chart_version`, the version a range in `spec.chart.version` resolved to in
 /// this pass: the inputs' digest names that version, so a newly published version that the
-/// range admits is a change of the inputs (an upgrade, a fresh retry budget).
-pub(crate) fn request_at(r: &OmniHelmRelease, chart_version: &str) -> ReleaseRequest {
+/// range admits is a change of the inputs (an upgrade, a fresh retry budget). `values` are the
+/// chart values of this pass (`values_from::chart_values`): the digest covers them, so a
+/// changed values source is a change of the inputs too.
+pub(crate) fn request_at(
+    r: &OmniHelmRelease,
+    chart_version: &str,
+    values: serde_json::Value,
+) -> ReleaseRequest {
     let spec = &r.spec;
     let release_name = r.effective_release_name();
     let chart = ChartSource::from_spec(&spec.chart.repository, &spec.chart.chart);
     let chart_version = chart_version.to_string();
     ReleaseRequest {
         lock_key: release_key(r, &release_name),
-        digest: input_digest(r, &release_name, &chart, &chart_version),
+        digest: input_digest(r, &release_name, &chart, &chart_version, &values),
         release_name,
         namespace: spec.namespace.clone(),
         chart,
         chart_version,
-        values: spec.chart.values.clone(),
+        values,
         create_namespace: spec.create_namespace,
         wait: spec.wait,
         wait_for_jobs: spec.wait_for_jobs,
@@ -319,12 +341,15 @@ fn release_key(r: &OmniHelmRelease, release_name: &str) -> String {
 /// Digest of the inputs that define the release. Deliberately excludes the kubeconfig bytes
 /// (a rotation must not upgrade) and operation knobs like `wait` or `timeout`. Its encoding is
 /// kept stable: a status records the digest last applied, and any change of it would upgrade
-/// every release once.
+/// every release once. `values` are the merged chart values, which without `valuesFrom` are
+/// `spec.chart.values` as written: the digest of such a release is unchanged. Only the digest
+/// is kept, never the values: they may come from a Secret.
 fn input_digest(
     r: &OmniHelmRelease,
     release_name: &str,
     chart: &ChartSource,
     chart_version: &str,
+    values: &serde_json::Value,
 ) -> String {
     let spec = &r.spec;
     let source = match chart {
@@ -342,7 +367,7 @@ fn input_digest(
         "namespace": spec.namespace,
         "source": source,
         "version": chart_version,
-        "values": spec.chart.values,
+        "values": values,
         "skipCRDs": spec.skip_crds,
     });
     hex::encode(Sha256::digest(inputs.to_string().as_bytes()))
@@ -390,6 +415,23 @@ mod tests {
 
     fn timeout_of(r: &OmniHelmRelease) -> Duration {
         request(r).timeout
+    }
+
+    /// The digest covers the values of the pass (a changed values source upgrades), and a
+    /// release without sources digests `spec.chart.values` as it always did.
+    #[test]
+    fn the_digest_covers_the_merged_values() {
+        let r = release(serde_json::json!({}));
+        let spec_values = r.spec.chart.values.clone();
+        let version = r.spec.chart.version.clone();
+        assert_eq!(
+            request_at(&r, &version, spec_values).digest,
+            request(&r).digest
+        );
+        let merged = serde_json::json!({"from": "a values Secret"});
+        let other = request_at(&r, &version, merged.clone());
+        assert_ne!(other.digest, request(&r).digest);
+        assert_eq!(other.values, merged, "helm gets the merged values");
     }
 
     #[test]

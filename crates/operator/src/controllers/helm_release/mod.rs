@@ -38,16 +38,19 @@ mod test_hooks;
 mod triggers;
 mod uninstall;
 mod upgrade;
+mod values_from;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use self::outcome::{Done, HelmFailure, Outcome, desired_status, recheck, retry_policy};
 use self::state::{DEPENDENCY, HEALTH_GATED_CLUSTER, HelmState};
+use self::values_from::VALUES_CONFIG_MAP;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
@@ -62,7 +65,7 @@ use super::shared::triggers::touched;
 use super::shared::watches::Watches;
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_policies::ClusterHealthRequirement;
-use crate::api::helm_release::OmniHelmReleaseStatus;
+use crate::api::helm_release::{OmniHelmReleaseStatus, ValuesSourceKind};
 use crate::api::{OmniCluster, OmniHelmRelease};
 
 reported!(OmniHelmRelease => OmniHelmReleaseStatus, suspended: |r| r.spec.suspend);
@@ -158,6 +161,10 @@ pub(crate) fn start<S: Shutdown>(
         if let Some(c) = &x.spec.chart.credentials_secret_ref {
             keys.push(RefKey::new("secret", &ns, &c.name));
         }
+        keys.extend(x.spec.chart.values_from.iter().map(|v| match v.kind {
+            ValuesSourceKind::Secret => RefKey::new("secret", &ns, &v.name),
+            ValuesSourceKind::ConfigMap => RefKey::new(VALUES_CONFIG_MAP, &ns, &v.name),
+        }));
         let gated = x
             .spec
             .cluster_health
@@ -180,6 +187,7 @@ pub(crate) fn start<S: Shutdown>(
     });
     let (by_secret, by_health) = (index.clone(), index.clone());
     let (by_dependency, for_state) = (index.clone(), index.clone());
+    let by_config_map = index.clone();
     let controller = controller
         .watches_stream(
             cluster_triggers(
@@ -196,11 +204,20 @@ pub(crate) fn start<S: Shutdown>(
             ),
             move |c: Cached<OmniCluster>| by_health.referring_to(HEALTH_GATED_CLUSTER, &c),
         )
-        // A kubeconfig or credentials change re-checks the release (a rotation alone does
-        // not upgrade it: the digest excludes the kubeconfig).
+        // A kubeconfig, credentials or values Secret's change re-checks the release (a
+        // kubeconfig rotation alone does not upgrade it: the digest excludes the kubeconfig;
+        // a values change does).
         .watches_stream(
             touched(watches.of::<Secret>().subscribe()),
             move |s: Cached<Secret>| by_secret.referring_to("secret", &s),
+        )
+        // A values ConfigMap's change (or appearance) re-checks the release. Its metadata is
+        // watched, not its data: the pass reads the content it needs.
+        .watches_stream(
+            touched(watches.of::<PartialObjectMeta<ConfigMap>>().subscribe()),
+            move |c: Cached<PartialObjectMeta<ConfigMap>>| {
+                by_config_map.referring_to(VALUES_CONFIG_MAP, &c)
+            },
         )
         // A release turning Ready (or not) wakes its dependants; one going wakes the releases
         // it depended on (their deletion may wait for it).

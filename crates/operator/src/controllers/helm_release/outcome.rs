@@ -408,7 +408,7 @@ impl Failure for HelmFailure {
             | Self::ClusterNotHealthy { .. }
             | Self::DependantsRemain(_) => Disposition::Waiting,
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
-                Problem::MissingSecret(_) => Disposition::Waiting,
+                Problem::MissingSecret(_) | Problem::ValuesSourceMissing(_) => Disposition::Waiting,
                 Problem::Invalid(_) | Problem::AccessDenied(_) | Problem::HelmUnavailable(_) => {
                     Disposition::Stalled
                 }
@@ -726,7 +726,9 @@ pub(crate) fn recheck(r: &OmniHelmRelease, floor: Duration, spread: f64) -> Acti
 }
 
 /// Pure: what follows `failure`: its own policy, except that someone else's release is looked
-/// at again at the drift check too (it may go, or be handed over).
+/// at again at the drift check too (it may go, or be handed over), and so is a missing values
+/// source, which its watch wakes the release for (the drift check covers a watch that cannot
+/// see it, e.g. without RBAC to watch ConfigMaps).
 pub(crate) fn retry_policy(
     r: &OmniHelmRelease,
     failure: &HelmFailure,
@@ -734,10 +736,12 @@ pub(crate) fn retry_policy(
     spread: f64,
 ) -> RetryPolicy {
     match failure {
-        HelmFailure::Refused { .. } => match drift_interval(r, floor) {
-            Some(interval) => RetryPolicy::Poll(interval.mul_f64(spread)),
-            None => RetryPolicy::AwaitChange,
-        },
+        HelmFailure::Refused { .. } | HelmFailure::Blocked(Problem::ValuesSourceMissing(_)) => {
+            match drift_interval(r, floor) {
+                Some(interval) => RetryPolicy::Poll(interval.mul_f64(spread)),
+                None => RetryPolicy::AwaitChange,
+            }
+        }
         other => other.retry(),
     }
 }

@@ -356,3 +356,26 @@ fn a_denied_read_stalls_and_a_timeout_or_failed_fetch_is_retried() {
         assert_eq!(failure.disposition(), Disposition::Retrying, "{reason:?}");
     }
 }
+
+/// A missing values source waits (Normal, `Reconciling`): its watch wakes the release when it
+/// appears, and the drift check looks again in case the watch cannot see it; never the
+/// backoff.
+#[test]
+fn a_missing_values_source_waits_for_its_watch_and_the_drift_check() {
+    let missing = HelmFailure::Blocked(Problem::ValuesSourceMissing(
+        "ConfigMap \"ns/values\" does not exist (spec.chart.valuesFrom[0])".into(),
+    ));
+    assert_eq!(missing.reason(), Reason::ValuesSourceMissing);
+    assert_eq!(missing.disposition(), Disposition::Waiting);
+    let mut r = applied();
+    let floor = std::time::Duration::from_secs(10);
+    assert_eq!(
+        retry_policy(&r, &missing, floor, 1.0),
+        RetryPolicy::Poll(std::time::Duration::from_secs(300))
+    );
+    r.spec.drift_check_interval = "0".into();
+    assert_eq!(
+        retry_policy(&r, &missing, floor, 1.0),
+        RetryPolicy::AwaitChange
+    );
+}

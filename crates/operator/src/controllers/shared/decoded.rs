@@ -78,6 +78,12 @@ where
     type DynamicType = ();
     type Scope = K::Scope;
 
+    /// A watch of `Cached<PartialObjectMeta<K>>` asks for metadata only, as one of
+    /// `PartialObjectMeta<K>` does: the API server then sends no content.
+    fn metadata_api() -> bool {
+        K::metadata_api()
+    }
+
     fn kind(dt: &()) -> Cow<'_, str> {
         K::kind(dt)
     }

@@ -15,6 +15,7 @@
 pub mod args;
 pub mod output;
 pub mod source;
+pub(crate) mod values;
 
 use std::collections::HashMap;
 use std::fmt;
