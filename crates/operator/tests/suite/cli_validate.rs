@@ -714,38 +714,28 @@ spec:
 #[test]
 fn values_from_entries_are_checked_offline_at_their_index() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(
-        dir.path(),
-        "values-from.yaml",
-        "\
-apiVersion: omni.texashpc.com/v1alpha1
-kind: OmniHelmRelease
-metadata:
-  name: app
-spec:
-  clusterRef: {name: edge}
-  kubeconfigSecretRef: {name: edge-kc}
-  chart:
-    repository: https://charts.example.com/
-    chart: app
-    version: 1.0.0
-    valuesFrom:
-      - {kind: Namespace, name: defaults}
-      - {kind: ConfigMap, name: ' '}
-      - {kind: Secret, name: tokens, valuesKey: token, targetPath: 'a..b'}
-",
+    let sources = [
+        "{kind: Namespace, name: defaults}",
+        "{kind: ConfigMap, name: ' '}",
+        "{kind: Secret, name: tokens, valuesKey: token, targetPath: 'a..b'}",
+    ];
+    let text = format!(
+        "apiVersion: omni.texashpc.com/v1alpha1\nkind: OmniHelmRelease\nmetadata: {{name: valued}}\n\
+         spec:\n  clusterRef: {{name: edge}}\n  kubeconfigSecretRef: {{name: edge-kc}}\n  chart: \
+         {{repository: https://charts.example.com/, chart: app, version: 1.0.0, valuesFrom: [{}]}}\n",
+        sources.join(", ")
     );
-    let out = run_validate(&["--partial"], &[&path]);
-    assert_eq!(out.status.code(), Some(1));
+    let out = run_validate(&["--partial"], &[&write(dir.path(), "valued.yaml", &text)]);
     let found = lines(&out.stdout);
     for expected in [
-        r#"OmniHelmRelease/app: spec.chart.valuesFrom[0].kind: Unsupported value: "Namespace""#,
-        "OmniHelmRelease/app: spec.chart.valuesFrom[1].name: Required value",
-        r#"OmniHelmRelease/app: spec.chart.valuesFrom[2].targetPath: Invalid value: "a..b""#,
+        r#"OmniHelmRelease/valued: spec.chart.valuesFrom[0].kind: Unsupported value: "Namespace""#,
+        "OmniHelmRelease/valued: spec.chart.valuesFrom[1].name: Required value",
+        r#"OmniHelmRelease/valued: spec.chart.valuesFrom[2].targetPath: Invalid value: "a..b""#,
     ] {
         assert!(
             found.iter().any(|l| l.contains(expected)),
             "{expected} not in {found:#?}"
         );
     }
+    assert_eq!(out.status.code(), Some(1));
 }

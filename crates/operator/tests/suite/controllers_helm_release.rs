@@ -346,6 +346,19 @@ pub(crate) async fn reconciled_since(env: &Helm, before: u64) {
     }
 }
 
+/// Touches release `name` (an annotation no one reads) and waits for the reconcile it wakes.
+pub(crate) async fn poke(env: &Helm, name: &str) {
+    let before = env.reconciles();
+    let _: OmniHelmRelease = env
+        .env
+        .patch(
+            name,
+            json!({"metadata": {"annotations": {"test/poke": "1"}}}),
+        )
+        .await;
+    reconciled_since(env, before).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -893,15 +906,7 @@ async fn a_suspended_release_ignores_a_values_change_until_resumed_then_upgrades
     let r = wait_for(&api, "paused", "Ready at revision 2", |r| ready_at(r, 2)).await;
     assert_eq!(condition(&r, "Suspended"), None);
     assert_eq!(env.greeting("paused").await.as_deref(), Some("bonjour"));
-    let before = env.reconciles();
-    let _: OmniHelmRelease = env
-        .env
-        .patch(
-            "paused",
-            json!({"metadata": {"annotations": {"test/poke": "1"}}}),
-        )
-        .await;
-    reconciled_since(&env, before).await;
+    poke(&env, "paused").await;
     assert_eq!(env.helm_revisions("paused").await, vec![1, 2]);
     env.shutdown().await;
 }

@@ -6,7 +6,7 @@
 //! skipped; an operator-written Secret is refused as a source; a YAML error names the object,
 //! key and line. No value read from a Secret shows up in status, Events or logs.
 
-use crate::controllers_helm_release::{Helm, ready_at, reconciled_since};
+use crate::controllers_helm_release::{Helm, poke, ready_at};
 use crate::support;
 
 use std::time::Duration;
@@ -15,8 +15,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams};
 use omni_operator::api::OmniHelmRelease;
 use serde_json::{Value, json};
+use support::chart_repo::run_helm;
 use support::env::NS;
-use support::{condition, helm_bin, operator_logs, wait_for};
+use support::{condition, operator_logs, wait_for};
 
 /// A value only ever stored in a values Secret: it must reach the chart and nothing else.
 const SECRET_VALUE: &str = "values-secret-7f3a91";
@@ -37,8 +38,22 @@ fn chart(env: &Helm, values: Value, values_from: Value) -> Value {
     })
 }
 
-fn not_ready_because(r: &OmniHelmRelease, why: &str) -> bool {
-    condition(r, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == why)
+/// Waits until release `name` is `Ready=False` for `why`: the release, and the message.
+async fn held_because(env: &Helm, name: &str, why: &str) -> (OmniHelmRelease, String) {
+    let r = wait_for(&env.releases(), name, why, |r| {
+        condition(r, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == why)
+    })
+    .await;
+    let message = condition(&r, "Ready").unwrap_or_default().2;
+    (r, message)
+}
+
+/// Writes the management API server has served for release `name`.
+fn writes_to(env: &Helm, name: &str) -> u64 {
+    env.env
+        .kube
+        .hooks()
+        .writes_to_object("omnihelmreleases", Some(NS), name)
 }
 
 async fn config_map(env: &Helm, name: &str, data: Value) {
@@ -56,22 +71,17 @@ async fn helm_values(env: &Helm, release: &str) -> Value {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, kubeconfig).unwrap_or_else(|e| panic!("{e}"));
-        let out = std::process::Command::new(helm_bin())
-            .args(["get", "values", &release, "--output", "json"])
-            .args(["--namespace", "default", "--kubeconfig"])
-            .arg(&path)
-            .env("HOME", dir.path())
-            .env("HELM_CACHE_HOME", dir.path().join("cache"))
-            .env("HELM_CONFIG_HOME", dir.path().join("config"))
-            .env("HELM_DATA_HOME", dir.path().join("data"))
-            .output()
-            .unwrap_or_else(|e| panic!("run helm: {e}"));
-        assert!(
-            out.status.success(),
-            "helm get values: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let path = path.display().to_string();
+        let args = ["get", "values", release.as_str(), "--output", "json"];
+        let out = run_helm(
+            &[
+                &args[..],
+                &["--namespace", "default", "--kubeconfig", &path],
+            ]
+            .concat(),
+            dir.path(),
         );
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("helm's JSON: {e}"))
+        serde_json::from_slice(&out).unwrap_or_else(|e| panic!("helm's JSON: {e}"))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
@@ -160,27 +170,12 @@ async fn values_from_a_config_map_and_a_secret_are_merged_in_order_and_follow_th
     );
 
     // A pass with nothing changed: no new revision, no status write.
-    let writes = env
-        .env
-        .kube
-        .hooks()
-        .writes_to_object("omnihelmreleases", Some(NS), "merged");
-    let before = env.reconciles();
-    let _: OmniHelmRelease = env
-        .env
-        .patch(
-            "merged",
-            json!({"metadata": {"annotations": {"test/poke": "1"}}}),
-        )
-        .await;
-    reconciled_since(&env, before).await;
+    let writes = writes_to(&env, "merged");
+    poke(&env, "merged").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(env.helm_revisions("merged").await, vec![1, 2]);
     assert_eq!(
-        env.env
-            .kube
-            .hooks()
-            .writes_to_object("omnihelmreleases", Some(NS), "merged"),
+        writes_to(&env, "merged"),
         writes + 1,
         "only the test's own annotation was written"
     );
@@ -201,11 +196,7 @@ async fn a_missing_source_waits_quietly_and_the_release_installs_once_it_exists(
         )}),
     )
     .await;
-    let r = wait_for(&api, "patient", "ValuesSourceMissing", |r| {
-        not_ready_because(r, "ValuesSourceMissing")
-    })
-    .await;
-    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    let (r, message) = held_because(&env, "patient", "ValuesSourceMissing").await;
     assert!(
         message.contains(&format!(
             "ConfigMap \"{NS}/late-values\" does not exist (spec.chart.valuesFrom[0])"
@@ -218,19 +209,9 @@ async fn a_missing_source_waits_quietly_and_the_release_installs_once_it_exists(
         "waiting, not stalled"
     );
     // Waiting writes nothing and runs no Helm.
-    let writes = env
-        .env
-        .kube
-        .hooks()
-        .writes_to_object("omnihelmreleases", Some(NS), "patient");
+    let writes = writes_to(&env, "patient");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        env.env
-            .kube
-            .hooks()
-            .writes_to_object("omnihelmreleases", Some(NS), "patient"),
-        writes
-    );
+    assert_eq!(writes_to(&env, "patient"), writes);
     assert!(env.helm_revisions("patient").await.is_empty());
 
     config_map(
@@ -247,7 +228,6 @@ async fn a_missing_source_waits_quietly_and_the_release_installs_once_it_exists(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_secret_is_refused_and_a_yaml_error_names_its_source_and_line() {
     let env = Helm::start().await;
-    let api = env.releases();
     // A Secret the operator wrote (an export's minted kubeconfig carries this label).
     let _: Secret = env
         .env
@@ -275,21 +255,13 @@ async fn an_operator_secret_is_refused_and_a_yaml_error_names_its_source_and_lin
         )
         .await;
     }
-    let r = wait_for(&api, "borrower", "refused", |r| {
-        not_ready_because(r, "ValidationFailed")
-    })
-    .await;
-    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    let (_, message) = held_because(&env, "borrower", "ValidationFailed").await;
     assert!(
         message.contains(&format!("\"{NS}/minted\" was written by the operator")),
         "{message}"
     );
     assert!(message.contains("spec.chart.valuesFrom[0]"), "{message}");
-    let r = wait_for(&api, "misparsed", "a YAML error", |r| {
-        not_ready_because(r, "ValidationFailed")
-    })
-    .await;
-    let (_, _, message) = condition(&r, "Ready").unwrap_or_default();
+    let (_, message) = held_because(&env, "misparsed", "ValidationFailed").await;
     assert!(
         message.starts_with(&format!(
             "ConfigMap \"{NS}/broken\" key \"values.yaml\" is not valid YAML (error at line "

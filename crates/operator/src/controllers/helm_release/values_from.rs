@@ -69,43 +69,15 @@ async fn read(
             )))
         }
     };
-    let bytes = match reference.kind {
-        ValuesSourceKind::ConfigMap => {
-            let Some(map) = (match read_as_reader::<ConfigMap>(ctx, state, r, name, &field).await? {
-                Ok(map) => map,
-                Err(problem) => return Ok(Err(problem)),
-            }) else {
-                return Ok(missing(format!("ConfigMap \"{ns}/{name}\" does not exist")));
-            };
-            config_map_entry(map, key)
+    let bytes = match entry(ctx, state, r, reference, &field).await? {
+        Err(problem) => return Ok(Err(problem)),
+        Ok(None) => return Ok(missing(format!("{kind} \"{ns}/{name}\" does not exist"))),
+        Ok(Some(None)) => {
+            return Ok(missing(format!(
+                "{kind} \"{ns}/{name}\" has no key {key:?}"
+            )));
         }
-        ValuesSourceKind::Secret => {
-            let Some(secret) = (match read_as_reader::<Secret>(ctx, state, r, name, &field).await? {
-                Ok(secret) => secret,
-                Err(problem) => return Ok(Err(problem)),
-            }) else {
-                return Ok(missing(format!("Secret \"{ns}/{name}\" does not exist")));
-            };
-            // The operator's own Secrets (minted kubeconfigs, the Omni key) and token Secrets
-            // never reach a chart, whatever the release says.
-            let refusal = secret_policy::check(
-                &ctx.client,
-                &state.secret_policy,
-                &secret,
-                KIND,
-                SecretUse::ChartValues,
-            )
-            .await?;
-            if let Some(reason) = refusal {
-                return Ok(Err(Problem::Invalid(format!("{reason} ({field})"))));
-            }
-            secret.data.and_then(|mut d| d.remove(key)).map(|b| b.0)
-        }
-    };
-    let Some(bytes) = bytes else {
-        return Ok(missing(format!(
-            "{kind} \"{ns}/{name}\" has no key {key:?}"
-        )));
+        Ok(Some(Some(bytes))) => bytes,
     };
     let Ok(text) = String::from_utf8(bytes) else {
         return Ok(Err(Problem::Invalid(format!(
@@ -117,6 +89,47 @@ async fn read(
         text,
         target_path: reference.target_path.clone(),
     })))
+}
+
+/// The bytes of the referenced key: `None` when the object does not exist, `Some(None)` when
+/// it lacks the key. A Secret the Secret policy guards is a problem naming the entry `field`.
+async fn entry(
+    ctx: &Context,
+    state: &HelmState,
+    r: &OmniHelmRelease,
+    reference: &ValuesReference,
+    field: &str,
+) -> Result<Result<Option<Option<Vec<u8>>>, Problem>, Error> {
+    let (name, key) = (&reference.name, &reference.values_key);
+    let secret = match reference.kind {
+        ValuesSourceKind::ConfigMap => {
+            let map = read_as_reader::<ConfigMap>(ctx, state, r, name, field).await?;
+            return Ok(map.map(|found| found.map(|m| config_map_entry(m, key))));
+        }
+        ValuesSourceKind::Secret => {
+            match read_as_reader::<Secret>(ctx, state, r, name, field).await? {
+                Ok(Some(secret)) => secret,
+                Ok(None) => return Ok(Ok(None)),
+                Err(problem) => return Ok(Err(problem)),
+            }
+        }
+    };
+    // The operator's own Secrets (minted kubeconfigs, the Omni key) and token Secrets never
+    // reach a chart, whatever the release says.
+    let refusal = secret_policy::check(
+        &ctx.client,
+        &state.secret_policy,
+        &secret,
+        KIND,
+        SecretUse::ChartValues,
+    )
+    .await?;
+    if let Some(reason) = refusal {
+        return Ok(Err(Problem::Invalid(format!("{reason} ({field})"))));
+    }
+    Ok(Ok(Some(
+        secret.data.and_then(|mut d| d.remove(key)).map(|b| b.0),
+    )))
 }
 
 /// The entry `key` of a ConfigMap: its `data`, else its `binaryData`.

@@ -83,8 +83,9 @@ spec:
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Runs the test tools' helm with its state under `home`; panics when it fails.
-pub fn run_helm(args: &[&str], home: &Path) {
+/// Runs the test tools' helm with its state under `home`; panics when it fails, else returns
+/// what it printed.
+pub fn run_helm(args: &[&str], home: &Path) -> Vec<u8> {
     let out = std::process::Command::new(helm_bin())
         .args(args)
         .env("HOME", home)
@@ -98,6 +99,7 @@ pub fn run_helm(args: &[&str], home: &Path) {
         "helm {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 /// A running repository; it stops with the test's runtime.
