@@ -273,3 +273,77 @@ async fn an_operator_secret_is_refused_and_a_yaml_error_names_its_source_and_lin
     assert_values_never_shown(&env).await;
     env.shutdown().await;
 }
+
+/// The sources are read as the release's ServiceAccount: a ConfigMap it may read feeds the
+/// chart, one it may not is `AccessDenied` naming the entry, and the operator's own identity
+/// reads no ConfigMap's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_are_read_as_the_releases_service_account() {
+    let env = Helm::start_with(support::env::Env::builder().without_connection().rbac()).await;
+    config_map(
+        &env,
+        "shared-values",
+        json!({"values.yaml": "greeting: shared\n"}),
+    )
+    .await;
+    config_map(
+        &env,
+        "private-values",
+        json!({"values.yaml": "greeting: private\n"}),
+    )
+    .await;
+    let _: k8s_openapi::api::rbac::v1::Role = env
+        .env
+        .create(json!({
+            "metadata": {"name": "values-reader", "namespace": NS},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                 "resourceNames": ["workload-kubeconfig", "repo-credentials"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                 "resourceNames": ["shared-values"]},
+            ],
+        }))
+        .await;
+    let _: k8s_openapi::api::rbac::v1::RoleBinding = env
+        .env
+        .create(json!({
+            "metadata": {"name": "values-reader", "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "values-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "values-reader", "namespace": NS}],
+        }))
+        .await;
+    env.env.kube.hooks().reset();
+    for (name, source) in [("tenant-app", "shared-values"), ("nosy", "private-values")] {
+        env.create_release(
+            name,
+            json!({
+                "serviceAccountName": "values-reader",
+                "chart": chart(&env, json!({}), json!([{"kind": "ConfigMap", "name": source}])),
+            }),
+        )
+        .await;
+    }
+    wait_for(&env.releases(), "tenant-app", "Ready at revision 1", |r| {
+        ready_at(r, 1)
+    })
+    .await;
+    assert_eq!(env.greeting("tenant-app").await.as_deref(), Some("shared"));
+    let (_, message) = held_because(&env, "nosy", "AccessDenied").await;
+    assert!(
+        message.contains("private-values") && message.contains("spec.chart.valuesFrom[0]"),
+        "{message}"
+    );
+    assert!(env.helm_revisions("nosy").await.is_empty());
+    let by_operator: u64 = env
+        .env
+        .kube
+        .hooks()
+        .counts()
+        .iter()
+        .filter(|(k, _)| k.verb == "get" && k.resource == "configmaps" && k.user == "system:admin")
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(by_operator, 0, "the operator read a ConfigMap as itself");
+    env.shutdown().await;
+}

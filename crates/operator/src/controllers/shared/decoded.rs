@@ -215,6 +215,16 @@ mod tests {
     use crate::api::OmniCluster;
     use kube::ResourceExt as _;
 
+    /// A watch of `Cached<PartialObjectMeta<K>>` asks for metadata only (kube reads the flag
+    /// off the watched type); one of `Cached<K>` for whole objects.
+    #[test]
+    fn a_cached_partial_object_is_watched_by_its_metadata_alone() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::core::PartialObjectMeta;
+        assert!(<Cached<PartialObjectMeta<ConfigMap>> as Resource>::metadata_api());
+        assert!(!<Cached<ConfigMap> as Resource>::metadata_api());
+    }
+
     fn bad_cluster() -> serde_json::Value {
         serde_json::json!({
             "apiVersion": "omni.texashpc.com/v1alpha1",
