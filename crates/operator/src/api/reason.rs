@@ -174,6 +174,13 @@ impl Reason {
         Reason::ALL.iter().copied().find(|r| r.as_str() == text)
     }
 
+    /// Whether an object not Ready for this reason waits for its OmniCluster to become Ready,
+    /// which converges by itself and reports its own progress: a fresh object's first status
+    /// with this reason publishes no Event (`shared::status::event_worthy`).
+    pub const fn follows_its_cluster(self) -> bool {
+        matches!(self, Reason::ClusterNotReady)
+    }
+
     /// Whether a condition that is not healthy for this reason waits for a person's decision
     /// (a plan held for approval or shown only) rather than reporting a failure: its Event is
     /// `Normal`, not a `Warning`.

@@ -256,7 +256,7 @@ mod tests {
         );
         let t1 = t0 + jiff::SignedDuration::from_secs(60);
         let starved = ChildFailure::ClusterNotReady(
-            "waiting for OmniCluster \"prod\" to become Ready (it is not: WaitingForMachines)"
+            "waiting for OmniCluster \"prod\" to become Ready (its status says why it is not)"
                 .into(),
         );
         let c1 = child_conditions(c.clone(), "prod", Err(&starved), Some(1), t1);

@@ -10,22 +10,24 @@ use crate::api::common::{ConditionStatus, StartWhen, condition_types as ct, find
 /// Pure: why `cluster` is not `Ready` in the words of a dependant's message, or `None` when
 /// it is: its `Ready` condition (`True`, whatever the generation: a spec edit in flight does
 /// not hold dependants of a cluster that works).
+///
+/// The message is the same whatever the cluster's own reason: a cluster passes through several
+/// reasons on its way to `Ready`, and a message that quoted them rewrote the status of every
+/// waiting dependant (and of its three children) at each of them — at a cold start of 1,000
+/// clusters with 10,000 syncs, a third of all status writes. Why the cluster is not Ready is
+/// on the cluster.
 pub(crate) fn not_ready(cluster: &OmniCluster) -> Option<String> {
-    let name = cluster.metadata.name.clone().unwrap_or_default();
     let ready = cluster
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, ct::READY));
-    match ready {
-        Some(c) if c.status == ConditionStatus::True => None,
-        Some(c) => Some(format!(
-            "waiting for OmniCluster {name:?} to become Ready (it is not: {})",
-            c.reason
-        )),
-        None => Some(format!(
-            "waiting for OmniCluster {name:?} to become Ready (it has not reported yet)"
-        )),
+    if ready.is_some_and(|c| c.status == ConditionStatus::True) {
+        return None;
     }
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Some(format!(
+        "waiting for OmniCluster {name:?} to become Ready (its status says why it is not)"
+    ))
 }
 
 /// Pure: why a dependant that has not acted yet (`started` false) waits for `cluster` under
@@ -90,13 +92,21 @@ mod tests {
         assert_eq!(
             start_gate(&starved, None, false).as_deref(),
             Some(
-                "waiting for OmniCluster \"edge\" to become Ready (it is not: WaitingForMachines)"
+                "waiting for OmniCluster \"edge\" to become Ready (its status says why it is not)"
             )
         );
-        assert_eq!(
-            start_gate(&cluster(None, None), None, false).as_deref(),
-            Some("waiting for OmniCluster \"edge\" to become Ready (it has not reported yet)")
-        );
+        // The message does not follow the cluster's reason (or its absence): a dependant's
+        // status is not rewritten at each step of its cluster's way to Ready.
+        for other in [
+            None,
+            Some(("False", "Reconciling")),
+            Some(("Unknown", "Pending")),
+        ] {
+            assert_eq!(
+                start_gate(&cluster(other, None), None, false),
+                start_gate(&starved, None, false)
+            );
+        }
         let ready = cluster(Some(("True", "Running")), Some(true));
         assert_eq!(start_gate(&ready, None, false), None);
         assert_eq!(

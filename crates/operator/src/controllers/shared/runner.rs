@@ -9,10 +9,12 @@ use std::time::Instant;
 use futures::StreamExt as _;
 use kube::Resource;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Context, object_key};
 use super::decoded::{Cached, report_undecodable};
 use super::error::{Error, PassError};
+use super::fairness::Wake;
 use super::index::{RefIndex, RefKey};
 use super::pipeline::{self, Pipeline};
 use super::triggers::{Deletions, changes_from, own_change};
@@ -67,16 +69,26 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
 ) {
     let kind = P::kind(&()).into_owned();
     let state = Arc::new(state);
+    // Objects queued behind a busy target come back through here when a slot of it is free.
+    let (woken, wakes) = futures::channel::mpsc::unbounded::<ObjectRef<Cached<P>>>();
     controller
+        .reconcile_on(wakes)
         .graceful_shutdown_on(shutdown)
         .run(
             move |obj, ctx: Arc<Context>| {
                 let state = state.clone();
+                let woken = woken.clone();
                 async move {
                     // Before anything else, and outside the pass's metrics and backoff: while
                     // its target holds its whole share, an object waits doing nothing, so
                     // objects pointing at one server that never answers cannot take every slot.
-                    let _slot = match obj.decoded().map(|k| pipeline::target_slot(k, &ctx)) {
+                    let me = ObjectRef::from_obj(obj.as_ref());
+                    let wake: Wake = Box::new(move || {
+                        // The controller is gone when this fails: nothing is left to wake.
+                        let _ = woken.unbounded_send(me);
+                    });
+                    let slot = obj.decoded().map(|k| pipeline::target_slot(k, &ctx, wake));
+                    let _slot = match slot {
                         Some(Err(later)) => return Ok(later),
                         Some(Ok(slot)) => slot,
                         None => None,

@@ -43,7 +43,22 @@ pub(crate) fn condition_healthy(c: &Condition) -> bool {
 /// `Ready` stays `False`). The other conditions turning along with `Ready` (a fresh object's
 /// `Accepted`, `Synced` and `Ready` together) are in the status; an Event each tripled the
 /// writes of a cold start.
+///
+/// A fresh object (no `Ready` yet) whose first status says it waits for its cluster to become
+/// Ready ([`Reason::follows_its_cluster`]) gets no Event: it has not turned from anything, the
+/// cluster announces its own progress, and the Event that matters follows when the object turns
+/// `Ready` or fails. One Event per fresh dependant on that first status doubled the Events of a
+/// cold start, where every child and dependant waits for its cluster for a moment. A fresh
+/// object waiting for something nobody has made yet (a missing connection, template, cluster
+/// or Secret) keeps its Normal Event: a person may have to act.
 pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
+    let fresh = find_condition(old, condition_types::READY).is_none();
+    let follows_its_cluster = find_condition(new, condition_types::READY)
+        .and_then(|c| Reason::of(&c.reason))
+        .is_some_and(Reason::follows_its_cluster);
+    if fresh && follows_its_cluster {
+        return None;
+    }
     let turned = transitions(old, new);
     turned
         .iter()
@@ -664,9 +679,31 @@ mod tests {
             let worthy = event_worthy(&[], &c).cloned();
             worthy.map(|w| (w.type_.clone(), event_type(&w, &c)))
         };
+        // A fresh object that starts out waiting: no Event until it turns.
+        assert_eq!(typed(Standing::Reconciling, Reason::ClusterNotReady), None);
+        let mut ready = Vec::new();
+        set_standing(
+            &mut ready,
+            Standing::Ready,
+            Reason::Running,
+            "up",
+            Some(1),
+            t,
+        );
+        let mut waiting_again = ready.clone();
+        set_standing(
+            &mut waiting_again,
+            Standing::Reconciling,
+            Reason::ClusterNotReady,
+            "m",
+            Some(2),
+            t,
+        );
+        let worthy = event_worthy(&ready, &waiting_again).cloned();
         assert_eq!(
-            typed(Standing::Reconciling, Reason::ClusterNotReady),
-            Some(("Ready".into(), EventType::Normal))
+            worthy.map(|w| (w.type_.clone(), event_type(&w, &waiting_again))),
+            Some(("Ready".into(), EventType::Normal)),
+            "a Ready object that turns to waiting: a Normal Event"
         );
         assert_eq!(
             typed(Standing::NotReady, Reason::SyncFailed),
