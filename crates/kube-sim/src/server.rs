@@ -786,6 +786,7 @@ async fn serve_verb(
             WatchOptions {
                 bookmark_interval: gate.bookmark_interval,
                 table: crate::table::wanted(headers),
+                metadata_only: crate::partial::wanted(headers) == Some("PartialObjectMetadata"),
             },
             gate.rt,
             gate.t,

@@ -22,6 +22,9 @@ pub(crate) struct WatchOptions {
     /// The client asked for Tables (`kubectl get -w`): each event's object is a one-row
     /// Table, with the column definitions in the first event only, as from the real server.
     pub table: bool,
+    /// The client asked for `PartialObjectMetadata` (kube's `watch_metadata`, client-go's
+    /// metadata informers): each event's object is its metadata alone, as from the real server.
+    pub metadata_only: bool,
 }
 
 pub(crate) fn watch(
@@ -266,9 +269,10 @@ pub(crate) fn watch(
     );
     use futures::StreamExt;
     let events = first.chain(rest);
-    let body = match options.table {
-        false => Body::from_stream(events),
-        true => {
+    let body = match (options.table, options.metadata_only) {
+        (false, false) => Body::from_stream(events),
+        (false, true) => Body::from_stream(events.map(|line| line.map(as_partial_event))),
+        (true, _) => {
             let (store, rt) = (store.clone(), rt.clone());
             let mut headers = true;
             Body::from_stream(events.map(move |line| {
@@ -305,6 +309,20 @@ fn as_table_event(store: &Store, rt: &ResourceType, line: Bytes, headers: &mut b
     }
     *headers = false;
     event["object"] = table;
+    Bytes::from(format!("{event}\n"))
+}
+
+/// One watch line with its object as a `PartialObjectMetadata` (bookmarks too, as the real
+/// server converts every object of the stream; errors pass as they are).
+fn as_partial_event(line: Bytes) -> Bytes {
+    let Ok(mut event) = serde_json::from_slice::<Value>(&line) else {
+        return line;
+    };
+    if event["type"] == "ERROR" {
+        return line;
+    }
+    let object = event["object"].take();
+    event["object"] = crate::partial::object(&object);
     Bytes::from(format!("{event}\n"))
 }
 

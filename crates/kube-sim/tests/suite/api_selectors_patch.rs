@@ -212,3 +212,59 @@ async fn metadata_only_lists_and_gets_carry_no_data() {
     assert_eq!(raw["kind"], "PartialObjectMetadata");
     assert!(raw.get("data").is_none(), "{raw}");
 }
+
+/// kube's `watch_metadata` (and a metadata-only reflector) asks for `PartialObjectMetadata`:
+/// the real server sends every event's object as its metadata alone. kube-sim sent whole
+/// objects before (the operator decoded them either way, so nothing caught it).
+#[tokio::test]
+async fn metadata_only_watches_carry_no_data() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::WatchParams;
+    use kube::core::WatchEvent;
+    let (_sim, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let raw = |rv: &str| {
+        http::Request::get(format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=2"
+        ))
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap()
+    };
+    let rv = api
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    seed(&api).await;
+    let body = client.request_text(raw(&rv)).await.unwrap();
+    let lines: Vec<serde_json::Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["type"], "ADDED");
+        assert_eq!(line["object"]["kind"], "PartialObjectMetadata", "{line}");
+        assert!(line["object"].get("data").is_none(), "{line}");
+        assert!(line["object"]["metadata"]["name"].is_string(), "{line}");
+    }
+    let mut events = api
+        .watch_metadata(&WatchParams::default().timeout(2), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut names = Vec::new();
+    while let Some(event) = events.try_next().await.unwrap() {
+        if let WatchEvent::Added(meta) = event {
+            names.push(meta.metadata.name.unwrap_or_default());
+        }
+    }
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+}
