@@ -9,8 +9,8 @@
 //! spec), while one that fails while rendering is reported by the kind of error and the line
 //! only, unless the kind's words name only what the template text names (an unknown filter,
 //! test, function or method) or are this module's own. Whatever is kept is scrubbed of every
-//! source value on top. minijinja's words for other kinds can quote a value the template read
-//! (`{% include sources.db.password %}` names the template it did not find).
+//! source value on top. minijinja's words for other kinds are built from the values at hand
+//! (a key looked up, a value converted), and no version of them is ours to audit.
 
 use std::collections::BTreeMap;
 
@@ -301,6 +301,9 @@ mod tests {
     fn a_template_error_names_field_and_line_and_never_a_value() {
         let leaky = [
             "line one\n{% include sources.login.password %}",
+            "line one\n{{ sources.login[sources.login.password] }}",
+            "line one\n{{ sources.login.password | attr(sources.login.password) | upper }}",
+            "line one\n{{ sources.login.password | split(sources.login.password) | int }}",
             "line one\n{{ sources.login.password | int + 1 }}",
             "line one\n{{ sources.login.password | b64decode }}",
             "line one\n{{ sources.login.password.nope() }}",

@@ -333,8 +333,8 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
 }
 
 /// A data template that fails while rendering is `Ready=False` reason `TemplateFailed`
-/// naming the field and the line, writes nothing, and quotes no value, even when minijinja's
-/// own words would (an `include` names the template it did not find).
+/// naming the field and the line, writes nothing, and quotes no value (the failing lookup is
+/// keyed by the password).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_error_names_field_and_line_and_leaks_no_value() {
     let pull = Pull::start().await;
@@ -349,7 +349,7 @@ async fn a_template_error_names_field_and_line_and_leaks_no_value() {
                 "startWhen": "ClusterExists",
                 "kubeconfigSecretRef": {"name": "a-kubeconfig", "key": "kubeconfig"},
                 "sources": [{"name": "registry-login", "alias": "login"}],
-                "data": [{"key": "k", "template": "user {{ sources.login.username }}\n{% include sources.login.password %}"}],
+                "data": [{"key": "k", "template": "user {{ sources.login.username }}\n{{ sources.login[sources.login.password] | int }}"}],
                 "targetSecretRef": {"name": COPY, "namespace": "team-a"},
                 "deletionPolicy": "Delete"
             }),
