@@ -218,10 +218,13 @@ impl OmniSecretSyncSpec {
     /// Every Secret the sync reads data from: (its handle, its name, the field naming it),
     /// `sourceSecretRef` first.
     pub fn source_refs(&self) -> Vec<(&str, &str, String)> {
-        let first = self
-            .source_secret_ref
-            .iter()
-            .map(|r| (r.name.as_str(), r.name.as_str(), "spec.sourceSecretRef".to_string()));
+        let first = self.source_secret_ref.iter().map(|r| {
+            (
+                r.name.as_str(),
+                r.name.as_str(),
+                "spec.sourceSecretRef".to_string(),
+            )
+        });
         let rest = self
             .sources
             .iter()
@@ -479,10 +482,9 @@ fn validate_data(spec: &OmniSecretSyncSpec, v: &mut Validation) {
             }
             (Some(_), None) => {}
             (None, Some(template)) => {
-                if let Some(e) = crate::domain::secret_data::check_syntax(
-                    &format!("{at}.template"),
-                    template,
-                ) {
+                if let Some(e) =
+                    crate::domain::secret_data::check_syntax(&format!("{at}.template"), template)
+                {
                     v.push(super::fleet::template_error(e));
                 }
             }
@@ -522,11 +524,7 @@ fn validate_target(spec: &OmniSecretSyncSpec, v: &mut Validation) {
             "set either namespace or namespaceSelector, not both",
         )),
         Some(selector) => {
-            selector.validate_at(
-                "spec.targetSecretRef.namespaceSelector",
-                "namespace",
-                v,
-            );
+            selector.validate_at("spec.targetSecretRef.namespaceSelector", "namespace", v);
             if spec.create_namespace {
                 v.push(FieldError::forbidden(
                     "spec.createNamespace",
@@ -570,7 +568,9 @@ mod tests {
         assert!(errors(serde_json::json!({"sourceSecretRef": {"name": "src"}})).is_empty());
         assert_eq!(
             errors(serde_json::json!({})),
-            ["spec.sourceSecretRef: Required value: set sourceSecretRef (copy a Secret), or data (the keys of the copy) with its sources"]
+            [
+                "spec.sourceSecretRef: Required value: set sourceSecretRef (copy a Secret), or data (the keys of the copy) with its sources"
+            ]
         );
     }
 
@@ -626,8 +626,12 @@ mod tests {
         };
         assert!(errors(target(serde_json::json!({"namespaceSelector": selector}))).is_empty());
         assert_eq!(
-            errors(target(serde_json::json!({"namespace": "apps", "namespaceSelector": selector}))),
-            ["spec.targetSecretRef.namespaceSelector: Forbidden: set either namespace or namespaceSelector, not both"]
+            errors(target(
+                serde_json::json!({"namespace": "apps", "namespaceSelector": selector})
+            )),
+            [
+                "spec.targetSecretRef.namespaceSelector: Forbidden: set either namespace or namespaceSelector, not both"
+            ]
         );
         assert_eq!(
             errors(target(serde_json::json!({}))),
@@ -642,11 +646,15 @@ mod tests {
         with_create["createNamespace"] = true.into();
         let found = errors(with_create);
         assert!(
-            found.iter().any(|e| e.starts_with("spec.targetSecretRef.namespaceSelector.matchExpressions[0].values: Required value")),
+            found.iter().any(|e| e.starts_with(
+                "spec.targetSecretRef.namespaceSelector.matchExpressions[0].values: Required value"
+            )),
             "{found:?}"
         );
         assert!(
-            found.iter().any(|e| e.starts_with("spec.createNamespace: Forbidden")),
+            found
+                .iter()
+                .any(|e| e.starts_with("spec.createNamespace: Forbidden")),
             "{found:?}"
         );
     }

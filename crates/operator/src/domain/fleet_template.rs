@@ -363,7 +363,8 @@ mod tests {
                 "list": ["{% if cluster.ready %}up{% else %}down{% endif %}"]
             }
         });
-        let out = render("spec.template", &template, &facts(), &[]).unwrap_or_else(|e| panic!("{e}"));
+        let out =
+            render("spec.template", &template, &facts(), &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             out,
             json!({
@@ -381,7 +382,11 @@ mod tests {
             .unwrap_or_else(|| panic!("a misspelt fact is an error"));
         assert_eq!(err.field, "spec.template.chart.version");
         assert_eq!(err.line, 2);
-        let syntax = check_syntax("spec.template", &json!({"a": ["ok", "{{ cluster.name "]}), &[]);
+        let syntax = check_syntax(
+            "spec.template",
+            &json!({"a": ["ok", "{{ cluster.name "]}),
+            &[],
+        );
         assert_eq!(syntax.len(), 1);
         assert_eq!(syntax[0].field, "spec.template.a[1]");
         assert_eq!(syntax[0].line, 1);
@@ -421,8 +426,8 @@ mod tests {
             ]
         });
         let skip = ["data[*].template"];
-        let out = render("spec.template", &template, &facts(), &skip)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let out =
+            render("spec.template", &template, &facts(), &skip).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out["targetSecretRef"]["name"], "edge-01-pull");
         assert_eq!(out["data"], template["data"]);
         assert!(check_syntax("spec.template", &template, &skip).is_empty());

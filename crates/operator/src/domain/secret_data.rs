@@ -25,7 +25,8 @@ use crate::api::secret_sync::OmniSecretSyncSpec;
 /// `b64decode`'s message for input that is not base64.
 const NOT_BASE64: &str = "b64decode: the input is not base64";
 /// `b64decode`'s message for bytes that are not text.
-const NOT_TEXT: &str = "b64decode: the decoded bytes are not UTF-8 text (copy binary values with fromSecret)";
+const NOT_TEXT: &str =
+    "b64decode: the decoded bytes are not UTF-8 text (copy binary values with fromSecret)";
 /// `b64encode`'s message for a value that is neither text nor bytes.
 const NOT_ENCODABLE: &str = "b64encode: the value is neither text nor bytes";
 /// What replaces a source value found in a message.
@@ -349,9 +350,13 @@ mod tests {
 
     #[test]
     fn templates_are_bounded_as_the_sets_are() {
-        let s = spec(serde_json::json!([{"key": "k", "template": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}]));
+        let s = spec(
+            serde_json::json!([{"key": "k", "template": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}]),
+        );
         assert!(desired_data(&s, &sources(), &facts()).is_err());
-        let s = spec(serde_json::json!([{"key": "k", "template": "{% for i in range(500) %}{{ sources.login.password * 10 }}{% endfor %}"}]));
+        let s = spec(
+            serde_json::json!([{"key": "k", "template": "{% for i in range(500) %}{{ sources.login.password * 10 }}{% endfor %}"}]),
+        );
         let Err(DataError::Template(e)) = desired_data(&s, &sources(), &facts()) else {
             panic!("the output is capped");
         };

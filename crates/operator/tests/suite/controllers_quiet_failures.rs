@@ -918,7 +918,10 @@ async fn failing_objects_write_only_when_their_status_changes() {
             .workload
             .hooks()
             .writes_to_object("secrets", Some(ns), name);
-        assert_eq!(writes, 0, "{ns}/{name} was written {writes} times while in sync");
+        assert_eq!(
+            writes, 0,
+            "{ns}/{name} was written {writes} times while in sync"
+        );
     }
     // Waiting for another object, or for a spec change after a spent budget, retries
     // nothing: not a single write.

@@ -60,7 +60,12 @@ impl Pull {
             )
             .to_yaml()
             .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
-            secret(&client, &format!("{name}-kubeconfig"), json!({"stringData": {"kubeconfig": kubeconfig}})).await;
+            secret(
+                &client,
+                &format!("{name}-kubeconfig"),
+                json!({"stringData": {"kubeconfig": kubeconfig}}),
+            )
+            .await;
             workloads.insert(name.to_string(), (sim, workload));
         }
         secret(
@@ -76,7 +81,11 @@ impl Pull {
         )
         .await;
         for name in ["a", "b", "c"] {
-            let labels = if name == "c" { json!({}) } else { json!({"pull": "yes"}) };
+            let labels = if name == "c" {
+                json!({})
+            } else {
+                json!({"pull": "yes"})
+            };
             let mut cluster = ours(
                 "OmniCluster",
                 NS,
@@ -157,7 +166,8 @@ async fn namespace(client: &kube::Client, name: &str, selected: bool) {
 }
 
 async fn secret(client: &kube::Client, name: &str, body: Value) {
-    let mut s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}});
+    let mut s =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}});
     if let (Some(s), Some(b)) = (s.as_object_mut(), body.as_object()) {
         s.extend(b.clone());
     }
@@ -218,7 +228,11 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
         .create(&PostParams::default(), &foreign)
         .await
         .unwrap_or_else(|e| panic!("foreign Secret: {e}"));
-    create_json(&pull.client, ours("OmniSecretSyncSet", NS, "pull", pull_set())).await;
+    create_json(
+        &pull.client,
+        ours("OmniSecretSyncSet", NS, "pull", pull_set()),
+    )
+    .await;
 
     // Every selected namespace of a and b gets the copy, with the rendered key.
     for (cluster, ns) in [("a", "team-a"), ("b", "team-a"), ("b", "team-b")] {
@@ -227,7 +241,10 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
         })
         .await;
         assert_eq!(s.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
-        assert_eq!(value(&s, ".dockerconfigjson").as_deref(), Some(DOCKERCONFIG));
+        assert_eq!(
+            value(&s, ".dockerconfigjson").as_deref(),
+            Some(DOCKERCONFIG)
+        );
         assert_eq!(
             value(&s, "registry-auth"),
             Some(expected_auth(cluster, PASSWORD)),
@@ -235,9 +252,12 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
         );
     }
     // The generated sync of `a` reports the Secret in its way, naming it, and leaves it.
-    let a = wait_for(&pull.api("OmniSecretSync"), "pull-a", "TargetNotOwned", |o| {
-        condition(o, "Ready").is_some_and(|(_, r, _)| r == "TargetNotOwned")
-    })
+    let a = wait_for(
+        &pull.api("OmniSecretSync"),
+        "pull-a",
+        "TargetNotOwned",
+        |o| condition(o, "Ready").is_some_and(|(_, r, _)| r == "TargetNotOwned"),
+    )
     .await;
     let (_, _, message) = condition(&a, "Ready").unwrap_or_default();
     assert!(
@@ -245,7 +265,10 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
             && message.starts_with("the copy is in 1 of 2 namespaces"),
         "{message}"
     );
-    assert_eq!(a.data["status"]["namespaceFailures"][0]["namespace"], "team-b");
+    assert_eq!(
+        a.data["status"]["namespaceFailures"][0]["namespace"],
+        "team-b"
+    );
     assert_eq!(a.data["status"]["syncedNamespaces"], json!(["team-a"]));
     let b = wait_for(&pull.api("OmniSecretSync"), "pull-b", "Synced", |o| {
         condition(o, "Ready").is_some_and(|(s, r, _)| s == "True" && r == "Synced")
@@ -263,7 +286,14 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
     for ns in ["team-a", "team-b", "other"] {
         assert!(pull.copy("c", ns).await.is_none(), "c/{ns}");
     }
-    assert!(pull.api("OmniSecretSync").get_opt("pull-c").await.ok().flatten().is_none());
+    assert!(
+        pull.api("OmniSecretSync")
+            .get_opt("pull-c")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+    );
 
     // Idle: re-checks (every RESYNC) read both sides and write to neither.
     tokio::time::sleep(RESYNC * 2).await;
@@ -276,9 +306,20 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
         .iter()
         .map(|r| pull.mgmt.hooks().writes_to(r))
         .sum();
-    assert_eq!(mgmt_writes, 0, "an idle pass wrote to the management cluster");
-    assert_eq!(pull.workload_writes(), 0, "an idle pass wrote to a workload cluster");
-    let reads: u64 = pull.workloads.values().map(|(s, _)| s.hooks().reads_total()).sum();
+    assert_eq!(
+        mgmt_writes, 0,
+        "an idle pass wrote to the management cluster"
+    );
+    assert_eq!(
+        pull.workload_writes(),
+        0,
+        "an idle pass wrote to a workload cluster"
+    );
+    let reads: u64 = pull
+        .workloads
+        .values()
+        .map(|(s, _)| s.hooks().reads_total())
+        .sum();
     assert!(reads > 0, "the re-check never looked");
 
     // A source change reaches every copy.
@@ -312,9 +353,12 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
         pull.copy("b", "team-a").await.is_none()
     })
     .await;
-    wait_for(&pull.api("OmniSecretSync"), "pull-b", "two namespaces", |o| {
-        o.data["status"]["syncedNamespaces"] == json!(["late", "team-b"])
-    })
+    wait_for(
+        &pull.api("OmniSecretSync"),
+        "pull-b",
+        "two namespaces",
+        |o| o.data["status"]["syncedNamespaces"] == json!(["late", "team-b"]),
+    )
     .await;
 
     // The foreign Secret was never written.
@@ -326,7 +370,11 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
     assert_eq!(value(&after, "owner").as_deref(), Some("someone else"));
 
     // No value in any status, Event or log line, the set's included.
-    let set = pull.api("OmniSecretSyncSet").get("pull").await.unwrap_or_else(|e| panic!("{e}"));
+    let set = pull
+        .api("OmniSecretSyncSet")
+        .get("pull")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let set_status = serde_json::to_string(&set.data["status"]).unwrap_or_default();
     assert_no_secret_leaks(&pull.client, &[set_status], &[PASSWORD, ROTATED]).await;
     pull.shutdown().await;
@@ -356,9 +404,12 @@ async fn a_template_error_names_field_and_line_and_leaks_no_value() {
         ),
     )
     .await;
-    let failed = wait_for(&pull.api("OmniSecretSync"), "leaky", "TemplateFailed", |o| {
-        condition(o, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "TemplateFailed")
-    })
+    let failed = wait_for(
+        &pull.api("OmniSecretSync"),
+        "leaky",
+        "TemplateFailed",
+        |o| condition(o, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "TemplateFailed"),
+    )
     .await;
     let (_, _, message) = condition(&failed, "Ready").unwrap_or_default();
     assert!(
@@ -366,7 +417,10 @@ async fn a_template_error_names_field_and_line_and_leaks_no_value() {
         "{message}"
     );
     assert!(condition(&failed, "Stalled").is_some_and(|(s, _, _)| s == "True"));
-    assert!(pull.copy("a", "team-a").await.is_none(), "a failed render wrote");
+    assert!(
+        pull.copy("a", "team-a").await.is_none(),
+        "a failed render wrote"
+    );
     assert_no_secret_leaks(&pull.client, &[], &[PASSWORD]).await;
     pull.shutdown().await;
 }
@@ -414,7 +468,8 @@ spec:
         "{text}"
     );
     assert!(
-        text.contains("spec.template.targetSecretRef.namespaceSelector") && text.contains("not both"),
+        text.contains("spec.template.targetSecretRef.namespaceSelector")
+            && text.contains("not both"),
         "{text}"
     );
 }

@@ -268,8 +268,9 @@ fn wanted<S: SetKind>(set: &S, facts: &ClusterFacts) -> Result<Wanted<S>, Failin
     let template_failed =
         |message: String| failing(&facts.name, &name, Reason::TemplateFailed, message);
     let member_renders = <<S::Member as Member>::Spec as TemplateSpec>::MEMBER_RENDERS;
-    let mut spec = fleet_template::render("spec.template", &set.template().raw, facts, member_renders)
-        .map_err(|e| template_failed(e.to_string()))?;
+    let mut spec =
+        fleet_template::render("spec.template", &set.template().raw, facts, member_renders)
+            .map_err(|e| template_failed(e.to_string()))?;
     spec["clusterRef"] = serde_json::json!({"name": facts.name});
     let mut export = None;
     if let Some(credentials) = set.credentials() {

@@ -147,22 +147,23 @@ async fn read_sources(
     );
     let mut sources = BTreeMap::new();
     for (handle, name, field) in sync.spec.source_refs() {
-        let source = match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, name)
-            .await
-        {
-            Ok(Some(source)) => source,
-            Ok(None) => {
-                let f = SecretSyncFailure::MissingSource {
-                    namespace,
-                    name: name.to_string(),
-                };
-                return Ok(Err(f));
-            }
-            Err(e @ ReadError::Denied { .. }) => {
-                return Ok(Err(SecretSyncFailure::AccessDenied(format!("{e} ({field})"))));
-            }
-            Err(ReadError::Api(e)) => return Err(e),
-        };
+        let source =
+            match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, name).await {
+                Ok(Some(source)) => source,
+                Ok(None) => {
+                    let f = SecretSyncFailure::MissingSource {
+                        namespace,
+                        name: name.to_string(),
+                    };
+                    return Ok(Err(f));
+                }
+                Err(e @ ReadError::Denied { .. }) => {
+                    return Ok(Err(SecretSyncFailure::AccessDenied(format!(
+                        "{e} ({field})"
+                    ))));
+                }
+                Err(ReadError::Api(e)) => return Err(e),
+            };
         // Before anything is copied: the Omni key and service-account tokens never leave.
         let policy = &state.secret_policy;
         if let Some(reason) =

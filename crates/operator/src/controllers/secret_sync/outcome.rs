@@ -4,8 +4,8 @@ use super::failure::SecretSyncFailure;
 use super::write::Synced;
 use crate::api::common::condition_types as ct;
 use crate::api::secret_sync::{NamespaceFailure, OmniSecretSyncStatus};
-use crate::controllers::shared::error::Failure as _;
 use crate::api::{OmniSecretSync, Reason};
+use crate::controllers::shared::error::Failure as _;
 use crate::controllers::shared::pipeline;
 use crate::controllers::shared::status::{Draft, Standing};
 
@@ -239,7 +239,9 @@ mod tests {
         assert_eq!(status.target_namespace, None);
         assert_eq!(
             outcome.result.err().map(|f| f.retry()),
-            Some(RetryPolicy::Poll(crate::controllers::secret_sync::failure::RETRY))
+            Some(RetryPolicy::Poll(
+                crate::controllers::secret_sync::failure::RETRY
+            ))
         );
         let ok = SyncOutcome::new(
             Some(true),
