@@ -429,16 +429,12 @@ async fn a_template_error_names_field_and_line_and_leaks_no_value() {
 /// also inside a set's template (which leaves it to the generated sync).
 #[test]
 fn validate_reports_a_data_template_error_with_its_field_and_line() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.path().join("sync.yaml");
-    std::fs::write(
-        &file,
+    let (passed, text) = crate::support::validate_manifest(
         r#"apiVersion: omni.texashpc.com/v1alpha1
 kind: OmniSecretSyncSet
-metadata:
-  name: pull
-  namespace: fleet
+metadata: {name: pull, namespace: fleet}
 spec:
+  credentials: {kubeconfigSecretRef: {name: "{{ cluster.name }}-kubeconfig"}}
   clusterSelector: {matchLabels: {pull: "yes"}}
   template:
     sources: [{name: registry-login, alias: login}]
@@ -450,19 +446,9 @@ spec:
       namespace: apps
       namespaceSelector: {matchLabels: {pull-secret: "yes"}}
     deletionPolicy: Delete
-  credentials:
-    kubeconfigSecretRef: {name: "{{ cluster.name }}-kubeconfig"}
 "#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-operator"))
-        .args(["validate", "-f"])
-        .arg(&file)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{text}");
+    );
+    assert!(!passed, "{text}");
     assert!(
         text.contains("spec.template.data[0].template") && text.contains("line 2"),
         "{text}"
