@@ -654,10 +654,7 @@ async fn the_registration_secret_carries_the_clusters_labels_and_follows_them_wi
 /// `omni-operator validate` checks a set's templates offline, naming the field and line.
 #[test]
 fn validate_reports_a_template_error_with_its_field_and_line() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.path().join("set.yaml");
-    std::fs::write(
-        &file,
+    let (passed, stdout) = crate::support::validate_manifest(
         r#"apiVersion: omni.texashpc.com/v1alpha1
 kind: OmniHelmReleaseSet
 metadata:
@@ -675,16 +672,8 @@ spec:
   credentials:
     mint: {user: fleet, groups: [fleet], ttl: 24h}
 "#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-operator"))
-        .args(["validate", "-f"])
-        .arg(&file)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stdout =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stdout}");
+    );
+    assert!(!passed, "{stdout}");
     assert!(
         stdout.contains("spec.template.chart.values.greeting") && stdout.contains("line 2"),
         "{stdout}"

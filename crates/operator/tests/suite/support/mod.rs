@@ -133,6 +133,22 @@ pub fn sample(file: &str) -> Vec<serde_json::Value> {
 /// helm runs as a subprocess; only a failing test ever waits this long.
 pub const WAIT: Duration = Duration::from_secs(300);
 
+/// `omni-operator validate -f` on a file holding `manifest`: whether it passed, and what it
+/// printed (stdout, then stderr).
+pub fn validate_manifest(manifest: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("manifest.yaml");
+    std::fs::write(&file, manifest).unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omni-operator"))
+        .args(["validate", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let printed =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), printed)
+}
+
 /// Polls `name` until `pred` holds; panics with the last seen status after [`WAIT`].
 pub async fn wait_for<K>(api: &kube::Api<K>, name: &str, what: &str, pred: impl Fn(&K) -> bool) -> K
 where
