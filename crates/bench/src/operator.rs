@@ -249,15 +249,22 @@ mod tests {
 
     #[test]
     fn reads_its_own_cpu_and_memory() {
-        // Burn a little CPU so the figure cannot be zero at 100 Hz accounting.
+        // Burn CPU until the kernel has accounted some (at 100 Hz, a tick): a fixed 50 ms of
+        // wall time was not enough on a loaded machine, where this thread may get no tick in
+        // it. A reader that never sees CPU fails after 10 s.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(50) {
-            x = x.wrapping_mul(31).wrapping_add(7);
-        }
-        std::hint::black_box(x);
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let s = proc_sample(std::process::id()).unwrap();
+        let s = loop {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
+            std::hint::black_box(x);
+            let s = proc_sample(std::process::id()).unwrap();
+            if s.cpu_secs > 0.0 || start.elapsed() > Duration::from_secs(10) {
+                break s;
+            }
+        };
         drop(listener);
         assert!(s.sockets >= 1, "{s:?}");
         assert!(s.cpu_secs > 0.0, "{s:?}");
