@@ -17,22 +17,10 @@ use crate::RunConfig;
 use crate::emulators::{self, Emulators};
 use crate::fleet::{self, FleetSpec};
 use crate::operator::OperatorProcess;
-use crate::phases::{self, Progress};
+use crate::phases::{self, KINDS, Progress};
 
 /// The shard label (the operator's `api::keys::SHARD_LABEL`).
 pub const SHARD_LABEL: &str = "sharding.omni.texashpc.com/key";
-
-/// The operator's kinds in the bench's fleet.
-const KINDS: &[&str] = &[
-    "OmniConnection",
-    "OmniCluster",
-    "OmniControlPlane",
-    "OmniWorkers",
-    "OmniMachine",
-    "OmniKubeconfigExport",
-    "OmniSecretSync",
-    "OmniHelmRelease",
-];
 
 /// Shard `k`'s label value (`None` for the default shard, 0).
 fn shard_value(k: usize) -> Option<String> {

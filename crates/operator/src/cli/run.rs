@@ -232,17 +232,7 @@ fn parse_selector(value: &str) -> Result<Shard, String> {
 
 /// A Lease name: a DNS subdomain (lowercase alphanumerics, `-` and `.`, at most 253).
 fn parse_lease_name(value: &str) -> Result<String, String> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
-    if ok {
+    if crate::api::cluster::is_dns1123_subdomain(value) {
         Ok(value.to_owned())
     } else {
         Err(format!(
