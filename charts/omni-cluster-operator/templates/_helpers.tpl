@@ -144,3 +144,35 @@ Rendered as YAML and read back with fromYamlArray so every template iterates the
   {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Labels of one operator Deployment and its pods: `(list $ "")` for the main one, `(list $
+NAME)` for shard NAME. A shard's pods carry `omni.texashpc.com/shard` and not the
+`control-plane` label, so the main Deployment and the webhook Service never select them. */}}
+{{- define "omni-cluster-operator.instanceSelectorLabels" -}}
+{{- $root := index . 0 }}
+{{- $shard := index . 1 }}
+{{- if $shard }}
+app.kubernetes.io/name: {{ include "omni-cluster-operator.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+omni.texashpc.com/shard: {{ $shard }}
+{{- else }}
+{{- include "omni-cluster-operator.selectorLabels" $root }}
+{{- end }}
+{{- end }}
+
+{{- define "omni-cluster-operator.instanceLabels" -}}
+helm.sh/chart: {{ include "omni-cluster-operator.chart" (index . 0) }}
+{{ include "omni-cluster-operator.instanceSelectorLabels" . }}
+app.kubernetes.io/version: {{ (index . 0).Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ (index . 0).Release.Service }}
+app.kubernetes.io/part-of: omni-cluster-operator
+{{- end }}
+
+{{/* Every operator pod, the shards' included (metrics, the NetworkPolicy). */}}
+{{- define "omni-cluster-operator.podSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "omni-cluster-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if not .Values.sharding.shards }}
+control-plane: controller-manager
+{{- end }}
+{{- end }}

@@ -15,6 +15,7 @@ pub mod null_operator;
 pub mod operator;
 pub mod phases;
 pub mod report;
+pub mod shards;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -80,6 +80,11 @@ struct Args {
     /// own CPU.
     #[arg(long)]
     null_operator: bool,
+    /// Split the fleet over this many operator processes by the shard label (shard 0 the
+    /// default shard, unlabelled): per-shard CPU and RSS, and a failed run if any object was
+    /// written by two shards (see crates/bench/src/shards.rs).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: u16,
 }
 
 /// With `cargo run`, brings the operator binary beside this one up to date, so a benchmark never
@@ -172,7 +177,19 @@ async fn main() -> anyhow::Result<()> {
     spec.validate()?;
 
     let mut output = serde_json::Map::new();
-    if args.baseline {
+    let mut outcome = Ok(());
+    if args.shards > 1 {
+        eprintln!("==> {} clusters over {} shards", spec.clusters, args.shards);
+        let run = omni_bench::shards::run(&config, &spec, usize::from(args.shards)).await?;
+        let table = omni_bench::shards::table(&run);
+        print!("{}", table.as_ref().unwrap_or_else(|t| t));
+        output.insert("sharded".into(), serde_json::to_value(&run)?);
+        if table.is_err() {
+            outcome = Err(anyhow::anyhow!(
+                "the sharded run failed: an object written by two shards or by another shard, or no convergence"
+            ));
+        }
+    } else if args.baseline {
         let variants: Vec<String> = if args.variants.is_empty() {
             QUIRKS
                 .iter()
@@ -256,5 +273,5 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => std::fs::write(p, serde_json::to_string_pretty(&output)?)
             .with_context(|| format!("writing {}", p.display()))?,
     }
-    Ok(())
+    outcome
 }

@@ -68,6 +68,20 @@ impl OperatorProcess {
         helm: Option<&Path>,
         baseline_quirks: Option<&str>,
     ) -> anyhow::Result<Self> {
+        let quirks = baseline_quirks.map(|q| format!("--baseline-quirks={q}"));
+        Self::start_with(binary, kubeconfig, work_dir, helm, quirks.as_slice())
+    }
+
+    /// [`OperatorProcess::start`] with `extra` arguments, its log and helm state in `work_dir`
+    /// (one directory per process when several run, as with `--shards`).
+    pub fn start_with(
+        binary: &Path,
+        kubeconfig: &Path,
+        work_dir: &Path,
+        helm: Option<&Path>,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(work_dir)?;
         let log = work_dir.join("operator.log");
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -83,10 +97,8 @@ impl OperatorProcess {
             .arg("--helm-work-dir")
             .arg(&helm_dir)
             .arg("--helm-binary")
-            .arg(helm.unwrap_or(Path::new("helm")));
-        if let Some(quirks) = baseline_quirks {
-            cmd.arg(format!("--baseline-quirks={quirks}"));
-        }
+            .arg(helm.unwrap_or(Path::new("helm")))
+            .args(extra);
         Self::spawn(cmd, None, kubeconfig, work_dir, log_file, log)
     }
 

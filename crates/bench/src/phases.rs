@@ -22,7 +22,7 @@ use crate::operator::OperatorProcess;
 const APPLY_CONCURRENCY: usize = 16;
 
 /// The operator's kinds, with their API group and plural, for status checks.
-const KINDS: &[&str] = &[
+pub(crate) const KINDS: &[&str] = &[
     "OmniConnection",
     "OmniCluster",
     "OmniControlPlane",

@@ -784,7 +784,7 @@ fn job_kind(job: &serde_json::Value) -> Option<String> {
 }
 
 /// Kubernetes' DNS-1123 subdomain rule (Omni names the runner Job after the health check).
-fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|part| {

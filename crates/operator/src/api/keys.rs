@@ -157,6 +157,11 @@ pub(crate) const CAPI_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 /// `ArgoCDCluster`).
 pub(crate) const ARGOCD_SECRET_TYPE: (&str, &str) = ("argocd.argoproj.io/secret-type", "cluster");
 
+/// Label naming the shard (the replica set of the operator) that reconciles an object: Flux's
+/// `sharding.fluxcd.io/key` in our group. Objects without it belong to the default shard
+/// (docs/performance.md, "Sharding").
+pub const SHARD_LABEL: &str = "sharding.omni.texashpc.com/key";
+
 /// Label on an object a fleet set generated: the set's kind.
 pub const SET_KIND_LABEL: &str = "omni.texashpc.com/set-kind";
 /// Label on an object a fleet set generated: the set's name (shortened with a hash when it is

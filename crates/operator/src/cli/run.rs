@@ -16,6 +16,7 @@ use crate::domain::tenancy::{Tenancy, Timeouts};
 use crate::process::leader::LeaderConfig;
 use crate::process::metrics::Metrics;
 use crate::process::secure_metrics::SecureMetricsConfig;
+use crate::process::shard::Shard;
 use crate::process::webhook::WebhookConfig;
 
 pub(crate) use crate::process::runtime::default_helm_work_dir;
@@ -40,6 +41,16 @@ pub struct Args {
     /// Namespace of the leader Lease (defaults to the watched namespace).
     #[arg(long)]
     pub(crate) leader_election_namespace: Option<String>,
+    /// Name of the leader Lease. Defaults to `5dc6398d.texashpc.com` (the original's) on the
+    /// default shard and to `omni-operator-shard-NAME` on a shard whose selector names one
+    /// value of `sharding.omni.texashpc.com/key`; any other selector needs it.
+    #[arg(long, env = "LEADER_ELECTION_ID", value_parser = parse_lease_name)]
+    pub(crate) leader_election_id: Option<String>,
+    /// Reconcile only the objects of the operator's kinds whose labels match this selector
+    /// (sharding, Flux's convention): `sharding.omni.texashpc.com/key=NAME` on shard NAME,
+    /// `!sharding.omni.texashpc.com/key` on the default shard. Unset: every object.
+    #[arg(long, env = "WATCH_LABEL_SELECTOR", value_parser = parse_selector)]
+    pub(crate) watch_label_selector: Option<Shard>,
     /// Address of `/metrics`; `0` disables.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub(crate) metrics_bind_address: String,
@@ -215,6 +226,21 @@ fn parse_interval(value: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{value:?} is out of range"))
 }
 
+fn parse_selector(value: &str) -> Result<Shard, String> {
+    Shard::parse(value).map_err(|e| e.to_string())
+}
+
+/// A Lease name: a DNS subdomain (lowercase alphanumerics, `-` and `.`, at most 253).
+fn parse_lease_name(value: &str) -> Result<String, String> {
+    if crate::api::cluster::is_dns1123_subdomain(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "{value:?} is not a Lease name (a lowercase DNS subdomain)"
+        ))
+    }
+}
+
 fn parse_host_pattern(value: &str) -> Result<HostPattern, String> {
     HostPattern::parse(value)
 }
@@ -268,6 +294,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
     } else {
         Scope::Namespace(resolve_namespace(args.namespace.as_deref())?)
     };
+    let shard = args.watch_label_selector.clone().unwrap_or_default();
     let leader = if args.leader_elect {
         let ns = match (&args.leader_election_namespace, &scope) {
             (Some(ns), _) => ns.clone(),
@@ -275,7 +302,14 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
             (None, Scope::All) => resolve_namespace(args.namespace.as_deref())
                 .context("--leader-election-namespace is needed with --all-namespaces")?,
         };
-        Some(LeaderConfig::new(ns))
+        let name = match &args.leader_election_id {
+            Some(name) => name.clone(),
+            None => shard.default_lease_name().map_err(anyhow::Error::msg)?,
+        };
+        Some(LeaderConfig {
+            name,
+            ..LeaderConfig::new(ns)
+        })
     } else {
         None
     };
@@ -345,6 +379,7 @@ pub fn config_from_args(args: &Args) -> anyhow::Result<OperatorConfig> {
         clock: Arc::new(SystemClock),
         metrics: Arc::new(Metrics::new()),
         baseline: args.baseline_quirks.unwrap_or_default(),
+        shard,
     })
 }
 
@@ -357,9 +392,20 @@ pub async fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             "baseline quirks are on: this process models the original implementation for benchmarks"
         );
     }
-    let kube_config = kube::Config::infer()
+    let mut kube_config = kube::Config::infer()
         .await
         .context("connect to the Kubernetes API")?;
+    // The program name is the field manager the API server records for our writes: per
+    // shard, so an object's managedFields show which shard wrote it.
+    let agent = format!(
+        "{}/{}",
+        config.shard.program_name(),
+        env!("CARGO_PKG_VERSION")
+    );
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&agent).context("user agent")?,
+    ));
     let client =
         crate::process::api_client::client(kube_config, usize::from(args.kube_api_max_in_flight))
             .context("connect to the Kubernetes API")?;
@@ -674,6 +720,52 @@ mod tests {
         assert_eq!(config.helm_work_dir, PathBuf::from("/work/helm"));
         assert_eq!(config.template_root, Some(PathBuf::from("/templates")));
         assert_eq!(config.min_interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn shard_flags_pick_the_selector_and_a_lease_per_shard() {
+        use crate::api::keys::SHARD_LABEL;
+        use crate::process::leader::LEASE_NAME;
+        let lease = |c: &OperatorConfig| c.leader.as_ref().map(|l| l.name.clone());
+        let plain = parse(&["--leader-elect"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain.shard, Shard::all());
+        assert_eq!(lease(&plain).as_deref(), Some(LEASE_NAME));
+        let default = parse(&[
+            "--leader-elect",
+            &format!("--watch-label-selector=!{SHARD_LABEL}"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lease(&default).as_deref(), Some(LEASE_NAME));
+        assert_eq!(
+            default.shard.selector(),
+            Some(format!("!{SHARD_LABEL}").as_str())
+        );
+        let one = parse(&[
+            "--leader-elect",
+            "--watch-label-selector",
+            &format!("{SHARD_LABEL}=shard1"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lease(&one).as_deref(), Some("omni-operator-shard-shard1"));
+        assert_eq!(one.shard.name(), Some("shard1"));
+        let named = parse(&[
+            "--leader-elect",
+            "--watch-label-selector=team=blue",
+            "--leader-election-id=blue.example.com",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lease(&named).as_deref(), Some("blue.example.com"));
+        // A selector that names no shard needs a Lease name, but only with leader election.
+        let err = parse(&["--leader-elect", "--watch-label-selector=team=blue"]).unwrap_err();
+        assert!(err.contains("--leader-election-id"), "{err}");
+        assert!(parse(&["--watch-label-selector=team=blue"]).is_ok());
+        for (bad, flag) in [
+            ("--watch-label-selector=a in (b", "--watch-label-selector"),
+            ("--leader-election-id=Not_A_Lease", "--leader-election-id"),
+        ] {
+            let err = parse(&[bad]).unwrap_err();
+            assert!(err.contains(flag), "{bad}: {err}");
+        }
     }
 
     #[test]

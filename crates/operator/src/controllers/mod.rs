@@ -31,7 +31,9 @@ use self::shared::runner::Shutdown;
 use self::shared::setup::Setup;
 pub use self::shared::triggers::secret_changes;
 use self::shared::watches::Watches;
-use crate::api::{OmniControlPlane, OmniMachine, OmniWorkers};
+use crate::api::{
+    OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniMachine, OmniWorkers,
+};
 
 /// Every kind's controller, subscribed to `watches`, each running until `shutdown` completes.
 /// A new kind is registered here, and nowhere else outside its own module.
@@ -42,6 +44,14 @@ pub(crate) fn start_all<S: Shutdown + Clone>(
     shutdown: S,
 ) -> Vec<BoxFuture<'static, ()>> {
     let stop = || shutdown.clone();
+    // The kinds other objects refer to by name are read across shards: each shard watches and
+    // caches them whole and reconciles only its own (docs/decisions.md, "Sharding").
+    watches.of::<OmniConnection>().whole();
+    watches.of::<OmniCluster>().whole();
+    watches.of::<OmniControlPlane>().whole();
+    watches.of::<OmniWorkers>().whole();
+    watches.of::<OmniMachine>().whole();
+    watches.of::<OmniHelmRelease>().whole(); // `dependsOn` names other releases
     let mut all = vec![
         connection::start(ctx, setup, watches, stop()).boxed(),
         cluster::start(ctx, setup, watches, stop()).boxed(),

@@ -7,6 +7,7 @@ pub mod leader;
 pub mod metrics;
 pub mod runtime;
 pub mod secure_metrics;
+pub mod shard;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook;

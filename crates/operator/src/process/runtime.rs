@@ -27,6 +27,7 @@ use crate::domain::workload::WorkloadClients;
 use crate::process::leader::{LeaderConfig, LeaderElector};
 use crate::process::metrics::Metrics;
 use crate::process::secure_metrics::{self, SecureMetricsConfig};
+use crate::process::shard::Shard;
 use crate::process::webhook::{self, WebhookConfig};
 
 /// How long controllers may take to finish in-flight reconciles on shutdown.
@@ -86,6 +87,8 @@ pub struct OperatorConfig {
     pub metrics: Arc<Metrics>,
     /// The behaviours of the original modelled for `omni-bench --baseline` (none by default).
     pub baseline: Quirks,
+    /// The objects this replica set reconciles (`--watch-label-selector`; all by default).
+    pub shard: Shard,
 }
 
 impl std::fmt::Debug for OperatorConfig {
@@ -100,6 +103,7 @@ impl std::fmt::Debug for OperatorConfig {
             .field("helm_binary", &self.helm_binary)
             .field("helm_work_dir", &self.helm_work_dir)
             .field("template_root", &self.template_root)
+            .field("shard", &self.shard.selector())
             .finish_non_exhaustive()
     }
 }
@@ -128,6 +132,7 @@ impl OperatorConfig {
             clock: Arc::new(SystemClock),
             metrics: Arc::new(Metrics::new()),
             baseline: Quirks::default(),
+            shard: Shard::all(),
         }
     }
 }
@@ -366,7 +371,8 @@ async fn start_controllers(
         )
         .with_max_concurrent_reconciles(config.max_concurrent_reconciles)
         .with_per_target_reconciles(tenancy.per_target_reconciles)
-        .with_baseline(config.baseline),
+        .with_baseline(config.baseline)
+        .with_shard(config.shard.clone()),
     );
     // Every controller subscribes to the kinds it reads before the watches start: one watch
     // and one cache per kind, shared.

@@ -43,6 +43,7 @@ mod faults_omni_outage;
 mod faults_operator_killed;
 mod fuzz_input;
 mod metrics_secure;
+mod process_sharding;
 mod real_apiserver;
 mod render;
 mod render_cli;

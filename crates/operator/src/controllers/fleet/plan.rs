@@ -15,6 +15,7 @@ use crate::api::common::{ConditionStatus, condition_types, find_condition};
 use crate::api::fleet::{FailingCluster, StopMatchingBehavior, TemplateSpec, minted_export_spec};
 use crate::api::keys::{
     LEFT_BY_SET_LABEL, SET_CLUSTER_LABEL, SET_KIND_LABEL, SET_NAME_LABEL, SET_SPEC_HASH_ANNOTATION,
+    SHARD_LABEL,
 };
 use crate::api::{OmniCluster, OmniKubeconfigExport, Reason};
 use crate::domain::fleet_template::{self, ClusterFacts};
@@ -115,7 +116,7 @@ struct Stamp {
 
 impl Stamp {
     fn new<S: SetKind>(set: &S, cluster: &str, hash: String) -> Option<Self> {
-        let labels = [
+        let mut labels: BTreeMap<String, String> = [
             (SET_KIND_LABEL, S::kind(&()).to_string()),
             (SET_NAME_LABEL, generated_name(&[&set.name_any()])),
             (SET_CLUSTER_LABEL, generated_name(&[cluster])),
@@ -123,6 +124,11 @@ impl Stamp {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        // What a set generates lands on the set's shard (an unlabelled set's objects stay
+        // unlabelled, on the default shard: `apply` removes a stray label).
+        if let Some(shard) = set.labels().get(SHARD_LABEL) {
+            labels.insert(SHARD_LABEL.to_string(), shard.clone());
+        }
         Some(Self {
             namespace: set.namespace().unwrap_or_default(),
             labels,
@@ -135,6 +141,7 @@ impl Stamp {
         meta.namespace = Some(self.namespace.clone());
         let labels = meta.labels.get_or_insert_with(BTreeMap::new);
         labels.remove(LEFT_BY_SET_LABEL);
+        labels.remove(SHARD_LABEL);
         labels.extend(self.labels.clone());
         meta.annotations
             .get_or_insert_with(BTreeMap::new)
@@ -149,6 +156,7 @@ impl Stamp {
         let labels = meta.labels.clone().unwrap_or_default();
         self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             && !labels.contains_key(LEFT_BY_SET_LABEL)
+            && labels.get(SHARD_LABEL) == self.labels.get(SHARD_LABEL)
             && meta
                 .annotations
                 .as_ref()

@@ -240,3 +240,31 @@ fn generated_names_fit_a_label() {
     assert!(long.len() <= 63, "{long}");
     assert_ne!(long, generated_name(&[&"s".repeat(40), &"c".repeat(41)]));
 }
+
+#[test]
+fn what_a_set_generates_lands_on_the_sets_shard() {
+    use crate::api::keys::SHARD_LABEL;
+    let clusters = [cluster("a", Some("edge"))];
+    let mut sharded = set("hi", json!({}));
+    sharded
+        .labels_mut()
+        .insert(SHARD_LABEL.into(), "shard1".into());
+    let first = run(&sharded, &clusters, &[]);
+    let Step::Create(a) = &first.members[0] else {
+        panic!("a create")
+    };
+    assert_eq!(
+        a.labels().get(SHARD_LABEL).map(String::as_str),
+        Some("shard1")
+    );
+    // Stored on shard1, nothing to do; the set moved to the default shard takes its object
+    // along (a replace that drops the label), and a stray label is put right.
+    let members = created(first, 1);
+    assert!(run(&sharded, &clusters, &members).members.is_empty());
+    let unsharded = set("hi", json!({}));
+    let moved = run(&unsharded, &clusters, &members);
+    let Some(Step::Replace(a)) = moved.members.first() else {
+        panic!("a replace: {:?}", written(&moved))
+    };
+    assert_eq!(a.labels().get(SHARD_LABEL), None);
+}

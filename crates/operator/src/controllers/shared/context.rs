@@ -19,6 +19,7 @@ use super::fairness::{DEFAULT_PER_TARGET, TargetSlots};
 use crate::api::Reason;
 use crate::benchmark::Quirks;
 use crate::process::metrics::Metrics;
+use crate::process::shard::Shard;
 
 /// Where the operator looks for objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +77,8 @@ pub(crate) struct Context {
     /// The behaviours of the original implementation modelled for `omni-bench --baseline`;
     /// none outside the benchmark.
     pub(crate) baseline: Quirks,
+    /// The objects of this replica set (`--watch-label-selector`): only they are reconciled.
+    pub(crate) shard: Shard,
     events: Events,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -112,6 +115,7 @@ impl Context {
             max_concurrent_reconciles: crate::process::runtime::DEFAULT_MAX_CONCURRENT_RECONCILES,
             target_slots: TargetSlots::new(DEFAULT_PER_TARGET),
             baseline: Quirks::default(),
+            shard: Shard::all(),
             events,
             failures: Mutex::default(),
         }
@@ -132,6 +136,12 @@ impl Context {
     /// Turns on the modelled behaviours of the original (`--baseline-quirks`, benchmarks only).
     pub(crate) fn with_baseline(mut self, quirks: Quirks) -> Self {
         self.baseline = quirks;
+        self
+    }
+
+    /// Reconciles only the objects `shard` selects (sharding across replica sets).
+    pub(crate) fn with_shard(mut self, shard: Shard) -> Self {
+        self.shard = shard;
         self
     }
 

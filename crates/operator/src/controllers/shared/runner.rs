@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt as _;
-use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt as _};
 
 use super::context::{Context, object_key};
 use super::decoded::{Cached, report_undecodable};
@@ -51,7 +51,15 @@ pub(crate) fn indexed_controller_for<K: OwnKind>(
     let kept = index.clone();
     let watch = watches.of::<K>();
     let reader = watch.store();
-    let events = watch.subscribe().inspect(move |event| kept.apply(event));
+    let metrics = ctx.metrics.clone();
+    let events = watch.subscribe().inspect(move |event| {
+        kept.apply(event);
+        // Gone from the watch: deleted, or moved to another shard, whose series it now is.
+        if let kube::runtime::watcher::Event::Delete(obj) = event {
+            let ns = obj.namespace().unwrap_or_default();
+            metrics.forget_resource(&K::kind(&()), &ns, &obj.name_any());
+        }
+    });
     let triggers = changes_from(events, own_change, Deletions::Skip).map(Ok);
     let controller = kube::runtime::Controller::for_stream(triggers, reader).with_config(
         kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
@@ -79,6 +87,15 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
                 let state = state.clone();
                 let woken = woken.clone();
                 async move {
+                    // Another shard's object (a kind read across shards is watched whole, and
+                    // a relabelled object hands over): left to its shard.
+                    if !ctx.shard.owns(obj.labels()) {
+                        // Its series, from before a move, is the new shard's to report.
+                        let ns = obj.namespace().unwrap_or_default();
+                        ctx.metrics
+                            .forget_resource(&P::kind(&()), &ns, &obj.name_any());
+                        return Ok(Action::await_change());
+                    }
                     // Before anything else, and outside the pass's metrics and backoff: while
                     // its target holds its whole share, an object waits doing nothing, so
                     // objects pointing at one server that never answers cannot take every slot.

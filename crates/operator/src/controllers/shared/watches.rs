@@ -75,6 +75,9 @@ pub(crate) type WatchEvent<K> = watcher::Event<Cached<K>>;
 /// The watch of kind `K`: its one cache and its subscribers.
 pub(crate) struct SharedWatch<K: OwnKind> {
     api: Api<Cached<K>>,
+    /// The shard's label selector, for a kind of ours (`--watch-label-selector`); `None`
+    /// watches every object.
+    selector: Option<String>,
     /// Set once some controller reads the kind's cache.
     writer: Option<Writer<Cached<K>>>,
     subscribers: Vec<mpsc::Sender<WatchEvent<K>>>,
@@ -84,6 +87,7 @@ impl<K: OwnKind> SharedWatch<K> {
     pub(crate) fn new(api: Api<Cached<K>>) -> Self {
         Self {
             api,
+            selector: None,
             writer: None,
             subscribers: Vec::new(),
         }
@@ -94,6 +98,14 @@ impl<K: OwnKind> SharedWatch<K> {
         self.writer
             .get_or_insert_with(|| reflector::store::Writer::new(()))
             .as_reader()
+    }
+
+    /// Watches every object of the kind whatever the shard's selector: for a kind other
+    /// objects refer to by name, which a shard reads across shards (its reconciles stay
+    /// gated by the selector, in `runner::drive`).
+    pub(crate) fn whole(&mut self) -> &mut Self {
+        self.selector = None;
+        self
     }
 
     /// Every event of the watch, from its first list on.
@@ -108,11 +120,16 @@ impl<K: OwnKind> SharedWatch<K> {
     pub(crate) async fn run(self) {
         let Self {
             api,
+            selector,
             mut writer,
             mut subscribers,
         } = self;
         let kind = K::kind(&());
-        let mut events = watcher(api, watcher::Config::default())
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &selector {
+            config = config.labels(selector);
+        }
+        let mut events = watcher(api, config)
             .default_backoff()
             .modify(strip_for_cache)
             .boxed();
@@ -168,6 +185,8 @@ impl<K: OwnKind> AnyWatch for SharedWatch<K> {
 pub(crate) struct Watches {
     client: Client,
     scope: Scope,
+    /// The shard's label selector, applied to the watches of our own kinds.
+    selector: Option<String>,
     kinds: HashMap<TypeId, Box<dyn AnyWatch>>,
 }
 
@@ -177,6 +196,7 @@ impl Watches {
         Self {
             client: ctx.client.clone(),
             scope: ctx.scope.clone(),
+            selector: ctx.shard.selector().map(str::to_owned),
             kinds: HashMap::new(),
         }
     }
@@ -184,12 +204,19 @@ impl Watches {
     /// The watch of kind `K`, made on first ask.
     pub(crate) fn of<K: OwnKind>(&mut self) -> &mut SharedWatch<K> {
         let (client, scope) = (&self.client, &self.scope);
+        // Shards split only our own kinds: the Secrets (and other data) their objects refer
+        // to carry no shard label, and each shard reads those it needs.
+        let selector = (K::group(&()) == crate::api::GROUP)
+            .then(|| self.selector.clone())
+            .flatten();
         let watch = self.kinds.entry(TypeId::of::<K>()).or_insert_with(|| {
             let api = match scope {
                 Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
                 Scope::All => Api::all(client.clone()),
             };
-            Box::new(SharedWatch::<K>::new(api))
+            let mut watch = SharedWatch::<K>::new(api);
+            watch.selector = selector;
+            Box::new(watch)
         });
         watch
             .as_any()
