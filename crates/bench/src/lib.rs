@@ -11,10 +11,12 @@
 
 pub mod emulators;
 pub mod fleet;
+pub mod floor;
 pub mod null_operator;
 pub mod operator;
 pub mod phases;
 pub mod report;
+pub mod sets;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -63,6 +65,8 @@ pub struct RunResult {
     pub latency: Option<Latency>,
     /// What Omni and the workload clusters hold at the end.
     pub end_state: EndState,
+    /// The set phases, with `--sets` (after a converged cold start).
+    pub sets: Option<sets::SetPhases>,
 }
 
 /// Runs the phases once against fresh emulators; `variant` is the operator's
@@ -96,6 +100,9 @@ pub async fn run_once(
             phases::cold_start(&emu, spec, &mut operator, started, config.cold_start_limit).await?;
         let settle_secs = phases::settle(&emu, &mut operator, Duration::from_secs(120)).await?;
         let idle = phases::idle(&emu, &mut operator, config.idle).await?;
+        if spec.sets && cold_start.converged {
+            sets::ensure_quiet(&idle)?;
+        }
         let latency = if config.edits > 0 && cold_start.converged {
             Some(
                 phases::change_latency(
@@ -110,6 +117,11 @@ pub async fn run_once(
         } else {
             None
         };
+        let sets = if spec.sets && cold_start.converged {
+            Some(sets::run(&emu, spec, &mut operator, config.cold_start_limit).await?)
+        } else {
+            None
+        };
         operator.check_alive()?;
         Ok::<_, anyhow::Error>(RunResult {
             fleet: *spec,
@@ -120,6 +132,7 @@ pub async fn run_once(
             idle,
             latency,
             end_state: phases::end_state(&emu, spec),
+            sets,
         })
     }
     .await;
