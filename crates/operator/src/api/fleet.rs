@@ -85,14 +85,20 @@ impl ClusterSelector {
     }
 
     fn validate(&self, v: &mut Validation) {
+        self.validate_at("spec.clusterSelector", "cluster", v);
+    }
+
+    /// The selector's rules, reported at `at`; `selects` names what it selects in the
+    /// message about an empty one (an OmniSecretSync's namespace selector shares them).
+    pub(crate) fn validate_at(&self, at: &str, selects: &str, v: &mut Validation) {
         if self.is_empty() {
             v.push(FieldError::required(
-                "spec.clusterSelector",
-                "an empty selector matches no cluster: name at least one label in matchLabels or matchExpressions",
+                at,
+                format!("an empty selector matches no {selects}: name at least one label in matchLabels or matchExpressions"),
             ));
         }
         for (i, r) in self.match_expressions.iter().enumerate() {
-            let path = format!("spec.clusterSelector.matchExpressions[{i}]");
+            let path = format!("{at}.matchExpressions[{i}]");
             if is_blank(&r.key) {
                 v.push(FieldError::required(
                     format!("{path}.key"),
@@ -233,6 +239,7 @@ impl SetCredentials {
                 for e in fleet_template::check_syntax(
                     "spec.credentials.kubeconfigSecretRef.name",
                     &Value::String(pattern.name.clone()),
+                    &[],
                 ) {
                     v.push(template_error(e));
                 }
@@ -311,6 +318,10 @@ pub struct MemberTemplate<S> {
 pub trait TemplateSpec: Serialize + DeserializeOwned + JsonSchema {
     /// The fields the set fills in per cluster (left out of the template's required list).
     const SET_BY_THE_SET: &'static [&'static str];
+    /// The strings of the template the set leaves as written, for the generated object to
+    /// render itself with what only it reads (paths relative to the template, each index
+    /// written `[*]`): an OmniSecretSync's `data[*].template`, which reads Secret values.
+    const MEMBER_RENDERS: &'static [&'static str] = &[];
 }
 
 impl<S> MemberTemplate<S> {
@@ -412,7 +423,7 @@ pub(crate) fn validate_set<S: TemplateSpec>(
             ));
         }
     }
-    for e in fleet_template::check_syntax("spec.template", &template.raw) {
+    for e in fleet_template::check_syntax("spec.template", &template.raw, S::MEMBER_RENDERS) {
         v.push(template_error(e));
     }
     v.extend(validate_as_member(template, member));
@@ -434,7 +445,7 @@ fn validate_as_member<S: TemplateSpec>(
             return v;
         }
     };
-    let templated = fleet_template::templated_fields("spec", &template.raw);
+    let templated = fleet_template::templated_fields("spec", &template.raw, S::MEMBER_RENDERS);
     for mut error in member(spec).errors {
         let field = error.path.clone();
         if templated

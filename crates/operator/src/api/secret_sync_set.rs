@@ -9,6 +9,9 @@ set_kind!(OmniSecretSyncSetSpec: kind "OmniSecretSyncSet", plural "omnisecretsyn
 
 impl TemplateSpec for OmniSecretSyncSpec {
     const SET_BY_THE_SET: &'static [&'static str] = &["clusterRef", "kubeconfigSecretRef"];
+    /// A data template reads the sources' values, which only the generated sync reads; it
+    /// sees the same `cluster` facts there (docs/fleet.md).
+    const MEMBER_RENDERS: &'static [&'static str] = &["data[*].template"];
 }
 
 /// Admission rules for OmniSecretSyncSet: the rules every set shares, and the OmniSecretSync

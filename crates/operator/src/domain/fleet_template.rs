@@ -71,6 +71,12 @@ impl ClusterFacts {
 
     /// The template context: `cluster` with these facts.
     fn context(&self) -> Facts {
+        Facts::from(BTreeMap::from([("cluster".to_string(), self.value())]))
+    }
+
+    /// These facts as the value of the `cluster` variable (also an OmniSecretSync's data
+    /// templates read it: `domain::secret_data`).
+    pub(crate) fn value(&self) -> Facts {
         let cluster: BTreeMap<String, Facts> = [
             ("name", Facts::from(self.name.as_str())),
             ("namespace", Facts::from(self.namespace.as_str())),
@@ -88,10 +94,7 @@ impl ClusterFacts {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        Facts::from(BTreeMap::from([(
-            "cluster".to_string(),
-            Facts::from(cluster),
-        )]))
+        Facts::from(cluster)
     }
 }
 
@@ -113,8 +116,9 @@ pub fn is_template(text: &str) -> bool {
     text.contains("{{") || text.contains("{%") || text.contains("{#")
 }
 
-/// The sandboxed environment every template runs in.
-fn environment() -> Environment<'static> {
+/// The sandboxed environment every template runs in (an OmniSecretSync's data templates add
+/// their filters to it: `domain::secret_data`).
+pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL_PER_FIELD));
     env.set_recursion_limit(RECURSION_LIMIT);
@@ -130,7 +134,7 @@ fn environment() -> Environment<'static> {
     env
 }
 
-fn error_at(field: &str, e: &minijinja::Error) -> TemplateError {
+pub(crate) fn error_at(field: &str, e: &minijinja::Error) -> TemplateError {
     let message = match e.detail() {
         Some(detail) => format!("{}: {detail}", e.kind()),
         None => e.kind().to_string(),
@@ -164,6 +168,48 @@ impl Write for Capped {
     }
 }
 
+/// Why a template did not render.
+pub(crate) enum Failed {
+    /// It does not compile (minijinja's words quote only the template's own text).
+    Compile(minijinja::Error),
+    /// It failed while rendering (minijinja's words may quote a value it read).
+    Render(minijinja::Error),
+    /// Its output broke a bound, or is not text: what was broken.
+    Output(String),
+}
+
+impl Failed {
+    /// The error of `field`, minijinja's words kept (a set's templates read no secret).
+    fn at(self, field: &str) -> TemplateError {
+        match self {
+            Self::Compile(e) | Self::Render(e) => error_at(field, &e),
+            Self::Output(message) => TemplateError {
+                field: field.to_string(),
+                line: 1,
+                message,
+            },
+        }
+    }
+}
+
+/// `source` rendered in `env` with `context`, within the output bound.
+pub(crate) fn render_in(
+    env: &Environment<'_>,
+    source: &str,
+    context: Facts,
+) -> Result<String, Failed> {
+    let template = env.template_from_str(source).map_err(Failed::Compile)?;
+    let mut out = Capped::default();
+    let rendered = template.render_captured_to(context, &mut out);
+    if out.overflowed {
+        return Err(Failed::Output(format!(
+            "the output exceeds {MAX_FIELD_OUTPUT} bytes"
+        )));
+    }
+    rendered.map_err(Failed::Render)?;
+    String::from_utf8(out.out).map_err(|_| Failed::Output("the output is not UTF-8".into()))
+}
+
 /// `source` (the text of `field`) rendered for `facts`.
 pub fn render_str(
     field: &str,
@@ -173,32 +219,15 @@ pub fn render_str(
     if !is_template(source) {
         return Ok(source.to_string());
     }
-    let env = environment();
-    let template = env
-        .template_from_str(source)
-        .map_err(|e| error_at(field, &e))?;
-    let mut out = Capped::default();
-    let rendered = template.render_captured_to(facts.context(), &mut out);
-    if out.overflowed {
-        return Err(TemplateError {
-            field: field.to_string(),
-            line: 1,
-            message: format!("the output exceeds {MAX_FIELD_OUTPUT} bytes"),
-        });
-    }
-    rendered.map_err(|e| error_at(field, &e))?;
-    String::from_utf8(out.out).map_err(|_| TemplateError {
-        field: field.to_string(),
-        line: 1,
-        message: "the output is not UTF-8".into(),
-    })
+    render_in(&environment(), source, facts.context()).map_err(|f| f.at(field))
 }
 
-/// Every string of `value` (at path `base`) whose template does not compile.
-pub fn check_syntax(base: &str, value: &Value) -> Vec<TemplateError> {
+/// Every string of `value` (at path `base`) whose template does not compile, but for the
+/// strings `member_renders` names.
+pub fn check_syntax(base: &str, value: &Value, member_renders: &[&str]) -> Vec<TemplateError> {
     let env = environment();
     let mut errors = Vec::new();
-    visit(base, value, &mut |field, text| {
+    visit(base, base, value, member_renders, &mut |field, text| {
         if is_template(text)
             && let Err(e) = env.template_from_str(text)
         {
@@ -208,49 +237,96 @@ pub fn check_syntax(base: &str, value: &Value) -> Vec<TemplateError> {
     errors
 }
 
-/// `value` (at path `base`) with every string rendered for `facts`; the first error stops it.
-pub fn render(base: &str, value: &Value, facts: &ClusterFacts) -> Result<Value, TemplateError> {
+/// `value` (at path `base`) with every string rendered for `facts`, but for the strings
+/// `member_renders` names (paths relative to `base`, each index written `[*]`, e.g.
+/// `data[*].template`: templates the generated object renders itself, with what only it
+/// reads); the first error stops it.
+pub fn render(
+    base: &str,
+    value: &Value,
+    facts: &ClusterFacts,
+    member_renders: &[&str],
+) -> Result<Value, TemplateError> {
+    render_at(base, base, value, facts, member_renders)
+}
+
+fn render_at(
+    root: &str,
+    path: &str,
+    value: &Value,
+    facts: &ClusterFacts,
+    skip: &[&str],
+) -> Result<Value, TemplateError> {
     Ok(match value {
-        Value::String(text) => Value::String(render_str(base, text, facts)?),
+        Value::String(_) if left_alone(root, path, skip) => value.clone(),
+        Value::String(text) => Value::String(render_str(path, text, facts)?),
         Value::Array(items) => Value::Array(
             items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| render(&format!("{base}[{i}]"), item, facts))
+                .map(|(i, item)| render_at(root, &format!("{path}[{i}]"), item, facts, skip))
                 .collect::<Result<_, _>>()?,
         ),
         Value::Object(fields) => Value::Object(
             fields
                 .iter()
-                .map(|(k, v)| Ok((k.clone(), render(&format!("{base}.{k}"), v, facts)?)))
+                .map(|(k, v)| {
+                    let rendered = render_at(root, &format!("{path}.{k}"), v, facts, skip)?;
+                    Ok((k.clone(), rendered))
+                })
                 .collect::<Result<_, TemplateError>>()?,
         ),
         other => other.clone(),
     })
 }
 
-/// Calls `f` with the path and text of every string in `value`.
-fn visit(base: &str, value: &Value, f: &mut dyn FnMut(&str, &str)) {
+/// Whether the string at `path` (under `root`) is one `skip` names.
+fn left_alone(root: &str, path: &str, skip: &[&str]) -> bool {
+    if skip.is_empty() {
+        return false;
+    }
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    let relative = relative.strip_prefix('.').unwrap_or(relative);
+    let mut general = String::with_capacity(relative.len());
+    let mut in_index = false;
+    for c in relative.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                general.push_str("[*]");
+            }
+            ']' if in_index => in_index = false,
+            _ if in_index => {}
+            _ => general.push(c),
+        }
+    }
+    skip.contains(&general.as_str())
+}
+
+/// Calls `f` with the path and text of every string in `value` but those `skip` names.
+fn visit(root: &str, base: &str, value: &Value, skip: &[&str], f: &mut dyn FnMut(&str, &str)) {
     match value {
+        Value::String(_) if left_alone(root, base, skip) => {}
         Value::String(text) => f(base, text),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                visit(&format!("{base}[{i}]"), item, f);
+                visit(root, &format!("{base}[{i}]"), item, skip, f);
             }
         }
         Value::Object(fields) => {
             for (k, v) in fields {
-                visit(&format!("{base}.{k}"), v, f);
+                visit(root, &format!("{base}.{k}"), v, skip, f);
             }
         }
         _ => {}
     }
 }
 
-/// The paths of the strings of `value` (at path `base`) that hold a template.
-pub fn templated_fields(base: &str, value: &Value) -> Vec<String> {
+/// The paths of the strings of `value` (at path `base`) that hold a template the set renders
+/// (not those `member_renders` names).
+pub fn templated_fields(base: &str, value: &Value, member_renders: &[&str]) -> Vec<String> {
     let mut fields = Vec::new();
-    visit(base, value, &mut |field, text| {
+    visit(base, base, value, member_renders, &mut |field, text| {
         if is_template(text) {
             fields.push(field.to_string());
         }
@@ -287,7 +363,8 @@ mod tests {
                 "list": ["{% if cluster.ready %}up{% else %}down{% endif %}"]
             }
         });
-        let out = render("spec.template", &template, &facts()).unwrap_or_else(|e| panic!("{e}"));
+        let out =
+            render("spec.template", &template, &facts(), &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             out,
             json!({
@@ -300,12 +377,16 @@ mod tests {
     #[test]
     fn an_error_names_the_field_and_the_line() {
         let template = json!({"chart": {"version": "1.0\n{{ cluster.nmae }}"}});
-        let err = render("spec.template", &template, &facts())
+        let err = render("spec.template", &template, &facts(), &[])
             .err()
             .unwrap_or_else(|| panic!("a misspelt fact is an error"));
         assert_eq!(err.field, "spec.template.chart.version");
         assert_eq!(err.line, 2);
-        let syntax = check_syntax("spec.template", &json!({"a": ["ok", "{{ cluster.name "]}));
+        let syntax = check_syntax(
+            "spec.template",
+            &json!({"a": ["ok", "{{ cluster.name "]}),
+            &[],
+        );
         assert_eq!(syntax.len(), 1);
         assert_eq!(syntax[0].field, "spec.template.a[1]");
         assert_eq!(syntax[0].line, 1);
@@ -331,6 +412,30 @@ mod tests {
         );
         let fine = render_str("f", "{{ 'x' * 100 }}", &facts()).unwrap_or_default();
         assert_eq!(fine.len(), 100);
+    }
+
+    /// The strings a generated object renders itself are left exactly as written, checked by
+    /// nobody here and listed as nobody's templated field.
+    #[test]
+    fn the_strings_the_member_renders_are_left_alone() {
+        let template = json!({
+            "targetSecretRef": {"name": "{{ cluster.name }}-pull"},
+            "data": [
+                {"key": "a", "template": "{{ sources.pull.token | b64encode }}"},
+                {"key": "b", "template": "{{ broken "}
+            ]
+        });
+        let skip = ["data[*].template"];
+        let out =
+            render("spec.template", &template, &facts(), &skip).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out["targetSecretRef"]["name"], "edge-01-pull");
+        assert_eq!(out["data"], template["data"]);
+        assert!(check_syntax("spec.template", &template, &skip).is_empty());
+        assert_eq!(
+            templated_fields("spec", &template, &skip),
+            ["spec.targetSecretRef.name"]
+        );
+        assert_eq!(check_syntax("spec.template", &template, &[]).len(), 1);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What the controllers decide with and act through: pure rules (the render, the change plan,
-//! kubeconfig checks, export formats, the Secret policy, the identity policy of minted
+//! kubeconfig checks, export formats, a secret sync's data mapping, the Secret policy, the identity policy of minted
 //! kubeconfigs, the deployment's multi-tenancy settings, the comparison of a release's objects
 //! with live ones) and the drivers of what lies outside the management cluster (workload
 //! clusters, reads as a tenant's ServiceAccount, the helm binary and the chart sources it
@@ -15,6 +15,7 @@ pub(crate) mod impersonation;
 pub mod kubeconfig;
 pub(crate) mod plan;
 pub mod render;
+pub(crate) mod secret_data;
 pub mod secret_policy;
 pub mod tenancy;
 #[cfg(test)]

@@ -507,13 +507,14 @@ fn required_fields() {
             "clusterRef",
             "deletionPolicy",
             "kubeconfigSecretRef",
-            "sourceSecretRef",
             "targetSecretRef"
         ])
     );
+    // `sourceSecretRef` is optional with `data`, `namespace` with `namespaceSelector`:
+    // admission asks for them.
     assert_eq!(
         req("OmniSecretSync", "spec.targetSecretRef"),
-        set(&["name", "namespace"])
+        set(&["name"])
     );
 }
 

@@ -132,6 +132,19 @@ const CASES: &[Case] = &[
     case("omnisecretsyncs", "garbage", "ValidationFailed"),
     case("omnisecretsyncs", "tarpitted", "Timeout"),
     case("omnisecretsyncs", "denied", "AccessDenied"),
+    // A namespace selector with a Secret in its way in one namespace, and a data template that
+    // fails: as quiet as a single target.
+    case("omnisecretsyncs", "crowded", "TargetNotOwned"),
+    case("omnisecretsyncs", "miswritten", "TemplateFailed"),
+    // A namespace selector with nothing to do: its re-checks (every `RESYNC`) write nothing,
+    // to the management cluster or the workload cluster ([`SPREAD_COPIES`]).
+    Case {
+        resource: "omnisecretsyncs",
+        name: "spread",
+        ready: "True",
+        reason: "Synced",
+        waits: true,
+    },
     case("omnihelmreleases", "waiting", "MissingSecret"),
     case("omnihelmreleases", "homeless", "MissingCluster"),
     case("omnihelmreleases", "malformed", "ValidationFailed"),
@@ -163,6 +176,18 @@ const CASES: &[Case] = &[
     case("omnihelmreleases", "dependant", "DependencyNotReady"),
     case("omnihelmreleases", "gated", "ClusterNotHealthy"),
     case("omnihelmreleases", "spent", "RetriesExhausted"),
+];
+
+/// How often the syncs re-check their copies here: several idle passes of `spread` fall into
+/// the window.
+const RESYNC: Duration = Duration::from_secs(5);
+
+/// The workload copies of the namespace-selector syncs (namespace, name): never written
+/// during the window.
+const SPREAD_COPIES: &[(&str, &str)] = &[
+    ("crowd-ok", "crowded-copy"),
+    ("crowd", "spread-copy"),
+    ("crowd-ok", "spread-copy"),
 ];
 
 /// The releases of [`CASES`] that wait rather than retry: they make no write at all.
@@ -241,7 +266,7 @@ async fn events_about(client: &kube::Client, name: &str) -> u64 {
 /// log of the helm commands the operator ran.
 struct Quiet {
     env: Env,
-    _workload: RunningKubeSim,
+    workload: RunningKubeSim,
     _tarpit: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// A repository serving chart `demo` 0.1.0, for a release whose Helm run itself fails.
     repo: ChartServer,
@@ -271,6 +296,7 @@ impl Quiet {
             .tenancy(tenancy)
             // So that what a ServiceAccount may not read is denied (the operator stays admin).
             .rbac()
+            .secret_sync_resync(RESYNC)
             .start()
             .await;
         let (tarpit, held) = support::chart_server::tarpit().await;
@@ -294,16 +320,29 @@ impl Quiet {
             .create(&PostParams::default(), &apps)
             .await
             .unwrap_or_else(|e| panic!("workload namespace: {e}"));
-        // A Secret in the workload cluster that no OmniSecretSync created.
-        let squatter: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "squatted-copy", "namespace": "apps"},
-            "stringData": {"owner": "someone else"},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        Api::<Secret>::namespaced(workload_client, "apps")
-            .create(&PostParams::default(), &squatter)
-            .await
-            .unwrap_or_else(|e| panic!("squatter: {e}"));
+        // Two namespaces a namespace selector matches.
+        for name in ["crowd", "crowd-ok"] {
+            let ns: Namespace = serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": {"quiet-pull": "yes"}}}),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            Api::<Namespace>::all(workload_client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap_or_else(|e| panic!("workload namespace: {e}"));
+        }
+        // Secrets in the workload cluster that no OmniSecretSync created.
+        for (ns, name) in [("apps", "squatted-copy"), ("crowd", "crowded-copy")] {
+            let squatter: Secret = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns},
+                "stringData": {"owner": "someone else"},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            Api::<Secret>::namespaced(workload_client.clone(), ns)
+                .create(&PostParams::default(), &squatter)
+                .await
+                .unwrap_or_else(|e| panic!("squatter: {e}"));
+        }
         let kubeconfig = |server: String| {
             Kubeconfig::new(server, "admin", Credential::Token("workload-token".into()))
                 .to_yaml()
@@ -338,7 +377,7 @@ impl Quiet {
         }
         Quiet {
             env,
-            _workload: workload,
+            workload,
             _tarpit: held,
             repo,
             helm_log,
@@ -531,6 +570,17 @@ impl Quiet {
         let mut denied = sync("denied", "healthy", "source", "workload-kubeconfig");
         denied["spec"]["serviceAccountName"] = "nobody".into();
         create_json(c, denied).await;
+        let selected = json!({"matchLabels": {"quiet-pull": "yes"}});
+        for name in ["crowded", "spread"] {
+            let mut spread = sync(name, "healthy", "source", "workload-kubeconfig");
+            spread["spec"]["targetSecretRef"] =
+                json!({"name": format!("{name}-copy"), "namespaceSelector": selected});
+            create_json(c, spread).await;
+        }
+        let mut miswritten = sync("miswritten", "healthy", "source", "workload-kubeconfig");
+        miswritten["spec"]["data"] =
+            json!([{"key": "k", "template": "{{ sources.source.no_such_key }}"}]);
+        create_json(c, miswritten).await;
 
         let release = |name: &str, cluster: &str, kubeconfig: &str, extra: Value| {
             let mut spec = json!({
@@ -813,6 +863,7 @@ async fn failing_objects_write_only_when_their_status_changes() {
         events_before.push(events_about(&env.env.client, case.name).await);
     }
     env.env.kube.hooks().reset();
+    env.workload.hooks().reset();
     let omni_writes = env.env.omni.writes_total();
     let omni_mints = env.env.omni.call_count(
         omni_sim::methods::KUBECONFIG,
@@ -862,6 +913,16 @@ async fn failing_objects_write_only_when_their_status_changes() {
         "failing objects are not quiet (bound {bound} writes per object):\n{}",
         loud.join("\n")
     );
+    for (ns, name) in SPREAD_COPIES {
+        let writes = env
+            .workload
+            .hooks()
+            .writes_to_object("secrets", Some(ns), name);
+        assert_eq!(
+            writes, 0,
+            "{ns}/{name} was written {writes} times while in sync"
+        );
+    }
     // Waiting for another object, or for a spec change after a spent budget, retries
     // nothing: not a single write.
     for name in WAITING {

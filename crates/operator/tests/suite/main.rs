@@ -29,6 +29,7 @@ mod controllers_omni_api3;
 mod controllers_plan;
 mod controllers_quiet_failures;
 mod controllers_runtime;
+mod controllers_secret_data;
 mod controllers_secret_sync;
 mod controllers_status;
 mod controllers_triggers;

@@ -12,7 +12,7 @@ use sha2::Digest as _;
 
 use super::{Member, SetKind, ready_at_generation};
 use crate::api::common::{ConditionStatus, condition_types, find_condition};
-use crate::api::fleet::{FailingCluster, StopMatchingBehavior, minted_export_spec};
+use crate::api::fleet::{FailingCluster, StopMatchingBehavior, TemplateSpec, minted_export_spec};
 use crate::api::keys::{
     LEFT_BY_SET_LABEL, SET_CLUSTER_LABEL, SET_KIND_LABEL, SET_NAME_LABEL, SET_SPEC_HASH_ANNOTATION,
 };
@@ -267,8 +267,10 @@ fn wanted<S: SetKind>(set: &S, facts: &ClusterFacts) -> Result<Wanted<S>, Failin
     let name = generated_name(&[&set_name, &facts.name]);
     let template_failed =
         |message: String| failing(&facts.name, &name, Reason::TemplateFailed, message);
-    let mut spec = fleet_template::render("spec.template", &set.template().raw, facts)
-        .map_err(|e| template_failed(e.to_string()))?;
+    let member_renders = <<S::Member as Member>::Spec as TemplateSpec>::MEMBER_RENDERS;
+    let mut spec =
+        fleet_template::render("spec.template", &set.template().raw, facts, member_renders)
+            .map_err(|e| template_failed(e.to_string()))?;
     spec["clusterRef"] = serde_json::json!({"name": facts.name});
     let mut export = None;
     if let Some(credentials) = set.credentials() {

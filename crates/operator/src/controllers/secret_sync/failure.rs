@@ -9,6 +9,7 @@ use crate::api::Reason;
 use crate::api::common::missing_cluster;
 use crate::api::keys::ADOPT_ANNOTATION;
 use crate::controllers::shared::error::{Disposition, Failure, RetryPolicy};
+use crate::domain::fleet_template::TemplateError;
 use crate::domain::workload::WorkloadError;
 
 /// Re-check while a dependency is missing.
@@ -110,6 +111,63 @@ pub(crate) enum SecretSyncFailure {
     /// Deleting a copy the sync owns failed (the workload cluster's message).
     #[error("{0}")]
     DeleteFailed(String),
+    /// A `data` entry names a key its source Secret does not have.
+    #[error("source Secret \"{namespace}/{name}\" has no key {key:?} ({field})")]
+    MissingSourceKey {
+        /// The sync's namespace.
+        namespace: String,
+        /// The source Secret.
+        name: String,
+        /// The key.
+        key: String,
+        /// The `data` entry (`spec.data[0]`).
+        field: String,
+    },
+    /// A `data` template failed; the message names the field and the line, never a value.
+    #[error("{0}")]
+    TemplateFailed(TemplateError),
+    /// Some namespaces matching `namespaceSelector` did not get the copy.
+    #[error("{}", .0.message())]
+    Namespaces(Spread),
+}
+
+/// What a pass with `namespaceSelector` did across the matching namespaces.
+#[derive(Debug, Default)]
+pub(crate) struct Spread {
+    /// The namespaces holding the copy, by name.
+    pub(crate) synced: Vec<String>,
+    /// The namespaces that should and do not, with why (by name).
+    pub(crate) failed: Vec<(String, SecretSyncFailure)>,
+    /// Whether the pass wrote to the workload cluster.
+    pub(crate) changed: bool,
+}
+
+impl Spread {
+    /// The failure the whole is reported under: the first that is retried, else the first.
+    fn worst(&self) -> Option<&(String, SecretSyncFailure)> {
+        self.failed
+            .iter()
+            .find(|(_, f)| f.retry() == RetryPolicy::Backoff)
+            .or_else(|| self.failed.first())
+    }
+
+    fn message(&self) -> String {
+        let total = self.synced.len() + self.failed.len();
+        let mut m = format!(
+            "the copy is in {} of {total} namespaces matching spec.targetSecretRef.namespaceSelector",
+            self.synced.len()
+        );
+        if let Some((_, f)) = self.worst() {
+            m.push_str(&format!("; {f}"));
+        }
+        if self.failed.len() > 1 {
+            m.push_str(&format!(
+                " (and {} more: status.namespaceFailures)",
+                self.failed.len() - 1
+            ));
+        }
+        m
+    }
 }
 
 impl Failure for SecretSyncFailure {
@@ -134,6 +192,11 @@ impl Failure for SecretSyncFailure {
             }
             Self::TargetNotOwned { .. } => Reason::TargetNotOwned,
             Self::DeleteFailed(_) => Reason::DeleteFailed,
+            Self::MissingSourceKey { .. } => Reason::MissingSecret,
+            Self::TemplateFailed(_) => Reason::TemplateFailed,
+            Self::Namespaces(spread) => spread
+                .worst()
+                .map_or(Reason::SyncFailed, |(_, f)| f.reason()),
         }
     }
 
@@ -155,6 +218,12 @@ impl Failure for SecretSyncFailure {
             | Self::Workload { .. }
             | Self::TargetChanged { .. }
             | Self::DeleteFailed(_) => RetryPolicy::Backoff,
+            // A source that gains the key, and a template fixed or a source changed, are
+            // watched: nothing to poll.
+            Self::MissingSourceKey { .. } | Self::TemplateFailed(_) => RetryPolicy::AwaitChange,
+            Self::Namespaces(spread) => spread
+                .worst()
+                .map_or(RetryPolicy::Backoff, |(_, f)| f.retry()),
         }
     }
 
@@ -178,6 +247,11 @@ impl Failure for SecretSyncFailure {
             | Self::Workload { .. }
             | Self::TargetChanged { .. }
             | Self::DeleteFailed(_) => Disposition::Retrying,
+            Self::MissingSourceKey { .. } => Disposition::Waiting,
+            Self::TemplateFailed(_) => Disposition::Stalled,
+            Self::Namespaces(spread) => spread
+                .worst()
+                .map_or(Disposition::Retrying, |(_, f)| f.disposition()),
         }
     }
 }

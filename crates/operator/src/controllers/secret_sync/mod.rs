@@ -1,14 +1,17 @@
-//! OmniSecretSync: copy a management-cluster Secret into a workload cluster.
+//! OmniSecretSync: copy a management-cluster Secret (or keys of several, mapped and templated)
+//! into a workload cluster, in one namespace or every namespace a selector matches.
 //!
 //! Fixes over the original: a target Secret this sync does not own is never written (unless it
 //! carries the adoption annotation), labels and annotations added by others survive updates,
 //! and the copy is re-checked every `RESYNC` so drift in the workload cluster is corrected.
 
 mod failure;
+mod namespaces;
 mod outcome;
 mod target;
 mod write;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +21,8 @@ use kube::runtime::controller::Action;
 
 use self::failure::{SecretSyncFailure, kubeconfig_failure};
 use self::outcome::{SyncDone, SyncOutcome, desired_status};
-use self::write::{delete_owned, sync_target};
+use self::target::Content;
+use self::write::{Synced, delete_owned, sync_target};
 use super::cluster::dependants::start_gate;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
@@ -35,7 +39,9 @@ use super::shared::watches::Watches;
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
 use crate::api::{OmniCluster, OmniSecretSync};
+use crate::domain::fleet_template::ClusterFacts;
 use crate::domain::impersonation::{self, ReadError, Reader};
+use crate::domain::secret_data::DataError;
 use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
 use crate::domain::workload::WorkloadClients;
 use k8s_openapi::api::core::v1::Secret;
@@ -87,7 +93,17 @@ async fn workload_client(
         .map_err(|e| kubeconfig_failure(sync, e))
 }
 
-/// Deletes the copy this sync owns when its deletion policy says so.
+/// Whether the sync copies by `namespaceSelector`, now or at its last pass (its copies are
+/// then found by their label, wherever they are).
+fn spread_out(sync: &OmniSecretSync) -> bool {
+    sync.spec.target_secret_ref.namespace_selector.is_some()
+        || sync
+            .status
+            .as_ref()
+            .is_some_and(|s| s.synced_namespace_count.is_some())
+}
+
+/// Deletes the copies this sync owns when its deletion policy says so.
 async fn delete(state: &SyncState, sync: &OmniSecretSync) -> Cleanup<SyncOutcome> {
     if sync.spec.deletion_policy != DeletionPolicy::Delete {
         return Cleanup::Done;
@@ -96,6 +112,12 @@ async fn delete(state: &SyncState, sync: &OmniSecretSync) -> Cleanup<SyncOutcome
         Ok(c) => c,
         Err(f) => return Cleanup::Waiting(SyncOutcome::failed(f)),
     };
+    if spread_out(sync) {
+        return match namespaces::remove_copies(&workload, sync, None).await {
+            Ok(_) => Cleanup::Done,
+            Err(f) => Cleanup::Waiting(SyncOutcome::failed(f)),
+        };
+    }
     let st = sync.status.clone().unwrap_or_default();
     let (ns, name) = match (st.target_namespace, st.target_secret_ref) {
         (Some(ns), Some(name)) => (ns, name),
@@ -110,7 +132,68 @@ async fn delete(state: &SyncState, sync: &OmniSecretSync) -> Cleanup<SyncOutcome
     }
 }
 
-/// Observe the cluster, source and kubeconfig; copy the source into the workload cluster.
+/// Every source Secret of `sync`, by handle, read as the sync's reader and allowed by the
+/// Secret policy; or why not.
+async fn read_sources(
+    ctx: &Context,
+    state: &SyncState,
+    sync: &OmniSecretSync,
+) -> Result<Result<BTreeMap<String, Secret>, SecretSyncFailure>, kube::Error> {
+    let namespace = sync.namespace().unwrap_or_default();
+    let reader = Reader::of(
+        &namespace,
+        sync.spec.service_account_name.as_deref(),
+        state.default_service_account.as_deref(),
+    );
+    let mut sources = BTreeMap::new();
+    for (handle, name, field) in sync.spec.source_refs() {
+        let source =
+            match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, name).await {
+                Ok(Some(source)) => source,
+                Ok(None) => {
+                    let f = SecretSyncFailure::MissingSource {
+                        namespace,
+                        name: name.to_string(),
+                    };
+                    return Ok(Err(f));
+                }
+                Err(e @ ReadError::Denied { .. }) => {
+                    return Ok(Err(SecretSyncFailure::AccessDenied(format!(
+                        "{e} ({field})"
+                    ))));
+                }
+                Err(ReadError::Api(e)) => return Err(e),
+            };
+        // Before anything is copied: the Omni key and service-account tokens never leave.
+        let policy = &state.secret_policy;
+        if let Some(reason) =
+            secret_policy::check(&ctx.client, policy, &source, KIND, SecretUse::SyncSource).await?
+        {
+            return Ok(Err(SecretSyncFailure::Refused(reason)));
+        }
+        sources.insert(handle.to_string(), source);
+    }
+    Ok(Ok(sources))
+}
+
+/// The copy's content from `sources`, or the failure naming the entry or template.
+fn content_of(
+    sync: &OmniSecretSync,
+    sources: &BTreeMap<String, Secret>,
+    cluster: &OmniCluster,
+) -> Result<Content, SecretSyncFailure> {
+    Content::of(sync, sources, &ClusterFacts::of(cluster)).map_err(|e| match e {
+        DataError::MissingKey { secret, key, field } => SecretSyncFailure::MissingSourceKey {
+            namespace: sync.namespace().unwrap_or_default(),
+            name: secret,
+            key,
+            field,
+        },
+        DataError::Template(e) => SecretSyncFailure::TemplateFailed(e),
+    })
+}
+
+/// Observe the cluster, sources and kubeconfig; write the copy into the workload cluster.
 async fn apply(
     ctx: &Context,
     state: &SyncState,
@@ -140,56 +223,66 @@ async fn apply(
     if let Some(why) = start_gate(&cluster, sync.spec.start_when, copied) {
         return Ok(failed(true, SecretSyncFailure::ClusterNotReady(why)));
     }
-    let source_name = &sync.spec.source_secret_ref.name;
-    let reader = Reader::of(
-        &namespace,
-        sync.spec.service_account_name.as_deref(),
-        state.default_service_account.as_deref(),
-    );
-    let source =
-        match impersonation::get::<Secret>(&ctx.client, &reader, &namespace, source_name).await {
-            Ok(source) => source,
-            Err(e @ ReadError::Denied { .. }) => {
-                let f = SecretSyncFailure::AccessDenied(format!("{e} (spec.sourceSecretRef)"));
-                return Ok(failed(true, f));
-            }
-            Err(ReadError::Api(e)) => return Err(e.into()),
-        };
-    let Some(source) = source else {
-        let f = SecretSyncFailure::MissingSource {
-            namespace: namespace.clone(),
-            name: source_name.clone(),
-        };
-        return unless_deleted_meanwhile(ctx, sync, failed(true, f)).await;
+    let sources = match read_sources(ctx, state, sync).await? {
+        Ok(sources) => sources,
+        Err(f @ SecretSyncFailure::MissingSource { .. }) => {
+            return unless_deleted_meanwhile(ctx, sync, failed(true, f)).await;
+        }
+        Err(f) => return Ok(failed(true, f)),
     };
-    // Before anything is copied: the Omni key and service-account tokens never leave.
-    if let Some(reason) = secret_policy::check(
-        &ctx.client,
-        &state.secret_policy,
-        &source,
-        KIND,
-        SecretUse::SyncSource,
-    )
-    .await?
-    {
-        return Ok(failed(true, SecretSyncFailure::Refused(reason)));
-    }
+    let content = match content_of(sync, &sources, &cluster) {
+        Ok(content) => content,
+        Err(f) => return Ok(failed(true, f)),
+    };
     let workload = match workload_client(state, sync).await {
         Ok(c) => c,
         Err(f) => return unless_deleted_meanwhile(ctx, sync, failed(true, f)).await,
     };
-    // A renamed target under Delete: remove the previous copy if it is ours.
+    let omni_name = cluster.effective_cluster_name();
+    let result = match &sync.spec.target_secret_ref.namespace_selector {
+        Some(selector) => {
+            namespaces::sync_selected(&workload, sync, &content, &omni_name, selector)
+                .await
+                .and_then(|spread| {
+                    if spread.failed.is_empty() {
+                        let changed = spread.changed;
+                        Ok(Synced::new(&content, changed, Some(spread.synced)))
+                    } else {
+                        Err(SecretSyncFailure::Namespaces(spread))
+                    }
+                })
+        }
+        None => sync_one(&workload, sync, &content, &omni_name).await,
+    };
+    Ok(SyncOutcome::new(Some(true), result.map(SyncDone::Copied)))
+}
+
+/// The copy in `spec.targetSecretRef.namespace`. Under `Delete`, a copy left under a former
+/// name or namespace, or in the namespaces a former `namespaceSelector` matched, is removed
+/// (if this sync owns it).
+async fn sync_one(
+    workload: &kube::Client,
+    sync: &OmniSecretSync,
+    content: &Content,
+    cluster_name: &str,
+) -> Result<Synced, SecretSyncFailure> {
     let st = sync.status.clone().unwrap_or_default();
     let t = &sync.spec.target_secret_ref;
-    if sync.spec.deletion_policy == DeletionPolicy::Delete
-        && let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
-        && (old_ns != &t.namespace || old_name != &t.name)
-        && let Err(m) = delete_owned(&workload, sync, old_ns, old_name).await
-    {
-        return Ok(failed(true, SecretSyncFailure::DeleteFailed(m)));
+    let mut changed = false;
+    if sync.spec.deletion_policy == DeletionPolicy::Delete {
+        if st.synced_namespace_count.is_some() {
+            let keep = Some((t.namespace.as_str(), t.name.as_str()));
+            changed |= namespaces::remove_copies(workload, sync, keep).await?;
+        } else if let (Some(old_ns), Some(old_name)) = (&st.target_namespace, &st.target_secret_ref)
+            && (old_ns != &t.namespace || old_name != &t.name)
+        {
+            delete_owned(workload, sync, old_ns, old_name)
+                .await
+                .map_err(SecretSyncFailure::DeleteFailed)?;
+        }
     }
-    let result = sync_target(&workload, sync, &source, &cluster.effective_cluster_name()).await;
-    Ok(SyncOutcome::new(Some(true), result.map(SyncDone::Copied)))
+    changed |= sync_target(workload, sync, content, cluster_name).await?;
+    Ok(Synced::new(content, changed, None))
 }
 
 impl Pipeline for OmniSecretSync {
@@ -256,11 +349,15 @@ pub(crate) fn start<S: Shutdown>(
 ) -> impl Future<Output = ()> + Send + use<S> {
     let (controller, index) = indexed_controller_for::<OmniSecretSync>(ctx, watches, |s| {
         let ns = namespace_of(s);
-        vec![
+        let mut keys = vec![
             RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
-            RefKey::new("secret", &ns, &s.spec.source_secret_ref.name),
             RefKey::new("secret", &ns, &s.spec.kubeconfig_secret_ref.name),
-        ]
+        ];
+        // Every source: a change of any of them copies again.
+        for (_, name, _) in s.spec.source_refs() {
+            keys.push(RefKey::new("secret", &ns, name));
+        }
+        keys
     });
     let by_secret = index.clone();
     let controller = controller

@@ -11,6 +11,8 @@ use sha2::{Digest, Sha256};
 
 use crate::api::OmniSecretSync;
 use crate::api::keys;
+use crate::domain::fleet_template::ClusterFacts;
+use crate::domain::secret_data::{self, DataError};
 
 /// Lowercase hex SHA-256 of `{"version":"v1","type":..,"data":{key: base64}}` (keys sorted;
 /// empty data is `null`).
@@ -52,20 +54,78 @@ pub(crate) fn is_owned(secret: &Secret, sync: &OmniSecretSync) -> bool {
     }
 }
 
-/// The target Secret as this sync wants it (docs/parity.md#the-workload-copy).
+/// What the copy holds, whichever namespace it is written to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Content {
+    /// The Secret type.
+    pub(crate) type_: String,
+    /// The keys and values.
+    pub(crate) data: BTreeMap<String, ByteString>,
+    /// The source Secrets, `namespace/name` joined by `,` (the source annotation).
+    pub(crate) sources: String,
+}
+
+impl Content {
+    /// The copy's content from the sources the pass read (by handle): the type is
+    /// `spec.type`, else the type of `sourceSecretRef`, else `Opaque`.
+    pub(crate) fn of(
+        sync: &OmniSecretSync,
+        sources: &BTreeMap<String, Secret>,
+        cluster: &ClusterFacts,
+    ) -> Result<Self, DataError> {
+        let data_of = sources
+            .iter()
+            .map(|(handle, s)| (handle.clone(), s.data.clone().unwrap_or_default()))
+            .collect();
+        let data = secret_data::desired_data(&sync.spec, &data_of, cluster)?;
+        let source_type = sync
+            .spec
+            .source_secret_ref
+            .as_ref()
+            .and_then(|r| sources.get(&r.name))
+            .and_then(|s| s.type_.clone());
+        let type_ = sync
+            .spec
+            .type_
+            .clone()
+            .or(source_type)
+            .unwrap_or_else(|| "Opaque".to_string());
+        let namespace = sync.namespace().unwrap_or_default();
+        let mut names: Vec<&str> = sync
+            .spec
+            .source_refs()
+            .into_iter()
+            .map(|(_, name, _)| name)
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        names.retain(|name| seen.insert(*name));
+        let sources = names
+            .iter()
+            .map(|name| format!("{namespace}/{name}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(Self {
+            type_,
+            data,
+            sources,
+        })
+    }
+
+    /// The content hash ([`content_hash`]).
+    pub(crate) fn hash(&self) -> String {
+        content_hash(&self.type_, &self.data)
+    }
+}
+
+/// The target Secret as this sync wants it in workload namespace `namespace`
+/// (docs/parity.md#the-workload-copy).
 pub(crate) fn desired_target(
     sync: &OmniSecretSync,
-    source: &Secret,
+    content: &Content,
+    namespace: &str,
     cluster_name: &str,
-) -> (Secret, String) {
-    let type_ = sync
-        .spec
-        .type_
-        .clone()
-        .or_else(|| source.type_.clone())
-        .unwrap_or_else(|| "Opaque".to_string());
-    let data = source.data.clone().unwrap_or_default();
-    let hash = content_hash(&type_, &data);
+) -> Secret {
+    let hash = content.hash();
     let mut labels = sync.spec.labels.clone().unwrap_or_default();
     labels.insert(keys::MANAGED_BY.0.into(), keys::MANAGED_BY.1.into());
     labels.insert(
@@ -77,27 +137,22 @@ pub(crate) fn desired_target(
     annotations.insert(keys::SECRET_SYNC_NAME_ANNOTATION.into(), sync.name_any());
     annotations.insert(
         keys::SECRET_SYNC_SOURCE_ANNOTATION.into(),
-        format!(
-            "{}/{}",
-            source.namespace().unwrap_or_default(),
-            source.name_any()
-        ),
+        content.sources.clone(),
     );
-    annotations.insert(keys::SECRET_SYNC_HASH_ANNOTATION.into(), hash.clone());
+    annotations.insert(keys::SECRET_SYNC_HASH_ANNOTATION.into(), hash);
     annotations.insert(keys::SECRET_SYNC_CONTENT_ANNOTATION.into(), "v1".into());
-    let secret = Secret {
+    Secret {
         metadata: ObjectMeta {
             name: Some(sync.spec.target_secret_ref.name.clone()),
-            namespace: Some(sync.spec.target_secret_ref.namespace.clone()),
+            namespace: Some(namespace.to_string()),
             labels: Some(labels),
             annotations: Some(annotations),
             ..ObjectMeta::default()
         },
-        type_: Some(type_),
-        data: (!data.is_empty()).then_some(data),
+        type_: Some(content.type_.clone()),
+        data: (!content.data.is_empty()).then(|| content.data.clone()),
         ..Secret::default()
-    };
-    (secret, hash)
+    }
 }
 
 /// What to do with the workload cluster's target Secret.
@@ -156,6 +211,30 @@ mod tests {
     use super::*;
     use crate::controllers::secret_sync::fixtures::{source, sync};
 
+    fn content(s: &OmniSecretSync) -> Content {
+        let sources = BTreeMap::from([("src".to_string(), source())]);
+        Content::of(s, &sources, &ClusterFacts::default()).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    /// Without `data`, the copy is the source's data and type, the hash and the source
+    /// annotation as before `data` existed.
+    #[test]
+    fn without_data_the_content_is_the_sources() {
+        let s = sync();
+        let c = content(&s);
+        assert_eq!(Some(c.data.clone()), source().data);
+        assert_eq!(c.type_, "Opaque");
+        assert_eq!(c.sources, "ns/src");
+        let desired = desired_target(&s, &c, "apps", "prod");
+        assert_eq!(
+            desired
+                .annotations()
+                .get(keys::SECRET_SYNC_HASH_ANNOTATION)
+                .map(String::as_str),
+            Some(c.hash().as_str())
+        );
+    }
+
     #[test]
     fn hash_matches_the_documented_payload() {
         let data = source().data.unwrap_or_default();
@@ -172,7 +251,7 @@ mod tests {
     #[test]
     fn unowned_target_is_left_alone_unless_adoptable() {
         let s = sync();
-        let (desired, _) = desired_target(&s, &source(), "prod");
+        let desired = desired_target(&s, &content(&s), "apps", "prod");
         let mut foreign = Secret {
             metadata: ObjectMeta {
                 name: Some("dst".into()),
@@ -197,7 +276,7 @@ mod tests {
     #[test]
     fn update_keeps_third_party_metadata_and_idle_is_no_change() {
         let s = sync();
-        let (desired, _) = desired_target(&s, &source(), "prod");
+        let desired = desired_target(&s, &content(&s), "apps", "prod");
         let Plan::Create(created) = plan(&s, None, desired.clone()) else {
             panic!("missing target must be created");
         };

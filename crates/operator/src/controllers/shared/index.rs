@@ -226,7 +226,11 @@ mod tests {
             let ns = namespace_of(s);
             vec![
                 RefKey::new("cluster", &ns, &s.spec.cluster_ref.name),
-                RefKey::new("secret", &ns, &s.spec.source_secret_ref.name),
+                RefKey::new(
+                    "secret",
+                    &ns,
+                    s.spec.source_secret_ref.as_ref().map_or("", |r| &r.name),
+                ),
             ]
         })
     }
