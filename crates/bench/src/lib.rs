@@ -86,6 +86,9 @@ pub async fn run_once(
     )
     .await?;
     let apply_secs = phases::apply(&emu, spec).await?.as_secs_f64();
+    if spec.sets {
+        sets::prepare_workloads(&emu, spec)?;
+    }
     let quirks = (variant != "none").then_some(variant);
     let mut operator = OperatorProcess::start(
         &config.operator_binary,

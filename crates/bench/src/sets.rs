@@ -1,6 +1,8 @@
 //! The fleet-set scenario (`omni-bench --sets`): every OmniCluster carries the label
 //! [`SELECTOR_LABEL`], and two sets select them all — an OmniHelmReleaseSet installing the
-//! bench chart and an OmniSecretSyncSet copying one pull Secret, both with kubeconfigs they mint
+//! bench chart and an OmniSecretSyncSet copying one pull Secret into the
+//! [`SELECTED_NAMESPACES`] workload namespaces its `namespaceSelector` matches (of six in each
+//! workload cluster), both with kubeconfigs they mint
 //! per cluster (`credentials.mint`) and `rollout.maxUnavailable: 10%`. Each matched cluster thus
 //! gets four generated objects: an OmniHelmRelease and an OmniSecretSync, and the
 //! OmniKubeconfigExport each of them uses.
@@ -18,14 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use futures::StreamExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::emulators::{self, CHART, CHART_VERSION, Emulators};
-use crate::fleet::{
-    self, AUTOMATION_GROUP, FleetSpec, NAMESPACE, Object, TARGET_NAMESPACE, custom,
-};
+use crate::fleet::{self, AUTOMATION_GROUP, FleetSpec, NAMESPACE, Object, custom};
 use crate::operator::OperatorProcess;
 use crate::phases::{self, Writes};
 
@@ -90,9 +91,52 @@ pub fn pull_secret_value() -> &'static str {
     "bench-pull-secret-value"
 }
 
-/// Where the Secret set's template puts the copy in each workload cluster.
+/// The label of the workload namespaces the Secret set copies into.
+pub const NAMESPACE_LABEL: &str = "omni-bench.texashpc.com/pull-secret";
+/// How many workload namespaces of each cluster carry it.
+pub const SELECTED_NAMESPACES: usize = 5;
+/// A workload namespace of each cluster without the label: the copy must never land there.
+pub const UNSELECTED_NAMESPACE: &str = "bench-ns-other";
+
+/// Name of selected workload namespace `n`.
+pub fn selected_namespace(n: usize) -> String {
+    format!("bench-ns-{n}")
+}
+
+/// Where the Secret set's template puts the copy in each workload cluster: every namespace
+/// labelled [`NAMESPACE_LABEL`].
 fn copy_target() -> Value {
-    json!({"name": PULL_SECRET, "namespace": TARGET_NAMESPACE})
+    json!({"name": PULL_SECRET, "namespaceSelector": {"matchLabels": { NAMESPACE_LABEL: "yes" }}})
+}
+
+/// Starts every cluster's workload kube-sim and creates its namespaces: the
+/// [`SELECTED_NAMESPACES`] the Secret set selects and [`UNSELECTED_NAMESPACE`]. They exist
+/// before the operator starts, as a platform's namespaces would (the sync finds namespaces
+/// created later only at its periodic re-check).
+pub fn prepare_workloads(emu: &Emulators, spec: &FleetSpec) -> anyhow::Result<()> {
+    use omni_sim::WorkloadProvider as _;
+    for i in 0..spec.clusters {
+        emu.workloads.endpoint(&fleet::cluster_name(i));
+        let sim = emulators::workload(emu, i).with_context(|| {
+            format!(
+                "the workload cluster of {} did not start",
+                fleet::cluster_name(i)
+            )
+        })?;
+        let namespaces = (0..SELECTED_NAMESPACES)
+            .map(|n| {
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": selected_namespace(n), "labels": { NAMESPACE_LABEL: "yes" }}})
+            })
+            .chain([json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": UNSELECTED_NAMESPACE}})]);
+        for namespace in namespaces {
+            sim.store()
+                .create("", "namespaces", None, namespace)
+                .map_err(|e| anyhow::anyhow!("creating a workload namespace: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The source Secret and the two sets, in creation order; `chart_repo` serves the bench chart.
@@ -135,7 +179,6 @@ pub fn objects(chart_repo: &str) -> Vec<Object> {
             "template": {
                 "sourceSecretRef": {"name": PULL_SECRET},
                 "targetSecretRef": copy_target(),
-                "createNamespace": true,
                 "deletionPolicy": "Delete",
             },
             "credentials": mint(),
@@ -182,9 +225,11 @@ pub struct Reach {
     pub matched: usize,
     /// Of them, those whose release renders the expected chart value.
     pub releases: usize,
-    /// Of them, those holding the copy with the source's current data.
+    /// Of them, those holding the copy with the source's current data in every selected
+    /// namespace.
     pub copies: usize,
-    /// Clusters out of the selector that still hold a release or a copy.
+    /// Clusters out of the selector that still hold a release or a copy, and clusters holding a
+    /// copy in a namespace the Secret set does not select.
     pub leftovers: usize,
 }
 
@@ -214,13 +259,23 @@ pub fn reach(emu: &Emulators, spec: &FleetSpec, expect: &Expect) -> Reach {
         };
         let store = sim.store();
         let release = store.get_object("", "configmaps", Some(ADDON_NAMESPACE), &settings);
-        let copy = store.get_object("", "secrets", Some(TARGET_NAMESPACE), PULL_SECRET);
+        let copies: Vec<Option<Value>> = (0..SELECTED_NAMESPACES)
+            .map(|n| store.get_object("", "secrets", Some(&selected_namespace(n)), PULL_SECRET))
+            .collect();
+        let stray = store
+            .get_object("", "secrets", Some(UNSELECTED_NAMESPACE), PULL_SECRET)
+            .is_some();
         if expect.out.contains(&i) {
-            r.leftovers += usize::from(release.is_some() || copy.is_some());
+            r.leftovers +=
+                usize::from(release.is_some() || stray || copies.iter().any(Option::is_some));
             continue;
         }
+        r.leftovers += usize::from(stray);
         r.releases += usize::from(release.is_some_and(|c| c["data"]["replicas"] == replicas));
-        r.copies += usize::from(copy.is_some_and(|c| Some(&c["data"]) == source.as_ref()));
+        r.copies += usize::from(copies.iter().all(|c| {
+            c.as_ref()
+                .is_some_and(|c| Some(&c["data"]) == source.as_ref())
+        }));
     }
     r
 }
