@@ -212,10 +212,12 @@ impl Emulators {
             )
             .await?;
 
-        let chart_repo = match (spec.helm_releases, helm) {
-            (0, _) => None,
-            (_, Some(helm)) => Some(ChartRepo::start(helm, dir, CHART, CHART_VERSION).await?),
-            (_, None) => anyhow::bail!("--helm-releases needs helm (HELM_BIN or --helm-binary)"),
+        let chart_repo = match (spec.needs_helm(), helm) {
+            (false, _) => None,
+            (true, Some(helm)) => Some(ChartRepo::start(helm, dir, CHART, CHART_VERSION).await?),
+            (true, None) => {
+                anyhow::bail!("--helm-releases and --sets need helm (HELM_BIN or --helm-binary)")
+            }
         };
         Ok(Self {
             management,

@@ -26,6 +26,9 @@ pub struct FleetSpec {
     pub workload_clusters: usize,
     /// OmniHelmReleases, spread round-robin over the workload clusters.
     pub helm_releases: usize,
+    /// The fleet-set scenario ([`crate::sets`]): one OmniHelmReleaseSet and one
+    /// OmniSecretSyncSet with minted credentials over every cluster.
+    pub sets: bool,
 }
 
 impl FleetSpec {
@@ -45,9 +48,19 @@ impl FleetSpec {
         Ok(())
     }
 
-    /// Number of custom resources the operator reconciles.
+    /// Number of custom resources the operator reconciles (with the sets, the objects they
+    /// generate too).
     pub fn objects(&self) -> usize {
-        1 + self.clusters * 4 + self.workload_clusters + self.syncs + self.helm_releases
+        1 + self.clusters * 4
+            + self.workload_clusters
+            + self.syncs
+            + self.helm_releases
+            + crate::sets::objects_with(self, self.clusters)
+    }
+
+    /// Whether the fleet needs helm and a chart repository.
+    pub fn needs_helm(&self) -> bool {
+        self.helm_releases > 0 || self.sets
     }
 }
 
@@ -99,7 +112,16 @@ fn meta(name: &str) -> Value {
     json!({"name": name, "namespace": NAMESPACE})
 }
 
-fn custom(kind: &'static str, name: &str, spec: Value) -> Object {
+fn custom_labelled(kind: &'static str, name: &str, labels: Option<Value>, spec: Value) -> Object {
+    let mut object = custom(kind, name, spec);
+    if let Some(labels) = labels {
+        object.manifest["metadata"]["labels"] = labels;
+    }
+    object
+}
+
+/// A custom resource of the operator's group in the fleet's namespace.
+pub(crate) fn custom(kind: &'static str, name: &str, spec: Value) -> Object {
     Object {
         kind,
         manifest: json!({
@@ -136,9 +158,10 @@ pub fn objects(spec: &FleetSpec, omni_endpoint: &str, chart_repo: Option<&str>) 
     ));
     for i in 0..spec.clusters {
         let name = cluster_name(i);
-        out.push(custom(
+        out.push(custom_labelled(
             "OmniCluster",
             &name,
+            crate::sets::cluster_labels(spec),
             json!({
                 "connectionRef": {"name": CONNECTION},
                 "kubernetes": {"version": "v1.35.0"},
@@ -213,6 +236,9 @@ pub fn objects(spec: &FleetSpec, omni_endpoint: &str, chart_repo: Option<&str>) 
             ));
         }
     }
+    if spec.sets {
+        out.extend(crate::sets::objects(chart_repo.unwrap_or_default()));
+    }
     out
 }
 
@@ -227,6 +253,7 @@ mod tests {
             syncs: 5,
             workload_clusters: 2,
             helm_releases: 0,
+            sets: false,
         };
         let a: Vec<Value> = objects(&spec, "http://omni", None)
             .into_iter()
@@ -250,6 +277,7 @@ mod tests {
             syncs: 7,
             workload_clusters: 3,
             helm_releases: 0,
+            sets: false,
         };
         let per: Vec<usize> = (0..3)
             .map(|i| (0..7).filter(|&j| sync_cluster(&spec, j) == i).count())
@@ -273,6 +301,7 @@ mod tests {
             syncs: 1,
             workload_clusters: 3,
             helm_releases: 0,
+            sets: false,
         };
         let err = spec.validate().unwrap_err().to_string();
         assert!(err.contains("--workload-clusters"), "{err}");

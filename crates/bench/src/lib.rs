@@ -11,10 +11,12 @@
 
 pub mod emulators;
 pub mod fleet;
+pub mod floor;
 pub mod null_operator;
 pub mod operator;
 pub mod phases;
 pub mod report;
+pub mod sets;
 pub mod shards;
 
 use std::path::PathBuf;
@@ -64,6 +66,8 @@ pub struct RunResult {
     pub latency: Option<Latency>,
     /// What Omni and the workload clusters hold at the end.
     pub end_state: EndState,
+    /// The set phases, with `--sets` (after a converged cold start).
+    pub sets: Option<sets::SetPhases>,
 }
 
 /// Runs the phases once against fresh emulators; `variant` is the operator's
@@ -83,6 +87,9 @@ pub async fn run_once(
     )
     .await?;
     let apply_secs = phases::apply(&emu, spec).await?.as_secs_f64();
+    if spec.sets {
+        sets::prepare_workloads(&emu, spec)?;
+    }
     let quirks = (variant != "none").then_some(variant);
     let mut operator = OperatorProcess::start(
         &config.operator_binary,
@@ -97,6 +104,9 @@ pub async fn run_once(
             phases::cold_start(&emu, spec, &mut operator, started, config.cold_start_limit).await?;
         let settle_secs = phases::settle(&emu, &mut operator, Duration::from_secs(120)).await?;
         let idle = phases::idle(&emu, &mut operator, config.idle).await?;
+        if spec.sets && cold_start.converged {
+            sets::ensure_quiet(&idle)?;
+        }
         let latency = if config.edits > 0 && cold_start.converged {
             Some(
                 phases::change_latency(
@@ -111,6 +121,11 @@ pub async fn run_once(
         } else {
             None
         };
+        let sets = if spec.sets && cold_start.converged {
+            Some(sets::run(&emu, spec, &mut operator, config.cold_start_limit).await?)
+        } else {
+            None
+        };
         operator.check_alive()?;
         Ok::<_, anyhow::Error>(RunResult {
             fleet: *spec,
@@ -121,6 +136,7 @@ pub async fn run_once(
             idle,
             latency,
             end_state: phases::end_state(&emu, spec),
+            sets,
         })
     }
     .await;

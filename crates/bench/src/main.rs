@@ -34,6 +34,12 @@ struct Args {
     /// OmniHelmReleases (need helm).
     #[arg(long, default_value_t = 0)]
     helm_releases: usize,
+    /// The fleet-set scenario: one OmniHelmReleaseSet and one OmniSecretSyncSet with minted
+    /// credentials over every cluster (needs helm), then a template change rolled out 10 % at a
+    /// time and a relabel of 10 % of the clusters out of the selector and back. Without
+    /// --syncs / --workload-clusters / --helm-releases, the fleet has no hand-written ones.
+    #[arg(long)]
+    sets: bool,
     /// Length of the idle window, in seconds.
     #[arg(long, default_value_t = 60)]
     idle_secs: u64,
@@ -118,14 +124,19 @@ fn build_operator_when_run_by_cargo() -> anyhow::Result<()> {
 }
 
 fn spec_for(args: &Args, clusters: usize) -> FleetSpec {
+    // The set scenario brings its own per-cluster objects: hand-written ones only when asked.
+    let default_syncs = if args.sets { 0.0 } else { 10.0 };
+    let hand_written = !args.sets || args.syncs.is_some_and(|s| s > 0) || args.helm_releases > 0;
+    let default_share = if hand_written { 0.1 } else { 0.0 };
     let syncs_per_cluster = args
         .syncs
-        .map_or(10.0, |s| s as f64 / args.clusters.max(1) as f64);
+        .map_or(default_syncs, |s| s as f64 / args.clusters.max(1) as f64);
     let workload_share = args
         .workload_clusters
-        .map_or(0.1, |w| w as f64 / args.clusters.max(1) as f64);
+        .map_or(default_share, |w| w as f64 / args.clusters.max(1) as f64);
     let workload_clusters = match (clusters == args.clusters, args.workload_clusters) {
         (true, Some(w)) => w,
+        _ if workload_share == 0.0 => 0,
         _ => ((clusters as f64 * workload_share).round() as usize).clamp(1, 100.min(clusters)),
     };
     FleetSpec {
@@ -136,6 +147,7 @@ fn spec_for(args: &Args, clusters: usize) -> FleetSpec {
         },
         workload_clusters,
         helm_releases: args.helm_releases,
+        sets: args.sets,
     }
 }
 
@@ -155,10 +167,10 @@ async fn main() -> anyhow::Result<()> {
     if args.operator_binary.is_none() {
         build_operator_when_run_by_cargo()?;
     }
-    let helm = match (args.helm_releases, &args.helm_binary) {
-        (0, _) => None,
-        (_, explicit) => Some(omni_sandbox::find_helm(explicit.as_deref()).context(
-            "--helm-releases needs helm: pass --helm-binary or run scripts/install-test-tools",
+    let helm = match (args.helm_releases > 0 || args.sets, &args.helm_binary) {
+        (false, _) => None,
+        (true, explicit) => Some(omni_sandbox::find_helm(explicit.as_deref()).context(
+            "--helm-releases and --sets need helm: pass --helm-binary or run scripts/install-test-tools",
         )?),
     };
     let config = RunConfig {
@@ -237,8 +249,11 @@ async fn main() -> anyhow::Result<()> {
         for clusters in sizes {
             let spec = spec_for(&args, clusters);
             eprintln!(
-                "==> {} clusters, {} syncs over {} workload clusters",
-                spec.clusters, spec.syncs, spec.workload_clusters
+                "==> {} clusters, {} syncs over {} workload clusters{}",
+                spec.clusters,
+                spec.syncs,
+                spec.workload_clusters,
+                if spec.sets { ", the fleet sets" } else { "" }
             );
             let r = run_once(&config, &spec, "none").await?;
             print!("{}", report::run_table(&r));

@@ -21,8 +21,8 @@ use crate::operator::OperatorProcess;
 /// How many creates the bench has in flight while applying the fleet.
 const APPLY_CONCURRENCY: usize = 16;
 
-/// The operator's kinds, with their API group and plural, for status checks.
-pub(crate) const KINDS: &[&str] = &[
+/// The operator's kinds, for status checks and the write breakdown.
+pub const KINDS: &[&str] = &[
     "OmniConnection",
     "OmniCluster",
     "OmniControlPlane",
@@ -31,6 +31,9 @@ pub(crate) const KINDS: &[&str] = &[
     "OmniKubeconfigExport",
     "OmniSecretSync",
     "OmniHelmRelease",
+    "OmniHelmReleaseSet",
+    "OmniSecretSyncSet",
+    "OmniKubeconfigExportSet",
 ];
 
 /// Applies every object of the fleet as the bench's own user; returns how long it took.
@@ -73,7 +76,8 @@ impl Writes {
         self.management + self.workload + self.omni
     }
 
-    fn since(&self, before: &Writes) -> Writes {
+    /// The writes made after `before` was taken.
+    pub fn since(&self, before: &Writes) -> Writes {
         Writes {
             management: self.management - before.management,
             workload: self.workload - before.workload,
@@ -133,6 +137,8 @@ pub struct Progress {
     /// The first few custom resources not yet Ready, with what their status says: an
     /// unconverged run names what it waits on.
     pub waiting: Vec<String>,
+    /// With the sets: what the workload clusters hold of them.
+    pub sets: Option<crate::sets::Reach>,
 }
 
 /// How many not-Ready objects [`Progress::waiting`] names.
@@ -145,6 +151,7 @@ impl Progress {
             && self.objects == spec.objects()
             && self.omni_clusters == spec.clusters
             && self.synced == spec.syncs
+            && self.sets.as_ref().is_none_or(crate::sets::Reach::done)
     }
 }
 
@@ -180,9 +187,9 @@ fn ready_at_generation(obj: &Value) -> bool {
         })
 }
 
-/// Reads the convergence state straight from the emulators' stores (no API requests, so the
-/// counters only hold the operator's traffic).
-pub fn progress(emu: &Emulators, spec: &FleetSpec) -> anyhow::Result<Progress> {
+/// The operator's custom resources in the fleet's namespace: how many, how many Ready at their
+/// generation, and the first few that are not.
+pub fn custom_resources(emu: &Emulators) -> anyhow::Result<Progress> {
     let store = emu.management.store();
     let mut p = Progress::default();
     for kind in KINDS {
@@ -195,6 +202,17 @@ pub fn progress(emu: &Emulators, spec: &FleetSpec) -> anyhow::Result<Progress> {
                 p.waiting.push(waiting_on(kind, &obj));
             }
         }
+    }
+    Ok(p)
+}
+
+/// Reads the convergence state straight from the emulators' stores (no API requests, so the
+/// counters only hold the operator's traffic).
+pub fn progress(emu: &Emulators, spec: &FleetSpec) -> anyhow::Result<Progress> {
+    let store = emu.management.store();
+    let mut p = custom_resources(emu)?;
+    if spec.sets {
+        p.sets = Some(crate::sets::reach(emu, spec, &crate::sets::Expect::all()));
     }
     let wanted: std::collections::BTreeSet<String> =
         (0..spec.clusters).map(fleet::cluster_name).collect();
@@ -259,6 +277,8 @@ pub struct ColdStart {
     pub omni_connections: u64,
     /// Calls the operator made to Omni (reads, writes, watches opened).
     pub omni_calls: u64,
+    /// The management writes by kind, per object and against their floor.
+    pub floor: crate::floor::WriteFloor,
 }
 
 /// Waits until the fleet converges (or `limit` passes), sampling the operator.
@@ -286,8 +306,11 @@ pub async fn cold_start(
             break false;
         }
         if last_print.elapsed() > Duration::from_secs(10) && p != last {
+            let sets = p.sets.as_ref().map_or(String::new(), |r| {
+                format!(", sets: {} releases and {} copies", r.releases, r.copies)
+            });
             eprintln!(
-                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced",
+                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced{sets}",
                 started.elapsed().as_secs_f64(),
                 p.ready,
                 spec.objects(),
@@ -302,6 +325,7 @@ pub async fn cold_start(
     let converged_secs = started.elapsed().as_secs_f64();
     let sample = operator.sample()?;
     let (cold_writes, management_writes) = writes(emu);
+    let floor = crate::floor::WriteFloor::of(emu, &management_writes)?;
     Ok(ColdStart {
         converged_secs,
         converged,
@@ -314,6 +338,7 @@ pub async fn cold_start(
         management_writes,
         omni_connections: emu.omni.connections_accepted(),
         omni_calls: omni_calls(emu),
+        floor,
     })
 }
 

@@ -36,6 +36,40 @@ pub fn figures(r: &RunResult) -> BTreeMap<&'static str, f64> {
     f.insert("idle_omni_connections", r.idle.omni_connections as f64);
     f.insert("cold_start_omni_calls", r.cold_start.omni_calls as f64);
     f.insert("idle_omni_calls_per_minute", r.idle.omni_calls_per_minute);
+    let floor = &r.cold_start.floor;
+    f.insert(
+        "cold_start_non_event_writes_per_object",
+        floor.non_event_per_object(),
+    );
+    f.insert("cold_start_events_per_object", floor.events_per_object());
+    if let Some(s) = &r.sets {
+        f.insert(
+            "sets_cold_start_writes_per_generated_object",
+            writes_per_generated_object(floor),
+        );
+        for (name, secs, writes) in [
+            (
+                crate::sets::TEMPLATE_CHANGE,
+                "sets_template_change_secs",
+                "sets_template_change_writes",
+            ),
+            (
+                crate::sets::RELABEL_OUT,
+                "sets_relabel_out_secs",
+                "sets_relabel_out_writes",
+            ),
+            (
+                crate::sets::RELABEL_IN,
+                "sets_relabel_in_secs",
+                "sets_relabel_in_writes",
+            ),
+        ] {
+            if let Some(step) = s.step(name).filter(|s| s.converged) {
+                f.insert(secs, step.secs);
+                f.insert(writes, step.writes.total() as f64);
+            }
+        }
+    }
     if let Some(l) = &r.latency {
         f.insert("change_to_omni_p50_ms", l.cluster_to_omni.p50_ms);
         f.insert("change_to_omni_p99_ms", l.cluster_to_omni.p99_ms);
@@ -43,6 +77,24 @@ pub fn figures(r: &RunResult) -> BTreeMap<&'static str, f64> {
         f.insert("secret_to_workload_p99_ms", l.secret_to_workload.p99_ms);
     }
     f
+}
+
+/// Management writes (Events left out) to the kinds sets generate and to the sets themselves,
+/// per generated object: meaningful for a fleet whose only releases, syncs and exports are the
+/// generated ones (`--sets` alone).
+pub fn writes_per_generated_object(floor: &crate::floor::WriteFloor) -> f64 {
+    let generated: usize = floor.kinds.values().map(|k| k.generated).sum();
+    let writes: u64 = floor
+        .kinds
+        .iter()
+        .filter(|(kind, k)| k.generated > 0 || kind.ends_with("Set"))
+        .map(|(_, k)| k.writes)
+        .sum();
+    if generated == 0 {
+        0.0
+    } else {
+        writes as f64 / generated as f64
+    }
 }
 
 /// Median of `values` (the mean of the middle two for an even count).
@@ -184,11 +236,12 @@ pub fn run_table(r: &RunResult) -> String {
     let f = &r.fleet;
     let _ = writeln!(
         t,
-        "fleet: {} clusters, {} syncs over {} workload clusters, {} helm releases ({} objects); operator variant: {}",
+        "fleet: {} clusters, {} syncs over {} workload clusters, {} helm releases{} ({} objects); operator variant: {}",
         f.clusters,
         f.syncs,
         f.workload_clusters,
         f.helm_releases,
+        if f.sets { ", the fleet sets" } else { "" },
         f.objects(),
         r.variant
     );
@@ -294,6 +347,29 @@ pub fn run_table(r: &RunResult) -> String {
         rows.push(("change: OmniCluster → Omni", p(&l.cluster_to_omni)));
         rows.push(("change: source Secret → workload", p(&l.secret_to_workload)));
     }
+    let floor = &c.floor;
+    rows.push((
+        "cold start: non-Event mgmt writes per object (floor)",
+        format!(
+            "{:.2} ({:.2}); Events {:.2} per object",
+            floor.non_event_per_object(),
+            floor.floor_per_object(),
+            floor.events_per_object()
+        ),
+    ));
+    if let Some(s) = &r.sets {
+        rows.push((
+            "sets: cold-start writes per generated object",
+            format!(
+                "{:.2} ({} generated)",
+                writes_per_generated_object(floor),
+                s.generated
+            ),
+        ));
+        for step in &s.steps {
+            rows.push((step_label(&step.name), step_row(step)));
+        }
+    }
     rows.push((
         "end state (Omni resources / workload Secrets / digest)",
         format!(
@@ -312,6 +388,38 @@ pub fn run_table(r: &RunResult) -> String {
         "  cold-start management writes: {:?}",
         c.management_writes
     );
+    let _ = writeln!(
+        t,
+        "  cold-start writes by kind (per object, floor, Events):"
+    );
+    for (kind, k) in &floor.kinds {
+        let _ = writeln!(
+            t,
+            "    {kind:<24} {:>7} objects ({:>6} generated)  {:>5.2} writes/object (floor {:.2})  {:>6} Events",
+            k.objects,
+            k.generated,
+            k.per_object(),
+            k.floor_per_object(),
+            k.events
+        );
+    }
+    if !floor.other.is_empty() {
+        let _ = writeln!(t, "    other resources: {:?}", floor.other);
+    }
+    if let Some(s) = &r.sets {
+        for step in &s.steps {
+            let _ = writeln!(
+                t,
+                "  {} management writes: {:?}",
+                step.name, step.management_writes
+            );
+            if !step.converged {
+                for waiting in &step.waiting {
+                    let _ = writeln!(t, "    not Ready: {waiting}");
+                }
+            }
+        }
+    }
     if !r.idle.management_writes.is_empty() {
         let _ = writeln!(
             t,
@@ -320,6 +428,35 @@ pub fn run_table(r: &RunResult) -> String {
         );
     }
     t
+}
+
+fn step_label(name: &str) -> &'static str {
+    match name {
+        crate::sets::TEMPLATE_CHANGE => "sets: template change (10 % at a time)",
+        crate::sets::RELABEL_OUT => "sets: relabel 10 % out",
+        crate::sets::RELABEL_IN => "sets: relabel 10 % back in",
+        _ => "sets: step",
+    }
+}
+
+fn step_row(s: &crate::sets::Step) -> String {
+    let when = if s.converged {
+        format!("{:.1} s", s.secs)
+    } else {
+        format!(
+            "NO after {:.0} s ({}/{} releases, {}/{} copies, {} left over)",
+            s.secs,
+            s.reach.releases,
+            s.reach.matched,
+            s.reach.copies,
+            s.reach.matched,
+            s.reach.leftovers
+        )
+    };
+    format!(
+        "{when} over {} clusters; writes {} / {} / {} (mgmt / workload / Omni)",
+        s.clusters, s.writes.management, s.writes.workload, s.writes.omni
+    )
 }
 
 /// Writes `rows` as two aligned columns.
@@ -406,6 +543,28 @@ pub fn sweep_table(s: &Sweep) -> String {
             r.idle.operator_cpu_secs_per_minute,
             r.latency.as_ref().map_or(0.0, |l| l.cluster_to_omni.p99_ms),
         );
+    }
+    if s.runs.iter().any(|r| r.sets.is_some()) {
+        let _ = writeln!(
+            t,
+            "{:>8} {:>10} {:>12} {:>16} {:>16} {:>16}",
+            "clusters", "generated", "wr/generated", "template change", "relabel out", "relabel in"
+        );
+        for r in &s.runs {
+            let Some(sets) = &r.sets else { continue };
+            let f = figures(r);
+            let secs = |k: &str| f.get(k).map_or("-".to_owned(), |v| format!("{v:.1}s"));
+            let _ = writeln!(
+                t,
+                "{:>8} {:>10} {:>12.2} {:>16} {:>16} {:>16}",
+                r.fleet.clusters,
+                sets.generated,
+                writes_per_generated_object(&r.cold_start.floor),
+                secs("sets_template_change_secs"),
+                secs("sets_relabel_out_secs"),
+                secs("sets_relabel_in_secs"),
+            );
+        }
     }
     let _ = writeln!(t, "growth exponents (cost ∝ clusters^k):");
     for (name, k) in &s.exponents {

@@ -28,6 +28,7 @@ async fn the_null_operator_lists_the_fleet_with_the_operators_watches() {
         syncs: 20,
         workload_clusters: 1,
         helm_releases: 0,
+        sets: false,
     };
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_omni-bench"));
     // Fails when the child cannot start, is refused a list or watch, or never lists.
