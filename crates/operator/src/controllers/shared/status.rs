@@ -483,6 +483,20 @@ mod tests {
     use crate::api::secret_sync::OmniSecretSyncStatus;
     use serde_json::json;
 
+    /// Conditions of an object Ready at generation 1 since `t`.
+    fn ready_now(t: jiff::Timestamp) -> Vec<Condition> {
+        let mut ready = Vec::new();
+        set_standing(
+            &mut ready,
+            Standing::Ready,
+            Reason::Running,
+            "up",
+            Some(1),
+            t,
+        );
+        ready
+    }
+
     fn cond(type_: &str, status: ConditionStatus, reason: &str) -> Condition {
         Condition {
             reason: reason.to_string(),
@@ -635,15 +649,7 @@ mod tests {
                 ("Suspended", True, "Suspended")
             ]
         );
-        let mut ready = Vec::new();
-        set_standing(
-            &mut ready,
-            Standing::Ready,
-            Reason::Running,
-            "up",
-            Some(1),
-            t,
-        );
+        let mut ready = ready_now(t);
         set_suspended(&mut ready, "suspended", Some(2), t);
         assert_eq!(
             kinds(&ready),
@@ -681,15 +687,7 @@ mod tests {
         };
         // A fresh object that starts out waiting: no Event until it turns.
         assert_eq!(typed(Standing::Reconciling, Reason::ClusterNotReady), None);
-        let mut ready = Vec::new();
-        set_standing(
-            &mut ready,
-            Standing::Ready,
-            Reason::Running,
-            "up",
-            Some(1),
-            t,
-        );
+        let ready = ready_now(t);
         let mut waiting_again = ready.clone();
         set_standing(
             &mut waiting_again,
@@ -727,15 +725,6 @@ mod tests {
             t,
         );
         assert_eq!(event_type(&held[0], &held), EventType::Normal);
-        let mut ready = Vec::new();
-        set_standing(
-            &mut ready,
-            Standing::Ready,
-            Reason::Running,
-            "up",
-            Some(1),
-            t,
-        );
         let mut suspended = ready.clone();
         set_suspended(&mut suspended, "suspended", Some(2), t);
         let worthy = event_worthy(&ready, &suspended).cloned();
