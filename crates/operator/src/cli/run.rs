@@ -174,8 +174,9 @@ pub struct Args {
     /// Longest unary Omni call (watches are kept alive by HTTP/2 pings instead).
     #[arg(long, env = "OMNI_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub(crate) omni_request_timeout: Duration,
-    /// Most reconciles of one controller that the objects of one target (a kubeconfig Secret,
-    /// an OmniCluster, an OmniConnection) hold at once; the others wait their turn without
+    /// Reconciles of one controller that the objects of one target (a kubeconfig Secret, an
+    /// OmniCluster, an OmniConnection) hold at once while the target is slow; one whose passes
+    /// end within 5 s may hold up to four times as many. The others wait their turn without
     /// holding a slot, so a server that never answers delays only its own objects.
     #[arg(long, env = "MAX_RECONCILES_PER_TARGET", default_value_t = crate::controllers::DEFAULT_PER_TARGET,
           value_parser = clap::value_parser!(u16).range(1..=4096))]

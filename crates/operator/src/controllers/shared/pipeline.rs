@@ -198,20 +198,21 @@ pub(crate) async fn not_deleted_meanwhile<P: Pipeline>(
 }
 
 /// A slot of `obj`'s target's share of its kind's reconcile slots (`fairness.rs`); `Ok(None)`
-/// for an object without a target, `Err` with when to come back while the target holds its
-/// whole share — `wake` brings it back earlier, as soon as a slot of the target is given back.
+/// for an object without a target, `Err` with when to come back while the target's window is
+/// full — the wake `wake` builds brings it back earlier, as soon as a slot of the target is
+/// given back.
 /// Each controller has its own slots, so each kind has its own share of a target.
 pub(crate) fn target_slot<P: Pipeline>(
     obj: &P,
     ctx: &Context,
-    wake: Wake,
+    wake: impl FnOnce() -> Wake,
 ) -> Result<Option<TargetSlot>, Action> {
     let Some(target) = obj.target() else {
         return Ok(None);
     };
-    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+    let key = || format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     ctx.target_slots
-        .try_take(&format!("{}/{target}", P::kind(&())), &key, wake)
+        .try_take(&format!("{}/{target}", P::kind(&())), key, wake)
         .map(Some)
         .ok_or_else(|| Action::requeue(busy_retry()))
 }

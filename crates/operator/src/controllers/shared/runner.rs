@@ -99,11 +99,13 @@ pub(crate) async fn drive<P: Pipeline + std::fmt::Debug>(
                     // Before anything else, and outside the pass's metrics and backoff: while
                     // its target holds its whole share, an object waits doing nothing, so
                     // objects pointing at one server that never answers cannot take every slot.
-                    let me = ObjectRef::from_obj(obj.as_ref());
-                    let wake: Wake = Box::new(move || {
-                        // The controller is gone when this fails: nothing is left to wake.
-                        let _ = woken.unbounded_send(me);
-                    });
+                    let wake = || -> Wake {
+                        let me = ObjectRef::from_obj(obj.as_ref());
+                        Box::new(move || {
+                            // The controller is gone when this fails: nothing is left to wake.
+                            let _ = woken.unbounded_send(me);
+                        })
+                    };
                     let slot = obj.decoded().map(|k| pipeline::target_slot(k, &ctx, wake));
                     let _slot = match slot {
                         Some(Err(later)) => return Ok(later),
