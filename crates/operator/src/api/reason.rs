@@ -94,6 +94,8 @@ reasons! {
     WaitingForOmni = "WaitingForOmni",
     /// The OmniCluster the object names is not Ready yet: a dependant waits for it before it first acts (`spec.startWhen`), a child is Ready once its cluster is (`Reconciling=True`).
     ClusterNotReady = "ClusterNotReady",
+    /// The kubeconfig Secret the object names is not there yet, and an OmniKubeconfigExport of its namespace writes it: the object waits for the export (`Reconciling=True`).
+    KubeconfigPending = "KubeconfigPending",
     /// `spec.suspend` is set: the operator leaves the object's target alone, and `Ready` keeps its last state (`Suspended=True`).
     Suspended = "Suspended",
     /// The operator could not finish the pass (a watch not ready, a Helm failure); it is retried.
@@ -174,11 +176,23 @@ impl Reason {
         Reason::ALL.iter().copied().find(|r| r.as_str() == text)
     }
 
-    /// Whether an object not Ready for this reason waits for its OmniCluster to become Ready,
-    /// which converges by itself and reports its own progress: a fresh object's first status
-    /// with this reason publishes no Event (`shared::status::event_worthy`).
-    pub const fn follows_its_cluster(self) -> bool {
-        matches!(self, Reason::ClusterNotReady)
+    /// Whether `Ready=False` for this reason reports a step of an object converging by itself
+    /// (Omni provisioning the cluster, machines joining, an upgrade rolling, a cluster or an
+    /// export a dependant follows): a new object's first status with such a reason, and a
+    /// change from one such step to the next, are progress, shown in the status, and publish
+    /// no Event (`shared::status::event_worthy`). A failure, a stall, a missing reference and
+    /// turning Ready or not still do.
+    pub const fn marks_progress(self) -> bool {
+        matches!(
+            self,
+            Reason::WaitingForOmni
+                | Reason::WaitingForMachines
+                | Reason::Upgrading
+                | Reason::KubernetesNotReady
+                | Reason::ClusterNotRunning
+                | Reason::ClusterNotReady
+                | Reason::KubeconfigPending
+        )
     }
 
     /// Whether a condition that is not healthy for this reason waits for a person's decision

@@ -244,9 +244,10 @@ async fn a_clusters_connection_is_woken_by_the_connection_it_names_and_its_delet
 }
 
 /// A Secret wakes the objects that read it (secret syncs) when its content can matter to them:
-/// its data, type, labels or annotations, its deletion. A finalizer added or lifted (an export's
-/// hold on the kubeconfig Secret it wrote) wakes nobody: before, each such write re-ran every
-/// secret sync using that kubeconfig.
+/// its data, labels or annotations, its deletion. The operator's own hold added or lifted (an
+/// export's on the kubeconfig Secret it wrote) wakes nobody: before, each such write re-ran
+/// every secret sync using that kubeconfig. The watch is of metadata only, so a change of data
+/// shows as a write that left the metadata alone; someone else's finalizer still wakes.
 #[tokio::test]
 async fn a_secrets_readers_are_woken_by_its_content_and_deletion_not_by_its_finalizers() {
     let (_sim, client) = kube_sim().await;
@@ -261,16 +262,46 @@ async fn a_secrets_readers_are_woken_by_its_content_and_deletion_not_by_its_fina
     )
     .await;
     let api: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let mut secret = Watched::new(api, "kubeconfig", secret_changes(client.clone(), NS));
-    secret.wakes("first sighting").await;
+    // The watch hands over metadata; the test's handle patches the Secret itself.
+    let metadata_only = secret_changes(client.clone(), NS).map(|m| Secret {
+        metadata: m.metadata,
+        ..Secret::default()
+    });
+    let mut secret = Watched::new(api, "kubeconfig", metadata_only);
+    let first = secret.wakes("first sighting").await;
+    assert!(first.data.is_none());
 
     secret
         .patch(json!({"metadata": {"finalizers": ["omni.texashpc.com/kubeconfig-in-use"]}}))
         .await;
-    secret.wakes_nobody("a finalizer wakes no reader").await;
+    secret
+        .wakes_nobody("the operator's hold wakes no reader")
+        .await;
 
     secret.patch(json!({"stringData": {"value": "two"}})).await;
     secret.wakes("new data").await;
+
+    secret
+        .patch(json!({"metadata": {"finalizers": ["example.com/keep"]}}))
+        .await;
+    secret
+        .wakes("a finalizer not the operator's (the write may have changed more)")
+        .await;
+
+    secret
+        .patch(json!({"metadata": {"finalizers": ["example.com/keep", "omni.texashpc.com/kubeconfig-in-use"]}}))
+        .await;
+    secret.wakes_nobody("the hold put back").await;
+
+    secret
+        .patch(json!({"stringData": {"value": "three"}}))
+        .await;
+    secret.wakes("new data beside the hold").await;
+
+    secret
+        .patch(json!({"metadata": {"finalizers": ["example.com/keep"]}}))
+        .await;
+    secret.wakes_nobody("the hold lifted").await;
 
     secret
         .patch(json!({"metadata": {"labels": {"omni.texashpc.com/sync": "true"}}}))

@@ -13,7 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -32,7 +31,7 @@ use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
 use super::shared::status::reported;
-use super::shared::triggers::touched;
+use super::shared::triggers::{SecretMeta, touched};
 use super::shared::watches::Watches;
 use crate::api::connection::OmniConnectionStatus;
 use crate::api::{OmniCluster, OmniConnection};
@@ -201,8 +200,8 @@ pub(crate) fn start<S: Shutdown>(
         )
         // A fixed or rotated key is picked up at once rather than at the next re-check.
         .watches_stream(
-            touched(watches.of::<Secret>().subscribe()),
-            move |secret: Cached<Secret>| by_secret.referring_to("secret", &secret),
+            touched(watches.of::<SecretMeta>().subscribe()),
+            move |secret: Cached<SecretMeta>| by_secret.referring_to("secret", &secret),
         );
     let state = ConnectionState {
         omni: setup.omni.clone(),

@@ -43,7 +43,7 @@ mod values_from;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -61,7 +61,7 @@ use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
 use super::shared::status::reported;
-use super::shared::triggers::touched;
+use super::shared::triggers::{SecretMeta, touched};
 use super::shared::watches::Watches;
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_policies::ClusterHealthRequirement;
@@ -208,8 +208,8 @@ pub(crate) fn start<S: Shutdown>(
         // kubeconfig rotation alone does not upgrade it: the digest excludes the kubeconfig;
         // a values change does).
         .watches_stream(
-            touched(watches.of::<Secret>().subscribe()),
-            move |s: Cached<Secret>| by_secret.referring_to("secret", &s),
+            touched(watches.of::<SecretMeta>().subscribe()),
+            move |s: Cached<SecretMeta>| by_secret.referring_to("secret", &s),
         )
         // A values ConfigMap's change (or appearance) re-checks the release. Its metadata is
         // watched, not its data: the pass reads the content it needs.

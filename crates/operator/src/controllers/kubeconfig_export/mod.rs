@@ -27,7 +27,6 @@ mod target;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -43,7 +42,7 @@ use super::shared::pipeline::{Cleanup, Pipeline, webhook_rules};
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
 use super::shared::status::reported;
-use super::shared::triggers::touched;
+use super::shared::triggers::{SecretMeta, touched};
 use super::shared::watches::{OwnKind, Watches};
 use crate::api::keys;
 use crate::api::kubeconfig_export::OmniKubeconfigExportStatus;
@@ -225,8 +224,8 @@ pub(crate) fn start<S: Shutdown>(
         )
         // Editing or deleting the target re-exports it.
         .watches_stream(
-            touched(watches.of::<Secret>().subscribe()),
-            |s: Cached<Secret>| {
+            touched(watches.of::<SecretMeta>().subscribe()),
+            |s: Cached<SecretMeta>| {
                 let a = s.annotations();
                 let name = a.get(keys::EXPORT_NAME_ANNOTATION)?.clone();
                 let ns = a

@@ -54,6 +54,18 @@ pub(crate) enum SecretSyncFailure {
         /// `spec.kubeconfigSecretRef.name`.
         name: String,
     },
+    /// The kubeconfig Secret does not exist yet, and an OmniKubeconfigExport writes it.
+    #[error(
+        "kubeconfig Secret \"{namespace}/{name}\" is not written yet; OmniKubeconfigExport {export:?} writes it"
+    )]
+    KubeconfigPending {
+        /// The sync's namespace.
+        namespace: String,
+        /// `spec.kubeconfigSecretRef.name`.
+        name: String,
+        /// The export that writes it.
+        export: String,
+    },
     /// The kubeconfig Secret lacks the key.
     #[error("kubeconfig Secret \"{namespace}/{name}\" does not contain key {key:?}")]
     MissingKubeconfigKey {
@@ -178,6 +190,7 @@ impl Failure for SecretSyncFailure {
             }
             Self::MissingCluster { .. } => Reason::MissingCluster,
             Self::ClusterNotReady(_) => Reason::ClusterNotReady,
+            Self::KubeconfigPending { .. } => Reason::KubeconfigPending,
             Self::AccessDenied(_) => Reason::AccessDenied,
             Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
@@ -212,6 +225,7 @@ impl Failure for SecretSyncFailure {
             | Self::ClusterNotReady(_)
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
+            | Self::KubeconfigPending { .. }
             | Self::MissingKubeconfigKey { .. }
             | Self::InvalidKubeconfig { .. } => RetryPolicy::Poll(RETRY),
             Self::KubeconfigUnreadable(_)
@@ -237,6 +251,7 @@ impl Failure for SecretSyncFailure {
             | Self::ClusterNotReady(_)
             | Self::MissingSource { .. }
             | Self::MissingKubeconfig { .. }
+            | Self::KubeconfigPending { .. }
             | Self::MissingKubeconfigKey { .. } => Disposition::Waiting,
             Self::InvalidSpec(_)
             | Self::Refused(_)

@@ -16,8 +16,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Resource as _, ResourceExt};
 
 use self::failure::{SecretSyncFailure, kubeconfig_failure};
 use self::outcome::{SyncDone, SyncOutcome, desired_status};
@@ -34,16 +35,16 @@ use super::shared::pipeline::{Cleanup, Pipeline, unless_deleted_meanwhile, webho
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::setup::Setup;
 use super::shared::status::reported;
-use super::shared::triggers::secret_changes_of;
+use super::shared::triggers::{SecretMeta, secret_changes_of};
 use super::shared::watches::Watches;
 use crate::api::common::DeletionPolicy;
 use crate::api::secret_sync::OmniSecretSyncStatus;
-use crate::api::{OmniCluster, OmniSecretSync};
+use crate::api::{OmniCluster, OmniKubeconfigExport, OmniSecretSync};
 use crate::domain::fleet_template::ClusterFacts;
 use crate::domain::impersonation::{self, ReadError, Reader};
 use crate::domain::secret_data::DataError;
 use crate::domain::secret_policy::{self, SecretPolicy, SecretUse};
-use crate::domain::workload::WorkloadClients;
+use crate::domain::workload::{WorkloadClients, WorkloadError};
 use k8s_openapi::api::core::v1::Secret;
 
 /// Periodic re-check of a synced Secret (drift correction), unless configured otherwise.
@@ -63,6 +64,24 @@ pub(crate) struct SyncState {
     /// Whose identity reads the Secrets of a sync without `spec.serviceAccountName`
     /// (`--default-service-account`); unset, the operator's.
     default_service_account: Option<String>,
+    /// The exports, to tell a kubeconfig Secret that an export is about to write from one
+    /// nobody makes.
+    exports: Store<Cached<OmniKubeconfigExport>>,
+}
+
+/// The export (not being deleted) that writes Secret `name` of `namespace`, if one does.
+fn writing_export(
+    exports: &Store<Cached<OmniKubeconfigExport>>,
+    namespace: &str,
+    name: &str,
+) -> Option<String> {
+    exports.state().iter().find_map(|cached| {
+        let export = cached.decoded()?;
+        (export.meta().deletion_timestamp.is_none()
+            && export.spec.target_secret_ref.name == name
+            && export.effective_target_namespace() == namespace)
+            .then(|| export.name_any())
+    })
 }
 
 reported!(OmniSecretSync => OmniSecretSyncStatus, suspended: |s| s.spec.suspend);
@@ -90,7 +109,19 @@ async fn workload_client(
             KIND,
         )
         .await
-        .map_err(|e| kubeconfig_failure(sync, e))
+        .map_err(|e| match e {
+            WorkloadError::MissingSecret { .. } => {
+                match writing_export(&state.exports, &namespace, &k.name) {
+                    Some(export) => SecretSyncFailure::KubeconfigPending {
+                        namespace: namespace.clone(),
+                        name: k.name.clone(),
+                        export,
+                    },
+                    None => kubeconfig_failure(sync, e),
+                }
+            }
+            e => kubeconfig_failure(sync, e),
+        })
 }
 
 /// Whether the sync copies by `namespaceSelector`, now or at its last pass (its copies are
@@ -368,17 +399,85 @@ pub(crate) fn start<S: Shutdown>(
             ),
             move |c: Cached<OmniCluster>| index.referring_to("cluster", &c),
         )
-        .watches_stream(secret_changes_of(watches), move |secret: Cached<Secret>| {
-            by_secret.referring_to("secret", &secret)
-        });
+        .watches_stream(
+            secret_changes_of(watches),
+            move |secret: Cached<SecretMeta>| by_secret.referring_to("secret", &secret),
+        );
     let state = SyncState {
         workload: setup.workload.clone(),
         secret_policy: setup.config.secret_policy,
         resync: setup.config.secret_sync_resync,
         default_service_account: setup.config.tenancy.default_service_account.clone(),
+        exports: watches.of::<OmniKubeconfigExport>().store(),
     };
     drive::<OmniSecretSync>(controller, ctx.clone(), state, shutdown)
 }
 
 #[cfg(test)]
 mod fixtures;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+
+    fn export(
+        name: &str,
+        namespace: &str,
+        target: serde_json::Value,
+    ) -> Cached<OmniKubeconfigExport> {
+        let export: OmniKubeconfigExport = serde_json::from_value(serde_json::json!({
+            "apiVersion": "omni.texashpc.com/v1alpha1",
+            "kind": "OmniKubeconfigExport",
+            "metadata": {"name": name, "namespace": namespace, "uid": name},
+            "spec": {
+                "clusterRef": {"name": "edge"},
+                "targetSecretRef": target,
+                "serviceAccount": {"user": "argocd", "groups": ["argocd"]},
+                "ttl": "24h",
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Cached::new(export)
+    }
+
+    /// A missing kubeconfig Secret that an export of the namespace (or one writing into it)
+    /// is about to write is told apart from one nobody makes.
+    #[test]
+    fn the_export_that_writes_a_kubeconfig_is_found() {
+        let mut writer = Writer::<Cached<OmniKubeconfigExport>>::new(());
+        for obj in [
+            export("here", "ns", serde_json::json!({"name": "kc"})),
+            export(
+                "there",
+                "other",
+                serde_json::json!({"name": "remote", "namespace": "ns"}),
+            ),
+            export("elsewhere", "other", serde_json::json!({"name": "kc"})),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(obj));
+        }
+        let exports = writer.as_reader();
+        assert_eq!(
+            writing_export(&exports, "ns", "kc").as_deref(),
+            Some("here")
+        );
+        assert_eq!(
+            writing_export(&exports, "ns", "remote").as_deref(),
+            Some("there")
+        );
+        assert_eq!(writing_export(&exports, "ns", "nobody-makes-it"), None);
+        assert_eq!(writing_export(&exports, "other", "remote"), None);
+
+        let pending = SecretSyncFailure::KubeconfigPending {
+            namespace: "ns".into(),
+            name: "kc".into(),
+            export: "here".into(),
+        };
+        use crate::controllers::shared::error::{Disposition, Failure as _};
+        assert_eq!(pending.reason(), crate::api::Reason::KubeconfigPending);
+        assert_eq!(pending.disposition(), Disposition::Waiting);
+    }
+}

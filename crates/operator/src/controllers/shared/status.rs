@@ -44,22 +44,32 @@ pub(crate) fn condition_healthy(c: &Condition) -> bool {
 /// `Accepted`, `Synced` and `Ready` together) are in the status; an Event each tripled the
 /// writes of a cold start.
 ///
-/// A fresh object (no `Ready` yet) whose first status says it waits for its cluster to become
-/// Ready ([`Reason::follows_its_cluster`]) gets no Event: it has not turned from anything, the
-/// cluster announces its own progress, and the Event that matters follows when the object turns
-/// `Ready` or fails. One Event per fresh dependant on that first status doubled the Events of a
-/// cold start, where every child and dependant waits for its cluster for a moment. A fresh
-/// object waiting for something nobody has made yet (a missing connection, template, cluster
-/// or Secret) keeps its Normal Event: a person may have to act.
+/// Progress is not a transition ([`Reason::marks_progress`]): neither a fresh object (no
+/// `Ready` yet) whose first status says it converges or waits for its cluster or the export
+/// of its kubeconfig, nor `Ready=False` moving from one such step to the next
+/// (`WaitingForOmni` to `WaitingForMachines`, say). The status shows both; the Event that
+/// matters follows when the object turns `Ready`, fails or stalls, and a cluster's template
+/// going to Omni has its own (`ChangesApplied`). An Event per fresh dependant doubled the
+/// Events of a cold start, and an Event per step made three per cluster. A fresh object
+/// waiting for something nobody has made yet (a missing connection, template, cluster or
+/// Secret) keeps its Normal Event: a person may have to act.
 pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
-    let fresh = find_condition(old, condition_types::READY).is_none();
-    let follows_its_cluster = find_condition(new, condition_types::READY)
-        .and_then(|c| Reason::of(&c.reason))
-        .is_some_and(Reason::follows_its_cluster);
-    if fresh && follows_its_cluster {
+    let old_ready = find_condition(old, condition_types::READY);
+    let new_ready = find_condition(new, condition_types::READY);
+    let converging = |c: Option<&Condition>| {
+        c.is_some_and(|c| {
+            c.status == ConditionStatus::False
+                && Reason::of(&c.reason).is_some_and(Reason::marks_progress)
+        })
+    };
+    if old_ready.is_none() && converging(new_ready) {
         return None;
     }
-    let turned = transitions(old, new);
+    let progress = converging(old_ready) && converging(new_ready);
+    let turned: Vec<&Condition> = transitions(old, new)
+        .into_iter()
+        .filter(|c| !(progress && c.type_ == condition_types::READY))
+        .collect();
     turned
         .iter()
         .find(|c| c.type_ == condition_types::READY)
@@ -687,7 +697,52 @@ mod tests {
         };
         // A fresh object that starts out waiting: no Event until it turns.
         assert_eq!(typed(Standing::Reconciling, Reason::ClusterNotReady), None);
+        assert_eq!(
+            typed(Standing::Reconciling, Reason::KubeconfigPending),
+            None
+        );
+        // A converging cluster: its first step is an Event, the next steps are progress, a
+        // failure on the way is an Event again.
+        let step = |conditions: &[Condition], reason| {
+            let mut c = conditions.to_vec();
+            set_standing(&mut c, Standing::Reconciling, reason, "m", Some(1), t);
+            c
+        };
+        let omni = step(&[], Reason::WaitingForOmni);
+        assert_eq!(event_worthy(&[], &omni), None, "the first step");
+        let machines = step(&omni, Reason::WaitingForMachines);
+        assert_eq!(event_worthy(&omni, &machines), None, "progress");
+        let kubernetes = step(&machines, Reason::KubernetesNotReady);
+        assert_eq!(event_worthy(&machines, &kubernetes), None, "progress");
+        let cluster_ready = step(&[], Reason::ClusterNotReady);
+        let export_pending = step(&cluster_ready, Reason::KubeconfigPending);
+        assert_eq!(
+            event_worthy(&cluster_ready, &export_pending),
+            None,
+            "a dependant whose cluster is Ready waits for the export of its kubeconfig"
+        );
+        let missing = step(&cluster_ready, Reason::MissingSecret);
+        assert!(
+            event_worthy(&cluster_ready, &missing).is_some(),
+            "a Secret nobody makes: a person may have to act"
+        );
+        let checks = step(&kubernetes, Reason::HealthCheckFailed);
+        assert!(
+            event_worthy(&kubernetes, &checks).is_some(),
+            "a failed health check is news"
+        );
+        let mut failed = machines.clone();
+        set_standing(
+            &mut failed,
+            Standing::NotReady,
+            Reason::StatusFailed,
+            "m",
+            Some(1),
+            t,
+        );
+        assert!(event_worthy(&machines, &failed).is_some(), "a failure");
         let ready = ready_now(t);
+        assert!(event_worthy(&kubernetes, &ready).is_some(), "Ready");
         let mut waiting_again = ready.clone();
         set_standing(
             &mut waiting_again,

@@ -8,10 +8,12 @@ use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::{Api, ObjectMeta};
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::decoded::Cached;
 use super::watches::{OwnKind, SharedWatch, WatchEvent, Watches};
+use crate::api::keys;
 
 /// A watched stream as kube-runtime's controller takes it.
 pub(crate) type Triggers<K> = Result<Cached<K>, watcher::Error>;
@@ -55,15 +57,21 @@ pub(crate) fn deletion_mark(meta: &ObjectMeta) -> Option<jiff::Timestamp> {
     meta.deletion_timestamp.as_ref().map(|t| t.0)
 }
 
-/// The Secrets whose content can matter to the objects that read them, from the shared watch:
-/// a first sighting, a change of type, data, labels or annotations (the Secret policy reads the
-/// last two), the deletion mark, and the deletion. A finalizer added or lifted (the holds of
-/// exports and connections) or any other metadata moving wakes nobody: each such write of an
-/// export's kubeconfig Secret re-ran every secret sync using it.
+/// A Secret as the operator watches it: its metadata only. Its data is read when a pass needs
+/// it, as whoever the pass acts for; the watch neither holds every Secret's content in memory
+/// nor sees it.
+pub(crate) type SecretMeta = PartialObjectMeta<Secret>;
+
+/// The Secrets whose content can matter to the objects that read them, from the shared
+/// metadata watch: a first sighting, a change of labels or annotations (the Secret policy reads
+/// both), of a finalizer not the operator's, of the deletion mark, the deletion, and any other
+/// write ([`SecretSeen`]). The operator's own holds added or lifted (the exports' and
+/// connections' finalizers) wake nobody: each such write of an export's kubeconfig Secret
+/// re-ran every secret sync using it.
 pub(crate) fn secret_changes_of(
     watches: &mut Watches,
-) -> impl Stream<Item = Triggers<Secret>> + Send + use<> {
-    secret_changes_from(watches.of::<Secret>().subscribe()).map(Ok)
+) -> impl Stream<Item = Triggers<SecretMeta>> + Send + use<> {
+    secret_changes_from(watches.of::<SecretMeta>().subscribe()).map(Ok)
 }
 
 /// The Secrets of `namespace` whose change wakes a reader, on a watch of their own (the
@@ -71,30 +79,68 @@ pub(crate) fn secret_changes_of(
 pub fn secret_changes(
     client: kube::Client,
     namespace: &str,
-) -> impl Stream<Item = Secret> + Send + use<> {
+) -> impl Stream<Item = PartialObjectMeta<Secret>> + Send + use<> {
     let mut watch = SharedWatch::new(Api::namespaced(client, namespace));
     let changes = secret_changes_from(watch.subscribe());
     decoded(alongside(watch, changes))
 }
 
+/// What [`secret_changes_from`] remembers of a Secret. Its data is not watched, so a write
+/// that leaves the metadata as it was (a new value, a new type) shows only as a new
+/// `resourceVersion`; `epoch` counts those writes. A write whose only visible change is the
+/// operator's own hold is taken for a write of the hold alone, which is what the operator
+/// writes (the finalizers, nothing else): a single write that changed the data and added or
+/// lifted one of those holds together is noticed at the reader's next periodic pass.
+#[derive(Debug)]
+pub(crate) struct SecretSeen {
+    /// Labels, annotations, finalizers other than the operator's holds, deletion mark, epoch.
+    state: u64,
+    epoch: u64,
+    holds: u64,
+    version: Option<String>,
+}
+
+impl PartialEq for SecretSeen {
+    fn eq(&self, other: &Self) -> bool {
+        self.state == other.state
+    }
+}
+
+impl SecretSeen {
+    fn of(before: Option<&SecretSeen>, meta: &ObjectMeta) -> Self {
+        let is_hold = |f: &&String| {
+            *f == keys::KEY_IN_USE_FINALIZER || *f == keys::KUBECONFIG_IN_USE_FINALIZER
+        };
+        let finalizers = meta.finalizers.iter().flatten();
+        let holds = hash_of(finalizers.clone().filter(is_hold).collect::<Vec<_>>());
+        let others: Vec<&String> = finalizers.filter(|f| !is_hold(f)).collect();
+        let epoch = match before {
+            None => 0,
+            Some(b) if b.version == meta.resource_version || b.holds != holds => b.epoch,
+            Some(b) => b.epoch + 1,
+        };
+        Self {
+            state: hash_of((
+                &meta.labels,
+                &meta.annotations,
+                others,
+                deletion_mark(meta),
+                epoch,
+            )),
+            epoch,
+            holds,
+            version: meta.resource_version.clone(),
+        }
+    }
+}
+
 fn secret_changes_from(
-    events: impl Stream<Item = WatchEvent<Secret>> + Send + 'static,
-) -> impl Stream<Item = Cached<Secret>> + Send + 'static {
-    changes_from(
+    events: impl Stream<Item = WatchEvent<SecretMeta>> + Send + 'static,
+) -> impl Stream<Item = Cached<SecretMeta>> + Send + 'static {
+    changes_since(
         events,
-        |cached: &Cached<Secret>| {
-            let Some(s) = cached.decoded() else {
-                return own_change(cached);
-            };
-            let data: Vec<(&String, &Vec<u8>)> =
-                s.data.iter().flatten().map(|(k, v)| (k, &v.0)).collect();
-            hash_of((
-                &s.type_,
-                data,
-                &s.metadata.labels,
-                &s.metadata.annotations,
-                deletion_mark(&s.metadata),
-            ))
+        |before: Option<&SecretSeen>, cached: &Cached<SecretMeta>| {
+            SecretSeen::of(before, cached.meta())
         },
         Deletions::Pass,
     )
@@ -137,7 +183,22 @@ pub(crate) fn changes_from<K>(
 where
     K: Resource + Send + 'static,
 {
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    changes_since(events, move |_: Option<&u64>, o: &K| state(o), deletions)
+}
+
+/// [`changes_from`] for a state that depends on the one seen before (`state(previous, obj)`):
+/// an object is passed on when its new state differs from the previous one (`PartialEq`, which
+/// may compare only part of it).
+pub(crate) fn changes_since<K, S>(
+    events: impl Stream<Item = watcher::Event<K>> + Send + 'static,
+    mut state: impl FnMut(Option<&S>, &K) -> S + Send + 'static,
+    deletions: Deletions,
+) -> impl Stream<Item = K> + Send + 'static
+where
+    K: Resource + Send + 'static,
+    S: PartialEq + Send + 'static,
+{
+    let mut seen: HashMap<String, S> = HashMap::new();
     let mut relisted: Option<HashSet<String>> = None;
     events.filter_map(move |event| {
         let uid = |o: &K| o.meta().uid.clone().unwrap_or_default();
@@ -147,8 +208,11 @@ where
                 if let Some(listed) = relisted.as_mut() {
                     listed.insert(id.clone());
                 }
-                let now = state(&o);
-                (seen.insert(id, now) != Some(now)).then_some(o)
+                let before = seen.get(&id);
+                let now = state(before, &o);
+                let changed = before != Some(&now);
+                seen.insert(id, now);
+                changed.then_some(o)
             }
             watcher::Event::Delete(o) => {
                 seen.remove(&uid(&o));
