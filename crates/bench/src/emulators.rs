@@ -61,10 +61,16 @@ pub struct Emulators {
 pub fn api_resource(kind: &str) -> anyhow::Result<ApiResource> {
     static SERVED: std::sync::OnceLock<Vec<ApiResource>> = std::sync::OnceLock::new();
     let served = SERVED.get_or_init(|| {
-        let mut out = vec![ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("", "v1", "Secret"),
-            "secrets",
-        )];
+        let mut out = vec![
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "Secret"),
+                "secrets",
+            ),
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                "configmaps",
+            ),
+        ];
         for crd in omni_operator::api::crds() {
             let version = crd
                 .spec

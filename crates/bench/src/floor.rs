@@ -35,6 +35,8 @@ pub struct KindWrites {
     pub floor: u64,
     /// Event objects about objects of the kind.
     pub events: u64,
+    /// Of them, by reason.
+    pub event_reasons: BTreeMap<String, u64>,
 }
 
 impl KindWrites {
@@ -101,12 +103,23 @@ impl WriteFloor {
             counts.insert(*kind, (ar.plural.clone(), objects.len(), generated));
         }
         let mut events: BTreeMap<String, u64> = BTreeMap::new();
+        let mut reasons: BTreeMap<(String, String), u64> = BTreeMap::new();
         // kube-sim stores every Event in its core v1 form, whichever API wrote it.
         for e in store.list_objects("", "events", Some(fleet::NAMESPACE)) {
             let kind = e["involvedObject"]["kind"].as_str().unwrap_or_default();
+            let reason = e["reason"].as_str().unwrap_or_default();
             *events.entry(kind.to_owned()).or_default() += 1;
+            *reasons
+                .entry((kind.to_owned(), reason.to_owned()))
+                .or_default() += 1;
         }
-        Ok(Self::from_counts(&counts, &events, writes))
+        let mut floor = Self::from_counts(&counts, &events, writes);
+        for ((kind, reason), n) in reasons {
+            if let Some(k) = floor.kinds.get_mut(&kind) {
+                k.event_reasons.insert(reason, n);
+            }
+        }
+        Ok(floor)
     }
 
     /// The pure part of [`WriteFloor::of`]: `counts` is kind → (plural, objects, generated),
@@ -138,6 +151,7 @@ impl WriteFloor {
                 writes: by_resource.remove(plural.as_str()).unwrap_or(0),
                 floor: n + finalizer * n + *generated as u64,
                 events: events.get(*kind).copied().unwrap_or(0),
+                event_reasons: BTreeMap::new(),
             };
             out.objects += objects;
             out.floor += k.floor;

@@ -28,18 +28,28 @@ const LISTED: &str = "null operator: every watch listed";
 /// controller that reads it (`Watches` in `crates/operator/src/controllers/watches.rs`). Until
 /// the watches were shared, each controller opened its own: 26 in all, eight of them of
 /// OmniClusters and four of Secrets (this list said 27: it counted one OmniCluster watch too
-/// many).
-pub const WATCHES: &[(&str, usize)] = &[
-    ("OmniConnection", 1),
-    ("OmniCluster", 1),
-    ("OmniControlPlane", 1),
-    ("OmniWorkers", 1),
-    ("OmniMachine", 1),
-    ("OmniSecretSync", 1),
-    ("OmniHelmRelease", 1),
-    ("OmniKubeconfigExport", 1),
-    ("Secret", 1),
+/// many). Secrets and ConfigMaps are watched as metadata only, as the operator does.
+pub const WATCHES: &[(&str, Watch)] = &[
+    ("OmniConnection", Watch::Whole),
+    ("OmniCluster", Watch::Whole),
+    ("OmniControlPlane", Watch::Whole),
+    ("OmniWorkers", Watch::Whole),
+    ("OmniMachine", Watch::Whole),
+    ("OmniSecretSync", Watch::Whole),
+    ("OmniHelmRelease", Watch::Whole),
+    ("OmniKubeconfigExport", Watch::Whole),
+    ("Secret", Watch::Metadata),
+    ("ConfigMap", Watch::Metadata),
 ];
+
+/// What a watch of [`WATCHES`] receives of each object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// The whole object.
+    Whole,
+    /// Its metadata only (`PartialObjectMetadata`).
+    Metadata,
+}
 
 /// The child side: opens [`WATCHES`] in the fleet's namespace with the operator's credentials
 /// (`KUBECONFIG`), prints `LISTED` once each has listed, and keeps them open until killed.
@@ -48,19 +58,30 @@ pub async fn serve() -> anyhow::Result<()> {
         .await
         .context("the null operator's client (KUBECONFIG)")?;
     let mut streams = Vec::new();
-    for (kind, count) in WATCHES {
+    for (kind, watch) in WATCHES {
         let ar = crate::emulators::api_resource(kind)?;
-        for _ in 0..*count {
-            let api: kube::Api<kube::api::DynamicObject> =
-                kube::Api::namespaced_with(client.clone(), fleet::NAMESPACE, &ar);
-            let index = streams.len();
-            streams.push(
-                watcher(api, watcher::Config::default())
+        let index = streams.len();
+        let config = watcher::Config::default();
+        let namespace = fleet::NAMESPACE;
+        streams.push(match watch {
+            Watch::Whole => {
+                let api: kube::Api<kube::api::DynamicObject> =
+                    kube::Api::namespaced_with(client.clone(), namespace, &ar);
+                watcher(api, config)
                     .default_backoff()
-                    .map(move |event| (index, matches!(event, Ok(watcher::Event::InitDone))))
-                    .boxed(),
-            );
-        }
+                    .map(move |event| (index, init_done(&event)))
+                    .boxed()
+            }
+            // An `Api` of partial objects asks for metadata only.
+            Watch::Metadata => {
+                let api: kube::Api<kube::core::PartialObjectMeta<kube::api::DynamicObject>> =
+                    kube::Api::namespaced_with(client.clone(), namespace, &ar);
+                watcher(api, config)
+                    .default_backoff()
+                    .map(move |event| (index, init_done(&event)))
+                    .boxed()
+            }
+        });
     }
     let mut listed = vec![false; streams.len()];
     let mut all = futures::stream::select_all(streams);
@@ -75,6 +96,11 @@ pub async fn serve() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `event` says the watch has listed every object.
+fn init_done<T, E>(event: &Result<watcher::Event<T>, E>) -> bool {
+    matches!(event, Ok(watcher::Event::InitDone))
 }
 
 /// What serving the null operator cost.
@@ -148,7 +174,7 @@ async fn measure(
         let per_minute = 60.0 / idle_started.elapsed().as_secs_f64();
         Ok(NullResult {
             fleet: *spec,
-            watches: WATCHES.iter().map(|(_, n)| n).sum(),
+            watches: WATCHES.len(),
             listed_secs,
             emulator_cpu_secs_cold,
             null_cpu_secs_cold: cold.cpu_secs,

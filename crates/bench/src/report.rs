@@ -402,6 +402,9 @@ pub fn run_table(r: &RunResult) -> String {
             k.floor_per_object(),
             k.events
         );
+        if !k.event_reasons.is_empty() {
+            let _ = writeln!(t, "      Events by reason: {:?}", k.event_reasons);
+        }
     }
     if !floor.other.is_empty() {
         let _ = writeln!(t, "    other resources: {:?}", floor.other);
