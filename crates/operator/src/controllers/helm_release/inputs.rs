@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use super::ownership::owner_labels;
 use super::state::HelmState;
 use crate::api::{OmniHelmRelease, Reason};
+use crate::controllers::kubeconfig_export::writing_export;
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::error::Error;
 use crate::domain::helm::source::SourceError;
@@ -33,6 +34,9 @@ pub(crate) enum Problem {
     /// A Secret, or a key in it, does not exist.
     #[error("{0}")]
     MissingSecret(String),
+    /// The kubeconfig Secret does not exist yet, and an OmniKubeconfigExport writes it.
+    #[error("{0}")]
+    KubeconfigPending(String),
     /// The release's ServiceAccount may not read a Secret it references (named in the
     /// message).
     #[error("{0}")]
@@ -69,6 +73,7 @@ impl Problem {
     pub(crate) fn reason(&self) -> Reason {
         match self {
             Self::MissingSecret(_) => Reason::MissingSecret,
+            Self::KubeconfigPending(_) => Reason::KubeconfigPending,
             Self::AccessDenied(_) => Reason::AccessDenied,
             Self::Invalid(_) => Reason::ValidationFailed,
             Self::HelmUnavailable(_) => Reason::HelmUnavailable,
@@ -82,6 +87,7 @@ impl Problem {
     pub(crate) fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
         match self {
             Self::MissingSecret(m) => Self::MissingSecret(f(m)),
+            Self::KubeconfigPending(m) => Self::KubeconfigPending(f(m)),
             Self::AccessDenied(m) => Self::AccessDenied(f(m)),
             Self::Invalid(m) => Self::Invalid(f(m)),
             Self::HelmUnavailable(m) => Self::HelmUnavailable(f(m)),
@@ -118,9 +124,14 @@ pub(crate) async fn kubeconfig(
             Err(problem) => return Ok(Err(problem)),
         })
     else {
-        return Ok(Err(Problem::MissingSecret(format!(
-            "kubeconfig Secret \"{ns}/{name}\" does not exist"
-        ))));
+        return Ok(Err(match writing_export(&state.exports, &ns, name) {
+            Some(export) => Problem::KubeconfigPending(format!(
+                "kubeconfig Secret \"{ns}/{name}\" is not written yet; OmniKubeconfigExport {export:?} writes it"
+            )),
+            None => {
+                Problem::MissingSecret(format!("kubeconfig Secret \"{ns}/{name}\" does not exist"))
+            }
+        }));
     };
     let Some(bytes) = secret
         .data

@@ -66,7 +66,7 @@ use super::shared::watches::Watches;
 use crate::api::common::{condition_types as ct, find_condition};
 use crate::api::helm_policies::ClusterHealthRequirement;
 use crate::api::helm_release::{OmniHelmReleaseStatus, ValuesSourceKind};
-use crate::api::{OmniCluster, OmniHelmRelease};
+use crate::api::{OmniCluster, OmniHelmRelease, OmniKubeconfigExport};
 
 reported!(OmniHelmRelease => OmniHelmReleaseStatus, suspended: |r| r.spec.suspend);
 
@@ -226,7 +226,8 @@ pub(crate) fn start<S: Shutdown>(
             move |r: Cached<OmniHelmRelease>| triggers::related(&by_dependency, &r),
         );
     let releases = watches.of::<OmniHelmRelease>().store();
-    let state = HelmState::new(ctx, setup, releases, for_state);
+    let exports = watches.of::<OmniKubeconfigExport>().store();
+    let state = HelmState::new(ctx, setup, releases, for_state, exports);
     drive::<OmniHelmRelease>(controller, ctx.clone(), state, shutdown)
 }
 

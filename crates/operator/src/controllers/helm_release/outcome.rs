@@ -408,7 +408,9 @@ impl Failure for HelmFailure {
             | Self::ClusterNotHealthy { .. }
             | Self::DependantsRemain(_) => Disposition::Waiting,
             Self::Blocked(problem) | Self::UninstallBlocked(problem) => match problem {
-                Problem::MissingSecret(_) | Problem::ValuesSourceMissing(_) => Disposition::Waiting,
+                Problem::MissingSecret(_)
+                | Problem::KubeconfigPending(_)
+                | Problem::ValuesSourceMissing(_) => Disposition::Waiting,
                 Problem::Invalid(_) | Problem::AccessDenied(_) | Problem::HelmUnavailable(_) => {
                     Disposition::Stalled
                 }

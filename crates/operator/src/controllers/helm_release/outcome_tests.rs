@@ -296,6 +296,13 @@ fn acceptance_follows_the_cluster_and_is_left_alone_before_and_after_it() {
     let s = desired_status(&r, &blocked, now());
     assert_eq!(condition(&s, ct::ACCEPTED).0, ConditionStatus::True);
     assert_eq!(condition(&s, ct::READY).1, Reason::MissingSecret);
+    // A kubeconfig an export is about to write: waiting, under its own reason.
+    let pending = attached(Err(HelmFailure::Blocked(Problem::KubeconfigPending(
+        "written by an export".into(),
+    ))));
+    let s = desired_status(&r, &pending, now());
+    assert_eq!(condition(&s, ct::READY).1, Reason::KubeconfigPending);
+    assert_eq!(condition(&s, ct::RECONCILING).0, ConditionStatus::True);
 }
 
 #[test]

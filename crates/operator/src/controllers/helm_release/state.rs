@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::OmniHelmRelease;
+use crate::api::{OmniHelmRelease, OmniKubeconfigExport};
 use crate::controllers::shared::context::Context;
 use crate::controllers::shared::decoded::{Cached, cached_ref};
 use crate::controllers::shared::index::{RefIndex, RefKey};
@@ -51,6 +51,9 @@ pub(crate) struct HelmState {
     pub(super) releases: Store<Cached<OmniHelmRelease>>,
     /// The releases by what they name (their cluster, Secrets and dependencies).
     pub(super) index: Arc<RefIndex<OmniHelmRelease>>,
+    /// The exports, to tell a kubeconfig Secret that an export is about to write from one
+    /// nobody makes.
+    pub(super) exports: Store<Cached<OmniKubeconfigExport>>,
 }
 
 impl HelmState {
@@ -60,6 +63,7 @@ impl HelmState {
         setup: &Setup<'_>,
         releases: Store<Cached<OmniHelmRelease>>,
         index: Arc<RefIndex<OmniHelmRelease>>,
+        exports: Store<Cached<OmniKubeconfigExport>>,
     ) -> Self {
         Self {
             helm: setup.helm.clone(),
@@ -73,6 +77,7 @@ impl HelmState {
             upgrade_every_trigger: ctx.baseline.upgrades_every_trigger(),
             releases,
             index,
+            exports,
         }
     }
 

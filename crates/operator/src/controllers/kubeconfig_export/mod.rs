@@ -27,8 +27,9 @@ mod target;
 use std::future::Future;
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Resource as _, ResourceExt};
 
 use self::outcome::{Done, ExportFailure, Outcome, recheck};
 use self::state::ExportState;
@@ -164,6 +165,21 @@ fn deleting_consumer<K: KubeconfigConsumer>(
         return Vec::new();
     };
     exports.get(&RefKey::new("target", &namespace_of(consumer), secret))
+}
+
+/// The export (not being deleted) that writes Secret `name` of `namespace`, if one does.
+pub(crate) fn writing_export(
+    exports: &Store<Cached<OmniKubeconfigExport>>,
+    namespace: &str,
+    name: &str,
+) -> Option<String> {
+    exports.state().iter().find_map(|cached| {
+        let export = cached.decoded()?;
+        (export.meta().deletion_timestamp.is_none()
+            && export.spec.target_secret_ref.name == name
+            && export.effective_target_namespace() == namespace)
+            .then(|| export.name_any())
+    })
 }
 
 /// The OmniKubeconfigExport controller, subscribed to `watches`: runs until `shutdown`

@@ -16,9 +16,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Resource as _, ResourceExt};
 
 use self::failure::{SecretSyncFailure, kubeconfig_failure};
 use self::outcome::{SyncDone, SyncOutcome, desired_status};
@@ -26,6 +26,7 @@ use self::target::Content;
 use self::write::{Synced, delete_owned, sync_target};
 use super::cluster::dependants::start_gate;
 use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
+use super::kubeconfig_export::writing_export;
 use super::shared::context::Context;
 use super::shared::decoded::Cached;
 use super::shared::error::{PassError, periodic};
@@ -67,21 +68,6 @@ pub(crate) struct SyncState {
     /// The exports, to tell a kubeconfig Secret that an export is about to write from one
     /// nobody makes.
     exports: Store<Cached<OmniKubeconfigExport>>,
-}
-
-/// The export (not being deleted) that writes Secret `name` of `namespace`, if one does.
-fn writing_export(
-    exports: &Store<Cached<OmniKubeconfigExport>>,
-    namespace: &str,
-    name: &str,
-) -> Option<String> {
-    exports.state().iter().find_map(|cached| {
-        let export = cached.decoded()?;
-        (export.meta().deletion_timestamp.is_none()
-            && export.spec.target_secret_ref.name == name
-            && export.effective_target_namespace() == namespace)
-            .then(|| export.name_any())
-    })
 }
 
 reported!(OmniSecretSync => OmniSecretSyncStatus, suspended: |s| s.spec.suspend);

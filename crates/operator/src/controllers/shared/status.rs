@@ -65,10 +65,13 @@ pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Optio
     if old_ready.is_none() && converging(new_ready) {
         return None;
     }
+    // A step of convergence shows in every condition that mirrors it (a sync's `Synced` says
+    // `KubeconfigPending` beside `Ready`): none of them is news while `Ready` only progresses.
     let progress = converging(old_ready) && converging(new_ready);
+    let step = |c: &Condition| Reason::of(&c.reason).is_some_and(Reason::marks_progress);
     let turned: Vec<&Condition> = transitions(old, new)
         .into_iter()
-        .filter(|c| !(progress && c.type_ == condition_types::READY))
+        .filter(|c| !(progress && (c.type_ == condition_types::READY || step(c))))
         .collect();
     turned
         .iter()
@@ -715,7 +718,19 @@ mod tests {
         let kubernetes = step(&machines, Reason::KubernetesNotReady);
         assert_eq!(event_worthy(&machines, &kubernetes), None, "progress");
         let cluster_ready = step(&[], Reason::ClusterNotReady);
-        let export_pending = step(&cluster_ready, Reason::KubeconfigPending);
+        let mut export_pending = step(&cluster_ready, Reason::KubeconfigPending);
+        // A sync's `Synced` condition mirrors the step.
+        set_condition(
+            &mut export_pending,
+            Condition::new(
+                condition_types::SYNCED,
+                ConditionStatus::False,
+                Reason::KubeconfigPending,
+                "m",
+                Some(1),
+                t,
+            ),
+        );
         assert_eq!(
             event_worthy(&cluster_ready, &export_pending),
             None,
