@@ -196,7 +196,9 @@ async fn measure(
         for p in processes.iter_mut() {
             p.check_alive()?;
         }
+        let checked = Instant::now();
         let p = phases::progress(emu, spec)?;
+        let pause = phases::poll_pause(checked.elapsed());
         if p.done(spec) {
             break (true, p);
         }
@@ -214,7 +216,7 @@ async fn measure(
             );
             last_print = Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(pause).await;
     };
     let converged_secs = started.elapsed().as_secs_f64();
     let emulator_cpu_secs = crate::operator::own_cpu_secs() - own_cpu;
