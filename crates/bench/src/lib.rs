@@ -102,7 +102,8 @@ pub async fn run_once(
         let started = Instant::now();
         let cold_start =
             phases::cold_start(&emu, spec, &mut operator, started, config.cold_start_limit).await?;
-        let settle_secs = phases::settle(&emu, &mut operator, Duration::from_secs(120)).await?;
+        let settle_secs =
+            phases::settle(&emu, Duration::from_secs(120), || operator.check_alive()).await?;
         let idle = phases::idle(&emu, &mut operator, config.idle).await?;
         if spec.sets && cold_start.converged {
             sets::ensure_quiet(&idle)?;

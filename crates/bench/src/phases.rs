@@ -300,40 +300,13 @@ pub async fn cold_start(
     limit: Duration,
 ) -> anyhow::Result<ColdStart> {
     let own_cpu = crate::operator::own_cpu_secs();
-    let mut last = Progress::default();
-    let mut last_print = Instant::now();
     let mut peak_sockets = 0;
-    let converged = loop {
+    let (converged, last) = until_converged(emu, spec, started, limit, || {
         operator.check_alive()?;
         peak_sockets = peak_sockets.max(operator.sample()?.sockets);
-        let checked = Instant::now();
-        let p = progress(emu, spec)?;
-        let pause = poll_pause(checked.elapsed());
-        if p.done(spec) {
-            last = p;
-            break true;
-        }
-        if started.elapsed() > limit {
-            last = p;
-            break false;
-        }
-        if last_print.elapsed() > Duration::from_secs(10) && p != last {
-            let sets = p.sets.as_ref().map_or(String::new(), |r| {
-                format!(", sets: {} releases and {} copies", r.releases, r.copies)
-            });
-            eprintln!(
-                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced{sets}",
-                started.elapsed().as_secs_f64(),
-                p.ready,
-                spec.objects(),
-                p.omni_clusters,
-                p.synced
-            );
-            last_print = Instant::now();
-        }
-        last = p;
-        tokio::time::sleep(pause).await;
-    };
+        Ok(())
+    })
+    .await?;
     let converged_secs = started.elapsed().as_secs_f64();
     let sample = operator.sample()?;
     let (cold_writes, management_writes) = writes(emu);
@@ -354,24 +327,68 @@ pub async fn cold_start(
     })
 }
 
+/// Checks the fleet ([`progress`]) until it has converged or `limit` has passed since
+/// `started`, printing how far it got every 10 s while that changes. `before_each` runs before
+/// every check: it fails the run when an operator process died, and may sample it. Returns
+/// whether the fleet converged, and the last check.
+pub async fn until_converged(
+    emu: &Emulators,
+    spec: &FleetSpec,
+    started: Instant,
+    limit: Duration,
+    mut before_each: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<(bool, Progress)> {
+    let mut last = Progress::default();
+    let mut last_print = Instant::now();
+    loop {
+        before_each()?;
+        let checked = Instant::now();
+        let p = progress(emu, spec)?;
+        let pause = poll_pause(checked.elapsed());
+        if p.done(spec) {
+            return Ok((true, p));
+        }
+        if started.elapsed() > limit {
+            return Ok((false, p));
+        }
+        if last_print.elapsed() > Duration::from_secs(10) && p != last {
+            let sets = p.sets.as_ref().map_or(String::new(), |r| {
+                format!(", sets: {} releases and {} copies", r.releases, r.copies)
+            });
+            eprintln!(
+                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced{sets}",
+                started.elapsed().as_secs_f64(),
+                p.ready,
+                spec.objects(),
+                p.omni_clusters,
+                p.synced
+            );
+            last_print = Instant::now();
+        }
+        last = p;
+        tokio::time::sleep(pause).await;
+    }
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// After convergence Omni's own status keeps moving for a while (machines and phases settle),
 /// and the operator rightly mirrors it; the idle window starts once the operator has made no
-/// write for [`QUIET`] (waiting at most `limit`). Returns the seconds it took.
+/// write for [`QUIET`] (waiting at most `limit`). `alive` fails the run when an operator
+/// process died. Returns the seconds it took.
 pub async fn settle(
     emu: &Emulators,
-    operator: &mut OperatorProcess,
     limit: Duration,
+    mut alive: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
     let mut last = writes(emu).0;
     let mut quiet_since = Instant::now();
     while quiet_since.elapsed() < QUIET && started.elapsed() < limit {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        operator.check_alive()?;
+        alive()?;
         let now = writes(emu).0;
         if now != last {
             last = now;

@@ -191,33 +191,16 @@ async fn measure(
 ) -> anyhow::Result<ShardedRun> {
     let started = Instant::now();
     let own_cpu = crate::operator::own_cpu_secs();
-    let mut last_print = Instant::now();
-    let (converged, progress) = loop {
-        for p in processes.iter_mut() {
-            p.check_alive()?;
-        }
-        let checked = Instant::now();
-        let p = phases::progress(emu, spec)?;
-        let pause = phases::poll_pause(checked.elapsed());
-        if p.done(spec) {
-            break (true, p);
-        }
-        if started.elapsed() > config.cold_start_limit {
-            break (false, p);
-        }
-        if last_print.elapsed() > Duration::from_secs(10) {
-            eprintln!(
-                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced",
-                started.elapsed().as_secs_f64(),
-                p.ready,
-                spec.objects(),
-                p.omni_clusters,
-                p.synced
-            );
-            last_print = Instant::now();
-        }
-        tokio::time::sleep(pause).await;
+    let all_alive = |processes: &mut [OperatorProcess]| {
+        processes
+            .iter_mut()
+            .try_for_each(OperatorProcess::check_alive)
     };
+    let (converged, progress) =
+        phases::until_converged(emu, spec, started, config.cold_start_limit, || {
+            all_alive(processes)
+        })
+        .await?;
     let converged_secs = started.elapsed().as_secs_f64();
     let emulator_cpu_secs = crate::operator::own_cpu_secs() - own_cpu;
     let cold: Vec<_> = processes
@@ -226,19 +209,7 @@ async fn measure(
         .collect::<anyhow::Result<_>>()?;
     let management_writes = phases::writes(emu).0.management;
     // Settle (Omni's status moving after the cold start), then the idle window.
-    let mut last = phases::writes(emu).0;
-    let mut quiet_since = Instant::now();
-    let settle_started = Instant::now();
-    while quiet_since.elapsed() < phases::QUIET
-        && settle_started.elapsed() < Duration::from_secs(120)
-    {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = phases::writes(emu).0;
-        if now != last {
-            last = now;
-            quiet_since = Instant::now();
-        }
-    }
+    phases::settle(emu, Duration::from_secs(120), || all_alive(processes)).await?;
     let before = phases::writes(emu).0.total();
     let idle_started = Instant::now();
     tokio::time::sleep(config.idle).await;
