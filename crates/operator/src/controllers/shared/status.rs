@@ -56,22 +56,19 @@ pub(crate) fn condition_healthy(c: &Condition) -> bool {
 pub(crate) fn event_worthy<'a>(old: &[Condition], new: &'a [Condition]) -> Option<&'a Condition> {
     let old_ready = find_condition(old, condition_types::READY);
     let new_ready = find_condition(new, condition_types::READY);
-    let converging = |c: Option<&Condition>| {
-        c.is_some_and(|c| {
-            c.status == ConditionStatus::False
-                && Reason::of(&c.reason).is_some_and(Reason::marks_progress)
-        })
-    };
+    let step = |c: &Condition| Reason::of(&c.reason).is_some_and(Reason::marks_progress);
+    let converging =
+        |c: Option<&Condition>| c.is_some_and(|c| c.status == ConditionStatus::False && step(c));
     if old_ready.is_none() && converging(new_ready) {
         return None;
     }
-    // A step of convergence shows in every condition that mirrors it (a sync's `Synced` says
-    // `KubeconfigPending` beside `Ready`): none of them is news while `Ready` only progresses.
+    // A step of convergence shows in `Ready` and in every condition that mirrors it (a sync's
+    // `Synced` says `KubeconfigPending` beside `Ready`): none of them is news while `Ready`
+    // only progresses.
     let progress = converging(old_ready) && converging(new_ready);
-    let step = |c: &Condition| Reason::of(&c.reason).is_some_and(Reason::marks_progress);
     let turned: Vec<&Condition> = transitions(old, new)
         .into_iter()
-        .filter(|c| !(progress && (c.type_ == condition_types::READY || step(c))))
+        .filter(|c| !(progress && step(c)))
         .collect();
     turned
         .iter()
