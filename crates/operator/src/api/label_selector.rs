@@ -47,8 +47,9 @@ impl LabelSelector {
     }
 }
 
-/// The comma-separated terms of `text`, commas inside `( … )` kept.
-fn split_terms(text: &str) -> Result<Vec<String>, String> {
+/// The comma-separated terms of `text`, trimmed, commas inside `( … )` kept; none for an empty
+/// text. Also the sharding flag's parser (`process::shard`).
+pub(crate) fn split_terms(text: &str) -> Result<Vec<String>, String> {
     let mut terms = Vec::new();
     let (mut depth, mut current) = (0usize, String::new());
     for c in text.chars() {

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::core::{Expression, Selector, SelectorExt as _};
 
 use crate::api::keys;
+use crate::api::label_selector::split_terms;
 
 /// The selector of this replica set, as given and parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,7 +50,7 @@ impl Shard {
             problem,
         };
         let mut selector = Selector::default();
-        for term in terms(text).map_err(fail)? {
+        for term in split_terms(text).map_err(fail)? {
             selector.extend(expression(&term).map_err(|p| fail(format!("{term:?}: {p}")))?);
         }
         let name = single_shard(&selector);
@@ -137,32 +138,6 @@ fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
-}
-
-/// Splits a selector at the commas outside parentheses.
-fn terms(text: &str) -> Result<Vec<String>, String> {
-    let (mut out, mut current, mut depth) = (Vec::new(), String::new(), 0u32);
-    for c in text.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.checked_sub(1).ok_or("unbalanced parentheses")?,
-            ',' if depth == 0 => {
-                out.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    if depth != 0 {
-        return Err("unbalanced parentheses".into());
-    }
-    out.push(current);
-    let out: Vec<String> = out.into_iter().map(|t| t.trim().to_owned()).collect();
-    if out.iter().any(String::is_empty) {
-        return Err("empty term".into());
-    }
-    Ok(out)
 }
 
 /// One term of a selector.
