@@ -186,16 +186,15 @@ pub(crate) fn crd_established(
     store.update(group, resource, None, &name, with_status)
 }
 
-/// The stored CustomResourceDefinition serving `group`/`plural`, if any.
-pub(crate) fn find(store: &Store, group: &str, plural: &str) -> Option<Value> {
+/// Whether a stored CustomResourceDefinition serves `group`/`plural` (without copying it).
+pub(crate) fn serves(store: &Store, group: &str, plural: &str) -> bool {
     store
         .list_shared("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .into_iter()
-        .find(|c| {
+        .iter()
+        .any(|c| {
             c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
                 && c.pointer("/spec/names/plural").and_then(Value::as_str) == Some(plural)
         })
-        .map(std::sync::Arc::unwrap_or_clone)
 }
 
 /// The entry of `spec.versions` of the CRD serving `t`, when `t` is a custom resource.

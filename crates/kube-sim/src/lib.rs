@@ -20,6 +20,7 @@ mod openapi;
 mod openapi_v2;
 mod partial;
 mod patch;
+mod patterns;
 mod protobuf;
 pub mod rbac;
 pub mod request;

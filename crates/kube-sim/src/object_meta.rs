@@ -20,7 +20,7 @@ const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDelet
 const ANNOTATIONS_MAX: usize = 256 * 1024;
 
 fn full_match(pattern: &str, s: &str) -> bool {
-    regex::Regex::new(&format!("^(?:{pattern})$")).is_ok_and(|re| re.is_match(s))
+    crate::patterns::compiled(&format!("^(?:{pattern})$")).is_some_and(|re| re.is_match(s))
 }
 
 /// `msg (e.g. 'a',  or 'b', regex used for validation is 'fmt')`, as apimachinery's

@@ -496,7 +496,7 @@ fn validate_object(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>, 
                 ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
-                && let Ok(re) = regex::Regex::new(pattern)
+                && let Some(re) = crate::patterns::compiled(pattern)
                 && !re.is_match(s)
             {
                 out.push(cause(

@@ -661,7 +661,7 @@ impl Gate<'_> {
         let shape = crate::apply::Shape::of(
             &self.t.group,
             &self.t.resource,
-            crate::crd::find(self.store, &self.t.group, &self.t.resource).is_some(),
+            crate::crd::serves(self.store, &self.t.group, &self.t.resource),
             self.rt.status_subresource,
             subresource,
         );
@@ -1002,7 +1002,7 @@ async fn patch(
         return Err(ApiError::unsupported_media_type(ct));
     }
     // Custom resources have no patch-merge keys, so the real server refuses these.
-    if strategic && crate::crd::find(store, &t.group, &t.resource).is_some() {
+    if strategic && crate::crd::serves(store, &t.group, &t.resource) {
         return Err(ApiError::unsupported_media_type(ct));
     }
     let patch: Value = if apply {
@@ -1264,7 +1264,7 @@ async fn server_side_apply(
     crate::apply::Shape::of(
         &t.group,
         &t.resource,
-        crate::crd::find(store, &t.group, &t.resource).is_some(),
+        crate::crd::serves(store, &t.group, &t.resource),
         rt.status_subresource,
         t.subresource.as_deref(),
     )
