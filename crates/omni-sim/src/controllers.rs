@@ -7,7 +7,7 @@
 //! advances one step per tick, so clients see realistic intermediate states. Every write goes
 //! through [`Store::put`], which skips no-op writes: an idle simulator writes nothing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -251,6 +251,29 @@ struct Dirty {
     settled: HashSet<String>,
     /// Whether the last pass left every cluster settled (and nothing else to do).
     all_settled: bool,
+    /// Clusters a change touched since the last pass. A pass that only reacts to changes
+    /// (structural work, no progression) visits just these: at a thousand clusters in flight,
+    /// walking every unsettled cluster on each burst of changes made the simulator quadratic.
+    touched: BTreeSet<String>,
+    /// The kinds written since the last pass: the walks over a whole kind (links, orphans) run
+    /// only after a write to a kind they look at.
+    touched_kinds: HashSet<String>,
+    /// A change touched what every cluster shares (or the feed lagged): the next pass visits all.
+    touched_all: bool,
+}
+
+/// What changed since the last pass.
+struct Scope {
+    /// The clusters touched; `None`: every cluster.
+    clusters: Option<BTreeSet<String>>,
+    /// The kinds written; `None`: every kind.
+    kinds: Option<HashSet<String>>,
+}
+
+impl Scope {
+    fn wrote(&self, kind: &str) -> bool {
+        self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
 }
 
 impl Dirty {
@@ -262,21 +285,40 @@ impl Dirty {
             match self.feed.try_recv() {
                 Ok(ev) => {
                     changed = true;
+                    self.touched_kinds
+                        .insert(meta(ev.resource()).r#type.clone());
                     match touched_cluster(&ev) {
                         Touched::Clusters(names) => {
                             for name in names {
                                 self.settled.remove(name);
+                                self.touched.insert(name.to_string());
                             }
                         }
-                        Touched::Shared => self.settled.clear(),
+                        Touched::Shared => self.touch_all(),
                     }
                 }
                 Err(TryRecvError::Lagged(_)) => {
                     changed = true;
-                    self.settled.clear();
+                    self.touch_all();
                 }
                 Err(TryRecvError::Empty | TryRecvError::Closed) => return changed,
             }
+        }
+    }
+
+    fn touch_all(&mut self) {
+        self.settled.clear();
+        self.touched_all = true;
+    }
+
+    /// What changed since the last call, forgetting it.
+    fn take_scope(&mut self) -> Scope {
+        let all = std::mem::take(&mut self.touched_all);
+        let clusters = std::mem::take(&mut self.touched);
+        let kinds = std::mem::take(&mut self.touched_kinds);
+        Scope {
+            clusters: (!all).then_some(clusters),
+            kinds: (!all).then_some(kinds),
         }
     }
 }
@@ -302,6 +344,16 @@ fn touched_cluster(ev: &crate::store::StoreEvent) -> Touched<'_> {
             names.push(id(r));
             continue;
         }
+        if ty == ty::MACHINE_STATUS
+            && let StoreEvent::Updated { old, new } = ev
+            && let Some(taken_by) = taken_by(old, new)
+        {
+            // A machine joining a cluster frees nothing another cluster could use: only its
+            // old and new clusters are concerned.
+            names.push(taken_by);
+            names.extend(label(old, l::CLUSTER));
+            break;
+        }
         if matches!(ty, ty::MACHINE_STATUS | ty::MACHINE_CLASS | ty::LINK) {
             return Touched::Shared;
         }
@@ -311,6 +363,24 @@ fn touched_cluster(ev: &crate::store::StoreEvent) -> Touched<'_> {
         }
     }
     Touched::Clusters(names)
+}
+
+/// The cluster a machine's status now names, when joining it is the update's only change.
+fn taken_by<'a>(old: &Resource, new: &'a Resource) -> Option<&'a str> {
+    let cluster = label(new, l::CLUSTER)?;
+    let without_cluster = |r: &Resource| {
+        let mut labels = meta(r).labels.clone();
+        labels.remove(l::CLUSTER);
+        labels
+    };
+    let (before, after) = (meta(old), meta(new));
+    let same_spec =
+        old.spec.as_ref().map(|s| &s.proto_spec) == new.spec.as_ref().map(|s| &s.proto_spec);
+    (same_spec
+        && before.finalizers == after.finalizers
+        && before.phase == after.phase
+        && without_cluster(old) == without_cluster(new))
+    .then_some(cluster)
 }
 
 impl std::fmt::Debug for Controllers {
@@ -343,6 +413,9 @@ impl Controllers {
                 feed: store.subscribe(),
                 settled: HashSet::new(),
                 all_settled: false,
+                touched: BTreeSet::new(),
+                touched_kinds: HashSet::new(),
+                touched_all: true,
             }),
             health_outcomes: Mutex::new(HashMap::new()),
             health_runs: Mutex::new(HashMap::new()),
@@ -397,7 +470,7 @@ impl Controllers {
     /// Forgets which clusters are settled (after a change outside the store).
     fn unsettle(&self) {
         let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        dirty.settled.clear();
+        dirty.touch_all();
         dirty.all_settled = false;
     }
 
@@ -478,17 +551,29 @@ impl Controllers {
             // Nothing changed since a pass that changed nothing: this one would change nothing.
             return;
         }
+        let scope = dirty.take_scope();
         let start = self.store.revision();
-        self.links();
+        if scope.wrote(ty::LINK) {
+            self.links();
+        }
         let mut all_settled = progress;
-        for cluster in self.store.list(DEFAULT_NS, ty::CLUSTER, &[]) {
-            let name = id(&cluster).to_string();
+        // Progression concerns every unsettled cluster; structural work only what changed.
+        let visits: Vec<String> = match scope.clusters.as_ref().filter(|_| !progress) {
+            Some(touched) => touched.iter().cloned().collect(),
+            None => self.store.read(|v| {
+                v.all(DEFAULT_NS, ty::CLUSTER)
+                    .filter(|c| tearing_down(c) || !dirty.settled.contains(id(c)))
+                    .map(|c| id(c).to_string())
+                    .collect()
+            }),
+        };
+        for name in visits {
+            let Some(cluster) = self.store.try_get(DEFAULT_NS, ty::CLUSTER, &name) else {
+                continue;
+            };
             if tearing_down(&cluster) {
                 self.cluster_teardown(&cluster);
                 all_settled = false;
-                continue;
-            }
-            if dirty.settled.contains(&name) {
                 continue;
             }
             let before = self.store.revision();
@@ -499,7 +584,15 @@ impl Controllers {
                 all_settled = false;
             }
         }
-        self.orphans();
+        let sources = [
+            ty::MACHINE_SET,
+            ty::MACHINE_SET_STATUS,
+            ty::MACHINE_SET_NODE,
+            ty::CLUSTER_MACHINE_STATUS,
+        ];
+        if self.store.revision() != start || sources.into_iter().any(|k| scope.wrote(k)) {
+            self.orphans();
+        }
         dirty.all_settled = all_settled && self.store.revision() == start;
     }
 
@@ -1063,22 +1156,20 @@ impl Controllers {
             l::ROLE_WORKER
         };
         if nodes.len() < want {
-            let free = self
-                .store
-                .list(DEFAULT_NS, ty::MACHINE_STATUS, &[])
-                .into_iter()
-                .filter(|m| {
-                    let md = meta(m);
-                    !md.labels.contains_key(l::CLUSTER)
-                        && !md.labels.contains_key(l::DISCONNECTED)
-                        && self
-                            .store
-                            .try_get(DEFAULT_NS, ty::MACHINE_SET_NODE, id(m))
-                            .is_none()
-                        && class_matches(&class.match_labels, &md.labels)
-                });
-            for machine in free.take(want.saturating_sub(nodes.len())) {
-                let mid = id(&machine).to_string();
+            let free: Vec<String> = self.store.read(|v| {
+                v.all(DEFAULT_NS, ty::MACHINE_STATUS)
+                    .filter(|m| {
+                        let md = meta(m);
+                        !md.labels.contains_key(l::CLUSTER)
+                            && !md.labels.contains_key(l::DISCONNECTED)
+                            && v.get(DEFAULT_NS, ty::MACHINE_SET_NODE, id(m)).is_none()
+                            && class_matches(&class.match_labels, &md.labels)
+                    })
+                    .take(want.saturating_sub(nodes.len()))
+                    .map(|m| id(m).to_string())
+                    .collect()
+            });
+            for mid in free {
                 self.store.put(resource(
                     ty::MACHINE_SET_NODE,
                     &mid,
@@ -1445,11 +1536,13 @@ impl Controllers {
 
     /// Tearing down a SideroLink Link removes the machine from Omni.
     fn links(&self) {
-        for link in self.store.list(DEFAULT_NS, ty::LINK, &[]) {
-            if !tearing_down(&link) {
-                continue;
-            }
-            let machine = id(&link).to_string();
+        let leaving: Vec<String> = self.store.read(|v| {
+            v.all(DEFAULT_NS, ty::LINK)
+                .filter(|link| tearing_down(link))
+                .map(|link| id(link).to_string())
+                .collect()
+        });
+        for machine in leaving {
             self.removed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -1470,34 +1563,25 @@ impl Controllers {
 
     /// Statuses whose source is gone (e.g. a set destroyed by the client) are removed.
     fn orphans(&self) {
-        for st in self.store.list(DEFAULT_NS, ty::MACHINE_SET_STATUS, &[]) {
-            if self
-                .store
-                .try_get(DEFAULT_NS, ty::MACHINE_SET, id(&st))
-                .is_none()
-            {
-                self.store
-                    .remove(DEFAULT_NS, ty::MACHINE_SET_STATUS, id(&st));
-                self.store
-                    .remove(DEFAULT_NS, ty::CONTROL_PLANE_STATUS, id(&st));
-            }
+        // Every pass runs this: the kinds are walked by reference, only the orphans' IDs copied.
+        let orphaned = |of: &str, source: &str| -> Vec<String> {
+            self.store.read(|v| {
+                v.all(DEFAULT_NS, of)
+                    .filter(|st| v.get(DEFAULT_NS, source, id(st)).is_none())
+                    .map(|st| id(st).to_string())
+                    .collect()
+            })
+        };
+        for set in orphaned(ty::MACHINE_SET_STATUS, ty::MACHINE_SET) {
+            self.store.remove(DEFAULT_NS, ty::MACHINE_SET_STATUS, &set);
+            self.store
+                .remove(DEFAULT_NS, ty::CONTROL_PLANE_STATUS, &set);
         }
-        for cms in self.store.list(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, &[]) {
-            if self
-                .store
-                .try_get(DEFAULT_NS, ty::MACHINE_SET_NODE, id(&cms))
-                .is_none()
-            {
-                self.store
-                    .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, id(&cms));
-                if self
-                    .store
-                    .try_get(DEFAULT_NS, ty::MACHINE_STATUS, id(&cms))
-                    .is_some()
-                {
-                    self.set_machine_cluster(id(&cms), None);
-                }
-            }
+        for machine in orphaned(ty::CLUSTER_MACHINE_STATUS, ty::MACHINE_SET_NODE) {
+            self.store
+                .remove(DEFAULT_NS, ty::CLUSTER_MACHINE_STATUS, &machine);
+            // Back to the pool, if the machine is still known.
+            self.set_machine_cluster(&machine, None);
         }
     }
 }
@@ -1706,6 +1790,86 @@ mod dirty_tracking {
             kubernetes_upgrade_status_spec::Phase::Done as i32
         );
         assert_eq!(done.last_upgrade_version, "1.32.0");
+    }
+
+    #[test]
+    fn a_machine_joining_a_cluster_concerns_that_cluster_and_leaving_concerns_all() {
+        use super::{Touched, touched_cluster};
+        use crate::store::StoreEvent;
+
+        let machine = |cluster: Option<&str>, disconnected: bool| {
+            let mut lbls = vec![("role".to_string(), "worker".to_string())];
+            lbls.extend(cluster.map(|c| (l::CLUSTER.to_string(), c.to_string())));
+            if disconnected {
+                lbls.push((l::DISCONNECTED.to_string(), String::new()));
+            }
+            resource(
+                ty::MACHINE_STATUS,
+                "m1",
+                "",
+                lbls,
+                &omni_client::proto::specs::MachineStatusSpec::default(),
+            )
+        };
+        let touched = |old, new| match touched_cluster(&StoreEvent::Updated { old, new }) {
+            Touched::Clusters(names) => Some(names.iter().map(|n| n.to_string()).collect()),
+            Touched::Shared => None::<Vec<String>>,
+        };
+        assert_eq!(
+            touched(machine(None, false), machine(Some("c1"), false)),
+            Some(vec!["c1".to_string()])
+        );
+        assert_eq!(
+            touched(machine(Some("c1"), false), machine(Some("c2"), false)),
+            Some(vec!["c2".to_string(), "c1".to_string()])
+        );
+        // A machine back in the pool, or one whose other labels change, may serve any cluster.
+        assert_eq!(
+            touched(machine(Some("c1"), false), machine(None, false)),
+            None
+        );
+        assert_eq!(
+            touched(machine(Some("c1"), false), machine(Some("c1"), true)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_change_pass_does_the_structural_work_of_the_cluster_it_touched() {
+        let store = Arc::new(Store::new(Arc::new(crate::clock::SystemClock)));
+        let controllers = Controllers::new(store.clone(), ControllerConfig::default());
+        for name in ["c1", "c2"] {
+            store.put(resource(
+                ty::CLUSTER,
+                name,
+                "",
+                Vec::new(),
+                &cluster_spec("1.31.0"),
+            ));
+        }
+        settle(&controllers, &store);
+        store.put(resource(
+            ty::MACHINE_SET,
+            "c2-workers",
+            "",
+            vec![(l::CLUSTER.to_string(), "c2".to_string())],
+            &MachineSetSpec::default(),
+        ));
+        // A pass on the change alone (no progression) creates the new set's status.
+        controllers.reconcile(false);
+        assert!(
+            store
+                .try_get(DEFAULT_NS, ty::MACHINE_SET_STATUS, "c2-workers")
+                .is_some()
+        );
+        // Its removal leaves the status an orphan, which the next change pass removes.
+        store.remove(DEFAULT_NS, ty::MACHINE_SET, "c2-workers");
+        controllers.reconcile(false);
+        assert!(
+            store
+                .try_get(DEFAULT_NS, ty::MACHINE_SET_STATUS, "c2-workers")
+                .is_none()
+        );
     }
 
     #[test]

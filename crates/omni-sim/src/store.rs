@@ -301,6 +301,27 @@ impl KindMap {
     }
 }
 
+/// A borrowed, read-only view of the store (see [`Store::read`]).
+pub(crate) struct StoreView<'a> {
+    inner: &'a Inner,
+}
+
+impl StoreView<'_> {
+    fn kind(&self, ns: &str, ty: &str) -> Option<&KindMap> {
+        self.inner.kinds.get(&(ns.to_string(), ty.to_string()))
+    }
+
+    /// One resource, if it exists.
+    pub(crate) fn get(&self, ns: &str, ty: &str, id: &str) -> Option<&Resource> {
+        self.kind(ns, ty).and_then(|m| m.get(id))
+    }
+
+    /// Every resource of a kind, sorted by ID.
+    pub(crate) fn all(&self, ns: &str, ty: &str) -> impl Iterator<Item = &Resource> {
+        self.kind(ns, ty).into_iter().flat_map(KindMap::values)
+    }
+}
+
 /// The shared resource store.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -379,6 +400,14 @@ impl Store {
             .get(&(ns.to_string(), ty.to_string()))
             .and_then(|m| m.get(id))
             .cloned()
+    }
+
+    /// Runs `read` over the store under its lock, lending resources instead of cloning them:
+    /// for passes that visit a whole kind to find the few resources they act on. `read` must
+    /// not call back into the store (its lock is held).
+    pub(crate) fn read<R>(&self, read: impl FnOnce(&StoreView<'_>) -> R) -> R {
+        let inner = self.lock();
+        read(&StoreView { inner: &inner })
     }
 
     /// Lists a kind sorted by ID, filtered by label queries (AND-ed).
