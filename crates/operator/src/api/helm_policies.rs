@@ -399,6 +399,33 @@ mod tests {
     }
 
     #[test]
+    fn an_ignore_rule_selector_no_object_could_match_is_refused_naming_its_field() {
+        let rule = |selector: &str| DriftIgnoreRule {
+            paths: vec!["/spec/replicas".into()],
+            target: Some(DriftTarget {
+                label_selector: Some(selector.into()),
+                ..Default::default()
+            }),
+        };
+        let drift = DriftDetection {
+            mode: DriftMode::Warn,
+            ignore: vec![
+                rule("app.kubernetes.io/name=web"),
+                rule("tier=front,-app=web"),
+            ],
+        };
+        let mut v = Validation::new();
+        drift_rules(&drift, &mut v);
+        let summary = v.error_summary();
+        assert_eq!(v.errors.len(), 1, "{summary}");
+        assert!(
+            summary.contains("spec.driftDetection.ignore[1].target.labelSelector")
+                && summary.contains("\"-app=web\""),
+            "{summary}"
+        );
+    }
+
+    #[test]
     fn a_cycle_through_the_release_is_found_and_named() {
         let graph = |edges: &'static [(&'static str, &'static [&'static str])]| {
             move |name: &str| -> Vec<String> {

@@ -1,5 +1,6 @@
-//! Label selectors in `kubectl` syntax, as a field of ours spells them (an OmniHelmRelease's
-//! drift ignore rules): parsed once by admission, matched by the controller.
+//! Label selectors in `kubectl` syntax, with the API server's rules for keys and values: a
+//! field of ours (an OmniHelmRelease's drift ignore rules, parsed by admission and matched by
+//! the controller) and the sharding flag (`process::shard`) read them with this one parser.
 
 use std::collections::BTreeMap;
 
@@ -29,9 +30,29 @@ impl LabelSelector {
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let mut requirements = Vec::new();
         for term in split_terms(text)? {
-            requirements.push(requirement(&term)?);
+            requirements
+                .push(requirement(&term).map_err(|problem| format!("{term:?}: {problem}"))?);
         }
         Ok(Self(requirements))
+    }
+
+    /// The one value the selector requires of label `key` (`key=v`, `key==v` or
+    /// `key in (v)`), if exactly one requirement asks for exactly one value of it.
+    pub(crate) fn only_value_of(&self, key: &str) -> Option<&str> {
+        let mut named = self.0.iter().filter_map(|r| match r {
+            Requirement::Equals(k, v) if k == key => Some(v.as_str()),
+            Requirement::In(k, vs) if k == key && vs.len() == 1 => Some(vs[0].as_str()),
+            _ => None,
+        });
+        let value = named.next()?;
+        named.next().is_none().then_some(value)
+    }
+
+    /// Whether the selector only excludes objects that carry label `key` (true when empty).
+    pub(crate) fn only_excludes(&self, key: &str) -> bool {
+        self.0
+            .iter()
+            .all(|r| matches!(r, Requirement::Absent(k) if k == key))
     }
 
     /// Whether `labels` satisfy every requirement.
@@ -48,8 +69,8 @@ impl LabelSelector {
 }
 
 /// The comma-separated terms of `text`, trimmed, commas inside `( … )` kept; none for an empty
-/// text. Also the sharding flag's parser (`process::shard`).
-pub(crate) fn split_terms(text: &str) -> Result<Vec<String>, String> {
+/// text.
+fn split_terms(text: &str) -> Result<Vec<String>, String> {
     let mut terms = Vec::new();
     let (mut depth, mut current) = (0usize, String::new());
     for c in text.chars() {
@@ -103,19 +124,23 @@ fn requirement(term: &str) -> Result<Requirement, String> {
         } else if let Some(list) = rest.strip_prefix("in") {
             ("in", list)
         } else {
-            return Err(format!(
-                "{term:?} is not a requirement (key, !key, key=value, key!=value, key in (…), key notin (…))"
-            ));
+            return Err(
+                "not a requirement (key, !key, key=value, key!=value, key in (…), key notin (…))"
+                    .to_string(),
+            );
         };
         let list = list
             .trim()
             .strip_prefix('(')
             .and_then(|l| l.strip_suffix(')'))
-            .ok_or_else(|| format!("{term:?}: the values of {op} go in parentheses"))?;
-        let values = list
-            .split(',')
-            .map(|v| value(v.trim()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .ok_or_else(|| format!("the values of {op} go in parentheses"))?;
+        let mut values = Vec::new();
+        for v in list.split(',').map(str::trim) {
+            let v = value(v)?;
+            if !values.contains(&v) {
+                values.push(v);
+            }
+        }
         let key = label_key(key)?;
         return Ok(if op == "in" {
             Requirement::In(key, values)
@@ -126,32 +151,51 @@ fn requirement(term: &str) -> Result<Requirement, String> {
     Ok(Requirement::Exists(label_key(term)?))
 }
 
-/// A label key: an optional DNS prefix and `/`, then a name of at most 63 characters.
+/// A label key as the API server accepts one: an optional DNS-subdomain prefix and `/`, then
+/// a name of at most 63 characters (letters, digits, `-`, `_`, `.`; alphanumeric at both ends).
 fn label_key(key: &str) -> Result<String, String> {
-    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
-        && key.len() <= 317;
-    if ok {
-        Ok(key.to_string())
-    } else {
-        Err(format!("{key:?} is not a label key"))
+    let name = match key.split_once('/') {
+        Some((prefix, name)) => {
+            if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns_label) {
+                return Err(format!("key prefix {prefix:?} is not a DNS subdomain"));
+            }
+            name
+        }
+        None => key,
+    };
+    if name.is_empty() || !is_label_value(name) {
+        return Err(format!("{key:?} is not a label key"));
     }
+    Ok(key.to_string())
 }
 
-/// A label value: at most 63 characters of letters, digits, `-`, `_` and `.`.
+/// A label value: empty, or at most 63 characters of letters, digits, `-`, `_` and `.`,
+/// alphanumeric at both ends.
 fn value(v: &str) -> Result<String, String> {
-    if v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
+    if v.is_empty() || is_label_value(v) {
         Ok(v.to_string())
     } else {
         Err(format!("{v:?} is not a label value"))
     }
+}
+
+fn is_label_value(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    s.len() <= 63
+        && s.chars()
+            .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+}
+
+/// An RFC 1123 label: lowercase letters, digits and `-`, alphanumeric at both ends (a
+/// subdomain's part; its length is the caller's rule).
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 #[cfg(test)]
@@ -199,8 +243,40 @@ mod tests {
             "a b c",
             "=x",
             "app=w b",
+            // Keys and values no object can carry (the API server's rules).
+            "-app=web",
+            "app-=web",
+            "a/b/c",
+            "x/=1",
+            "Example.com/app",
+            "app=-web",
+            "app=Ünicode",
         ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad}");
         }
+        let err = LabelSelector::parse("app=web,tier=!").unwrap_err();
+        assert!(
+            err.contains("tier=!") && err.contains("label value"),
+            "{err}"
+        );
+        assert!(LabelSelector::parse("example.com/app=web,app=,app.kubernetes.io/name").is_ok());
+    }
+
+    #[test]
+    fn the_one_value_a_selector_requires_and_a_selector_that_only_excludes() {
+        let one = |text: &str| {
+            LabelSelector::parse(text)
+                .unwrap()
+                .only_value_of("k")
+                .map(str::to_owned)
+        };
+        assert_eq!(one("k=a"), Some("a".into()));
+        assert_eq!(one("k in (a), x=y"), Some("a".into()));
+        assert_eq!(one("k in (a, b)"), None);
+        assert_eq!(one("k=a, k=b"), None);
+        assert_eq!(one("k!=a"), None);
+        let excludes = |text: &str| LabelSelector::parse(text).unwrap().only_excludes("k");
+        assert!(excludes("") && excludes("!k"));
+        assert!(!excludes("!k, x") && !excludes("!x"));
     }
 }

@@ -7,19 +7,17 @@
 //! without the label. The selector filters the watches of the kinds that only this shard reads
 //! and gates every reconcile (docs/performance.md, "Sharding"; docs/decisions.md).
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use kube::core::{Expression, Selector, SelectorExt as _};
+use std::collections::BTreeMap;
 
 use crate::api::keys;
-use crate::api::label_selector::split_terms;
+use crate::api::label_selector::{LabelSelector, is_dns_label};
 
 /// The selector of this replica set, as given and parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shard {
     /// The selector as the API server receives it; `None` reconciles every object.
     text: Option<String>,
-    selector: Selector,
+    selector: LabelSelector,
     /// The one shard the selector names, if it names one.
     name: Option<String>,
 }
@@ -45,15 +43,11 @@ impl Shard {
         if text.is_empty() {
             return Ok(Self::all());
         }
-        let fail = |problem: String| SelectorError {
+        let selector = LabelSelector::parse(text).map_err(|problem| SelectorError {
             selector: text.to_owned(),
             problem,
-        };
-        let mut selector = Selector::default();
-        for term in split_terms(text).map_err(fail)? {
-            selector.extend(expression(&term).map_err(|p| fail(format!("{term:?}: {p}")))?);
-        }
-        let name = single_shard(&selector);
+        })?;
+        let name = selector.only_value_of(keys::SHARD_LABEL).map(str::to_owned);
         Ok(Self {
             text: Some(text.to_owned()),
             selector,
@@ -112,119 +106,11 @@ impl Shard {
 
     /// No selector, or only "no shard label".
     fn is_default_shard(&self) -> bool {
-        self.selector
-            .clone()
-            .into_iter()
-            .all(|e| matches!(e, Expression::DoesNotExist(k) if k == keys::SHARD_LABEL))
+        self.selector.only_excludes(keys::SHARD_LABEL)
     }
-}
-
-/// The one value of [`keys::SHARD_LABEL`] `selector` asks for, if it asks for exactly one.
-fn single_shard(selector: &Selector) -> Option<String> {
-    let mut named = selector.clone().into_iter().filter_map(|e| match e {
-        Expression::Equal(k, v) if k == keys::SHARD_LABEL => Some(v),
-        Expression::In(k, vs) if k == keys::SHARD_LABEL && vs.len() == 1 => vs.into_iter().next(),
-        _ => None,
-    });
-    let name = named.next()?;
-    named.next().is_none().then_some(name)
 }
 
 const SHARD_PREFIX: &str = "omni-operator-shard-";
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// One term of a selector.
-fn expression(term: &str) -> Result<Expression, String> {
-    let set = |rest: &str| -> Result<BTreeSet<String>, String> {
-        let inner = rest
-            .trim()
-            .strip_prefix('(')
-            .and_then(|r| r.strip_suffix(')'))
-            .ok_or("expected a list of values in parentheses")?;
-        let values: BTreeSet<String> = inner.split(',').map(|v| v.trim().to_owned()).collect();
-        for v in &values {
-            check_value(v)?;
-        }
-        Ok(values)
-    };
-    let words: Vec<&str> = term.split_whitespace().collect();
-    if let [key, op, ..] = words.as_slice()
-        && (*op == "in" || *op == "notin")
-    {
-        check_key(key)?;
-        // What follows the key and the operator (the term starts with the key).
-        let rest = term.trim_start()[key.len()..].trim_start()[op.len()..].trim();
-        let values = set(rest)?;
-        return Ok(if *op == "in" {
-            Expression::In((*key).to_owned(), values)
-        } else {
-            Expression::NotIn((*key).to_owned(), values)
-        });
-    }
-    if let Some((k, v)) = term.split_once("!=") {
-        let (k, v) = (k.trim(), v.trim());
-        check_key(k)?;
-        check_value(v)?;
-        return Ok(Expression::NotEqual(k.to_owned(), v.to_owned()));
-    }
-    if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-        let (k, v) = (k.trim(), v.trim());
-        check_key(k)?;
-        check_value(v)?;
-        return Ok(Expression::Equal(k.to_owned(), v.to_owned()));
-    }
-    if let Some(k) = term.strip_prefix('!') {
-        let k = k.trim();
-        check_key(k)?;
-        return Ok(Expression::DoesNotExist(k.to_owned()));
-    }
-    check_key(term)?;
-    Ok(Expression::Exists(term.to_owned()))
-}
-
-/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
-/// characters (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends).
-fn check_key(key: &str) -> Result<(), String> {
-    let name = match key.split_once('/') {
-        Some((prefix, name)) => {
-            let ok =
-                !prefix.is_empty() && prefix.len() <= 253 && prefix.split('.').all(is_dns_label);
-            if !ok {
-                return Err(format!("key prefix {prefix:?} is not a DNS subdomain"));
-            }
-            name
-        }
-        None => key,
-    };
-    if name.is_empty() || !is_label_value(name) {
-        return Err(format!("{key:?} is not a label key"));
-    }
-    Ok(())
-}
-
-fn check_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || is_label_value(value) {
-        Ok(())
-    } else {
-        Err(format!("{value:?} is not a label value"))
-    }
-}
-
-fn is_label_value(s: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_alphanumeric();
-    s.len() <= 63
-        && s.chars()
-            .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
-        && s.starts_with(alnum)
-        && s.ends_with(alnum)
-}
 
 #[cfg(test)]
 mod tests {
