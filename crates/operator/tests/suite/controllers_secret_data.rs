@@ -29,6 +29,8 @@ const ROTATED: &str = "registry-password-rotated-77ab";
 const DOCKERCONFIG: &str = r#"{"auths":{"registry.example.com":{}}}"#;
 /// How often the operator re-checks a synced copy (and lists the namespaces) here.
 const RESYNC: Duration = Duration::from_secs(2);
+/// The least time between two count-only status writes of a set.
+const SET_PACE: Duration = Duration::from_secs(5);
 /// The pull secret's name in the workload clusters.
 const COPY: &str = "registry-pull";
 
@@ -295,8 +297,9 @@ async fn a_pull_secret_reaches_every_selected_namespace_of_every_matching_cluste
             .is_none()
     );
 
-    // Idle: re-checks (every RESYNC) read both sides and write to neither.
-    tokio::time::sleep(RESYNC * 2).await;
+    // Idle: re-checks (every RESYNC) read both sides and write to neither. The set writes
+    // its last counts up to SET_PACE after its members' last change (docs/fleet.md).
+    tokio::time::sleep(RESYNC * 2 + SET_PACE).await;
     pull.mgmt.hooks().reset();
     for (sim, _) in pull.workloads.values() {
         sim.hooks().reset();

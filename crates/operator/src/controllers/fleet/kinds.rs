@@ -173,6 +173,19 @@ macro_rules! fleet_set {
                 $crate::controllers::fleet::outcome::desired_status(self, outcome, now)
             }
 
+            fn status_pacer(
+                state: &Self::State,
+            ) -> Option<&$crate::controllers::shared::pace::StatusPacer> {
+                Some(&state.pacer)
+            }
+
+            fn progress_only(
+                old: &$crate::api::fleet::FleetSetStatus,
+                new: &$crate::api::fleet::FleetSetStatus,
+            ) -> bool {
+                $crate::controllers::fleet::outcome::progress_only(old, new)
+            }
+
             fn recheck(
                 &self,
                 report: &Self::Done,

@@ -27,6 +27,7 @@ use super::cluster::triggers::{ClusterTrigger, cluster_triggers};
 use super::shared::context::Context;
 use super::shared::decoded::{Cached, cached_ref};
 use super::shared::index::{RefIndex, RefKey, namespace_of};
+use super::shared::pace::StatusPacer;
 use super::shared::runner::{Shutdown, drive, indexed_controller_for};
 use super::shared::status::{Conditioned, Reported};
 use super::shared::triggers::{Deletions, changes_from, deletion_mark, hash_of};
@@ -41,6 +42,11 @@ use crate::api::{OmniCluster, OmniKubeconfigExport, Reason};
 
 /// How long a pass waits for the caches it reads to be filled before it backs off.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
+
+/// The least time between two status writes of a set that only move its counts (`ready`,
+/// `updated`, `desired`, `matchedClusters`): a rollout over a thousand clusters would
+/// otherwise write the set once per object turning Ready.
+pub(crate) const STATUS_PACE: Duration = Duration::from_secs(5);
 
 /// A kind a set generates (OmniHelmRelease, OmniSecretSync, OmniKubeconfigExport): what the
 /// engine reads and writes of it.
@@ -101,6 +107,8 @@ pub(crate) struct SetState<S: SetKind> {
     clusters: Store<Cached<OmniCluster>>,
     members: Store<Cached<S::Member>>,
     exports: Store<Cached<OmniKubeconfigExport>>,
+    /// The pace of the sets' count-only status writes.
+    pub(crate) pacer: StatusPacer,
 }
 
 /// Whether `member`'s `Ready` is `True` at its current generation.
@@ -220,6 +228,7 @@ where
         clusters: watches.of::<OmniCluster>().store(),
         members: watches.of::<S::Member>().store(),
         exports: watches.of::<OmniKubeconfigExport>().store(),
+        pacer: StatusPacer::new(STATUS_PACE),
     };
     drive::<S>(controller, ctx.clone(), state, shutdown)
 }

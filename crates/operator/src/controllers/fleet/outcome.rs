@@ -51,6 +51,29 @@ impl Failure for SetFailure {
     }
 }
 
+/// Pure: whether `new` differs from `old` only in the set's counts (and the condition
+/// messages that quote them): such a write may wait for [`super::STATUS_PACE`]. A change of
+/// generation, of a condition's status or reason, of the failures or of the handled request
+/// is written at once.
+pub(crate) fn progress_only(old: &FleetSetStatus, new: &FleetSetStatus) -> bool {
+    let counts_aside = |s: &FleetSetStatus| FleetSetStatus {
+        matched_clusters: 0,
+        desired: 0,
+        ready: 0,
+        updated: 0,
+        conditions: s
+            .conditions
+            .iter()
+            .map(|c| crate::api::common::Condition {
+                message: String::new(),
+                ..c.clone()
+            })
+            .collect(),
+        ..s.clone()
+    };
+    old != new && counts_aside(old) == counts_aside(new)
+}
+
 /// Pure: when a set whose pass came to `report` is looked at again: on a change of it, its
 /// clusters or its objects, or shortly when a write met a newer object.
 pub(crate) fn recheck(report: &Report) -> Action {
@@ -175,4 +198,63 @@ where
         now,
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_only;
+    use crate::api::common::{Condition, ConditionStatus};
+    use crate::api::fleet::{FailingCluster, FleetSetStatus};
+
+    fn status(ready: u32, of: u32, ready_status: ConditionStatus, reason: &str) -> FleetSetStatus {
+        FleetSetStatus {
+            observed_generation: Some(1),
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: ready_status,
+                observed_generation: Some(1),
+                last_transition_time: jiff::Timestamp::UNIX_EPOCH,
+                reason: reason.into(),
+                message: format!("{ready} of {of} objects Ready"),
+            }],
+            matched_clusters: of,
+            desired: of,
+            ready,
+            updated: ready,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_moving_counts_may_wait_for_the_pace() {
+        use ConditionStatus::{False, True};
+        let before = status(37, 100, False, "Progressing");
+        assert!(progress_only(
+            &before,
+            &status(38, 100, False, "Progressing")
+        ));
+        assert!(progress_only(
+            &before,
+            &status(37, 101, False, "Progressing")
+        ));
+        assert!(!progress_only(&before, &before), "nothing to write");
+        // A transition, a new reason, a new generation or a failure is written at once.
+        assert!(!progress_only(&before, &status(100, 100, True, "Ready")));
+        assert!(!progress_only(
+            &before,
+            &status(38, 100, False, "RolloutStalled")
+        ));
+        let mut next = status(38, 100, False, "Progressing");
+        next.observed_generation = Some(2);
+        assert!(!progress_only(&before, &next));
+        let mut failing = status(38, 100, False, "Progressing");
+        failing.failed = 1;
+        failing.failing.push(FailingCluster {
+            cluster: "c1".into(),
+            name: "web-c1".into(),
+            reason: "InstallFailed".into(),
+            message: "boom".into(),
+        });
+        assert!(!progress_only(&before, &failing));
+    }
 }

@@ -330,9 +330,15 @@ fn wanted<S: SetKind>(set: &S, facts: &ClusterFacts) -> Result<Wanted<S>, Failin
 /// Whether `member` failed at its current generation: its controller looked at it and it is
 /// not Ready.
 fn failed_at_generation<M: Member>(member: &M) -> Option<(String, String)> {
-    let ready = find_condition(member.stored_conditions(), condition_types::READY)?;
+    let conditions = member.stored_conditions();
+    let ready = find_condition(conditions, condition_types::READY)?;
+    // `Reconciling=True`: the object waits or converges (its cluster, its kubeconfig), which
+    // is no failure; a failure is `Ready=False` without it (retrying, or `Stalled`).
+    let converging = find_condition(conditions, condition_types::RECONCILING)
+        .is_some_and(|c| c.status == ConditionStatus::True);
     (member.observed_generation() == member.meta().generation
-        && ready.status == ConditionStatus::False)
+        && ready.status == ConditionStatus::False
+        && !converging)
         .then(|| (ready.reason.clone(), ready.message.clone()))
 }
 

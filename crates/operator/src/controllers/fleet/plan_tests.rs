@@ -191,6 +191,41 @@ fn a_template_change_rolls_out_one_wave_at_a_time_and_stalls_on_a_failure() {
 }
 
 #[test]
+fn an_object_that_waits_is_pending_not_failing_and_does_not_hold_the_rollout() {
+    let clusters = [cluster("a", Some("edge")), cluster("b", Some("edge"))];
+    let first = set("hello", json!({}));
+    let members = created(run(&first, &clusters, &[]), 1);
+    // b's release waits for its cluster: Ready=False with Reconciling=True at its generation.
+    let waiting = |m: &Arc<OmniHelmRelease>| {
+        let mut m = (**m).clone();
+        let status = m.status.get_or_insert_with(Default::default);
+        status.conditions = [condition_types::READY, condition_types::RECONCILING]
+            .into_iter()
+            .map(|type_| {
+                Condition::new(
+                    type_,
+                    (type_ != condition_types::READY).into(),
+                    Reason::ClusterNotReady,
+                    "waiting for OmniCluster b to be Ready",
+                    Some(1),
+                    jiff::Timestamp::UNIX_EPOCH,
+                )
+            })
+            .collect();
+        Arc::new(m)
+    };
+    let members = [members[0].clone(), waiting(&members[1])];
+    let plan = run(&first, &clusters, &members);
+    assert!(plan.report.failing.is_empty(), "{:?}", plan.report.failing);
+    assert_eq!((plan.report.ready, plan.report.pending), (1, 1));
+    // A template change still updates the Ready object: the waiting one stalls nothing.
+    let second = set("bye", json!({"rollout": {"maxUnavailable": 1}}));
+    let plan = run(&second, &clusters, &members);
+    assert!(!plan.report.stalled);
+    assert!(written(&plan).contains(&("replace", members[0].name_any())));
+}
+
+#[test]
 fn a_cluster_that_stops_matching_is_withdrawn_or_left_and_foreign_objects_are_reported() {
     let both = [cluster("a", Some("edge")), cluster("b", Some("edge"))];
     let members = created(run(&set("x", json!({})), &both, &[]), 1);

@@ -14,6 +14,7 @@
 //! - `watches.rs`, `triggers.rs`, `index.rs`, `decoded.rs`: one watch and cache per kind, what
 //!   of an event wakes whom, reverse indexes for mapped watches, objects decoded once;
 //! - `status.rs`, `finalizer.rs`, `events.rs`: the one status write, finalizers, Events;
+//! - `pace.rs`: the pace of status writes that only count progress (the fleet sets);
 //! - `omni/`: the Omni clients (one per OmniConnection) and their status watches, used by the
 //!   kinds that talk to Omni.
 
@@ -25,6 +26,7 @@ pub(crate) mod fairness;
 pub(crate) mod finalizer;
 pub(crate) mod index;
 pub(crate) mod omni;
+pub(crate) mod pace;
 pub(crate) mod pipeline;
 pub(crate) mod runner;
 pub(crate) mod setup;

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -17,6 +18,7 @@ use super::context::Context;
 use super::error::{Failure, PassError, RetryPolicy};
 use super::fairness::{TargetSlot, Wake, busy_retry};
 use super::finalizer::{self, Finalizer};
+use super::pace::StatusPacer;
 use super::status::{self, Reported};
 use crate::api::validation::Validation;
 
@@ -149,6 +151,20 @@ pub(crate) trait Pipeline:
         None
     }
 
+    /// For a kind whose status counts progress (the fleet sets): the pacer that holds a
+    /// status write moving only those counts (see [`Pipeline::progress_only`]).
+    fn status_pacer(state: &Self::State) -> Option<&StatusPacer> {
+        let _ = state;
+        None
+    }
+
+    /// Pure: whether `new` differs from `old` only in counts of progress, which may wait for
+    /// the kind's pace.
+    fn progress_only(old: &Self::Status, new: &Self::Status) -> bool {
+        let _ = (old, new);
+        false
+    }
+
     /// Drops what the operator keeps for this object once its finalizer is off.
     fn forget(&self, state: &Self::State) {
         let _ = state;
@@ -260,7 +276,22 @@ pub(crate) async fn reconcile<P: Pipeline>(
     };
     let mut status = obj.desired_status(&outcome, ctx.clock.now());
     status::record_reconcile_request(&mut status, obj.meta());
-    status::report(&ctx, obj.as_ref(), &status).await?;
+    let paced = P::status_pacer(&state).map(|p| (p, format!("{namespace}/{}", obj.name_any())));
+    if let Some((pacer, key)) = &paced
+        && outcome.result.is_ok()
+        && obj
+            .stored_status()
+            .is_some_and(|old| P::progress_only(old, &status))
+        && let Some(wait) = pacer.hold(key, Instant::now())
+    {
+        // Back when the pace allows, with the counts of then.
+        return Ok(Action::requeue(wait));
+    }
+    if status::report(&ctx, obj.as_ref(), &status).await?
+        && let Some((pacer, key)) = &paced
+    {
+        pacer.wrote(key, Instant::now());
+    }
     obj.announce(&ctx, &outcome, obj.stored_status(), &status)
         .await;
     Ok(match outcome.result {
