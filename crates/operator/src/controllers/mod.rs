@@ -32,7 +32,8 @@ use self::shared::setup::Setup;
 pub use self::shared::triggers::secret_changes;
 use self::shared::watches::Watches;
 use crate::api::{
-    OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniMachine, OmniWorkers,
+    OmniCluster, OmniConnection, OmniControlPlane, OmniHelmRelease, OmniKubeconfigExport,
+    OmniMachine, OmniWorkers,
 };
 
 /// Every kind's controller, subscribed to `watches`, each running until `shutdown` completes.
@@ -52,6 +53,8 @@ pub(crate) fn start_all<S: Shutdown + Clone>(
     watches.of::<OmniWorkers>().whole();
     watches.of::<OmniMachine>().whole();
     watches.of::<OmniHelmRelease>().whole(); // `dependsOn` names other releases
+    // A sync or a release waiting for a kubeconfig Secret asks whether an export writes it.
+    watches.of::<OmniKubeconfigExport>().whole();
     let mut all = vec![
         connection::start(ctx, setup, watches, stop()).boxed(),
         cluster::start(ctx, setup, watches, stop()).boxed(),

@@ -257,6 +257,51 @@ async fn each_shard_reconciles_only_its_objects_and_a_relabel_hands_one_over() {
     })
     .await;
 
+    // A secret sync on shard 1 whose kubeconfig an export on the default shard is still to
+    // write (its cluster, on a shard nobody runs, never becomes Ready) waits for it: shard 1
+    // sees the other shard's export and says `KubeconfigPending`, not `MissingSecret`.
+    stack
+        .create(ours(
+            "OmniKubeconfigExport",
+            NS,
+            "green-kc",
+            json!({"clusterRef": {"name": "green"}, "targetSecretRef": {"name": "green-kc"},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete"}),
+        ))
+        .await;
+    stack
+        .create_secret("registry", json!({"password": "not-a-real-one"}))
+        .await;
+    stack
+        .create(labelled(
+            ours(
+                "OmniSecretSync",
+                NS,
+                "blue-sync",
+                json!({"clusterRef": {"name": "blue"},
+                    "kubeconfigSecretRef": {"name": "green-kc", "key": "kubeconfig"},
+                    "sourceSecretRef": {"name": "registry"},
+                    "targetSecretRef": {"name": "registry", "namespace": "apps"},
+                    "deletionPolicy": "Delete"}),
+            ),
+            "shard1",
+        ))
+        .await;
+    wait_for(
+        &stack.api("OmniSecretSync"),
+        "blue-sync",
+        "KubeconfigPending, from the other shard's export",
+        |s| {
+            s.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "KubeconfigPending")
+        },
+    )
+    .await;
+
     shard1.stop().await;
     default.stop().await;
     stack.shutdown().await;
