@@ -212,14 +212,27 @@ async fn a_rolling_restart_hands_the_lease_over_without_two_leaders() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The second pod led only after the first was told to stop.
-    let acquired = second
-        .output()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "acquired leadership")
-        .and_then(|v| v["timestamp"].as_str()?.parse::<jiff::Timestamp>().ok())
-        .unwrap_or_else(|| panic!("no acquisition logged:\n{}", second.output()));
+    // The second pod led only after the first was told to stop. It logs the acquisition
+    // after its Lease write returns, so the line may follow the Lease by a moment.
+    let acquisition = |output: &str| {
+        output
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["fields"]["message"] == "acquired leadership")
+            .and_then(|v| v["timestamp"].as_str()?.parse::<jiff::Timestamp>().ok())
+    };
+    let logged_by = tokio::time::Instant::now() + Duration::from_secs(10);
+    let acquired = loop {
+        if let Some(at) = acquisition(&second.output()) {
+            break at;
+        }
+        assert!(
+            tokio::time::Instant::now() < logged_by,
+            "no acquisition logged:\n{}",
+            second.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         acquired >= terminated_at,
         "the second pod led at {acquired}, before the first was stopped at {terminated_at}"
