@@ -333,6 +333,19 @@ enum Touched<'a> {
 
 fn touched_cluster(ev: &crate::store::StoreEvent) -> Touched<'_> {
     use crate::store::StoreEvent;
+    if let StoreEvent::Updated { old, new } = ev
+        && meta(new).r#type == ty::MACHINE_STATUS
+        && let Some(taken_by) = taken_by(old, new)
+    {
+        // A machine joining a cluster frees nothing another cluster could use: only its old
+        // and new clusters are concerned.
+        return Touched::Clusters(
+            [Some(taken_by), label(old, l::CLUSTER)]
+                .into_iter()
+                .flatten()
+                .collect(),
+        );
+    }
     let sides: Vec<&Resource> = match ev {
         StoreEvent::Created(r) | StoreEvent::Destroyed(r) => vec![r],
         StoreEvent::Updated { old, new } => vec![old, new],
@@ -343,16 +356,6 @@ fn touched_cluster(ev: &crate::store::StoreEvent) -> Touched<'_> {
         if ty == ty::CLUSTER {
             names.push(id(r));
             continue;
-        }
-        if ty == ty::MACHINE_STATUS
-            && let StoreEvent::Updated { old, new } = ev
-            && let Some(taken_by) = taken_by(old, new)
-        {
-            // A machine joining a cluster frees nothing another cluster could use: only its
-            // old and new clusters are concerned.
-            names.push(taken_by);
-            names.extend(label(old, l::CLUSTER));
-            break;
         }
         if matches!(ty, ty::MACHINE_STATUS | ty::MACHINE_CLASS | ty::LINK) {
             return Touched::Shared;
@@ -1563,7 +1566,7 @@ impl Controllers {
 
     /// Statuses whose source is gone (e.g. a set destroyed by the client) are removed.
     fn orphans(&self) {
-        // Every pass runs this: the kinds are walked by reference, only the orphans' IDs copied.
+        // The kinds are walked by reference, only the orphans' IDs copied.
         let orphaned = |of: &str, source: &str| -> Vec<String> {
             self.store.read(|v| {
                 v.all(DEFAULT_NS, of)

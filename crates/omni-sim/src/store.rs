@@ -215,6 +215,13 @@ struct Inner {
     kinds: BTreeMap<Kind, KindMap>,
 }
 
+impl Inner {
+    /// The resources of one kind, if any was ever stored.
+    fn kind(&self, ns: &str, ty: &str) -> Option<&KindMap> {
+        self.kinds.get(&(ns.to_string(), ty.to_string()))
+    }
+}
+
 /// One kind's resources by ID, with the IDs carrying each label value: a list selecting on a
 /// label (every list Omni's clients make of a cluster's resources) visits only those, not the
 /// whole kind. Labels change only through [`KindMap::insert`] and [`KindMap::remove`].
@@ -307,18 +314,17 @@ pub(crate) struct StoreView<'a> {
 }
 
 impl StoreView<'_> {
-    fn kind(&self, ns: &str, ty: &str) -> Option<&KindMap> {
-        self.inner.kinds.get(&(ns.to_string(), ty.to_string()))
-    }
-
     /// One resource, if it exists.
     pub(crate) fn get(&self, ns: &str, ty: &str, id: &str) -> Option<&Resource> {
-        self.kind(ns, ty).and_then(|m| m.get(id))
+        self.inner.kind(ns, ty).and_then(|m| m.get(id))
     }
 
     /// Every resource of a kind, sorted by ID.
     pub(crate) fn all(&self, ns: &str, ty: &str) -> impl Iterator<Item = &Resource> {
-        self.kind(ns, ty).into_iter().flat_map(KindMap::values)
+        self.inner
+            .kind(ns, ty)
+            .into_iter()
+            .flat_map(KindMap::values)
     }
 }
 
@@ -380,8 +386,7 @@ impl Store {
         let inner = self.lock();
         let rx = self.feed.subscribe();
         let items = inner
-            .kinds
-            .get(&(ns.to_string(), ty.to_string()))
+            .kind(ns, ty)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
         (items, rx)
@@ -395,11 +400,7 @@ impl Store {
 
     /// Reads one resource if it exists.
     pub fn try_get(&self, ns: &str, ty: &str, id: &str) -> Option<Resource> {
-        self.lock()
-            .kinds
-            .get(&(ns.to_string(), ty.to_string()))
-            .and_then(|m| m.get(id))
-            .cloned()
+        self.read(|v| v.get(ns, ty, id).cloned())
     }
 
     /// Runs `read` over the store under its lock, lending resources instead of cloning them:
@@ -413,8 +414,7 @@ impl Store {
     /// Lists a kind sorted by ID, filtered by label queries (AND-ed).
     pub fn list(&self, ns: &str, ty: &str, queries: &[LabelQuery]) -> Vec<Resource> {
         self.lock()
-            .kinds
-            .get(&(ns.to_string(), ty.to_string()))
+            .kind(ns, ty)
             .map(|m| m.matching(queries))
             .unwrap_or_default()
     }
