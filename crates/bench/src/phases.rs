@@ -796,6 +796,7 @@ pub struct EndState {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn the_convergence_check_takes_at_most_a_tenth_of_a_core() {
@@ -808,8 +809,6 @@ mod tests {
             Duration::from_millis(800)
         );
     }
-
-    use super::*;
 
     #[test]
     fn nearest_rank_percentiles() {

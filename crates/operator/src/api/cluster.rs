@@ -785,16 +785,17 @@ fn job_kind(job: &serde_json::Value) -> Option<String> {
 
 /// Kubernetes' DNS-1123 subdomain rule (Omni names the runner Job after the health check).
 pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// One part of a DNS-1123 subdomain: lowercase letters, digits and `-`, alphanumeric at both
+/// ends (its length is the caller's rule).
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 /// Omni v1.10's rules for turning the public discovery service off (`validations/cluster.go`):

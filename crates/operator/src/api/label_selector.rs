@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::cluster::is_dns1123_subdomain;
+
 /// One requirement of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Requirement {
@@ -156,7 +158,7 @@ fn requirement(term: &str) -> Result<Requirement, String> {
 fn label_key(key: &str) -> Result<String, String> {
     let name = match key.split_once('/') {
         Some((prefix, name)) => {
-            if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns_label) {
+            if !is_dns1123_subdomain(prefix) {
                 return Err(format!("key prefix {prefix:?} is not a DNS subdomain"));
             }
             name
@@ -186,16 +188,6 @@ fn is_label_value(s: &str) -> bool {
             .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
         && s.starts_with(alnum)
         && s.ends_with(alnum)
-}
-
-/// An RFC 1123 label: lowercase letters, digits and `-`, alphanumeric at both ends (a
-/// subdomain's part; its length is the caller's rule).
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]

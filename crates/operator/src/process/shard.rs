@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::api::cluster::is_dns1123_label;
 use crate::api::keys;
-use crate::api::label_selector::{LabelSelector, is_dns_label};
+use crate::api::label_selector::LabelSelector;
 
 /// The selector of this replica set, as given and parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,7 +82,7 @@ impl Shard {
             return Ok(crate::process::leader::LEASE_NAME.to_owned());
         }
         match self.name() {
-            Some(name) if is_dns_label(name) && name.len() <= 63 - SHARD_PREFIX.len() => {
+            Some(name) if is_dns1123_label(name) && name.len() <= 63 - SHARD_PREFIX.len() => {
                 Ok(format!("{SHARD_PREFIX}{name}"))
             }
             Some(name) => Err(format!(

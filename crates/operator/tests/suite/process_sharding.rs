@@ -142,6 +142,17 @@ async fn each_shard_reconciles_only_its_objects_and_a_relabel_hands_one_over() {
             json!({"clusterRef": {"name": cluster}, "machines": [machine]}),
         )
     };
+    // An export of `cluster`'s kubeconfig into Secret `{cluster}-kc`.
+    let export = |cluster: &str| {
+        ours(
+            "OmniKubeconfigExport",
+            NS,
+            &format!("{cluster}-kc"),
+            json!({"clusterRef": {"name": cluster}, "targetSecretRef": {"name": format!("{cluster}-kc")},
+                "serviceAccount": {"user": "automation", "groups": ["automation"]},
+                "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete"}),
+        )
+    };
     // Shard 1's cluster, using the default shard's connection; a cluster of a shard nobody
     // runs; an export on the default shard of shard 1's cluster.
     stack.create(labelled(cluster("blue"), "shard1")).await;
@@ -152,16 +163,7 @@ async fn each_shard_reconciles_only_its_objects_and_a_relabel_hands_one_over() {
         ))
         .await;
     stack.create(labelled(cluster("green"), "shard2")).await;
-    stack
-        .create(ours(
-            "OmniKubeconfigExport",
-            NS,
-            "blue-kc",
-            json!({"clusterRef": {"name": "blue"}, "targetSecretRef": {"name": "blue-kc"},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete"}),
-        ))
-        .await;
+    stack.create(export("blue")).await;
     let default = start_shard(&stack, &format!("!{SHARD_LABEL}"), DEFAULT_MANAGER);
     let shard1 = start_shard(&stack, &format!("{SHARD_LABEL}=shard1"), SHARD1_MANAGER);
 
@@ -260,16 +262,7 @@ async fn each_shard_reconciles_only_its_objects_and_a_relabel_hands_one_over() {
     // A secret sync on shard 1 whose kubeconfig an export on the default shard is still to
     // write (its cluster, on a shard nobody runs, never becomes Ready) waits for it: shard 1
     // sees the other shard's export and says `KubeconfigPending`, not `MissingSecret`.
-    stack
-        .create(ours(
-            "OmniKubeconfigExport",
-            NS,
-            "green-kc",
-            json!({"clusterRef": {"name": "green"}, "targetSecretRef": {"name": "green-kc"},
-                "serviceAccount": {"user": "automation", "groups": ["automation"]},
-                "ttl": "24h", "renewBefore": "4h", "deletionPolicy": "Delete"}),
-        ))
-        .await;
+    stack.create(export("green")).await;
     stack
         .create_secret("registry", json!({"password": "not-a-real-one"}))
         .await;
