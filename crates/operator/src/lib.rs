@@ -22,3 +22,7 @@ pub mod cli;
 pub mod controllers;
 pub mod domain;
 pub mod process;
+
+#[cfg(test)]
+#[path = "../../omni-client/tests/suite/support/trace_capture.rs"]
+mod trace_capture;

@@ -4,7 +4,6 @@
 //! deadlines, the TLS paths, and that nothing secret reaches the logs.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -609,28 +608,9 @@ async fn tls_with_an_untrusted_certificate_needs_insecure_skip_verify() {
     assert_all_signed(&h);
 }
 
-/// A `Write` sink shared with the test.
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn trace_logs_never_contain_key_material_signatures_or_kubeconfigs() {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let capture = crate::trace_capture::this_thread("trace");
 
     let h = start(None).await;
     let client = h.client("http", Duration::from_secs(30), false);
@@ -645,7 +625,7 @@ async fn trace_logs_never_contain_key_material_signatures_or_kubeconfigs() {
         .get(NAMESPACE, "Clusters.omni.sidero.dev", "nope")
         .await;
 
-    let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     assert!(
         logs.contains("signed Omni request"),
         "trace logging was not captured:\n{logs}"
@@ -665,6 +645,4 @@ async fn trace_logs_never_contain_key_material_signatures_or_kubeconfigs() {
         let sig = call.signature.rsplit(' ').next().unwrap().to_owned();
         assert!(!logs.contains(&sig), "logs contain a signature");
     }
-    // Keep the writer type honest: it is a real sink.
-    buffer.clone().flush().unwrap();
 }

@@ -13,3 +13,5 @@ mod template_sim;
 mod template_status_watch;
 mod template_sync;
 mod template_translate;
+#[path = "support/trace_capture.rs"]
+mod trace_capture;

@@ -171,46 +171,19 @@ mod tests {
         assert!(memory.recently("new", at(1000)));
     }
 
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// A workload API server that cannot be reached leaves the stored kubeconfig in place and is
     /// probed again next time: no failure, so under the operator's default filter nothing of it
     /// is logged above `debug` (kube-client's own ERROR line for the request is filtered out).
     #[tokio::test(flavor = "current_thread")]
     async fn an_unreachable_server_is_inconclusive_and_logged_at_debug() {
-        use tracing_subscriber::prelude::*;
-        let out = Captured::default();
-        let writer = out.clone();
-        let filter = tracing_subscriber::EnvFilter::new(format!(
+        let capture = crate::trace_capture::this_thread(&format!(
             "{},omni_operator=debug",
             crate::process::telemetry::DEFAULT_FILTER
         ));
-        let subscriber = tracing_subscriber::registry().with(filter).with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(move || writer.clone()),
-        );
-        let guard = tracing::subscriber::set_default(subscriber);
         // Port 1 on loopback: the connection is refused at once.
         let kubeconfig = b"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1'}\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nusers:\n- name: u\n  user: {token: t}\n";
         assert_eq!(probe(kubeconfig).await, Verdict::Inconclusive);
-        drop(guard);
-        let text =
-            String::from_utf8_lossy(&out.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        let text = capture.text();
         assert!(
             text.contains("DEBUG") && text.contains("kubeconfig probe inconclusive"),
             "{text}"
