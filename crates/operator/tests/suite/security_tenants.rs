@@ -942,8 +942,8 @@ async fn a_tarpit_workload_server_delays_only_its_own_objects() {
     // for them: its bound is well under the tarpit's read timeout.
     let patient = Tenancy {
         timeouts: Timeouts {
-            read: Duration::from_secs(45),
-            request: Duration::from_secs(90),
+            read: Duration::from_secs(20),
+            request: Duration::from_secs(40),
             ..Timeouts::default()
         },
         ..Tenancy::default()
@@ -997,7 +997,7 @@ async fn a_tarpit_workload_server_delays_only_its_own_objects() {
     .await;
 
     // Another tenant's new sync and release, to a workload cluster that answers.
-    let within_seconds = Duration::from_secs(30);
+    let within_seconds = Duration::from_secs(8);
     let _: OmniSecretSync = env
         .create_spec("neighbour", sync("neighbour", "workload-kubeconfig"))
         .await;
