@@ -26,3 +26,8 @@ pub mod process;
 #[cfg(test)]
 #[path = "../../omni-client/tests/suite/support/trace_capture.rs"]
 mod trace_capture;
+
+// Test helpers shared with the integration suite (`controllers/shared/test_env.rs`, included
+// there by path) name this crate as the suite does.
+#[cfg(test)]
+extern crate self as omni_operator;

@@ -1,13 +1,15 @@
-//! What the unit tests of the shared machinery need of a management cluster and of Omni:
-//! kube-sim with the operator's CRDs, objects created from JSON, and omni-sim with one service
-//! account. Loopback only; every server stops when dropped or shut down.
+//! What the unit tests of the shared machinery and the integration suite need of a management
+//! cluster and of Omni: kube-sim with the operator's CRDs, objects created from JSON, and
+//! omni-sim with one service account. Loopback only; every server stops when dropped or shut
+//! down. The suite includes this file by path, so it names this crate `omni_operator`, as the
+//! suite does.
 
 use std::time::Duration;
 
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 
-use crate::api::OmniCluster;
+use omni_operator::api::OmniCluster;
 
 /// A kube-sim and a client of it (kube-sim's admin).
 pub(crate) async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
@@ -26,7 +28,7 @@ pub(crate) async fn install_operator_api(client: &kube::Client, namespace: &str)
     use k8s_openapi::api::core::v1::Namespace;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for crd in crate::api::crds() {
+    for crd in omni_operator::api::crds() {
         crds.create(&PostParams::default(), &crd)
             .await
             .unwrap_or_else(|e| panic!("create CRD: {e}"));

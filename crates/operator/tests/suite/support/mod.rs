@@ -12,6 +12,12 @@ pub mod leaks;
 pub mod real;
 pub mod stack;
 pub mod stack_objects;
+#[path = "../../../src/controllers/shared/test_env.rs"]
+mod test_env;
+
+pub(crate) use test_env::{
+    connection_doc, create_json, install_operator_api, kube_sim, unreachable_client,
+};
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -58,15 +64,6 @@ pub async fn wait_for_status(addr: SocketAddr, path: &str, code: u16) -> String 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A client of an API server that does not exist (connections are refused).
-pub fn unreachable_client() -> kube::Client {
-    let port = free_addr().port();
-    let uri: http::Uri = format!("http://127.0.0.1:{port}")
-        .parse()
-        .unwrap_or_else(|e| panic!("uri: {e}"));
-    kube::Client::try_from(kube::Config::new(uri)).unwrap_or_else(|e| panic!("client: {e}"))
 }
 
 /// `(status, reason, message)` of the condition `type_` in an object's status.
@@ -289,16 +286,6 @@ pub fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_j
     docs.iter().filter(|doc| doc["kind"] == kind).collect()
 }
 
-/// A fresh kube-sim over plain HTTP and an admin client of it.
-pub async fn kube_sim() -> (kube_sim::server::RunningKubeSim, kube::Client) {
-    let sim = kube_sim::server::KubeSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start kube-sim: {e}"));
-    let client = client_of(&sim);
-    (sim, client)
-}
-
 /// The repository checkout the tests run in.
 pub fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -386,83 +373,6 @@ pub fn logs_with(filter: &str) -> String {
         Err(poisoned) => poisoned.into_inner().clone(),
     };
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// Installs the operator's CRDs in a fresh API server, creates `namespace` and waits until the
-/// custom resources are servable.
-pub async fn install_operator_api(client: &kube::Client, namespace: &str) {
-    use k8s_openapi::api::core::v1::Namespace;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{ListParams, PostParams};
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for crd in omni_operator::api::crds() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .unwrap_or_else(|e| panic!("create CRD: {e}"));
-    }
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-    kube::Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap_or_else(|e| panic!("namespace: {e}"));
-    let clusters: kube::Api<omni_operator::api::OmniCluster> =
-        kube::Api::namespaced(client.clone(), namespace);
-    let until = tokio::time::Instant::now() + WAIT;
-    while clusters.list(&ListParams::default()).await.is_err() {
-        assert!(tokio::time::Instant::now() < until, "CRDs never servable");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// OmniConnection `namespace/name` to `endpoint`, authenticating with the key under
-/// `serviceAccountKey` in Secret `secret`, as JSON (for [`create_json`]).
-pub fn connection_doc(
-    namespace: &str,
-    name: &str,
-    endpoint: &str,
-    secret: &str,
-) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "omni.texashpc.com/v1alpha1",
-        "kind": "OmniConnection",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "endpoint": endpoint,
-            "auth": {"serviceAccountSecretRef": {"name": secret, "key": "serviceAccountKey"}}
-        }
-    })
-}
-
-/// Creates any object given as JSON (`apiVersion`, `kind`, `metadata.namespace` set; the plural
-/// is the lower-cased kind plus `s`, true of every kind the tests create this way).
-pub async fn create_json(client: &kube::Client, obj: serde_json::Value) {
-    use kube::api::{DynamicObject, PostParams};
-    use kube::discovery::ApiResource;
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
-    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
-    let namespace = obj["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), api_version.clone()),
-    };
-    let ar = ApiResource {
-        group,
-        version,
-        api_version,
-        kind: kind.clone(),
-        plural: format!("{}s", kind.to_lowercase()),
-    };
-    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), &namespace, &ar);
-    let typed: DynamicObject =
-        serde_json::from_value(obj).unwrap_or_else(|e| panic!("fixture: {e}"));
-    api.create(&PostParams::default(), &typed)
-        .await
-        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
 }
 
 /// A clock for the operator that the test moves by hand (rotation deadlines).
@@ -589,17 +499,4 @@ pub fn make_cluster_status_unreadable(omni: &omni_sim::RunningOmniSim, cluster: 
             }
         },
     );
-}
-
-/// A default omni-sim and the key of a service account `account` with the operator's role
-/// registered in it.
-pub async fn omni_sim_with_account(account: &str) -> (omni_sim::RunningOmniSim, String) {
-    let sim = omni_sim::OmniSim::builder()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start omni-sim: {e}"));
-    let key = sim
-        .register_service_account(account, omni_sim::Role::Operator)
-        .unwrap_or_else(|e| panic!("register {account}: {e}"));
-    (sim, key)
 }
