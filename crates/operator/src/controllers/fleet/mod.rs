@@ -12,6 +12,8 @@
 mod act;
 pub(crate) mod kinds;
 mod outcome;
+#[cfg(test)]
+mod pace_tests;
 mod plan;
 
 use std::future::Future;

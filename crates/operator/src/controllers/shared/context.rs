@@ -92,6 +92,18 @@ impl Debug for Context {
 }
 
 impl Context {
+    /// A context for unit tests: scoped to `namespace`, on the system clock, with fresh metrics.
+    #[cfg(test)]
+    pub(crate) fn for_tests(client: Client, namespace: &str) -> Self {
+        Self::new(
+            client,
+            Scope::Namespace(namespace.into()),
+            Arc::new(SystemClock),
+            Arc::new(Metrics::new()),
+            None,
+        )
+    }
+
     /// A context; `instance` identifies this replica in Events (usually the pod name).
     pub(crate) fn new(
         client: Client,

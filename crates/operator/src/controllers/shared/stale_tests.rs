@@ -14,14 +14,13 @@ use serde_json::{Value, json};
 
 use super::run_pass;
 use crate::api::OmniConnection;
-use crate::controllers::shared::context::{Context, Scope, SystemClock};
+use crate::controllers::shared::context::Context;
 use crate::controllers::shared::decoded::Cached;
 use crate::controllers::shared::error::PassError;
 use crate::controllers::shared::status;
 use crate::controllers::shared::test_env::{
     connection_doc, create_json, install_operator_api, kube_sim,
 };
-use crate::process::metrics::Metrics;
 
 const NS: &str = "stale";
 const NAME: &str = "omni";
@@ -120,13 +119,7 @@ async fn a_reconcile_of_a_stale_cached_copy_runs_again_on_the_stored_object() {
     let writes = sim
         .hooks()
         .writes_to_object("omniconnections", Some(NS), NAME);
-    let ctx = Context::new(
-        client.clone(),
-        Scope::Namespace(NS.into()),
-        Arc::new(SystemClock),
-        Arc::new(Metrics::new()),
-        None,
-    );
+    let ctx = Context::for_tests(client.clone(), NS);
 
     let passes = Arc::new(AtomicUsize::new(0));
     let result = run_pass(Arc::new(Cached::new(stale.clone())), Arc::new(ctx), |obj| {
