@@ -20,7 +20,7 @@
 //! for its own bound. Should a quick target turn into a tarpit, it holds at most its ceiling
 //! until its passes time out, and the first of them to end slowly halves its window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,10 @@ struct TargetState {
     window: usize,
     running: usize,
     queue: VecDeque<(String, Wake)>,
+    /// Objects woken for a slot that have not asked again yet. One that finds the slot taken
+    /// meanwhile (by an object whose own retry came first) goes back to the head of the
+    /// queue, not to its end: it keeps its turn.
+    woken: HashSet<String>,
 }
 
 impl std::fmt::Debug for TargetState {
@@ -74,6 +78,7 @@ impl std::fmt::Debug for TargetState {
                 "queue",
                 &self.queue.iter().map(|(key, _)| key).collect::<Vec<_>>(),
             )
+            .field("woken", &self.woken)
             .finish()
     }
 }
@@ -118,7 +123,14 @@ impl Drop for TargetSlot {
             };
             let room = state.window.saturating_sub(state.running);
             let n = room.min(state.queue.len());
-            state.queue.drain(..n).map(|(_, wake)| wake).collect()
+            let woken: Vec<(String, Wake)> = state.queue.drain(..n).collect();
+            woken
+                .into_iter()
+                .map(|(key, wake)| {
+                    state.woken.insert(key);
+                    wake
+                })
+                .collect()
         };
         // Outside the lock: a wake sends to the controller, which may take a slot at once.
         for wake in woken {
@@ -171,9 +183,10 @@ impl TargetSlots {
         let mut state = target.state();
         if state.running < state.window {
             state.running += 1;
-            if !state.queue.is_empty() {
+            if !state.queue.is_empty() || !state.woken.is_empty() {
                 let key = key();
                 state.queue.retain(|(waiting, _)| *waiting != key);
+                state.woken.remove(&key);
             }
             drop(state);
             Some(TargetSlot {
@@ -182,7 +195,9 @@ impl TargetSlots {
             })
         } else {
             let key = key();
-            if !state.queue.iter().any(|(waiting, _)| *waiting == key) {
+            if state.woken.remove(&key) {
+                state.queue.push_front((key, wake()));
+            } else if !state.queue.iter().any(|(waiting, _)| *waiting == key) {
                 state.queue.push_back((key, wake()));
             }
             None
@@ -317,6 +332,37 @@ mod tests {
         let c2 = ask("c2");
         slow(c2);
         assert_eq!(*lock(&woken), ["c1", "c2"], "the queue is empty");
+    }
+
+    /// A woken object that finds its slot taken by another object's own retry keeps its turn:
+    /// it is the next one woken. Before, it queued again behind everybody.
+    #[test]
+    fn a_woken_object_beaten_to_the_slot_keeps_its_turn() {
+        let slots = TargetSlots::new(1);
+        let woken = Arc::new(Mutex::new(Vec::new()));
+        let ask = |key: &'static str| {
+            let woken = woken.clone();
+            slots.try_take(
+                "omni",
+                || key.to_owned(),
+                move || -> Wake { Box::new(move || lock(&woken).push(key)) },
+            )
+        };
+        let slow = |slot: Option<TargetSlot>| drop(slot.map(|s| s.backdate(SLOW_PASS * 2)));
+        let held = ask("first");
+        for key in ["a", "b"] {
+            assert!(ask(key).is_none());
+        }
+        slow(held);
+        assert_eq!(*lock(&woken), ["a"]);
+        // Before `a` is back, `c` (queued nowhere, its own retry due) takes the slot.
+        let c = ask("c");
+        assert!(c.is_some());
+        assert!(ask("a").is_none(), "the slot is taken");
+        slow(c);
+        assert_eq!(*lock(&woken), ["a", "a"], "a is woken again before b");
+        slow(ask("a"));
+        assert_eq!(*lock(&woken), ["a", "a", "b"]);
     }
 
     /// A window widened by a quick pass wakes as many waiting objects as it has room for.
