@@ -114,7 +114,8 @@ impl Drop for TargetSlot {
     fn drop(&mut self) {
         let share = self.target.share;
         let woken: Vec<Wake> = {
-            let mut state = self.target.state();
+            let mut guard = self.target.state();
+            let state = &mut *guard;
             state.running = state.running.saturating_sub(1);
             state.window = if self.taken.elapsed() <= SLOW_PASS {
                 (state.window + 1).min(share * CEILING_FACTOR)
@@ -123,9 +124,9 @@ impl Drop for TargetSlot {
             };
             let room = state.window.saturating_sub(state.running);
             let n = room.min(state.queue.len());
-            let woken: Vec<(String, Wake)> = state.queue.drain(..n).collect();
-            woken
-                .into_iter()
+            state
+                .queue
+                .drain(..n)
                 .map(|(key, wake)| {
                     state.woken.insert(key);
                     wake
@@ -239,6 +240,25 @@ mod tests {
         lock(&slots.held)[target].state().window
     }
 
+    /// Asks for a slot of target `omni` as `key`, whose wake records `key` in `woken`.
+    fn ask(
+        slots: &TargetSlots,
+        woken: &Arc<Mutex<Vec<&'static str>>>,
+        key: &'static str,
+    ) -> Option<TargetSlot> {
+        let woken = woken.clone();
+        slots.try_take(
+            "omni",
+            || key.to_owned(),
+            move || -> Wake { Box::new(move || lock(&woken).push(key)) },
+        )
+    }
+
+    /// Gives `slot` back after a slow pass, so that the window does not widen.
+    fn give_back_slowly(slot: Option<TargetSlot>) {
+        drop(slot.map(|s| s.backdate(SLOW_PASS * 2)));
+    }
+
     #[test]
     fn a_target_holds_at_most_its_share_and_others_are_unaffected() {
         let slots = TargetSlots::new(2);
@@ -253,7 +273,7 @@ mod tests {
             take(&slots, "kubeconfig:ns/other", "b1").is_some(),
             "another target"
         );
-        drop(a1.map(|s| s.backdate(SLOW_PASS * 2)));
+        give_back_slowly(a1);
         assert!(
             take(&slots, "kubeconfig:ns/tarpit", "a3").is_some(),
             "given back"
@@ -280,7 +300,7 @@ mod tests {
         );
         assert!(take(&slots, "omni", "over").is_none(), "and bounded");
         let mut held = held.into_iter().flatten();
-        drop(held.next().map(|s| s.backdate(SLOW_PASS * 2)));
+        give_back_slowly(held.next());
         assert_eq!(window(&slots, "omni"), CEILING_FACTOR, "halved");
         for slow in held {
             drop(slow.backdate(SLOW_PASS * 2));
@@ -304,16 +324,9 @@ mod tests {
     fn a_slot_given_back_wakes_the_first_object_waiting_for_it() {
         let slots = TargetSlots::new(1);
         let woken = Arc::new(Mutex::new(Vec::new()));
-        let ask = |key: &'static str| {
-            let woken = woken.clone();
-            slots.try_take(
-                "omni",
-                || key.to_owned(),
-                move || -> Wake { Box::new(move || lock(&woken).push(key)) },
-            )
-        };
         // Slow passes throughout, so that the window stays at one slot.
-        let slow = |slot: Option<TargetSlot>| drop(slot.map(|s| s.backdate(SLOW_PASS * 2)));
+        let ask = |key| ask(&slots, &woken, key);
+        let slow = give_back_slowly;
         let held = ask("c0");
         assert!(held.is_some());
         for key in ["c1", "c2", "c1"] {
@@ -340,15 +353,8 @@ mod tests {
     fn a_woken_object_beaten_to_the_slot_keeps_its_turn() {
         let slots = TargetSlots::new(1);
         let woken = Arc::new(Mutex::new(Vec::new()));
-        let ask = |key: &'static str| {
-            let woken = woken.clone();
-            slots.try_take(
-                "omni",
-                || key.to_owned(),
-                move || -> Wake { Box::new(move || lock(&woken).push(key)) },
-            )
-        };
-        let slow = |slot: Option<TargetSlot>| drop(slot.map(|s| s.backdate(SLOW_PASS * 2)));
+        let ask = |key| ask(&slots, &woken, key);
+        let slow = give_back_slowly;
         let held = ask("first");
         for key in ["a", "b"] {
             assert!(ask(key).is_none());
@@ -409,13 +415,13 @@ mod tests {
         let held = take(&slots, "busy", "a");
         assert!(counting("b").is_none());
         assert!(counting("c").is_none());
-        drop(held.map(|s| s.backdate(SLOW_PASS * 2)));
+        give_back_slowly(held);
         assert_eq!(woken.load(Ordering::SeqCst), 1, "b is woken");
         // No slot of "busy" is held now, but c still waits behind it.
         for i in 0..100 {
             drop(take(&slots, &format!("idle-{i}"), "x"));
         }
-        drop(take(&slots, "busy", "b").map(|s| s.backdate(SLOW_PASS * 2)));
+        give_back_slowly(take(&slots, "busy", "b"));
         assert_eq!(woken.load(Ordering::SeqCst), 2, "c is woken");
     }
 }
