@@ -190,6 +190,8 @@ impl KubeSimBuilder {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let handle = match self.tls {
             None => tokio::spawn(async move {
+                use axum::serve::ListenerExt as _;
+                let listener = listener.tap_io(|tcp| no_delay(tcp));
                 if let Err(e) = axum::serve(listener, app).await {
                     tracing::error!(error = %e, "kube-sim server stopped");
                 }
@@ -207,6 +209,15 @@ impl KubeSimBuilder {
     }
 }
 
+/// Sends each write at once, as a real API server does (Go sets `TCP_NODELAY` on every TCP
+/// connection). With Nagle's algorithm an HTTP/2 answer's DATA frame waited for the client's
+/// delayed acknowledgement of its HEADERS frame: about 40 ms on every answer.
+fn no_delay(tcp: &tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "kube-sim could not set TCP_NODELAY");
+    }
+}
+
 /// Accept loop for HTTPS: each connection's verified client certificate is put
 /// into every request's extensions, so authentication can see it.
 async fn serve_tls(
@@ -216,7 +227,10 @@ async fn serve_tls(
 ) {
     loop {
         let tcp = match listener.accept().await {
-            Ok((tcp, _)) => tcp,
+            Ok((tcp, _)) => {
+                no_delay(&tcp);
+                tcp
+            }
             Err(e) => {
                 // Usually descriptor exhaustion: back off instead of spinning on the error.
                 tracing::warn!(error = %e, "kube-sim accept failed");

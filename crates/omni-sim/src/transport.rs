@@ -119,6 +119,12 @@ pub(crate) async fn serve(
             }
         };
         connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Each write goes out at once, as Omni's Go server sends it (Go sets TCP_NODELAY on
+        // every TCP connection): with Nagle's algorithm an answer's DATA frame waited for the
+        // client's delayed acknowledgement of its HEADERS frame.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
         let svc = svc.clone();
         let delay = connect_latency.get();
         match &tls {
