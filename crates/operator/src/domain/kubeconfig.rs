@@ -192,7 +192,7 @@ impl WorkloadKubeconfig {
         config.connect_timeout = Some(limits.connect);
         config.read_timeout = Some(limits.read);
         config.write_timeout = Some(limits.read);
-        crate::process::api_client::bounded_client(
+        crate::process::api_client::multiplexed_client(
             config,
             crate::process::api_client::WORKLOAD_MAX_IN_FLIGHT,
             Some(limits.request),

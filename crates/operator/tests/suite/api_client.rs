@@ -128,3 +128,129 @@ async fn watches_never_wait_for_a_slot_and_hold_none() {
         .await
         .unwrap_or_else(|_| panic!("running watches held the slots"));
 }
+
+/// What a TLS API server saw of a client: the connections that carried a request, the HTTP
+/// versions asked in, and the most requests in flight at once.
+#[derive(Default)]
+struct TlsServerSeen {
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    connections: std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>,
+    versions: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// A TLS API server offering `h2` and `http/1.1` in ALPN, as a real one does, with a
+/// certificate for `hosts`, whose lists answer after 100 ms; returns what it saw, its URL
+/// (`https://127.0.0.1:<port>`) and its CA (PEM).
+async fn serve_tls(hosts: &[&str]) -> (Arc<TlsServerSeen>, String, String) {
+    let ca = kube_sim::tls::CertificateAuthority::generate("api-client-test-ca")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let serving = ca.issue_server(hosts).unwrap_or_else(|e| panic!("{e}"));
+    let tls =
+        kube_sim::tls::TlsServer::new(ca.server_config(&serving).unwrap_or_else(|e| panic!("{e}")));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let seen = Arc::new(TlsServerSeen::default());
+    let state = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, peer)) = listener.accept().await {
+            let (tls, seen) = (tls.clone(), state.clone());
+            tokio::spawn(async move {
+                let Ok((stream, _)) = tls.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |req: http::Request<_>| {
+                    let seen = seen.clone();
+                    async move {
+                        if let Ok(mut c) = seen.connections.lock() {
+                            c.insert(peer);
+                        }
+                        if let Ok(mut v) = seen.versions.lock() {
+                            v.insert(format!("{:?}", req.version()));
+                        }
+                        let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+                        let list = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[]}"#;
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from_static(list.as_bytes())),
+                        ))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            });
+        }
+    });
+    (seen, format!("https://{addr}"), ca.cert_pem().to_owned())
+}
+
+/// A workload kubeconfig (YAML) for `url`, trusting `ca_pem`, with an optional
+/// `tls-server-name`.
+fn workload_kubeconfig(url: &str, ca_pem: &str, tls_server_name: Option<&str>) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let name = tls_server_name
+        .map(|n| format!(", tls-server-name: '{n}'"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: w\n\
+         clusters: [{{name: w, cluster: {{server: '{url}', certificate-authority-data: '{ca}'{name}}}}}]\n\
+         users: [{{name: w, user: {{token: not-a-secret}}}}]\n\
+         contexts: [{{name: w, context: {{cluster: w, user: w}}}}]\n"
+    )
+}
+
+/// The operator's client of the workload cluster `kubeconfig` names.
+async fn workload_client(kubeconfig: &str) -> kube::Client {
+    let limits = omni_operator::domain::helm::source::Limits {
+        connect: Duration::from_secs(5),
+        read: Duration::from_secs(30),
+        request: Duration::from_secs(60),
+    };
+    omni_operator::domain::workload::client_from_kubeconfig(kubeconfig.as_bytes(), limits)
+        .await
+        .unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+/// A workload cluster's client negotiates HTTP/2, so its requests in flight (still bounded)
+/// share one connection; over HTTP/1.1 each of them held its own.
+#[tokio::test]
+async fn a_workload_client_multiplexes_its_requests_in_flight_over_one_connection() {
+    let (seen, url, ca_pem) = serve_tls(&["127.0.0.1"]).await;
+    let client = workload_client(&workload_kubeconfig(&url, &ca_pem, None)).await;
+    list_all(&client, 40).await;
+    let versions = seen.versions.lock().map(|v| v.clone()).unwrap_or_default();
+    assert_eq!(versions.into_iter().collect::<Vec<_>>(), ["HTTP/2.0"]);
+    let connections = seen.connections.lock().map(|c| c.len()).unwrap_or_default();
+    assert_eq!(connections, 1, "requests in flight each held a connection");
+    assert_eq!(
+        seen.most_in_flight.load(Ordering::SeqCst),
+        8,
+        "the bound on requests in flight to one workload cluster"
+    );
+}
+
+/// A kubeconfig's `tls-server-name` is the name the server's certificate is checked against,
+/// whatever address `server` gives; without it, the address must be in the certificate.
+#[tokio::test]
+async fn a_workload_client_checks_the_certificate_against_tls_server_name() {
+    let (_seen, url, ca_pem) = serve_tls(&["api.internal"]).await;
+    let named = workload_client(&workload_kubeconfig(&url, &ca_pem, Some("api.internal"))).await;
+    list_all(&named, 1).await;
+
+    let unnamed = workload_client(&workload_kubeconfig(&url, &ca_pem, None)).await;
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(unnamed, "default");
+    let refused = api.list(&Default::default()).await;
+    assert!(
+        refused.is_err(),
+        "a certificate for api.internal was accepted for 127.0.0.1"
+    );
+}

@@ -550,3 +550,83 @@ async fn quiet_window(client: &kube::Client, hold: Duration) -> Vec<String> {
     }
     writes
 }
+
+/// The operator's workload clients offer HTTP/2 (`api_client::multiplexed_client`): the real
+/// API server chooses it in the TLS handshake, and a burst of requests in flight over the one
+/// connection is answered in full, creates and lists alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_client_speaks_http2_with_the_real_api_server() {
+    let cluster = RealCluster::start().await;
+    let ca_pem = cluster.cp.ca_pem();
+
+    // What the real server chooses when offered both, as the workload client offers them.
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in kube_sim::tls::certificates_from_pem(ca_pem.as_bytes())
+        .unwrap_or_else(|e| panic!("CA: {e}"))
+    {
+        roots.add(cert).unwrap_or_else(|e| panic!("CA: {e}"));
+    }
+    let mut tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap_or_else(|e| panic!("{e}"))
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let authority = cluster.cp.url.trim_start_matches("https://").to_owned();
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .unwrap_or_else(|e| panic!("connect {authority}: {e}"));
+    let name =
+        rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap_or_else(|e| panic!("{e}"));
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .unwrap_or_else(|e| panic!("TLS handshake: {e}"));
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    drop(stream);
+
+    let identity = cluster
+        .cp
+        .authority
+        .client("workload-admin", &["system:masters"])
+        .unwrap_or_else(|e| panic!("identity: {e}"));
+    let kubeconfig = cluster.cp.kubeconfig_with_certificate(&identity);
+    let limits = omni_operator::domain::helm::source::Limits {
+        connect: Duration::from_secs(10),
+        read: Duration::from_secs(30),
+        request: Duration::from_secs(60),
+    };
+    let client =
+        omni_operator::domain::workload::client_from_kubeconfig(kubeconfig.as_bytes(), limits)
+            .await
+            .unwrap_or_else(|e| panic!("workload client: {e}"));
+    let secrets: Api<Secret> = Api::namespaced(client, "default");
+    let creates = (0..40).map(|i| {
+        let secrets = secrets.clone();
+        async move {
+            let secret: Secret = serde_json::from_value(json!({
+                "metadata": {"name": format!("burst-{i}"), "labels": {"burst": "yes"}},
+                "stringData": {"n": i.to_string()},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            secrets.create(&Default::default(), &secret).await
+        }
+    });
+    for created in futures::future::join_all(creates).await {
+        created.unwrap_or_else(|e| panic!("create: {e}"));
+    }
+    let lists = (0..40).map(|_| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .list(&ListParams::default().labels("burst=yes"))
+                .await
+        }
+    });
+    for listed in futures::future::join_all(lists).await {
+        let listed = listed.unwrap_or_else(|e| panic!("list: {e}"));
+        assert_eq!(listed.items.len(), 40);
+    }
+}
