@@ -841,38 +841,49 @@ async fn list(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let (store, rt, t, ns) = (gate.store, gate.rt, gate.t, gate.ns);
-    let rv = store.resource_version();
     let empty = serde_json::Map::new();
-    let after = match q.get("continue").map(String::as_str) {
-        None | Some("") => None,
-        Some(token) => Some(decode_continue(token, rt.namespaced)?),
-    };
     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
     let label_selector = q.get("labelSelector").filter(|s| !s.is_empty());
     let field_selector = q.get("fieldSelector").filter(|s| !s.is_empty());
     // Selectors are evaluated on the view the client asked for.
     let as_stored = crate::events::storage_of(&t.group, &t.resource).is_none();
-    let page = store.page(&t.group, &t.resource, ns, after.as_ref(), limit, |stored| {
-        let viewed;
-        let o = if as_stored {
-            stored
-        } else {
-            viewed = crate::events::to_view(&t.group, &t.resource, stored.clone());
-            &viewed
-        };
-        let labels = o
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        label_selector.is_none_or(|s| selector_matches(s, labels))
-            && field_selector.is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
-    });
-    // Continue tokens name the last key served, as the real server's do: the next
-    // page walks on from there (objects created meanwhile behind it are not seen,
-    // like a compacted real server's inconsistent continuation).
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if let Some(last) = &page.next {
-        meta["continue"] = json!(encode_continue(rv, last, rt.namespaced));
+    let page = match q.get("continue").map(String::as_str) {
+        None | Some("") => store.page(&t.group, &t.resource, ns, limit, |stored| {
+            let viewed;
+            let o = if as_stored {
+                stored
+            } else {
+                viewed = crate::events::to_view(&t.group, &t.resource, stored.clone());
+                &viewed
+            };
+            let labels = o
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .unwrap_or(&empty);
+            label_selector.is_none_or(|s| selector_matches(s, labels))
+                && field_selector
+                    .is_none_or(|s| field_selector_matches(s, &t.group, &t.resource, o))
+        }),
+        // Every page of a list is as of its first page, as the real server serves it from
+        // that page's etcd revision; a list forgotten meanwhile is 410, as one compacted.
+        Some(token) => store
+            .next_page(decode_continue(token)?, limit)
+            .ok_or_else(|| {
+                ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list \
+                     result. You can start a new list without the continue parameter.",
+                )
+            })?,
+    };
+    let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+    if let Some(id) = page.next {
+        let last = page.items.last().map(|o| key_of(o)).unwrap_or_default();
+        meta["continue"] = json!(encode_continue(
+            page.resource_version,
+            &last,
+            id,
+            rt.namespaced
+        ));
         // The real server can count what follows only without selectors.
         if label_selector.is_none() && field_selector.is_none() {
             meta["remainingItemCount"] = json!(page.remaining);
@@ -1158,41 +1169,48 @@ async fn delete_collection(
     ))
 }
 
-/// A continue token like the real server's: base64 of `{"v":"meta.k8s.io/v1","rv":..,
-/// "start":..}`, where `start` is the key after which the next page begins.
-fn encode_continue(rv: u64, last: &(String, String), namespaced: bool) -> String {
+/// `(namespace, name)` of a stored object.
+fn key_of(obj: &Value) -> (String, String) {
+    let meta = |field: &str| {
+        obj.pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (meta("namespace"), meta("name"))
+}
+
+/// A continue token shaped like the real server's, base64 of `{"v":"meta.k8s.io/v1","rv":..,
+/// "start":..}` (`start`: the key after which the next page begins), plus the number of the
+/// list's snapshot (`list`), which the next page is served from.
+fn encode_continue(rv: u64, last: &(String, String), list: u64, namespaced: bool) -> String {
     use base64::Engine;
     let key = if namespaced {
         format!("{}/{}\u{0}", last.0, last.1)
     } else {
         format!("{}\u{0}", last.1)
     };
-    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": key});
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": key, "list": list});
     base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
 }
 
-/// The (namespace, name) a continue token resumes after; 400 when it is not one of ours.
-fn decode_continue(token: &str, namespaced: bool) -> Result<(String, String), ApiError> {
+/// The list snapshot a continue token continues; 400 when it is not one of ours.
+fn decode_continue(token: &str) -> Result<u64, ApiError> {
     use base64::Engine;
     let invalid = || ApiError::bad_request(&format!("continue key is not valid: {token:?}"));
     let bytes = base64::engine::general_purpose::URL_SAFE
         .decode(token)
         .map_err(|_| invalid())?;
     let parsed: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
-    if parsed.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+    if parsed.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1")
+        || parsed.get("start").and_then(Value::as_str).is_none()
+    {
         return Err(invalid());
     }
-    let start = parsed
-        .get("start")
-        .and_then(Value::as_str)
-        .ok_or_else(invalid)?;
-    let key = start.strip_suffix('\u{0}').unwrap_or(start);
-    if namespaced {
-        let (ns, name) = key.split_once('/').ok_or_else(invalid)?;
-        Ok((ns.to_string(), name.to_string()))
-    } else {
-        Ok((String::new(), key.to_string()))
-    }
+    parsed
+        .get("list")
+        .and_then(Value::as_u64)
+        .ok_or_else(invalid)
 }
 
 /// With a status subresource, a create through the main endpoint drops `status`, as the real

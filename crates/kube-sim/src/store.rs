@@ -491,6 +491,7 @@ impl Inner {
 pub struct Store {
     inner: Arc<RwLock<Inner>>,
     events: broadcast::Sender<Arc<WatchEvent>>,
+    lists: Arc<std::sync::Mutex<ListSnapshots>>,
 }
 
 /// Optimistic-concurrency check requested by the caller.
@@ -580,10 +581,36 @@ fn spec_differs(a: &Value, b: &Value) -> bool {
 pub(crate) struct Page {
     /// The objects of the page.
     pub(crate) items: Vec<Arc<Value>>,
-    /// Namespace and name of the last object looked at, when more objects follow.
-    pub(crate) next: Option<(String, String)>,
-    /// Objects after the page (without a filter: exact; with one: those not yet looked at).
+    /// The resourceVersion the whole list is as of: its first page's.
+    pub(crate) resource_version: u64,
+    /// The snapshot the next page comes from, when more objects follow.
+    pub(crate) next: Option<u64>,
+    /// Objects after the page.
     pub(crate) remaining: usize,
+}
+
+/// How many paged lists may be in progress at once; the oldest is forgotten first.
+const LIST_SNAPSHOTS: usize = 256;
+
+/// How long a paged list may take between two pages before its snapshot is forgotten (a
+/// real server keeps its snapshot until etcd compacts it, every 5 minutes by default).
+const LIST_SNAPSHOT_TTL: Duration = Duration::from_secs(300);
+
+/// The rest of each paged list in progress, as of its first page. A real API server serves
+/// every page of a list from the revision of its first page and gives that revision as the
+/// list's resourceVersion, so a watch from it sees every change made while the client paged.
+/// Walking on from the last key with the current state instead lost the creations made meanwhile
+/// behind the cursor: they were in no page, and before the watch's starting point.
+#[derive(Default)]
+struct ListSnapshots {
+    next_id: u64,
+    by_id: BTreeMap<u64, ListSnapshot>,
+}
+
+struct ListSnapshot {
+    resource_version: u64,
+    rest: VecDeque<Arc<Value>>,
+    last_served: Instant,
 }
 
 impl Store {
@@ -610,6 +637,7 @@ impl Store {
                 crd_versions: HashMap::new(),
             })),
             events,
+            lists: Arc::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
@@ -804,58 +832,98 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
     ) -> Vec<Arc<Value>> {
-        self.page(api_group, resource, namespace, None, 0, |_| true)
-            .items
+        self.page(api_group, resource, namespace, 0, |_| true).items
     }
 
-    /// Up to `limit` (0: all) objects of a resource passing `keep`, in list order, starting
-    /// after `after` (namespace, name): a continued list walks on from its last key instead
-    /// of scanning from the start.
+    /// The first page of a list: up to `limit` (0: all) objects of a resource passing `keep`,
+    /// in list order, as of one resourceVersion. When more follow, the rest is kept as of that
+    /// version for [`Store::next_page`].
     pub(crate) fn page(
         &self,
         api_group: &str,
         resource: &str,
         namespace: Option<&str>,
-        after: Option<&(String, String)>,
         limit: usize,
         mut keep: impl FnMut(&Value) -> bool,
     ) -> Page {
         use std::ops::Bound;
         let (sg, sr) = storage(api_group, resource);
         let inner = self.read();
-        let mut page = Page {
-            items: Vec::new(),
-            next: None,
-            remaining: 0,
-        };
-        let Some(objects) = inner.objects.get(&(sg.to_string(), sr.to_string())) else {
-            return page;
-        };
-        let lower = match (after, namespace) {
-            (Some(key), _) => Bound::Excluded(key.clone()),
-            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
-            (None, None) => Bound::Unbounded,
-        };
-        let mut range = objects
-            .range((lower, Bound::Unbounded))
-            .take_while(|((ns, _), _)| namespace.is_none_or(|n| n == ns));
-        for (key, obj) in range.by_ref() {
-            if !keep(obj) {
-                continue;
-            }
-            page.items.push(obj.clone());
-            if limit != 0 && page.items.len() == limit {
-                page.next = Some(key.clone());
-                break;
-            }
+        let resource_version = inner.rv;
+        let mut items = Vec::new();
+        if let Some(objects) = inner.objects.get(&(sg.to_string(), sr.to_string())) {
+            let lower = match namespace {
+                Some(ns) => Bound::Included((ns.to_string(), String::new())),
+                None => Bound::Unbounded,
+            };
+            items.extend(
+                objects
+                    .range((lower, Bound::Unbounded))
+                    .take_while(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+                    .map(|(_, obj)| obj)
+                    .filter(|obj| keep(obj))
+                    .cloned(),
+            );
         }
-        if page.next.is_some() {
-            page.remaining = range.count();
-            if page.remaining == 0 {
-                page.next = None;
-            }
+        drop(inner);
+        if limit == 0 || items.len() <= limit {
+            return Page {
+                items,
+                resource_version,
+                next: None,
+                remaining: 0,
+            };
         }
-        page
+        let rest: VecDeque<Arc<Value>> = items.split_off(limit).into();
+        let remaining = rest.len();
+        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        lists
+            .by_id
+            .retain(|_, l| now.duration_since(l.last_served) < LIST_SNAPSHOT_TTL);
+        while lists.by_id.len() >= LIST_SNAPSHOTS {
+            lists.by_id.pop_first();
+        }
+        lists.next_id += 1;
+        let id = lists.next_id;
+        lists.by_id.insert(
+            id,
+            ListSnapshot {
+                resource_version,
+                rest,
+                last_served: now,
+            },
+        );
+        Page {
+            items,
+            resource_version,
+            next: Some(id),
+            remaining,
+        }
+    }
+
+    /// The next page of the paged list `id`, as of its first page; `None` once that list is
+    /// forgotten (finished, too old, or pushed out by newer ones).
+    pub(crate) fn next_page(&self, id: u64, limit: usize) -> Option<Page> {
+        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let list = lists.by_id.get_mut(&id)?;
+        let take = if limit == 0 {
+            list.rest.len()
+        } else {
+            limit.min(list.rest.len())
+        };
+        let items: Vec<Arc<Value>> = list.rest.drain(..take).collect();
+        list.last_served = Instant::now();
+        let (resource_version, remaining) = (list.resource_version, list.rest.len());
+        if remaining == 0 {
+            lists.by_id.remove(&id);
+        }
+        Some(Page {
+            items,
+            resource_version,
+            next: (remaining > 0).then_some(id),
+            remaining,
+        })
     }
 
     /// Objects naming `owner_uid` in their `ownerReferences`, as (group, resource, stored

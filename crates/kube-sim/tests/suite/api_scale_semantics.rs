@@ -21,11 +21,53 @@ fn stored_cm(name: &str) -> Value {
 /// More events than a watcher's live buffer holds (4,096).
 const BURST: usize = 5000;
 
+/// Every page of a list is as of its first page, and so is the list's resourceVersion, as a
+/// real API server serves it: objects created while the client pages are in no page, and a
+/// watch from the list's resourceVersion tells of each of them. Continuing from the last key
+/// with the current state lost an object created behind the cursor: it was in no page, and
+/// the last page's later resourceVersion started the watch after its creation.
 #[tokio::test]
-async fn paged_lists_continue_after_the_last_key_served() {
+async fn paged_lists_are_one_snapshot_and_a_watch_from_it_misses_nothing() {
     let sim = KubeSim::builder().start().await.unwrap();
     let client = Client::try_from(Config::new(sim.base_url.parse().unwrap())).unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    paging_while_objects_change(client, "default").await;
+
+    // A list forgotten meanwhile is 410 Gone, as a compacted one is on a real server.
+    let api: Api<ConfigMap> = Api::namespaced(
+        Client::try_from(Config::new(sim.base_url.parse().unwrap())).unwrap(),
+        "default",
+    );
+    let again = api.list(&ListParams::default().limit(1)).await.unwrap();
+    let token = again.metadata.continue_.clone().unwrap();
+    api.list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap();
+    match api
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected a Status, got {other:?}"),
+    }
+}
+
+/// The same scenario against the real kube-apiserver: what kube-sim does above is what it
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_api_server_pages_one_snapshot_too() {
+    let real = test_apiserver::ControlPlane::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = real.admin_client().await.expect("admin client");
+    paging_while_objects_change(client, "default").await;
+}
+
+/// Pages through five ConfigMaps of `namespace` (which has no others) while one is created
+/// behind the cursor, one ahead of it and one deleted; checks the pages, their
+/// resourceVersion, and what a watch from it tells.
+async fn paging_while_objects_change(client: Client, namespace: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     for i in 0..5 {
         api.create(&PostParams::default(), &cm(&format!("c{i}")))
             .await
@@ -36,16 +78,17 @@ async fn paged_lists_continue_after_the_last_key_served() {
         l.items
             .iter()
             .map(|o| o.metadata.name.clone().unwrap())
+            .filter(|n| n != "kube-root-ca.crt")
             .collect()
     };
     assert_eq!(names(&first), ["c0", "c1"]);
-    assert_eq!(first.metadata.remaining_item_count, Some(3));
     let token = first.metadata.continue_.clone().unwrap();
-    // An object created before the cursor is not served again; one after it is.
+    // Created while the client pages: one behind the cursor, one ahead of it; one deleted.
     api.create(&PostParams::default(), &cm("a-late"))
         .await
         .unwrap();
     api.create(&PostParams::default(), &cm("c9")).await.unwrap();
+    api.delete("c3", &Default::default()).await.unwrap();
     let second = api
         .list(&ListParams::default().limit(2).continue_token(&token))
         .await
@@ -59,9 +102,39 @@ async fn paged_lists_continue_after_the_last_key_served() {
         )
         .await
         .unwrap();
-    assert_eq!(names(&last), ["c4", "c9"]);
+    assert_eq!(names(&last), ["c4"]);
     assert_eq!(last.metadata.continue_.as_deref().unwrap_or(""), "");
-    assert_eq!(last.metadata.remaining_item_count, None);
+    let rv = first.metadata.resource_version.clone().unwrap();
+    assert_eq!(
+        second.metadata.resource_version.as_deref(),
+        Some(rv.as_str())
+    );
+    assert_eq!(last.metadata.resource_version.as_deref(), Some(rv.as_str()));
+
+    // What the pages left out, a watch from the list's resourceVersion tells.
+    let events: Vec<(&str, String)> = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .filter_map(|e| async move {
+            match e.unwrap() {
+                WatchEvent::Added(o) => Some(("ADDED", o.metadata.name.unwrap())),
+                WatchEvent::Deleted(o) => Some(("DELETED", o.metadata.name.unwrap())),
+                WatchEvent::Bookmark(_) => None,
+                other => Some(("OTHER", format!("{other:?}"))),
+            }
+        })
+        .take(3)
+        .collect()
+        .await;
+    assert_eq!(
+        events,
+        [
+            ("ADDED", "a-late".to_string()),
+            ("ADDED", "c9".to_string()),
+            ("DELETED", "c3".to_string()),
+        ]
+    );
 }
 
 #[tokio::test]
