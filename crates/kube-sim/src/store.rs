@@ -657,6 +657,11 @@ impl Store {
         self.inner.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The paged lists in progress; usable after a panic like [`Store::lock`].
+    fn lists(&self) -> std::sync::MutexGuard<'_, ListSnapshots> {
+        self.lists.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Registers (or replaces) a resource type.
     pub fn register(&self, t: ResourceType) {
         let mut inner = self.lock();
@@ -876,7 +881,7 @@ impl Store {
         }
         let rest: VecDeque<Arc<Value>> = items.split_off(limit).into();
         let remaining = rest.len();
-        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lists = self.lists();
         let now = Instant::now();
         lists
             .by_id
@@ -905,7 +910,7 @@ impl Store {
     /// The next page of the paged list `id`, as of its first page; `None` once that list is
     /// forgotten (finished, too old, or pushed out by newer ones).
     pub(crate) fn next_page(&self, id: u64, limit: usize) -> Option<Page> {
-        let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lists = self.lists();
         let list = lists.by_id.get_mut(&id)?;
         let take = if limit == 0 {
             list.rest.len()

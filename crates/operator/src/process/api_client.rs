@@ -37,26 +37,17 @@ const QUEUE: usize = 1024;
 
 /// A client for `config` with at most `max_in_flight` requests (watches aside) in flight.
 pub fn client(config: kube::Config, max_in_flight: usize) -> Result<kube::Client, kube::Error> {
-    bounded_client(config, max_in_flight, None)
-}
-
-/// [`client`] whose requests (watches aside) must complete, waiting for a permit and reading
-/// the whole answer included, within `deadline`: for servers an object names, which may accept
-/// connections and never answer.
-pub fn bounded_client(
-    config: kube::Config,
-    max_in_flight: usize,
-    deadline: Option<Duration>,
-) -> Result<kube::Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
-        .with_layer(&InFlightLimit::new(max_in_flight).with_deadline(deadline))
+        .with_layer(&InFlightLimit::new(max_in_flight))
         .build())
 }
 
-/// [`bounded_client`] that offers HTTP/2 in the TLS handshake (ALPN `h2`, then `http/1.1`).
-/// Against a server that accepts it (every Kubernetes API server does), the requests in flight
-/// share one connection, where kube-rs' own stack opens one HTTP/1.1 connection per request in
-/// flight: at 1,000 clusters, 8 connections to each of 100 workload clusters held about a fifth
+/// [`client`] for a server an object names, which may accept connections and never answer:
+/// its requests (watches aside) must also complete, waiting for a permit and reading the
+/// whole answer included, within `deadline`. It offers HTTP/2 in the TLS handshake (ALPN
+/// `h2`, then `http/1.1`). Against a server that accepts it (every Kubernetes API server
+/// does), the requests in flight share one connection, where kube-rs' own stack opens one
+/// HTTP/1.1 connection per request in flight: at 1,000 clusters, 8 connections to each of 100 workload clusters held about a fifth
 /// of the operator's peak heap (docs/performance.md). The rest of the stack is kube-rs' own:
 /// its TLS configuration (CA, client certificate, `tls-server-name`), connect and read
 /// timeouts, credentials, impersonation headers and retries of throttled requests.
@@ -124,13 +115,13 @@ pub fn multiplexed_client(
         .build())
 }
 
-/// The error of a request that passed its deadline ([`bounded_client`]).
+/// The error of a request that passed its deadline ([`multiplexed_client`]).
 #[derive(Debug, thiserror::Error)]
 #[error("no complete answer within {}s", .0.as_secs())]
 pub struct RequestTimedOut(pub Duration);
 
-/// Whether `err` is a request that passed a time bound: the deadline of [`bounded_client`], or
-/// kube's connect and read timeouts.
+/// Whether `err` is a request that passed a time bound: the deadline of
+/// [`multiplexed_client`], or kube's connect and read timeouts.
 pub fn is_timeout(err: &kube::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {

@@ -12,17 +12,39 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::response::IntoResponse;
 use omni_operator::process::api_client;
 
+/// What a test API server saw of a client: the connections that carried a request, the HTTP
+/// versions asked in, and the most lists in flight at once.
 #[derive(Default)]
 struct Server {
     in_flight: AtomicUsize,
     most_in_flight: AtomicUsize,
     /// Peer addresses seen: one per connection.
     peers: std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>,
+    versions: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Server {
     fn connections(&self) -> usize {
         self.peers.lock().map(|p| p.len()).unwrap_or_default()
+    }
+
+    /// Records a request from `peer` in HTTP `version`.
+    fn saw(&self, peer: std::net::SocketAddr, version: http::Version) {
+        if let Ok(mut peers) = self.peers.lock() {
+            peers.insert(peer);
+        }
+        if let Ok(mut versions) = self.versions.lock() {
+            versions.insert(format!("{version:?}"));
+        }
+    }
+
+    /// A list's answer (JSON), after 100 ms in flight.
+    async fn list(&self) -> &'static str {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[]}"#
     }
 }
 
@@ -35,11 +57,10 @@ struct Params {
 async fn handle(
     State(s): State<Arc<Server>>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    version: http::Version,
     Query(p): Query<Params>,
 ) -> axum::response::Response {
-    if let Ok(mut peers) = s.peers.lock() {
-        peers.insert(peer);
-    }
+    s.saw(peer, version);
     if p.watch.as_deref() == Some("true") {
         let events = futures::stream::unfold((), |()| async {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -47,14 +68,8 @@ async fn handle(
         });
         return axum::body::Body::from_stream(events).into_response();
     }
-    let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    s.most_in_flight.fetch_max(now, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    s.in_flight.fetch_sub(1, Ordering::SeqCst);
-    axum::Json(serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": []
-    }))
-    .into_response()
+    let list = s.list().await;
+    ([(http::header::CONTENT_TYPE, "application/json")], list).into_response()
 }
 
 async fn serve() -> (Arc<Server>, String) {
@@ -129,20 +144,10 @@ async fn watches_never_wait_for_a_slot_and_hold_none() {
         .unwrap_or_else(|_| panic!("running watches held the slots"));
 }
 
-/// What a TLS API server saw of a client: the connections that carried a request, the HTTP
-/// versions asked in, and the most requests in flight at once.
-#[derive(Default)]
-struct TlsServerSeen {
-    in_flight: AtomicUsize,
-    most_in_flight: AtomicUsize,
-    connections: std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>,
-    versions: std::sync::Mutex<std::collections::BTreeSet<String>>,
-}
-
 /// A TLS API server offering `h2` and `http/1.1` in ALPN, as a real one does, with a
-/// certificate for `hosts`, whose lists answer after 100 ms; returns what it saw, its URL
-/// (`https://127.0.0.1:<port>`) and its CA (PEM).
-async fn serve_tls(hosts: &[&str]) -> (Arc<TlsServerSeen>, String, String) {
+/// certificate for `hosts`, whose lists answer as [`Server::list`] does; returns what it saw,
+/// its URL (`https://127.0.0.1:<port>`) and its CA (PEM).
+async fn serve_tls(hosts: &[&str]) -> (Arc<Server>, String, String) {
     let ca = kube_sim::tls::CertificateAuthority::generate("api-client-test-ca")
         .unwrap_or_else(|e| panic!("{e}"));
     let serving = ca.issue_server(hosts).unwrap_or_else(|e| panic!("{e}"));
@@ -152,7 +157,7 @@ async fn serve_tls(hosts: &[&str]) -> (Arc<TlsServerSeen>, String, String) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let seen = Arc::new(TlsServerSeen::default());
+    let seen = Arc::new(Server::default());
     let state = seen.clone();
     tokio::spawn(async move {
         while let Ok((tcp, peer)) = listener.accept().await {
@@ -164,17 +169,8 @@ async fn serve_tls(hosts: &[&str]) -> (Arc<TlsServerSeen>, String, String) {
                 let service = hyper::service::service_fn(move |req: http::Request<_>| {
                     let seen = seen.clone();
                     async move {
-                        if let Ok(mut c) = seen.connections.lock() {
-                            c.insert(peer);
-                        }
-                        if let Ok(mut v) = seen.versions.lock() {
-                            v.insert(format!("{:?}", req.version()));
-                        }
-                        let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                        seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        seen.in_flight.fetch_sub(1, Ordering::SeqCst);
-                        let list = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[]}"#;
+                        seen.saw(peer, req.version());
+                        let list = seen.list().await;
                         Ok::<_, std::convert::Infallible>(http::Response::new(
                             http_body_util::Full::new(bytes::Bytes::from_static(list.as_bytes())),
                         ))
@@ -228,8 +224,11 @@ async fn a_workload_client_multiplexes_its_requests_in_flight_over_one_connectio
     list_all(&client, 40).await;
     let versions = seen.versions.lock().map(|v| v.clone()).unwrap_or_default();
     assert_eq!(versions.into_iter().collect::<Vec<_>>(), ["HTTP/2.0"]);
-    let connections = seen.connections.lock().map(|c| c.len()).unwrap_or_default();
-    assert_eq!(connections, 1, "requests in flight each held a connection");
+    assert_eq!(
+        seen.connections(),
+        1,
+        "requests in flight each held a connection"
+    );
     assert_eq!(
         seen.most_in_flight.load(Ordering::SeqCst),
         8,

@@ -560,19 +560,10 @@ async fn a_workload_client_speaks_http2_with_the_real_api_server() {
     let ca_pem = cluster.cp.ca_pem();
 
     // What the real server chooses when offered both, as the workload client offers them.
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in kube_sim::tls::certificates_from_pem(ca_pem.as_bytes())
-        .unwrap_or_else(|e| panic!("CA: {e}"))
-    {
-        roots.add(cert).unwrap_or_else(|e| panic!("CA: {e}"));
-    }
-    let mut tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap_or_else(|e| panic!("{e}"))
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let mut tls = std::sync::Arc::unwrap_or_clone(
+        kube_sim::tls::client_config_from_pem(ca_pem.as_bytes())
+            .unwrap_or_else(|e| panic!("CA: {e}")),
+    );
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let authority = cluster.cp.url.trim_start_matches("https://").to_owned();
     let tcp = tokio::net::TcpStream::connect(&authority)
