@@ -202,9 +202,11 @@ pub(crate) fn start<K: Child + std::fmt::Debug, S: Shutdown>(
     let (controller, index) = indexed_controller_for::<K>(ctx, watches, |c| {
         vec![RefKey::new("cluster", &namespace_of(c), c.cluster_ref())]
     });
-    let clusters = ctx
-        .baseline
-        .mapped_events(watches.of::<OmniCluster>().subscribe());
+    // Not filtered by the baseline model's predicate (`Quirks::mapped_events`), which passes
+    // no status change: a child's `Ready` follows its cluster's, so the model's children
+    // waited for ever. The original filters this watch, but its children report only whether
+    // the cluster exists; and no loop runs through here (no child status wakes a cluster).
+    let clusters = watches.of::<OmniCluster>().subscribe();
     let controller = controller.watches_stream(
         cluster_triggers(clusters, ClusterTrigger::ChangesAndConditions),
         move |cluster: Cached<OmniCluster>| index.referring_to("cluster", &cluster),

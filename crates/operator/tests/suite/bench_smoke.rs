@@ -15,6 +15,7 @@ use omni_bench::{RunConfig, report, run_once};
 fn config(helm: Option<PathBuf>, edits: usize) -> RunConfig {
     RunConfig {
         operator_binary: PathBuf::from(env!("CARGO_BIN_EXE_omni-operator")),
+        original_binary: None,
         helm,
         omni_latency: OmniLatency {
             per_rpc_ms: 1,
@@ -74,6 +75,37 @@ async fn a_converged_fleet_left_alone_gets_no_operator_write() {
     );
     // Both ends hold the whole fleet.
     assert_eq!(run.end_state.workload_secrets, 100);
+}
+
+/// The baseline model (`omni-bench --baseline`, every quirk on) converges a small fleet into
+/// the state the operator reaches: a model that never converges compares nothing. It did not
+/// once children's `Ready` followed their cluster's while the model's predicate kept the
+/// cluster's condition changes from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_baseline_model_converges_a_fleet_too() {
+    let mut config = config(None, 2);
+    config.idle = Duration::from_secs(2);
+    config.cold_start_limit = Duration::from_secs(90);
+    let spec = FleetSpec {
+        clusters: 2,
+        syncs: 10,
+        workload_clusters: 1,
+        helm_releases: 0,
+        sets: false,
+    };
+    let run = run_once(&config, &spec, "all").await.unwrap();
+    println!("{}", report::run_table(&run));
+
+    assert!(
+        run.cold_start.converged,
+        "the model did not converge: {:?}",
+        run.cold_start.progress
+    );
+    // Two clusters' template resources in Omni, every copy in the workload cluster.
+    assert_eq!(
+        (run.end_state.omni_resources, run.end_state.workload_secrets),
+        (12, 10)
+    );
 }
 
 /// The set scenario (`omni-bench --sets`) on a few clusters: both sets and everything they
