@@ -5,7 +5,8 @@
 //! `omni-operator` binary as a child process and measures its phases: cold start, idle window,
 //! change latency. A *sweep* repeats runs over fleet sizes and fits the growth exponent; a
 //! *baseline comparison* repeats runs with the operator's hidden `--baseline-quirks` flag, which
-//! models the original implementation's documented behaviour, and reports ratios.
+//! models the original implementation's documented behaviour, and with the original
+//! implementation itself where its binary is at hand ([`ORIGINAL`]), and reports ratios.
 
 #![warn(missing_docs)]
 
@@ -27,11 +28,17 @@ use crate::fleet::FleetSpec;
 use crate::operator::OperatorProcess;
 use crate::phases::{ColdStart, EndState, Idle, Latency};
 
+/// The variant of a baseline comparison that runs the original implementation's own binary
+/// ([`RunConfig::original_binary`]) in place of the operator.
+pub const ORIGINAL: &str = "original";
+
 /// Everything one run needs besides the fleet.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The `omni-operator` binary.
     pub operator_binary: PathBuf,
+    /// The original implementation's binary, for the [`ORIGINAL`] variant.
+    pub original_binary: Option<PathBuf>,
     /// Helm (only needed with Helm releases).
     pub helm: Option<PathBuf>,
     /// Omni latency, equal for every variant.
@@ -71,13 +78,18 @@ pub struct RunResult {
 }
 
 /// Runs the phases once against fresh emulators; `variant` is the operator's
-/// `--baseline-quirks` value or `none`.
+/// `--baseline-quirks` value, `none`, or [`ORIGINAL`].
 pub async fn run_once(
     config: &RunConfig,
     spec: &FleetSpec,
     variant: &str,
 ) -> anyhow::Result<RunResult> {
     spec.validate()?;
+    let original = match (variant == ORIGINAL, &config.original_binary) {
+        (false, _) => None,
+        (true, Some(binary)) => Some(binary),
+        (true, None) => anyhow::bail!("the variant `{ORIGINAL}` needs --original-binary"),
+    };
     let dir = tempfile::Builder::new().prefix("omni-bench-").tempdir()?;
     let emu = Emulators::start(
         spec,
@@ -91,13 +103,18 @@ pub async fn run_once(
         sets::prepare_workloads(&emu, spec)?;
     }
     let quirks = (variant != "none").then_some(variant);
-    let mut operator = OperatorProcess::start(
-        &config.operator_binary,
-        &emu.operator_kubeconfig,
-        dir.path(),
-        config.helm.as_deref(),
-        quirks,
-    )?;
+    let mut operator = match original {
+        Some(binary) => {
+            OperatorProcess::start_original(binary, &emu.operator_kubeconfig, dir.path())?
+        }
+        None => OperatorProcess::start(
+            &config.operator_binary,
+            &emu.operator_kubeconfig,
+            dir.path(),
+            config.helm.as_deref(),
+            quirks,
+        )?,
+    };
     let result = async {
         let started = Instant::now();
         let cold_start =

@@ -69,9 +69,14 @@ struct Args {
     /// Repetitions per variant with --baseline (medians are reported).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     repetitions: u32,
-    /// Only these variants with --baseline (default: each quirk, then `all`).
+    /// Only these variants with --baseline (default: each quirk, then `all`, then `original`
+    /// with --original-binary).
     #[arg(long, value_delimiter = ',')]
     variants: Vec<String>,
+    /// The original implementation's binary, built from its source (docs/performance.md): with
+    /// --baseline, the variant `original` runs it against the same emulators and fleet.
+    #[arg(long)]
+    original_binary: Option<PathBuf>,
     /// Write the results as JSON here (`-` for stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -175,6 +180,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let config = RunConfig {
         operator_binary: omni_bench::operator::locate_binary(args.operator_binary.as_deref())?,
+        original_binary: match &args.original_binary {
+            Some(p) if !p.is_file() => {
+                anyhow::bail!("--original-binary {} does not exist", p.display())
+            }
+            p => p.clone(),
+        },
         helm,
         omni_latency: OmniLatency {
             per_rpc_ms: args.omni_rpc_latency_ms,
@@ -208,6 +219,11 @@ async fn main() -> anyhow::Result<()> {
                 .filter(|q| spec.helm_releases > 0 || **q != "helm-upgrade-every-trigger")
                 .map(|q| (*q).to_owned())
                 .chain(["all".to_owned()])
+                .chain(
+                    args.original_binary
+                        .is_some()
+                        .then(|| omni_bench::ORIGINAL.to_owned()),
+                )
                 .collect()
         } else {
             args.variants.clone()

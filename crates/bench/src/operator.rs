@@ -99,7 +99,38 @@ impl OperatorProcess {
             .arg("--helm-binary")
             .arg(helm.unwrap_or(Path::new("helm")))
             .args(extra);
-        Self::spawn(cmd, None, kubeconfig, work_dir, log_file, log)
+        Self::spawn(cmd, &[], kubeconfig, work_dir, log_file, log)
+    }
+
+    /// Starts the original implementation's binary (a controller-runtime manager built from its
+    /// source, docs/performance.md) the way its chart runs it, against the same kubeconfig:
+    /// leader election off (its default), no webhooks, metrics and probes off, watching the
+    /// fleet's namespace, logging only errors (the operator runs at `warn`).
+    pub fn start_original(
+        binary: &Path,
+        kubeconfig: &Path,
+        work_dir: &Path,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(work_dir)?;
+        let log = work_dir.join("original.log");
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.args([
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--zap-devel=false",
+            "--zap-log-level=error",
+        ]);
+        let home = work_dir.to_string_lossy();
+        let env = [
+            // Outside a pod it learns its namespace from here, and watches only that one.
+            ("POD_NAMESPACE", fleet::NAMESPACE),
+            ("ENABLE_WEBHOOKS", "false"),
+            // The Helm SDK keeps its caches under the home directory.
+            ("HOME", home.as_ref()),
+        ];
+        Self::spawn(cmd, &env, kubeconfig, work_dir, log_file, log)
     }
 
     /// Starts `bench_binary` (`omni-bench`) as the null operator ([`crate::null_operator`]),
@@ -113,14 +144,14 @@ impl OperatorProcess {
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let cmd = tokio::process::Command::new(bench_binary);
-        let role = Some((crate::null_operator::ENV, "1"));
-        Self::spawn(cmd, role, kubeconfig, work_dir, log_file, log)
+        let role = [(crate::null_operator::ENV, "1")];
+        Self::spawn(cmd, &role, kubeconfig, work_dir, log_file, log)
     }
 
     /// Spawns `cmd` with only the environment a measured process needs (plus `extra`).
     fn spawn(
         mut cmd: tokio::process::Command,
-        extra: Option<(&str, &str)>,
+        extra: &[(&str, &str)],
         kubeconfig: &Path,
         work_dir: &Path,
         log_file: std::fs::File,
@@ -135,9 +166,7 @@ impl OperatorProcess {
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
             .kill_on_drop(true);
-        if let Some((key, value)) = extra {
-            cmd.env(key, value);
-        }
+        cmd.envs(extra.iter().copied());
         // An omni-bench killed outright (SIGKILL, the OOM killer, a CI timeout) cannot stop
         // its child, so the kernel does: the child gets SIGKILL when the thread that spawned it
         // ends. That is a Tokio worker or the main thread, which live as long as the process.

@@ -178,13 +178,22 @@ fn waiting_on(kind: &str, obj: &Value) -> String {
     }
 }
 
-fn ready_at_generation(obj: &Value) -> bool {
+/// Whether `obj` is Ready at its generation. The original implementation gives the three parts
+/// of a cluster no `Ready` condition, only `Accepted` (their cluster exists): a part without a
+/// `Ready` condition counts when it is Accepted. The operator always writes both together.
+fn ready_at_generation(kind: &str, obj: &Value) -> bool {
     let generation = obj["metadata"]["generation"].as_i64();
-    obj["status"]["observedGeneration"].as_i64() == generation
-        && obj["status"]["conditions"].as_array().is_some_and(|cs| {
+    let conditions = obj["status"]["conditions"].as_array();
+    let is_true = |type_: &str| {
+        conditions.is_some_and(|cs| {
             cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                .any(|c| c["type"] == type_ && c["status"] == "True")
         })
+    };
+    let has_ready = conditions.is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready"));
+    let is_part = matches!(kind, "OmniControlPlane" | "OmniWorkers" | "OmniMachine");
+    obj["status"]["observedGeneration"].as_i64() == generation
+        && (is_true("Ready") || (is_part && !has_ready && is_true("Accepted")))
 }
 
 /// The operator's custom resources in the fleet's namespace: how many, how many Ready at their
@@ -196,7 +205,7 @@ pub fn custom_resources(emu: &Emulators) -> anyhow::Result<Progress> {
         let ar = emulators::api_resource(kind)?;
         for obj in store.list_objects(&ar.group, &ar.plural, Some(fleet::NAMESPACE)) {
             p.objects += 1;
-            if ready_at_generation(&obj) {
+            if ready_at_generation(kind, &obj) {
                 p.ready += 1;
             } else if p.waiting.len() < WAITING_SAMPLE {
                 p.waiting.push(waiting_on(kind, &obj));
@@ -726,6 +735,7 @@ pub async fn change_latency(
 pub fn end_state(emu: &Emulators, spec: &FleetSpec) -> EndState {
     use omni_sim::types::ty;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let (mut omni, mut workload) = (hasher.clone(), hasher.clone());
     let mut omni_resources = 0;
     for t in [
         ty::CLUSTER,
@@ -745,8 +755,10 @@ pub fn end_state(emu: &Emulators, spec: &FleetSpec) -> EndState {
             .collect();
         rs.sort();
         omni_resources += rs.len();
-        t.hash(&mut hasher);
-        rs.hash(&mut hasher);
+        for h in [&mut hasher, &mut omni] {
+            t.hash(h);
+            rs.hash(h);
+        }
     }
     let mut workload_secrets = 0;
     for i in 0..spec.workload_clusters {
@@ -761,13 +773,17 @@ pub fn end_state(emu: &Emulators, spec: &FleetSpec) -> EndState {
             .collect();
         secrets.sort();
         workload_secrets += secrets.len();
-        i.hash(&mut hasher);
-        secrets.hash(&mut hasher);
+        for h in [&mut hasher, &mut workload] {
+            i.hash(h);
+            secrets.hash(h);
+        }
     }
     EndState {
         omni_resources,
         workload_secrets,
         digest: format!("{:016x}", hasher.finish()),
+        omni_digest: format!("{:016x}", omni.finish()),
+        workload_digest: format!("{:016x}", workload.finish()),
     }
 }
 
@@ -792,6 +808,10 @@ pub struct EndState {
     pub workload_secrets: usize,
     /// Hash over both.
     pub digest: String,
+    /// Hash over the Omni resources alone: which half differs when `digest` does.
+    pub omni_digest: String,
+    /// Hash over the workload Secrets alone.
+    pub workload_digest: String,
 }
 
 #[cfg(test)]
@@ -849,9 +869,28 @@ mod tests {
             "conditions": [{"type": "Ready", "status": "True"}]}});
         let failing = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2,
             "conditions": [{"type": "Ready", "status": "False"}]}});
-        assert!(ready_at_generation(&ready));
-        assert!(!ready_at_generation(&stale));
-        assert!(!ready_at_generation(&failing));
+        for kind in ["OmniCluster", "OmniWorkers"] {
+            assert!(ready_at_generation(kind, &ready));
+            assert!(!ready_at_generation(kind, &stale));
+            assert!(!ready_at_generation(kind, &failing));
+        }
+    }
+
+    #[test]
+    fn a_part_without_a_ready_condition_is_ready_when_accepted() {
+        // The original implementation's parts: `Accepted` only.
+        let accepted = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1,
+            "conditions": [{"type": "Accepted", "status": "True"}]}});
+        let missing = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1,
+            "conditions": [{"type": "Accepted", "status": "False"}]}});
+        // The operator's parts say whether their cluster is Ready: Accepted alone is not enough.
+        let waiting = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1,
+            "conditions": [{"type": "Accepted", "status": "True"},
+                {"type": "Ready", "status": "False"}]}});
+        assert!(ready_at_generation("OmniMachine", &accepted));
+        assert!(!ready_at_generation("OmniMachine", &missing));
+        assert!(!ready_at_generation("OmniMachine", &waiting));
+        assert!(!ready_at_generation("OmniCluster", &accepted));
     }
 
     #[test]

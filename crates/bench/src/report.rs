@@ -371,10 +371,14 @@ pub fn run_table(r: &RunResult) -> String {
         }
     }
     rows.push((
-        "end state (Omni resources / workload Secrets / digest)",
+        "end state (Omni resources / workload Secrets / digest: Omni, workload)",
         format!(
-            "{} / {} / {}",
-            r.end_state.omni_resources, r.end_state.workload_secrets, r.end_state.digest
+            "{} / {} / {}: {}, {}",
+            r.end_state.omni_resources,
+            r.end_state.workload_secrets,
+            r.end_state.digest,
+            r.end_state.omni_digest,
+            r.end_state.workload_digest
         ),
     ));
     aligned(&mut t, &rows);

@@ -13,6 +13,7 @@ use omni_bench::{RunConfig, report};
 async fn the_null_operator_lists_the_fleet_with_the_operators_watches() {
     let config = RunConfig {
         operator_binary: PathBuf::new(),
+        original_binary: None,
         helm: None,
         omni_latency: OmniLatency {
             per_rpc_ms: 1,
