@@ -310,11 +310,14 @@ fn access(t: &str) -> Access {
         | ty::MACHINE_STATUS
         | ty::CLUSTER_UUID => Access::ReadOnly,
         ty::LINK => Access::Link,
+        // Omni v1.9.3's state access lets any valid signature read these, and nobody write
+        // them. Notifications must be among them: omnictl lists them before every command.
         ty::TALOS_VERSION
         | ty::KUBERNETES_VERSION
         | ty::NAMESPACE
         | ty::RESOURCE_DEFINITION
-        | ty::SYS_VERSION => Access::Public,
+        | ty::SYS_VERSION
+        | ty::NOTIFICATION => Access::Public,
         ty::IDENTITY | ty::USER => Access::AdminRead,
         _ => Access::Forbidden,
     }

@@ -44,6 +44,9 @@ pub mod ty {
     pub const USER: &str = "Users.omni.sidero.dev";
     pub const IDENTITY: &str = "Identities.omni.sidero.dev";
     pub const SYS_VERSION: &str = "SysVersions.system.sidero.dev";
+    /// Namespace `ephemeral`; omni-sim publishes none, but omnictl lists them before every
+    /// command on servers from 1.6 on.
+    pub const NOTIFICATION: &str = "Notifications.omni.sidero.dev";
     pub const MACHINE_INSTALL_DISK_CONFIG: &str = "MachineInstallDiskConfigs.omni.sidero.dev";
 }
 

@@ -3,6 +3,7 @@
 mod auth;
 mod cluster;
 mod common;
+mod official_client;
 mod outage;
 mod state;
 mod transport;
