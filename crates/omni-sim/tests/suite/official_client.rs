@@ -601,17 +601,19 @@ async fn omnis_own_client_syncs_waits_for_reads_and_deletes_a_template() {
             (CLASS_MACHINE, &pool_set),
         ])
     );
-    // omni-sim starts the upgrade a moment after the sync, and the client's wait returns at
-    // once for a cluster that is still healthy from before: ask until the upgrade has run
-    // (bounded), so the check does not depend on which comes first.
+    // omni-sim starts the upgrade and reports the removed worker gone a moment after the sync,
+    // and the client's wait returns at once for a cluster that is still healthy from before:
+    // ask until the status shows the second revision (bounded), so the checks below do not
+    // depend on which comes first.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let status = loop {
         let third = run(sim.endpoint(), &key, Some(&template), &["status"]).await;
         assert!(third.success, "{}", third.describe());
         let status = third.result("status").clone();
-        let upgraded = status["kubernetes_upgrade"]["last_upgrade_version"] == "1.33.3"
-            && status["kubernetes_upgrade"]["phase"] == "Done";
-        if upgraded || tokio::time::Instant::now() >= deadline {
+        let settled = status["kubernetes_upgrade"]["last_upgrade_version"] == "1.33.3"
+            && status["kubernetes_upgrade"]["phase"] == "Done"
+            && status["machines"]["total"] == 3;
+        if settled || tokio::time::Instant::now() >= deadline {
             break status;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
