@@ -81,10 +81,6 @@ impl OperatorProcess {
         helm: Option<&Path>,
         extra: &[String],
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(work_dir)?;
-        let log = work_dir.join("operator.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let helm_dir = work_dir.join("helm");
         std::fs::create_dir_all(&helm_dir)?;
         let mut cmd = tokio::process::Command::new(binary);
@@ -99,7 +95,7 @@ impl OperatorProcess {
             .arg("--helm-binary")
             .arg(helm.unwrap_or(Path::new("helm")))
             .args(extra);
-        Self::spawn(cmd, &[], kubeconfig, work_dir, log_file, log)
+        Self::spawn(cmd, &[], kubeconfig, work_dir, "operator.log")
     }
 
     /// Starts the original implementation's binary (a controller-runtime manager built from its
@@ -111,10 +107,6 @@ impl OperatorProcess {
         kubeconfig: &Path,
         work_dir: &Path,
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(work_dir)?;
-        let log = work_dir.join("original.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut cmd = tokio::process::Command::new(binary);
         cmd.args([
             "--metrics-bind-address=0",
@@ -130,7 +122,7 @@ impl OperatorProcess {
             // The Helm SDK keeps its caches under the home directory.
             ("HOME", home.as_ref()),
         ];
-        Self::spawn(cmd, &env, kubeconfig, work_dir, log_file, log)
+        Self::spawn(cmd, &env, kubeconfig, work_dir, "original.log")
     }
 
     /// Starts `bench_binary` (`omni-bench`) as the null operator ([`crate::null_operator`]),
@@ -140,23 +132,24 @@ impl OperatorProcess {
         kubeconfig: &Path,
         work_dir: &Path,
     ) -> anyhow::Result<Self> {
-        let log = work_dir.join("null-operator.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let cmd = tokio::process::Command::new(bench_binary);
         let role = [(crate::null_operator::ENV, "1")];
-        Self::spawn(cmd, &role, kubeconfig, work_dir, log_file, log)
+        Self::spawn(cmd, &role, kubeconfig, work_dir, "null-operator.log")
     }
 
-    /// Spawns `cmd` with only the environment a measured process needs (plus `extra`).
+    /// Spawns `cmd` with only the environment a measured process needs (plus `extra`), its
+    /// output going to `work_dir/log_name`.
     fn spawn(
         mut cmd: tokio::process::Command,
         extra: &[(&str, &str)],
         kubeconfig: &Path,
         work_dir: &Path,
-        log_file: std::fs::File,
-        log: PathBuf,
+        log_name: &str,
     ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(work_dir)?;
+        let log = work_dir.join(log_name);
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         cmd.env_clear()
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "warn")
