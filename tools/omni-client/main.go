@@ -46,6 +46,7 @@ type report struct {
 type config struct {
 	client       *client.Client
 	endpoint     string
+	key          string // for omnictl's commands, which read it from the environment
 	templatePath string
 	cluster      string
 	stepTimeout  time.Duration
@@ -69,6 +70,9 @@ var steps = []step{
 	{"kubeconfig", "mint a service-account kubeconfig for the cluster and parse it", stepKubeconfig},
 	{"delete", "delete the template's resources (omnictl cluster template delete) and see them go", stepDelete},
 	{"serviceaccount", "create a Reader service account with a key generated as omnictl does (needs Admin), then use it", stepServiceAccount},
+	{"definitions", "list the ResourceDefinitions omnictl resolves type names with and compare them with Omni's own", stepDefinitions},
+	{"yamlspec", "check the yaml_spec of every readable resource against the YAML Omni makes of its proto_spec", stepYAMLSpec},
+	{"omnictl", "run omnictl's get (table, YAML, JSON) and delete commands on the cluster, in this process", stepOmnictl},
 }
 
 func main() {
@@ -125,7 +129,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// The client falls back to reading this variable itself; it has the key already, and no
-	// child process should inherit it.
+	// child process should inherit it. The omnictl step sets it again only while omnictl runs.
 	os.Unsetenv(keyEnv) //nolint:errcheck
 
 	if flags.NArg() == 0 {
@@ -143,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		selected = append(selected, steps[i])
 	}
 
-	cfg := &config{endpoint: *endpoint, templatePath: *templatePath, cluster: *cluster, stepTimeout: *stepTimeout}
+	cfg := &config{endpoint: *endpoint, key: key, templatePath: *templatePath, cluster: *cluster, stepTimeout: *stepTimeout}
 
 	if cfg.cluster == "" && cfg.templatePath != "" {
 		name, err := templateClusterName(cfg.templatePath)

@@ -17,6 +17,7 @@
 pub mod auth;
 mod clock;
 mod controllers;
+mod definitions;
 pub mod manifest_sync;
 mod server;
 pub mod store;
@@ -25,6 +26,7 @@ pub mod token;
 mod transport;
 pub mod types;
 mod validate;
+mod yaml_spec;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -308,6 +310,7 @@ impl OmniSimBuilder {
     pub async fn start(self) -> Result<RunningOmniSim, SimError> {
         let store = Arc::new(Store::new(self.clock.clone()));
         sysversion::publish(&store, self.backend_api_version);
+        definitions::publish(&store);
         seed_versions(&store, &self.talos_versions, self.latest_supported_talos);
         let controllers = Arc::new(Controllers::new(store.clone(), self.controllers.clone()));
         for m in &self.machines {

@@ -31,6 +31,7 @@ use crate::store::{
 };
 use crate::types::{DEFAULT_NS, Role, ty};
 use crate::validate::{Op, validate};
+use crate::yaml_spec::with_yaml;
 use crate::{WorkloadEndpoint, WorkloadProvider, token};
 
 /// Full gRPC method paths served by the simulator.
@@ -389,11 +390,12 @@ fn tombstone(ns: &str, t: &str, id: &str) -> Resource {
     }
 }
 
+/// A watch event; its resources carry their `yaml_spec`, as Omni's do.
 fn event(event_type: EventType, resource: Resource, old: Option<Resource>) -> Event {
     Event {
-        resource: Some(resource),
+        resource: Some(with_yaml(resource)),
         event_type: event_type as i32,
-        old,
+        old: old.map(with_yaml),
         error: None,
         bookmark: None,
     }
@@ -412,7 +414,7 @@ impl StateService {
         authorize(&ident, &r.r#type, Verb::Read)?;
         let resource = self.0.store.get(&r.namespace, &r.r#type, &r.id)?;
         Ok(Response::new(GetResponse {
-            resource: Some(resource),
+            resource: Some(with_yaml(resource)),
         }))
     }
 
@@ -433,7 +435,7 @@ impl StateService {
             .filter(|res| id_re.as_ref().is_none_or(|re| re.is_match(&meta(res).id)))
             .map(|resource| {
                 Ok(ListResponse {
-                    resource: Some(resource),
+                    resource: Some(with_yaml(resource)),
                 })
             })
             .collect();

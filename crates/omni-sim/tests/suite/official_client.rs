@@ -4,7 +4,9 @@
 //! `github.com/siderolabs/omni/client` at the version pinned in tools/omni-client/go.mod and
 //! drives it the way omnictl and an operator do: omnictl's connection preamble, list, template
 //! sync of two revisions (each followed by a resync that must find nothing to do), read-back,
-//! status wait, kubeconfig, template delete, service-account creation. It prints one JSON line
+//! status wait, kubeconfig, template delete, service-account creation; and omnictl's own `get`
+//! and `delete` commands, with the ResourceDefinitions and `yaml_spec` they depend on checked
+//! against Omni's code. It prints one JSON line
 //! per step; the tests check each step's result and what omni-sim's store holds afterwards. Everything else in this suite is our own reading of Omni's protocol; this is
 //! Omni's reading of it, so when the two disagree the emulator is what is wrong.
 //!
@@ -335,9 +337,9 @@ fn owned(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[tokio::test]
-async fn omnis_own_client_syncs_waits_for_reads_and_deletes_a_template() {
-    let bin = binary(); // fail first, and clearly, when the program is not built
+/// omni-sim with the pool the template draws from: the manual machines and one machine of class
+/// `general`.
+async fn start_sim() -> omni_sim::RunningOmniSim {
     let mut builder = OmniSim::builder()
         .workload_provider(Arc::new(FixedWorkloadProvider(WORKLOAD_API.into())))
         .machine_class(CLASS, &[CLASS_LABEL])
@@ -352,7 +354,13 @@ async fn omnis_own_client_syncs_waits_for_reads_and_deletes_a_template() {
             ..Default::default()
         });
     }
-    let sim = builder.start().await.unwrap();
+    builder.start().await.unwrap()
+}
+
+#[tokio::test]
+async fn omnis_own_client_syncs_waits_for_reads_and_deletes_a_template() {
+    let bin = binary(); // fail first, and clearly, when the program is not built
+    let sim = start_sim().await;
     let key = sim
         .register_service_account("official-client", Role::Operator)
         .unwrap();
@@ -749,5 +757,207 @@ async fn omnis_own_client_creates_a_service_account_and_uses_its_key() {
         "{refused}"
     );
     assert!(sim.get(ty::CLUSTER, "omni-client-check-denied").is_none());
+    sim.shutdown().await;
+}
+
+/// The rows of a table omnictl printed, each as its cells.
+fn table(output: &Value) -> Vec<Vec<String>> {
+    output["output"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a table: {output}"))
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The documents (YAML) or objects (JSON) omnictl printed.
+fn documents(output: &Value) -> &Vec<Value> {
+    output["output"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no documents: {output}"))
+}
+
+#[tokio::test]
+async fn omnictl_gets_and_deletes_through_resource_definitions() {
+    binary();
+    let sim = start_sim().await;
+    let key = sim
+        .register_service_account("official-omnictl", Role::Operator)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let template = write_template(dir.path(), &FIRST);
+    // status first: the set allocated from the machine class exists once the cluster is healthy.
+    let synced = run(sim.endpoint(), &key, Some(&template), &["sync", "status"]).await;
+    assert!(synced.success, "{}", synced.describe());
+
+    // omnictl's own command code, in the program's process: every type name it is given goes
+    // through the ResourceDefinitions, every resource it prints through yaml_spec.
+    let ran = run(sim.endpoint(), &key, Some(&template), &["omnictl"]).await;
+    eprintln!("omnictl run:\n{}", ran.stdout);
+    assert!(ran.success, "{}", ran.describe());
+    let commands = ran.result("omnictl")["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 8, "{}", ran.describe());
+
+    // get rd: the definitions themselves, with their aliases column.
+    let rd = table(&commands[0]);
+    assert_eq!(
+        rd[0][..5],
+        ["NAMESPACE", "TYPE", "ID", "VERSION", "ALIASES"],
+        "{rd:?}"
+    );
+    let row = rd
+        .iter()
+        .find(|r| r[2] == "clusters.omni.sidero.dev")
+        .unwrap_or_else(|| panic!("no definition of Clusters: {rd:?}"));
+    assert_eq!(row[..2], ["meta", "ResourceDefinition"], "{row:?}");
+    assert_eq!(row[4], "cluster", "{row:?}");
+
+    // get clusters: the table with the definition's print columns, read from yaml_spec.
+    let clusters = table(&commands[1]);
+    assert_eq!(
+        clusters[0],
+        [
+            "NAMESPACE",
+            "TYPE",
+            "ID",
+            "VERSION",
+            "TALOS VERSION",
+            "KUBERNETES VERSION"
+        ],
+        "{clusters:?}"
+    );
+    assert_eq!(clusters.len(), 2, "{clusters:?}");
+    assert_eq!(
+        clusters[1][..3],
+        ["default", "Cluster", CLUSTER],
+        "{clusters:?}"
+    );
+    assert_eq!(clusters[1][4..], ["1.10.6", "1.32.3"], "{clusters:?}");
+
+    // get cluster <id> -o json: metadata and the spec under Omni's YAML names.
+    let cluster = documents(&commands[2]);
+    assert_eq!(cluster.len(), 1, "{cluster:?}");
+    assert_eq!(cluster[0]["metadata"]["id"], CLUSTER);
+    assert_eq!(cluster[0]["metadata"]["type"], ty::CLUSTER);
+    assert_eq!(cluster[0]["spec"]["talosversion"], "1.10.6");
+    assert_eq!(cluster[0]["spec"]["kubernetesversion"], "1.32.3");
+
+    // get machinesets -o yaml -l <cluster>: the three sets, the pool's allocation included.
+    let sets: BTreeMap<String, &Value> = documents(&commands[3])
+        .iter()
+        .map(|d| (d["metadata"]["id"].as_str().unwrap().to_string(), d))
+        .collect();
+    let pool_set = format!("{CLUSTER}-pool");
+    assert_eq!(
+        sets.keys().cloned().collect::<BTreeSet<_>>(),
+        BTreeSet::from([
+            format!("{CLUSTER}-control-planes"),
+            format!("{CLUSTER}-workers"),
+            pool_set.clone(),
+        ])
+    );
+    let allocation = &sets[&pool_set]["spec"]["machineallocation"];
+    assert_eq!(allocation["name"], CLASS, "{allocation}");
+    assert_eq!(allocation["machinecount"], 1, "{allocation}");
+
+    // get clusterstatus <id> -o yaml: a status type; Omni prints enums as their numbers.
+    let status = documents(&commands[4]);
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert_eq!(status[0]["spec"]["phase"], 3, "RUNNING: {status:?}");
+    assert_eq!(status[0]["spec"]["ready"], true, "{status:?}");
+
+    // get talosversions: a type any signature may read.
+    let versions = table(&commands[5]);
+    assert!(versions.iter().any(|r| r[2] == "1.10.6"), "{versions:?}");
+
+    // delete cluster <id>: TeardownAndDestroy, which waits for the teardown cascade.
+    let deleted = &commands[6];
+    assert!(
+        strings(&deleted["stderr"]).contains(&format!("destroyed {} {CLUSTER}", ty::CLUSTER)),
+        "{deleted}"
+    );
+    assert_eq!(documents(&commands[7]), &Vec::<Value>::new());
+    assert!(sim.get(ty::CLUSTER, CLUSTER).is_none());
+    assert_eq!(stored(&sim, ty::MACHINE_SET), BTreeSet::new());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn resource_definitions_and_yaml_specs_are_omnis() {
+    binary();
+    let sim = start_sim().await;
+    let key = sim
+        .register_service_account("official-definitions", Role::Operator)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let template = write_template(dir.path(), &FIRST);
+    let ran = run(
+        sim.endpoint(),
+        &key,
+        Some(&template),
+        &["sync", "status", "definitions", "yamlspec"],
+    )
+    .await;
+    eprintln!("definitions run:\n{}", ran.stdout);
+    assert!(ran.success, "{}", ran.describe());
+
+    // Each definition is the one Omni's client makes for its type; omni-sim serves two types
+    // Omni v1.9.3's client does not know.
+    let definitions = ran.result("definitions");
+    let types = strings(&definitions["types"]);
+    for t in [
+        ty::CLUSTER,
+        ty::MACHINE_SET,
+        ty::CONFIG_PATCH,
+        ty::CLUSTER_STATUS,
+        ty::TALOS_VERSION,
+        ty::SYS_VERSION,
+        ty::RESOURCE_DEFINITION,
+    ] {
+        assert!(types.contains(t), "{t}: {definitions}");
+    }
+    assert!(!types.contains(ty::PUBLIC_KEY), "{definitions}");
+    assert_eq!(
+        strings(&definitions["not_in_client"]),
+        BTreeSet::from([
+            ty::HEALTH_CHECK_STATUS.to_string(),
+            ty::MACHINE_INSTALL_DISK_CONFIG.to_string(),
+        ])
+    );
+
+    // yaml_spec of everything the key may read is what Omni makes of the same proto_spec.
+    let yaml = ran.result("yamlspec");
+    let checked: BTreeMap<String, u64> = map_of(&yaml["checked"]);
+    for (t, n) in [
+        (ty::CLUSTER, 1),
+        (ty::MACHINE_SET, 3),
+        (ty::MACHINE_SET_NODE, 4),
+        (ty::CONFIG_PATCH, 3),
+        (ty::KERNEL_ARGS, 1),
+        (ty::EXTENSIONS_CONFIGURATION, 1),
+        (ty::MANIFEST_GROUP, 1),
+        (ty::HEALTH_CHECK, 1),
+        (ty::CLUSTER_STATUS, 1),
+        (ty::MACHINE_SET_STATUS, 3),
+        (ty::CLUSTER_MACHINE_STATUS, 4),
+        (ty::MACHINE_STATUS, 4),
+        (ty::MANIFESTS_STATUS, 1),
+        (ty::RESOURCE_DEFINITION, types.len() as u64),
+    ] {
+        assert_eq!(checked.get(t), Some(&n), "{t}: {yaml}");
+    }
+    assert!(checked[ty::TALOS_VERSION] > 0, "{yaml}");
+    // Nothing here sets a field newer than the client, so every key is one Omni's YAML has.
+    assert_eq!(strings(&yaml["extra_keys"]), BTreeSet::new(), "{yaml}");
+    assert_eq!(
+        strings(&yaml["refused"]),
+        BTreeSet::from([ty::IDENTITY.to_string(), ty::USER.to_string()])
+    );
     sim.shutdown().await;
 }
