@@ -158,7 +158,11 @@ impl OperatorProcess {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            // Its own process group, so stopping it also stops what a wrapper started: a
+            // profiler such as heaptrack runs the operator as its child, and that child, not
+            // signalled, went on running (and using the cores) through the next runs.
+            .process_group(0);
         cmd.envs(extra.iter().copied());
         // An omni-bench killed outright (SIGKILL, the OOM killer, a CI timeout) cannot stop
         // its child, so the kernel does: the child gets SIGKILL when the thread that spawned it
@@ -207,18 +211,47 @@ impl OperatorProcess {
         Ok(())
     }
 
-    /// Stops it with SIGTERM, then SIGKILL after 10 s.
+    /// Stops it and every process it started: SIGTERM to its process group, then, once it has
+    /// exited (or after 10 s), SIGKILL to whatever of the group is left.
     pub async fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
-        unsafe {
-            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
+        signal_group(self.pid, libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // Not reaped yet: while it is a zombie its pid, and so the group's id, cannot be given
+        // to another process, so the SIGKILL below reaches only what it started.
+        while !has_exited(self.pid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
+        signal_group(self.pid, libc::SIGKILL);
+        let _ = self.child.wait().await;
+    }
+}
+
+impl Drop for OperatorProcess {
+    /// A run that fails midway drops its processes without [`OperatorProcess::stop`]: the whole
+    /// group goes, not only the child (`kill_on_drop`).
+    fn drop(&mut self) {
+        // `id()` is `None` once the child has been reaped, when its group id may be reused.
+        if self.child.id().is_some() {
+            signal_group(self.pid, libc::SIGKILL);
         }
+    }
+}
+
+/// Sends `signal` to the process group led by `leader`, one of our children not yet reaped.
+fn signal_group(leader: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; a negative pid names a group.
+    unsafe {
+        libc::kill(-(leader as libc::pid_t), signal);
+    }
+}
+
+/// Whether the process `pid` has exited: gone, or a zombie waiting to be reaped.
+fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
     }
 }
 
@@ -280,6 +313,45 @@ pub fn own_cpu_secs() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wrapper (here a shell; in practice a profiler) that starts the real process as its
+    /// child: stopping the measured process stops that child too. Before the measured process
+    /// had its own group, the child outlived the run (found when heaptrack's child went on
+    /// using the cores through the runs after it).
+    #[tokio::test]
+    async fn stopping_a_wrapper_stops_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.arg("-c").arg(format!(
+            "sleep 300 & echo $! > {}.tmp && mv {0}.tmp {0}; wait",
+            pid_file.display()
+        ));
+        let process =
+            OperatorProcess::spawn(cmd, &[], Path::new("/dev/null"), dir.path(), "w.log").unwrap();
+        let started = std::time::Instant::now();
+        let child: u32 = loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no child started"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(!has_exited(child), "the wrapper's child is running");
+        process.stop().await;
+        // The signal is delivered before kill(2) returns; the exit itself may take a moment.
+        let stopped = std::time::Instant::now();
+        while !has_exited(child) && stopped.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            has_exited(child),
+            "the wrapper's child {child} outlived the stop"
+        );
+    }
 
     #[test]
     fn reads_its_own_cpu_and_memory() {
