@@ -137,6 +137,9 @@ pub struct Progress {
     /// The first few custom resources not yet Ready, with what their status says: an
     /// unconverged run names what it waits on.
     pub waiting: Vec<String>,
+    /// How many custom resources are not yet Ready, by kind and the reason their status gives:
+    /// what the last of a cold start wait on.
+    pub not_ready: BTreeMap<String, usize>,
     /// With the sets: what the workload clusters hold of them.
     pub sets: Option<crate::sets::Reach>,
 }
@@ -155,14 +158,76 @@ impl Progress {
     }
 }
 
+/// An object's `Ready` condition, with the generations it is of.
+struct ReadyCondition<'a> {
+    generation: Option<i64>,
+    observed: Option<i64>,
+    ready: Option<&'a Value>,
+}
+
+impl<'a> ReadyCondition<'a> {
+    fn of(obj: &'a Value) -> Self {
+        Self {
+            generation: obj["metadata"]["generation"].as_i64(),
+            observed: obj["status"]["observedGeneration"].as_i64(),
+            ready: obj["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")),
+        }
+    }
+}
+
+/// Below how many not-Ready objects a progress line says what they wait on.
+const TAIL: usize = 1_000;
+
+/// `Kind Reason`: why an object is not Ready, as its `Ready` condition says; `not reconciled
+/// yet` before its first status, `older generation` while its status is of an earlier spec.
+fn not_ready_reason(kind: &str, obj: &Value) -> String {
+    let ReadyCondition {
+        generation,
+        observed,
+        ready,
+    } = ReadyCondition::of(obj);
+    let reason = match ready {
+        _ if observed.is_none() => "not reconciled yet",
+        _ if observed != generation => "older generation",
+        Some(c) => c["reason"].as_str().unwrap_or("no reason"),
+        None => "no Ready condition",
+    };
+    format!("{kind} {reason}")
+}
+
+/// The progress line's account of the last objects not yet Ready (`None` while there are more
+/// than [`TAIL`] or none): the most common reasons first.
+fn tail_summary(p: &Progress) -> Option<String> {
+    let left = p.objects.saturating_sub(p.ready);
+    if left == 0 || left > TAIL {
+        return None;
+    }
+    let mut counts: Vec<(&String, &usize)> = p.not_ready.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = counts
+        .iter()
+        .take(6)
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    let more = counts.len().saturating_sub(6);
+    let more = if more > 0 {
+        format!(", {more} more")
+    } else {
+        String::new()
+    };
+    Some(format!("not Ready: {}{more}", parts.join(", ")))
+}
+
 /// `kind/name: reason: message` of a not-Ready object, from its `Ready` condition.
 fn waiting_on(kind: &str, obj: &Value) -> String {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let generation = obj["metadata"]["generation"].as_i64();
-    let observed = obj["status"]["observedGeneration"].as_i64();
-    let ready = obj["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let ReadyCondition {
+        generation,
+        observed,
+        ready,
+    } = ReadyCondition::of(obj);
     let said = match ready {
         Some(c) => format!(
             "{}: {}",
@@ -207,7 +272,10 @@ pub fn custom_resources(emu: &Emulators) -> anyhow::Result<Progress> {
             p.objects += 1;
             if ready_at_generation(kind, &obj) {
                 p.ready += 1;
-            } else if p.waiting.len() < WAITING_SAMPLE {
+                continue;
+            }
+            *p.not_ready.entry(not_ready_reason(kind, &obj)).or_default() += 1;
+            if p.waiting.len() < WAITING_SAMPLE {
                 p.waiting.push(waiting_on(kind, &obj));
             }
         }
@@ -337,7 +405,8 @@ pub async fn cold_start(
 }
 
 /// Checks the fleet ([`progress`]) until it has converged or `limit` has passed since
-/// `started`, printing how far it got every 10 s while that changes. `before_each` runs before
+/// `started`, printing how far it got every 10 s while that changes (every 2 s, with what the
+/// last objects wait on, once fewer than [`TAIL`] are left). `before_each` runs before
 /// every check: it fails the run when an operator process died, and may sample it. Returns
 /// whether the fleet converged, and the last check.
 pub async fn until_converged(
@@ -360,12 +429,16 @@ pub async fn until_converged(
         if started.elapsed() > limit {
             return Ok((false, p));
         }
-        if last_print.elapsed() > Duration::from_secs(10) && p != last {
+        let tail = tail_summary(&p);
+        // In the tail, every 2 s: a short tail would otherwise go by unnamed.
+        let every = Duration::from_secs(if tail.is_some() { 2 } else { 10 });
+        if last_print.elapsed() > every && p != last {
             let sets = p.sets.as_ref().map_or(String::new(), |r| {
                 format!(", sets: {} releases and {} copies", r.releases, r.copies)
             });
+            let tail = tail.map_or(String::new(), |t| format!("; {t}"));
             eprintln!(
-                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced{sets}",
+                "    {:>5.0}s: {}/{} Ready, {} Omni clusters, {} Secrets synced{sets}{tail}",
                 started.elapsed().as_secs_f64(),
                 p.ready,
                 spec.objects(),
@@ -817,6 +890,67 @@ pub struct EndState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tail_of_a_cold_start_is_named_by_kind_and_reason() {
+        let waiting = |generation: i64, observed: i64, reason: &str| {
+            serde_json::json!({
+                "metadata": {"name": "x", "generation": generation},
+                "status": {"observedGeneration": observed, "conditions": [
+                    {"type": "Ready", "status": "False", "reason": reason, "message": "m"}
+                ]}
+            })
+        };
+        assert_eq!(
+            not_ready_reason("OmniSecretSync", &waiting(1, 1, "ClusterNotReady")),
+            "OmniSecretSync ClusterNotReady"
+        );
+        assert_eq!(
+            not_ready_reason("OmniCluster", &waiting(2, 1, "Running")),
+            "OmniCluster older generation"
+        );
+        assert_eq!(
+            not_ready_reason(
+                "OmniWorkers",
+                &serde_json::json!({"metadata": {"generation": 1}})
+            ),
+            "OmniWorkers not reconciled yet"
+        );
+        assert_eq!(
+            not_ready_reason(
+                "OmniWorkers",
+                &serde_json::json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1}})
+            ),
+            "OmniWorkers no Ready condition"
+        );
+
+        let mut p = Progress {
+            objects: 5_000,
+            ready: 3_000,
+            ..Progress::default()
+        };
+        p.not_ready
+            .insert("OmniSecretSync ClusterNotReady".into(), 1_990);
+        p.not_ready
+            .insert("OmniCluster WaitingForMachines".into(), 10);
+        // More than the tail: the line stays short.
+        assert_eq!(tail_summary(&p), None);
+        p.ready = 4_000;
+        p.not_ready
+            .insert("OmniSecretSync ClusterNotReady".into(), 990);
+        assert_eq!(
+            tail_summary(&p).as_deref(),
+            Some(
+                "not Ready: OmniSecretSync ClusterNotReady 990, OmniCluster WaitingForMachines 10"
+            )
+        );
+        for i in 0..7 {
+            p.not_ready.insert(format!("OmniMachine R{i}"), 1);
+        }
+        assert!(tail_summary(&p).unwrap().ends_with(", 3 more"), "{p:?}");
+        p.ready = p.objects;
+        assert_eq!(tail_summary(&p), None);
+    }
 
     #[test]
     fn the_convergence_check_takes_at_most_a_tenth_of_a_core() {
