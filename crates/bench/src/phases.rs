@@ -406,7 +406,7 @@ pub async fn cold_start(
 
 /// Checks the fleet ([`progress`]) until it has converged or `limit` has passed since
 /// `started`, printing how far it got every 10 s while that changes (every 2 s, with what the
-/// last objects wait on, once fewer than [`TAIL`] are left). `before_each` runs before
+/// last objects wait on, once fewer than `TAIL` are left). `before_each` runs before
 /// every check: it fails the run when an operator process died, and may sample it. Returns
 /// whether the fleet converged, and the last check.
 pub async fn until_converged(
