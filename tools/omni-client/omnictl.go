@@ -259,44 +259,40 @@ func parseOmnictlOutput(args []string, stdout string) (omnictlOutput, error) {
 
 		out.Output = rows
 	case "yaml":
-		docs := []any{}
-		dec := yaml.NewDecoder(strings.NewReader(stdout))
-
-		for {
-			var doc any
-			if err := dec.Decode(&doc); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-
-				return out, err
-			}
-
-			docs = append(docs, doc)
+		docs, err := decodeAll(yaml.NewDecoder(strings.NewReader(stdout)))
+		if err != nil {
+			return out, err
 		}
 
 		out.Output = docs
 	case "json":
-		objects := []any{}
-		dec := json.NewDecoder(strings.NewReader(stdout))
-
-		for {
-			var obj any
-			if err := dec.Decode(&obj); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-
-				return out, err
-			}
-
-			objects = append(objects, obj)
+		objects, err := decodeAll(json.NewDecoder(strings.NewReader(stdout)))
+		if err != nil {
+			return out, err
 		}
 
 		out.Output = objects
 	}
 
 	return out, nil
+}
+
+// decodeAll reads every value of a stream: YAML documents or concatenated JSON objects.
+func decodeAll(dec interface{ Decode(v any) error }) ([]any, error) {
+	values := []any{}
+
+	for {
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			if errors.Is(err, io.EOF) {
+				return values, nil
+			}
+
+			return values, err
+		}
+
+		values = append(values, v)
+	}
 }
 
 // stderrLines keeps what omnictl itself printed; the client's retry logger's lines (JSON-ish
